@@ -1,0 +1,266 @@
+/*
+ * offgraph: an LLM inference runtime whose KV cache lives off the model graph.
+ *
+ * This is the whole public C API. Handles are opaque; every function that
+ * can fail returns an og_status; every function that returns a pointer says
+ * who owns it. Destroying NULL is a no-op. The library never exits or aborts
+ * on bad input: it returns a status and keeps a message naming what was wrong
+ * (og_last_error() for calls without a handle, *_last_error() for handles).
+ */
+#ifndef OFFGRAPH_H
+#define OFFGRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OG_VERSION_MAJOR 0
+#define OG_VERSION_MINOR 1
+
+/* ---------------------------------------------------------------- core */
+
+/* Status codes. New values are only ever added at the end. */
+typedef enum og_status {
+    OG_OK = 0,
+    OG_ERR_INVALID_ARGUMENT, /* a NULL or out-of-range argument            */
+    OG_ERR_OUT_OF_MEMORY,    /* an allocation failed (or was made to fail) */
+    OG_ERR_INVALID_CONFIG,   /* a KV-manifest rule is broken (og_kv_rule)  */
+    OG_ERR_WRITE_TOO_WIDE,   /* a step of T > max_write tokens             */
+    OG_ERR_CAPACITY,         /* a flat write past max_capacity             */
+    OG_ERR_POSITION,         /* positions disagree with committed length   */
+    OG_ERR_UNBOUND,          /* a step whose runtime tensors are unbound   */
+    OG_ERR_IO,               /* a file could not be read or written        */
+    OG_ERR_FORMAT,           /* a file is malformed (message names rule)   */
+    OG_ERR_UNSUPPORTED,      /* valid input this build cannot handle       */
+    OG_ERR_STATE,            /* a call out of order (commit w/o prepare)   */
+    OG_ERR_BACKEND,          /* a device/back-end call failed              */
+    OG_ERR_NO_DEVICE         /* the requested device is not present        */
+} og_status;
+
+/* Returns a static string naming the status; never NULL. */
+const char *og_status_str(og_status s);
+
+/* The message of the last failure on this thread for calls that take no
+ * handle (e.g. og_kv_config_validate). Owned by the library; valid until the
+ * next failing call on the same thread. Never NULL. */
+const char *og_last_error(void);
+
+/* Element types of tensors and KV storage. */
+typedef enum og_dtype {
+    OG_DTYPE_F32 = 0,
+    OG_DTYPE_BF16 = 1,
+    OG_DTYPE_F16 = 2,
+    OG_DTYPE_I32 = 3,
+    OG_DTYPE_I64 = 4,
+    OG_DTYPE_COUNT
+} og_dtype;
+
+/* Bytes per element of dtype, 0 for an unknown value. */
+size_t og_dtype_size(og_dtype dt);
+/* Short lower-case name ("f32", "bf16", ...); "unknown" otherwise. */
+const char *og_dtype_name(og_dtype dt);
+/* Parses a name as written by og_dtype_name; returns OG_ERR_INVALID_ARGUMENT
+ * for an unknown name. */
+og_status og_dtype_parse(const char *name, og_dtype *out);
+
+/* Logging: messages at or above the level go to stderr. Default: WARN. */
+typedef enum og_log_level {
+    OG_LOG_DEBUG = 0,
+    OG_LOG_INFO,
+    OG_LOG_WARN,
+    OG_LOG_ERROR,
+    OG_LOG_NONE
+} og_log_level;
+void og_log_set_level(og_log_level level);
+
+/* Host allocator hooks for every long-lived host allocation the library
+ * makes. NULL members restore the defaults (malloc/realloc/free). */
+typedef struct og_host_allocator {
+    void *(*alloc)(size_t bytes, void *user);
+    void *(*realloc)(void *ptr, size_t bytes, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} og_host_allocator;
+void og_set_host_allocator(const og_host_allocator *a);
+
+/* ------------------------------------------------------- KV manifest */
+
+typedef enum og_kv_policy {
+    OG_KV_FLAT = 0, /* full causal history, grows geometrically   */
+    OG_KV_RING = 1  /* sliding window W, fixed R = W + max_write - 1 */
+} og_kv_policy;
+
+/* One attention layer's KV storage declaration. */
+typedef struct og_kv_layer_config {
+    int32_t layer_id;   /* the model layer this storage belongs to */
+    og_kv_policy policy;
+    int32_t window;     /* W: > 0 for ring, 0 for flat          */
+    int32_t n_kv_heads; /* Hkv                                  */
+    int32_t head_dim;   /* D                                    */
+} og_kv_layer_config;
+
+#define OG_KV_MANIFEST_VERSION 1
+
+/* The KV manifest: what a program declares about the storage it attends over. */
+typedef struct og_kv_config {
+    int32_t version;          /* OG_KV_MANIFEST_VERSION              */
+    og_dtype kv_dtype;        /* OG_DTYPE_BF16 or OG_DTYPE_F32       */
+    int64_t max_capacity;     /* hard bound on a session's tokens    */
+    int64_t initial_capacity; /* rows a flat layer starts with       */
+    int32_t max_write;        /* most tokens one step may write      */
+    int32_t n_model_layers;   /* layer ids must be < this; 0 = no bound */
+    int32_t n_layers;         /* entries in layers                   */
+    const og_kv_layer_config *layers; /* borrowed; copied by sessions */
+} og_kv_config;
+
+/* Every manifest rule, so that a refusal can be tested by its name. */
+typedef enum og_kv_rule {
+    OG_KV_RULE_NONE = 0,
+    OG_KV_RULE_VERSION,          /* version == OG_KV_MANIFEST_VERSION        */
+    OG_KV_RULE_KV_DTYPE,         /* kv_dtype is bf16 or f32                  */
+    OG_KV_RULE_MAX_CAPACITY,     /* max_capacity > 0                         */
+    OG_KV_RULE_INITIAL_CAPACITY, /* 0 < initial_capacity <= max_capacity     */
+    OG_KV_RULE_MAX_WRITE,        /* 1 <= max_write <= max_capacity           */
+    OG_KV_RULE_LAYER_COUNT,      /* n_layers >= 1 and layers != NULL         */
+    OG_KV_RULE_LAYER_ID_RANGE,   /* 0 <= layer_id (< n_model_layers if set)  */
+    OG_KV_RULE_LAYER_ID_UNIQUE,  /* no two entries share a layer_id          */
+    OG_KV_RULE_POLICY,           /* policy is flat or ring                   */
+    OG_KV_RULE_RING_WINDOW,      /* ring => window > 0                       */
+    OG_KV_RULE_FLAT_WINDOW,      /* flat => window == 0                      */
+    OG_KV_RULE_KV_HEADS,         /* n_kv_heads > 0                           */
+    OG_KV_RULE_HEAD_DIM,         /* head_dim > 0                             */
+    OG_KV_RULE_SIZE_OVERFLOW,    /* storage byte counts fit in 64 bits       */
+    OG_KV_RULE_COUNT
+} og_kv_rule;
+
+/* Static name of a rule, e.g. "ring_window"; never NULL. */
+const char *og_kv_rule_name(og_kv_rule r);
+
+/* Checks every rule in the order of the enum. Returns OG_OK, or
+ * OG_ERR_INVALID_CONFIG with *broken (if non-NULL) set to the first broken
+ * rule and og_last_error() naming the rule, the layer and the bad value. */
+og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken);
+
+/* Ring capacity R = W + max_write - 1 for a ring layer; for a flat layer,
+ * max_capacity. */
+int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *layer);
+
+/* ------------------------------------------------- storage allocators */
+
+/* Where a session's KV storage comes from. The CPU allocator uses the host
+ * heap; the CUDA allocator (cuda builds) uses device memory and orders its
+ * copies on a stream. Every call may fail; sessions roll back on failure. */
+typedef struct og_kv_allocator {
+    og_status (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *ptr);
+    /* copies bytes between two allocations of this allocator */
+    og_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void *ctx;
+} og_kv_allocator;
+
+/* The host-heap allocator. Returned by value; needs no cleanup. */
+og_kv_allocator og_kv_allocator_cpu(void);
+
+/* Fault injection: an allocator that forwards to `inner` but fails the
+ * fail_at-th allocation (1-based, counted since the last arm) with
+ * OG_ERR_OUT_OF_MEMORY. fail_at == 0 never fails. `state` is owned by the
+ * caller and must outlive every session that uses the returned allocator. */
+typedef struct og_kv_fault_state {
+    og_kv_allocator inner;
+    int64_t fail_at;     /* which allocation fails, 0 = none   */
+    int64_t alloc_calls; /* allocations seen since the last arm */
+    int64_t failures;    /* allocations refused so far          */
+} og_kv_fault_state;
+og_kv_allocator og_kv_allocator_faulty(og_kv_fault_state *state);
+/* Re-arms: the fail_at-th allocation from now on fails. */
+void og_kv_fault_arm(og_kv_fault_state *state, int64_t fail_at);
+
+/* ------------------------------------------------------------ sessions */
+
+typedef struct og_kv_session og_kv_session;
+
+/* Creates a session over cfg (validated; copied, so cfg may be freed).
+ * alloc NULL means the CPU allocator; a non-NULL allocator is copied by value
+ * and its ctx must outlive the session. No storage is allocated until the
+ * first prepare. On success *out is owned by the caller: og_kv_session_destroy. */
+og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *alloc,
+                               og_kv_session **out);
+/* Frees the session and all of its storage. NULL is a no-op. */
+void og_kv_session_destroy(og_kv_session *s);
+/* Sets the committed length to 0; keeps (does not free or clear) storage. */
+void og_kv_session_reset(og_kv_session *s);
+
+/* Committed logical length L. */
+int64_t og_kv_session_length(const og_kv_session *s);
+
+/* Step transaction, part 1. Plans every layer for a step of T tokens at the
+ * committed length, then allocates or grows storage all-or-nothing and binds
+ * it. Refused before anything changes: T < 1 (OG_ERR_INVALID_ARGUMENT),
+ * T > max_write (OG_ERR_WRITE_TOO_WIDE), L + T > max_capacity
+ * (OG_ERR_CAPACITY), a step already prepared (OG_ERR_STATE). On an
+ * allocation failure every layer keeps the storage, rows and length it had. */
+og_status og_kv_session_prepare(og_kv_session *s, int32_t T);
+/* Step transaction, part 2: advances L by T. T must equal the prepared width. */
+og_status og_kv_session_commit(og_kv_session *s, int32_t T);
+/* Drops a prepared step without advancing L (storage growth is kept: rows
+ * past L are never read). No-op when nothing is prepared. */
+void og_kv_session_abort(og_kv_session *s);
+
+/* Message of the last failure on this session; never NULL. Owned by the
+ * session, valid until its next call. */
+const char *og_kv_session_last_error(const og_kv_session *s);
+
+/* The storage a step binds for one manifest layer (index into cfg->layers).
+ * Pointers are borrowed from the session and valid until the next prepare,
+ * reset or destroy. Sequence-major: row `slot` of k is at
+ * k + slot * n_kv_heads * head_dim elements. */
+typedef struct og_kv_layer_view {
+    int32_t layer_id;
+    og_kv_policy policy;
+    og_dtype dtype;
+    int32_t window;     /* W (ring) or 0                          */
+    int32_t n_kv_heads; /* Hkv                                    */
+    int32_t head_dim;   /* D                                      */
+    int64_t rows;       /* allocated rows: flat capacity, ring R  */
+    int64_t length;     /* committed length L                     */
+    void *k;            /* [rows, Hkv, D] of dtype, NULL if unbound */
+    void *v;            /* [rows, Hkv, D] of dtype, NULL if unbound */
+} og_kv_layer_view;
+og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_layer_view *out);
+
+/* Per-session metrics. */
+typedef struct og_kv_metrics {
+    int64_t length;          /* committed tokens L                        */
+    int32_t n_layers;
+    int64_t rows_allocated;  /* sum over layers of allocated rows         */
+    int64_t bytes_allocated; /* KV bytes held (k and v, every layer)      */
+    int64_t bytes_live;      /* KV bytes the committed tokens occupy      */
+    int64_t growth_count;    /* storage growths (copies to a larger block)*/
+    int64_t rebinds;         /* prepares whose bound addresses changed    */
+    int64_t graph_captures;  /* CUDA graph captures (exec increments)     */
+    int64_t steps;           /* committed steps                           */
+} og_kv_metrics;
+og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out);
+/* Allocated rows of one manifest layer (index into cfg->layers), -1 if out of range. */
+int64_t og_kv_session_layer_rows(const og_kv_session *s, int32_t index);
+/* Counts one graph capture (called by the executor). */
+void og_kv_session_note_capture(og_kv_session *s);
+
+/* Capacity estimate against a memory budget in bytes (what the caller has
+ * left for KV storage beyond what this session already holds). */
+typedef struct og_kv_capacity {
+    int64_t tokens_reachable;   /* more tokens this session can still take */
+    int64_t fresh_sessions;     /* new sessions whose first step fits      */
+    int64_t bytes_per_token;    /* flat-layer bytes one more token costs   */
+    int64_t fresh_session_bytes;/* storage of a new session's first step   */
+} og_kv_capacity;
+og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes,
+                                 og_kv_capacity *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OFFGRAPH_H */

@@ -1,0 +1,111 @@
+/* core: status strings, error messages, host allocation, logging,
+ * bf16/f16 conversion, and the thread pool. Knows nothing about models. */
+#ifndef OG_CORE_H
+#define OG_CORE_H
+
+#include "offgraph.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define OG_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define OG_PRINTF(a, b)
+#endif
+
+/* ---- errors ---- */
+
+/* Sets the thread's last error (og_last_error) and returns st. */
+og_status og_set_error(og_status st, const char *fmt, ...) OG_PRINTF(2, 3);
+og_status og_set_errorv(og_status st, const char *fmt, va_list ap);
+
+/* A fixed buffer for per-handle error messages. */
+#define OG_ERRMSG_CAP 512
+typedef struct og_errbuf {
+    char msg[OG_ERRMSG_CAP];
+} og_errbuf;
+/* Formats into e (if non-NULL) and into the thread's last error; returns st. */
+og_status og_errbuf_set(og_errbuf *e, og_status st, const char *fmt, ...) OG_PRINTF(3, 4);
+
+/* ---- host memory (through og_set_host_allocator hooks) ---- */
+
+/* Owned by the caller: og_free. Returns NULL on failure (size 0 -> NULL). */
+void *og_malloc(size_t bytes);
+/* Zero-filled; checks count * size for overflow. Owned by the caller: og_free. */
+void *og_calloc(size_t count, size_t size);
+void *og_realloc(void *ptr, size_t bytes);
+void og_free(void *ptr);
+/* Owned by the caller: og_free. */
+char *og_strdup(const char *s);
+
+/* Checked arithmetic: return false on overflow (result untouched). */
+bool og_mul_overflow_i64(int64_t a, int64_t b, int64_t *out);
+bool og_add_overflow_i64(int64_t a, int64_t b, int64_t *out);
+
+/* ---- logging ---- */
+void og_log(og_log_level level, const char *fmt, ...) OG_PRINTF(2, 3);
+#define OG_DEBUG(...) og_log(OG_LOG_DEBUG, __VA_ARGS__)
+#define OG_INFO(...) og_log(OG_LOG_INFO, __VA_ARGS__)
+#define OG_WARN(...) og_log(OG_LOG_WARN, __VA_ARGS__)
+
+/* ---- bf16 / f16 ---- */
+
+typedef uint16_t og_bf16;
+typedef uint16_t og_f16;
+
+/* Round to nearest even; NaN stays a (quiet) NaN. */
+static inline og_bf16 og_bf16_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (og_bf16)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (og_bf16)(u >> 16);
+}
+static inline float og_f32_from_bf16(og_bf16 h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+og_f16 og_f16_from_f32(float f);
+float og_f32_from_f16(og_f16 h);
+
+/* Loads element i of a bf16 or f32 buffer as f32. */
+static inline float og_load_f32(const void *base, og_dtype dt, size_t i) {
+    return dt == OG_DTYPE_BF16 ? og_f32_from_bf16(((const og_bf16 *)base)[i])
+                               : ((const float *)base)[i];
+}
+static inline void og_store_f32(void *base, og_dtype dt, size_t i, float x) {
+    if (dt == OG_DTYPE_BF16)
+        ((og_bf16 *)base)[i] = og_bf16_from_f32(x);
+    else
+        ((float *)base)[i] = x;
+}
+
+/* ---- threads ---- */
+
+/* A fixed pool of workers running one parallel-for at a time. The calling
+ * thread takes part, so a pool of n threads starts n - 1 workers. */
+typedef struct og_threadpool og_threadpool;
+/* n_threads <= 0 means the number of online CPUs. Owned by the caller:
+ * og_threadpool_destroy. Returns NULL when threads cannot be started. */
+og_threadpool *og_threadpool_create(int n_threads);
+void og_threadpool_destroy(og_threadpool *p);
+int og_threadpool_size(const og_threadpool *p);
+/* Runs fn(ctx, i, thread) for i in [0, n) across the pool and waits.
+ * thread is in [0, size). p == NULL runs everything on the caller (thread 0).
+ * Calls from different threads on one pool are serialized. */
+typedef void (*og_task_fn)(void *ctx, int64_t i, int thread);
+void og_parallel_for(og_threadpool *p, int64_t n, og_task_fn fn, void *ctx);
+/* A process-wide pool sized to the online CPUs, created on first use;
+ * owned by the library. NULL if threads cannot be started. */
+og_threadpool *og_threadpool_default(void);
+
+/* Monotonic clock in seconds. */
+double og_time_now(void);
+
+#endif /* OG_CORE_H */

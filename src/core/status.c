@@ -1,0 +1,78 @@
+/* Status names, dtype helpers and the per-thread last error. */
+#include "core.h"
+
+#include <stdio.h>
+
+const char *og_status_str(og_status s) {
+    switch (s) {
+    case OG_OK: return "ok";
+    case OG_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case OG_ERR_OUT_OF_MEMORY: return "out of memory";
+    case OG_ERR_INVALID_CONFIG: return "invalid KV configuration";
+    case OG_ERR_WRITE_TOO_WIDE: return "step wider than max_write";
+    case OG_ERR_CAPACITY: return "write past max_capacity";
+    case OG_ERR_POSITION: return "positions disagree with the committed length";
+    case OG_ERR_UNBOUND: return "runtime tensor unbound";
+    case OG_ERR_IO: return "I/O error";
+    case OG_ERR_FORMAT: return "malformed file";
+    case OG_ERR_UNSUPPORTED: return "unsupported";
+    case OG_ERR_STATE: return "call out of order";
+    case OG_ERR_BACKEND: return "back-end failure";
+    case OG_ERR_NO_DEVICE: return "no device";
+    }
+    return "unknown status";
+}
+
+static _Thread_local char g_last_error[OG_ERRMSG_CAP];
+
+const char *og_last_error(void) { return g_last_error; }
+
+og_status og_set_errorv(og_status st, const char *fmt, va_list ap) {
+    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
+    return st;
+}
+
+og_status og_set_error(og_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    og_set_errorv(st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+og_status og_errbuf_set(og_errbuf *e, og_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    og_set_errorv(st, fmt, ap);
+    va_end(ap);
+    if (e) snprintf(e->msg, sizeof e->msg, "%s", g_last_error);
+    return st;
+}
+
+static const struct {
+    const char *name;
+    size_t size;
+} g_dtypes[OG_DTYPE_COUNT] = {
+    [OG_DTYPE_F32] = {"f32", 4}, [OG_DTYPE_BF16] = {"bf16", 2}, [OG_DTYPE_F16] = {"f16", 2},
+    [OG_DTYPE_I32] = {"i32", 4}, [OG_DTYPE_I64] = {"i64", 8},
+};
+
+size_t og_dtype_size(og_dtype dt) {
+    return (unsigned)dt < OG_DTYPE_COUNT ? g_dtypes[dt].size : 0;
+}
+
+const char *og_dtype_name(og_dtype dt) {
+    return (unsigned)dt < OG_DTYPE_COUNT ? g_dtypes[dt].name : "unknown";
+}
+
+og_status og_dtype_parse(const char *name, og_dtype *out) {
+    if (!name || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "dtype: NULL argument");
+    for (int i = 0; i < OG_DTYPE_COUNT; i++) {
+        if (strcmp(name, g_dtypes[i].name) == 0) {
+            *out = (og_dtype)i;
+            return OG_OK;
+        }
+    }
+    return og_set_error(OG_ERR_INVALID_ARGUMENT, "unknown dtype \"%s\" (known: f32, bf16, f16, i32, i64)",
+                        name);
+}

@@ -1,0 +1,11 @@
+/* The offgraph command line: one function per sub-command, each in its own
+ * tools/cmd_<name>.c. Each takes argc/argv starting at its own name and
+ * returns the process exit status (0 ok, 1 failure, 2 usage error). */
+#ifndef OG_TOOLS_COMMANDS_H
+#define OG_TOOLS_COMMANDS_H
+
+int og_cmd_demo(int argc, char **argv);
+int og_cmd_export(int argc, char **argv);
+int og_cmd_inspect(int argc, char **argv);
+
+#endif

@@ -1,0 +1,45 @@
+/* offgraph: the command line. The only place in the project that exits. */
+#include "commands.h"
+#include "offgraph.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} command;
+
+static const command k_commands[] = {
+    {"export", og_cmd_export, "lower a Hugging Face checkpoint to a program file"},
+    {"inspect", og_cmd_inspect, "validate a program file and describe it"},
+    {"demo", og_cmd_demo, "several sessions on one KV configuration, off the graph"},
+};
+#define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: offgraph <command> [options]   (offgraph <command> --help for its options)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", k_commands[i].name, k_commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("offgraph %d.%d\n", OG_VERSION_MAJOR, OG_VERSION_MINOR);
+        return 0;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "offgraph: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
