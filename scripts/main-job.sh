@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The README's main job. Until `offgraph run` exists it demonstrates the
-# off-graph KV manager: several sessions on one configuration.
+# The README's main job (see README.md).
 set -euo pipefail
 build=${1:-build}
-exec "$build/offgraph" demo
+exec "$build/offgraph" --help

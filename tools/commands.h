@@ -4,8 +4,7 @@
 #ifndef OG_TOOLS_COMMANDS_H
 #define OG_TOOLS_COMMANDS_H
 
-int og_cmd_demo(int argc, char **argv);
-int og_cmd_export(int argc, char **argv);
-int og_cmd_inspect(int argc, char **argv);
+int og_cmd_version(int argc, char **argv);
+/* sub-commands declare here, one line each */
 
 #endif

@@ -12,11 +12,17 @@ typedef struct {
 } command;
 
 static const command k_commands[] = {
-    {"export", og_cmd_export, "lower a Hugging Face checkpoint to a program file"},
-    {"inspect", og_cmd_inspect, "validate a program file and describe it"},
-    {"demo", og_cmd_demo, "several sessions on one KV configuration, off the graph"},
+    /* sub-commands register here, one line each */
+    {"version", og_cmd_version, "print the version"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
+
+int og_cmd_version(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    printf("offgraph %d.%d\n", OG_VERSION_MAJOR, OG_VERSION_MINOR);
+    return 0;
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: offgraph <command> [options]   (offgraph <command> --help for its options)\n\n"
@@ -33,10 +39,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(argv[1], "--version")) {
-        printf("offgraph %d.%d\n", OG_VERSION_MAJOR, OG_VERSION_MINOR);
-        return 0;
-    }
+    if (!strcmp(argv[1], "--version")) return og_cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "offgraph: unknown command \"%s\"\n\n", argv[1]);
