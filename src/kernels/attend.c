@@ -49,10 +49,10 @@ og_status og_attend_check(const og_attend_args *a) {
                             "update_and_attend: layer %d: length %lld, rows %lld (need L >= 0, "
                             "R >= 1)",
                             layer, (long long)kv->length, (long long)kv->rows);
-    int64_t elems;
-    if (og_mul_overflow_i64(kv->rows, (int64_t)kv->n_kv_heads * kv->head_dim, &elems) ||
-        og_mul_overflow_i64(elems, 4, &elems) ||
-        og_mul_overflow_i64((int64_t)a->T * a->n_heads, (int64_t)kv->head_dim * 4, &elems))
+    int64_t bytes; /* og_mul_overflow_i64 returns false on overflow */
+    if (!og_mul_overflow_i64(kv->rows, (int64_t)kv->n_kv_heads * kv->head_dim, &bytes) ||
+        !og_mul_overflow_i64(bytes, 4, &bytes) ||
+        !og_mul_overflow_i64((int64_t)a->T * a->n_heads, (int64_t)kv->head_dim * 4, &bytes))
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
                             "update_and_attend: layer %d: buffer sizes overflow", layer);
 
