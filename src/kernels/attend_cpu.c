@@ -97,8 +97,8 @@ typedef struct cpu_ctx {
     int64_t qb, n_blocks;        /* query rows per item, items per kv head */
     /* split-K (S == 1: not split) */
     int64_t S, split_keys, first_key; /* first_key: the decode query's first visible key */
-    float *part_m, *part_l;      /* [Hkv, S, G] */
-    float *part_acc;             /* [Hkv, S, G, D] */
+    float *part_m, *part_l;      /* [S, Hq] */
+    float *part_acc;             /* [S, Hq, D] */
     /* per-thread scratch: Kc [KB, D], Vc [KB, D] (bf16 only), s [KB], m [QB*G], l [QB*G] */
     float *scratch;
     int64_t scratch_per_thread;  /* floats */
@@ -134,47 +134,51 @@ static void softmax_update(const cpu_ctx *c, const float *q, const float *K, con
     c->ops->accumulate(acc, V, ks, D, n, s);
 }
 
-/* Attends query rows t0 .. t0+rows-1 of kv head g over keys [key_lo, key_hi),
- * updating m, l [rows, G] and acc (row r, head i at acc + r*acc_stride + i*D). */
-static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, int64_t g,
-                        int64_t key_lo, int64_t key_hi, float *acc, int64_t acc_stride, float *m,
-                        float *l) {
+/* Attends query rows t0 .. t0+rows-1, heads of kv heads g0 .. g1-1, over keys
+ * [key_lo, key_hi). With nh = (g1 - g0) * G query heads per row, query head
+ * g0*G + x of row r keeps its state at m[r*nh + x], l[r*nh + x] and
+ * acc + r*acc_stride + x*D. Chunks visit every kv head before moving on, so
+ * a call over all kv heads reads storage front to back. */
+static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, int64_t g0,
+                        int64_t g1, int64_t key_lo, int64_t key_hi, float *acc,
+                        int64_t acc_stride, float *m, float *l) {
     const og_kv_layer_view *kv = &c->a->kv;
-    const int64_t D = c->D, G = c->G, row_elems = c->Hkv * D;
+    const int64_t D = c->D, G = c->G, nh = (g1 - g0) * G, row_elems = c->Hkv * D;
     float *scratch = c->scratch + thread * c->scratch_per_thread;
     float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [KB] */
-    const float *q_base = c->a->q + (t0 * c->Hq + g * G) * D; /* row r at r * Hq * D */
+    const float *q_base = c->a->q + (t0 * c->Hq + g0 * G) * D; /* row r at r * Hq * D */
 
     for (int64_t j0 = key_lo; j0 < key_hi;) {
         const int64_t slot = c->W > 0 ? j0 % c->R : j0;
         int64_t n = key_hi - j0 < KB ? key_hi - j0 : KB;
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
-        const float *K, *V;
-        int64_t ks;
-        if (kv->dtype == OG_DTYPE_F32) {
-            K = (const float *)kv->k + slot * row_elems + g * D;
-            V = (const float *)kv->v + slot * row_elems + g * D;
-            ks = row_elems;
-        } else {
-            c->ops->widen(Kc, (const og_bf16 *)kv->k + slot * row_elems + g * D, row_elems,
-                          (int32_t)D, (int32_t)n);
-            c->ops->widen(Vc, (const og_bf16 *)kv->v + slot * row_elems + g * D, row_elems,
-                          (int32_t)D, (int32_t)n);
-            K = Kc;
-            V = Vc;
-            ks = D;
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t p = c->L + t0 + r;
-            const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
-            const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
-            if (lo_abs >= hi_abs) continue;
-            const int64_t lo = lo_abs - j0;
-            for (int64_t i = 0; i < G; i++) {
-                const int64_t qi = r * G + i;
-                softmax_update(c, q_base + r * c->Hq * D + i * D, K + lo * ks, V + lo * ks, ks,
-                               (int32_t)(hi_abs - lo_abs), &m[qi], &l[qi],
-                               acc + r * acc_stride + i * D, s);
+        for (int64_t g = g0; g < g1; g++) {
+            const float *K, *V;
+            int64_t ks;
+            if (kv->dtype == OG_DTYPE_F32) {
+                K = (const float *)kv->k + slot * row_elems + g * D;
+                V = (const float *)kv->v + slot * row_elems + g * D;
+                ks = row_elems;
+            } else {
+                c->ops->widen(Kc, (const og_bf16 *)kv->k + slot * row_elems + g * D, row_elems,
+                              (int32_t)D, (int32_t)n);
+                c->ops->widen(Vc, (const og_bf16 *)kv->v + slot * row_elems + g * D, row_elems,
+                              (int32_t)D, (int32_t)n);
+                K = Kc;
+                V = Vc;
+                ks = D;
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                const int64_t p = c->L + t0 + r;
+                const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
+                const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
+                if (lo_abs >= hi_abs) continue;
+                const int64_t lo = lo_abs - j0;
+                for (int64_t x = (g - g0) * G; x < (g - g0 + 1) * G; x++) {
+                    softmax_update(c, q_base + r * c->Hq * D + x * D, K + lo * ks, V + lo * ks,
+                                   ks, (int32_t)(hi_abs - lo_abs), &m[r * nh + x],
+                                   &l[r * nh + x], acc + r * acc_stride + x * D, s);
+                }
             }
         }
         j0 += n;
@@ -214,47 +218,47 @@ static void block_item(void *ctx, int64_t item, int thread) {
             l[r * G + i] = 0.0f;
         }
     }
-    attend_keys(c, thread, t0, rows, g, first_visible(c, c->L + t0), c->L + t0 + rows, acc,
-                c->Hq * D, m, l);
+    attend_keys(c, thread, t0, rows, g, g + 1, first_visible(c, c->L + t0), c->L + t0 + rows,
+                acc, c->Hq * D, m, l);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t i = 0; i < G; i++)
             c->ops->rescale(acc + r * c->Hq * D + i * D, 1.0f / l[r * G + i], (int32_t)D);
 }
 
-/* Item (kv head g, split s) of a decode: a partial (m, l, acc) per query head. */
-static void split_item(void *ctx, int64_t item, int thread) {
+/* Split s of a decode, over every kv head (so it streams its rows of storage
+ * front to back): a partial (m, l, acc) per query head. */
+static void split_item(void *ctx, int64_t s, int thread) {
     const cpu_ctx *c = ctx;
-    const int64_t g = item / c->S, s = item % c->S, D = c->D, G = c->G;
+    const int64_t Hq = c->Hq, D = c->D;
     const int64_t key_lo = c->first_key + s * c->split_keys;
     const int64_t key_end = c->L + 1; /* the decode query sits at position L */
     const int64_t key_hi = key_end - key_lo < c->split_keys ? key_end : key_lo + c->split_keys;
-    float *m = c->part_m + item * G, *l = c->part_l + item * G; /* [G] */
-    float *acc = c->part_acc + item * G * D;                     /* [G, D] */
-    memset(acc, 0, (size_t)(G * D) * sizeof(float));
-    for (int64_t i = 0; i < G; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+    float *m = c->part_m + s * Hq, *l = c->part_l + s * Hq; /* [Hq] */
+    float *acc = c->part_acc + s * Hq * D;                   /* [Hq, D] */
+    memset(acc, 0, (size_t)(Hq * D) * sizeof(float));
+    for (int64_t h = 0; h < Hq; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
     }
-    attend_keys(c, thread, 0, 1, g, key_lo, key_hi, acc, G * D, m, l);
+    attend_keys(c, thread, 0, 1, 0, c->Hkv, key_lo, key_hi, acc, Hq * D, m, l);
 }
 
 /* Merges the S partials of query head h into its output row. */
 static void merge_item(void *ctx, int64_t h, int thread) {
     const cpu_ctx *c = ctx;
-    const int64_t g = h / c->G, i = h % c->G, D = c->D, G = c->G;
+    const int64_t Hq = c->Hq, D = c->D;
     float w[OG_ATTEND_MAX_SPLITS];
-    const float *m = c->part_m + g * c->S * G + i, *l = c->part_l + g * c->S * G + i; /* [S] at G */
+    const float *m = c->part_m + h, *l = c->part_l + h; /* [S] at stride Hq */
     float mx = -INFINITY, lsum = 0.0f;
-    for (int64_t s = 0; s < c->S; s++) mx = m[s * G] > mx ? m[s * G] : mx;
+    for (int64_t s = 0; s < c->S; s++) mx = m[s * Hq] > mx ? m[s * Hq] : mx;
     for (int64_t s = 0; s < c->S; s++) {
-        w[s] = expf(m[s * G] - mx);
-        lsum += w[s] * l[s * G];
+        w[s] = expf(m[s * Hq] - mx);
+        lsum += w[s] * l[s * Hq];
     }
     float *out = c->a->out + h * D; /* [D] */
     memset(out, 0, (size_t)D * sizeof(float));
-    /* partial acc rows of head i over the splits: [S, D] at stride G * D */
-    c->ops->accumulate(out, c->part_acc + (g * c->S * G + i) * D, G * D, (int32_t)D,
-                       (int32_t)c->S, w);
+    /* head h's partial acc rows over the splits: [S, D] at stride Hq * D */
+    c->ops->accumulate(out, c->part_acc + h * D, Hq * D, (int32_t)D, (int32_t)c->S, w);
     c->ops->rescale(out, 1.0f / lsum, (int32_t)D);
 }
 
@@ -302,7 +306,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
 
     /* scratch for the call, taken before anything is written */
     c.scratch_per_thread = 2 * KB * c.D + KB + 2 * QB_MAX * c.G;
-    const int64_t part = c.S > 1 ? c.Hkv * c.S * c.G * (2 + c.D) : 0;
+    const int64_t part = c.S > 1 ? c.S * c.Hq * (2 + c.D) : 0;
     float *mem = og_malloc((size_t)(n_threads * c.scratch_per_thread + part) * sizeof(float));
     if (!mem)
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
@@ -312,14 +316,14 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
     c.scratch = mem;
     if (c.S > 1) {
         c.part_m = mem + n_threads * c.scratch_per_thread;
-        c.part_l = c.part_m + c.Hkv * c.S * c.G;
-        c.part_acc = c.part_l + c.Hkv * c.S * c.G;
+        c.part_l = c.part_m + c.S * c.Hq;
+        c.part_acc = c.part_l + c.S * c.Hq;
     }
 
     /* 1. write every token's k and v; 2. attend */
     og_parallel_for(pool, c.T, write_token, &c);
     if (c.S > 1) {
-        og_parallel_for(pool, c.Hkv * c.S, split_item, &c);
+        og_parallel_for(pool, c.S, split_item, &c);
         og_parallel_for(pool, c.Hq, merge_item, &c);
     } else {
         og_parallel_for(pool, c.n_blocks * c.Hkv, block_item, &c);
