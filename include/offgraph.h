@@ -260,6 +260,77 @@ typedef struct og_kv_capacity {
 og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes,
                                  og_kv_capacity *out);
 
+/* ------------------------------------------------------------ models */
+
+/* A loaded program (weights mapped read-only) ready to run on a back end.
+ * One model serves any number of sessions, also from different threads. */
+typedef struct og_model og_model;
+
+typedef enum og_backend {
+    OG_BACKEND_AUTO = 0, /* CUDA when this build has it and a GPU is present, else CPU */
+    OG_BACKEND_CPU,
+    OG_BACKEND_CUDA
+} og_backend;
+
+typedef struct og_model_params {
+    og_backend backend;
+    int32_t n_threads; /* CPU threads; <= 0 means every online CPU */
+} og_model_params;
+og_model_params og_model_default_params(void);
+
+/* Loads and validates the program at path. On success *out is owned by the
+ * caller: og_model_free. On failure og_last_error() says why (a program
+ * file error names its rule). */
+og_status og_model_load(const char *path, const og_model_params *params, og_model **out);
+/* Frees the model. Every session of it must be destroyed first. NULL is a no-op. */
+void og_model_free(og_model *m);
+/* Vocabulary size (width of a logits row). */
+int64_t og_model_vocab_size(const og_model *m);
+/* The KV manifest the program declares; borrowed from the model. */
+const og_kv_config *og_model_kv_config(const og_model *m);
+/* The embedded tokenizer.json text, or NULL; borrowed from the model. */
+const char *og_model_tokenizer_json(const og_model *m);
+/* The back end the model runs on (never OG_BACKEND_AUTO). */
+og_backend og_model_backend(const og_model *m);
+
+/* ------------------------------------------------- sessions of a model */
+
+/* One conversation: its own KV storage (through the KV manager) and its own
+ * scratch; shares the model's weights and program. */
+typedef struct og_session og_session;
+
+typedef struct og_session_params {
+    /* KV storage dtype: OG_DTYPE_COUNT keeps the program's kv_dtype;
+     * OG_DTYPE_F32 or OG_DTYPE_BF16 override it for this session. */
+    og_dtype kv_dtype;
+} og_session_params;
+og_session_params og_session_default_params(void);
+
+/* On success *out is owned by the caller: og_session_destroy. */
+og_status og_session_create(og_model *m, const og_session_params *params, og_session **out);
+/* NULL is a no-op. */
+void og_session_destroy(og_session *s);
+/* Forgets the conversation (length 0), keeping storage. */
+void og_session_reset(og_session *s);
+
+/* Feeds n tokens, chunk at a time (chunk <= 0: all at once), each step at
+ * most max_write tokens: the executor splits longer inputs. Every step is a
+ * transaction: prepare (may grow storage), bind, run, commit; a failed step
+ * leaves the session at the length it had before that step.
+ * logits: NULL, or [n, vocab] f32 for every input position (all_rows), or
+ * [vocab] for the last position only (!all_rows; cheaper: the layers after
+ * the last attention run on the last row alone). */
+og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                          float *logits, int all_rows);
+/* Committed length. */
+int64_t og_session_length(const og_session *s);
+/* KV metrics of the session (see og_kv_metrics). */
+og_status og_session_metrics(const og_session *s, og_kv_metrics *out);
+/* The session's KV manager handle, borrowed (for layer views and capacity). */
+const og_kv_session *og_session_kv(const og_session *s);
+/* Message of the last failure on this session; never NULL. */
+const char *og_session_last_error(const og_session *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,8 @@ typedef struct {
 
 static const command k_commands[] = {
     /* sub-commands register here, one line each */
+    {"eval", og_cmd_eval, "write the logits of every input position"},
+    {"bench", og_cmd_bench, "prefill and decode speed, KV bytes allocated against live"},
     {"version", og_cmd_version, "print the version"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

@@ -1,0 +1,148 @@
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool og_cli_int(const char *cmd, const char *flag, const char *value, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end || v < lo || v > hi) {
+        fprintf(stderr, "offgraph %s: %s expects an integer in [%lld, %lld], got \"%s\"\n", cmd, flag,
+                (long long)lo, (long long)hi, value);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+const char *og_cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "offgraph %s: %s needs a value\n", cmd, argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static char *read_all(const char *cmd, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "offgraph %s: cannot open %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); buf = NULL; }
+            else buf = nb;
+        }
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        fprintf(stderr, "offgraph %s: cannot read %s\n", cmd, path);
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+bool og_cli_tokens(const char *cmd, const char *spec, int32_t **ids, int64_t *n) {
+    char *text = spec[0] == '@' ? read_all(cmd, spec + 1) : strdup(spec);
+    if (!text) return false;
+    int64_t cap = 64, count = 0;
+    int32_t *out = malloc((size_t)cap * sizeof *out);
+    const char *p = text;
+    bool ok = out != NULL;
+    while (ok) {
+        while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && !isspace((unsigned char)*end) && *end != ',')) {
+            fprintf(stderr, "offgraph %s: --tokens: \"%.20s\" (token %lld) is not a token id\n", cmd, p,
+                    (long long)count);
+            ok = false;
+            break;
+        }
+        if (count == cap) {
+            int32_t *no = realloc(out, (size_t)(cap *= 2) * sizeof *out);
+            if (!no) { ok = false; break; }
+            out = no;
+        }
+        out[count++] = (int32_t)v;
+        p = end;
+    }
+    free(text);
+    if (ok && count == 0) {
+        fprintf(stderr, "offgraph %s: --tokens: no token ids in \"%s\"\n", cmd, spec);
+        ok = false;
+    }
+    if (!ok) {
+        free(out);
+        return false;
+    }
+    *ids = out;
+    *n = count;
+    return true;
+}
+
+bool og_cli_write_file(const char *cmd, const char *path, const void *data, size_t bytes) {
+    size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp) return false;
+    snprintf(tmp, n, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(data, 1, bytes, f) == bytes;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    if (!ok) {
+        fprintf(stderr, "offgraph %s: cannot write %s: %s\n", cmd, path, strerror(errno));
+        remove(tmp);
+    }
+    free(tmp);
+    return ok;
+}
+
+bool og_cli_kv_dtype(const char *cmd, const char *value, og_dtype *out) {
+    if (!strcmp(value, "bf16")) *out = OG_DTYPE_BF16;
+    else if (!strcmp(value, "f32")) *out = OG_DTYPE_F32;
+    else {
+        fprintf(stderr, "offgraph %s: --kv-dtype expects bf16 or f32, got \"%s\"\n", cmd, value);
+        return false;
+    }
+    return true;
+}
+
+bool og_cli_backend(const char *cmd, const char *value, og_backend *out) {
+    if (!strcmp(value, "auto")) *out = OG_BACKEND_AUTO;
+    else if (!strcmp(value, "cpu")) *out = OG_BACKEND_CPU;
+    else if (!strcmp(value, "cuda")) *out = OG_BACKEND_CUDA;
+    else {
+        fprintf(stderr, "offgraph %s: --backend expects auto, cpu or cuda, got \"%s\"\n", cmd, value);
+        return false;
+    }
+    return true;
+}
+
+og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backend, int threads) {
+    og_model_params mp = og_model_default_params();
+    mp.backend = backend;
+    mp.n_threads = threads;
+    og_model *m = NULL;
+    og_status st = og_model_load(path, &mp, &m);
+    if (st != OG_OK) {
+        fprintf(stderr, "offgraph %s: cannot load %s: %s (%s)\n", cmd, path, og_last_error(), og_status_str(st));
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,29 @@
+/* Small helpers shared by the sub-commands: option values and files. */
+#ifndef OG_TOOLS_CLI_H
+#define OG_TOOLS_CLI_H
+
+#include "offgraph.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Parses an integer option value in [lo, hi]; prints "offgraph <cmd>: <flag>
+ * ..." and returns false when it is not one. */
+bool og_cli_int(const char *cmd, const char *flag, const char *value, int64_t lo, int64_t hi, int64_t *out);
+/* The value after argv[*i] (advancing *i), or NULL with a message. */
+const char *og_cli_value(const char *cmd, int argc, char **argv, int *i);
+/* Parses token ids: "1,2 3" inline, or "@path" to read them from a file;
+ * separators are commas and whitespace. On success *ids (owned by the
+ * caller: free) holds *n ids. */
+bool og_cli_tokens(const char *cmd, const char *spec, int32_t **ids, int64_t *n);
+/* Writes bytes to path through path.tmp and a rename: no half-written file. */
+bool og_cli_write_file(const char *cmd, const char *path, const void *data, size_t bytes);
+/* Parses "bf16" / "f32" as a KV dtype. */
+bool og_cli_kv_dtype(const char *cmd, const char *value, og_dtype *out);
+/* Parses "auto" / "cpu" / "cuda". */
+bool og_cli_backend(const char *cmd, const char *value, og_backend *out);
+/* Loads a model, printing the reason on failure. */
+og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backend, int threads);
+
+#endif
