@@ -148,7 +148,7 @@ static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
         }
     }
     /* the fast kernel also against the oracle, for the best instruction set */
-    CHECK_MSG(og_test_seq_check(&s, c->T, c->policy == OG_KV_RING ? c->W : 0, 0.0f, got, ATOL,
+    CHECK_MSG(og_test_seq_check(&s, pos, c->T, c->policy == OG_KV_RING ? c->W : 0, 0.0f, got, ATOL,
                                 RTOL) <= 1.0,
               "%s: fast kernel vs oracle", name);
     free(want);
@@ -182,7 +182,7 @@ static void split_decode_after_prefill(og_threadpool *pool) {
         CHECK_OK(og_update_and_attend_cpu(&a, pool, &stats));
         CHECK_MSG(T == 1 ? stats.splits > 1 : stats.splits == 1, "T=%d: %d splits", T,
                   stats.splits);
-        CHECK_MSG(og_test_seq_check(&s, T, 0, 0.0f, out, ATOL, RTOL) <= 1.0,
+        CHECK_MSG(og_test_seq_check(&s, pos, T, 0, 0.0f, out, ATOL, RTOL) <= 1.0,
                   "T=%d at L=%lld vs oracle", T, (long long)pos);
     }
     free(out);

@@ -57,7 +57,7 @@ static double step(og_test_seq *s, og_kv_layer_view *kv, og_rng *r, int32_t T, f
     og_status st = og_update_and_attend_ref(&a);
     CHECK_STATUS(st, OG_OK);
     if (st == OG_OK)
-        ratio = og_test_seq_check(s, T, kv->policy == OG_KV_RING ? kv->window : 0, scale, out,
+        ratio = og_test_seq_check(s, pos, T, kv->policy == OG_KV_RING ? kv->window : 0, scale, out,
                                   ATOL, RTOL);
     free(positions);
     free(out);

@@ -29,8 +29,9 @@ void og_test_seq_free(og_test_seq *s);
 int64_t og_test_seq_append(og_test_seq *s, og_rng *r, int32_t T);
 
 /* Largest tolerance ratio (og_tol_ratio_d) of out [T, Hq, D], the outputs of
- * the last T appended tokens, against the oracle with window W (0 = flat). */
-double og_test_seq_check(const og_test_seq *s, int32_t T, int32_t W, float scale,
+ * the tokens at positions pos .. pos+T-1 (all appended), against the oracle
+ * over history 0 .. pos+T-1 with window W (0 = flat). */
+double og_test_seq_check(const og_test_seq *s, int64_t pos, int32_t T, int32_t W, float scale,
                          const float *out, double atol, double rtol);
 
 #endif
