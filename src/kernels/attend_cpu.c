@@ -16,9 +16,10 @@
  *     Each query keeps an online softmax (running max m, sum l, acc in the
  *     output row), updated once per chunk.
  *   long decode (T == 1, more than OG_ATTEND_SPLIT_MIN_KEYS visible keys):
- *     (kv head) x (split of the keys): each split leaves a partial (m, l, acc)
- *     per query head in scratch; a second pass merges them per query head by
- *     rescaling with exp(m_s - max_s m_s).
+ *     one item per split of the keys, over every kv head so that it streams
+ *     its rows of storage front to back (with the next chunk prefetched); each
+ *     leaves a partial (m, l, acc) per query head in scratch, and a second
+ *     pass merges them per query head by rescaling with exp(m_s - max_s m_s).
  */
 #include "kernels/attend.h"
 #include "kernels/attend_isa.h"
@@ -134,6 +135,25 @@ static void softmax_update(const cpu_ctx *c, const float *q, const float *K, con
     c->ops->accumulate(acc, V, ks, D, n, s);
 }
 
+/* Asks for the next chunk's k and v rows (heads g0 .. g1-1 of the keys from
+ * j0 on) to be brought into cache while the current chunk is computed: a
+ * decode is bound by memory latency otherwise. */
+static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t g0,
+                           int64_t g1) {
+    const og_kv_layer_view *kv = &c->a->kv;
+    const int64_t esize = (int64_t)og_dtype_size(kv->dtype);
+    const int64_t row_bytes = c->Hkv * c->D * esize;
+    const int64_t lo = g0 * c->D * esize, hi = g1 * c->D * esize; /* bytes within a row */
+    const int64_t end = key_hi - j0 < KB ? key_hi : j0 + KB;
+    for (int64_t j = j0; j < end; j++) {
+        const int64_t off = (c->W > 0 ? j % c->R : j) * row_bytes;
+        for (int64_t b = lo; b < hi; b += 64) {
+            __builtin_prefetch((const char *)kv->k + off + b);
+            __builtin_prefetch((const char *)kv->v + off + b);
+        }
+    }
+}
+
 /* Attends query rows t0 .. t0+rows-1, heads of kv heads g0 .. g1-1, over keys
  * [key_lo, key_hi). With nh = (g1 - g0) * G query heads per row, query head
  * g0*G + x of row r keeps its state at m[r*nh + x], l[r*nh + x] and
@@ -152,6 +172,7 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
         const int64_t slot = c->W > 0 ? j0 % c->R : j0;
         int64_t n = key_hi - j0 < KB ? key_hi - j0 : KB;
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
+        prefetch_chunk(c, j0 + n, key_hi, g0, g1);
         for (int64_t g = g0; g < g1; g++) {
             const float *K, *V;
             int64_t ks;
