@@ -36,7 +36,7 @@ typedef struct og_attend_args {
 } og_attend_args;
 
 typedef struct og_attend_stats {
-    int32_t splits; /* split-K partitions used per kv head, 1 = none */
+    int32_t splits; /* split-K partitions of the keys used, 1 = none */
 } og_attend_stats;
 
 /* Shared argument validation, done by every back end before any write.
