@@ -153,7 +153,7 @@ og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x, const void *
     OG_TRY(og_ops_check_dim(T, "head_rms_norm", "T"));
     OG_TRY(og_ops_check_dim(n, "head_rms_norm", "heads"));
     int64_t rows;
-    if (og_mul_overflow_i64(T, n, &rows))
+    if (!og_mul_overflow_i64(T, n, &rows))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "head_rms_norm: T x heads overflows");
     OG_TRY(og_ops_check_rms_norm("head_rms_norm", x, weight, weight_dtype, rows, D, eps, out));
     rms_run(pool, x, weight, weight_dtype, rows, D, eps, out);

@@ -29,8 +29,8 @@ og_status og_ops_check_weight_dtype(og_dtype dt, const char *op, const char *nam
 og_status og_ops_check_size(int64_t rows, int64_t cols, size_t elem, const char *op,
                             const char *name, size_t *bytes) {
     int64_t count, total;
-    if (og_mul_overflow_i64(rows, cols, &count) ||
-        og_mul_overflow_i64(count, (int64_t)elem, &total) || (uint64_t)total > SIZE_MAX)
+    if (!og_mul_overflow_i64(rows, cols, &count) ||
+        !og_mul_overflow_i64(count, (int64_t)elem, &total) || (uint64_t)total > SIZE_MAX)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %s of %lld x %lld elements overflows",
                             op, name, (long long)rows, (long long)cols);
     *bytes = (size_t)total;
@@ -202,7 +202,7 @@ og_status og_head_rms_norm_ref(const float *x, const void *weight, og_dtype weig
     OG_TRY(og_ops_check_dim(T, "head_rms_norm", "T"));
     OG_TRY(og_ops_check_dim(n, "head_rms_norm", "heads"));
     int64_t rows;
-    if (og_mul_overflow_i64(T, n, &rows))
+    if (!og_mul_overflow_i64(T, n, &rows))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "head_rms_norm: T x heads overflows");
     OG_TRY(og_ops_check_rms_norm("head_rms_norm", x, weight, weight_dtype, rows, D, eps, out));
     for (int64_t r = 0; r < rows; r++)
