@@ -16,14 +16,6 @@ const char *og_hf_family_name(og_hf_family f) {
     return (unsigned)f < OG_HF_FAMILY_COUNT ? k_family_names[f] : "unknown";
 }
 
-const char *og_hf_rope_type_name(og_hf_rope_type t) {
-    switch (t) {
-    case OG_HF_ROPE_DEFAULT: return "default";
-    case OG_HF_ROPE_LLAMA3: return "llama3";
-    }
-    return "unknown";
-}
-
 /* Parsing context: where messages point. */
 typedef struct ctx {
     const char *origin;
@@ -136,6 +128,8 @@ static og_status parse_rope(const ctx *c, og_hf_rope *rope) {
     char field[64];
     og_status rc;
     memset(rope, 0, sizeof *rope);
+    rope->type = OG_ROPE_DEFAULT;
+    rope->factor = 1.0;
     if (params) {
         if (!cJSON_IsObject(params)) return bad(c, OG_ERR_FORMAT, "rope_parameters", params, "must be an object");
         rc = get_pos_double(c, params, "rope_theta", "rope_parameters.rope_theta", false, 10000.0, &rope->theta);
@@ -155,17 +149,19 @@ static og_status parse_rope(const ctx *c, og_hf_rope *rope) {
     }
     if (!cJSON_IsString(t)) return bad(c, OG_ERR_FORMAT, field, t, "must be a string");
     if (!strcmp(t->valuestring, "default")) return OG_OK;
-    if (strcmp(t->valuestring, "llama3"))
+    bool linear = !strcmp(t->valuestring, "linear");
+    if (!linear && strcmp(t->valuestring, "llama3"))
         return og_set_error(OG_ERR_UNSUPPORTED,
-                            "%s: field \"%s.rope_type\" = \"%s\": not supported (default, llama3)", c->origin,
-                            group, t->valuestring);
-    rope->type = OG_HF_ROPE_LLAMA3;
+                            "%s: field \"%s.rope_type\" = \"%s\": not supported (default, linear, llama3)",
+                            c->origin, group, t->valuestring);
+    rope->type = linear ? OG_ROPE_LINEAR : OG_ROPE_LLAMA3;
     static const char *const names[3] = {"factor", "low_freq_factor", "high_freq_factor"};
     double *dst[3] = {&rope->factor, &rope->low_freq_factor, &rope->high_freq_factor};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (linear ? 1 : 3); i++) {
         snprintf(field, sizeof field, "%s.%s", group, names[i]);
         if ((rc = get_pos_double(c, scaling, names[i], field, true, 0.0, dst[i])) != OG_OK) return rc;
     }
+    if (linear) return OG_OK;
     snprintf(field, sizeof field, "%s.original_max_position_embeddings", group);
     if ((rc = get_int(c, scaling, "original_max_position_embeddings", field, true, 0, 1, INT32_MAX,
                       &rope->original_max_position_embeddings)) != OG_OK)

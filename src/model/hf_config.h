@@ -10,6 +10,7 @@
 #define OG_MODEL_HF_CONFIG_H
 
 #include "offgraph.h"
+#include "program/ops.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,15 +26,11 @@ typedef enum og_hf_family {
     OG_HF_FAMILY_COUNT
 } og_hf_family;
 
-typedef enum og_hf_rope_type {
-    OG_HF_ROPE_DEFAULT = 0, /* theta only                                   */
-    OG_HF_ROPE_LLAMA3       /* Llama 3.1 frequency-band scaling              */
-} og_hf_rope_type;
-
+/* Rope: default, linear (factor) or llama3 (every field). Fields a type
+ * does not use are 0, except factor, which is 1 when unscaled. */
 typedef struct og_hf_rope {
-    og_hf_rope_type type;
+    og_rope_type type;
     double theta;
-    /* llama3 only (0 for default): */
     double factor;
     double low_freq_factor;
     double high_freq_factor;
@@ -66,7 +63,7 @@ typedef struct og_hf_config {
 /* Parses config.json text (len bytes, need not be NUL-terminated). origin
  * names the text in messages. OG_ERR_FORMAT for malformed or inconsistent
  * fields, OG_ERR_UNSUPPORTED for a valid but unsupported model_type, rope
- * type, hidden_act or dtype. */
+ * type (only default, linear and llama3 are supported), hidden_act or dtype. */
 og_status og_hf_config_parse(const char *text, size_t len, const char *origin, og_hf_config *out);
 
 /* Reads and parses a config.json file. */
@@ -74,7 +71,5 @@ og_status og_hf_config_load(const char *path, og_hf_config *out);
 
 /* "llama", "mistral", "qwen2", "qwen3"; "unknown" otherwise. Static. */
 const char *og_hf_family_name(og_hf_family f);
-/* "default", "llama3"; "unknown" otherwise. Static. */
-const char *og_hf_rope_type_name(og_hf_rope_type t);
 
 #endif

@@ -119,13 +119,13 @@ static og_status parse_entry(const char *origin, const cJSON *e, const uint8_t *
             return og_set_error(OG_ERR_FORMAT,
                                 "safetensors %s: tensor \"%s\": shape[%d] is not a non-negative integer",
                                 origin, name, d);
-        if (og_mul_overflow_i64(numel, t->shape[d], &numel))
+        if (!og_mul_overflow_i64(numel, t->shape[d], &numel))
             return og_set_error(OG_ERR_FORMAT, "safetensors %s: tensor \"%s\": shape product overflows",
                                 origin, name);
     }
     t->numel = numel;
     int64_t nbytes;
-    if (og_mul_overflow_i64(numel, (int64_t)og_dtype_size(t->dtype), &nbytes))
+    if (!og_mul_overflow_i64(numel, (int64_t)og_dtype_size(t->dtype), &nbytes))
         return og_set_error(OG_ERR_FORMAT, "safetensors %s: tensor \"%s\": byte size overflows", origin,
                             name);
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 || !json_uint(jo->child, &sp->begin) ||
