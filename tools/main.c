@@ -14,6 +14,8 @@ typedef struct {
 static const command k_commands[] = {
     /* sub-commands register here, one line each */
     {"version", og_cmd_version, "print the version"},
+    {"export", og_cmd_export, "convert a Hugging Face checkpoint into a program file"},
+    {"inspect", og_cmd_inspect, "validate a program file and show what it holds"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 
