@@ -1,0 +1,163 @@
+/* KV manifest validation: a valid config passes, and for every rule a
+ * config that breaks only that rule is refused naming exactly that rule. */
+#include "harness.h"
+
+#include <string.h>
+
+#define N_LAYERS 3
+
+typedef struct fixture {
+    og_kv_layer_config layers[N_LAYERS];
+    og_kv_config cfg;
+} fixture;
+
+/* A valid manifest: two flat layers and a ring layer, 8 model layers. */
+static void fixture_init(fixture *f) {
+    const og_kv_layer_config layers[N_LAYERS] = {
+        {.layer_id = 0, .policy = OG_KV_FLAT, .window = 0, .n_kv_heads = 2, .head_dim = 8},
+        {.layer_id = 3, .policy = OG_KV_RING, .window = 16, .n_kv_heads = 2, .head_dim = 8},
+        {.layer_id = 5, .policy = OG_KV_FLAT, .window = 0, .n_kv_heads = 4, .head_dim = 16},
+    };
+    memcpy(f->layers, layers, sizeof layers);
+    f->cfg = (og_kv_config){
+        .version = OG_KV_MANIFEST_VERSION,
+        .kv_dtype = OG_DTYPE_BF16,
+        .max_capacity = 1024,
+        .initial_capacity = 16,
+        .max_write = 32,
+        .n_model_layers = 8,
+        .n_layers = N_LAYERS,
+        .layers = f->layers,
+    };
+}
+
+/* Breaks exactly one rule of a valid fixture. */
+static void break_rule(fixture *f, og_kv_rule r) {
+    switch (r) {
+    case OG_KV_RULE_VERSION: f->cfg.version = 2; break;
+    case OG_KV_RULE_KV_DTYPE: f->cfg.kv_dtype = OG_DTYPE_I32; break;
+    case OG_KV_RULE_MAX_CAPACITY:
+        /* max_capacity <= 0 would also break initial_capacity and max_write,
+         * which come later in the order: the first broken rule is reported. */
+        f->cfg.max_capacity = 0;
+        break;
+    case OG_KV_RULE_INITIAL_CAPACITY: f->cfg.initial_capacity = 2048; break;
+    case OG_KV_RULE_MAX_WRITE: f->cfg.max_write = 0; break;
+    case OG_KV_RULE_LAYER_COUNT: f->cfg.n_layers = 0; break;
+    case OG_KV_RULE_LAYER_ID_RANGE: f->layers[2].layer_id = 8; break;
+    case OG_KV_RULE_LAYER_ID_UNIQUE: f->layers[2].layer_id = 3; break;
+    case OG_KV_RULE_POLICY: f->layers[1].policy = (og_kv_policy)7; break;
+    case OG_KV_RULE_RING_WINDOW: f->layers[1].window = 0; break;
+    case OG_KV_RULE_FLAT_WINDOW: f->layers[0].window = 4; break;
+    case OG_KV_RULE_KV_HEADS: f->layers[2].n_kv_heads = 0; break;
+    case OG_KV_RULE_HEAD_DIM: f->layers[1].head_dim = -1; break;
+    case OG_KV_RULE_SIZE_OVERFLOW:
+        /* 2^60 rows x 4 heads x 16 dims x 2 bytes overflows; nothing else breaks. */
+        f->cfg.max_capacity = (int64_t)1 << 60;
+        break;
+    case OG_KV_RULE_NONE:
+    case OG_KV_RULE_COUNT: break;
+    }
+}
+
+static void test_valid(void) {
+    og_test_section("valid config");
+    fixture f;
+    fixture_init(&f);
+    og_kv_rule broken = OG_KV_RULE_COUNT;
+    CHECK_OK(og_kv_config_validate(&f.cfg, &broken));
+    CHECK(broken == OG_KV_RULE_NONE);
+    CHECK_OK(og_kv_config_validate(&f.cfg, NULL));
+    /* Boundaries that are still valid. */
+    f.cfg.n_model_layers = 0;
+    f.layers[2].layer_id = 1000;
+    f.cfg.initial_capacity = f.cfg.max_capacity;
+    f.cfg.max_write = (int32_t)f.cfg.max_capacity;
+    f.cfg.kv_dtype = OG_DTYPE_F32;
+    CHECK_OK(og_kv_config_validate(&f.cfg, &broken));
+    CHECK(broken == OG_KV_RULE_NONE);
+}
+
+static void test_each_rule(void) {
+    og_test_section("each rule broken alone");
+    for (int r = OG_KV_RULE_VERSION; r < OG_KV_RULE_COUNT; r++) {
+        fixture f;
+        fixture_init(&f);
+        break_rule(&f, (og_kv_rule)r);
+        og_kv_rule broken = OG_KV_RULE_NONE;
+        og_status st = og_kv_config_validate(&f.cfg, &broken);
+        const char *name = og_kv_rule_name((og_kv_rule)r);
+        CHECK_MSG(st == OG_ERR_INVALID_CONFIG, "rule %s: status %s", name, og_status_str(st));
+        CHECK_MSG(broken == (og_kv_rule)r, "rule %s: reported %s", name, og_kv_rule_name(broken));
+        CHECK_MSG(strstr(og_last_error(), name) != NULL, "rule %s: message \"%s\"", name, og_last_error());
+        CHECK_MSG(strncmp(og_last_error(), "kv manifest rule ", 17) == 0, "rule %s: message \"%s\"", name,
+                  og_last_error());
+    }
+}
+
+static void test_messages(void) {
+    og_test_section("messages name the layer and the value");
+    fixture f;
+    fixture_init(&f);
+    f.layers[1].window = -3;
+    og_kv_rule broken;
+    CHECK_STATUS(og_kv_config_validate(&f.cfg, &broken), OG_ERR_INVALID_CONFIG);
+    CHECK(broken == OG_KV_RULE_RING_WINDOW);
+    CHECK_MSG(strstr(og_last_error(), "layer 1") && strstr(og_last_error(), "layer_id 3") &&
+                  strstr(og_last_error(), "-3"),
+              "%s", og_last_error());
+
+    fixture_init(&f);
+    f.layers[2].layer_id = 0;
+    CHECK_STATUS(og_kv_config_validate(&f.cfg, &broken), OG_ERR_INVALID_CONFIG);
+    CHECK(broken == OG_KV_RULE_LAYER_ID_UNIQUE);
+    CHECK_MSG(strstr(og_last_error(), "layer 2") && strstr(og_last_error(), "layer 0"), "%s", og_last_error());
+
+    /* Order: with two rules broken, the earlier one in the enum is reported. */
+    fixture_init(&f);
+    f.layers[0].head_dim = 0;
+    f.layers[2].policy = (og_kv_policy)-1;
+    CHECK_STATUS(og_kv_config_validate(&f.cfg, &broken), OG_ERR_INVALID_CONFIG);
+    CHECK(broken == OG_KV_RULE_POLICY);
+
+    /* layers == NULL with n_layers set. */
+    fixture_init(&f);
+    f.cfg.layers = NULL;
+    CHECK_STATUS(og_kv_config_validate(&f.cfg, &broken), OG_ERR_INVALID_CONFIG);
+    CHECK(broken == OG_KV_RULE_LAYER_COUNT);
+
+    /* Ring R overflowing through the window: W + max_write - 1 slots. */
+    fixture_init(&f);
+    f.layers[1].window = INT32_MAX;
+    f.layers[1].n_kv_heads = INT32_MAX;
+    f.layers[1].head_dim = INT32_MAX;
+    CHECK_STATUS(og_kv_config_validate(&f.cfg, &broken), OG_ERR_INVALID_CONFIG);
+    CHECK(broken == OG_KV_RULE_SIZE_OVERFLOW);
+    CHECK_MSG(strstr(og_last_error(), "layer_id 3") != NULL, "%s", og_last_error());
+
+    CHECK_STATUS(og_kv_config_validate(NULL, &broken), OG_ERR_INVALID_ARGUMENT);
+    CHECK(broken == OG_KV_RULE_NONE);
+}
+
+static void test_names_and_slots(void) {
+    og_test_section("rule names and slots");
+    CHECK(strcmp(og_kv_rule_name(OG_KV_RULE_RING_WINDOW), "ring_window") == 0);
+    CHECK(strcmp(og_kv_rule_name(OG_KV_RULE_SIZE_OVERFLOW), "size_overflow") == 0);
+    CHECK(strcmp(og_kv_rule_name(OG_KV_RULE_COUNT), "unknown") == 0);
+    CHECK(strcmp(og_kv_rule_name((og_kv_rule)-5), "unknown") == 0);
+    /* Every rule has a distinct name. */
+    for (int a = 0; a < OG_KV_RULE_COUNT; a++)
+        for (int b = 0; b < a; b++) CHECK(strcmp(og_kv_rule_name((og_kv_rule)a), og_kv_rule_name((og_kv_rule)b)) != 0);
+    fixture f;
+    fixture_init(&f);
+    CHECK(og_kv_layer_slots(&f.cfg, &f.layers[0]) == 1024);
+    CHECK(og_kv_layer_slots(&f.cfg, &f.layers[1]) == 16 + 32 - 1);
+}
+
+int main(void) {
+    test_valid();
+    test_each_rule();
+    test_messages();
+    test_names_and_slots();
+    return og_test_finish();
+}
