@@ -6,5 +6,6 @@
 
 int og_cmd_version(int argc, char **argv);
 /* sub-commands declare here, one line each */
+int og_cmd_demo(int argc, char **argv);
 
 #endif

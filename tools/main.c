@@ -14,6 +14,7 @@ typedef struct {
 static const command k_commands[] = {
     /* sub-commands register here, one line each */
     {"version", og_cmd_version, "print the version"},
+    {"demo", og_cmd_demo, "show the KV manager: sessions, growth, metrics"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 
