@@ -4,16 +4,16 @@
 # Each harness fuzz_<name> starts from a scratch copy of tests/fuzz/corpus/<name>/;
 # with --merge, new interesting inputs are merged back into that folder.
 # Crashers are kept in <build-dir>/fuzz-artifacts/<name>/. Prints executions
-# and crashes per harness; exits 1 if any harness crashed.
+# and crashes per harness; exits 1 if any harness crashed. The harnesses run
+# side by side, so the whole run takes about <seconds>.
 set -euo pipefail
 build=${1:?usage: fuzz.sh <build-dir> <seconds> [--merge]}
 seconds=${2:?usage: fuzz.sh <build-dir> <seconds> [--merge]}
 merge=${3:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
-status=0
 shopt -s nullglob
-for bin in "$build"/tests/fuzz/fuzz_*; do
-  [[ -x $bin && -f $bin ]] || continue
+run_one() { # <binary>: fuzz it, then print one line (and the log tail on a crash)
+  local bin=$1 name seeds work artifacts log execs crashes
   name=$(basename "$bin"); name=${name#fuzz_}
   seeds=$root/tests/fuzz/corpus/$name
   work=$(mktemp -d)
@@ -25,11 +25,20 @@ for bin in "$build"/tests/fuzz/fuzz_*; do
          -artifact_prefix="$artifacts/" >"$log" 2>&1 || true
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   crashes=$(ls "$artifacts" | wc -l)
-  echo "fuzz_$name: ${execs:-0} executions, $crashes crashes (artifacts in $artifacts)"
-  ((crashes == 0)) || { status=1; tail -n 40 "$log"; }
+  echo "fuzz_$name: ${execs:-0} executions in ${seconds} s, $crashes crashes (artifacts in $artifacts)"
+  ((crashes == 0)) || tail -n 40 "$log"
   if [[ $merge == --merge && -d $seeds ]]; then
     "$bin" -merge=1 "$seeds" "$work/corpus" >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
+  ((crashes == 0))
+}
+pids=()
+for bin in "$build"/tests/fuzz/fuzz_*; do
+  [[ -x $bin && -f $bin ]] || continue
+  run_one "$bin" &
+  pids+=($!)
 done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 exit $status
