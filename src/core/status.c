@@ -28,7 +28,10 @@ static _Thread_local char g_last_error[OG_ERRMSG_CAP];
 const char *og_last_error(void) { return g_last_error; }
 
 og_status og_set_errorv(og_status st, const char *fmt, va_list ap) {
-    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
+    /* format aside first: an argument may be og_last_error() itself */
+    char msg[OG_ERRMSG_CAP];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(g_last_error, msg, sizeof msg);
     return st;
 }
 
