@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# CPU benchmark of a model of the Qwen3-0.6B shape (28 layers, hidden 1024,
+# intermediate 3072, 16/8 heads of 128, vocab 151936, tied, bf16; zero
+# weights: speed does not depend on their values): decode tokens/s at
+# context 128 and 4096, prefill tokens/s, the machine's copy rate, and each
+# decode figure against its bytes-per-token floor (weight bytes + the KV
+# bytes the token reads, over the copy rate).
+#   bash bench/cpu.sh [build-dir] [scratch-dir]
+set -euo pipefail
+build=${1:-build}
+work=${2:-${TMPDIR:-/tmp}/offgraph-bench}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$work"
+if [[ ! -f $work/qwen3-0.6b.ogp ]]; then
+  echo "making a Qwen3-0.6B-shaped checkpoint and exporting it (1.2 GB) in $work" >&2
+  python3 "$root/tests/fixtures/make_synthetic_checkpoints.py" --qwen3-0.6b "$work/hf"
+  "$build/offgraph" export "$work/hf" -o "$work/qwen3-0.6b.ogp" --max-context 32768
+fi
+copy=$("$build/bench/bench_copy" | tee /dev/stderr | grep -o '[0-9.]* GB/s' | grep -o '^[0-9.]*')
+weights=1192099840   # bytes of the bf16 weights (offgraph inspect)
+kv_per_token=114688  # 28 layers x (k + v) x 8 heads x 128 x 2 bytes
+run() { "$build/offgraph" bench -m "$work/qwen3-0.6b.ogp" --json "$@"; }
+r128=$(run --prompt 128 --gen 32)
+r4096=$(run --prompt 4096 --gen 16)
+field() { echo "$1" | grep -o "\"$2\":[0-9.]*" | cut -d: -f2; }
+floor() { awk -v c="$copy" -v w="$weights" -v k="$kv_per_token" -v n="$1" 'BEGIN { printf "%.1f", c * 1e9 / (w + k * n) }'; }
+printf '\n%-34s %12s %12s %8s\n' "figure" "offgraph" "floor" "ratio"
+for ctx in 128 4096; do
+  r=r$ctx
+  d=$(field "${!r}" decode_tokens_per_s)
+  f=$(floor $ctx)
+  printf '%-34s %12.1f %12s %7.0f%%\n' "decode tok/s at context $ctx" "$d" "$f" "$(awk -v a="$d" -v b="$f" 'BEGIN{print 100*a/b}')"
+done
+printf '%-34s %12.1f\n' "prefill tok/s, 128-token prompt" "$(field "$r128" prefill_tokens_per_s)"
+printf '%-34s %12.1f\n' "prefill tok/s, 4096-token prompt" "$(field "$r4096" prefill_tokens_per_s)"
+printf '%-34s %12s GB/s\n' "copy rate (read + written)" "$copy"
