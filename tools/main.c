@@ -16,6 +16,8 @@ static const command k_commands[] = {
     {"eval", og_cmd_eval, "write the logits of every input position"},
     {"bench", og_cmd_bench, "prefill and decode speed, KV bytes allocated against live"},
     {"version", og_cmd_version, "print the version"},
+    {"export", og_cmd_export, "convert a Hugging Face checkpoint into a program file"},
+    {"inspect", og_cmd_inspect, "validate a program file and show what it holds"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 

@@ -1,0 +1,64 @@
+/* update_and_attend: the plain C reference. Written to be obviously correct,
+ * not fast: every other back end is tested against it.
+ *
+ * Letters: T tokens, Hq query heads, Hkv kv heads, G = Hq / Hkv, D head dim,
+ * L committed length, R allocated rows, W ring window (see attend.h).
+ */
+#include "kernels/attend.h"
+
+#include <math.h>
+
+/* Physical row of logical position p. */
+static int64_t ref_slot(const og_kv_layer_view *kv, int64_t p) {
+    return kv->policy == OG_KV_RING ? p % kv->rows : p;
+}
+
+og_status og_update_and_attend_ref(const og_attend_args *a) {
+    og_status st = og_attend_check(a);
+    if (st != OG_OK) return st;
+
+    const og_kv_layer_view *kv = &a->kv;
+    const int64_t T = a->T, Hq = a->n_heads, Hkv = kv->n_kv_heads, D = kv->head_dim;
+    const int64_t G = Hq / Hkv, L = kv->length;
+    const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
+
+    /* 1. write every token's k and v: storage [R, Hkv, D] */
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t row = ref_slot(kv, L + t);
+        for (int64_t i = 0; i < Hkv * D; i++) {
+            og_store_f32(kv->k, kv->dtype, (size_t)(row * Hkv * D + i), a->k[t * Hkv * D + i]);
+            og_store_f32(kv->v, kv->dtype, (size_t)(row * Hkv * D + i), a->v[t * Hkv * D + i]);
+        }
+    }
+
+    /* 2. attend: one online softmax per (token, query head) */
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p = L + t;
+        const int64_t first = kv->policy == OG_KV_RING && p - kv->window + 1 > 0
+                                  ? p - kv->window + 1
+                                  : 0;
+        for (int64_t h = 0; h < Hq; h++) {
+            const float *q = a->q + (t * Hq + h) * D; /* [D] */
+            float *acc = a->out + (t * Hq + h) * D;   /* [D], the output row */
+            const int64_t kvh = h / G;
+            float m = -INFINITY, l = 0.0f;
+            for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+            for (int64_t j = first; j <= p; j++) {
+                const size_t base = (size_t)((ref_slot(kv, j) * Hkv + kvh) * D);
+                float s = 0.0f;
+                for (int64_t d = 0; d < D; d++)
+                    s += q[d] * og_load_f32(kv->k, kv->dtype, base + (size_t)d);
+                s *= scale;
+                const float m_new = s > m ? s : m;
+                const float c = expf(m - m_new); /* rescales what came before */
+                const float e = expf(s - m_new);
+                l = l * c + e;
+                for (int64_t d = 0; d < D; d++)
+                    acc[d] = acc[d] * c + e * og_load_f32(kv->v, kv->dtype, base + (size_t)d);
+                m = m_new;
+            }
+            for (int64_t d = 0; d < D; d++) acc[d] /= l;
+        }
+    }
+    return OG_OK;
+}

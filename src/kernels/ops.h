@@ -1,0 +1,153 @@
+/* CPU kernels of every instruction except update_and_attend: embedding
+ * lookup, RMS norms, matmul, RoPE, SwiGLU, residual add, argmax and bf16/f32
+ * buffer conversion.
+ *
+ * Every op comes twice: og_<op>_ref is the plain C reference (one thread,
+ * no SIMD, written to be read), og_<op>_cpu the fast version (SIMD with
+ * run-time dispatch, threads from the pool; pool may be NULL = caller only).
+ * Both validate their arguments the same way and return OG_OK or a status
+ * with og_last_error() naming what was wrong; on failure nothing is written.
+ *
+ * Letter legend (shape comments on buffers):
+ *   T  tokens of the step (rows of activations)
+ *   K  in features of a matmul          N  out features / row width
+ *   V  vocabulary size                  H  hidden size
+ *   F  ffn (intermediate) size          D  head dim
+ *   n  heads packed in one row ([T, n*D])
+ *
+ * Activations are f32 row-major. Weights (embedding table, norm weights,
+ * matmul weights and biases) are OG_DTYPE_BF16 or OG_DTYPE_F32; any other
+ * dtype is OG_ERR_UNSUPPORTED. Dimensions must be >= 1. Kernels allocate
+ * only scratch that is freed before they return. */
+#ifndef OG_KERNELS_OPS_H
+#define OG_KERNELS_OPS_H
+
+#include "core/core.h"
+
+/* ---- instruction-set dispatch of the fast kernels ---- */
+
+typedef enum og_cpu_isa {
+    OG_CPU_ISA_SCALAR = 0,
+    OG_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA        */
+    OG_CPU_ISA_AVX512 = 2, /* AVX-512 F + BW    */
+} og_cpu_isa;
+
+/* The best level this CPU supports. */
+og_cpu_isa og_cpu_isa_detect(void);
+/* The level the _cpu kernels use now: the detected one unless capped. */
+og_cpu_isa og_cpu_isa_active(void);
+/* Caps the level at min(isa, detected) for all threads (tests and
+ * benchmarks exercise every code path this way); returns the new level. */
+og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa);
+const char *og_cpu_isa_name(og_cpu_isa isa);
+
+/* ---- bf16 <-> f32 buffers (round to nearest even; NaN stays NaN) ---- */
+
+void og_bf16_to_f32_ref(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
+void og_bf16_to_f32_cpu(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
+void og_f32_to_bf16_ref(const float *src /* [n] */, og_bf16 *dst /* [n] */, size_t n);
+void og_f32_to_bf16_cpu(const float *src /* [n] */, og_bf16 *dst /* [n] */, size_t n);
+
+/* ---- embed: out[t] = table[tokens[t]] ----
+ * A token id outside [0, V) is OG_ERR_INVALID_ARGUMENT naming the id and its
+ * position; all ids are checked before anything is read or written. */
+og_status og_embed_ref(const int32_t *tokens /* [T] */, int64_t T, const void *table /* [V, H] */,
+                       og_dtype table_dtype, int64_t V, int64_t H, float *out /* [T, H] */);
+og_status og_embed_cpu(og_threadpool *pool, const int32_t *tokens /* [T] */, int64_t T,
+                       const void *table /* [V, H] */, og_dtype table_dtype, int64_t V, int64_t H,
+                       float *out /* [T, H] */);
+
+/* ---- rms_norm: out = (x * rsqrt(mean(x^2) + eps)) * weight per row ----
+ * Hugging Face LlamaRMSNorm order: normalise in f32, then multiply by the
+ * weight. out may equal x (in place); partial overlap is refused. */
+og_status og_rms_norm_ref(const float *x /* [T, N] */, const void *weight /* [N] */,
+                          og_dtype weight_dtype, int64_t T, int64_t N, float eps,
+                          float *out /* [T, N] */);
+og_status og_rms_norm_cpu(og_threadpool *pool, const float *x /* [T, N] */,
+                          const void *weight /* [N] */, og_dtype weight_dtype, int64_t T,
+                          int64_t N, float eps, float *out /* [T, N] */);
+
+/* ---- head_rms_norm: rms_norm of every head of D in a row of n heads ----
+ * (Qwen3 q_norm / k_norm). out may equal x. */
+og_status og_head_rms_norm_ref(const float *x /* [T, n*D] */, const void *weight /* [D] */,
+                               og_dtype weight_dtype, int64_t T, int64_t n, int64_t D, float eps,
+                               float *out /* [T, n*D] */);
+og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x /* [T, n*D] */,
+                               const void *weight /* [D] */, og_dtype weight_dtype, int64_t T,
+                               int64_t n, int64_t D, float eps, float *out /* [T, n*D] */);
+
+/* ---- matmul: out = x @ weight^T (+ bias) ----
+ * weight is [N, K] row-major (the Hugging Face nn.Linear layout); bias is
+ * NULL or [N] of the weight's dtype. Products accumulate in f32. out must
+ * not overlap x, weight or bias.
+ * The fast version streams the weights once per call: T == 1 is a SIMD
+ * GEMV threaded over N; T > 1 converts panels of bf16 weights to f32 and
+ * multiplies them with OpenBLAS sgemm, one panel per pool task (OpenBLAS
+ * itself is set to one thread so the pool decides the parallelism). */
+og_status og_matmul_ref(const float *x /* [T, K] */, const void *weight /* [N, K] */,
+                        const void *bias /* [N] or NULL */, og_dtype weight_dtype, int64_t T,
+                        int64_t K, int64_t N, float *out /* [T, N] */);
+og_status og_matmul_cpu(og_threadpool *pool, const float *x /* [T, K] */,
+                        const void *weight /* [N, K] */, const void *bias /* [N] or NULL */,
+                        og_dtype weight_dtype, int64_t T, int64_t K, int64_t N,
+                        float *out /* [T, N] */);
+
+/* ---- rope: rotary position embedding, Hugging Face "rotate_half" ----
+ * Pairs (i, i + D/2) of every head rotate by angle pos * inv_freq[i]:
+ *   out[i]       = x[i] * cos - x[i + D/2] * sin
+ *   out[i + D/2] = x[i + D/2] * cos + x[i] * sin
+ * The angle is rounded to f32 before cos/sin, as transformers does. */
+typedef enum og_rope_type {
+    OG_ROPE_DEFAULT = 0, /* inv_freq[i] = 1 / theta^(2i/D)                  */
+    OG_ROPE_LINEAR = 1,  /* default / factor                                */
+    OG_ROPE_LLAMA3 = 2,  /* Llama 3.1 smooth low/high frequency interpolation */
+} og_rope_type;
+
+typedef struct og_rope_params {
+    og_rope_type type;
+    float theta;                         /* rope_theta (base), > 0          */
+    float factor;                        /* LINEAR, LLAMA3: > 0             */
+    float low_freq_factor;               /* LLAMA3                          */
+    float high_freq_factor;              /* LLAMA3: > low_freq_factor       */
+    int32_t original_max_position;       /* LLAMA3: original_max_position_embeddings */
+} og_rope_params;
+
+#define OG_ROPE_MAX_HEAD_DIM 1024
+typedef struct og_rope_table {
+    int32_t head_dim;                            /* D, even           */
+    float inv_freq[OG_ROPE_MAX_HEAD_DIM / 2];    /* [D/2]             */
+} og_rope_table;
+
+/* Computes inv_freq as transformers' _compute_default_rope_parameters /
+ * _compute_linear_scaling_rope_parameters / _compute_llama3_parameters do,
+ * in f32 with the same operation order. D must be even, 2..1024. */
+og_status og_rope_table_init(og_rope_table *table, int32_t head_dim, const og_rope_params *params);
+
+/* out may equal x (in place); positions may be any values >= 0. */
+og_status og_rope_ref(const og_rope_table *table, const float *x /* [T, n*D] */,
+                      const int32_t *positions /* [T] */, int64_t T, int64_t n,
+                      float *out /* [T, n*D] */);
+og_status og_rope_cpu(og_threadpool *pool, const og_rope_table *table,
+                      const float *x /* [T, n*D] */, const int32_t *positions /* [T] */,
+                      int64_t T, int64_t n, float *out /* [T, n*D] */);
+
+/* ---- swiglu: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) ----
+ * out may equal gate or up. */
+og_status og_swiglu_ref(const float *gate /* [T, F] */, const float *up /* [T, F] */, int64_t T,
+                        int64_t F, float *out /* [T, F] */);
+og_status og_swiglu_cpu(og_threadpool *pool, const float *gate /* [T, F] */,
+                        const float *up /* [T, F] */, int64_t T, int64_t F,
+                        float *out /* [T, F] */);
+
+/* ---- add: out = a + b (residual); out may equal a or b ---- */
+og_status og_add_ref(const float *a /* [n] */, const float *b /* [n] */, int64_t n,
+                     float *out /* [n] */);
+og_status og_add_cpu(og_threadpool *pool, const float *a /* [n] */, const float *b /* [n] */,
+                     int64_t n, float *out /* [n] */);
+
+/* ---- argmax of one row, like torch.argmax: the first maximum wins; a
+ * NaN counts as larger than any number (the first NaN wins). ---- */
+og_status og_argmax_ref(const float *x /* [V] */, int64_t V, int64_t *index);
+og_status og_argmax_cpu(const float *x /* [V] */, int64_t V, int64_t *index);
+
+#endif /* OG_KERNELS_OPS_H */

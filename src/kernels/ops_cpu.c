@@ -1,0 +1,383 @@
+/* Fast CPU versions of the ops in ops.h: run-time ISA dispatch, threads from
+ * og_threadpool, OpenBLAS for prefill matmuls. Each must agree with its
+ * og_<op>_ref within the tolerance its tests justify.
+ * Letters as in ops.h: T tokens, K in features, N out features / row width,
+ * V vocabulary, H hidden, F ffn, D head dim, n heads per row. */
+#define _POSIX_C_SOURCE 200809L
+#include "kernels/ops_internal.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---- ISA dispatch ---- */
+
+static atomic_int g_isa_cap = OG_CPU_ISA_AVX512;
+
+og_cpu_isa og_cpu_isa_detect(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+        return OG_CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return OG_CPU_ISA_AVX2;
+    return OG_CPU_ISA_SCALAR;
+}
+
+og_cpu_isa og_cpu_isa_active(void) {
+    og_cpu_isa d = og_cpu_isa_detect();
+    og_cpu_isa cap = (og_cpu_isa)atomic_load(&g_isa_cap);
+    return cap < d ? cap : d;
+}
+
+og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa) {
+    if (isa < OG_CPU_ISA_SCALAR) isa = OG_CPU_ISA_SCALAR;
+    if (isa > OG_CPU_ISA_AVX512) isa = OG_CPU_ISA_AVX512;
+    atomic_store(&g_isa_cap, (int)isa);
+    return og_cpu_isa_active();
+}
+
+const char *og_cpu_isa_name(og_cpu_isa isa) {
+    switch (isa) {
+    case OG_CPU_ISA_SCALAR: return "scalar";
+    case OG_CPU_ISA_AVX2: return "avx2";
+    case OG_CPU_ISA_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+/* ---- bf16 <-> f32 ---- */
+
+void og_bf16_to_f32_cpu(const og_bf16 *src, float *dst, size_t n) {
+    switch (og_cpu_isa_active()) {
+    case OG_CPU_ISA_AVX512: og_bf16_to_f32_avx512(src, dst, n); return;
+    case OG_CPU_ISA_AVX2: og_bf16_to_f32_avx2(src, dst, n); return;
+    default: og_bf16_to_f32_ref(src, dst, n); return;
+    }
+}
+
+void og_f32_to_bf16_cpu(const float *src, og_bf16 *dst, size_t n) {
+    switch (og_cpu_isa_active()) {
+    case OG_CPU_ISA_AVX512: og_f32_to_bf16_avx512(src, dst, n); return;
+    case OG_CPU_ISA_AVX2: og_f32_to_bf16_avx2(src, dst, n); return;
+    default: og_f32_to_bf16_ref(src, dst, n); return;
+    }
+}
+
+/* ---- embed: one task per token ---- */
+
+typedef struct {
+    const int32_t *tokens; /* [T]    */
+    const void *table;     /* [V, H] */
+    og_dtype dt;
+    int64_t H;
+    float *out;            /* [T, H] */
+} embed_job;
+
+static void embed_task(void *ctx, int64_t t, int thread) {
+    const embed_job *j = ctx;
+    size_t row = (size_t)j->tokens[t] * (size_t)j->H;
+    float *dst = j->out + t * j->H;
+    if (j->dt == OG_DTYPE_BF16)
+        og_bf16_to_f32_cpu((const og_bf16 *)j->table + row, dst, (size_t)j->H);
+    else
+        memcpy(dst, (const float *)j->table + row, (size_t)j->H * sizeof(float));
+}
+
+og_status og_embed_cpu(og_threadpool *pool, const int32_t *tokens, int64_t T, const void *table,
+                       og_dtype table_dtype, int64_t V, int64_t H, float *out) {
+    OG_TRY(og_ops_check_embed("embed", tokens, T, table, table_dtype, V, H, out));
+    embed_job j = {tokens, table, table_dtype, H, out};
+    og_parallel_for(pool, T, embed_task, &j);
+    return OG_OK;
+}
+
+/* ---- rms_norm: tasks of whole rows ---- */
+
+typedef struct {
+    const float *x; /* [rows, N] */
+    const void *w;  /* [N]       */
+    og_dtype dt;
+    int64_t rows, N, rows_per_task;
+    float eps;
+    og_cpu_isa isa;
+    float *out;     /* [rows, N] */
+} rms_job;
+
+static float sum_squares(og_cpu_isa isa, const float *x, int64_t N) {
+    if (isa == OG_CPU_ISA_AVX512) return og_sum_squares_avx512(x, N);
+    if (isa == OG_CPU_ISA_AVX2) return og_sum_squares_avx2(x, N);
+    float s = 0.0f;
+    for (int64_t i = 0; i < N; i++) s += x[i] * x[i];
+    return s;
+}
+
+static void rms_task(void *ctx, int64_t task, int thread) {
+    const rms_job *j = ctx;
+    int64_t r0 = task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task < j->rows ? r0 + j->rows_per_task : j->rows;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->N; /* [N] */
+        float *o = j->out + r * j->N;     /* [N] */
+        float mean = sum_squares(j->isa, x, j->N) / (float)j->N;
+        float inv = 1.0f / sqrtf(mean + j->eps);
+        if (j->dt == OG_DTYPE_BF16) {
+            const og_bf16 *w = j->w;
+            for (int64_t i = 0; i < j->N; i++) o[i] = (x[i] * inv) * og_f32_from_bf16(w[i]);
+        } else {
+            const float *w = j->w;
+            for (int64_t i = 0; i < j->N; i++) o[i] = (x[i] * inv) * w[i];
+        }
+    }
+}
+
+/* Rows grouped so that a task touches about 16 KiB of x. */
+static void rms_run(og_threadpool *pool, const float *x, const void *w, og_dtype dt, int64_t rows,
+                    int64_t N, float eps, float *out) {
+    int64_t per = 4096 / N > 1 ? 4096 / N : 1;
+    rms_job j = {x, w, dt, rows, N, per, eps, og_cpu_isa_active(), out};
+    og_parallel_for(pool, (rows + per - 1) / per, rms_task, &j);
+}
+
+og_status og_rms_norm_cpu(og_threadpool *pool, const float *x, const void *weight,
+                          og_dtype weight_dtype, int64_t T, int64_t N, float eps, float *out) {
+    OG_TRY(og_ops_check_rms_norm("rms_norm", x, weight, weight_dtype, T, N, eps, out));
+    rms_run(pool, x, weight, weight_dtype, T, N, eps, out);
+    return OG_OK;
+}
+
+og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x, const void *weight,
+                               og_dtype weight_dtype, int64_t T, int64_t n, int64_t D, float eps,
+                               float *out) {
+    OG_TRY(og_ops_check_dim(T, "head_rms_norm", "T"));
+    OG_TRY(og_ops_check_dim(n, "head_rms_norm", "heads"));
+    int64_t rows;
+    if (!og_mul_overflow_i64(T, n, &rows))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "head_rms_norm: T x heads overflows");
+    OG_TRY(og_ops_check_rms_norm("head_rms_norm", x, weight, weight_dtype, rows, D, eps, out));
+    rms_run(pool, x, weight, weight_dtype, rows, D, eps, out);
+    return OG_OK;
+}
+
+/* ---- matmul ---- */
+
+/* Decode (T == 1): a GEMV streaming the weights once, tasks of `rows`
+ * output features. */
+typedef struct {
+    const float *x;    /* [K]     */
+    const void *w;     /* [N, K]  */
+    const void *bias;  /* [N]     */
+    og_dtype dt;
+    int64_t K, N, rows;
+    og_cpu_isa isa;
+    float *out;        /* [N]     */
+} gemv_job;
+
+static void gemv_rows_scalar(const float *x, const void *w, og_dtype dt, int64_t K, int64_t rows,
+                             float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) acc += x[k] * og_load_f32(w, dt, (size_t)(r * K + k));
+        out[r] = acc;
+    }
+}
+
+static void gemv_task(void *ctx, int64_t task, int thread) {
+    const gemv_job *j = ctx;
+    int64_t n0 = task * j->rows;
+    int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
+    const void *w = (const char *)j->w + (size_t)n0 * (size_t)j->K * og_dtype_size(j->dt);
+    float *o = j->out + n0;
+    if (j->isa == OG_CPU_ISA_AVX512)
+        og_gemv_rows_avx512(j->x, w, j->dt, j->K, rows, o);
+    else if (j->isa == OG_CPU_ISA_AVX2)
+        og_gemv_rows_avx2(j->x, w, j->dt, j->K, rows, o);
+    else
+        gemv_rows_scalar(j->x, w, j->dt, j->K, rows, o);
+    if (j->bias)
+        for (int64_t r = 0; r < rows; r++) o[r] += og_load_f32(j->bias, j->dt, (size_t)(n0 + r));
+}
+
+static void gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
+                     og_dtype dt, int64_t K, int64_t N, float *out) {
+    /* About 64 KiB of weights per task (the atomic hand-out costs far less
+     * than streaming that), but at least 4 tasks per thread for balance. */
+    int64_t row_bytes = K * (int64_t)og_dtype_size(dt);
+    int64_t rows = 65536 / row_bytes;
+    int64_t balance = N / (4 * (int64_t)og_threadpool_size(pool));
+    if (rows > balance) rows = balance;
+    rows = (rows + 3) & ~(int64_t)3;
+    if (rows < 4) rows = 4;
+    gemv_job j = {x, w, bias, dt, K, N, rows, og_cpu_isa_active(), out};
+    og_parallel_for(pool, (N + rows - 1) / rows, gemv_task, &j);
+}
+
+/* Prefill (T > 1): each task takes a panel of PANEL output features, widens
+ * its bf16 weights to f32 in the thread's scratch and runs one sgemm over all
+ * T rows, so each weight is read from memory once per call and reused T
+ * times from cache. */
+enum { PANEL = 64 };
+
+typedef struct {
+    const float *x;    /* [T, K]             */
+    const void *w;     /* [N, K]             */
+    const void *bias;  /* [N]                */
+    og_dtype dt;
+    int64_t T, K, N;
+    float *scratch;    /* [threads, PANEL, K] */
+    float *out;        /* [T, N]             */
+} gemm_job;
+
+static void gemm_task(void *ctx, int64_t task, int thread) {
+    const gemm_job *j = ctx;
+    int64_t n0 = task * PANEL;
+    int64_t nb = n0 + PANEL <= j->N ? PANEL : j->N - n0;
+    const float *panel; /* [nb, K] */
+    if (j->dt == OG_DTYPE_BF16) {
+        float *s = j->scratch + (size_t)thread * PANEL * (size_t)j->K;
+        og_bf16_to_f32_cpu((const og_bf16 *)j->w + (size_t)n0 * (size_t)j->K, s,
+                           (size_t)(nb * j->K));
+        panel = s;
+    } else {
+        panel = (const float *)j->w + (size_t)n0 * (size_t)j->K;
+    }
+    float beta = 0.0f;
+    if (j->bias) {
+        for (int64_t t = 0; t < j->T; t++)
+            for (int64_t c = 0; c < nb; c++)
+                j->out[t * j->N + n0 + c] = og_load_f32(j->bias, j->dt, (size_t)(n0 + c));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->T, (blasint)nb,
+                (blasint)j->K, 1.0f, j->x, (blasint)j->K, panel, (blasint)j->K, beta,
+                j->out + n0, (blasint)j->N);
+}
+
+/* The pool supplies the parallelism; OpenBLAS's own threads would compete
+ * with it for the same cores. */
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
+
+static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
+                          og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
+    if (T > INT_MAX || K > INT_MAX || N > INT_MAX)
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "matmul: T %lld, K %lld, N %lld exceed the BLAS int range",
+                            (long long)T, (long long)K, (long long)N);
+    pthread_once(&g_blas_once, blas_single_thread);
+    float *scratch = NULL;
+    if (dt == OG_DTYPE_BF16) {
+        scratch = og_calloc((size_t)og_threadpool_size(pool) * PANEL * (size_t)K, sizeof(float));
+        if (!scratch)
+            return og_set_error(OG_ERR_OUT_OF_MEMORY,
+                                "matmul: no memory for %d weight panels of %d x %lld floats",
+                                og_threadpool_size(pool), PANEL, (long long)K);
+    }
+    gemm_job j = {x, w, bias, dt, T, K, N, scratch, out};
+    og_parallel_for(pool, (N + PANEL - 1) / PANEL, gemm_task, &j);
+    og_free(scratch);
+    return OG_OK;
+}
+
+og_status og_matmul_cpu(og_threadpool *pool, const float *x, const void *weight, const void *bias,
+                        og_dtype weight_dtype, int64_t T, int64_t K, int64_t N, float *out) {
+    OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, T, K, N, out));
+    if (T == 1) {
+        gemv_run(pool, x, weight, bias, weight_dtype, K, N, out);
+        return OG_OK;
+    }
+    return gemm_run(pool, x, weight, bias, weight_dtype, T, K, N, out);
+}
+
+/* ---- rope: one task per token; cos/sin computed once per token ---- */
+
+typedef struct {
+    const og_rope_table *table;
+    const float *x;          /* [T, n*D] */
+    const int32_t *positions; /* [T]     */
+    int64_t n;
+    float *out;              /* [T, n*D] */
+} rope_job;
+
+static void rope_task(void *ctx, int64_t t, int thread) {
+    const rope_job *j = ctx;
+    int64_t D = j->table->head_dim, half = D / 2;
+    float c[OG_ROPE_MAX_HEAD_DIM / 2], s[OG_ROPE_MAX_HEAD_DIM / 2]; /* [D/2] */
+    float pos = (float)j->positions[t];
+    for (int64_t i = 0; i < half; i++) {
+        float angle = pos * j->table->inv_freq[i];
+        c[i] = cosf(angle);
+        s[i] = sinf(angle);
+    }
+    for (int64_t h = 0; h < j->n; h++) {
+        const float *xh = j->x + (t * j->n + h) * D; /* [D] */
+        float *oh = j->out + (t * j->n + h) * D;     /* [D] */
+        for (int64_t i = 0; i < half; i++) {
+            float a = xh[i], b = xh[i + half];
+            oh[i] = a * c[i] - b * s[i];
+            oh[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+og_status og_rope_cpu(og_threadpool *pool, const og_rope_table *table, const float *x,
+                      const int32_t *positions, int64_t T, int64_t n, float *out) {
+    OG_TRY(og_ops_check_rope("rope", table, x, positions, T, n, out));
+    rope_job j = {table, x, positions, n, out};
+    og_parallel_for(pool, T, rope_task, &j);
+    return OG_OK;
+}
+
+/* ---- swiglu and add: tasks of CHUNK elements ---- */
+
+enum { CHUNK = 16384 };
+
+typedef struct {
+    const float *a, *b; /* [count] */
+    int64_t count;
+    float *out;         /* [count] */
+} binary_job;
+
+static void swiglu_task(void *ctx, int64_t task, int thread) {
+    const binary_job *j = ctx;
+    int64_t i0 = task * CHUNK, i1 = i0 + CHUNK < j->count ? i0 + CHUNK : j->count;
+    for (int64_t i = i0; i < i1; i++) {
+        float g = j->a[i];
+        j->out[i] = g / (1.0f + expf(-g)) * j->b[i];
+    }
+}
+
+static void add_task(void *ctx, int64_t task, int thread) {
+    const binary_job *j = ctx;
+    int64_t i0 = task * CHUNK, i1 = i0 + CHUNK < j->count ? i0 + CHUNK : j->count;
+    for (int64_t i = i0; i < i1; i++) j->out[i] = j->a[i] + j->b[i];
+}
+
+og_status og_swiglu_cpu(og_threadpool *pool, const float *gate, const float *up, int64_t T,
+                        int64_t F, float *out) {
+    OG_TRY(og_ops_check_binary("swiglu", gate, "gate", up, "up", T, F, out));
+    binary_job j = {gate, up, T * F, out};
+    og_parallel_for(pool, (T * F + CHUNK - 1) / CHUNK, swiglu_task, &j);
+    return OG_OK;
+}
+
+og_status og_add_cpu(og_threadpool *pool, const float *a, const float *b, int64_t n, float *out) {
+    OG_TRY(og_ops_check_binary("add", a, "a", b, "b", 1, n, out));
+    binary_job j = {a, b, n, out};
+    og_parallel_for(pool, (n + CHUNK - 1) / CHUNK, add_task, &j);
+    return OG_OK;
+}
+
+/* ---- argmax ---- */
+
+og_status og_argmax_cpu(const float *x, int64_t V, int64_t *index) {
+    OG_TRY(og_ops_check_ptr(x, "argmax", "x"));
+    OG_TRY(og_ops_check_ptr(index, "argmax", "index"));
+    OG_TRY(og_ops_check_dim(V, "argmax", "V"));
+    switch (og_cpu_isa_active()) {
+    case OG_CPU_ISA_AVX512: *index = og_argmax_avx512(x, V); return OG_OK;
+    case OG_CPU_ISA_AVX2: *index = og_argmax_avx2(x, V); return OG_OK;
+    default: return og_argmax_ref(x, V, index);
+    }
+}

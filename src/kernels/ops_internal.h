@@ -1,0 +1,72 @@
+/* Shared by the reference and fast versions of the ops in ops.h: argument
+ * checks (so both refuse exactly the same inputs) and the ISA-specific inner
+ * loops of ops_simd.c. Not part of the public API.
+ * Letters as in ops.h. */
+#ifndef OG_KERNELS_OPS_INTERNAL_H
+#define OG_KERNELS_OPS_INTERNAL_H
+
+#include "kernels/ops.h"
+
+/* Returns the status of expr from the calling function unless it is OG_OK. */
+#define OG_TRY(expr)                  \
+    do {                              \
+        og_status st_ = (expr);       \
+        if (st_ != OG_OK) return st_; \
+    } while (0)
+
+/* ---- argument checks: each sets the error naming op and argument ---- */
+
+/* NULL is refused. */
+og_status og_ops_check_ptr(const void *p, const char *op, const char *name);
+/* value >= 1. */
+og_status og_ops_check_dim(int64_t value, const char *op, const char *name);
+/* BF16 or F32. */
+og_status og_ops_check_weight_dtype(og_dtype dt, const char *op, const char *name);
+/* rows * cols * elem bytes fits in size_t; *bytes gets the product. */
+og_status og_ops_check_size(int64_t rows, int64_t cols, size_t elem, const char *op,
+                            const char *name, size_t *bytes);
+/* out and in are the same buffer or do not overlap at all. */
+og_status og_ops_check_alias(const void *out, const void *in, size_t bytes, const char *op,
+                             const char *in_name);
+/* out and in (of in_bytes) do not overlap at all. */
+og_status og_ops_check_disjoint(const void *out, size_t out_bytes, const void *in,
+                                size_t in_bytes, const char *op, const char *in_name);
+
+/* The checks shared by og_rms_norm_* and og_head_rms_norm_* (rows of N). */
+og_status og_ops_check_rms_norm(const char *op, const float *x, const void *weight,
+                                og_dtype weight_dtype, int64_t rows, int64_t N, float eps,
+                                const float *out);
+og_status og_ops_check_matmul(const float *x, const void *weight, const void *bias,
+                              og_dtype weight_dtype, int64_t T, int64_t K, int64_t N,
+                              const float *out);
+og_status og_ops_check_rope(const char *op, const og_rope_table *table, const float *x,
+                            const int32_t *positions, int64_t T, int64_t n, const float *out);
+og_status og_ops_check_embed(const char *op, const int32_t *tokens, int64_t T,
+                             const void *table, og_dtype table_dtype, int64_t V, int64_t H,
+                             const float *out);
+og_status og_ops_check_binary(const char *op, const float *a, const char *a_name,
+                              const float *b, const char *b_name, int64_t rows, int64_t cols,
+                              const float *out);
+
+/* ---- SIMD inner loops (ops_simd.c); callers pick them by og_cpu_isa ---- */
+
+/* out[r] = dot(x, w[r]) for r in [0, rows): x [K], w [rows, K] of dt. */
+void og_gemv_rows_avx512(const float *x /* [K] */, const void *w /* [rows, K] */, og_dtype dt,
+                         int64_t K, int64_t rows, float *out /* [rows] */);
+void og_gemv_rows_avx2(const float *x /* [K] */, const void *w /* [rows, K] */, og_dtype dt,
+                       int64_t K, int64_t rows, float *out /* [rows] */);
+
+void og_bf16_to_f32_avx512(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
+void og_bf16_to_f32_avx2(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
+void og_f32_to_bf16_avx512(const float *src /* [n] */, og_bf16 *dst /* [n] */, size_t n);
+void og_f32_to_bf16_avx2(const float *src /* [n] */, og_bf16 *dst /* [n] */, size_t n);
+
+/* Index of the first maximum of x (the first NaN if there is one). */
+int64_t og_argmax_avx512(const float *x /* [V] */, int64_t V);
+int64_t og_argmax_avx2(const float *x /* [V] */, int64_t V);
+
+/* Sum of x[i]^2 accumulated in f32 lanes. */
+float og_sum_squares_avx512(const float *x /* [N] */, int64_t N);
+float og_sum_squares_avx2(const float *x /* [N] */, int64_t N);
+
+#endif /* OG_KERNELS_OPS_INTERNAL_H */

@@ -1,0 +1,302 @@
+/* ISA-specific inner loops of the fast ops (AVX-512 F/BW/VL + FMA and
+ * AVX2 + FMA). Each function carries its own target attribute, so the file
+ * needs no -march flag; ops_cpu.c calls them only after checking the CPU
+ * (og_cpu_isa_active). Letters as in ops.h: K in features, V vocabulary,
+ * N row width. bf16 is the top half of an f32, so widening is a shift. */
+#include "kernels/ops_internal.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define OG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define OG_AVX2 __attribute__((target("avx2,fma")))
+#define OG_INLINE inline __attribute__((always_inline))
+
+/* ======================= AVX-512 ======================= */
+
+static OG_INLINE OG_AVX512 __m512 load16_bf16_512(const og_bf16 *p) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+static OG_INLINE OG_AVX512 __m512 maskload16_bf16_512(const og_bf16 *p, __mmask16 m) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+/* 16 weights at w + i (dt is a compile-time constant at every call). */
+static OG_INLINE OG_AVX512 __m512 load_w_512(const void *w, og_dtype dt, size_t i) {
+    return dt == OG_DTYPE_BF16 ? load16_bf16_512((const og_bf16 *)w + i)
+                               : _mm512_loadu_ps((const float *)w + i);
+}
+static OG_INLINE OG_AVX512 __m512 maskload_w_512(const void *w, og_dtype dt, size_t i,
+                                                   __mmask16 m) {
+    return dt == OG_DTYPE_BF16 ? maskload16_bf16_512((const og_bf16 *)w + i, m)
+                               : _mm512_maskz_loadu_ps(m, (const float *)w + i);
+}
+
+/* Four rows at a time share each load of x; the tail of K is masked. */
+static OG_INLINE OG_AVX512 void gemv_avx512(const float *x, const void *w, og_dtype dt,
+                                             int64_t K, int64_t rows, float *out) {
+    const size_t k_main = (size_t)(K & ~(int64_t)15);
+    const __mmask16 tail = (__mmask16)((1u << (K & 15)) - 1u);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const size_t b0 = (size_t)r * (size_t)K, b1 = b0 + (size_t)K, b2 = b1 + (size_t)K,
+                     b3 = b2 + (size_t)K;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+               a3 = _mm512_setzero_ps();
+        for (size_t k = 0; k < k_main; k += 16) {
+            __m512 xv = _mm512_loadu_ps(x + k);
+            a0 = _mm512_fmadd_ps(load_w_512(w, dt, b0 + k), xv, a0);
+            a1 = _mm512_fmadd_ps(load_w_512(w, dt, b1 + k), xv, a1);
+            a2 = _mm512_fmadd_ps(load_w_512(w, dt, b2 + k), xv, a2);
+            a3 = _mm512_fmadd_ps(load_w_512(w, dt, b3 + k), xv, a3);
+        }
+        if (tail) {
+            __m512 xv = _mm512_maskz_loadu_ps(tail, x + k_main);
+            a0 = _mm512_fmadd_ps(maskload_w_512(w, dt, b0 + k_main, tail), xv, a0);
+            a1 = _mm512_fmadd_ps(maskload_w_512(w, dt, b1 + k_main, tail), xv, a1);
+            a2 = _mm512_fmadd_ps(maskload_w_512(w, dt, b2 + k_main, tail), xv, a2);
+            a3 = _mm512_fmadd_ps(maskload_w_512(w, dt, b3 + k_main, tail), xv, a3);
+        }
+        out[r] = _mm512_reduce_add_ps(a0);
+        out[r + 1] = _mm512_reduce_add_ps(a1);
+        out[r + 2] = _mm512_reduce_add_ps(a2);
+        out[r + 3] = _mm512_reduce_add_ps(a3);
+    }
+    for (; r < rows; r++) {
+        const size_t b = (size_t)r * (size_t)K;
+        __m512 a = _mm512_setzero_ps();
+        for (size_t k = 0; k < k_main; k += 16)
+            a = _mm512_fmadd_ps(load_w_512(w, dt, b + k), _mm512_loadu_ps(x + k), a);
+        if (tail)
+            a = _mm512_fmadd_ps(maskload_w_512(w, dt, b + k_main, tail),
+                                _mm512_maskz_loadu_ps(tail, x + k_main), a);
+        out[r] = _mm512_reduce_add_ps(a);
+    }
+}
+
+OG_AVX512 void og_gemv_rows_avx512(const float *x, const void *w, og_dtype dt, int64_t K,
+                                   int64_t rows, float *out) {
+    if (dt == OG_DTYPE_BF16)
+        gemv_avx512(x, w, OG_DTYPE_BF16, K, rows, out);
+    else
+        gemv_avx512(x, w, OG_DTYPE_F32, K, rows, out);
+}
+
+OG_AVX512 void og_bf16_to_f32_avx512(const og_bf16 *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_bf16_512(src + i));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, m, maskload16_bf16_512(src + i, m));
+    }
+}
+
+/* Round to nearest even like og_bf16_from_f32: add 0x7fff plus the lowest
+ * kept bit, keep the top half; a NaN keeps its top half with the quiet bit. */
+static OG_INLINE OG_AVX512 __m512i f32_to_bf16_lanes_512(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_blend_epi32(nan, rounded, quiet);
+}
+
+OG_AVX512 void og_f32_to_bf16_avx512(const float *src, og_bf16 *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtepi32_epi16(f32_to_bf16_lanes_512(_mm512_loadu_ps(src + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_cvtepi32_storeu_epi16(dst + i, m,
+                                          f32_to_bf16_lanes_512(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+}
+
+OG_AVX512 float og_sum_squares_avx512(const float *x, int64_t N) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= N; i += 32) {
+        __m512 u = _mm512_loadu_ps(x + i), v = _mm512_loadu_ps(x + i + 16);
+        a = _mm512_fmadd_ps(u, u, a);
+        b = _mm512_fmadd_ps(v, v, b);
+    }
+    for (; i < N; i += 16) {
+        __mmask16 m = N - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (N - i)) - 1u);
+        __m512 u = _mm512_maskz_loadu_ps(m, x + i);
+        a = _mm512_fmadd_ps(u, u, a);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+}
+
+/* Pass 1 finds the maximum (and any NaN) lane-wise, pass 2 the first index
+ * holding it; the row is small enough (V floats) to stay in cache. */
+OG_AVX512 int64_t og_argmax_avx512(const float *x, int64_t V) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    __mmask16 nan = 0;
+    int64_t i = 0;
+    for (; i + 16 <= V; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        mx = _mm512_max_ps(mx, v);
+    }
+    float best = _mm512_reduce_max_ps(mx);
+    for (int64_t j = i; j < V; j++) {
+        if (isnan(x[j])) nan = 1;
+        if (x[j] > best) best = x[j];
+    }
+    if (nan) {
+        for (int64_t j = 0; j < V; j++)
+            if (isnan(x[j])) return j;
+    }
+    __m512 b = _mm512_set1_ps(best);
+    for (i = 0; i + 16 <= V; i += 16) {
+        __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), b, _CMP_EQ_OQ);
+        if (eq) return i + __builtin_ctz((unsigned)eq);
+    }
+    for (; i < V; i++)
+        if (x[i] == best) return i;
+    return 0; /* unreachable: best is one of the values */
+}
+
+/* ======================= AVX2 ======================= */
+
+static OG_INLINE OG_AVX2 __m256 load8_bf16_256(const og_bf16 *p) {
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static OG_INLINE OG_AVX2 __m256 load_w_256(const void *w, og_dtype dt, size_t i) {
+    return dt == OG_DTYPE_BF16 ? load8_bf16_256((const og_bf16 *)w + i)
+                               : _mm256_loadu_ps((const float *)w + i);
+}
+static OG_INLINE OG_AVX2 float hsum_256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Four rows at a time; the tail of K (< 8) is summed in scalar. */
+static OG_INLINE OG_AVX2 void gemv_avx2(const float *x, const void *w, og_dtype dt, int64_t K,
+                                        int64_t rows, float *out) {
+    const size_t k_main = (size_t)(K & ~(int64_t)7);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const size_t b0 = (size_t)r * (size_t)K, b1 = b0 + (size_t)K, b2 = b1 + (size_t)K,
+                     b3 = b2 + (size_t)K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+               a3 = _mm256_setzero_ps();
+        for (size_t k = 0; k < k_main; k += 8) {
+            __m256 xv = _mm256_loadu_ps(x + k);
+            a0 = _mm256_fmadd_ps(load_w_256(w, dt, b0 + k), xv, a0);
+            a1 = _mm256_fmadd_ps(load_w_256(w, dt, b1 + k), xv, a1);
+            a2 = _mm256_fmadd_ps(load_w_256(w, dt, b2 + k), xv, a2);
+            a3 = _mm256_fmadd_ps(load_w_256(w, dt, b3 + k), xv, a3);
+        }
+        float s0 = hsum_256(a0), s1 = hsum_256(a1), s2 = hsum_256(a2), s3 = hsum_256(a3);
+        for (size_t k = k_main; k < (size_t)K; k++) {
+            s0 += x[k] * og_load_f32(w, dt, b0 + k);
+            s1 += x[k] * og_load_f32(w, dt, b1 + k);
+            s2 += x[k] * og_load_f32(w, dt, b2 + k);
+            s3 += x[k] * og_load_f32(w, dt, b3 + k);
+        }
+        out[r] = s0;
+        out[r + 1] = s1;
+        out[r + 2] = s2;
+        out[r + 3] = s3;
+    }
+    for (; r < rows; r++) {
+        const size_t b = (size_t)r * (size_t)K;
+        __m256 a = _mm256_setzero_ps();
+        for (size_t k = 0; k < k_main; k += 8)
+            a = _mm256_fmadd_ps(load_w_256(w, dt, b + k), _mm256_loadu_ps(x + k), a);
+        float s = hsum_256(a);
+        for (size_t k = k_main; k < (size_t)K; k++) s += x[k] * og_load_f32(w, dt, b + k);
+        out[r] = s;
+    }
+}
+
+OG_AVX2 void og_gemv_rows_avx2(const float *x, const void *w, og_dtype dt, int64_t K,
+                               int64_t rows, float *out) {
+    if (dt == OG_DTYPE_BF16)
+        gemv_avx2(x, w, OG_DTYPE_BF16, K, rows, out);
+    else
+        gemv_avx2(x, w, OG_DTYPE_F32, K, rows, out);
+}
+
+OG_AVX2 void og_bf16_to_f32_avx2(const og_bf16 *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8_bf16_256(src + i));
+    for (; i < n; i++) dst[i] = og_f32_from_bf16(src[i]);
+}
+
+OG_AVX2 void og_f32_to_bf16_avx2(const float *src, og_bf16 *dst, size_t n) {
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff),
+                  quiet_bit = _mm256_set1_epi32(0x40);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(src + i);
+        __m256i u = _mm256_castps_si256(v);
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, bias)), 16);
+        __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet_bit);
+        __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        __m256i r = _mm256_blendv_epi8(rounded, quiet, nan); /* 8 x u32 <= 0xffff */
+        /* packus keeps 128-bit lanes: [r0-3 r0-3 | r4-7 r4-7] -> take quads 0 and 2 */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(packed));
+    }
+    for (; i < n; i++) dst[i] = og_bf16_from_f32(src[i]);
+}
+
+OG_AVX2 float og_sum_squares_avx2(const float *x, int64_t N) {
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= N; i += 16) {
+        __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+        a = _mm256_fmadd_ps(u, u, a);
+        b = _mm256_fmadd_ps(v, v, b);
+    }
+    for (; i + 8 <= N; i += 8) {
+        __m256 u = _mm256_loadu_ps(x + i);
+        a = _mm256_fmadd_ps(u, u, a);
+    }
+    float s = hsum_256(_mm256_add_ps(a, b));
+    for (; i < N; i++) s += x[i] * x[i];
+    return s;
+}
+
+OG_AVX2 int64_t og_argmax_avx2(const float *x, int64_t V) {
+    __m256 mx = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= V; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        mx = _mm256_max_ps(mx, v);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, mx);
+    float best = -INFINITY;
+    for (int j = 0; j < 8; j++)
+        if (lanes[j] > best) best = lanes[j];
+    bool any_nan = _mm256_movemask_ps(nan) != 0;
+    for (int64_t j = i; j < V; j++) {
+        if (isnan(x[j])) any_nan = true;
+        if (x[j] > best) best = x[j];
+    }
+    if (any_nan) {
+        for (int64_t j = 0; j < V; j++)
+            if (isnan(x[j])) return j;
+    }
+    __m256 b = _mm256_set1_ps(best);
+    for (i = 0; i + 8 <= V; i += 8) {
+        int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_EQ_OQ));
+        if (eq) return i + __builtin_ctz((unsigned)eq);
+    }
+    for (; i < V; i++)
+        if (x[i] == best) return i;
+    return 0; /* unreachable: best is one of the values */
+}

@@ -1,0 +1,343 @@
+/* Lowering of a Hugging Face checkpoint to a program file. */
+#include "model/export.h"
+
+#include "core/core.h"
+#include "model/safetensors.h"
+#include "model/textfile.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+void og_export_default_options(og_export_options *o) {
+    memset(o, 0, sizeof *o);
+    o->dtype = OG_DTYPE_COUNT;
+    o->kv_dtype = OG_DTYPE_BF16;
+}
+
+/* One weight to convert while the payload is written. */
+typedef struct weight_src {
+    const og_st_tensor *t;
+    og_dtype dst;
+} weight_src;
+
+typedef struct exporter {
+    const og_hf_config *cfg;
+    og_safetensors *st;
+    og_program_writer *w;
+    weight_src *srcs; /* one per weight added; fill contexts */
+    int32_t n_srcs, cap_srcs;
+    og_dtype dtype;
+    int64_t n_params;
+    uint64_t weight_bytes;
+} exporter;
+
+/* Converts t's elements to dst; called by the writer during finish. */
+static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
+    const weight_src *s = ctx;
+    const og_st_tensor *t = s->t;
+    const size_t n = (size_t)t->numel;
+    if (nbytes != n * og_dtype_size(s->dst))
+        return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": writer asked for %zu bytes, expected %zu",
+                            t->name, nbytes, n * og_dtype_size(s->dst));
+    if (t->dtype == s->dst) {
+        memcpy(dst, t->data, nbytes);
+        return OG_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (t->dtype == OG_DTYPE_F16)
+            x = og_f32_from_f16(((const og_f16 *)t->data)[i]);
+        else
+            x = og_load_f32(t->data, t->dtype, i);
+        og_store_f32(dst, s->dst, i, x);
+    }
+    return OG_OK;
+}
+
+static og_status writer_error(const exporter *e, og_status rc) {
+    return og_set_error(rc, "%s", og_program_writer_last_error(e->w));
+}
+
+/* Adds the checkpoint tensor `name`, which must have the given shape. */
+static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1) {
+    const og_st_tensor *t = og_safetensors_find(e->st, name);
+    if (!t) return og_set_error(OG_ERR_FORMAT, "checkpoint: tensor \"%s\" is missing", name);
+    int64_t want[2] = {d0, d1};
+    bool ok = t->rank == rank;
+    for (int32_t i = 0; ok && i < rank; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        char got[96] = "[", exp[64];
+        for (int32_t i = 0; i < t->rank; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        strncat(got, "]", sizeof got - strlen(got) - 1);
+        if (rank == 1) snprintf(exp, sizeof exp, "[%lld]", (long long)d0);
+        else snprintf(exp, sizeof exp, "[%lld, %lld]", (long long)d0, (long long)d1);
+        return og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"%s\" has shape %s, config.json implies %s",
+                            t->file, name, got, exp);
+    }
+    if (e->n_srcs == e->cap_srcs)
+        return og_set_error(OG_ERR_STATE, "export: more weights than planned (%d)", e->cap_srcs);
+    weight_src *s = &e->srcs[e->n_srcs++];
+    s->t = t;
+    s->dst = e->dtype;
+    og_status rc = og_program_writer_add_weight(e->w, name, e->dtype, t->rank, t->shape, fill_weight, s);
+    if (rc != OG_OK) return writer_error(e, rc);
+    e->n_params += t->numel;
+    e->weight_bytes += (uint64_t)t->numel * og_dtype_size(e->dtype);
+    return OG_OK;
+}
+
+static og_status instr(exporter *e, og_op op, const char *out, const og_op_attrs *attrs, int32_t n_in,
+                       const char *const *in) {
+    og_op_attrs none = {0};
+    og_status rc = og_program_writer_add_instr(e->w, op, in, n_in, out, attrs ? attrs : &none);
+    return rc == OG_OK ? OG_OK : writer_error(e, rc);
+}
+
+#define IN(...) (int32_t)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), (const char *[]){__VA_ARGS__}
+#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+
+/* matmul of x by "<w>.weight" (+ "<w>.bias" when bias) into out. */
+static og_status linear(exporter *e, const char *x, const char *w, int64_t n, int64_t k, bool bias,
+                        const char *out) {
+    char wn[160], bn[160];
+    og_status rc = add_weight(e, NAME(wn, "%s.weight", w), 2, n, k);
+    if (rc == OG_OK && bias) rc = add_weight(e, NAME(bn, "%s.bias", w), 1, n, 0);
+    if (rc != OG_OK) return rc;
+    return bias ? instr(e, OG_OP_MATMUL, out, NULL, IN(x, wn, bn)) : instr(e, OG_OP_MATMUL, out, NULL, IN(x, wn));
+}
+
+static og_status lower_layer(exporter *e, int32_t i, const char *x, char *out, size_t out_cap) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
+    const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    char p[48], w[160], an[64], q[64], k[64], v[64], qr[64], kr[64], at[64], o[64], h[64], mn[64], g[64],
+        u[64], act[64], dn[64], kc[48], vc[48];
+    og_status rc;
+    snprintf(p, sizeof p, "model.layers.%d", i);
+    og_op_attrs norm = {.eps = c->rms_norm_eps};
+    if ((rc = add_weight(e, NAME(w, "%s.input_layernorm.weight", p), 1, H, 0)) ||
+        (rc = instr(e, OG_OP_RMS_NORM, NAME(an, "l%d.attn_norm", i), &norm, IN(x, w))) ||
+        (rc = linear(e, an, NAME(w, "%s.self_attn.q_proj", p), Hq * D, H, c->qkv_bias, NAME(q, "l%d.q", i))) ||
+        (rc = linear(e, an, NAME(w, "%s.self_attn.k_proj", p), Hkv * D, H, c->qkv_bias, NAME(k, "l%d.k", i))) ||
+        (rc = linear(e, an, NAME(w, "%s.self_attn.v_proj", p), Hkv * D, H, c->qkv_bias, NAME(v, "l%d.v", i))))
+        return rc;
+    if (c->qk_norm) {
+        og_op_attrs qa = {.eps = c->rms_norm_eps, .heads = Hq}, ka = {.eps = c->rms_norm_eps, .heads = Hkv};
+        char qn[64], kn[64];
+        if ((rc = add_weight(e, NAME(w, "%s.self_attn.q_norm.weight", p), 1, D, 0)) ||
+            (rc = instr(e, OG_OP_HEAD_RMS_NORM, NAME(qn, "l%d.q_norm", i), &qa, IN(q, w))) ||
+            (rc = add_weight(e, NAME(w, "%s.self_attn.k_norm.weight", p), 1, D, 0)) ||
+            (rc = instr(e, OG_OP_HEAD_RMS_NORM, NAME(kn, "l%d.k_norm", i), &ka, IN(k, w))))
+            return rc;
+        memcpy(q, qn, sizeof q);
+        memcpy(k, kn, sizeof k);
+    }
+    og_op_attrs rope = {.head_dim = D,
+                        .theta = c->rope.theta,
+                        .rope_type = c->rope.type,
+                        .factor = c->rope.factor,
+                        .low_freq_factor = c->rope.low_freq_factor,
+                        .high_freq_factor = c->rope.high_freq_factor,
+                        .original_max_position_embeddings = c->rope.original_max_position_embeddings};
+    og_op_attrs rq = rope, rk = rope;
+    rq.heads = Hq;
+    rk.heads = Hkv;
+    og_op_attrs attn = {.layer_id = i, .n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .scale = 0.0};
+    if ((rc = instr(e, OG_OP_ROPE, NAME(qr, "l%d.q_rope", i), &rq, IN(q, "positions"))) ||
+        (rc = instr(e, OG_OP_ROPE, NAME(kr, "l%d.k_rope", i), &rk, IN(k, "positions"))) ||
+        (rc = instr(e, OG_OP_UPDATE_AND_ATTEND, NAME(at, "l%d.attn", i), &attn,
+                    IN(qr, kr, v, "positions", NAME(kc, "kv.%d.k", i), NAME(vc, "kv.%d.v", i)))) ||
+        (rc = linear(e, at, NAME(w, "%s.self_attn.o_proj", p), H, Hq * D, c->o_bias, NAME(o, "l%d.attn_out", i))) ||
+        (rc = instr(e, OG_OP_ADD, NAME(h, "l%d.resid", i), NULL, IN(x, o))) ||
+        (rc = add_weight(e, NAME(w, "%s.post_attention_layernorm.weight", p), 1, H, 0)) ||
+        (rc = instr(e, OG_OP_RMS_NORM, NAME(mn, "l%d.mlp_norm", i), &norm, IN(h, w))) ||
+        (rc = linear(e, mn, NAME(w, "%s.mlp.gate_proj", p), F, H, c->mlp_bias, NAME(g, "l%d.gate", i))) ||
+        (rc = linear(e, mn, NAME(w, "%s.mlp.up_proj", p), F, H, c->mlp_bias, NAME(u, "l%d.up", i))) ||
+        (rc = instr(e, OG_OP_SWIGLU, NAME(act, "l%d.act", i), NULL, IN(g, u))) ||
+        (rc = linear(e, act, NAME(w, "%s.mlp.down_proj", p), H, F, c->mlp_bias, NAME(dn, "l%d.mlp_out", i))))
+        return rc;
+    snprintf(out, out_cap, "l%d.out", i);
+    return instr(e, OG_OP_ADD, out, NULL, IN(h, dn));
+}
+
+/* The KV manifest: ring for sliding layers whose window is shorter than
+ * max_context, flat otherwise. layers[] has cfg->num_hidden_layers entries. */
+static int32_t build_kv(const og_hf_config *c, const og_export_options *o, og_kv_layer_config *layers,
+                        og_kv_config *kv) {
+    int32_t rings = 0;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        bool ring = c->layer_sliding[i] && c->sliding_window < o->max_context;
+        layers[i] = (og_kv_layer_config){.layer_id = i,
+                                         .policy = ring ? OG_KV_RING : OG_KV_FLAT,
+                                         .window = ring ? c->sliding_window : 0,
+                                         .n_kv_heads = c->num_key_value_heads,
+                                         .head_dim = c->head_dim};
+        rings += ring;
+    }
+    *kv = (og_kv_config){.version = OG_KV_MANIFEST_VERSION,
+                         .kv_dtype = o->kv_dtype,
+                         .max_capacity = o->max_context,
+                         .initial_capacity = o->initial_capacity,
+                         .max_write = o->max_write,
+                         .n_model_layers = c->num_hidden_layers,
+                         .n_layers = c->num_hidden_layers,
+                         .layers = layers};
+    return rings;
+}
+
+/* Fills defaults and checks the options against each other. */
+static og_status resolve_options(const og_hf_config *c, const og_st_tensor *embed, og_export_options *o) {
+    if (o->max_context < 0 || o->initial_capacity < 0 || o->max_write < 0)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: max-context, initial-capacity and max-write must be positive");
+    if (o->max_context == 0)
+        o->max_context = c->max_position_embeddings < OG_EXPORT_DEFAULT_MAX_CONTEXT ? c->max_position_embeddings
+                                                                                     : OG_EXPORT_DEFAULT_MAX_CONTEXT;
+    if (o->initial_capacity == 0)
+        o->initial_capacity = o->max_context < OG_EXPORT_DEFAULT_INITIAL_CAPACITY ? o->max_context
+                                                                                  : OG_EXPORT_DEFAULT_INITIAL_CAPACITY;
+    if (o->max_write == 0)
+        o->max_write = (int32_t)(o->max_context < OG_EXPORT_DEFAULT_MAX_WRITE ? o->max_context
+                                                                              : OG_EXPORT_DEFAULT_MAX_WRITE);
+    if (o->initial_capacity > o->max_context)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: initial-capacity %lld exceeds max-context %lld",
+                            (long long)o->initial_capacity, (long long)o->max_context);
+    if (o->max_write > o->max_context)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: max-write %d exceeds max-context %lld", o->max_write,
+                            (long long)o->max_context);
+    if (o->kv_dtype != OG_DTYPE_BF16 && o->kv_dtype != OG_DTYPE_F32)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: kv-dtype %s is not bf16 or f32",
+                            og_dtype_name(o->kv_dtype));
+    if (o->dtype == OG_DTYPE_COUNT) {
+        og_dtype src = c->has_dtype ? c->dtype : embed->dtype;
+        o->dtype = src == OG_DTYPE_BF16 ? OG_DTYPE_BF16 : OG_DTYPE_F32;
+    }
+    if (o->dtype != OG_DTYPE_BF16 && o->dtype != OG_DTYPE_F32)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: dtype %s is not bf16 or f32", og_dtype_name(o->dtype));
+    return OG_OK;
+}
+
+/* Reads <dir>/<name> if it exists: *text NULL when absent. */
+static og_status read_optional(const char *dir, const char *name, char **text) {
+    char path[4096];
+    *text = NULL;
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return og_set_error(OG_ERR_IO, "export: path too long: %s/%s", dir, name);
+    if (access(path, F_OK) != 0) return OG_OK;
+    return og_read_text_file(path, text, NULL);
+}
+
+static og_status lower(exporter *e, const char *dir, const og_export_options *o, og_export_summary *sum) {
+    const og_hf_config *c = e->cfg;
+    og_status rc;
+    og_kv_layer_config *layers = og_calloc((size_t)c->num_hidden_layers, sizeof *layers);
+    if (!layers) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    og_kv_config kv;
+    sum->n_ring_layers = build_kv(c, o, layers, &kv);
+    og_program_model m = {.activation_dtype = o->dtype,
+                          .vocab_size = c->vocab_size,
+                          .hidden_size = c->hidden_size,
+                          .intermediate_size = c->intermediate_size,
+                          .num_hidden_layers = c->num_hidden_layers,
+                          .num_attention_heads = c->num_attention_heads,
+                          .num_key_value_heads = c->num_key_value_heads,
+                          .head_dim = c->head_dim,
+                          .rms_norm_eps = c->rms_norm_eps,
+                          .tie_word_embeddings = c->tie_word_embeddings,
+                          .rope = {.theta = c->rope.theta,
+                                   .type = c->rope.type,
+                                   .factor = c->rope.factor,
+                                   .low_freq_factor = c->rope.low_freq_factor,
+                                   .high_freq_factor = c->rope.high_freq_factor,
+                                   .original_max_position_embeddings = c->rope.original_max_position_embeddings}};
+    snprintf(m.family, sizeof m.family, "%s", og_hf_family_name(c->family));
+    cJSON *extra = cJSON_CreateObject();
+    if (extra) {
+        cJSON_AddNumberToObject(extra, "max_position_embeddings", (double)c->max_position_embeddings);
+        cJSON_AddNumberToObject(extra, "sliding_window", c->sliding_window);
+    }
+    rc = og_program_writer_set_model(e->w, &m, extra);
+    if (rc == OG_OK) rc = og_program_writer_set_kv(e->w, &kv);
+    if (rc == OG_OK) rc = og_program_writer_add_kv_runtime(e->w);
+    og_free(layers);
+    if (rc != OG_OK) return writer_error(e, rc);
+
+    const int64_t V = c->vocab_size, H = c->hidden_size;
+    char x[64] = "embed";
+    if ((rc = add_weight(e, "model.embed_tokens.weight", 2, V, H)) ||
+        (rc = instr(e, OG_OP_EMBED, x, NULL, IN("tokens", "model.embed_tokens.weight"))))
+        return rc;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        char next[64];
+        if ((rc = lower_layer(e, i, x, next, sizeof next))) return rc;
+        memcpy(x, next, sizeof x);
+    }
+    og_op_attrs norm = {.eps = c->rms_norm_eps};
+    const char *head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    if ((rc = add_weight(e, "model.norm.weight", 1, H, 0)) ||
+        (rc = instr(e, OG_OP_RMS_NORM, "final_norm", &norm, IN(x, "model.norm.weight"))) ||
+        (!c->tie_word_embeddings && (rc = add_weight(e, head, 2, V, H))) ||
+        (rc = instr(e, OG_OP_MATMUL, "logits", NULL, IN("final_norm", head))))
+        return rc;
+
+    char *tok = NULL, *tok_cfg = NULL;
+    if ((rc = read_optional(dir, "tokenizer.json", &tok)) == OG_OK &&
+        (rc = read_optional(dir, "tokenizer_config.json", &tok_cfg)) == OG_OK && tok) {
+        rc = og_program_writer_set_tokenizer(e->w, tok, tok_cfg);
+        if (rc != OG_OK) rc = writer_error(e, rc);
+    }
+    sum->has_tokenizer = tok != NULL;
+    og_free(tok);
+    og_free(tok_cfg);
+    if (rc != OG_OK) return rc;
+    rc = og_program_writer_finish(e->w, o->progress, o->progress_ctx);
+    return rc == OG_OK ? OG_OK : writer_error(e, rc);
+}
+
+og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export_options *opts,
+                       og_export_summary *summary) {
+    if (!hf_dir || !out_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: NULL path");
+    og_export_options o;
+    if (opts) o = *opts;
+    else og_export_default_options(&o);
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", hf_dir) >= (int)sizeof path)
+        return og_set_error(OG_ERR_IO, "export: path too long: %s", hf_dir);
+    og_hf_config *cfg = og_malloc(sizeof *cfg);
+    if (!cfg) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    exporter e = {.cfg = cfg};
+    og_export_summary sum = {0};
+    og_status rc = og_hf_config_load(path, cfg);
+    if (rc == OG_OK) rc = og_safetensors_open_dir(hf_dir, &e.st);
+    const og_st_tensor *embed = e.st ? og_safetensors_find(e.st, "model.embed_tokens.weight") : NULL;
+    if (rc == OG_OK && !embed)
+        rc = og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"model.embed_tokens.weight\" is missing", hf_dir);
+    if (rc == OG_OK) rc = resolve_options(cfg, embed, &o);
+    if (rc == OG_OK) {
+        /* embed, final norm, lm_head, and per layer: 2 norms, 7 matrices,
+         * up to 3 q/k/v + 1 o + 3 mlp biases, 2 q/k norms */
+        e.cap_srcs = 3 + cfg->num_hidden_layers * 18;
+        e.srcs = og_calloc((size_t)e.cap_srcs, sizeof *e.srcs);
+        e.dtype = o.dtype;
+        if (!e.srcs) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
+    if (rc == OG_OK) rc = og_program_writer_create(out_path, &e.w);
+    if (rc == OG_OK) rc = lower(&e, hf_dir, &o, &sum);
+    if (rc == OG_OK && summary) {
+        sum.family = cfg->family;
+        sum.n_layers = cfg->num_hidden_layers;
+        sum.n_params = e.n_params;
+        sum.weight_bytes = e.weight_bytes;
+        sum.dtype = o.dtype;
+        sum.kv_dtype = o.kv_dtype;
+        sum.max_context = o.max_context;
+        sum.initial_capacity = o.initial_capacity;
+        sum.max_write = o.max_write;
+        *summary = sum;
+    }
+    og_program_writer_destroy(e.w);
+    og_safetensors_close(e.st);
+    og_free(e.srcs);
+    og_free(cfg);
+    return rc;
+}

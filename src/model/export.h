@@ -1,0 +1,65 @@
+/* Lowering a Hugging Face checkpoint (config.json + safetensors, optional
+ * tokenizer.json / tokenizer_config.json) to a program file.
+ *
+ * Per layer i: rms_norm -> q/k/v matmul (+bias) -> (qwen3: head_rms_norm of
+ * q and k) -> rope q/k -> update_and_attend -> o matmul -> add residual ->
+ * rms_norm -> gate/up matmul -> swiglu -> down matmul -> add; then the final
+ * rms_norm and the logits matmul (lm_head, or the embedding table when
+ * tied). The KV manifest declares a flat layer for every full-attention
+ * layer and a ring (window = sliding_window) for every sliding one; a
+ * window that covers the whole max_context is declared flat, which attends
+ * over exactly the same keys with less storage. Weights keep their Hugging
+ * Face names and are converted to the target dtype tensor by tensor while
+ * the file is written; runtime tensors are kv.<layer>.k / kv.<layer>.v. */
+#ifndef OG_MODEL_EXPORT_H
+#define OG_MODEL_EXPORT_H
+
+#include "model/hf_config.h"
+#include "offgraph.h"
+#include "program/program.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* max_context default: the config's max_position_embeddings, capped here so
+ * that a default export of a 128k-context checkpoint does not promise
+ * sessions more than most deployments budget for; --max-context raises it.
+ * (The file size does not depend on it: KV storage is never stored.) */
+#define OG_EXPORT_DEFAULT_MAX_CONTEXT 32768
+#define OG_EXPORT_DEFAULT_INITIAL_CAPACITY 256
+#define OG_EXPORT_DEFAULT_MAX_WRITE 512
+
+typedef struct og_export_options {
+    int64_t max_context;      /* 0: min(max_position_embeddings, 32768)      */
+    int64_t initial_capacity; /* 0: min(256, max_context)                    */
+    int32_t max_write;        /* 0: min(512, max_context)                    */
+    /* weight and activation dtype, f32 or bf16; OG_DTYPE_COUNT: the
+     * checkpoint's (f16 checkpoints become f32, which holds them exactly) */
+    og_dtype dtype;
+    og_dtype kv_dtype;        /* f32 or bf16; default bf16                   */
+    og_program_progress_fn progress; /* may be NULL                          */
+    void *progress_ctx;
+} og_export_options;
+
+void og_export_default_options(og_export_options *o);
+
+/* What an export produced, for the command line's summary. */
+typedef struct og_export_summary {
+    og_hf_family family;
+    int32_t n_layers;
+    int32_t n_ring_layers;
+    int64_t n_params;      /* elements of the weights written (tied counted once) */
+    uint64_t weight_bytes; /* bytes of the weights written                   */
+    og_dtype dtype, kv_dtype;
+    int64_t max_context, initial_capacity;
+    int32_t max_write;
+    bool has_tokenizer;
+} og_export_summary;
+
+/* Exports the checkpoint folder hf_dir to out_path. Nothing is left at
+ * out_path (nor out_path.tmp) on failure. og_last_error() names the file,
+ * field or tensor and the value that was wrong. summary may be NULL. */
+og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export_options *opts,
+                       og_export_summary *summary);
+
+#endif

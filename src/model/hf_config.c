@@ -1,0 +1,325 @@
+/* config.json reader for llama, mistral, qwen2 and qwen3 checkpoints. */
+#include "model/hf_config.h"
+
+#include "core/core.h"
+#include "model/textfile.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+
+static const char *const k_family_names[OG_HF_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const k_architectures[OG_HF_FAMILY_COUNT] = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+
+const char *og_hf_family_name(og_hf_family f) {
+    return (unsigned)f < OG_HF_FAMILY_COUNT ? k_family_names[f] : "unknown";
+}
+
+/* Parsing context: where messages point. */
+typedef struct ctx {
+    const char *origin;
+    const cJSON *root;
+} ctx;
+
+/* The JSON text of a value, shortened to fit buf. */
+static const char *show(const cJSON *v, char *buf, size_t cap) {
+    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+    snprintf(buf, cap, "%s", s ? s : "?");
+    if (s) cJSON_free(s);
+    if (strlen(buf) == cap - 1 && cap > 4) memcpy(buf + cap - 4, "...", 4);
+    return buf;
+}
+
+static og_status bad(const ctx *c, og_status st, const char *field, const cJSON *v, const char *why) {
+    char buf[96];
+    return og_set_error(st, "%s: field \"%s\" = %s: %s", c->origin, field, show(v, buf, sizeof buf), why);
+}
+
+/* A present, non-null item of obj, or NULL. */
+static const cJSON *item(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Integer field in [lo, hi]; when absent, def (or an error if required). */
+static og_status get_int(const ctx *c, const cJSON *obj, const char *key, const char *field, bool required,
+                         int64_t def, int64_t lo, int64_t hi, int64_t *out) {
+    const cJSON *v = item(obj, key);
+    if (!v) {
+        if (required) return og_set_error(OG_ERR_FORMAT, "%s: required field \"%s\" is missing", c->origin, field);
+        *out = def;
+        return OG_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < (double)lo ||
+        v->valuedouble > (double)hi) {
+        char why[96];
+        snprintf(why, sizeof why, "must be an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+        return bad(c, OG_ERR_FORMAT, field, v, why);
+    }
+    *out = (int64_t)v->valuedouble;
+    return OG_OK;
+}
+
+static og_status get_i32(const ctx *c, const char *key, bool required, int64_t def, int32_t *out) {
+    int64_t v;
+    og_status rc = get_int(c, c->root, key, key, required, def, 1, INT32_MAX, &v);
+    if (rc == OG_OK) *out = (int32_t)v;
+    return rc;
+}
+
+/* Positive finite number field; def when absent. */
+static og_status get_pos_double(const ctx *c, const cJSON *obj, const char *key, const char *field,
+                                bool required, double def, double *out) {
+    const cJSON *v = item(obj, key);
+    if (!v) {
+        if (required) return og_set_error(OG_ERR_FORMAT, "%s: required field \"%s\" is missing", c->origin, field);
+        *out = def;
+        return OG_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0.0)
+        return bad(c, OG_ERR_FORMAT, field, v, "must be a positive number");
+    *out = v->valuedouble;
+    return OG_OK;
+}
+
+static og_status get_bool(const ctx *c, const char *key, bool def, bool *out) {
+    const cJSON *v = item(c->root, key);
+    if (!v) {
+        *out = def;
+        return OG_OK;
+    }
+    if (!cJSON_IsBool(v)) return bad(c, OG_ERR_FORMAT, key, v, "must be true or false");
+    *out = cJSON_IsTrue(v);
+    return OG_OK;
+}
+
+static og_status parse_family(const ctx *c, og_hf_family *out) {
+    const cJSON *mt = item(c->root, "model_type");
+    if (mt) {
+        if (!cJSON_IsString(mt)) return bad(c, OG_ERR_FORMAT, "model_type", mt, "must be a string");
+        for (int f = 0; f < OG_HF_FAMILY_COUNT; f++)
+            if (!strcmp(mt->valuestring, k_family_names[f])) {
+                *out = (og_hf_family)f;
+                return OG_OK;
+            }
+        return bad(c, OG_ERR_UNSUPPORTED, "model_type", mt, "not supported (llama, mistral, qwen2, qwen3)");
+    }
+    const cJSON *arch = item(c->root, "architectures");
+    if (!arch)
+        return og_set_error(OG_ERR_FORMAT, "%s: neither \"model_type\" nor \"architectures\" is given", c->origin);
+    const cJSON *a0 = cJSON_IsArray(arch) ? arch->child : NULL;
+    if (!a0 || !cJSON_IsString(a0)) return bad(c, OG_ERR_FORMAT, "architectures", arch, "must be a list of names");
+    for (int f = 0; f < OG_HF_FAMILY_COUNT; f++)
+        if (!strcmp(a0->valuestring, k_architectures[f])) {
+            *out = (og_hf_family)f;
+            return OG_OK;
+        }
+    return bad(c, OG_ERR_UNSUPPORTED, "architectures", arch,
+               "not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+}
+
+/* Rope: transformers 5 "rope_parameters" when present, else the
+ * transformers 4 "rope_theta" + "rope_scaling". */
+static og_status parse_rope(const ctx *c, og_hf_rope *rope) {
+    const cJSON *params = item(c->root, "rope_parameters");
+    const char *group = params ? "rope_parameters" : "rope_scaling";
+    const cJSON *scaling = params ? params : item(c->root, "rope_scaling");
+    char field[64];
+    og_status rc;
+    memset(rope, 0, sizeof *rope);
+    rope->type = OG_ROPE_DEFAULT;
+    rope->factor = 1.0;
+    if (params) {
+        if (!cJSON_IsObject(params)) return bad(c, OG_ERR_FORMAT, "rope_parameters", params, "must be an object");
+        rc = get_pos_double(c, params, "rope_theta", "rope_parameters.rope_theta", false, 10000.0, &rope->theta);
+    } else {
+        rc = get_pos_double(c, c->root, "rope_theta", "rope_theta", false, 10000.0, &rope->theta);
+    }
+    if (rc != OG_OK) return rc;
+    if (!scaling) return OG_OK;
+    if (!cJSON_IsObject(scaling)) return bad(c, OG_ERR_FORMAT, group, scaling, "must be an object or null");
+    const char *key = "rope_type";
+    const cJSON *t = item(scaling, key);
+    if (!t && !params) t = item(scaling, key = "type");
+    snprintf(field, sizeof field, "%s.%s", group, key);
+    if (!t) {
+        if (params) return OG_OK; /* rope_parameters without a type: default */
+        return og_set_error(OG_ERR_FORMAT, "%s: required field \"rope_scaling.rope_type\" is missing", c->origin);
+    }
+    if (!cJSON_IsString(t)) return bad(c, OG_ERR_FORMAT, field, t, "must be a string");
+    if (!strcmp(t->valuestring, "default")) return OG_OK;
+    bool linear = !strcmp(t->valuestring, "linear");
+    if (!linear && strcmp(t->valuestring, "llama3"))
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "%s: field \"%s.rope_type\" = \"%s\": not supported (default, linear, llama3)",
+                            c->origin, group, t->valuestring);
+    rope->type = linear ? OG_ROPE_LINEAR : OG_ROPE_LLAMA3;
+    static const char *const names[3] = {"factor", "low_freq_factor", "high_freq_factor"};
+    double *dst[3] = {&rope->factor, &rope->low_freq_factor, &rope->high_freq_factor};
+    for (int i = 0; i < (linear ? 1 : 3); i++) {
+        snprintf(field, sizeof field, "%s.%s", group, names[i]);
+        if ((rc = get_pos_double(c, scaling, names[i], field, true, 0.0, dst[i])) != OG_OK) return rc;
+    }
+    if (linear) return OG_OK;
+    snprintf(field, sizeof field, "%s.original_max_position_embeddings", group);
+    if ((rc = get_int(c, scaling, "original_max_position_embeddings", field, true, 0, 1, INT32_MAX,
+                      &rope->original_max_position_embeddings)) != OG_OK)
+        return rc;
+    if (rope->high_freq_factor <= rope->low_freq_factor) {
+        snprintf(field, sizeof field, "%s.high_freq_factor", group);
+        return bad(c, OG_ERR_FORMAT, field, item(scaling, "high_freq_factor"), "must exceed low_freq_factor");
+    }
+    return OG_OK;
+}
+
+static og_status parse_dtype(const ctx *c, og_hf_config *cfg) {
+    const char *key = "dtype";
+    const cJSON *v = item(c->root, key);
+    if (!v) v = item(c->root, key = "torch_dtype");
+    if (!v) return OG_OK;
+    if (!cJSON_IsString(v)) return bad(c, OG_ERR_FORMAT, key, v, "must be a string");
+    static const struct {
+        const char *name;
+        og_dtype dt;
+    } names[] = {{"bfloat16", OG_DTYPE_BF16}, {"float16", OG_DTYPE_F16}, {"float32", OG_DTYPE_F32}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(v->valuestring, names[i].name)) {
+            cfg->has_dtype = true;
+            cfg->dtype = names[i].dt;
+            return OG_OK;
+        }
+    return bad(c, OG_ERR_UNSUPPORTED, key, v, "not supported (bfloat16, float16, float32)");
+}
+
+/* Which layers use a sliding window, following transformers: an explicit
+ * "layer_types" list wins; otherwise mistral slides every layer when
+ * sliding_window is set, and qwen2/qwen3 slide layers >= max_window_layers
+ * when use_sliding_window is true. llama never slides. */
+static og_status parse_sliding(const ctx *c, og_hf_config *cfg) {
+    og_status rc;
+    int64_t window = 0;
+    bool family_slides = cfg->family != OG_HF_LLAMA;
+    bool use = cfg->family == OG_HF_MISTRAL;
+    if (cfg->family == OG_HF_QWEN2 || cfg->family == OG_HF_QWEN3)
+        if ((rc = get_bool(c, "use_sliding_window", false, &use)) != OG_OK) return rc;
+    if (family_slides) {
+        /* absent: the class default 4096; null: no window */
+        const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window");
+        if (!sw || !cJSON_IsNull(sw))
+            if ((rc = get_int(c, c->root, "sliding_window", "sliding_window", false, 4096, 1, INT32_MAX,
+                              &window)) != OG_OK)
+                return rc;
+        if (!use) window = 0;
+    }
+    cfg->sliding_window = (int32_t)window;
+    const int32_t n = cfg->num_hidden_layers;
+    const cJSON *lt = item(c->root, "layer_types");
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
+            char why[64];
+            snprintf(why, sizeof why, "must be a list of %d layer types", n);
+            return bad(c, OG_ERR_FORMAT, "layer_types", lt, why);
+        }
+        int32_t i = 0;
+        for (const cJSON *e = lt->child; e; e = e->next, i++) {
+            char field[32];
+            snprintf(field, sizeof field, "layer_types[%d]", i);
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) {
+                cfg->layer_sliding[i] = 0;
+            } else if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) {
+                if (window == 0)
+                    return bad(c, OG_ERR_FORMAT, field, e,
+                               "a sliding layer, but no sliding_window is in effect (null, or "
+                               "use_sliding_window false)");
+                cfg->layer_sliding[i] = 1;
+            } else {
+                return bad(c, OG_ERR_FORMAT, field, e, "must be \"full_attention\" or \"sliding_attention\"");
+            }
+        }
+        return OG_OK;
+    }
+    int64_t first_sliding = 0;
+    if ((cfg->family == OG_HF_QWEN2 || cfg->family == OG_HF_QWEN3) &&
+        (rc = get_int(c, c->root, "max_window_layers", "max_window_layers", false, 28, 0, INT32_MAX,
+                      &first_sliding)) != OG_OK)
+        return rc;
+    for (int32_t i = 0; i < n; i++) cfg->layer_sliding[i] = window > 0 && i >= first_sliding;
+    return OG_OK;
+}
+
+static og_status parse_root(const ctx *c, og_hf_config *cfg) {
+    og_status rc;
+    memset(cfg, 0, sizeof *cfg);
+    if ((rc = parse_family(c, &cfg->family)) != OG_OK) return rc;
+    const cJSON *act = item(c->root, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
+        return bad(c, OG_ERR_UNSUPPORTED, "hidden_act", act, "not supported (silu)");
+    int64_t v;
+    if ((rc = get_int(c, c->root, "vocab_size", "vocab_size", true, 0, 1, INT32_MAX, &cfg->vocab_size)) ||
+        (rc = get_int(c, c->root, "hidden_size", "hidden_size", true, 0, 1, INT32_MAX, &cfg->hidden_size)) ||
+        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size", true, 0, 1, INT32_MAX,
+                      &cfg->intermediate_size)) ||
+        (rc = get_i32(c, "num_hidden_layers", true, 0, &cfg->num_hidden_layers)) ||
+        (rc = get_i32(c, "num_attention_heads", true, 0, &cfg->num_attention_heads)) ||
+        (rc = get_i32(c, "num_key_value_heads", false, cfg->num_attention_heads, &cfg->num_key_value_heads)))
+        return rc;
+    if (cfg->num_hidden_layers > OG_HF_MAX_LAYERS)
+        return bad(c, OG_ERR_UNSUPPORTED, "num_hidden_layers", item(c->root, "num_hidden_layers"),
+                   "more layers than this build supports (1024)");
+    if (cfg->num_attention_heads % cfg->num_key_value_heads)
+        return bad(c, OG_ERR_FORMAT, "num_key_value_heads", item(c->root, "num_key_value_heads"),
+                   "must divide num_attention_heads");
+    const cJSON *hd = item(c->root, "head_dim");
+    if (!hd && cfg->hidden_size % cfg->num_attention_heads)
+        return bad(c, OG_ERR_FORMAT, "num_attention_heads", item(c->root, "num_attention_heads"),
+                   "must divide hidden_size when head_dim is not given");
+    if ((rc = get_i32(c, "head_dim", false, cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim)))
+        return rc;
+    if (cfg->head_dim % 2) return bad(c, OG_ERR_FORMAT, "head_dim", hd, "must be even for rotary embeddings");
+    if ((rc = get_pos_double(c, c->root, "rms_norm_eps", "rms_norm_eps", false, 1e-6, &cfg->rms_norm_eps)) ||
+        (rc = get_bool(c, "tie_word_embeddings", false, &cfg->tie_word_embeddings)))
+        return rc;
+    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768};
+    if ((rc = get_int(c, c->root, "max_position_embeddings", "max_position_embeddings", false,
+                      default_max_pos[cfg->family], 1, INT32_MAX, &v)))
+        return rc;
+    cfg->max_position_embeddings = v;
+    bool attention_bias = false;
+    if (cfg->family != OG_HF_MISTRAL && cfg->family != OG_HF_QWEN2 &&
+        (rc = get_bool(c, "attention_bias", false, &attention_bias)))
+        return rc;
+    cfg->qkv_bias = attention_bias || cfg->family == OG_HF_QWEN2;
+    cfg->o_bias = attention_bias;
+    if (cfg->family == OG_HF_LLAMA && (rc = get_bool(c, "mlp_bias", false, &cfg->mlp_bias))) return rc;
+    cfg->qk_norm = cfg->family == OG_HF_QWEN3;
+    if ((rc = parse_rope(c, &cfg->rope)) || (rc = parse_dtype(c, cfg)) || (rc = parse_sliding(c, cfg)))
+        return rc;
+    return OG_OK;
+}
+
+og_status og_hf_config_parse(const char *text, size_t len, const char *origin, og_hf_config *out) {
+    if (!out || (!text && len)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "hf config: NULL argument");
+    if (!origin) origin = "config.json";
+    cJSON *root = cJSON_ParseWithLength(text ? text : "", len);
+    if (!root) return og_set_error(OG_ERR_FORMAT, "%s: not valid JSON", origin);
+    og_status rc;
+    if (!cJSON_IsObject(root)) {
+        rc = og_set_error(OG_ERR_FORMAT, "%s: not a JSON object", origin);
+    } else {
+        ctx c = {origin, root};
+        rc = parse_root(&c, out);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+og_status og_hf_config_load(const char *path, og_hf_config *out) {
+    char *text = NULL;
+    size_t len = 0;
+    og_status rc = og_read_text_file(path, &text, &len);
+    if (rc != OG_OK) return rc;
+    rc = og_hf_config_parse(text, len, path, out);
+    og_free(text);
+    return rc;
+}

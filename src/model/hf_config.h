@@ -1,0 +1,75 @@
+/* config.json of Hugging Face checkpoints for the llama, mistral, qwen2 and
+ * qwen3 families, in both dialects:
+ *   transformers 5: "rope_parameters" {rope_theta, rope_type, scaling fields}, "dtype";
+ *   transformers 4: top-level "rope_theta", "rope_scaling" {rope_type | type,
+ *                   factor, low_freq_factor, high_freq_factor,
+ *                   original_max_position_embeddings}, "torch_dtype".
+ * Missing optional fields take the transformers class defaults of the
+ * family. Every refusal names the file, the field and its value. */
+#ifndef OG_MODEL_HF_CONFIG_H
+#define OG_MODEL_HF_CONFIG_H
+
+#include "offgraph.h"
+#include "program/ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OG_HF_MAX_LAYERS 1024
+
+typedef enum og_hf_family {
+    OG_HF_LLAMA = 0,
+    OG_HF_MISTRAL,
+    OG_HF_QWEN2,
+    OG_HF_QWEN3,
+    OG_HF_FAMILY_COUNT
+} og_hf_family;
+
+/* Rope: default, linear (factor) or llama3 (every field). Fields a type
+ * does not use are 0, except factor, which is 1 when unscaled. */
+typedef struct og_hf_rope {
+    og_rope_type type;
+    double theta;
+    double factor;
+    double low_freq_factor;
+    double high_freq_factor;
+    int64_t original_max_position_embeddings;
+} og_hf_rope;
+
+typedef struct og_hf_config {
+    og_hf_family family;
+    int64_t vocab_size;
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int32_t num_hidden_layers;
+    int32_t num_attention_heads;
+    int32_t num_key_value_heads; /* default: num_attention_heads          */
+    int32_t head_dim;            /* default: hidden_size / heads           */
+    double rms_norm_eps;
+    bool tie_word_embeddings;
+    int64_t max_position_embeddings;
+    bool qkv_bias;  /* q/k/v projections carry a bias (qwen2 always)      */
+    bool o_bias;    /* o projection carries a bias (attention_bias)       */
+    bool mlp_bias;  /* gate/up/down carry a bias (llama mlp_bias)         */
+    bool qk_norm;   /* per-head RMS norm of q and k (qwen3)               */
+    og_hf_rope rope;
+    bool has_dtype; /* "dtype" / "torch_dtype" was given                  */
+    og_dtype dtype; /* f32, bf16 or f16 when has_dtype                    */
+    int32_t sliding_window; /* W of the sliding layers; 0 when none is    */
+    uint8_t layer_sliding[OG_HF_MAX_LAYERS]; /* 1: layer i uses the window */
+} og_hf_config;
+
+/* Parses config.json text (len bytes, need not be NUL-terminated). origin
+ * names the text in messages. OG_ERR_FORMAT for malformed or inconsistent
+ * fields, OG_ERR_UNSUPPORTED for a valid but unsupported model_type, rope
+ * type (only default, linear and llama3 are supported), hidden_act or dtype. */
+og_status og_hf_config_parse(const char *text, size_t len, const char *origin, og_hf_config *out);
+
+/* Reads and parses a config.json file. */
+og_status og_hf_config_load(const char *path, og_hf_config *out);
+
+/* "llama", "mistral", "qwen2", "qwen3"; "unknown" otherwise. Static. */
+const char *og_hf_family_name(og_hf_family f);
+
+#endif

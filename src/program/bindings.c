@@ -1,0 +1,89 @@
+/* Deferred binding: a per-session table that points each runtime tensor of a
+ * program at the storage a KV session holds for its layer. The program never
+ * sees these pointers; the executor checks the table before every step. */
+#include "program/program_internal.h"
+
+typedef struct binding {
+    void *data;   /* [rows, Hkv, D] of kv_dtype, NULL when unbound */
+    int64_t rows;
+} binding;
+
+struct og_program_bindings {
+    const og_program *prog;
+    binding *slots; /* [n_tensors]; only runtime tensors are ever bound */
+    og_errbuf err;
+};
+
+og_status og_program_bindings_create(const og_program *p, og_program_bindings **out) {
+    if (!p || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bindings_create: NULL argument");
+    og_program_bindings *b = og_calloc(1, sizeof *b);
+    if (b && p->n_tensors > 0 && !(b->slots = og_calloc((size_t)p->n_tensors, sizeof *b->slots))) {
+        og_free(b);
+        b = NULL;
+    }
+    if (!b) return og_set_error(OG_ERR_OUT_OF_MEMORY, "program bindings: out of memory");
+    b->prog = p;
+    *out = b;
+    return OG_OK;
+}
+
+void og_program_bindings_destroy(og_program_bindings *b) {
+    if (!b) return;
+    og_free(b->slots);
+    og_free(b);
+}
+
+void og_program_bindings_clear(og_program_bindings *b) {
+    if (b && b->slots) memset(b->slots, 0, (size_t)b->prog->n_tensors * sizeof *b->slots);
+}
+
+og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
+    if (!b || !s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bind_kv: NULL argument");
+    const og_program *p = b->prog;
+    /* check every layer first, so that a mismatch binds nothing */
+    for (int32_t l = 0; l < p->kv.n_layers; l++) {
+        og_kv_layer_view v;
+        const og_kv_layer_config *want = &p->layers[l];
+        if (og_kv_session_layer_view(s, l, &v) != OG_OK)
+            return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
+                                 "program bindings: the session has no layer %d (the program's kv.layers[%d])", l, l);
+        if (v.layer_id != want->layer_id || v.policy != want->policy || v.window != want->window ||
+            v.n_kv_heads != want->n_kv_heads || v.head_dim != want->head_dim || v.dtype != p->kv.kv_dtype)
+            return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
+                                 "program bindings: session layer %d (layer_id %d, Hkv %d, D %d, %s) does not match "
+                                 "the program's kv.layers[%d] (layer_id %d, Hkv %d, D %d, %s)",
+                                 l, v.layer_id, v.n_kv_heads, v.head_dim, og_dtype_name(v.dtype), l, want->layer_id,
+                                 want->n_kv_heads, want->head_dim, og_dtype_name(p->kv.kv_dtype));
+    }
+    for (int32_t i = 0; i < p->n_tensors; i++) {
+        const og_program_tensor *t = &p->tensors[i];
+        if (t->binding != OG_BINDING_RUNTIME) continue;
+        og_kv_layer_view v;
+        og_kv_session_layer_view(s, t->kv_index, &v);
+        void *data = t->part == OG_KV_PART_K ? v.k : v.v;
+        b->slots[i] = (binding){data, data ? v.rows : 0};
+    }
+    return OG_OK;
+}
+
+og_status og_program_bindings_check(og_program_bindings *b) {
+    if (!b) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bindings_check: NULL table");
+    const og_program *p = b->prog;
+    for (int32_t i = 0; i < p->n_tensors; i++) {
+        const og_program_tensor *t = &p->tensors[i];
+        if (t->binding == OG_BINDING_RUNTIME && !b->slots[i].data)
+            return og_errbuf_set(&b->err, OG_ERR_UNBOUND,
+                                 "program bindings: runtime tensor \"%s\" (layer %d %s) is unbound", t->name,
+                                 t->layer_id, t->part == OG_KV_PART_K ? "k" : "v");
+    }
+    return OG_OK;
+}
+
+void *og_program_binding_get(const og_program_bindings *b, int32_t i, int64_t *rows) {
+    if (rows) *rows = 0;
+    if (!b || i < 0 || i >= b->prog->n_tensors || !b->slots[i].data) return NULL;
+    if (rows) *rows = b->slots[i].rows;
+    return b->slots[i].data;
+}
+
+const char *og_program_bindings_last_error(const og_program_bindings *b) { return b ? b->err.msg : ""; }

@@ -1,0 +1,133 @@
+/* The program instruction set: one table row per op with its name, operand
+ * counts, attribute names, and a shape rule.
+ *
+ * Letters: T = step width (the dynamic leading dimension of every
+ * activation), V = vocabulary, H = hidden size, N/K = feature widths,
+ * F = intermediate size, Hq/Hkv = query/kv heads, D = head dim.
+ *
+ *   embed             tokens [T] i32, table [V, H]                -> [T, H]
+ *   rms_norm          x [T, N], weight [N]                        -> [T, N]
+ *   head_rms_norm     x [T, heads*D], weight [D]                  -> [T, heads*D]
+ *   matmul            x [T, K], weight [N, K] (, bias [N])        -> [T, N]
+ *   rope              x [T, heads*D], positions [T] i32           -> [T, heads*D]
+ *   update_and_attend q [T, Hq*D], k [T, Hkv*D], v [T, Hkv*D], positions [T] i32,
+ *                     k_cache, v_cache (runtime)                  -> [T, Hq*D]
+ *   swiglu            gate [T, F], up [T, F]                      -> [T, F]
+ *   add               a [T, N], b [T, N]                          -> [T, N]
+ */
+#ifndef OG_PROGRAM_OPS_H
+#define OG_PROGRAM_OPS_H
+
+#include "offgraph.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum og_op {
+    OG_OP_EMBED = 0,
+    OG_OP_RMS_NORM,
+    OG_OP_HEAD_RMS_NORM,
+    OG_OP_MATMUL,
+    OG_OP_ROPE,
+    OG_OP_UPDATE_AND_ATTEND,
+    OG_OP_SWIGLU,
+    OG_OP_ADD,
+    OG_OP_COUNT
+} og_op;
+
+#define OG_OP_MAX_INPUTS 6
+#define OG_OP_MAX_ATTRS 8
+
+/* RoPE frequency scaling, as Hugging Face names it in rope_type. */
+typedef enum og_rope_type {
+    OG_ROPE_DEFAULT = 0, /* plain theta^(-2i/D)                         */
+    OG_ROPE_LINEAR,      /* positions divided by factor                  */
+    OG_ROPE_LLAMA3,      /* Llama 3.x wavelength-banded scaling          */
+    OG_ROPE_TYPE_COUNT
+} og_rope_type;
+
+/* "default", "linear", "llama3"; "unknown" otherwise. */
+const char *og_rope_type_name(og_rope_type t);
+/* false for an unknown name. */
+bool og_rope_type_parse(const char *name, og_rope_type *out);
+
+/* The attributes of every op in one struct; each op uses the fields its
+ * table row names (the others stay zero). */
+typedef struct og_op_attrs {
+    double eps;                    /* rms_norm, head_rms_norm                  */
+    int64_t heads;                 /* head_rms_norm, rope                      */
+    int64_t head_dim;              /* rope, update_and_attend                  */
+    double theta;                  /* rope                                     */
+    og_rope_type rope_type;        /* rope                                     */
+    double factor;                 /* rope scaling                             */
+    double low_freq_factor;        /* rope (llama3)                            */
+    double high_freq_factor;       /* rope (llama3)                            */
+    int64_t original_max_position_embeddings; /* rope (llama3)                 */
+    int64_t layer_id;              /* update_and_attend                        */
+    int64_t n_heads;               /* update_and_attend: Hq                    */
+    int64_t n_kv_heads;            /* update_and_attend: Hkv                   */
+    double scale;                  /* update_and_attend: 0 means 1/sqrt(D)     */
+} og_op_attrs;
+
+typedef enum og_attr_kind {
+    OG_ATTR_INT = 0,   /* an integer-valued JSON number, stored as int64_t */
+    OG_ATTR_FLOAT,     /* a JSON number, stored as double                  */
+    OG_ATTR_ROPE_TYPE  /* a JSON string naming an og_rope_type             */
+} og_attr_kind;
+
+typedef struct og_attr_desc {
+    const char *name;   /* JSON key inside "attrs"      */
+    og_attr_kind kind;
+    size_t offset;      /* offsetof(og_op_attrs, field) */
+} og_attr_desc;
+
+/* The shape of an activation or tensor during inference. A dim of
+ * OG_DIM_T is the symbolic step width. */
+#define OG_DIM_T (-1)
+#define OG_SHAPE_MAX_RANK 4
+typedef struct og_shape {
+    int32_t rank;
+    int64_t dim[OG_SHAPE_MAX_RANK];
+    og_dtype dtype;
+    bool runtime; /* a runtime (KV storage) tensor */
+} og_shape;
+
+/* Extra facts the shape rule of update_and_attend needs about its cache
+ * operands: the KV-manifest layer each runtime operand belongs to. */
+typedef struct og_op_context {
+    og_dtype act_dtype;        /* dtype of every instruction output          */
+    int64_t cache_layer_id[2]; /* layer_id of the k_cache / v_cache operands */
+    int32_t cache_part[2];     /* 0 = k, 1 = v, as declared by the tensors   */
+    /* the manifest layer with attrs.layer_id: found, Hkv, D */
+    bool layer_found;
+    int64_t layer_kv_heads, layer_head_dim;
+} og_op_context;
+
+typedef struct og_op_info {
+    const char *name;
+    int32_t min_inputs, max_inputs;
+    const char *input_names[OG_OP_MAX_INPUTS]; /* for messages */
+    int32_t n_attrs;
+    og_attr_desc attrs[OG_OP_MAX_ATTRS];
+} og_op_info;
+
+/* The table row of op, NULL when op is out of range. Static. */
+const og_op_info *og_op_get(og_op op);
+/* Finds an op by name; false when unknown. */
+bool og_op_parse(const char *name, og_op *out);
+
+/* Result of a shape rule: which rule failed, so the validator can name it. */
+typedef enum og_op_check {
+    OG_OP_CHECK_OK = 0,
+    OG_OP_CHECK_ATTR,    /* an attribute value is out of range   */
+    OG_OP_CHECK_OPERAND  /* an operand's shape/dtype/kind misfits */
+} og_op_check;
+
+/* Applies op's shape rule to n_in operand shapes (n_in already within the
+ * op's min/max). On success *out is the output shape ([T, N], act dtype).
+ * On failure writes a reason (naming the operand) into why[why_cap]. */
+og_op_check og_op_infer(og_op op, const og_op_attrs *attrs, const og_shape *in, int32_t n_in,
+                        const og_op_context *ctx, og_shape *out, char *why, size_t why_cap);
+
+#endif /* OG_PROGRAM_OPS_H */

@@ -1,0 +1,70 @@
+/* Attention test sequences: see attend_seq.h. */
+#include "attend_seq.h"
+
+#include "oracle.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool og_test_seq_init(og_test_seq *s, int32_t Hq, int32_t Hkv, int32_t D, og_dtype dtype,
+                      int64_t cap) {
+    memset(s, 0, sizeof *s);
+    s->Hq = Hq;
+    s->Hkv = Hkv;
+    s->D = D;
+    s->dtype = dtype;
+    s->cap = cap;
+    const size_t nq = (size_t)cap * Hq * D, nkv = (size_t)cap * Hkv * D;
+    s->q = malloc(nq * sizeof(float));
+    s->k = malloc(nkv * sizeof(float));
+    s->v = malloc(nkv * sizeof(float));
+    s->ks = malloc(nkv * sizeof(float));
+    s->vs = malloc(nkv * sizeof(float));
+    if (!s->q || !s->k || !s->v || !s->ks || !s->vs) {
+        og_test_seq_free(s);
+        return false;
+    }
+    return true;
+}
+
+void og_test_seq_free(og_test_seq *s) {
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->ks);
+    free(s->vs);
+    memset(s, 0, sizeof *s);
+}
+
+int64_t og_test_seq_append(og_test_seq *s, og_rng *r, int32_t T) {
+    const int64_t pos = s->n;
+    const size_t kv0 = (size_t)pos * s->Hkv * s->D, nkv = (size_t)T * s->Hkv * s->D;
+    og_rng_fill(r, s->q + (size_t)pos * s->Hq * s->D, (size_t)T * s->Hq * s->D, -1.0f, 1.0f);
+    og_rng_fill(r, s->k + kv0, nkv, -1.0f, 1.0f);
+    og_rng_fill(r, s->v + kv0, nkv, -1.0f, 1.0f);
+    memcpy(s->ks + kv0, s->k + kv0, nkv * sizeof(float));
+    memcpy(s->vs + kv0, s->v + kv0, nkv * sizeof(float));
+    if (s->dtype == OG_DTYPE_BF16) {
+        og_oracle_round_bf16(s->ks + kv0, nkv);
+        og_oracle_round_bf16(s->vs + kv0, nkv);
+    }
+    s->n += T;
+    return pos;
+}
+
+double og_test_seq_check(const og_test_seq *s, int64_t pos, int32_t T, int32_t W, float scale,
+                         const float *out, double atol, double rtol) {
+    if (pos < 0 || pos + T > s->n) return INFINITY;
+    const size_t n_out = (size_t)T * s->Hq * s->D;
+    double *want = malloc(n_out * sizeof *want);
+    if (!want) return INFINITY;
+    og_oracle_attention(s->q + (size_t)pos * s->Hq * s->D, s->ks, s->vs, pos + T, pos, T, s->Hq,
+                        s->Hkv, s->D, W, scale, want);
+    size_t worst = 0;
+    const double ratio = og_tol_ratio_d(out, want, n_out, atol, rtol, &worst);
+    if (!(ratio <= 1.0))
+        fprintf(stderr, "  step at %lld (T=%d): worst element %zu got %.9g want %.9g (ratio %.3g)\n",
+                (long long)pos, T, worst, (double)out[worst], want[worst], ratio);
+    free(want);
+    return ratio;
+}

@@ -1,0 +1,37 @@
+/* A sequence for attention tests: the whole q/k/v history of one session's
+ * tokens, so that every step can be checked against the double-precision
+ * oracle over everything written so far.
+ *
+ * Letters: Hq query heads, Hkv kv heads, D head dim, N positions held.
+ */
+#ifndef OG_TEST_ATTEND_SEQ_H
+#define OG_TEST_ATTEND_SEQ_H
+
+#include "harness.h"
+
+typedef struct og_test_seq {
+    int32_t Hq, Hkv, D;
+    og_dtype dtype;   /* storage dtype: bf16 history is kept rounded */
+    int64_t cap;      /* positions the history can hold */
+    int64_t n;        /* positions appended so far */
+    float *q;         /* [cap, Hq, D]  queries as given */
+    float *k, *v;     /* [cap, Hkv, D] keys/values as given to the kernel */
+    float *ks, *vs;   /* [cap, Hkv, D] the same as storage keeps them */
+} og_test_seq;
+
+/* Returns false when memory runs out. Free with og_test_seq_free. */
+bool og_test_seq_init(og_test_seq *s, int32_t Hq, int32_t Hkv, int32_t D, og_dtype dtype,
+                      int64_t cap);
+void og_test_seq_free(og_test_seq *s);
+
+/* Appends T tokens of uniform values in [-1, 1); the step's inputs are then
+ * s->q + pos * Hq * D etc. with pos = s->n - T. Returns pos. */
+int64_t og_test_seq_append(og_test_seq *s, og_rng *r, int32_t T);
+
+/* Largest tolerance ratio (og_tol_ratio_d) of out [T, Hq, D], the outputs of
+ * the tokens at positions pos .. pos+T-1 (all appended), against the oracle
+ * over history 0 .. pos+T-1 with window W (0 = flat). */
+double og_test_seq_check(const og_test_seq *s, int64_t pos, int32_t T, int32_t W, float scale,
+                         const float *out, double atol, double rtol);
+
+#endif

@@ -1,0 +1,204 @@
+/* The fast CPU update_and_attend against the reference on odd sizes, for
+ * every instruction set the CPU has, with and without a thread pool; and the
+ * split-K decode path against the double-precision oracle.
+ *
+ * Letters: T tokens, Hq/Hkv heads, D head dim, L length, R rows, W window.
+ *
+ * Tolerance: both kernels accumulate in f32 (unit roundoff 6e-8) over D
+ * products and up to ~4k keys, in different orders (SIMD lanes, chunks,
+ * split merges). Inputs are in [-1, 1) and outputs are convex combinations
+ * of v, so each side's error is ~1e-6 (random-walk growth over 4k terms);
+ * atol 2e-5 + rtol 1e-4 holds with margin, yet a key dropped or added moves
+ * an output by > 1e-4 even over 4k keys. bf16 changes nothing here: both
+ * kernels read the same rounded storage. The k/v writes must match exactly. */
+#include "attend_seq.h"
+#include "harness.h"
+#include "kernels/attend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ATOL 2e-5
+#define RTOL 1e-4
+
+typedef struct cpu_case {
+    int32_t T;
+    int64_t L;
+    int32_t D, Hq, Hkv;
+    og_kv_policy policy;
+    int32_t W, max_write; /* ring only */
+    og_dtype dt;
+    int32_t want_splits;  /* stats.splits the plan must report */
+} cpu_case;
+
+static const cpu_case k_cases[] = {
+    {1, 1, 64, 4, 4, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 1},
+    {3, 255, 80, 6, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_F32, 1},
+    {7, 257, 128, 8, 2, OG_KV_RING, 100, 64, OG_DTYPE_BF16, 1},
+    {17, 1, 96, 8, 1, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 1},
+    {129, 255, 64, 3, 1, OG_KV_FLAT, 0, 0, OG_DTYPE_F32, 1},
+    {257, 257, 64, 4, 4, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 1},
+    {1, 4097, 128, 16, 8, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 33},
+    {1, 4097, 80, 4, 1, OG_KV_RING, 1000, 16, OG_DTYPE_F32, 8},
+    {17, 4097, 64, 8, 8, OG_KV_FLAT, 0, 0, OG_DTYPE_F32, 1},
+    {3, 255, 36, 12, 4, OG_KV_RING, 64, 8, OG_DTYPE_BF16, 1},
+    {257, 1, 20, 4, 1, OG_KV_RING, 128, 257, OG_DTYPE_F32, 1},
+    {7, 255, 96, 8, 1, OG_KV_FLAT, 0, 0, OG_DTYPE_F32, 1},
+    {1, 255, 128, 16, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 1}, /* sees 256 keys: no split */
+    {1, 256, 128, 16, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 3}, /* sees 257 keys: split */
+};
+
+/* Storage of one layer holding the history rows of s that a step at L = s->n
+ * would find: flat rows 0..L-1, ring the last R positions at p mod R. Rows
+ * never written hold NaN bits. */
+static og_kv_layer_view make_storage(const og_test_seq *s, og_kv_policy policy, int32_t W,
+                                     int64_t rows) {
+    og_kv_layer_view kv = {.layer_id = 0, .policy = policy, .dtype = s->dtype,
+                           .window = policy == OG_KV_RING ? W : 0, .n_kv_heads = s->Hkv,
+                           .head_dim = s->D, .rows = rows, .length = s->n};
+    const int64_t HD = (int64_t)s->Hkv * s->D;
+    const size_t bytes = (size_t)(rows * HD) * og_dtype_size(s->dtype);
+    kv.k = malloc(bytes);
+    kv.v = malloc(bytes);
+    memset(kv.k, 0xff, bytes);
+    memset(kv.v, 0xff, bytes);
+    const int64_t first = policy == OG_KV_RING && s->n > rows ? s->n - rows : 0;
+    for (int64_t p = first; p < s->n; p++) {
+        const int64_t slot = policy == OG_KV_RING ? p % rows : p;
+        for (int64_t i = 0; i < HD; i++) {
+            /* ks/vs already hold bf16-exact values for bf16 storage */
+            if (s->dtype == OG_DTYPE_F32) {
+                ((float *)kv.k)[slot * HD + i] = s->ks[p * HD + i];
+                ((float *)kv.v)[slot * HD + i] = s->vs[p * HD + i];
+            } else {
+                ((og_bf16 *)kv.k)[slot * HD + i] = og_bf16_from_f32(s->ks[p * HD + i]);
+                ((og_bf16 *)kv.v)[slot * HD + i] = og_bf16_from_f32(s->vs[p * HD + i]);
+            }
+        }
+    }
+    return kv;
+}
+
+static size_t storage_bytes(const og_kv_layer_view *kv) {
+    return (size_t)kv->rows * kv->n_kv_heads * kv->head_dim * og_dtype_size(kv->dtype);
+}
+
+static og_kv_layer_view clone_storage(const og_kv_layer_view *src) {
+    og_kv_layer_view kv = *src;
+    kv.k = malloc(storage_bytes(src));
+    kv.v = malloc(storage_bytes(src));
+    memcpy(kv.k, src->k, storage_bytes(src));
+    memcpy(kv.v, src->v, storage_bytes(src));
+    return kv;
+}
+
+static void free_storage(og_kv_layer_view *kv) {
+    free(kv->k);
+    free(kv->v);
+}
+
+static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
+    char name[160];
+    snprintf(name, sizeof name, "T=%d L=%lld D=%d Hq=%d Hkv=%d %s W=%d %s", c->T,
+             (long long)c->L, c->D, c->Hq, c->Hkv, c->policy == OG_KV_RING ? "ring" : "flat",
+             c->W, og_dtype_name(c->dt));
+    og_test_section(name);
+    og_rng r = og_rng_seed(seed);
+    og_test_seq s;
+    if (!og_test_seq_init(&s, c->Hq, c->Hkv, c->D, c->dt, c->L + c->T)) {
+        CHECK_MSG(false, "%s: out of memory", name);
+        return;
+    }
+    og_test_seq_append(&s, &r, (int32_t)c->L); /* the history */
+    const int64_t rows = c->policy == OG_KV_RING ? c->W + c->max_write - 1 : c->L + c->T + 3;
+    og_kv_layer_view orig = make_storage(&s, c->policy, c->W, rows);
+    const int64_t pos = og_test_seq_append(&s, &r, c->T); /* the step */
+    const size_t n_out = (size_t)c->T * c->Hq * c->D;
+    float *want = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
+
+    og_kv_layer_view ref_kv = clone_storage(&orig);
+    og_attend_args a = {.q = s.q + pos * c->Hq * c->D, .k = s.k + pos * c->Hkv * c->D,
+                        .v = s.v + pos * c->Hkv * c->D, .out = want, .T = c->T,
+                        .n_heads = c->Hq, .kv = ref_kv};
+    og_poison(want, n_out);
+    CHECK_OK(og_update_and_attend_ref(&a));
+
+    for (int isa = 0; isa < OG_CPU_ISA_COUNT; isa++) {
+        if (!og_cpu_isa_supported((og_cpu_isa)isa)) continue;
+        for (int with_pool = 0; with_pool < 2; with_pool++) {
+            og_kv_layer_view kv = clone_storage(&orig);
+            a.kv = kv;
+            a.out = got;
+            og_poison(got, n_out);
+            og_attend_stats stats = {0};
+            CHECK_OK(og_update_and_attend_cpu_isa(&a, with_pool ? pool : NULL, (og_cpu_isa)isa,
+                                                  &stats));
+            size_t worst = 0;
+            const double ratio = og_tol_ratio(got, want, n_out, ATOL, RTOL, &worst);
+            CHECK_MSG(ratio <= 1.0, "%s [%s%s]: element %zu got %.9g want %.9g (ratio %.3g)",
+                      name, og_cpu_isa_name((og_cpu_isa)isa), with_pool ? ", pool" : "", worst,
+                      (double)got[worst], (double)want[worst], ratio);
+            CHECK_MSG(stats.splits == c->want_splits, "%s [%s]: %d splits, want %d", name,
+                      og_cpu_isa_name((og_cpu_isa)isa), stats.splits, c->want_splits);
+            CHECK_MSG(memcmp(kv.k, ref_kv.k, storage_bytes(&kv)) == 0 &&
+                          memcmp(kv.v, ref_kv.v, storage_bytes(&kv)) == 0,
+                      "%s [%s]: storage after the step differs from the reference's", name,
+                      og_cpu_isa_name((og_cpu_isa)isa));
+            free_storage(&kv);
+        }
+    }
+    /* the fast kernel also against the oracle, for the best instruction set */
+    CHECK_MSG(og_test_seq_check(&s, pos, c->T, c->policy == OG_KV_RING ? c->W : 0, 0.0f, got, ATOL,
+                                RTOL) <= 1.0,
+              "%s: fast kernel vs oracle", name);
+    free(want);
+    free(got);
+    free_storage(&ref_kv);
+    free_storage(&orig);
+    og_test_seq_free(&s);
+}
+
+/* A 257-token prefill through the fast kernel, then a decode at position
+ * 257: the decode sees 258 keys and must take the split-K path. Both steps
+ * are checked against the oracle. */
+static void split_decode_after_prefill(og_threadpool *pool) {
+    og_test_section("decode at 257 after a 257-token prefill (split-K)");
+    enum { HQ = 8, HKV = 2, D = 128, N = 258 };
+    og_rng r = og_rng_seed(257);
+    og_test_seq s;
+    CHECK(og_test_seq_init(&s, HQ, HKV, D, OG_DTYPE_BF16, N));
+    og_kv_layer_view kv = make_storage(&s, OG_KV_FLAT, 0, N);
+    float *out = malloc((size_t)257 * HQ * D * sizeof(float));
+    const int32_t widths[2] = {257, 1};
+    for (int i = 0; i < 2; i++) {
+        const int32_t T = widths[i];
+        const int64_t pos = og_test_seq_append(&s, &r, T);
+        kv.length = pos;
+        og_attend_args a = {.q = s.q + pos * HQ * D, .k = s.k + pos * HKV * D,
+                            .v = s.v + pos * HKV * D, .out = out, .T = T, .n_heads = HQ,
+                            .kv = kv};
+        og_poison(out, (size_t)T * HQ * D);
+        og_attend_stats stats = {0};
+        CHECK_OK(og_update_and_attend_cpu(&a, pool, &stats));
+        CHECK_MSG(T == 1 ? stats.splits > 1 : stats.splits == 1, "T=%d: %d splits", T,
+                  stats.splits);
+        CHECK_MSG(og_test_seq_check(&s, pos, T, 0, 0.0f, out, ATOL, RTOL) <= 1.0,
+                  "T=%d at L=%lld vs oracle", T, (long long)pos);
+    }
+    free(out);
+    free_storage(&kv);
+    og_test_seq_free(&s);
+}
+
+int main(void) {
+    fprintf(stderr, "best instruction set: %s\n", og_cpu_isa_name(og_cpu_isa_best()));
+    CHECK(og_cpu_isa_supported(OG_CPU_ISA_SCALAR));
+    CHECK(og_cpu_isa_supported(og_cpu_isa_best()));
+    og_threadpool *pool = og_threadpool_create(3);
+    CHECK(pool != NULL);
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
+        run_case(&k_cases[i], pool, 1000 + i);
+    split_decode_after_prefill(pool);
+    og_threadpool_destroy(pool);
+    return og_test_finish();
+}

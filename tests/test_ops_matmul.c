@@ -1,0 +1,202 @@
+/* matmul: the reference against a double-precision dot product with a
+ * rigorous f32 error bound, the fast version (GEMV for T == 1, panel sgemm
+ * for T > 1, every ISA level) against the reference, exact integer cases
+ * that catch any dropped or doubled term, and argument errors.
+ * Letters: T tokens, K in features, N out features. */
+#include "harness.h"
+#include "kernels/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const double U = 0x1p-24; /* f32 unit roundoff */
+
+/* gamma_n = n u / (1 - n u): bound on the relative error of an n-term f32
+ * sum of products (Higham, 3.1), whatever the summation order or FMA use. */
+static double gamma_n(int64_t n) { return (double)n * U / (1.0 - (double)n * U); }
+
+/* Random weights of dtype dt in w; their exact values as f32 in w_exact. */
+static void fill_weights(og_rng *r, og_dtype dt, void *w, float *w_exact, size_t n, float lo,
+                         float hi) {
+    for (size_t i = 0; i < n; i++) {
+        float v = og_rng_uniform(r, lo, hi);
+        og_store_f32(w, dt, i, v);
+        w_exact[i] = og_load_f32(w, dt, i);
+    }
+}
+
+typedef struct {
+    double *exact; /* [T, N] */
+    double *mag;   /* [T, N] sum |x w| + |bias| */
+} oracle;
+
+static oracle oracle_compute(const float *x, const float *w, const float *bias, int64_t T,
+                             int64_t K, int64_t N) {
+    oracle o = {malloc(sizeof(double) * (size_t)(T * N)), malloc(sizeof(double) * (size_t)(T * N))};
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0, m = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)x[t * K + k] * (double)w[j * K + k];
+                s += p;
+                m += fabs(p);
+            }
+            if (bias) {
+                s += bias[j];
+                m += fabs((double)bias[j]);
+            }
+            o.exact[t * N + j] = s;
+            o.mag[t * N + j] = m;
+        }
+    return o;
+}
+
+/* Largest |got - want| / (scale * mag) (<= 1 passes); NaN is infinitely bad. */
+static double bound_ratio(const float *got, const double *want, const double *mag, size_t n,
+                          double scale) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i])) return INFINITY;
+        double allowed = scale * mag[i] + 1e-30;
+        double r = fabs((double)got[i] - want[i]) / allowed;
+        if (r > worst) worst = r;
+    }
+    return worst;
+}
+
+static void check_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_t T, int64_t K,
+                       int64_t N, bool with_bias) {
+    size_t es = og_dtype_size(dt);
+    float *x = malloc(sizeof(float) * (size_t)(T * K));
+    void *w = malloc(es * (size_t)(N * K));
+    float *w_exact = malloc(sizeof(float) * (size_t)(N * K));
+    void *b = with_bias ? malloc(es * (size_t)N) : NULL;
+    float *b_exact = with_bias ? malloc(sizeof(float) * (size_t)N) : NULL;
+    float *ref = malloc(sizeof(float) * (size_t)(T * N));
+    float *fast = malloc(sizeof(float) * (size_t)(T * N));
+    og_rng_fill(r, x, (size_t)(T * K), -2.0f, 2.0f);
+    fill_weights(r, dt, w, w_exact, (size_t)(N * K), -1.0f, 1.0f);
+    if (with_bias) fill_weights(r, dt, b, b_exact, (size_t)N, -1.0f, 1.0f);
+
+    oracle o = oracle_compute(x, w_exact, b_exact, T, K, N);
+    og_poison(ref, (size_t)(T * N));
+    CHECK_OK(og_matmul_ref(x, w, b, dt, T, K, N, ref));
+    double g = gamma_n(K + 1);
+    double rr = bound_ratio(ref, o.exact, o.mag, (size_t)(T * N), g);
+    CHECK_MSG(rr <= 1.0, "ref vs double: %s T=%lld K=%lld N=%lld bias=%d ratio %.3g",
+              og_dtype_name(dt), (long long)T, (long long)K, (long long)N, with_bias, rr);
+
+    for (int isa = og_cpu_isa_detect(); isa >= OG_CPU_ISA_SCALAR; isa--) {
+        og_cpu_isa_limit((og_cpu_isa)isa);
+        og_poison(fast, (size_t)(T * N));
+        CHECK_OK(og_matmul_cpu(pool, x, w, b, dt, T, K, N, fast));
+        /* both are within gamma of the exact sum, so within 2 gamma of each other */
+        double fr = bound_ratio(fast, o.exact, o.mag, (size_t)(T * N), g);
+        double fv = 0;
+        for (size_t i = 0; i < (size_t)(T * N); i++) {
+            double d = fabs((double)fast[i] - (double)ref[i]) / (2 * g * o.mag[i] + 1e-30);
+            if (isnan(fast[i]) || d > fv) fv = isnan(fast[i]) ? INFINITY : d;
+        }
+        CHECK_MSG(fr <= 1.0 && fv <= 1.0,
+                  "fast(%s) %s T=%lld K=%lld N=%lld bias=%d: vs double %.3g, vs ref %.3g",
+                  og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)T,
+                  (long long)K, (long long)N, with_bias, fr, fv);
+    }
+    og_cpu_isa_limit(OG_CPU_ISA_AVX512);
+    free(o.exact);
+    free(o.mag);
+    free(x);
+    free(w);
+    free(w_exact);
+    free(b);
+    free(b_exact);
+    free(ref);
+    free(fast);
+}
+
+/* Small integers: every product and partial sum is exact in f32, so any
+ * order gives the same bits, and a dropped, doubled or misplaced term shows
+ * as an exact mismatch. */
+static void check_exact(og_threadpool *pool, og_dtype dt, int64_t T, int64_t K, int64_t N) {
+    og_rng r = og_rng_seed((uint64_t)(T * 1000003 + K * 1009 + N));
+    size_t es = og_dtype_size(dt);
+    float *x = malloc(sizeof(float) * (size_t)(T * K));
+    void *w = malloc(es * (size_t)(N * K));
+    float *want = malloc(sizeof(float) * (size_t)(T * N));
+    float *got = malloc(sizeof(float) * (size_t)(T * N));
+    for (int64_t i = 0; i < T * K; i++) x[i] = (float)((int)(og_rng_next(&r) % 5) - 2);
+    for (int64_t i = 0; i < N * K; i++)
+        og_store_f32(w, dt, (size_t)i, (float)((int)(og_rng_next(&r) % 5) - 2));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < N; j++) {
+            long s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (long)x[t * K + k] * (long)og_load_f32(w, dt, (size_t)(j * K + k));
+            want[t * N + j] = (float)s;
+        }
+    for (int isa = og_cpu_isa_detect(); isa >= OG_CPU_ISA_SCALAR; isa--) {
+        og_cpu_isa_limit((og_cpu_isa)isa);
+        og_poison(got, (size_t)(T * N));
+        CHECK_OK(og_matmul_cpu(pool, x, w, NULL, dt, T, K, N, got));
+        CHECK_MSG(memcmp(got, want, sizeof(float) * (size_t)(T * N)) == 0,
+                  "exact integer matmul (%s, %s, T=%lld K=%lld N=%lld) differs",
+                  og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)T,
+                  (long long)K, (long long)N);
+    }
+    og_poison(got, (size_t)(T * N));
+    CHECK_OK(og_matmul_ref(x, w, NULL, dt, T, K, N, got));
+    CHECK(memcmp(got, want, sizeof(float) * (size_t)(T * N)) == 0);
+    og_cpu_isa_limit(OG_CPU_ISA_AVX512);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
+}
+
+static void check_errors(og_threadpool *pool) {
+    float x[16] = {0}, out[12];
+    og_bf16 w[12] = {0};
+    CHECK_STATUS(og_matmul_cpu(pool, NULL, w, NULL, OG_DTYPE_BF16, 1, 3, 4, out),
+                 OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_matmul_ref(x, w, NULL, OG_DTYPE_BF16, 0, 3, 4, out), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_matmul_cpu(pool, x, w, NULL, OG_DTYPE_F16, 1, 3, 4, out), OG_ERR_UNSUPPORTED);
+    CHECK(strstr(og_last_error(), "f16") != NULL);
+    /* out overlapping x is refused before anything is written */
+    CHECK_STATUS(og_matmul_cpu(pool, x, w, NULL, OG_DTYPE_BF16, 1, 3, 4, x + 2),
+                 OG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(og_last_error(), "overlaps x") != NULL);
+    CHECK_STATUS(og_matmul_ref(x, w, NULL, OG_DTYPE_BF16, 2, 3, 4, x + 5), /* [2,3] vs [2,4] */
+                 OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_matmul_cpu(pool, x, w, NULL, OG_DTYPE_BF16, 1, INT64_MAX, 2, out),
+                 OG_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+    og_threadpool *pool = og_threadpool_create(2);
+    CHECK(pool != NULL);
+    og_rng r = og_rng_seed(7);
+    static const int64_t Ts[] = {1, 3, 7, 17, 129};
+    static const int64_t Ks[] = {1, 3, 17, 129, 257, 1000};
+    static const int64_t Ns[] = {1, 3, 17, 129, 257, 1000};
+    og_test_section("matmul vs reference vs double, odd sizes");
+    for (int dti = 0; dti < 2; dti++) {
+        og_dtype dt = dti ? OG_DTYPE_F32 : OG_DTYPE_BF16;
+        for (size_t a = 0; a < sizeof Ts / sizeof *Ts; a++)
+            for (size_t b = 0; b < sizeof Ks / sizeof *Ks; b++)
+                for (size_t c = 0; c < sizeof Ns / sizeof *Ns; c++) {
+                    int64_t T = Ts[a], K = Ks[b], N = Ns[c];
+                    if (T * K * N > 10000000) continue; /* keeps the test to seconds */
+                    check_case(a % 2 ? pool : NULL, &r, dt, T, K, N, (a + b + c) % 2 == 0);
+                }
+        check_case(pool, &r, dt, 129, 257, 129, true);
+    }
+    og_test_section("matmul exact integer sums");
+    check_exact(pool, OG_DTYPE_BF16, 1, 1000, 257);
+    check_exact(pool, OG_DTYPE_BF16, 5, 1000, 129);
+    check_exact(pool, OG_DTYPE_F32, 1, 257, 1000);
+    check_exact(pool, OG_DTYPE_F32, 17, 129, 257);
+    og_test_section("matmul argument errors");
+    check_errors(pool);
+    og_threadpool_destroy(pool);
+    return og_test_finish();
+}

@@ -1,0 +1,82 @@
+/* Every committed broken program is refused with OG_ERR_FORMAT and exactly
+ * its rule; every rule has a file; the committed files (valid and broken)
+ * equal what the generator writes today. */
+#include "harness.h"
+#include "program_fixture.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool same_bytes(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
+    return a && b && an == bn && memcmp(a, b, an) == 0;
+}
+
+int main(void) {
+    og_test_section("the committed valid program equals a fresh write and opens");
+    char fresh[256];
+    snprintf(fresh, sizeof fresh, "%s/test_program_broken.valid.ogp", OG_BINARY_DIR);
+    CHECK_OK(og_fixture_write_program(fresh, NULL));
+    size_t vn = 0, fn = 0;
+    uint8_t *valid = og_fixture_read_file(OG_TEST_DATA_DIR "/program/valid.ogp", &vn);
+    uint8_t *now = og_fixture_read_file(fresh, &fn);
+    CHECK_MSG(same_bytes(valid, vn, now, fn), "tests/data/program/valid.ogp is stale: run make_broken_programs");
+    unlink(fresh);
+    og_program *p = NULL;
+    CHECK_OK(og_program_open(OG_TEST_DATA_DIR "/program/valid.ogp", &p));
+    CHECK(og_program_last_rule(NULL) == OG_PROGRAM_RULE_NONE);
+    og_program_close(p);
+
+    og_test_section("one broken file per rule, refused by exactly that rule");
+    int n;
+    const og_broken_case *cases = og_broken_cases(&n);
+    bool covered[OG_PROGRAM_RULE_COUNT] = {false};
+    for (int i = 0; i < n && valid; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/program/broken/%s", OG_TEST_DATA_DIR, cases[i].file);
+        size_t cn = 0, gn = 0;
+        uint8_t *committed = og_fixture_read_file(path, &cn), *gen = NULL;
+        CHECK_OK(og_broken_build(i, valid, vn, &gen, &gn));
+        CHECK_MSG(same_bytes(committed, cn, gen, gn), "%s is missing or stale: run make_broken_programs",
+                  cases[i].file);
+        og_program *b = NULL;
+        og_status st = og_program_open(path, &b);
+        og_kv_rule kr;
+        og_program_rule r = og_program_last_rule(&kr);
+        CHECK_MSG(st == OG_ERR_FORMAT && !b, "%s: status %s", cases[i].file, og_status_str(st));
+        CHECK_MSG(r == cases[i].rule && kr == cases[i].kv_rule, "%s: refused by %s/%s (%s)", cases[i].file,
+                  og_program_rule_name(r), og_kv_rule_name(kr), og_last_error());
+        /* the message names the rule */
+        char want[96];
+        if (cases[i].rule == OG_PROGRAM_RULE_KV_MANIFEST)
+            snprintf(want, sizeof want, "program rule kv_manifest:%s: ", og_kv_rule_name(cases[i].kv_rule));
+        else
+            snprintf(want, sizeof want, "program rule %s: ", og_program_rule_name(cases[i].rule));
+        CHECK_MSG(strncmp(og_last_error(), want, strlen(want)) == 0, "%s: message \"%s\"", cases[i].file,
+                  og_last_error());
+        /* the same bytes from memory give the same verdict */
+        og_program *m = NULL;
+        CHECK_STATUS(og_program_open_memory(committed ? committed : gen, committed ? cn : gn, &m), OG_ERR_FORMAT);
+        CHECK(og_program_last_rule(NULL) == cases[i].rule);
+        covered[cases[i].rule] = true;
+        free(committed);
+        free(gen);
+    }
+    for (int r = 1; r < OG_PROGRAM_RULE_COUNT; r++)
+        CHECK_MSG(covered[r], "rule %s has no broken file", og_program_rule_name((og_program_rule)r));
+
+    og_test_section("truncations and a missing file");
+    for (size_t cut = 0; valid && cut < vn; cut += cut < 64 ? 7 : 997) {
+        og_program *t = NULL;
+        CHECK_STATUS(og_program_open_memory(valid, cut, &t), OG_ERR_FORMAT);
+        og_program_rule r = og_program_last_rule(NULL);
+        CHECK_MSG(r == (cut < 8 ? OG_PROGRAM_RULE_MAGIC : OG_PROGRAM_RULE_HEADER), "cut at %zu: %s", cut,
+                  og_program_rule_name(r));
+    }
+    og_program *none = NULL;
+    CHECK_STATUS(og_program_open(OG_TEST_DATA_DIR "/program/no-such-file.ogp", &none), OG_ERR_IO);
+    CHECK(og_program_last_rule(NULL) == OG_PROGRAM_RULE_NONE);
+    free(valid);
+    free(now);
+    return og_test_finish();
+}

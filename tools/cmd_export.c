@@ -1,0 +1,134 @@
+/* offgraph export: a Hugging Face checkpoint folder to a program file. */
+#include "commands.h"
+#include "core/core.h"
+#include "model/export.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void export_usage(FILE *f) {
+    fprintf(f,
+            "usage: offgraph export <hf_dir> -o <file> [options]\n\n"
+            "Converts a Hugging Face checkpoint (config.json, model.safetensors or a sharded\n"
+            "model.safetensors.index.json, tokenizer.json) of the llama, mistral, qwen2 or qwen3\n"
+            "family into a program file. KV storage is declared, never stored: the file size\n"
+            "does not depend on --max-context.\n\n"
+            "options:\n"
+            "  -o, --output <file>       the program file to write (required)\n"
+            "  --max-context N           most tokens a session may hold (default: the config's\n"
+            "                            max_position_embeddings, at most %d)\n"
+            "  --initial-capacity N      rows a flat layer starts with (default %d, or less)\n"
+            "  --max-write N             most tokens one step writes (default %d, or less)\n"
+            "  --dtype bf16|f32          weights and activations (default: the checkpoint's;\n"
+            "                            float16 checkpoints become f32)\n"
+            "  --kv-dtype bf16|f32       KV storage (default bf16)\n"
+            "  -h, --help                this text\n",
+            OG_EXPORT_DEFAULT_MAX_CONTEXT, OG_EXPORT_DEFAULT_INITIAL_CAPACITY, OG_EXPORT_DEFAULT_MAX_WRITE);
+}
+
+static bool parse_count(const char *opt, const char *s, int64_t max, int64_t *out) {
+    char *end = NULL;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || v < 1 || v > max) {
+        fprintf(stderr, "offgraph export: %s needs an integer in [1, %lld], got \"%s\"\n", opt, (long long)max,
+                s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_float_dtype(const char *opt, const char *s, og_dtype *out) {
+    if (s && og_dtype_parse(s, out) == OG_OK && (*out == OG_DTYPE_BF16 || *out == OG_DTYPE_F32)) return true;
+    fprintf(stderr, "offgraph export: %s must be bf16 or f32, got \"%s\"\n", opt, s ? s : "");
+    return false;
+}
+
+typedef struct progress_state {
+    double start;
+    int last_pct;
+} progress_state;
+
+static og_status draw_progress(void *ctx, uint64_t done, uint64_t total) {
+    progress_state *p = ctx;
+    int pct = total ? (int)(done * 100 / total) : 100;
+    if (pct == p->last_pct) return OG_OK;
+    p->last_pct = pct;
+    char bar[41];
+    int fill = pct * 40 / 100;
+    for (int i = 0; i < 40; i++) bar[i] = i < fill ? '#' : '.';
+    bar[40] = '\0';
+    fprintf(stderr, "\r[%s] %3d%%  %.1f / %.1f MB  %.1f s", bar, pct, done / 1e6, total / 1e6,
+            og_time_now() - p->start);
+    if (done >= total) fputc('\n', stderr);
+    return OG_OK;
+}
+
+int og_cmd_export(int argc, char **argv) {
+    og_export_options o;
+    og_export_default_options(&o);
+    const char *in = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            export_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!val) break;
+            out = argv[++i];
+        } else if (!strcmp(a, "--max-context")) {
+            if (!parse_count(a, val, INT32_MAX, &n)) return 2;
+            o.max_context = n;
+            i++;
+        } else if (!strcmp(a, "--initial-capacity")) {
+            if (!parse_count(a, val, INT32_MAX, &n)) return 2;
+            o.initial_capacity = n;
+            i++;
+        } else if (!strcmp(a, "--max-write")) {
+            if (!parse_count(a, val, INT32_MAX, &n)) return 2;
+            o.max_write = (int32_t)n;
+            i++;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!parse_float_dtype(a, val, &o.dtype)) return 2;
+            i++;
+        } else if (!strcmp(a, "--kv-dtype")) {
+            if (!parse_float_dtype(a, val, &o.kv_dtype)) return 2;
+            i++;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "offgraph export: unknown option \"%s\"\n\n", a);
+            export_usage(stderr);
+            return 2;
+        } else if (!in) {
+            in = a;
+        } else {
+            fprintf(stderr, "offgraph export: more than one checkpoint folder (\"%s\", \"%s\")\n", in, a);
+            return 2;
+        }
+    }
+    if (!in || !out) {
+        fprintf(stderr, "offgraph export: %s\n\n", !in ? "no checkpoint folder given" : "no output file (-o) given");
+        export_usage(stderr);
+        return 2;
+    }
+    progress_state ps = {og_time_now(), -1};
+    if (isatty(STDERR_FILENO)) {
+        o.progress = draw_progress;
+        o.progress_ctx = &ps;
+    }
+    og_export_summary s;
+    og_status rc = og_export_hf(in, out, &o, &s);
+    if (rc != OG_OK) {
+        fprintf(stderr, "offgraph export: %s\n", og_last_error());
+        return 1;
+    }
+    fprintf(stderr,
+            "exported %s -> %s: %s, %d layers (%d ring), %lld parameters, %.1f MB of %s weights, "
+            "kv %s, max-context %lld, initial-capacity %lld, max-write %d, tokenizer %s, %.2f s\n",
+            in, out, og_hf_family_name(s.family), s.n_layers, s.n_ring_layers, (long long)s.n_params,
+            s.weight_bytes / 1e6, og_dtype_name(s.dtype), og_dtype_name(s.kv_dtype), (long long)s.max_context,
+            (long long)s.initial_capacity, s.max_write, s.has_tokenizer ? "embedded" : "absent",
+            og_time_now() - ps.start);
+    return 0;
+}
