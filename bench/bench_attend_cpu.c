@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     const double kv_bytes = 2.0 * (double)rows * row_elems * sizeof(og_bf16);
     printf("decode over L=%lld (Hq=%d Hkv=%d D=%d bf16), %d threads, %s, %d splits\n",
            (long long)L, HQ, HKV, D, og_threadpool_size(pool),
-           og_cpu_isa_name(og_cpu_isa_best()), stats.splits);
+           og_cpu_isa_name(og_cpu_isa_active()), stats.splits);
     printf("reference  %9.3f ms  (median of 3)   %7.2f GB/s\n", t_ref * 1e3, kv_bytes / t_ref / 1e9);
     printf("fast       %9.3f ms  (median of 15)  %7.2f GB/s\n", t_fast * 1e3,
            kv_bytes / t_fast / 1e9);

@@ -238,7 +238,7 @@ typedef struct og_kv_metrics {
     int64_t rows_allocated;  /* sum over layers of allocated rows         */
     int64_t bytes_allocated; /* KV bytes held (k and v, every layer)      */
     int64_t bytes_live;      /* KV bytes the committed tokens occupy      */
-    int64_t growth_count;    /* storage growths (copies to a larger block)*/
+    int64_t growth_count;    /* storage growths: one per layer copied to a larger block */
     int64_t rebinds;         /* prepares whose bound addresses changed    */
     int64_t graph_captures;  /* CUDA graph captures (exec increments)     */
     int64_t steps;           /* committed steps                           */

@@ -191,9 +191,9 @@ static void split_decode_after_prefill(og_threadpool *pool) {
 }
 
 int main(void) {
-    fprintf(stderr, "best instruction set: %s\n", og_cpu_isa_name(og_cpu_isa_best()));
+    fprintf(stderr, "best instruction set: %s\n", og_cpu_isa_name(og_cpu_isa_active()));
     CHECK(og_cpu_isa_supported(OG_CPU_ISA_SCALAR));
-    CHECK(og_cpu_isa_supported(og_cpu_isa_best()));
+    CHECK(og_cpu_isa_supported(og_cpu_isa_active()));
     og_threadpool *pool = og_threadpool_create(3);
     CHECK(pool != NULL);
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)

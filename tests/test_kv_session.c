@@ -324,6 +324,18 @@ static void test_state_machine(void) {
     CHECK(m.graph_captures == 2);
     og_kv_session_destroy(s);
 
+    /* The session keeps its own copy of the manifest. */
+    og_kv_layer_config mine[NL];
+    memcpy(mine, k_layers, sizeof mine);
+    og_kv_config cfg = k_cfg;
+    cfg.layers = mine;
+    CHECK_OK(og_kv_session_create(&cfg, NULL, &s));
+    mine[0].head_dim = 99;
+    cfg.max_capacity = 1;
+    const og_kv_config *own = og_kv_session_config(s);
+    CHECK(own && own->max_capacity == 32 && own->layers != mine && own->layers[0].head_dim == 4);
+    og_kv_session_destroy(s);
+
     /* Bad arguments. */
     og_kv_config bad = k_cfg;
     bad.max_write = 0;

@@ -10,5 +10,6 @@ int og_cmd_eval(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_export(int argc, char **argv);
 int og_cmd_inspect(int argc, char **argv);
+int og_cmd_demo(int argc, char **argv);
 
 #endif

@@ -13,11 +13,12 @@ typedef struct {
 
 static const command k_commands[] = {
     /* sub-commands register here, one line each */
-    {"eval", og_cmd_eval, "write the logits of every input position"},
-    {"bench", og_cmd_bench, "prefill and decode speed, KV bytes allocated against live"},
-    {"version", og_cmd_version, "print the version"},
     {"export", og_cmd_export, "convert a Hugging Face checkpoint into a program file"},
     {"inspect", og_cmd_inspect, "validate a program file and show what it holds"},
+    {"eval", og_cmd_eval, "write the logits of every input position"},
+    {"bench", og_cmd_bench, "prefill and decode speed, KV bytes allocated against live"},
+    {"demo", og_cmd_demo, "show the KV manager: sessions, growth, metrics"},
+    {"version", og_cmd_version, "print the version"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 

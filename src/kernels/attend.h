@@ -24,6 +24,7 @@
 #define OG_KERNELS_ATTEND_H
 
 #include "core/core.h"
+#include "kernels/cpu_isa.h"
 
 typedef struct og_attend_args {
     const float *q;           /* [T, Hq, D]  RoPE already applied            */
@@ -56,21 +57,6 @@ og_status og_attend_check(const og_attend_args *a);
  * and head. Single-threaded, allocates nothing. */
 og_status og_update_and_attend_ref(const og_attend_args *a);
 
-/* Instruction sets of the fast CPU kernel. */
-typedef enum og_cpu_isa {
-    OG_CPU_ISA_SCALAR = 0, /* portable C                        */
-    OG_CPU_ISA_AVX2,       /* x86-64 AVX2 + FMA                 */
-    OG_CPU_ISA_AVX512,     /* x86-64 AVX-512F                   */
-    OG_CPU_ISA_COUNT
-} og_cpu_isa;
-
-/* The best instruction set the running CPU supports (and this build has). */
-og_cpu_isa og_cpu_isa_best(void);
-/* True when the running CPU (and this build) can run isa. */
-bool og_cpu_isa_supported(og_cpu_isa isa);
-/* Static lower-case name ("scalar", "avx2", "avx512"); "unknown" otherwise. */
-const char *og_cpu_isa_name(og_cpu_isa isa);
-
 /* Decode (T == 1) whose query sees n > OG_ATTEND_SPLIT_MIN_KEYS keys takes
  * the split-K (flash-decoding) path: the n visible keys are cut into
  * S = min(OG_ATTEND_MAX_SPLITS, ceil(n / OG_ATTEND_SPLIT_KEYS)) contiguous
@@ -83,7 +69,7 @@ const char *og_cpu_isa_name(og_cpu_isa isa);
 #define OG_ATTEND_SPLIT_KEYS 128
 #define OG_ATTEND_MAX_SPLITS 64
 
-/* The fast CPU kernel with the best instruction set of the running CPU.
+/* The fast CPU kernel at the active instruction set (og_cpu_isa_active).
  * Work is spread over (query-row blocks x kv heads), or (kv heads x splits)
  * for split-K decode, through og_parallel_for on pool (NULL: the calling
  * thread alone). stats may be NULL. Allocates scratch for the call only;

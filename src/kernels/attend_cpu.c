@@ -71,23 +71,6 @@ static const og_attend_ops *isa_ops(og_cpu_isa isa) {
     }
 }
 
-bool og_cpu_isa_supported(og_cpu_isa isa) { return isa_ops(isa) != NULL; }
-
-og_cpu_isa og_cpu_isa_best(void) {
-    if (og_cpu_isa_supported(OG_CPU_ISA_AVX512)) return OG_CPU_ISA_AVX512;
-    if (og_cpu_isa_supported(OG_CPU_ISA_AVX2)) return OG_CPU_ISA_AVX2;
-    return OG_CPU_ISA_SCALAR;
-}
-
-const char *og_cpu_isa_name(og_cpu_isa isa) {
-    switch (isa) {
-    case OG_CPU_ISA_SCALAR: return "scalar";
-    case OG_CPU_ISA_AVX2: return "avx2";
-    case OG_CPU_ISA_AVX512: return "avx512";
-    default: return "unknown";
-    }
-}
-
 /* ------------------------------------------------------------- the call */
 
 typedef struct cpu_ctx {
@@ -287,7 +270,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
                                        og_cpu_isa isa, og_attend_stats *stats) {
     og_status st = og_attend_check(a);
     if (st != OG_OK) return st;
-    const og_attend_ops *ops = isa_ops(isa);
+    const og_attend_ops *ops = og_cpu_isa_supported(isa) ? isa_ops(isa) : NULL;
     if (!ops)
         return og_set_error(OG_ERR_UNSUPPORTED,
                             "update_and_attend: instruction set %s is not available on this CPU",
@@ -356,5 +339,5 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
 
 og_status og_update_and_attend_cpu(const og_attend_args *a, og_threadpool *pool,
                                    og_attend_stats *stats) {
-    return og_update_and_attend_cpu_isa(a, pool, og_cpu_isa_best(), stats);
+    return og_update_and_attend_cpu_isa(a, pool, og_cpu_isa_active(), stats);
 }

@@ -23,23 +23,7 @@
 #define OG_KERNELS_OPS_H
 
 #include "core/core.h"
-
-/* ---- instruction-set dispatch of the fast kernels ---- */
-
-typedef enum og_cpu_isa {
-    OG_CPU_ISA_SCALAR = 0,
-    OG_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA        */
-    OG_CPU_ISA_AVX512 = 2, /* AVX-512 F + BW    */
-} og_cpu_isa;
-
-/* The best level this CPU supports. */
-og_cpu_isa og_cpu_isa_detect(void);
-/* The level the _cpu kernels use now: the detected one unless capped. */
-og_cpu_isa og_cpu_isa_active(void);
-/* Caps the level at min(isa, detected) for all threads (tests and
- * benchmarks exercise every code path this way); returns the new level. */
-og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa);
-const char *og_cpu_isa_name(og_cpu_isa isa);
+#include "kernels/cpu_isa.h"
 
 /* ---- bf16 <-> f32 buffers (round to nearest even; NaN stays NaN) ---- */
 
@@ -97,11 +81,7 @@ og_status og_matmul_cpu(og_threadpool *pool, const float *x /* [T, K] */,
  *   out[i]       = x[i] * cos - x[i + D/2] * sin
  *   out[i + D/2] = x[i + D/2] * cos + x[i] * sin
  * The angle is rounded to f32 before cos/sin, as transformers does. */
-typedef enum og_rope_type {
-    OG_ROPE_DEFAULT = 0, /* inv_freq[i] = 1 / theta^(2i/D)                  */
-    OG_ROPE_LINEAR = 1,  /* default / factor                                */
-    OG_ROPE_LLAMA3 = 2,  /* Llama 3.1 smooth low/high frequency interpolation */
-} og_rope_type;
+#include "kernels/rope_type.h"
 
 typedef struct og_rope_params {
     og_rope_type type;

@@ -4,7 +4,7 @@
 #include "program/program_internal.h"
 
 typedef struct binding {
-    void *data;   /* [rows, Hkv, D] of kv_dtype, NULL when unbound */
+    void *data;   /* [rows, Hkv, D] of the session's kv dtype, NULL when unbound */
     int64_t rows;
 } binding;
 
@@ -48,7 +48,8 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
             return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
                                  "program bindings: the session has no layer %d (the program's kv.layers[%d])", l, l);
         if (v.layer_id != want->layer_id || v.policy != want->policy || v.window != want->window ||
-            v.n_kv_heads != want->n_kv_heads || v.head_dim != want->head_dim || v.dtype != p->kv.kv_dtype)
+            v.n_kv_heads != want->n_kv_heads || v.head_dim != want->head_dim ||
+            (v.dtype != OG_DTYPE_BF16 && v.dtype != OG_DTYPE_F32))
             return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
                                  "program bindings: session layer %d (layer_id %d, Hkv %d, D %d, %s) does not match "
                                  "the program's kv.layers[%d] (layer_id %d, Hkv %d, D %d, %s)",

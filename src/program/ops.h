@@ -39,13 +39,7 @@ typedef enum og_op {
 #define OG_OP_MAX_INPUTS 6
 #define OG_OP_MAX_ATTRS 8
 
-/* RoPE frequency scaling, as Hugging Face names it in rope_type. */
-typedef enum og_rope_type {
-    OG_ROPE_DEFAULT = 0, /* plain theta^(-2i/D)                         */
-    OG_ROPE_LINEAR,      /* positions divided by factor                  */
-    OG_ROPE_LLAMA3,      /* Llama 3.x wavelength-banded scaling          */
-    OG_ROPE_TYPE_COUNT
-} og_rope_type;
+#include "kernels/rope_type.h"
 
 /* "default", "linear", "llama3"; "unknown" otherwise. */
 const char *og_rope_type_name(og_rope_type t);

@@ -264,7 +264,10 @@ void og_program_bindings_destroy(og_program_bindings *b);
 /* Binds every runtime tensor to s's storage (og_kv_session_layer_view).
  * A layer with no storage yet (never prepared) stays unbound. s must have
  * been created from a manifest matching the program's (same layers in the
- * same order, same geometry and dtype): OG_ERR_INVALID_ARGUMENT otherwise. */
+ * same order, same geometry): OG_ERR_INVALID_ARGUMENT otherwise. The storage
+ * dtype may differ from the declared kv_dtype (bf16 or f32): it is the
+ * session's choice (offgraph eval --kv-dtype), and kernels read the dtype
+ * from the session's layer view. */
 og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s);
 /* Marks every runtime tensor unbound. */
 void og_program_bindings_clear(og_program_bindings *b);

@@ -1,0 +1,40 @@
+/* Run-time detection and the process-wide cap of the CPU instruction set. */
+#include "kernels/cpu_isa.h"
+
+#include <stdatomic.h>
+
+static atomic_int g_isa_cap = OG_CPU_ISA_AVX512;
+
+og_cpu_isa og_cpu_isa_detect(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+        return OG_CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return OG_CPU_ISA_AVX2;
+    return OG_CPU_ISA_SCALAR;
+}
+
+og_cpu_isa og_cpu_isa_active(void) {
+    og_cpu_isa d = og_cpu_isa_detect();
+    og_cpu_isa cap = (og_cpu_isa)atomic_load(&g_isa_cap);
+    return cap < d ? cap : d;
+}
+
+og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa) {
+    if (isa < OG_CPU_ISA_SCALAR) isa = OG_CPU_ISA_SCALAR;
+    if (isa > OG_CPU_ISA_AVX512) isa = OG_CPU_ISA_AVX512;
+    atomic_store(&g_isa_cap, (int)isa);
+    return og_cpu_isa_active();
+}
+
+bool og_cpu_isa_supported(og_cpu_isa isa) { return isa >= OG_CPU_ISA_SCALAR && isa <= og_cpu_isa_detect(); }
+
+const char *og_cpu_isa_name(og_cpu_isa isa) {
+    switch (isa) {
+    case OG_CPU_ISA_SCALAR: return "scalar";
+    case OG_CPU_ISA_AVX2: return "avx2";
+    case OG_CPU_ISA_AVX512: return "avx512";
+    case OG_CPU_ISA_COUNT: break;
+    }
+    return "unknown";
+}

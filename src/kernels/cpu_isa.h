@@ -1,0 +1,28 @@
+/* Instruction sets of the fast CPU kernels, chosen at run time: every fast
+ * kernel asks og_cpu_isa_active() and runs the widest version it has at or
+ * below that level. Tests and benchmarks cap the level to exercise every
+ * version on one machine. */
+#ifndef OG_KERNELS_CPU_ISA_H
+#define OG_KERNELS_CPU_ISA_H
+
+#include <stdbool.h>
+
+typedef enum og_cpu_isa {
+    OG_CPU_ISA_SCALAR = 0, /* portable C                         */
+    OG_CPU_ISA_AVX2 = 1,   /* x86-64 AVX2 + FMA                  */
+    OG_CPU_ISA_AVX512 = 2, /* x86-64 AVX-512 F + BW + VL, FMA    */
+    OG_CPU_ISA_COUNT
+} og_cpu_isa;
+
+/* The widest level this CPU supports. */
+og_cpu_isa og_cpu_isa_detect(void);
+/* The level the fast kernels use now: the detected one unless capped. */
+og_cpu_isa og_cpu_isa_active(void);
+/* Caps the level at min(isa, detected) for all threads; returns the new level. */
+og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa);
+/* True when this CPU can run isa. */
+bool og_cpu_isa_supported(og_cpu_isa isa);
+/* Static lower-case name ("scalar", "avx2", "avx512"); "unknown" otherwise. */
+const char *og_cpu_isa_name(og_cpu_isa isa);
+
+#endif
