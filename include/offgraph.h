@@ -290,6 +290,9 @@ int64_t og_model_vocab_size(const og_model *m);
 const og_kv_config *og_model_kv_config(const og_model *m);
 /* The embedded tokenizer.json text, or NULL; borrowed from the model. */
 const char *og_model_tokenizer_json(const og_model *m);
+/* The embedded tokenizer_config.json text (with the chat template, when the
+ * checkpoint had one), or NULL; borrowed from the model. */
+const char *og_model_tokenizer_config(const og_model *m);
 /* The back end the model runs on (never OG_BACKEND_AUTO). */
 og_backend og_model_backend(const og_model *m);
 

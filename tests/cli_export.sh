@@ -48,7 +48,10 @@ for name in llama-gqa qwen3-mixed qwen2-bias mistral-sw llama-v4-sharded; do
     done
     s1=$(stat -c %s "$WORK/$name.128.ogp" 2>/dev/null || echo 0)
     s2=$(stat -c %s "$WORK/$name.32768.ogp" 2>/dev/null || echo 1)
-    [ "$s1" -eq "$s2" ] || fail "$name: file size depends on max-context ($s1 vs $s2)"
+    # equal up to the manifest's longer numbers and its payload alignment (64 B);
+    # the KV rows of 32768 tokens would add megabytes
+    d=$((s2 - s1)); d=${d#-}
+    [ "$d" -le 64 ] || fail "$name: file size depends on max-context ($s1 vs $s2)"
     grep -q 'max_capacity 32768' <("$BIN" inspect "$WORK/$name.32768.ogp") || fail "$name: max_capacity 32768 not declared"
 done
 

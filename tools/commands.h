@@ -12,4 +12,7 @@ int og_cmd_export(int argc, char **argv);
 int og_cmd_inspect(int argc, char **argv);
 int og_cmd_demo(int argc, char **argv);
 
+int og_cmd_run(int argc, char **argv);
+int og_cmd_chat(int argc, char **argv);
+
 #endif

@@ -18,6 +18,8 @@ static const command k_commands[] = {
     {"eval", og_cmd_eval, "write the logits of every input position"},
     {"bench", og_cmd_bench, "prefill and decode speed, KV bytes allocated against live"},
     {"demo", og_cmd_demo, "show the KV manager: sessions, growth, metrics"},
+    {"run", og_cmd_run, "generate text from a prompt, streamed as it comes"},
+    {"chat", og_cmd_chat, "an interactive conversation in one session"},
     {"version", og_cmd_version, "print the version"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

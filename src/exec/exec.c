@@ -168,6 +168,7 @@ void og_model_free(og_model *m) {
 int64_t og_model_vocab_size(const og_model *m) { return og_program_get_model(m->prog)->vocab_size; }
 const og_kv_config *og_model_kv_config(const og_model *m) { return og_program_kv_config(m->prog); }
 const char *og_model_tokenizer_json(const og_model *m) { return og_program_tokenizer_json(m->prog); }
+const char *og_model_tokenizer_config(const og_model *m) { return og_program_tokenizer_config(m->prog); }
 og_backend og_model_backend(const og_model *m) { return m->backend; }
 const og_program *og_model_program(const og_model *m) { return m->prog; }
 

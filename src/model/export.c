@@ -5,6 +5,8 @@
 #include "model/safetensors.h"
 #include "model/textfile.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <unistd.h>
 
@@ -227,6 +229,32 @@ static og_status read_optional(const char *dir, const char *name, char **text) {
     return og_read_text_file(path, text, NULL);
 }
 
+/* transformers 5 saves the chat template to chat_template.jinja beside
+ * tokenizer_config.json; it is embedded as the config's "chat_template"
+ * (a template already in the config wins). *cfg (may be NULL) is replaced. */
+static og_status add_chat_template(const char *dir, char **cfg) {
+    char *tpl = NULL;
+    og_status rc = read_optional(dir, "chat_template.jinja", &tpl);
+    if (rc != OG_OK || !tpl) return rc;
+    cJSON *root = *cfg ? cJSON_Parse(*cfg) : cJSON_CreateObject();
+    char *text = NULL;
+    if (!cJSON_IsObject(root))
+        rc = og_set_error(OG_ERR_FORMAT, "export: %s/tokenizer_config.json is not a JSON object", dir);
+    else if (!cJSON_HasObjectItem(root, "chat_template") && !cJSON_AddStringToObject(root, "chat_template", tpl))
+        rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    if (rc == OG_OK && !(text = cJSON_PrintUnformatted(root)))
+        rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    if (rc == OG_OK) {
+        og_free(*cfg);
+        *cfg = og_strdup(text);
+        if (!*cfg) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
+    cJSON_free(text);
+    cJSON_Delete(root);
+    og_free(tpl);
+    return rc;
+}
+
 static og_status lower(exporter *e, const char *dir, const og_export_options *o, og_export_summary *sum) {
     const og_hf_config *c = e->cfg;
     og_status rc;
@@ -282,7 +310,8 @@ static og_status lower(exporter *e, const char *dir, const og_export_options *o,
 
     char *tok = NULL, *tok_cfg = NULL;
     if ((rc = read_optional(dir, "tokenizer.json", &tok)) == OG_OK &&
-        (rc = read_optional(dir, "tokenizer_config.json", &tok_cfg)) == OG_OK && tok) {
+        (rc = read_optional(dir, "tokenizer_config.json", &tok_cfg)) == OG_OK &&
+        (rc = add_chat_template(dir, &tok_cfg)) == OG_OK && tok) {
         rc = og_program_writer_set_tokenizer(e->w, tok, tok_cfg);
         if (rc != OG_OK) rc = writer_error(e, rc);
     }

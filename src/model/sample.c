@@ -1,0 +1,169 @@
+/* Sampling (see sample.h). Legend: V = vocabulary size, K = candidates kept. */
+#include "model/sample.h"
+
+#include "core/core.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct cand {
+    int32_t id;
+    float p; /* logit, then probability */
+} cand;
+
+struct og_sampler {
+    og_sampler_params p;
+    int64_t vocab;
+    uint64_t rng;
+    cand *c;          /* [V] scratch */
+    int32_t *recent;  /* [repeat_last_n] ring of recent tokens */
+    int32_t n_recent, head;
+};
+
+og_sampler_params og_sampler_default_params(void) {
+    return (og_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                               .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+}
+
+/* splitmix64: a full-period generator whose state is one word. */
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sampler **out) {
+    if (!p || !out || vocab < 1 || vocab > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_sampler_create: NULL argument or vocab %lld out of range",
+                            (long long)vocab);
+    if (!(p->top_p >= 0) || !(p->min_p >= 0) || !(p->repeat_penalty > 0) || p->repeat_last_n < 0)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "og_sampler_create: top_p and min_p must be >= 0, repeat_penalty > 0, repeat_last_n >= 0");
+    *out = NULL;
+    og_sampler *s = og_calloc(1, sizeof *s);
+    if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "sampler: out of memory");
+    s->p = *p;
+    s->vocab = vocab;
+    s->c = og_malloc((size_t)vocab * sizeof *s->c);
+    s->recent = p->repeat_last_n ? og_malloc((size_t)p->repeat_last_n * sizeof *s->recent) : NULL;
+    if (!s->c || (p->repeat_last_n && !s->recent)) {
+        og_sampler_destroy(s);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "sampler: out of memory");
+    }
+    og_sampler_reset(s);
+    *out = s;
+    return OG_OK;
+}
+
+void og_sampler_destroy(og_sampler *s) {
+    if (!s) return;
+    og_free(s->c);
+    og_free(s->recent);
+    og_free(s);
+}
+
+void og_sampler_reset(og_sampler *s) {
+    s->rng = s->p.seed;
+    s->n_recent = s->head = 0;
+}
+
+void og_sampler_accept(og_sampler *s, int32_t token) {
+    if (!s->p.repeat_last_n) return;
+    s->recent[s->head] = token;
+    s->head = (s->head + 1) % s->p.repeat_last_n;
+    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+/* Most likely first; the lower id first on ties, so the order is total. */
+static int cand_cmp(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Moves the k best of c[0..n) to c[0..k), sorted. */
+static void keep_best(cand *c, int64_t n, int64_t k) {
+    if (k < n) {
+        /* min-heap of the k best seen so far in c[0..k) */
+        for (int64_t i = k / 2 - 1; i >= 0; i--)
+            for (int64_t j = i;;) {
+                int64_t l = 2 * j + 1, m = j;
+                if (l < k && cand_cmp(&c[l], &c[m]) > 0) m = l;
+                if (l + 1 < k && cand_cmp(&c[l + 1], &c[m]) > 0) m = l + 1;
+                if (m == j) break;
+                cand t = c[j];
+                c[j] = c[m];
+                c[m] = t;
+                j = m;
+            }
+        for (int64_t i = k; i < n; i++) {
+            if (cand_cmp(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
+            c[0] = c[i];
+            for (int64_t j = 0;;) {
+                int64_t l = 2 * j + 1, m = j;
+                if (l < k && cand_cmp(&c[l], &c[m]) > 0) m = l;
+                if (l + 1 < k && cand_cmp(&c[l + 1], &c[m]) > 0) m = l + 1;
+                if (m == j) break;
+                cand t = c[j];
+                c[j] = c[m];
+                c[m] = t;
+                j = m;
+            }
+        }
+    }
+    qsort(c, (size_t)k, sizeof *c, cand_cmp);
+}
+
+int32_t og_sampler_sample(og_sampler *s, const float *logits) {
+    const int64_t V = s->vocab;
+    cand *c = s->c; /* [V] */
+    for (int64_t i = 0; i < V; i++) c[i] = (cand){(int32_t)i, logits[i]};
+    if (s->p.repeat_penalty != 1.0f)
+        for (int32_t i = 0; i < s->n_recent; i++) {
+            int32_t t = s->recent[i];
+            if (t < 0 || t >= V) continue;
+            /* a token seen twice is penalized once */
+            int seen = 0;
+            for (int32_t j = 0; j < i && !seen; j++) seen = s->recent[j] == t;
+            if (seen) continue;
+            float x = logits[t];
+            c[t].p = x > 0 ? x / s->p.repeat_penalty : x * s->p.repeat_penalty;
+        }
+    int32_t tok;
+    if (s->p.temperature <= 0) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (c[i].p > c[best].p) best = i;
+        tok = c[best].id;
+    } else {
+        int64_t k = s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : V;
+        keep_best(c, V, k);
+        /* softmax over the kept, at the temperature */
+        double sum = 0, mx = c[0].p;
+        for (int64_t i = 0; i < k; i++) sum += (c[i].p = (float)exp((c[i].p - mx) / s->p.temperature));
+        for (int64_t i = 0; i < k; i++) c[i].p = (float)(c[i].p / sum);
+        if (s->p.top_p < 1) {
+            double mass = 0;
+            int64_t n = 0;
+            while (n < k && mass < s->p.top_p) mass += c[n++].p;
+            k = n > 0 ? n : 1;
+        }
+        if (s->p.min_p > 0) {
+            int64_t n = 1;
+            while (n < k && c[n].p >= s->p.min_p * c[0].p) n++;
+            k = n;
+        }
+        double total = 0;
+        for (int64_t i = 0; i < k; i++) total += c[i].p;
+        double r = (double)(next_u64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * total, acc = 0;
+        tok = c[k - 1].id;
+        for (int64_t i = 0; i < k; i++)
+            if ((acc += c[i].p) > r) {
+                tok = c[i].id;
+                break;
+            }
+    }
+    og_sampler_accept(s, tok);
+    return tok;
+}

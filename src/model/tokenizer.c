@@ -1,0 +1,1292 @@
+/* The tokenizer (see tokenizer.h): tokenizer.json → a pipeline of
+ * added-token split → normalizer → pre-tokenizer → BPE, and ids → token
+ * strings → decoder chain. Behaviour follows Hugging Face `tokenizers`; the
+ * parity tests compare against its output. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "model/tokenizer.h"
+
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#define TOK_ERR(st, ...) og_set_error(st, "tokenizer.json: " __VA_ARGS__)
+
+/* ------------------------------------------------------------ byte buffers */
+
+typedef struct buf {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static og_status buf_put(buf *b, const void *src, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = og_realloc(b->p, cap);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, src, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return OG_OK;
+}
+
+static og_status buf_putc(buf *b, char c) { return buf_put(b, &c, 1); }
+
+/* Appends the UTF-8 encoding of code point cp. */
+static og_status buf_put_cp(buf *b, uint32_t cp) {
+    char u[4];
+    size_t n;
+    if (cp < 0x80) {
+        u[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        u[0] = (char)(0xC0 | (cp >> 6));
+        u[1] = (char)(0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
+        u[0] = (char)(0xE0 | (cp >> 12));
+        u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (char)(0x80 | (cp & 0x3F));
+        n = 3;
+    } else {
+        u[0] = (char)(0xF0 | (cp >> 18));
+        u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[3] = (char)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    return buf_put(b, u, n);
+}
+
+/* Length of the well-formed UTF-8 sequence at s[0..n), or 0 when it is not
+ * one; *bad gets the length of its maximal ill-formed subpart then (>= 1). */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
+    unsigned char c = s[0];
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    *bad = 1;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return 0;
+    for (size_t k = 1; k <= need; k++) {
+        unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
+        if (k >= n || s[k] < min || s[k] > max) {
+            *bad = k;
+            return 0;
+        }
+    }
+    return need + 1;
+}
+
+/* Appends s[0..n) with each maximal ill-formed subpart replaced by U+FFFD. */
+static og_status buf_put_lossy(buf *b, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    og_status rc = OG_OK;
+    while (i < n && rc == OG_OK) {
+        size_t bad, len = utf8_seq(u + i, n - i, &bad);
+        if (len) {
+            i += len;
+            run += len;
+            continue;
+        }
+        rc = buf_put(b, s + i - run, run);
+        if (rc == OG_OK) rc = buf_put_cp(b, 0xFFFD);
+        i += bad;
+        run = 0;
+    }
+    return rc == OG_OK ? buf_put(b, s + n - run, run) : rc;
+}
+
+/* Decodes the code point at s (valid UTF-8); *len gets its length. */
+static uint32_t utf8_cp(const unsigned char *s, size_t *len) {
+    if (s[0] < 0x80) return *len = 1, s[0];
+    if (s[0] < 0xE0) return *len = 2, ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    if (s[0] < 0xF0)
+        return *len = 3, ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    return *len = 4, ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+                     ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+}
+
+/* Length of the UTF-8 character starting with byte c (1 for a stray byte). */
+static size_t utf8_len(unsigned char c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+/* ------------------------------------------------------------ hash maps */
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Token text → id, over the tokenizer's id → text table. */
+typedef struct str_map {
+    int32_t *slot; /* [cap] id or -1 */
+    size_t cap;
+} str_map;
+
+typedef struct pair_entry {
+    uint64_t key; /* left << 32 | right; UINT64_MAX when empty */
+    int32_t rank, merged;
+} pair_entry;
+
+typedef struct pair_map {
+    pair_entry *slot; /* [cap] */
+    size_t cap;
+} pair_map;
+
+/* ------------------------------------------------------------ the pipeline */
+
+typedef enum { NORM_NFC, NORM_NFKC, NORM_PREPEND, NORM_REPLACE } norm_kind;
+typedef struct norm_op {
+    norm_kind kind;
+    char *a, *b; /* prepend text; replace pattern and content */
+} norm_op;
+
+typedef enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT } split_behavior;
+typedef enum { PRE_BYTELEVEL, PRE_SPLIT, PRE_METASPACE } pre_kind;
+typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } prepend_scheme;
+typedef struct pre_op {
+    pre_kind kind;
+    int add_prefix_space, use_regex, split;
+    prepend_scheme prepend;
+    split_behavior behavior;
+    pcre2_code *re; /* Split with a Regex pattern, ByteLevel with use_regex */
+    char *literal;  /* Split with a String pattern; Metaspace replacement */
+} pre_op;
+
+typedef enum { DEC_BYTELEVEL, DEC_METASPACE, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP } dec_kind;
+typedef struct dec_op {
+    dec_kind kind;
+    char *a, *b; /* replace pattern/content; metaspace/strip character */
+    int start, stop;
+    prepend_scheme prepend;
+} dec_op;
+
+typedef struct added_token {
+    char *text;
+    size_t len;
+    int32_t id;
+    int special;
+} added_token;
+
+struct og_tokenizer {
+    char **text;       /* [n_ids] token text by id (NULL for a hole) */
+    int32_t n_ids;
+    str_map vocab;     /* model vocabulary */
+    pair_map merges;
+    added_token *added; /* [n_added], longest first */
+    int32_t n_added;
+    int32_t unk, byte_id[256];
+    int byte_fallback, fuse_unk, ignore_merges;
+    norm_op *norm;
+    int n_norm;
+    pre_op *pre;
+    int n_pre;
+    dec_op *dec;
+    int n_dec; /* -1: no decoder */
+    int32_t *eos;
+    int32_t n_eos, bos;
+    char *chat_template;
+};
+
+static int32_t map_get(const og_tokenizer *t, const char *s, size_t n) {
+    if (!t->vocab.cap) return -1;
+    size_t mask = t->vocab.cap - 1;
+    for (size_t i = hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
+        int32_t id = t->vocab.slot[i];
+        if (id < 0) return -1;
+        if (strlen(t->text[id]) == n && !memcmp(t->text[id], s, n)) return id;
+    }
+}
+
+static void map_put(og_tokenizer *t, int32_t id) {
+    size_t mask = t->vocab.cap - 1, n = strlen(t->text[id]);
+    size_t i = hash_bytes(t->text[id], n) & mask;
+    while (t->vocab.slot[i] >= 0) i = (i + 1) & mask;
+    t->vocab.slot[i] = id;
+}
+
+static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+
+static const pair_entry *pair_get(const og_tokenizer *t, int32_t a, int32_t b) {
+    if (!t->merges.cap) return NULL;
+    uint64_t k = pair_key(a, b);
+    size_t mask = t->merges.cap - 1;
+    for (size_t i = (k * 0x9E3779B97F4A7C15ull >> 17) & mask;; i = (i + 1) & mask) {
+        if (t->merges.slot[i].key == k) return &t->merges.slot[i];
+        if (t->merges.slot[i].key == UINT64_MAX) return NULL;
+    }
+}
+
+/* GPT-2's byte ↔ printable character table. */
+static uint32_t k_byte_cp[256];
+static int16_t k_cp_byte[324];
+static void byte_table_init(void) {
+    if (k_byte_cp[0]) return;
+    uint32_t next = 256;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        k_byte_cp[b] = printable ? (uint32_t)b : next++;
+    }
+    for (int i = 0; i < 324; i++) k_cp_byte[i] = -1;
+    for (int b = 0; b < 256; b++) k_cp_byte[k_byte_cp[b]] = (int16_t)b;
+}
+
+static const char k_gpt2_pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* ------------------------------------------------------------ loading */
+
+static const char *json_str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int json_bool(const cJSON *o, const char *key, int dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+static og_status dup(const char *s, char **out) {
+    *out = og_strdup(s);
+    return *out ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+}
+
+/* A {"String": s} or {"Regex": r} pattern object. */
+static og_status load_pattern(const cJSON *o, const char *where, char **literal, pcre2_code **re) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(o, "pattern");
+    const char *s = json_str(pat, "String"), *r = json_str(pat, "Regex");
+    if (s) return dup(s, literal);
+    if (!r || !re) return TOK_ERR(OG_ERR_UNSUPPORTED, "%s: pattern must be %s", where, re ? "{\"String\"} or {\"Regex\"}" : "{\"String\"}");
+    int err;
+    PCRE2_SIZE off;
+    *re = pcre2_compile((PCRE2_SPTR)r, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, NULL);
+    if (!*re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return TOK_ERR(OG_ERR_UNSUPPORTED, "%s: regex does not compile at offset %zu: %s", where, (size_t)off, (char *)msg);
+    }
+    return OG_OK;
+}
+
+static og_status parse_prepend(const cJSON *o, const char *where, prepend_scheme *out) {
+    const char *s = json_str(o, "prepend_scheme");
+    if (!s) {
+        *out = json_bool(o, "add_prefix_space", 1) ? PREPEND_ALWAYS : PREPEND_NEVER;
+        return OG_OK;
+    }
+    if (!strcmp(s, "always")) *out = PREPEND_ALWAYS;
+    else if (!strcmp(s, "first")) *out = PREPEND_FIRST;
+    else if (!strcmp(s, "never")) *out = PREPEND_NEVER;
+    else return TOK_ERR(OG_ERR_UNSUPPORTED, "%s: prepend_scheme \"%s\"", where, s);
+    return OG_OK;
+}
+
+/* Flattens a {"type": "Sequence", key: [...]} tree into items. */
+static og_status flatten(const cJSON *o, const char *key, const cJSON ***items, int *n, const char *where) {
+    const char *type = json_str(o, "type");
+    if (!type) return TOK_ERR(OG_ERR_FORMAT, "%s has no \"type\"", where);
+    if (strcmp(type, "Sequence")) {
+        const cJSON **p = og_realloc(*items, (size_t)(*n + 1) * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        *items = p;
+        p[(*n)++] = o;
+        return OG_OK;
+    }
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, key), *it;
+    if (!cJSON_IsArray(arr)) return TOK_ERR(OG_ERR_FORMAT, "%s Sequence has no \"%s\" array", where, key);
+    cJSON_ArrayForEach(it, arr) {
+        og_status rc = flatten(it, key, items, n, where);
+        if (rc) return rc;
+    }
+    return OG_OK;
+}
+
+static og_status load_normalizer(og_tokenizer *t, const cJSON *o) {
+    const cJSON **items = NULL;
+    int n = 0;
+    og_status rc = flatten(o, "normalizers", &items, &n, "normalizer");
+    if (rc == OG_OK && n && !(t->norm = og_calloc((size_t)n, sizeof *t->norm)))
+        rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    for (int i = 0; i < n && rc == OG_OK; i++, t->n_norm++) {
+        const char *type = json_str(items[i], "type");
+        norm_op *op = &t->norm[i];
+        if (!strcmp(type, "NFC")) op->kind = NORM_NFC;
+        else if (!strcmp(type, "NFKC")) op->kind = NORM_NFKC;
+        else if (!strcmp(type, "Prepend")) {
+            op->kind = NORM_PREPEND;
+            const char *p = json_str(items[i], "prepend");
+            rc = p ? dup(p, &op->a) : TOK_ERR(OG_ERR_FORMAT, "normalizer Prepend has no \"prepend\"");
+        } else if (!strcmp(type, "Replace")) {
+            op->kind = NORM_REPLACE;
+            const char *c = json_str(items[i], "content");
+            rc = load_pattern(items[i], "normalizer Replace", &op->a, NULL);
+            if (rc == OG_OK) rc = c ? dup(c, &op->b) : TOK_ERR(OG_ERR_FORMAT, "normalizer Replace has no \"content\"");
+        } else
+            rc = TOK_ERR(OG_ERR_UNSUPPORTED, "normalizer type \"%s\" is not supported", type);
+    }
+    og_free(items);
+    return rc;
+}
+
+static og_status load_pre_tokenizer(og_tokenizer *t, const cJSON *o) {
+    const cJSON **items = NULL;
+    int n = 0;
+    og_status rc = flatten(o, "pretokenizers", &items, &n, "pre_tokenizer");
+    if (rc == OG_OK && n && !(t->pre = og_calloc((size_t)n, sizeof *t->pre)))
+        rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    for (int i = 0; i < n && rc == OG_OK; i++, t->n_pre++) {
+        const cJSON *it = items[i];
+        const char *type = json_str(it, "type");
+        pre_op *op = &t->pre[i];
+        if (!strcmp(type, "ByteLevel")) {
+            op->kind = PRE_BYTELEVEL;
+            op->add_prefix_space = json_bool(it, "add_prefix_space", 1);
+            op->use_regex = json_bool(it, "use_regex", 1);
+            if (op->use_regex) {
+                int err;
+                PCRE2_SIZE off;
+                op->re = pcre2_compile((PCRE2_SPTR)k_gpt2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                       &err, &off, NULL);
+                if (!op->re) rc = og_set_error(OG_ERR_UNSUPPORTED, "tokenizer: PCRE2 lacks Unicode support");
+            }
+        } else if (!strcmp(type, "Split")) {
+            op->kind = PRE_SPLIT;
+            const char *b = json_str(it, "behavior");
+            if (json_bool(it, "invert", 0)) rc = TOK_ERR(OG_ERR_UNSUPPORTED, "pre_tokenizer Split with invert=true");
+            else if (!b || !strcmp(b, "Isolated")) op->behavior = SPLIT_ISOLATED;
+            else if (!strcmp(b, "Removed")) op->behavior = SPLIT_REMOVED;
+            else if (!strcmp(b, "MergedWithPrevious")) op->behavior = SPLIT_MERGED_PREV;
+            else if (!strcmp(b, "MergedWithNext")) op->behavior = SPLIT_MERGED_NEXT;
+            else rc = TOK_ERR(OG_ERR_UNSUPPORTED, "pre_tokenizer Split behavior \"%s\"", b);
+            if (rc == OG_OK) rc = load_pattern(it, "pre_tokenizer Split", &op->literal, &op->re);
+        } else if (!strcmp(type, "Metaspace")) {
+            op->kind = PRE_METASPACE;
+            const char *r = json_str(it, "replacement");
+            op->split = json_bool(it, "split", 1);
+            rc = parse_prepend(it, "pre_tokenizer Metaspace", &op->prepend);
+            if (rc == OG_OK) rc = dup(r ? r : "\xE2\x96\x81", &op->literal);
+        } else
+            rc = TOK_ERR(OG_ERR_UNSUPPORTED, "pre_tokenizer type \"%s\" is not supported", type);
+    }
+    og_free(items);
+    return rc;
+}
+
+static og_status load_decoder(og_tokenizer *t, const cJSON *o) {
+    const cJSON **items = NULL;
+    int n = 0;
+    og_status rc = flatten(o, "decoders", &items, &n, "decoder");
+    if (rc == OG_OK && n && !(t->dec = og_calloc((size_t)n, sizeof *t->dec)))
+        rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    for (int i = 0; i < n && rc == OG_OK; i++, t->n_dec++) {
+        const cJSON *it = items[i];
+        const char *type = json_str(it, "type");
+        dec_op *op = &t->dec[i];
+        if (!strcmp(type, "ByteLevel")) op->kind = DEC_BYTELEVEL;
+        else if (!strcmp(type, "ByteFallback")) op->kind = DEC_BYTEFALLBACK;
+        else if (!strcmp(type, "Fuse")) op->kind = DEC_FUSE;
+        else if (!strcmp(type, "Metaspace")) {
+            op->kind = DEC_METASPACE;
+            const char *r = json_str(it, "replacement");
+            rc = parse_prepend(it, "decoder Metaspace", &op->prepend);
+            if (rc == OG_OK) rc = dup(r ? r : "\xE2\x96\x81", &op->a);
+        } else if (!strcmp(type, "Replace")) {
+            op->kind = DEC_REPLACE;
+            const char *c = json_str(it, "content");
+            rc = load_pattern(it, "decoder Replace", &op->a, NULL);
+            if (rc == OG_OK) rc = c ? dup(c, &op->b) : TOK_ERR(OG_ERR_FORMAT, "decoder Replace has no \"content\"");
+        } else if (!strcmp(type, "Strip")) {
+            op->kind = DEC_STRIP;
+            const char *c = json_str(it, "content");
+            const cJSON *s = cJSON_GetObjectItemCaseSensitive(it, "start"),
+                        *e = cJSON_GetObjectItemCaseSensitive(it, "stop");
+            if (!c || !cJSON_IsNumber(s) || !cJSON_IsNumber(e) || s->valuedouble < 0 || e->valuedouble < 0 ||
+                s->valuedouble > 1e6 || e->valuedouble > 1e6)
+                rc = TOK_ERR(OG_ERR_FORMAT, "decoder Strip needs \"content\", \"start\" and \"stop\"");
+            else {
+                op->start = s->valueint;
+                op->stop = e->valueint;
+                rc = dup(c, &op->a);
+            }
+        } else
+            rc = TOK_ERR(OG_ERR_UNSUPPORTED, "decoder type \"%s\" is not supported", type);
+    }
+    og_free(items);
+    return rc;
+}
+
+/* Sets text[id]; the id table grows as needed. */
+static og_status set_token(og_tokenizer *t, int64_t id, const char *s, const char *where) {
+    if (id < 0 || id > (1 << 24)) return TOK_ERR(OG_ERR_FORMAT, "%s: id %lld out of range", where, (long long)id);
+    if (id >= t->n_ids) {
+        int32_t n = t->n_ids ? t->n_ids : 256;
+        while (n <= id) n *= 2;
+        char **p = og_realloc(t->text, (size_t)n * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        memset(p + t->n_ids, 0, (size_t)(n - t->n_ids) * sizeof *p);
+        t->text = p;
+        t->n_ids = n;
+    }
+    if (t->text[id] && strcmp(t->text[id], s))
+        return TOK_ERR(OG_ERR_FORMAT, "%s: id %lld is both \"%s\" and \"%s\"", where, (long long)id, t->text[id], s);
+    if (!t->text[id]) return dup(s, &t->text[id]);
+    return OG_OK;
+}
+
+static og_status load_model(og_tokenizer *t, const cJSON *m) {
+    const char *type = json_str(m, "type");
+    if (!type || strcmp(type, "BPE"))
+        return TOK_ERR(OG_ERR_UNSUPPORTED, "model type \"%s\" is not supported (only BPE)", type ? type : "(none)");
+    const char *cont = json_str(m, "continuing_subword_prefix"), *eow = json_str(m, "end_of_word_suffix");
+    if ((cont && *cont) || (eow && *eow))
+        return TOK_ERR(OG_ERR_UNSUPPORTED, "model: continuing_subword_prefix / end_of_word_suffix are not supported");
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(m, "dropout");
+    if (cJSON_IsNumber(dropout) && dropout->valuedouble > 0)
+        return TOK_ERR(OG_ERR_UNSUPPORTED, "model: BPE dropout is not supported");
+    t->byte_fallback = json_bool(m, "byte_fallback", 0);
+    t->fuse_unk = json_bool(m, "fuse_unk", 0);
+    t->ignore_merges = json_bool(m, "ignore_merges", 0);
+
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *it;
+    if (!cJSON_IsObject(vocab)) return TOK_ERR(OG_ERR_FORMAT, "model has no \"vocab\" object");
+    int n = cJSON_GetArraySize(vocab);
+    cJSON_ArrayForEach(it, vocab) {
+        if (!cJSON_IsNumber(it)) return TOK_ERR(OG_ERR_FORMAT, "model.vocab[\"%s\"] is not a number", it->string);
+        og_status rc = set_token(t, (int64_t)it->valuedouble, it->string, "model.vocab");
+        if (rc) return rc;
+    }
+    t->vocab.cap = 16;
+    while (t->vocab.cap < (size_t)n * 2) t->vocab.cap *= 2;
+    if (!(t->vocab.slot = og_malloc(t->vocab.cap * sizeof *t->vocab.slot)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    memset(t->vocab.slot, 0xff, t->vocab.cap * sizeof *t->vocab.slot);
+    cJSON_ArrayForEach(it, vocab) {
+        int32_t id = (int32_t)it->valuedouble;
+        if (map_get(t, it->string, strlen(it->string)) < 0) map_put(t, id);
+    }
+
+    const char *unk = json_str(m, "unk_token");
+    t->unk = unk ? map_get(t, unk, strlen(unk)) : -1;
+    if (unk && t->unk < 0) return TOK_ERR(OG_ERR_FORMAT, "model.unk_token \"%s\" is not in the vocabulary", unk);
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_id[b] = map_get(t, name, 6);
+    }
+
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
+    if (!cJSON_IsArray(merges)) return TOK_ERR(OG_ERR_FORMAT, "model has no \"merges\" array");
+    int nm = cJSON_GetArraySize(merges);
+    t->merges.cap = 16;
+    while (t->merges.cap < (size_t)nm * 2) t->merges.cap *= 2;
+    if (!(t->merges.slot = og_malloc(t->merges.cap * sizeof *t->merges.slot)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    for (size_t i = 0; i < t->merges.cap; i++) t->merges.slot[i].key = UINT64_MAX;
+    int32_t rank = 0;
+    buf joined = {0};
+    og_status rc = OG_OK;
+    cJSON_ArrayForEach(it, merges) {
+        const char *a, *b;
+        size_t na, nb;
+        if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
+            cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
+            a = cJSON_GetArrayItem(it, 0)->valuestring;
+            b = cJSON_GetArrayItem(it, 1)->valuestring;
+            na = strlen(a);
+            nb = strlen(b);
+        } else if (cJSON_IsString(it) && strchr(it->valuestring, ' ')) {
+            a = it->valuestring;
+            b = strchr(a, ' ') + 1;
+            na = (size_t)(b - 1 - a);
+            nb = strlen(b);
+        } else {
+            rc = TOK_ERR(OG_ERR_FORMAT, "model.merges[%d] is neither [\"a\", \"b\"] nor \"a b\"", rank);
+            break;
+        }
+        int32_t ia = map_get(t, a, na), ib = map_get(t, b, nb);
+        joined.n = 0;
+        if ((rc = buf_put(&joined, a, na)) || (rc = buf_put(&joined, b, nb))) break;
+        int32_t im = map_get(t, joined.p, joined.n);
+        if (ia < 0 || ib < 0 || im < 0) {
+            rc = TOK_ERR(OG_ERR_FORMAT, "model.merges[%d] (\"%.*s\" \"%.*s\") uses a token not in the vocabulary",
+                         rank, (int)na, a, (int)nb, b);
+            break;
+        }
+        uint64_t k = pair_key(ia, ib);
+        size_t mask = t->merges.cap - 1, i = (k * 0x9E3779B97F4A7C15ull >> 17) & mask;
+        while (t->merges.slot[i].key != UINT64_MAX && t->merges.slot[i].key != k) i = (i + 1) & mask;
+        if (t->merges.slot[i].key == UINT64_MAX) /* the first (lowest) rank wins */
+            t->merges.slot[i] = (pair_entry){k, rank, im};
+        rank++;
+    }
+    og_free(joined.p);
+    return rc;
+}
+
+static int added_cmp(const void *a, const void *b) {
+    const added_token *x = a, *y = b;
+    return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
+}
+
+static og_status load_added(og_tokenizer *t, const cJSON *arr) {
+    if (!arr || cJSON_IsNull(arr)) return OG_OK;
+    if (!cJSON_IsArray(arr)) return TOK_ERR(OG_ERR_FORMAT, "\"added_tokens\" is not an array");
+    int n = cJSON_GetArraySize(arr);
+    if (n && !(t->added = og_calloc((size_t)n, sizeof *t->added)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        const char *content = json_str(it, "content");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        int k = t->n_added;
+        if (!content || !*content || !cJSON_IsNumber(id))
+            return TOK_ERR(OG_ERR_FORMAT, "added_tokens[%d] needs a non-empty \"content\" and an \"id\"", k);
+        if (json_bool(it, "single_word", 0) || json_bool(it, "lstrip", 0) || json_bool(it, "rstrip", 0))
+            return TOK_ERR(OG_ERR_UNSUPPORTED, "added_tokens[%d] \"%s\": single_word/lstrip/rstrip are not supported",
+                           k, content);
+        if (json_bool(it, "normalized", 0) && t->n_norm)
+            return TOK_ERR(OG_ERR_UNSUPPORTED,
+                           "added_tokens[%d] \"%s\": normalized=true with a normalizer is not supported", k, content);
+        og_status rc = set_token(t, (int64_t)id->valuedouble, content, "added_tokens");
+        if (rc) return rc;
+        t->added[k] = (added_token){t->text[(int64_t)id->valuedouble], strlen(content), (int32_t)id->valuedouble,
+                                    json_bool(it, "special", 0)};
+        t->n_added++;
+    }
+    qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_cmp);
+    return OG_OK;
+}
+
+og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
+    if (!json || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_load_json: NULL argument");
+    *out = NULL;
+    byte_table_init();
+    cJSON *root = cJSON_Parse(json);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return TOK_ERR(OG_ERR_FORMAT, "not a JSON object");
+    }
+    og_tokenizer *t = og_calloc(1, sizeof *t);
+    if (!t) {
+        cJSON_Delete(root);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    }
+    t->bos = -1;
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer"),
+                *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"),
+                *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder"),
+                *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    og_status rc = OG_OK;
+    if (!cJSON_IsObject(model)) rc = TOK_ERR(OG_ERR_FORMAT, "no \"model\" object");
+    if (rc == OG_OK) rc = load_model(t, model);
+    if (rc == OG_OK && cJSON_IsObject(norm)) rc = load_normalizer(t, norm);
+    if (rc == OG_OK && cJSON_IsObject(pre)) rc = load_pre_tokenizer(t, pre);
+    if (rc == OG_OK && cJSON_IsObject(dec)) rc = load_decoder(t, dec);
+    else t->n_dec = -1;
+    if (rc == OG_OK) rc = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"));
+    cJSON_Delete(root);
+    if (rc != OG_OK) {
+        og_tokenizer_free(t);
+        return rc;
+    }
+    /* the id table ends at the largest id in use */
+    while (t->n_ids > 0 && !t->text[t->n_ids - 1]) t->n_ids--;
+    *out = t;
+    return OG_OK;
+}
+
+void og_tokenizer_free(og_tokenizer *t) {
+    if (!t) return;
+    for (int32_t i = 0; i < t->n_ids; i++) og_free(t->text[i]);
+    og_free(t->text);
+    og_free(t->vocab.slot);
+    og_free(t->merges.slot);
+    og_free(t->added);
+    for (int i = 0; i < t->n_norm; i++) {
+        og_free(t->norm[i].a);
+        og_free(t->norm[i].b);
+    }
+    og_free(t->norm);
+    for (int i = 0; i < t->n_pre; i++) {
+        pcre2_code_free(t->pre[i].re);
+        og_free(t->pre[i].literal);
+    }
+    og_free(t->pre);
+    for (int i = 0; i < t->n_dec; i++) {
+        og_free(t->dec[i].a);
+        og_free(t->dec[i].b);
+    }
+    og_free(t->dec);
+    og_free(t->eos);
+    og_free(t->chat_template);
+    og_free(t);
+}
+
+/* A token named in tokenizer_config.json: "text" or {"content": "text"}. */
+static og_status config_token(og_tokenizer *t, const cJSON *cfg, const char *key, int32_t *id) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    const char *s = cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
+    *id = -1;
+    if (!s) return OG_OK;
+    *id = og_tokenizer_token_id(t, s);
+    if (*id < 0)
+        return og_set_error(OG_ERR_FORMAT, "tokenizer_config.json: %s \"%s\" is not a token of tokenizer.json", key, s);
+    return OG_OK;
+}
+
+og_status og_tokenizer_load_config(og_tokenizer *t, const char *config_json) {
+    if (!t) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_load_config: NULL tokenizer");
+    if (!config_json || !*config_json) return OG_OK;
+    cJSON *cfg = cJSON_Parse(config_json);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return og_set_error(OG_ERR_FORMAT, "tokenizer_config.json: not a JSON object");
+    }
+    int32_t eos, bos;
+    og_status rc = config_token(t, cfg, "eos_token", &eos);
+    if (rc == OG_OK) rc = config_token(t, cfg, "bos_token", &bos);
+    if (rc == OG_OK && eos >= 0) rc = og_tokenizer_add_eos(t, eos);
+    if (rc == OG_OK) t->bos = bos;
+    const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *it;
+    const char *text = cJSON_IsString(tpl) ? tpl->valuestring : NULL;
+    if (cJSON_IsArray(tpl)) /* [{"name": "default", "template": ...}, ...] */
+        cJSON_ArrayForEach(it, tpl) {
+            const char *name = json_str(it, "name");
+            if (name && !strcmp(name, "default")) text = json_str(it, "template");
+        }
+    if (rc == OG_OK && text) {
+        og_free(t->chat_template);
+        rc = dup(text, &t->chat_template);
+    }
+    cJSON_Delete(cfg);
+    return rc;
+}
+
+int32_t og_tokenizer_vocab_size(const og_tokenizer *t) { return t ? t->n_ids : 0; }
+
+int32_t og_tokenizer_token_id(const og_tokenizer *t, const char *text) {
+    if (!t || !text) return -1;
+    for (int32_t i = 0; i < t->n_added; i++)
+        if (!strcmp(t->added[i].text, text)) return t->added[i].id;
+    return map_get(t, text, strlen(text));
+}
+
+const char *og_tokenizer_token_text(const og_tokenizer *t, int32_t id) {
+    return t && id >= 0 && id < t->n_ids ? t->text[id] : NULL;
+}
+
+int og_tokenizer_is_special(const og_tokenizer *t, int32_t id) {
+    for (int32_t i = 0; t && i < t->n_added; i++)
+        if (t->added[i].id == id) return t->added[i].special;
+    return 0;
+}
+
+int32_t og_tokenizer_eos_ids(const og_tokenizer *t, const int32_t **ids) {
+    *ids = t->eos;
+    return t->n_eos;
+}
+
+og_status og_tokenizer_add_eos(og_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= t->n_ids) return og_set_error(OG_ERR_INVALID_ARGUMENT, "eos id %d is not a token", id);
+    for (int32_t i = 0; i < t->n_eos; i++)
+        if (t->eos[i] == id) return OG_OK;
+    int32_t *p = og_realloc(t->eos, (size_t)(t->n_eos + 1) * sizeof *p);
+    if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    t->eos = p;
+    p[t->n_eos++] = id;
+    return OG_OK;
+}
+
+int32_t og_tokenizer_bos_id(const og_tokenizer *t) { return t->bos; }
+const char *og_tokenizer_chat_template(const og_tokenizer *t) { return t->chat_template; }
+
+/* ------------------------------------------------------------ encoding */
+
+/* A piece of text on its way through the pre-tokenizers. */
+typedef struct piece {
+    size_t off, len; /* in the owning pieces' arena */
+    int at_start;    /* begins at offset 0 of the original input */
+} piece;
+
+typedef struct pieces {
+    buf arena;
+    piece *p;
+    size_t n, cap;
+} pieces;
+
+static og_status pieces_add(pieces *ps, const char *s, size_t len, int at_start) {
+    if (!len) return OG_OK;
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 16;
+        piece *p = og_realloc(ps->p, cap * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        ps->p = p;
+        ps->cap = cap;
+    }
+    ps->p[ps->n++] = (piece){ps->arena.n, len, at_start};
+    return buf_put(&ps->arena, s, len);
+}
+
+static void pieces_free(pieces *ps) {
+    og_free(ps->arena.p);
+    og_free(ps->p);
+}
+
+/* Appends every occurrence of literal lit (or every match of re) in s as
+ * [start, end) pairs to *m. */
+static og_status find_matches(const pre_op *op, const char *lit, const char *s, size_t n, size_t **m, size_t *nm) {
+    size_t cap = 0, pos = 0;
+    pcre2_match_data *md = op && op->re ? pcre2_match_data_create_from_pattern(op->re, NULL) : NULL;
+    if (op && op->re && !md) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    size_t litn = lit ? strlen(lit) : 0;
+    og_status rc = OG_OK;
+    *nm = 0;
+    while (pos < n) {
+        size_t ms, me;
+        if (md) {
+            int r = pcre2_match(op->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+            if (r == PCRE2_ERROR_NOMATCH) break;
+            if (r < 0) {
+                rc = og_set_error(OG_ERR_UNSUPPORTED, "tokenizer: regex match failed (PCRE2 error %d)", r);
+                break;
+            }
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            ms = ov[0];
+            me = ov[1];
+        } else {
+            const char *f = memmem(s + pos, n - pos, lit, litn);
+            if (!f) break;
+            ms = (size_t)(f - s);
+            me = ms + litn;
+        }
+        if (me == ms) { /* an empty match splits nothing */
+            pos = ms + utf8_len((unsigned char)s[ms]);
+            continue;
+        }
+        if (*nm + 2 > cap) {
+            cap = cap ? cap * 2 : 32;
+            size_t *p = og_realloc(*m, cap * sizeof *p);
+            if (!p) {
+                rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+                break;
+            }
+            *m = p;
+        }
+        (*m)[(*nm)++] = ms;
+        (*m)[(*nm)++] = me;
+        pos = me;
+    }
+    pcre2_match_data_free(md);
+    return rc;
+}
+
+/* Splits piece s (at_start as given) at the matches m into out. */
+static og_status split_piece(pieces *out, const char *s, size_t n, int at_start, const size_t *m, size_t nm,
+                             split_behavior b) {
+    size_t prev = 0;
+    og_status rc = OG_OK;
+    for (size_t i = 0; i < nm && rc == OG_OK; i += 2) {
+        size_t ms = m[i], me = m[i + 1];
+        switch (b) {
+        case SPLIT_ISOLATED:
+            rc = pieces_add(out, s + prev, ms - prev, at_start && prev == 0);
+            if (rc == OG_OK) rc = pieces_add(out, s + ms, me - ms, at_start && ms == 0);
+            prev = me;
+            break;
+        case SPLIT_REMOVED:
+            rc = pieces_add(out, s + prev, ms - prev, at_start && prev == 0);
+            prev = me;
+            break;
+        case SPLIT_MERGED_PREV:
+            rc = pieces_add(out, s + prev, me - prev, at_start && prev == 0);
+            prev = me;
+            break;
+        case SPLIT_MERGED_NEXT:
+            rc = pieces_add(out, s + prev, ms - prev, at_start && prev == 0);
+            prev = ms;
+            break;
+        }
+    }
+    return rc == OG_OK ? pieces_add(out, s + prev, n - prev, at_start && prev == 0) : rc;
+}
+
+/* Runs one pre-tokenizer over every piece of *ps. */
+static og_status pre_apply(const pre_op *op, pieces *ps) {
+    pieces out = {0};
+    buf tmp = {0};
+    size_t *m = NULL, nm = 0;
+    og_status rc = OG_OK;
+    for (size_t i = 0; i < ps->n && rc == OG_OK; i++) {
+        const char *s = ps->arena.p + ps->p[i].off;
+        size_t n = ps->p[i].len;
+        int at_start = ps->p[i].at_start;
+        tmp.n = 0;
+        if (op->kind == PRE_BYTELEVEL) {
+            if (op->add_prefix_space && s[0] != ' ') rc = buf_putc(&tmp, ' ');
+            if (rc == OG_OK) rc = buf_put(&tmp, s, n);
+            if (rc == OG_OK && op->use_regex) rc = find_matches(op, NULL, tmp.p, tmp.n, &m, &nm);
+            else nm = 0;
+            if (rc != OG_OK) break;
+            /* split, then map each byte of each part to its printable character */
+            size_t mark = out.n;
+            if (op->use_regex) rc = split_piece(&out, tmp.p, tmp.n, at_start, m, nm, SPLIT_ISOLATED);
+            else rc = pieces_add(&out, tmp.p, tmp.n, at_start);
+            for (size_t k = mark; k < out.n && rc == OG_OK; k++) {
+                buf mapped = {0};
+                const unsigned char *u = (const unsigned char *)out.arena.p + out.p[k].off;
+                for (size_t j = 0; j < out.p[k].len && rc == OG_OK; j++) rc = buf_put_cp(&mapped, k_byte_cp[u[j]]);
+                if (rc == OG_OK) {
+                    out.p[k].off = out.arena.n;
+                    out.p[k].len = mapped.n;
+                    rc = buf_put(&out.arena, mapped.p, mapped.n);
+                }
+                og_free(mapped.p);
+            }
+        } else if (op->kind == PRE_SPLIT) {
+            rc = find_matches(op, op->literal, s, n, &m, &nm);
+            if (rc == OG_OK) rc = split_piece(&out, s, n, at_start, m, nm, op->behavior);
+        } else { /* PRE_METASPACE */
+            const char *rep = op->literal;
+            size_t rn = strlen(rep);
+            int starts = n >= rn && !memcmp(s, rep, rn);
+            /* a leading space becomes the replacement too */
+            if (!starts && s[0] == ' ' && rn) starts = 1;
+            if (!starts && (op->prepend == PREPEND_ALWAYS || (op->prepend == PREPEND_FIRST && at_start)))
+                rc = buf_put(&tmp, rep, rn);
+            for (size_t j = 0; j < n && rc == OG_OK; j++)
+                rc = s[j] == ' ' ? buf_put(&tmp, rep, rn) : buf_putc(&tmp, s[j]);
+            if (rc != OG_OK) break;
+            if (op->split) {
+                rc = find_matches(NULL, rep, tmp.p, tmp.n, &m, &nm);
+                if (rc == OG_OK) rc = split_piece(&out, tmp.p, tmp.n, at_start, m, nm, SPLIT_MERGED_NEXT);
+            } else
+                rc = pieces_add(&out, tmp.p, tmp.n, at_start);
+        }
+    }
+    og_free(tmp.p);
+    og_free(m);
+    if (rc != OG_OK) {
+        pieces_free(&out);
+        return rc;
+    }
+    pieces_free(ps);
+    *ps = out;
+    return OG_OK;
+}
+
+/* Replaces every occurrence of pat in b by rep. */
+static og_status replace_all(buf *b, const char *pat, const char *rep) {
+    size_t pn = strlen(pat), rn = strlen(rep), pos = 0;
+    if (!pn || !b->n) return OG_OK;
+    buf out = {0};
+    og_status rc = OG_OK;
+    while (rc == OG_OK) {
+        const char *f = memmem(b->p + pos, b->n - pos, pat, pn);
+        size_t end = f ? (size_t)(f - b->p) : b->n;
+        rc = buf_put(&out, b->p + pos, end - pos);
+        if (!f) break;
+        if (rc == OG_OK) rc = buf_put(&out, rep, rn);
+        pos = end + pn;
+    }
+    if (rc != OG_OK) {
+        og_free(out.p);
+        return rc;
+    }
+    og_free(b->p);
+    *b = out;
+    if (!b->p) return buf_put(b, "", 0);
+    return OG_OK;
+}
+
+static og_status normalize(const og_tokenizer *t, buf *b) {
+    og_status rc = OG_OK;
+    for (int i = 0; i < t->n_norm && rc == OG_OK && b->n; i++) {
+        const norm_op *op = &t->norm[i];
+        if (op->kind == NORM_NFC || op->kind == NORM_NFKC) {
+            utf8proc_uint8_t *res = NULL;
+            int opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (op->kind == NORM_NFKC ? UTF8PROC_COMPAT : 0);
+            utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->n, &res, opt);
+            if (n < 0) return og_set_error(OG_ERR_INVALID_ARGUMENT, "tokenizer: normalization failed: %s",
+                                           utf8proc_errmsg(n));
+            b->n = 0;
+            rc = buf_put(b, res, (size_t)n);
+            free(res);
+        } else if (op->kind == NORM_PREPEND) {
+            buf out = {0};
+            rc = buf_put(&out, op->a, strlen(op->a));
+            if (rc == OG_OK) rc = buf_put(&out, b->p, b->n);
+            og_free(b->p);
+            *b = out;
+        } else
+            rc = replace_all(b, op->a, op->b);
+    }
+    return rc;
+}
+
+typedef struct ids {
+    int32_t *p;
+    int64_t n, cap;
+} ids;
+
+static og_status ids_push(ids *v, int32_t id) {
+    if (v->n == v->cap) {
+        int64_t cap = v->cap ? v->cap * 2 : 64;
+        int32_t *p = og_realloc(v->p, (size_t)cap * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        v->p = p;
+        v->cap = cap;
+    }
+    v->p[v->n++] = id;
+    return OG_OK;
+}
+
+/* BPE over one pre-tokenized word. */
+static og_status bpe_word(const og_tokenizer *t, const char *s, size_t n, ids *out) {
+    if (t->ignore_merges) {
+        int32_t id = map_get(t, s, n);
+        if (id >= 0) return ids_push(out, id);
+    }
+    ids sym = {0};
+    og_status rc = OG_OK;
+    int last_unk = 0;
+    for (size_t i = 0; i < n && rc == OG_OK;) {
+        size_t cl = utf8_len((unsigned char)s[i]);
+        if (cl > n - i) cl = n - i;
+        int32_t id = map_get(t, s + i, cl);
+        if (id >= 0) {
+            rc = ids_push(&sym, id);
+            last_unk = 0;
+        } else {
+            int all = t->byte_fallback;
+            for (size_t k = 0; k < cl && all; k++) all = t->byte_id[(unsigned char)s[i + k]] >= 0;
+            if (all) {
+                for (size_t k = 0; k < cl && rc == OG_OK; k++) rc = ids_push(&sym, t->byte_id[(unsigned char)s[i + k]]);
+                last_unk = 0;
+            } else if (t->unk >= 0) {
+                if (!(t->fuse_unk && last_unk)) rc = ids_push(&sym, t->unk);
+                last_unk = 1;
+            }
+        }
+        i += cl;
+    }
+    /* merge the lowest-ranked adjacent pair (leftmost on ties) until none is left */
+    while (rc == OG_OK && sym.n > 1) {
+        int64_t best = -1;
+        const pair_entry *bp = NULL;
+        for (int64_t i = 0; i + 1 < sym.n; i++) {
+            const pair_entry *e = pair_get(t, sym.p[i], sym.p[i + 1]);
+            if (e && (!bp || e->rank < bp->rank)) {
+                bp = e;
+                best = i;
+            }
+        }
+        if (!bp) break;
+        sym.p[best] = bp->merged;
+        memmove(sym.p + best + 1, sym.p + best + 2, (size_t)(sym.n - best - 2) * sizeof *sym.p);
+        sym.n--;
+    }
+    for (int64_t i = 0; i < sym.n && rc == OG_OK; i++) rc = ids_push(out, sym.p[i]);
+    og_free(sym.p);
+    return rc;
+}
+
+/* Normalizes, pre-tokenizes and BPE-encodes one stretch of text between
+ * added tokens. */
+static og_status encode_segment(const og_tokenizer *t, const char *s, size_t n, int at_start, ids *out) {
+    buf b = {0};
+    pieces ps = {0};
+    og_status rc = buf_put(&b, s, n);
+    if (rc == OG_OK) rc = normalize(t, &b);
+    if (rc == OG_OK) rc = pieces_add(&ps, b.p, b.n, at_start);
+    for (int i = 0; i < t->n_pre && rc == OG_OK; i++) rc = pre_apply(&t->pre[i], &ps);
+    for (size_t i = 0; i < ps.n && rc == OG_OK; i++) rc = bpe_word(t, ps.arena.p + ps.p[i].off, ps.p[i].len, out);
+    og_free(b.p);
+    pieces_free(&ps);
+    return rc;
+}
+
+og_status og_tokenizer_encode(const og_tokenizer *t, const char *text, size_t len, int32_t **out, int64_t *n) {
+    if (!t || (!text && len) || !out || !n)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_encode: NULL argument");
+    *out = NULL;
+    *n = 0;
+    buf clean = {0};
+    ids v = {0};
+    og_status rc = buf_put(&clean, "", 0);
+    if (rc == OG_OK) rc = buf_put_lossy(&clean, text, len);
+    size_t seg = 0;
+    for (size_t i = 0; i < clean.n && rc == OG_OK;) {
+        const added_token *hit = NULL;
+        for (int32_t k = 0; k < t->n_added && !hit; k++)
+            if (t->added[k].len <= clean.n - i && !memcmp(clean.p + i, t->added[k].text, t->added[k].len))
+                hit = &t->added[k];
+        if (!hit) {
+            i++;
+            continue;
+        }
+        rc = encode_segment(t, clean.p + seg, i - seg, seg == 0, &v);
+        if (rc == OG_OK) rc = ids_push(&v, hit->id);
+        i += hit->len;
+        seg = i;
+    }
+    if (rc == OG_OK && seg < clean.n) rc = encode_segment(t, clean.p + seg, clean.n - seg, seg == 0, &v);
+    og_free(clean.p);
+    if (rc != OG_OK) {
+        og_free(v.p);
+        return rc;
+    }
+    *out = v.p;
+    *n = v.n;
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ decoding */
+
+typedef struct strlist {
+    buf *s;
+    size_t n;
+} strlist;
+
+static void strlist_free(strlist *l) {
+    for (size_t i = 0; i < l->n; i++) og_free(l->s[i].p);
+    og_free(l->s);
+    l->s = NULL;
+    l->n = 0;
+}
+
+static og_status strlist_add(strlist *l, const char *s, size_t n) {
+    buf *p = og_realloc(l->s, (l->n + 1) * sizeof *p);
+    if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    l->s = p;
+    p[l->n] = (buf){0};
+    og_status rc = buf_put(&p[l->n], s, n);
+    l->n++;
+    return rc;
+}
+
+/* Parses "<0xHH>"; -1 when s is not a byte token. */
+static int byte_token(const buf *s) {
+    if (s->n != 6 || memcmp(s->p, "<0x", 3) || s->p[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s->p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+static og_status dec_apply(const dec_op *op, strlist *in) {
+    strlist out = {0};
+    buf acc = {0};
+    og_status rc = OG_OK;
+    switch (op->kind) {
+    case DEC_BYTELEVEL: /* every character back to its byte; tokens with others stay as they are */
+        for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
+            const unsigned char *u = (const unsigned char *)in->s[i].p;
+            size_t mark = acc.n, j = 0;
+            int mapped = 1;
+            while (j < in->s[i].n && rc == OG_OK) {
+                size_t cl;
+                uint32_t cp = utf8_cp(u + j, &cl);
+                if (cp >= 324 || k_cp_byte[cp] < 0) {
+                    mapped = 0;
+                    break;
+                }
+                rc = buf_putc(&acc, (char)k_cp_byte[cp]);
+                j += cl;
+            }
+            if (!mapped) {
+                acc.n = mark;
+                rc = buf_put(&acc, in->s[i].p, in->s[i].n);
+            }
+        }
+        if (rc == OG_OK) {
+            buf lossy = {0};
+            rc = buf_put_lossy(&lossy, acc.p ? acc.p : "", acc.n);
+            if (rc == OG_OK) rc = strlist_add(&out, lossy.p ? lossy.p : "", lossy.n);
+            og_free(lossy.p);
+        }
+        break;
+    case DEC_FUSE:
+        for (size_t i = 0; i < in->n && rc == OG_OK; i++) rc = buf_put(&acc, in->s[i].p, in->s[i].n);
+        if (rc == OG_OK) rc = strlist_add(&out, acc.p ? acc.p : "", acc.n);
+        break;
+    case DEC_BYTEFALLBACK:
+        for (size_t i = 0; i <= in->n && rc == OG_OK; i++) {
+            int b = i < in->n ? byte_token(&in->s[i]) : -1;
+            if (b >= 0) {
+                rc = buf_putc(&acc, (char)b);
+                continue;
+            }
+            if (acc.n) { /* a run of byte tokens: its text, or one U+FFFD per byte */
+                size_t bad;
+                int ok = 1;
+                for (size_t j = 0; j < acc.n && ok;) {
+                    size_t l = utf8_seq((const unsigned char *)acc.p + j, acc.n - j, &bad);
+                    ok = l > 0;
+                    j += l;
+                }
+                if (ok) rc = strlist_add(&out, acc.p, acc.n);
+                for (size_t j = 0; !ok && j < acc.n && rc == OG_OK; j++) rc = strlist_add(&out, "\xEF\xBF\xBD", 3);
+                acc.n = 0;
+            }
+            if (i < in->n && rc == OG_OK) rc = strlist_add(&out, in->s[i].p, in->s[i].n);
+        }
+        break;
+    case DEC_REPLACE:
+    case DEC_METASPACE:
+        for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
+            buf b = {0};
+            rc = buf_put(&b, in->s[i].p, in->s[i].n);
+            if (rc == OG_OK && op->kind == DEC_REPLACE) rc = replace_all(&b, op->a, op->b);
+            else if (rc == OG_OK) /* the first token loses its replacement characters */
+                rc = replace_all(&b, op->a, i == 0 && op->prepend != PREPEND_NEVER ? "" : " ");
+            if (rc == OG_OK) rc = strlist_add(&out, b.p, b.n);
+            og_free(b.p);
+        }
+        break;
+    case DEC_STRIP:
+        for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
+            const char *s = in->s[i].p;
+            size_t n = in->s[i].n, cn = strlen(op->a), a = 0, e = n;
+            for (int k = 0; k < op->start && cn && e - a >= cn && !memcmp(s + a, op->a, cn); k++) a += cn;
+            for (int k = 0; k < op->stop && cn && e - a >= cn && !memcmp(s + e - cn, op->a, cn); k++) e -= cn;
+            rc = strlist_add(&out, s + a, e - a);
+        }
+        break;
+    }
+    og_free(acc.p);
+    if (rc != OG_OK) {
+        strlist_free(&out);
+        return rc;
+    }
+    strlist_free(in);
+    *in = out;
+    return OG_OK;
+}
+
+og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int64_t n, char **text, size_t *len) {
+    if (!t || (!ids_in && n) || n < 0 || !text)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: NULL argument");
+    *text = NULL;
+    strlist l = {0};
+    buf out = {0};
+    og_status rc = buf_put(&out, "", 0);
+    for (int64_t i = 0; i < n && rc == OG_OK; i++) {
+        int32_t id = ids_in[i];
+        if (id < 0 || id >= t->n_ids || !t->text[id])
+            rc = og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: id %d (at %lld) is not a token", id,
+                              (long long)i);
+        else
+            rc = strlist_add(&l, t->text[id], strlen(t->text[id]));
+    }
+    for (int i = 0; i < t->n_dec && rc == OG_OK; i++) rc = dec_apply(&t->dec[i], &l);
+    for (size_t i = 0; i < l.n && rc == OG_OK; i++) {
+        if (t->n_dec < 0 && i) rc = buf_putc(&out, ' ');
+        if (rc == OG_OK) rc = buf_put(&out, l.s[i].p, l.s[i].n);
+    }
+    strlist_free(&l);
+    if (rc != OG_OK) {
+        og_free(out.p);
+        return rc;
+    }
+    *text = out.p;
+    if (len) *len = out.n;
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ streaming */
+
+struct og_decode_stream {
+    const og_tokenizer *t;
+    ids v;              /* ids since the stream started */
+    int64_t prefix, read; /* v[prefix..read) is given out; its text is the reference */
+    char *out;          /* the last text given out */
+};
+
+og_decode_stream *og_decode_stream_create(const og_tokenizer *t) {
+    og_decode_stream *s = og_calloc(1, sizeof *s);
+    if (s) s->t = t;
+    return s;
+}
+
+void og_decode_stream_destroy(og_decode_stream *s) {
+    if (!s) return;
+    og_free(s->v.p);
+    og_free(s->out);
+    og_free(s);
+}
+
+/* Text of v[prefix..) minus the text of v[prefix..read): what the new
+ * tokens add, decoded in context so that decoders which look at the first
+ * token (Metaspace, Strip) treat it as they would in a full decode. */
+og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **text, size_t *len) {
+    if (!s || !text || !len) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_push: NULL argument");
+    *text = "";
+    *len = 0;
+    og_free(s->out);
+    s->out = NULL;
+    og_status rc = ids_push(&s->v, id);
+    if (rc) return rc;
+    char *before = NULL, *after = NULL;
+    size_t nb = 0, na = 0;
+    rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->read - s->prefix, &before, &nb);
+    if (rc == OG_OK) rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->v.n - s->prefix, &after, &na);
+    if (rc != OG_OK) s->v.n--; /* a bad id is not kept */
+    if (rc == OG_OK && na > nb && !(na >= 3 && !memcmp(after + na - 3, "\xEF\xBF\xBD", 3))) {
+        memmove(after, after + nb, na - nb + 1);
+        s->out = after;
+        after = NULL;
+        *text = s->out;
+        *len = na - nb;
+        s->prefix = s->read;
+        s->read = s->v.n;
+    }
+    og_free(before);
+    og_free(after);
+    return rc;
+}
+
+og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len) {
+    if (!s || !text || !len) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_finish: NULL argument");
+    *text = "";
+    *len = 0;
+    og_free(s->out);
+    s->out = NULL;
+    char *before = NULL, *after = NULL;
+    size_t nb = 0, na = 0;
+    og_status rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->read - s->prefix, &before, &nb);
+    if (rc == OG_OK) rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->v.n - s->prefix, &after, &na);
+    if (rc == OG_OK && na > nb) {
+        memmove(after, after + nb, na - nb + 1);
+        s->out = after;
+        after = NULL;
+        *text = s->out;
+        *len = na - nb;
+    }
+    og_free(before);
+    og_free(after);
+    s->v.n = s->prefix = s->read = 0;
+    return rc;
+}

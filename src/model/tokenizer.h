@@ -1,0 +1,85 @@
+/* The tokenizer: Hugging Face tokenizer.json files with a BPE model.
+ *
+ * Supported (anything else is refused with a message naming it):
+ *   normalizer     NFC, NFKC, Prepend, Replace (string pattern), Sequence
+ *   pre_tokenizer  ByteLevel, Split (regex or string, behaviour Isolated),
+ *                  Metaspace, Sequence
+ *   model          BPE (byte_fallback, unk_token, ignore_merges; merges as
+ *                  ["a", "b"] pairs or "a b" strings)
+ *   decoder        ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip,
+ *                  Sequence (no decoder: tokens joined by spaces)
+ *   added_tokens   matched in the raw text before everything else, leftmost
+ *                  and longest first
+ *
+ * Input text that is not valid UTF-8 has each maximal ill-formed subpart
+ * replaced by U+FFFD (what Python's errors="replace" does). */
+#ifndef OG_MODEL_TOKENIZER_H
+#define OG_MODEL_TOKENIZER_H
+
+#include "offgraph.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct og_tokenizer og_tokenizer;
+
+/* Parses tokenizer.json text. On success *out is owned by the caller:
+ * og_tokenizer_free. On failure og_last_error() names what in the file is
+ * wrong or unsupported. */
+og_status og_tokenizer_load_json(const char *json, og_tokenizer **out);
+/* NULL is a no-op. */
+void og_tokenizer_free(og_tokenizer *t);
+
+/* Reads eos/bos tokens and the chat template from tokenizer_config.json
+ * text (NULL or "" leaves them unset). eos_token / bos_token may be a
+ * string or {"content": ...}; the tokens must exist. */
+og_status og_tokenizer_load_config(og_tokenizer *t, const char *config_json);
+
+/* One past the largest id (vocabulary and added tokens). */
+int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
+
+/* Encodes len bytes of text (no special tokens are added; special tokens
+ * written in the text are matched). *ids is owned by the caller: og_free
+ * (NULL when *n == 0). */
+og_status og_tokenizer_encode(const og_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                              int64_t *n);
+
+/* Decodes n ids (special tokens kept) into NUL-terminated UTF-8. *text is
+ * owned by the caller: og_free; *len (if non-NULL) gets its length. An id
+ * out of range is OG_ERR_INVALID_ARGUMENT. */
+og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids, int64_t n, char **text,
+                              size_t *len);
+
+/* The id of the token whose text is exactly `text` (added tokens first,
+ * then the vocabulary), or -1. */
+int32_t og_tokenizer_token_id(const og_tokenizer *t, const char *text);
+/* The token's text as stored in the file, or NULL; borrowed from t. */
+const char *og_tokenizer_token_text(const og_tokenizer *t, int32_t id);
+/* Whether id is an added token marked special. */
+int og_tokenizer_is_special(const og_tokenizer *t, int32_t id);
+
+/* End-of-sequence ids: the config's eos_token, plus any added with
+ * og_tokenizer_add_eos. *ids is borrowed from t. */
+int32_t og_tokenizer_eos_ids(const og_tokenizer *t, const int32_t **ids);
+og_status og_tokenizer_add_eos(og_tokenizer *t, int32_t id);
+/* The config's bos token id, or -1. */
+int32_t og_tokenizer_bos_id(const og_tokenizer *t);
+/* The config's chat_template text, or NULL; borrowed from t. */
+const char *og_tokenizer_chat_template(const og_tokenizer *t);
+
+/* Streaming decode: text is given out as soon as it is complete, and a tail
+ * that decodes to an incomplete UTF-8 character (U+FFFD) is held back until
+ * the next token completes it or og_decode_stream_finish. */
+typedef struct og_decode_stream og_decode_stream;
+/* Borrows t, which must outlive the stream. Owned by the caller:
+ * og_decode_stream_destroy. NULL on allocation failure. */
+og_decode_stream *og_decode_stream_create(const og_tokenizer *t);
+void og_decode_stream_destroy(og_decode_stream *s);
+/* Adds one token. *text (borrowed from s, valid until the next call) gets
+ * the newly complete text, possibly empty. */
+og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **text, size_t *len);
+/* Gives out whatever is held back (as decoded, U+FFFD included) and starts
+ * over. */
+og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
+
+#endif /* OG_MODEL_TOKENIZER_H */

@@ -1,0 +1,180 @@
+/* Sampler properties, each against a plain computation done here:
+ * greedy is the arg-max; top-k, top-p and min-p never return a token
+ * outside their set; plain sampling follows the softmax; the repetition
+ * penalty demotes a recent token; a seed repeats a run. */
+#include "harness.h"
+#include "model/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define V 50
+
+static og_sampler *make(og_sampler_params p) {
+    og_sampler *s = NULL;
+    CHECK_OK(og_sampler_create(&p, V, &s));
+    return s;
+}
+
+static og_sampler_params plain(void) {
+    og_sampler_params p = og_sampler_default_params();
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repeat_penalty = 1.0f;
+    return p;
+}
+
+/* Softmax at temperature 1, in double. */
+static void softmax(const float *x, double *p) {
+    double mx = x[0], sum = 0;
+    for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < V; i++) sum += (p[i] = exp(x[i] - mx));
+    for (int i = 0; i < V; i++) p[i] /= sum;
+}
+
+/* How many tokens have a strictly larger value than x[i]. */
+static int rank_of(const float *x, int i) {
+    int r = 0;
+    for (int j = 0; j < V; j++) r += x[j] > x[i];
+    return r;
+}
+
+int main(void) {
+    og_rng rng = og_rng_seed(7);
+    float x[V];
+
+    og_test_section("greedy is the arg-max");
+    og_sampler_params p = plain();
+    p.temperature = 0;
+    og_sampler *s = make(p);
+    int bad = 0;
+    for (int row = 0; row < 200; row++) {
+        og_rng_fill(&rng, x, V, -5, 5);
+        int best = 0;
+        for (int i = 1; i < V; i++) best = x[i] > x[best] ? i : best;
+        bad += og_sampler_sample(s, x) != best;
+    }
+    CHECK_MSG(bad == 0, "%d rows did not give the arg-max", bad);
+    og_sampler_destroy(s);
+
+    og_test_section("top-k never leaves the k best");
+    for (int k = 1; k <= 7; k += 3) {
+        p = plain();
+        p.temperature = 5.0f; /* flat, so every kept token gets drawn */
+        p.top_k = k;
+        s = make(p);
+        int outside = 0, distinct = 0, seen[V] = {0};
+        og_rng_fill(&rng, x, V, -1, 1);
+        for (int d = 0; d < 3000; d++) {
+            int t = og_sampler_sample(s, x);
+            outside += rank_of(x, t) >= k;
+            distinct += !seen[t]++;
+        }
+        CHECK_MSG(outside == 0, "top_k %d: %d draws outside the %d best", k, outside, k);
+        CHECK_MSG(distinct == k, "top_k %d: drew %d distinct tokens", k, distinct);
+        og_sampler_destroy(s);
+    }
+
+    og_test_section("plain sampling follows the softmax");
+    double prob[V];
+    og_rng_fill(&rng, x, V, -2, 2);
+    softmax(x, prob);
+    s = make(plain());
+    int count[V] = {0};
+    const int draws = 60000;
+    for (int d = 0; d < draws; d++) count[og_sampler_sample(s, x)]++;
+    double worst = 0;
+    for (int i = 0; i < V; i++) {
+        /* 5 standard deviations of a binomial count */
+        double sd = sqrt(draws * prob[i] * (1 - prob[i])) + 1;
+        double z = fabs(count[i] - draws * prob[i]) / sd;
+        worst = z > worst ? z : worst;
+    }
+    CHECK_MSG(worst < 5, "a token's frequency is %.1f standard deviations from its probability", worst);
+    og_sampler_destroy(s);
+
+    og_test_section("top-p keeps the nucleus, min-p the likely");
+    p = plain();
+    p.top_p = 0.6f;
+    s = make(p);
+    int order[V];
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 0; i < V; i++) /* by probability, descending (selection sort) */
+        for (int j = i + 1; j < V; j++)
+            if (prob[order[j]] > prob[order[i]]) {
+                int t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    int in_nucleus[V] = {0};
+    double mass = 0;
+    for (int i = 0; i < V && mass < 0.6; i++) {
+        in_nucleus[order[i]] = 1;
+        mass += prob[order[i]];
+    }
+    bad = 0;
+    for (int d = 0; d < 3000; d++) bad += !in_nucleus[og_sampler_sample(s, x)];
+    CHECK_MSG(bad == 0, "top_p: %d draws outside the nucleus", bad);
+    og_sampler_destroy(s);
+    p = plain();
+    p.min_p = 0.3f;
+    s = make(p);
+    bad = 0;
+    for (int d = 0; d < 3000; d++) bad += prob[og_sampler_sample(s, x)] < 0.3 * prob[order[0]] - 1e-9;
+    CHECK_MSG(bad == 0, "min_p: %d draws below min_p * p_max", bad);
+    og_sampler_destroy(s);
+
+    og_test_section("repetition penalty demotes a recent token");
+    for (int i = 0; i < V; i++) x[i] = 0.1f * (float)(i % 5);
+    x[3] = 2.0f;
+    x[9] = 1.5f;
+    p = plain();
+    p.temperature = 0;
+    s = make(p);
+    CHECK(og_sampler_sample(s, x) == 3);
+    og_sampler_destroy(s);
+    p.repeat_penalty = 1.5f; /* 2.0 / 1.5 < 1.5 */
+    s = make(p);
+    og_sampler_accept(s, 3);
+    CHECK(og_sampler_sample(s, x) == 9);
+    og_sampler_reset(s);
+    CHECK(og_sampler_sample(s, x) == 3);
+    og_sampler_destroy(s);
+
+    og_test_section("a seed repeats a run");
+    p = og_sampler_default_params();
+    p.seed = 1234;
+    og_sampler *a = make(p), *b = make(p);
+    p.seed = 99;
+    og_sampler *c = make(p);
+    int same = 1, differ = 0, first[300];
+    og_rng rows = og_rng_seed(11);
+    for (int d = 0; d < 300; d++) {
+        og_rng_fill(&rows, x, V, -2, 2);
+        int ta = og_sampler_sample(a, x), tb = og_sampler_sample(b, x), tc = og_sampler_sample(c, x);
+        first[d] = ta;
+        same &= ta == tb;
+        differ += ta != tc;
+    }
+    CHECK(same);
+    CHECK_MSG(differ > 0, "another seed gave the very same 300 tokens");
+    og_sampler_reset(a); /* reseeds: the same rows give the same run again */
+    rows = og_rng_seed(11);
+    for (int d = 0; d < 300; d++) {
+        og_rng_fill(&rows, x, V, -2, 2);
+        same &= og_sampler_sample(a, x) == first[d];
+    }
+    CHECK(same);
+    og_sampler_destroy(b);
+    og_sampler_destroy(c);
+
+    og_test_section("bad parameters are refused");
+    p = plain();
+    p.top_p = -1;
+    CHECK_STATUS(og_sampler_create(&p, V, &b), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_sampler_create(&p, 0, &b), OG_ERR_INVALID_ARGUMENT);
+    og_sampler_destroy(a);
+    return og_test_finish();
+}

@@ -1,0 +1,180 @@
+/* Text generation shared by run and chat (see generate.h). */
+#include "generate.h"
+
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *const og_default_model_path = NULL;
+
+void og_gen_default_options(og_gen_options *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = OG_BACKEND_AUTO;
+    o->session = og_session_default_params();
+    o->sampling = og_sampler_default_params();
+    o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    o->max_tokens = 128;
+}
+
+static bool parse_float(const char *cmd, const char *flag, const char *v, double lo, double hi, float *out) {
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "offgraph %s: %s needs a number in [%g, %g], not \"%s\"\n", cmd, flag, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_options *o) {
+    const char *a = argv[*i], *v;
+    int64_t n;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) return (o->model = og_cli_value(cmd, argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+        if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT32_MAX, &o->max_tokens)) return -1;
+        return 1;
+    }
+    if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0, 100, &o->sampling.temperature) ? 1 : -1;
+    if (!strcmp(a, "--top-p"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0, 1, &o->sampling.top_p) ? 1 : -1;
+    if (!strcmp(a, "--min-p"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0, 1, &o->sampling.min_p) ? 1 : -1;
+    if (!strcmp(a, "--repeat-penalty"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0.01, 100, &o->sampling.repeat_penalty)
+                   ? 1
+                   : -1;
+    if (!strcmp(a, "--top-k") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed") || !strcmp(a, "--threads")) {
+        if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT64_MAX, &n)) return -1;
+        if (!strcmp(a, "--seed")) o->sampling.seed = (uint64_t)n;
+        else if (n > INT32_MAX) {
+            fprintf(stderr, "offgraph %s: %s is too large\n", cmd, a);
+            return -1;
+        } else if (!strcmp(a, "--top-k")) o->sampling.top_k = (int32_t)n;
+        else if (!strcmp(a, "--threads")) o->threads = (int)n;
+        else o->sampling.repeat_last_n = (int32_t)n;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-dtype"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && og_cli_kv_dtype(cmd, v, &o->session.kv_dtype) ? 1 : -1;
+    if (!strcmp(a, "--backend"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && og_cli_backend(cmd, v, &o->backend) ? 1 : -1;
+    return 0;
+}
+
+void og_gen_options_usage(FILE *f) {
+    fprintf(f, "  -m, --model <file>       program file (from offgraph export)\n"
+               "  -n, --max-tokens <N>     most tokens to generate (default 128)\n"
+               "  --temp <T>               temperature; 0 is greedy (default 0.8)\n"
+               "  --top-k <K>              keep the K most likely tokens; 0 keeps all (default 40)\n"
+               "  --top-p <P>              keep the smallest set of mass >= P (default 0.95)\n"
+               "  --min-p <P>              drop tokens below P x the most likely (default 0.05)\n"
+               "  --repeat-penalty <R>     discourage the last --repeat-last-n tokens (default 1, off)\n"
+               "  --repeat-last-n <N>      (default 64)\n"
+               "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n"
+               "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
+               "  --backend <cpu|cuda|auto> back end (default auto)\n"
+               "  --threads <N>            CPU threads (default: all)\n");
+}
+
+void og_gen_add_stop(og_gen *g, int32_t id) {
+    if (id < 0 || g->n_stop == (int32_t)(sizeof g->stop / sizeof g->stop[0])) return;
+    for (int32_t i = 0; i < g->n_stop; i++)
+        if (g->stop[i] == id) return;
+    g->stop[g->n_stop++] = id;
+}
+
+bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
+    memset(g, 0, sizeof *g);
+    const char *path = o->model ? o->model : og_default_model_path;
+    if (!path) {
+        fprintf(stderr, "offgraph %s: no -m given and no default model\n", cmd);
+        return false;
+    }
+    if (!(g->model = og_cli_load_model(cmd, path, o->backend, o->threads))) return false;
+    const char *json = og_model_tokenizer_json(g->model);
+    if (!json) {
+        fprintf(stderr,
+                "offgraph %s: %s has no tokenizer: export it from a checkpoint folder that has tokenizer.json "
+                "(offgraph eval works without one, on token ids)\n",
+                cmd, path);
+        return false;
+    }
+    og_status st = og_tokenizer_load_json(json, &g->tok);
+    if (st == OG_OK) st = og_tokenizer_load_config(g->tok, og_model_tokenizer_config(g->model));
+    if (st != OG_OK) {
+        fprintf(stderr, "offgraph %s: the tokenizer of %s: %s\n", cmd, path, og_last_error());
+        return false;
+    }
+    const int32_t *eos;
+    int32_t n_eos = og_tokenizer_eos_ids(g->tok, &eos);
+    for (int32_t i = 0; i < n_eos; i++) og_gen_add_stop(g, eos[i]);
+    g->vocab = og_model_vocab_size(g->model);
+    if (!(g->logits = malloc((size_t)g->vocab * sizeof *g->logits)) || !(g->stream = og_decode_stream_create(g->tok))) {
+        fprintf(stderr, "offgraph %s: out of memory\n", cmd);
+        return false;
+    }
+    if ((st = og_session_create(g->model, &o->session, &g->session)) != OG_OK ||
+        (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
+        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
+        return false;
+    }
+    return true;
+}
+
+void og_gen_close(og_gen *g) {
+    og_sampler_destroy(g->sampler);
+    og_session_destroy(g->session);
+    og_decode_stream_destroy(g->stream);
+    og_tokenizer_free(g->tok);
+    og_model_free(g->model);
+    free(g->logits);
+    memset(g, 0, sizeof *g);
+}
+
+/* Feeds ids and keeps the last row of logits, with the ids the tokenizer
+ * does not know (a model's vocabulary is often padded) ruled out. */
+static bool feed(const char *cmd, og_gen *g, const int32_t *ids, int64_t n) {
+    og_status st = og_session_eval(g->session, ids, n, 0, g->logits, 0);
+    if (st != OG_OK) {
+        fprintf(stderr, "offgraph %s: %s (%s)\n", cmd, og_session_last_error(g->session), og_status_str(st));
+        return false;
+    }
+    for (int64_t i = 0; i < g->vocab; i++)
+        if (!og_tokenizer_token_text(g->tok, (int32_t)i)) g->logits[i] = -INFINITY;
+    return true;
+}
+
+bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n) {
+    for (int64_t i = 0; i < n; i++) og_sampler_accept(g->sampler, ids[i]);
+    return feed(cmd, g, ids, n);
+}
+
+bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated) {
+    *generated = 0;
+    const char *text;
+    size_t len;
+    for (int64_t i = 0; i < max; i++) {
+        int32_t t = og_sampler_sample(g->sampler, g->logits);
+        bool stop = false;
+        for (int32_t k = 0; k < g->n_stop; k++) stop |= t == g->stop[k];
+        if (stop) break;
+        if (og_decode_stream_push(g->stream, t, &text, &len) != OG_OK) {
+            fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
+            return false;
+        }
+        fwrite(text, 1, len, out);
+        fflush(out);
+        ++*generated;
+        if ((i + 1 < max || feed_last) && !feed(cmd, g, &t, 1)) return false;
+    }
+    og_decode_stream_finish(g->stream, &text, &len);
+    fwrite(text, 1, len, out);
+    fflush(out);
+    return true;
+}

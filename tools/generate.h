@@ -1,0 +1,64 @@
+/* Text generation shared by `offgraph run` and `offgraph chat`: a model, its
+ * tokenizer, one session and a sampler; prefill, then decode token by token
+ * with the text streamed out as it becomes complete. */
+#ifndef OG_TOOLS_GENERATE_H
+#define OG_TOOLS_GENERATE_H
+
+#include "model/sample.h"
+#include "model/tokenizer.h"
+#include "offgraph.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The program run and chat use when no -m is given; NULL until a default
+ * model ships with offgraph. */
+extern const char *const og_default_model_path;
+
+typedef struct og_gen {
+    og_model *model;
+    og_session *session;
+    og_tokenizer *tok;
+    og_sampler *sampler;
+    og_decode_stream *stream;
+    float *logits;  /* [vocab] of the last position fed */
+    int64_t vocab;
+    int32_t stop[8]; /* tokens that end generation */
+    int32_t n_stop;
+} og_gen;
+
+/* Options every generating command takes. */
+typedef struct og_gen_options {
+    const char *model;
+    og_backend backend;
+    int threads;
+    og_session_params session;
+    og_sampler_params sampling;
+    int64_t max_tokens;
+} og_gen_options;
+
+void og_gen_default_options(og_gen_options *o);
+/* If argv[*i] is a model, back-end or sampling option, reads it (advancing
+ * *i) and returns 1; 0 if it is none of these; -1 (after a message) when
+ * its value is bad. */
+int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_options *o);
+/* The help text of those options. */
+void og_gen_options_usage(FILE *f);
+
+/* Loads the model and its tokenizer and makes a session; prints what is
+ * missing (no -m, no tokenizer in the program) and returns false. */
+bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g);
+void og_gen_close(og_gen *g);
+/* Adds a stop token (ignored when the table is full or id < 0). */
+void og_gen_add_stop(og_gen *g, int32_t id);
+
+/* Feeds n prompt tokens; the last position's logits are kept. */
+bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n);
+/* Samples up to max tokens, writing their text to out as it completes,
+ * until a stop token (not written, not fed). Each written token is fed to
+ * the session, the last one only when feed_last (chat keeps its reply in
+ * the cache; run does not need it). *generated gets the tokens written. */
+bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated);
+
+#endif
