@@ -9,7 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The demo model the build exports (CMakeLists.txt: models/kjv-tiny). */
+#ifdef OG_DEFAULT_PROGRAM
+const char *const og_default_model_path = OG_DEFAULT_PROGRAM;
+#else
 const char *const og_default_model_path = NULL;
+#endif
 
 void og_gen_default_options(og_gen_options *o) {
     memset(o, 0, sizeof *o);
@@ -94,6 +99,11 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     const char *path = o->model ? o->model : og_default_model_path;
     if (!path) {
         fprintf(stderr, "offgraph %s: no -m given and no default model\n", cmd);
+        return false;
+    }
+    if (!o->model && access(path, R_OK) != 0) {
+        fprintf(stderr, "offgraph %s: no -m given and the default model %s is missing: `make` exports it from "
+                        "models/kjv-tiny\n", cmd, path);
         return false;
     }
     if (!(g->model = og_cli_load_model(cmd, path, o->backend, o->threads))) return false;
