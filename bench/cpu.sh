@@ -5,7 +5,7 @@
 # context 128 and 4096, prefill tokens/s, the machine's copy rate, and each
 # decode figure against its bytes-per-token floor (weight bytes + the KV
 # bytes the token reads, over the copy rate).
-#   bash bench/cpu.sh [build-dir] [scratch-dir]
+#   bash bench/cpu.sh [build-dir] [scratch-dir]     (needs python3-numpy)
 set -euo pipefail
 build=${1:-build}
 work=${2:-${TMPDIR:-/tmp}/offgraph-bench}
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$work"
 if [[ ! -f $work/qwen3-0.6b.ogp ]]; then
   echo "making a Qwen3-0.6B-shaped checkpoint and exporting it (1.2 GB) in $work" >&2
-  python3 "$root/tests/fixtures/make_synthetic_checkpoints.py" --qwen3-0.6b "$work/hf"
+  "${PYTHON:-/usr/bin/python3}" "$root/tests/fixtures/make_synthetic_checkpoints.py" --qwen3-0.6b "$work/hf"
   "$build/offgraph" export "$work/hf" -o "$work/qwen3-0.6b.ogp" --max-context 32768
 fi
 copy=$("$build/bench/bench_copy" | tee /dev/stderr | grep -o '[0-9.]* GB/s' | grep -o '^[0-9.]*')
