@@ -134,6 +134,36 @@ bool og_cli_backend(const char *cmd, const char *value, og_backend *out) {
     return true;
 }
 
+void og_cli_model_opts_default(og_cli_model_opts *o) {
+    o->model = NULL;
+    o->backend = OG_BACKEND_AUTO;
+    o->threads = 0;
+    o->session = og_session_default_params();
+}
+
+int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    int64_t n;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) return (o->model = og_cli_value(cmd, argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--kv-dtype"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && og_cli_kv_dtype(cmd, v, &o->session.kv_dtype) ? 1 : -1;
+    if (!strcmp(a, "--backend"))
+        return (v = og_cli_value(cmd, argc, argv, i)) && og_cli_backend(cmd, v, &o->backend) ? 1 : -1;
+    if (!strcmp(a, "--threads")) {
+        if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 1, 1024, &n)) return -1;
+        o->threads = (int)n;
+        return 1;
+    }
+    return 0;
+}
+
+void og_cli_model_opts_usage(FILE *f) {
+    fprintf(f, "  -m, --model <file>       program file (from offgraph export)\n"
+               "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
+               "  --backend <cpu|cuda|auto> back end (default auto)\n"
+               "  --threads <N>            CPU threads (default: all)\n");
+}
+
 og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backend, int threads) {
     og_model_params mp = og_model_default_params();
     mp.backend = backend;

@@ -23,6 +23,19 @@ bool og_cli_write_file(const char *cmd, const char *path, const void *data, size
 bool og_cli_kv_dtype(const char *cmd, const char *value, og_dtype *out);
 /* Parses "auto" / "cpu" / "cuda". */
 bool og_cli_backend(const char *cmd, const char *value, og_backend *out);
+/* The options every command that runs a model takes. */
+typedef struct og_cli_model_opts {
+    const char *model;          /* -m, --model                      */
+    og_backend backend;         /* --backend                        */
+    int threads;                /* --threads (0: every online CPU)  */
+    og_session_params session;  /* --kv-dtype                       */
+} og_cli_model_opts;
+void og_cli_model_opts_default(og_cli_model_opts *o);
+/* If argv[*i] is one of those options, reads it (advancing *i) and returns
+ * 1; 0 if it is none of them; -1 (after a message) when its value is bad. */
+int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_model_opts *o);
+/* Their help lines. */
+void og_cli_model_opts_usage(FILE *f);
 /* Loads a model, printing the reason on failure. */
 og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backend, int threads);
 

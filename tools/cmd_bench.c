@@ -14,44 +14,35 @@ static void usage(FILE *f) {
             "Prefills a random prompt in every session, then decodes greedily, stepping the\n"
             "sessions in turn; prints tokens per second for each phase and the KV bytes\n"
             "allocated against the bytes the tokens occupy.\n\n"
-            "  -m, --model <file>     program file\n"
-            "  --prompt <N>           prompt tokens per session (default 128)\n"
-            "  --gen <N>              generated tokens per session (default 32)\n"
-            "  --sessions <K>         sessions on the one model (default 1)\n"
-            "  --kv-dtype <bf16|f32>  KV storage dtype (default: the program's)\n"
-            "  --backend <cpu|auto>   back end (default auto)\n"
-            "  --threads <N>          CPU threads (default: all)\n"
-            "  --seed <N>             random prompt seed (default 1)\n"
-            "  --json                 one line of JSON instead of the table\n");
+            "  --prompt <N>             prompt tokens per session (default 128)\n"
+            "  --gen <N>                generated tokens per session (default 32)\n"
+            "  --sessions <K>           sessions on the one model (default 1)\n"
+            "  --seed <N>               random prompt seed (default 1)\n"
+            "  --json                   one line of JSON instead of the table\n");
+    og_cli_model_opts_usage(f);
 }
 
 int og_cmd_bench(int argc, char **argv) {
-    const char *model = NULL;
-    int64_t prompt = 128, gen = 32, sessions = 1, threads = 0, seed = 1;
+    int64_t prompt = 128, gen = 32, sessions = 1, seed = 1;
     bool json = false;
-    og_session_params sp = og_session_default_params();
-    og_backend backend = OG_BACKEND_AUTO;
+    og_cli_model_opts mo;
+    og_cli_model_opts_default(&mo);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int r = og_cli_model_option("bench", argc, argv, &i, &mo);
+        if (r < 0) return 2;
+        if (r > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = og_cli_value("bench", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--prompt")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, INT32_MAX, &prompt)) return 2;
         } else if (!strcmp(a, "--gen")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 0, INT32_MAX, &gen)) return 2;
         } else if (!strcmp(a, "--sessions")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, 4096, &sessions)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, 1024, &threads)) return 2;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 0, INT32_MAX, &seed)) return 2;
-        } else if (!strcmp(a, "--kv-dtype")) {
-            if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_kv_dtype("bench", v, &sp.kv_dtype)) return 2;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_backend("bench", v, &backend)) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {
@@ -60,13 +51,13 @@ int og_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model) {
+    if (!mo.model) {
         fprintf(stderr, "offgraph bench: -m <program> is required\n");
         usage(stderr);
         return 2;
     }
     int rc = 1;
-    og_model *m = og_cli_load_model("bench", model, backend, (int)threads);
+    og_model *m = og_cli_load_model("bench", mo.model, mo.backend, mo.threads);
     if (!m) return 1;
     const int64_t V = og_model_vocab_size(m);
     og_session **ss = calloc((size_t)sessions, sizeof *ss);
@@ -80,7 +71,7 @@ int og_cmd_bench(int argc, char **argv) {
     uint64_t r = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
     double t_prefill = 0, t_decode = 0;
     for (int64_t k = 0; k < sessions; k++) {
-        og_status st = og_session_create(m, &sp, &ss[k]);
+        og_status st = og_session_create(m, &mo.session, &ss[k]);
         if (st != OG_OK) {
             fprintf(stderr, "offgraph bench: session %lld: %s\n", (long long)k, og_last_error());
             goto done;

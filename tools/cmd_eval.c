@@ -11,47 +11,39 @@ static void usage(FILE *f) {
             "usage: offgraph eval -m <program> --tokens <ids|@file> --logits-out <file> [options]\n\n"
             "Runs the token ids through one session and writes the float32 little-endian\n"
             "logits of every input position, row after row (T x vocab).\n\n"
-            "  -m, --model <file>     program file (from offgraph export)\n"
-            "  --tokens <ids|@file>   token ids, separated by commas or whitespace, inline or in a file\n"
-            "  --logits-out <file>    where to write the logits\n"
-            "  --chunk <N>            feed N tokens per step (default: all at once; steps never\n"
-            "                         exceed the program's max_write)\n"
-            "  --kv-dtype <bf16|f32>  KV storage dtype (default: the program's)\n"
-            "  --backend <cpu|auto>   back end (default auto)\n"
-            "  --threads <N>          CPU threads (default: all)\n");
+            "  --tokens <ids|@file>     token ids, separated by commas or whitespace, inline or in a file\n"
+            "  --logits-out <file>      where to write the logits\n"
+            "  --chunk <N>              feed N tokens per step (default: all at once; steps never\n"
+            "                           exceed the program's max_write)\n");
+    og_cli_model_opts_usage(f);
 }
 
 int og_cmd_eval(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *out = NULL;
-    int64_t chunk = 0, threads = 0;
-    og_session_params sp = og_session_default_params();
-    og_backend backend = OG_BACKEND_AUTO;
+    const char *tokens = NULL, *out = NULL;
+    int64_t chunk = 0;
+    og_cli_model_opts mo;
+    og_cli_model_opts_default(&mo);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int r = og_cli_model_option("eval", argc, argv, &i, &mo);
+        if (r < 0) return 2;
+        if (r > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = og_cli_value("eval", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--tokens")) {
             if (!(tokens = og_cli_value("eval", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--logits-out")) {
             if (!(out = og_cli_value("eval", argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--chunk")) {
             if (!(v = og_cli_value("eval", argc, argv, &i)) || !og_cli_int("eval", a, v, 1, INT32_MAX, &chunk)) return 2;
-        } else if (!strcmp(a, "--kv-dtype")) {
-            if (!(v = og_cli_value("eval", argc, argv, &i)) || !og_cli_kv_dtype("eval", v, &sp.kv_dtype)) return 2;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(v = og_cli_value("eval", argc, argv, &i)) || !og_cli_backend("eval", v, &backend)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = og_cli_value("eval", argc, argv, &i)) || !og_cli_int("eval", a, v, 1, 1024, &threads)) return 2;
         } else {
             fprintf(stderr, "offgraph eval: unknown option \"%s\"\n", a);
             usage(stderr);
             return 2;
         }
     }
-    if (!model || !tokens || !out) {
+    if (!mo.model || !tokens || !out) {
         fprintf(stderr, "offgraph eval: -m, --tokens and --logits-out are required\n");
         usage(stderr);
         return 2;
@@ -62,7 +54,7 @@ int og_cmd_eval(int argc, char **argv) {
     int rc = 1;
     og_session *s = NULL;
     float *logits = NULL;
-    og_model *m = og_cli_load_model("eval", model, backend, (int)threads);
+    og_model *m = og_cli_load_model("eval", mo.model, mo.backend, mo.threads);
     if (!m) goto done;
     const int64_t V = og_model_vocab_size(m);
     logits = malloc((size_t)(n * V) * sizeof *logits);
@@ -70,7 +62,7 @@ int og_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "offgraph eval: no memory for %lld x %lld logits\n", (long long)n, (long long)V);
         goto done;
     }
-    og_status st = og_session_create(m, &sp, &s);
+    og_status st = og_session_create(m, &mo.session, &s);
     if (st != OG_OK) {
         fprintf(stderr, "offgraph eval: %s\n", og_last_error());
         goto done;

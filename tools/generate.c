@@ -18,8 +18,7 @@ const char *const og_default_model_path = NULL;
 
 void og_gen_default_options(og_gen_options *o) {
     memset(o, 0, sizeof *o);
-    o->backend = OG_BACKEND_AUTO;
-    o->session = og_session_default_params();
+    og_cli_model_opts_default(&o->run);
     o->sampling = og_sampler_default_params();
     o->sampling.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     o->max_tokens = 128;
@@ -39,7 +38,8 @@ static bool parse_float(const char *cmd, const char *flag, const char *v, double
 int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_options *o) {
     const char *a = argv[*i], *v;
     int64_t n;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) return (o->model = og_cli_value(cmd, argc, argv, i)) ? 1 : -1;
+    int r = og_cli_model_option(cmd, argc, argv, i, &o->run);
+    if (r != 0) return r;
     if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
         if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT32_MAX, &o->max_tokens)) return -1;
         return 1;
@@ -54,37 +54,29 @@ int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_o
         return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0.01, 100, &o->sampling.repeat_penalty)
                    ? 1
                    : -1;
-    if (!strcmp(a, "--top-k") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed") || !strcmp(a, "--threads")) {
+    if (!strcmp(a, "--top-k") || !strcmp(a, "--repeat-last-n") || !strcmp(a, "--seed")) {
         if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT64_MAX, &n)) return -1;
         if (!strcmp(a, "--seed")) o->sampling.seed = (uint64_t)n;
         else if (n > INT32_MAX) {
             fprintf(stderr, "offgraph %s: %s is too large\n", cmd, a);
             return -1;
         } else if (!strcmp(a, "--top-k")) o->sampling.top_k = (int32_t)n;
-        else if (!strcmp(a, "--threads")) o->threads = (int)n;
         else o->sampling.repeat_last_n = (int32_t)n;
         return 1;
     }
-    if (!strcmp(a, "--kv-dtype"))
-        return (v = og_cli_value(cmd, argc, argv, i)) && og_cli_kv_dtype(cmd, v, &o->session.kv_dtype) ? 1 : -1;
-    if (!strcmp(a, "--backend"))
-        return (v = og_cli_value(cmd, argc, argv, i)) && og_cli_backend(cmd, v, &o->backend) ? 1 : -1;
     return 0;
 }
 
 void og_gen_options_usage(FILE *f) {
-    fprintf(f, "  -m, --model <file>       program file (from offgraph export)\n"
-               "  -n, --max-tokens <N>     most tokens to generate (default 128)\n"
+    og_cli_model_opts_usage(f);
+    fprintf(f, "  -n, --max-tokens <N>     most tokens to generate (default 128)\n"
                "  --temp <T>               temperature; 0 is greedy (default 0.8)\n"
                "  --top-k <K>              keep the K most likely tokens; 0 keeps all (default 40)\n"
                "  --top-p <P>              keep the smallest set of mass >= P (default 0.95)\n"
                "  --min-p <P>              drop tokens below P x the most likely (default 0.05)\n"
                "  --repeat-penalty <R>     discourage the last --repeat-last-n tokens (default 1, off)\n"
                "  --repeat-last-n <N>      (default 64)\n"
-               "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n"
-               "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
-               "  --backend <cpu|cuda|auto> back end (default auto)\n"
-               "  --threads <N>            CPU threads (default: all)\n");
+               "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n");
 }
 
 void og_gen_add_stop(og_gen *g, int32_t id) {
@@ -96,17 +88,17 @@ void og_gen_add_stop(og_gen *g, int32_t id) {
 
 bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     memset(g, 0, sizeof *g);
-    const char *path = o->model ? o->model : og_default_model_path;
+    const char *path = o->run.model ? o->run.model : og_default_model_path;
     if (!path) {
         fprintf(stderr, "offgraph %s: no -m given and no default model\n", cmd);
         return false;
     }
-    if (!o->model && access(path, R_OK) != 0) {
+    if (!o->run.model && access(path, R_OK) != 0) {
         fprintf(stderr, "offgraph %s: no -m given and the default model %s is missing: `make` exports it from "
                         "models/kjv-tiny\n", cmd, path);
         return false;
     }
-    if (!(g->model = og_cli_load_model(cmd, path, o->backend, o->threads))) return false;
+    if (!(g->model = og_cli_load_model(cmd, path, o->run.backend, o->run.threads))) return false;
     const char *json = og_model_tokenizer_json(g->model);
     if (!json) {
         fprintf(stderr,
@@ -129,7 +121,7 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
         fprintf(stderr, "offgraph %s: out of memory\n", cmd);
         return false;
     }
-    if ((st = og_session_create(g->model, &o->session, &g->session)) != OG_OK ||
+    if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
         (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
         return false;

@@ -4,6 +4,7 @@
 #ifndef OG_TOOLS_GENERATE_H
 #define OG_TOOLS_GENERATE_H
 
+#include "cli.h"
 #include "model/sample.h"
 #include "model/tokenizer.h"
 #include "offgraph.h"
@@ -12,8 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* The program run and chat use when no -m is given; NULL until a default
- * model ships with offgraph. */
+/* The program run and chat use when no -m is given: the demo model the
+ * build exports (NULL in a build without it). */
 extern const char *const og_default_model_path;
 
 typedef struct og_gen {
@@ -30,10 +31,7 @@ typedef struct og_gen {
 
 /* Options every generating command takes. */
 typedef struct og_gen_options {
-    const char *model;
-    og_backend backend;
-    int threads;
-    og_session_params session;
+    og_cli_model_opts run;      /* -m, --backend, --threads, --kv-dtype */
     og_sampler_params sampling;
     int64_t max_tokens;
 } og_gen_options;
