@@ -26,11 +26,11 @@
 #ifndef OG_KERNELS_OPS_CUDA_H
 #define OG_KERNELS_OPS_CUDA_H
 
-#include "core/core.h"
-
 #ifdef __cplusplus
-extern "C" {
+extern "C" { /* core.h has no C++ guard of its own */
 #endif
+
+#include "core/core.h"
 
 /* ---- devices ---- */
 
