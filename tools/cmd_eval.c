@@ -17,7 +17,7 @@ static void usage(FILE *f) {
             "  --chunk <N>            feed N tokens per step (default: all at once; steps never\n"
             "                         exceed the program's max_write)\n"
             "  --kv-dtype <bf16|f32>  KV storage dtype (default: the program's)\n"
-            "  --backend <cpu|auto>   back end (default auto)\n"
+            "  --backend <cpu|cuda|auto>  back end (default auto: cuda when a GPU is present)\n"
             "  --threads <N>          CPU threads (default: all)\n");
 }
 
