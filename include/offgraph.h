@@ -275,6 +275,9 @@ typedef enum og_backend {
 typedef struct og_model_params {
     og_backend backend;
     int32_t n_threads; /* CPU threads; <= 0 means every online CPU */
+    /* CUDA: decode steps (one token) replay a captured graph, re-captured
+     * only when the session's storage moved. 1 (default) on, 0 off. */
+    int32_t cuda_graphs;
 } og_model_params;
 og_model_params og_model_default_params(void);
 
@@ -325,6 +328,11 @@ void og_session_reset(og_session *s);
  * the last attention run on the last row alone). */
 og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
                           float *logits, int all_rows);
+/* Like og_session_eval without logits, and then *next = the arg-max token
+ * of the last position (torch.argmax rules: first maximum, NaN wins). On CUDA
+ * the arg-max runs on the device and only the token is copied back. */
+og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                               int32_t *next);
 /* Committed length. */
 int64_t og_session_length(const og_session *s);
 /* KV metrics of the session (see og_kv_metrics). */

@@ -18,7 +18,8 @@
 # Max-write is 8 for every export, so that the whole-sequence run (64 tokens)
 # is split by the executor, and the ring layers (windows 8 and 6, R = 15 and 13)
 # wrap several times inside the sequence.
-# Args: the built offgraph, a scratch folder.
+# Args: the built offgraph, a scratch folder. OG_BACKEND (default auto) picks
+# the back end of every eval (tests/gpu/run.sh sets cuda).
 set -u
 BIN=$1
 WORK=$2
@@ -41,7 +42,8 @@ for dir in "$SRC"/tests/data/hf/*/; do
         [ "$kv" = bf16 ] && bound=0.08
         for chunk in 1 3 7 whole; do
             out=$WORK/$name.$kv.$chunk.f32
-            args=(eval -m "$prog" --tokens "@$dir/tokens.txt" --kv-dtype "$kv" --logits-out "$out")
+            args=(eval -m "$prog" --tokens "@$dir/tokens.txt" --kv-dtype "$kv" --logits-out "$out"
+                  --backend "${OG_BACKEND:-auto}")
             [ "$chunk" = whole ] || args+=(--chunk "$chunk")
             runs=$((runs + 1))
             if ! "$BIN" "${args[@]}" 2>"$WORK/eval.log"; then

@@ -160,7 +160,7 @@ int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_m
 void og_cli_model_opts_usage(FILE *f) {
     fprintf(f, "  -m, --model <file>       program file (from offgraph export)\n"
                "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
-               "  --backend <cpu|cuda|auto> back end (default auto)\n"
+               "  --backend <cpu|cuda|auto> back end (default auto: cuda when a GPU is present)\n"
                "  --threads <N>            CPU threads (default: all)\n");
 }
 

@@ -3,7 +3,6 @@
 #include "cli.h"
 #include "commands.h"
 #include "core/core.h"
-#include "kernels/ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +62,7 @@ int og_cmd_bench(int argc, char **argv) {
     og_session **ss = calloc((size_t)sessions, sizeof *ss);
     int32_t *ids = malloc((size_t)prompt * sizeof *ids);
     int32_t *next = calloc((size_t)sessions, sizeof *next);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    if (!ss || !ids || !next || !logits) {
+    if (!ss || !ids || !next) {
         fprintf(stderr, "offgraph bench: no memory\n");
         goto done;
     }
@@ -81,29 +79,23 @@ int og_cmd_bench(int argc, char **argv) {
             ids[t] = (int32_t)(r % (uint64_t)V);
         }
         double t0 = og_time_now();
-        st = og_session_eval(ss[k], ids, prompt, 0, logits, 0);
+        st = og_session_eval_next(ss[k], ids, prompt, 0, &next[k]);
         t_prefill += og_time_now() - t0;
-        int64_t best = 0;
-        if (st == OG_OK) st = og_argmax_cpu(logits, V, &best);
         if (st != OG_OK) {
             fprintf(stderr, "offgraph bench: prefill of session %lld: %s\n", (long long)k, og_session_last_error(ss[k]));
             goto done;
         }
-        next[k] = (int32_t)best;
     }
     for (int64_t g = 0; g < gen; g++) {
         for (int64_t k = 0; k < sessions; k++) {
             double t0 = og_time_now();
-            og_status st = og_session_eval(ss[k], &next[k], 1, 0, logits, 0);
-            int64_t best = 0;
-            if (st == OG_OK) st = og_argmax_cpu(logits, V, &best);
+            og_status st = og_session_eval_next(ss[k], &next[k], 1, 0, &next[k]);
             t_decode += og_time_now() - t0;
             if (st != OG_OK) {
                 fprintf(stderr, "offgraph bench: decode of session %lld at token %lld: %s\n", (long long)k,
                         (long long)g, og_session_last_error(ss[k]));
                 goto done;
             }
-            next[k] = (int32_t)best;
         }
     }
     og_kv_metrics tot = {0};
@@ -139,7 +131,6 @@ done:
     free(ss);
     free(ids);
     free(next);
-    free(logits);
     og_model_free(m);
     return rc;
 }

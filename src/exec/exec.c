@@ -22,8 +22,12 @@
 #include <math.h>
 #include <stdio.h>
 
+#ifdef OG_HAVE_CUDA
+#include "kernels/cuda/ops_cuda.h"
+#endif
+
 og_model_params og_model_default_params(void) {
-    og_model_params p = {OG_BACKEND_AUTO, 0};
+    og_model_params p = {OG_BACKEND_AUTO, 0, 1};
     return p;
 }
 
@@ -102,12 +106,18 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
     if (!path || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: NULL argument");
     *out = NULL;
     og_model_params p = params ? *params : og_model_default_params();
-    if (p.backend == OG_BACKEND_CUDA)
-        return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: this build has no CUDA executor yet; "
+    og_backend backend = p.backend == OG_BACKEND_CUDA ? OG_BACKEND_CUDA : OG_BACKEND_CPU;
+#ifdef OG_HAVE_CUDA
+    if (p.backend == OG_BACKEND_AUTO && og_cuda_device_present()) backend = OG_BACKEND_CUDA;
+#else
+    if (backend == OG_BACKEND_CUDA)
+        return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: this build has no CUDA back end; "
                                                 "use the cpu back end");
+#endif
     og_model *m = og_calloc(1, sizeof *m);
     if (!m) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
-    m->backend = OG_BACKEND_CPU;
+    m->backend = backend;
+    m->cuda_graphs = p.cuda_graphs != 0;
     og_status st = og_program_open(path, &m->prog);
     if (st != OG_OK) {
         og_free(m);
@@ -146,6 +156,18 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         og_model_free(m);
         return st;
     }
+#ifdef OG_HAVE_CUDA
+    if (m->backend == OG_BACKEND_CUDA) {
+        st = og_exec_cuda_model_init(m);
+        if (st != OG_OK) {
+            og_set_error(st, "og_model_load: %s: %s", path, og_last_error());
+            og_model_free(m);
+            return st;
+        }
+        *out = m;
+        return OG_OK;
+    }
+#endif
     m->pool = p.n_threads == 1 ? NULL : og_threadpool_create(p.n_threads);
     if (p.n_threads != 1 && !m->pool) {
         og_model_free(m);
@@ -157,6 +179,9 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
 
 void og_model_free(og_model *m) {
     if (!m) return;
+#ifdef OG_HAVE_CUDA
+    og_exec_cuda_model_free(m);
+#endif
     og_threadpool_destroy(m->pool);
     og_program_close(m->prog);
     og_free(m->rope);
@@ -191,7 +216,20 @@ og_status og_session_create(og_model *m, const og_session_params *params, og_ses
         }
         s->cfg.kv_dtype = p.kv_dtype;
     }
-    og_status st = og_kv_session_create(&s->cfg, NULL, &s->kv);
+    og_status st = OG_OK;
+#ifdef OG_HAVE_CUDA
+    if (m->backend == OG_BACKEND_CUDA) {
+        st = og_exec_cuda_session_init(s); /* device storage and scratch */
+        if (st == OG_OK) st = og_program_bindings_create(m->prog, &s->bind);
+        if (st != OG_OK) {
+            og_session_destroy(s);
+            return st;
+        }
+        *out = s;
+        return OG_OK;
+    }
+#endif
+    st = og_kv_session_create(&s->cfg, NULL, &s->kv);
     if (st == OG_OK) st = og_program_bindings_create(m->prog, &s->bind);
     const int64_t rows = s->cfg.max_write;
     if (st == OG_OK) {
@@ -220,6 +258,9 @@ void og_session_destroy(og_session *s) {
     og_free(s->slots);
     og_free(s->positions);
     og_program_bindings_destroy(s->bind);
+#ifdef OG_HAVE_CUDA
+    og_exec_cuda_session_free(s); /* frees s->kv on its stream */
+#endif
     og_kv_session_destroy(s->kv);
     og_free(s);
 }
@@ -357,6 +398,9 @@ og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32
                           int all_rows) {
     if (!s || (!tokens && n > 0)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval: NULL argument");
     if (n <= 0) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "og_session_eval: no tokens");
+#ifdef OG_HAVE_CUDA
+    if (s->cuda) return og_exec_cuda_eval(s, tokens, n, chunk, logits, all_rows, NULL);
+#endif
     const int64_t V = og_model_vocab_size(s->m);
     int64_t step = s->cfg.max_write;
     if (chunk > 0 && chunk < step) step = chunk;
@@ -371,4 +415,22 @@ og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32
         done += T;
     }
     return OG_OK;
+}
+
+og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, int32_t *next) {
+    if (!s || !next || (!tokens && n > 0))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval_next: NULL argument");
+    if (n <= 0) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "og_session_eval_next: no tokens");
+#ifdef OG_HAVE_CUDA
+    if (s->cuda) return og_exec_cuda_eval(s, tokens, n, chunk, NULL, 0, next);
+#endif
+    const int64_t V = og_model_vocab_size(s->m);
+    float *logits = og_malloc((size_t)V * sizeof *logits);
+    if (!logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "og_session_eval_next: no memory for logits");
+    og_status st = og_session_eval(s, tokens, n, chunk, logits, 0);
+    int64_t best = 0;
+    if (st == OG_OK) st = og_argmax_cpu(logits, V, &best);
+    og_free(logits);
+    if (st == OG_OK) *next = (int32_t)best;
+    return st;
 }

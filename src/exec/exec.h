@@ -20,6 +20,8 @@ struct og_model {
     int32_t *slot_of;      /* [n_instrs] */
     int64_t *slot_width;   /* [n_instrs], n_slots used */
     int32_t n_slots;
+    struct og_cuda_model *cuda; /* owned: device weights (CUDA back end), else NULL */
+    bool cuda_graphs;           /* CUDA decode steps replay captured graphs */
     og_errbuf err;
 };
 
@@ -30,10 +32,23 @@ struct og_session {
     og_program_bindings *bind;  /* owned: runtime tensors, bound per step */
     float **slots;              /* [n_slots] of [max_write, slot_width] */
     int32_t *positions;         /* [max_write]                          */
+    struct og_cuda_session *cuda; /* owned: device state (CUDA back end), else NULL */
     og_errbuf err;
 };
 
 /* The program a model runs; borrowed. */
 const og_program *og_model_program(const og_model *m);
+
+/* The CUDA executor (exec_cuda.c, CUDA builds only). Model: uploads the
+ * weights and rope tables once. Session: creates the session's stream, its KV
+ * session over device storage (s->kv) and its device scratch. Eval: the
+ * og_session_eval contract on the device; next (if not NULL) receives the
+ * arg-max token of the last position, computed on the device. */
+og_status og_exec_cuda_model_init(og_model *m);
+void og_exec_cuda_model_free(og_model *m);
+og_status og_exec_cuda_session_init(og_session *s);
+void og_exec_cuda_session_free(og_session *s);
+og_status og_exec_cuda_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, float *logits,
+                            int all_rows, int32_t *next);
 
 #endif

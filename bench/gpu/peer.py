@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Peers timed side by side with offgraph (bench/gpu/run.sh):
+
+  peer.py make-qwen3 DIR            Qwen3-0.6B-shaped checkpoint, random bf16 weights
+  peer.py sdpa                      torch SDPA (enable_gqa=True) decode attention,
+                                    Hq=32, Hkv=8, D=128, bf16, histories 4k/32k/128k
+  peer.py generate DIR CTX GEN      transformers generate, static cache, greedy,
+                                    decode tokens/s at context CTX
+  peer.py floor DIR CTX COPY_GBPS   bytes floor of one decode step: weights read
+                                    once plus the KV of CTX tokens, at the copy rate
+
+Each prints one JSON line. Timing: CUDA events, warm-up first, median, inputs
+rotated so that one round exceeds the L2.
+"""
+import json
+import sys
+import time
+
+import torch
+
+
+def qwen3_config():
+    from transformers import Qwen3Config
+    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                       rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0)
+
+
+def make_qwen3(out):
+    from transformers import Qwen3ForCausalLM
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(qwen3_config()).to(torch.bfloat16)
+    model.save_pretrained(out)
+    print(json.dumps({"made": out, "params": sum(p.numel() for p in model.parameters())}))
+
+
+def median_ms(fn, reps=200, warm=10):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def sdpa():
+    import torch.nn.functional as F
+    hq, hkv, d = 32, 8, 128
+    for L in (4096, 32768, 131072):
+        kv_bytes = 2 * L * hkv * d * 2
+        n = max(2, int(256e6 / kv_bytes) + 1)
+        q = torch.randn(1, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+        ks = [torch.randn(1, hkv, L, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+        vs = [torch.randn(1, hkv, L, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+        i = [0]
+
+        def step():
+            j = i[0] % n
+            i[0] += 1
+            F.scaled_dot_product_attention(q, ks[j], vs[j], enable_gqa=True)
+
+        ms = median_ms(step)
+        print(json.dumps({"bench": "decode_attention", "impl": "torch_sdpa_gqa", "L": L, "us": ms * 1e3,
+                          "kv_GBps": kv_bytes / (ms * 1e-3) / 1e9}))
+        del ks, vs
+
+
+def generate(path, ctx, gen):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+    ids = torch.randint(0, 151936, (1, ctx), device="cuda")
+
+    def run(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, cache_implementation="static")
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    with torch.no_grad():
+        run(2), run(gen)  # warm-up
+        t1 = min(run(1) for _ in range(3))
+        tn = min(run(gen) for _ in range(3))
+    print(json.dumps({"bench": "e2e_decode", "impl": "transformers_static_cache", "context": ctx, "gen": gen,
+                      "decode_tokens_per_s": (gen - 1) / (tn - t1)}))
+
+
+def floor(path, ctx, copy_gbps):
+    from safetensors import safe_open
+    wbytes = 0
+    with safe_open(f"{path}/model.safetensors", "pt") as f:
+        for k in f.keys():
+            t = f.get_slice(k)
+            n = 1
+            for s in t.get_shape():
+                n *= s
+            wbytes += n * 2
+    kv = 2 * 28 * 8 * 128 * 2 * ctx
+    step = wbytes + kv
+    # the copy rate counts bytes moved (read + written); a decode step moves step bytes
+    print(json.dumps({"bench": "e2e_decode", "impl": "bytes_floor", "context": ctx, "bytes_per_token": step,
+                      "decode_tokens_per_s": copy_gbps * 1e9 / step}))
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "make-qwen3":
+        make_qwen3(sys.argv[2])
+    elif cmd == "sdpa":
+        sdpa()
+    elif cmd == "generate":
+        generate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "floor":
+        floor(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,489 @@
+/* The CUDA executor: the step transaction of exec.c with every instruction on
+ * the device.
+ *
+ * A model uploads its weights (as stored: bf16 or f32) and rope tables once.
+ * A session owns a non-blocking stream on which everything of it is ordered:
+ * its KV storage (the stream-ordered allocator of kv/alloc_cuda.h, so growth
+ * copies are ordered before the step that reads them), its activation slots
+ * (the model's slot plan, [max_write, slot_width] f32 each), the attention
+ * scratch, the logits and a small "step block" in device memory holding the
+ * step's L, tokens and positions. Kernels read L and positions from the step
+ * block, never from launch arguments, so a captured decode graph serves every
+ * decode step: the step block's upload from pinned host memory is a node of
+ * the graph, and the host writes the pinned block before each replay.
+ *
+ * Decode graphs: one-token steps replay a graph per output kind (none, logits
+ * of the row, arg-max token); a graph is captured on first use and again only
+ * when some layer's storage address changed (growth moved it). Every capture
+ * is counted in the session's metrics (og_kv_session_note_capture).
+ *
+ * Matrix products: up to OG_GEMV_CUDA_MAX_T rows stream the weights once
+ * (gemv, f32 activations); wider steps go to cuBLAS: f32 weights by SGEMM,
+ * bf16 weights by two bf16 tensor-core products of the activations split
+ * into bf16 hi + lo parts (f32 accumulation), which keeps the activations to
+ * about 2^-17 relative, close to the CPU's f32 products.
+ *
+ * Every step ends with a stream synchronization, so that a failed kernel
+ * fails its own step (which then does not commit) and the pinned step block
+ * is free for the next one.
+ */
+#include "exec/exec.h"
+
+#include "kernels/cuda/ops_cuda.h"
+#include "kv/alloc_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <stdio.h>
+
+enum { OUT_NONE = 0, OUT_LOGITS, OUT_NEXT, OUT_KINDS };
+
+struct og_cuda_model {
+    int device;
+    void **weights;  /* [n_tensors]: device copy of every weight tensor, NULL for runtime ones */
+    float *inv_freq; /* [n_instrs, OG_ROPE_MAX_HEAD_DIM / 2]: rope tables */
+};
+
+struct og_cuda_session {
+    cudaStream_t stream;
+    og_kv_allocator alloc;
+    cublasHandle_t blas;
+    float **slots;              /* [n_slots] of [max_write, slot_width]    */
+    float *logits_row;          /* [V]: last-row logits (graphs use it)    */
+    float *logits_rows;         /* [logits_rows_cap, V]: all-rows mode     */
+    int64_t logits_rows_cap;
+    float *partials;            /* attention split scratch                 */
+    uint16_t *split_hi, *split_lo; /* [max_write * max K] bf16 parts       */
+    int64_t max_k;
+    unsigned char *step_host;   /* pinned step block: L, tokens, positions */
+    unsigned char *step_dev;    /* its device copy                         */
+    size_t step_bytes;
+    int32_t *next_host;         /* pinned [1] */
+    int32_t *next_dev;          /* [1] */
+    cudaGraphExec_t graph[OUT_KINDS];
+    void **graph_storage;       /* [2 * n_layers]: k, v addresses the graphs hold */
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static og_status cuda_fail(cudaError_t e, const char *what) {
+    og_status st = e == cudaErrorMemoryAllocation ? OG_ERR_OUT_OF_MEMORY : OG_ERR_BACKEND;
+    return og_set_error(st, "cuda executor: %s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+#define CUDA_TRY(call, what)                                                                                       \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) return cuda_fail(e_, what);                                                         \
+    } while (0)
+
+static og_status blas_fail(cublasStatus_t e, const char *what) {
+    return og_set_error(OG_ERR_BACKEND, "cuda executor: %s: cuBLAS status %d", what, (int)e);
+}
+
+/* The step block: int64 L, then int32 tokens [max_write], positions [max_write]. */
+static int64_t *step_length_dev(struct og_cuda_session *c) { return (int64_t *)(void *)c->step_dev; }
+static int32_t *step_tokens(unsigned char *block) { return (int32_t *)(void *)(block + sizeof(int64_t)); }
+static int32_t *step_positions(unsigned char *block, int32_t max_write) { return step_tokens(block) + max_write; }
+
+/* ------------------------------------------------------------ models */
+
+og_status og_exec_cuda_model_init(og_model *m) {
+    if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "cuda back end: no CUDA device is present");
+    struct og_cuda_model *cm = og_calloc(1, sizeof *cm);
+    if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda back end: no memory");
+    m->cuda = cm;
+    CUDA_TRY(cudaGetDevice(&cm->device), "cudaGetDevice");
+    const int32_t n_tensors = og_program_n_tensors(m->prog);
+    cm->weights = og_calloc((size_t)n_tensors, sizeof *cm->weights);
+    if (!cm->weights) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda back end: no memory");
+    for (int32_t i = 0; i < n_tensors; i++) {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, i);
+        if (t->binding != OG_BINDING_WEIGHT || t->nbytes == 0) continue;
+        char what[160];
+        snprintf(what, sizeof what, "uploading weight %s (%llu bytes)", t->name, (unsigned long long)t->nbytes);
+        CUDA_TRY(cudaMalloc(&cm->weights[i], (size_t)t->nbytes), what);
+        CUDA_TRY(cudaMemcpy(cm->weights[i], t->data, (size_t)t->nbytes, cudaMemcpyHostToDevice), what);
+    }
+    const size_t per = OG_ROPE_MAX_HEAD_DIM / 2;
+    const size_t bytes = (size_t)m->n_instrs * per * sizeof(float);
+    CUDA_TRY(cudaMalloc((void **)&cm->inv_freq, bytes), "rope tables");
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        if (og_program_instr_at(m->prog, i)->op != OG_OP_ROPE) continue;
+        CUDA_TRY(cudaMemcpy(cm->inv_freq + (size_t)i * per, m->rope[i].inv_freq, per * sizeof(float),
+                            cudaMemcpyHostToDevice),
+                 "rope tables");
+    }
+    return OG_OK;
+}
+
+void og_exec_cuda_model_free(og_model *m) {
+    struct og_cuda_model *cm = m->cuda;
+    if (!cm) return;
+    if (cm->weights)
+        for (int32_t i = 0; i < og_program_n_tensors(m->prog); i++) cudaFree(cm->weights[i]);
+    cudaFree(cm->inv_freq);
+    og_free(cm->weights);
+    og_free(cm);
+    m->cuda = NULL;
+}
+
+/* ------------------------------------------------------------ sessions */
+
+static void drop_graphs(struct og_cuda_session *c) {
+    for (int k = 0; k < OUT_KINDS; k++) {
+        if (c->graph[k]) cudaGraphExecDestroy(c->graph[k]);
+        c->graph[k] = NULL;
+    }
+}
+
+og_status og_exec_cuda_session_init(og_session *s) {
+    og_model *m = s->m;
+    struct og_cuda_session *c = og_calloc(1, sizeof *c);
+    if (!c) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory");
+    s->cuda = c;
+    CUDA_TRY(cudaSetDevice(m->cuda->device), "cudaSetDevice");
+    CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    og_status st = og_kv_allocator_cuda(c->stream, &c->alloc);
+    if (st == OG_OK) st = og_kv_session_create(&s->cfg, &c->alloc, &s->kv);
+    if (st != OG_OK) return st;
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        return blas_fail(bs, "cublasCreate");
+    }
+    if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSetStream");
+
+    const int32_t mw = s->cfg.max_write;
+    const int64_t V = og_model_vocab_size(m);
+    c->slots = og_calloc((size_t)m->n_slots, sizeof *c->slots);
+    c->graph_storage = og_calloc((size_t)s->cfg.n_layers * 2, sizeof *c->graph_storage);
+    if (!c->slots || !c->graph_storage) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory");
+    for (int32_t i = 0; i < m->n_slots; i++)
+        CUDA_TRY(cudaMalloc((void **)&c->slots[i], (size_t)mw * (size_t)m->slot_width[i] * sizeof(float)),
+                 "activation slots");
+    CUDA_TRY(cudaMalloc((void **)&c->logits_row, (size_t)V * sizeof(float)), "logits");
+    int64_t scratch = 0;
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        if (in->op == OG_OP_UPDATE_AND_ATTEND) {
+            const og_kv_layer_config *l = &s->cfg.layers[in->kv_index];
+            int64_t f = og_attend_cuda_scratch_floats((int32_t)in->attrs.n_heads, l->head_dim);
+            if (f > scratch) scratch = f;
+        } else if (in->op == OG_OP_MATMUL) {
+            const og_program_operand x = in->in[0];
+            int64_t K = x.kind == OG_VALUE_ACTIVATION ? og_program_instr_at(m->prog, x.index)->out_width : 0;
+            if (K > c->max_k) c->max_k = K;
+        }
+    }
+    if (scratch > 0) CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)scratch * sizeof(float)), "attention scratch");
+    if (mw > OG_GEMV_CUDA_MAX_T && c->max_k > 0) {
+        const size_t parts = (size_t)mw * (size_t)c->max_k * sizeof(uint16_t);
+        CUDA_TRY(cudaMalloc((void **)&c->split_hi, parts), "matmul scratch");
+        CUDA_TRY(cudaMalloc((void **)&c->split_lo, parts), "matmul scratch");
+    }
+    c->step_bytes = sizeof(int64_t) + 2 * (size_t)mw * sizeof(int32_t);
+    CUDA_TRY(cudaMallocHost((void **)&c->step_host, c->step_bytes), "pinned step block");
+    CUDA_TRY(cudaMalloc((void **)&c->step_dev, c->step_bytes), "step block");
+    CUDA_TRY(cudaMallocHost((void **)&c->next_host, sizeof(int32_t)), "pinned token");
+    CUDA_TRY(cudaMalloc((void **)&c->next_dev, sizeof(int32_t)), "token");
+    return OG_OK;
+}
+
+void og_exec_cuda_session_free(og_session *s) {
+    struct og_cuda_session *c = s->cuda;
+    if (!c) return;
+    drop_graphs(c);
+    og_kv_session_destroy(s->kv); /* frees storage on c->stream */
+    s->kv = NULL;
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->slots)
+        for (int32_t i = 0; i < s->m->n_slots; i++) cudaFree(c->slots[i]);
+    cudaFree(c->logits_row);
+    cudaFree(c->logits_rows);
+    cudaFree(c->partials);
+    cudaFree(c->split_hi);
+    cudaFree(c->split_lo);
+    cudaFree(c->step_dev);
+    cudaFree(c->next_dev);
+    cudaFreeHost(c->step_host);
+    cudaFreeHost(c->next_host);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    og_free(c->slots);
+    og_free(c->graph_storage);
+    og_free(c);
+    s->cuda = NULL;
+}
+
+/* ------------------------------------------------------------ one step */
+
+typedef struct step_ctx {
+    og_session *s;
+    int32_t T;
+    float *logits;      /* device destination of the logits instruction */
+    bool tail_last_row; /* the tail runs on row T-1 alone */
+} step_ctx;
+
+static const void *operand_dev(const step_ctx *x, og_program_operand o, int64_t row, int64_t *width,
+                               og_dtype *dtype) {
+    const og_model *m = x->s->m;
+    struct og_cuda_session *c = x->s->cuda;
+    if (o.kind == OG_VALUE_TENSOR) {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, o.index);
+        *dtype = t->dtype;
+        *width = t->rank >= 2 ? t->shape[t->rank - 1] : t->shape[0];
+        return m->cuda->weights[o.index];
+    }
+    *dtype = OG_DTYPE_F32;
+    if (o.kind == OG_VALUE_INPUT) {
+        *width = 1;
+        return o.index == OG_INPUT_TOKENS ? (const void *)(step_tokens(c->step_dev) + row)
+                                          : (const void *)(step_positions(c->step_dev, x->s->cfg.max_write) + row);
+    }
+    const og_program_instr *p = og_program_instr_at(m->prog, o.index);
+    *width = p->out_width;
+    return c->slots[m->slot_of[o.index]] + row * p->out_width;
+}
+
+static og_status matmul(og_session *s, const float *x, const void *w, const void *bias, og_dtype dt, int64_t T,
+                        int64_t K, int64_t N, float *out) {
+    struct og_cuda_session *c = s->cuda;
+    if (T <= OG_GEMV_CUDA_MAX_T) return og_gemv_cuda(c->stream, x, w, bias, dt, T, K, N, out);
+    if (T > INT32_MAX || K > INT32_MAX || N > INT32_MAX || K > c->max_k)
+        return og_set_error(OG_ERR_UNSUPPORTED, "matmul: %lld x %lld x %lld exceeds the cuBLAS path", (long long)T,
+                            (long long)K, (long long)N);
+    const float one = 1.0f, zero = 0.0f;
+    const float *beta = &zero;
+    if (bias) {
+        og_status st = og_fill_rows_cuda(c->stream, bias, dt, T, N, out);
+        if (st != OG_OK) return st;
+        beta = &one;
+    }
+    cublasStatus_t bs;
+    if (dt == OG_DTYPE_F32) {
+        bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, (int)K, x, (int)K, beta,
+                         out, (int)N);
+        return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasSgemm");
+    }
+    og_status st = og_split_bf16_cuda(c->stream, x, T * K, c->split_hi, c->split_lo);
+    if (st != OG_OK) return st;
+    /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
+    bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
+                      c->split_hi, CUDA_R_16BF, (int)K, beta, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
+                          c->split_lo, CUDA_R_16BF, (int)K, &one, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+    return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasGemmEx bf16");
+}
+
+static og_status run_instr(step_ctx *x, int32_t i) {
+    og_session *s = x->s;
+    const og_model *m = s->m;
+    struct og_cuda_session *c = s->cuda;
+    const og_program_instr *in = og_program_instr_at(m->prog, i);
+    const bool tail = x->tail_last_row && i > m->last_attend;
+    const int64_t T = tail ? 1 : x->T;
+    const void *v[OG_OP_MAX_INPUTS] = {0};
+    int64_t w[OG_OP_MAX_INPUTS] = {0};
+    og_dtype dt[OG_OP_MAX_INPUTS] = {0};
+    for (int32_t j = 0; j < in->n_in; j++) {
+        og_program_operand o = in->in[j];
+        bool full_rows = o.kind == OG_VALUE_INPUT || (o.kind == OG_VALUE_ACTIVATION && o.index <= m->last_attend);
+        int64_t row = tail && full_rows ? x->T - 1 : 0;
+        v[j] = operand_dev(x, o, row, &w[j], &dt[j]);
+    }
+    float *out = i == m->logits_instr ? x->logits : c->slots[m->slot_of[i]];
+    const og_op_attrs *a = &in->attrs;
+    switch (in->op) {
+    case OG_OP_EMBED: {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, in->in[1].index);
+        return og_embed_cuda(c->stream, v[0], T, v[1], dt[1], t->shape[0], t->shape[1], out);
+    }
+    case OG_OP_RMS_NORM:
+        return og_rms_norm_cuda(c->stream, v[0], v[1], dt[1], T, w[0], (float)a->eps, out);
+    case OG_OP_HEAD_RMS_NORM:
+        return og_head_rms_norm_cuda(c->stream, v[0], v[1], dt[1], T, a->heads, w[0] / a->heads, (float)a->eps, out);
+    case OG_OP_MATMUL:
+        return matmul(s, v[0], v[1], in->n_in > 2 ? v[2] : NULL, dt[1], T, w[0], in->out_width, out);
+    case OG_OP_ROPE:
+        return og_rope_cuda(c->stream, m->cuda->inv_freq + (size_t)i * (OG_ROPE_MAX_HEAD_DIM / 2),
+                            m->rope[i].head_dim, v[0], v[1], T, a->heads, out);
+    case OG_OP_SWIGLU:
+        return og_swiglu_cuda(c->stream, v[0], v[1], T * w[0], out);
+    case OG_OP_ADD:
+        return og_add_cuda(c->stream, v[0], v[1], T * w[0], out);
+    case OG_OP_UPDATE_AND_ATTEND: {
+        og_attend_cuda_args aa = {
+            .q = v[0], .k = v[1], .v = v[2], .out = out, .T = (int32_t)T, .n_heads = (int32_t)a->n_heads,
+            .scale = (float)a->scale, .length = step_length_dev(c), .partials = c->partials,
+        };
+        og_status st = og_kv_session_layer_view(s->kv, in->kv_index, &aa.kv);
+        if (st != OG_OK) return st;
+        return og_update_and_attend_cuda(c->stream, &aa);
+    }
+    case OG_OP_COUNT:
+        break;
+    }
+    return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d: op %d has no CUDA kernel", i, (int)in->op);
+}
+
+/* Enqueues one step's work on the session's stream: the step block upload,
+ * every instruction, and for OUT_NEXT the arg-max and its copy back. */
+static og_status enqueue_step(og_session *s, int32_t T, int kind, float *dev_logits, bool last_row, int32_t *failed) {
+    const og_model *m = s->m;
+    struct og_cuda_session *c = s->cuda;
+    *failed = -1;
+    CUDA_TRY(cudaMemcpyAsync(c->step_dev, c->step_host, c->step_bytes, cudaMemcpyHostToDevice, c->stream),
+             "step block upload");
+    step_ctx x = {s, T, dev_logits, last_row};
+    const int32_t end = kind == OUT_NONE ? m->last_attend + 1 : m->n_instrs;
+    for (int32_t i = 0; i < end; i++) {
+        og_status st = run_instr(&x, i);
+        if (st != OG_OK) {
+            *failed = i;
+            return st;
+        }
+    }
+    if (kind == OUT_NEXT) {
+        og_status st = og_argmax_cuda(c->stream, dev_logits, og_model_vocab_size(m), c->next_dev);
+        if (st != OG_OK) return st;
+        CUDA_TRY(cudaMemcpyAsync(c->next_host, c->next_dev, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream),
+                 "token copy back");
+    }
+    return OG_OK;
+}
+
+/* True when the graphs were captured against the storage bound now. */
+static bool graphs_current(og_session *s) {
+    struct og_cuda_session *c = s->cuda;
+    bool same = true;
+    for (int32_t l = 0; l < s->cfg.n_layers; l++) {
+        og_kv_layer_view v;
+        og_kv_session_layer_view(s->kv, l, &v);
+        if (c->graph_storage[2 * l] != v.k || c->graph_storage[2 * l + 1] != v.v) same = false;
+        c->graph_storage[2 * l] = v.k;
+        c->graph_storage[2 * l + 1] = v.v;
+    }
+    return same;
+}
+
+static og_status capture(og_session *s, int kind, int32_t *failed) {
+    struct og_cuda_session *c = s->cuda;
+    CUDA_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    og_status st = enqueue_step(s, 1, kind, c->logits_row, true, failed);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (st != OG_OK) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+    }
+    if (e != cudaSuccess) return cuda_fail(e, "cudaStreamEndCapture");
+    e = cudaGraphInstantiate(&c->graph[kind], g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        c->graph[kind] = NULL;
+        return cuda_fail(e, "cudaGraphInstantiate");
+    }
+    og_kv_session_note_capture(s->kv);
+    return OG_OK;
+}
+
+/* One transaction of T <= max_write tokens. */
+static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, int kind, float *logits, bool last_row) {
+    const og_model *m = s->m;
+    struct og_cuda_session *c = s->cuda;
+    const int64_t L = og_kv_session_length(s->kv);
+    const int64_t V = og_model_vocab_size(m);
+    for (int32_t t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "token id %d at position %lld is outside [0, %lld)",
+                                 tokens[t], (long long)(L + t), (long long)V);
+    og_status st = og_kv_session_prepare(s->kv, T);
+    if (st != OG_OK)
+        return og_errbuf_set(&s->err, st, "step of %d tokens at length %lld: %s", T, (long long)L,
+                             og_kv_session_last_error(s->kv));
+    og_program_bindings_clear(s->bind);
+    st = og_program_bind_kv(s->bind, s->kv);
+    if (st == OG_OK) st = og_program_bindings_check(s->bind);
+    if (st != OG_OK) {
+        og_kv_session_abort(s->kv);
+        return og_errbuf_set(&s->err, st, "step refused: %s", og_program_bindings_last_error(s->bind));
+    }
+    /* the pinned block is free: the previous step ended with a synchronization */
+    *(int64_t *)(void *)c->step_host = L;
+    int32_t *tok = step_tokens(c->step_host), *pos = step_positions(c->step_host, s->cfg.max_write);
+    for (int32_t t = 0; t < T; t++) {
+        tok[t] = tokens[t];
+        pos[t] = (int32_t)(L + t);
+    }
+    float *dev_logits = c->logits_row;
+    if (kind == OUT_LOGITS && !last_row && T > 1) {
+        if (c->logits_rows_cap < T) {
+            cudaFree(c->logits_rows);
+            c->logits_rows = NULL;
+            c->logits_rows_cap = 0;
+            cudaError_t e = cudaMalloc((void **)&c->logits_rows, (size_t)T * (size_t)V * sizeof(float));
+            if (e != cudaSuccess) {
+                og_kv_session_abort(s->kv);
+                return og_errbuf_set(&s->err, cuda_fail(e, "logits rows"), "%s", og_last_error());
+            }
+            c->logits_rows_cap = T;
+        }
+        dev_logits = c->logits_rows;
+    }
+    int32_t failed = -1;
+    if (T == 1 && m->cuda_graphs) {
+        if (!graphs_current(s)) drop_graphs(c);
+        if (!c->graph[kind]) st = capture(s, kind, &failed);
+        if (st == OG_OK) {
+            cudaError_t e = cudaGraphLaunch(c->graph[kind], c->stream);
+            if (e != cudaSuccess) st = cuda_fail(e, "cudaGraphLaunch");
+        }
+    } else {
+        st = enqueue_step(s, T, kind, dev_logits, last_row, &failed);
+    }
+    if (st == OG_OK && logits) {
+        const size_t rows = last_row ? 1 : (size_t)T;
+        cudaError_t e = cudaMemcpyAsync(logits, dev_logits, rows * (size_t)V * sizeof(float), cudaMemcpyDeviceToHost,
+                                        c->stream);
+        if (e != cudaSuccess) st = cuda_fail(e, "logits copy back");
+    }
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (st == OG_OK && e != cudaSuccess) st = cuda_fail(e, "step");
+    if (st != OG_OK) {
+        og_kv_session_abort(s->kv);
+        if (failed >= 0)
+            return og_errbuf_set(&s->err, st, "instruction %d (%s -> %s) at length %lld: %s", failed,
+                                 og_op_get(og_program_instr_at(m->prog, failed)->op)->name,
+                                 og_program_instr_at(m->prog, failed)->out, (long long)L, og_last_error());
+        return og_errbuf_set(&s->err, st, "step at length %lld: %s", (long long)L, og_last_error());
+    }
+    st = og_kv_session_commit(s->kv, T);
+    if (st != OG_OK) return og_errbuf_set(&s->err, st, "commit: %s", og_kv_session_last_error(s->kv));
+    return OG_OK;
+}
+
+og_status og_exec_cuda_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, float *logits,
+                            int all_rows, int32_t *next) {
+    const int64_t V = og_model_vocab_size(s->m);
+    int64_t step = s->cfg.max_write;
+    if (chunk > 0 && chunk < step) step = chunk;
+    CUDA_TRY(cudaSetDevice(s->m->cuda->device), "cudaSetDevice");
+    for (int64_t done = 0; done < n;) {
+        int32_t T = (int32_t)(n - done < step ? n - done : step);
+        bool last = done + T == n;
+        int kind = OUT_NONE;
+        float *dst = NULL;
+        if (logits && all_rows) kind = OUT_LOGITS, dst = logits + done * V;
+        else if (logits && last) kind = OUT_LOGITS, dst = logits;
+        else if (next && last) kind = OUT_NEXT;
+        og_status st = run_step(s, tokens + done, T, kind, dst, !(logits && all_rows));
+        if (st != OG_OK) return st;
+        if (kind == OUT_NEXT) *next = *s->cuda->next_host;
+        done += T;
+    }
+    return OG_OK;
+}

@@ -1,0 +1,136 @@
+/* CUDA kernels of every instruction, callable from C.
+ *
+ * Every function takes `stream` (a cudaStream_t passed as void *, NULL = the
+ * legacy default stream) and device pointers; it validates its arguments on
+ * the host, enqueues its kernels on the stream and checks the launch
+ * (cudaGetLastError). It returns OG_OK or a status with og_last_error()
+ * naming what was wrong: OG_ERR_INVALID_ARGUMENT / OG_ERR_UNSUPPORTED before
+ * anything is enqueued, OG_ERR_BACKEND when a launch fails. Nothing here
+ * allocates: scratch is the caller's. Work is asynchronous: results are
+ * ready once the stream reaches them.
+ *
+ * Numerics follow the CPU references of kernels/ops.h and kernels/attend.h:
+ * f32 activations, bf16 or f32 weights and KV storage, f32 accumulation.
+ *
+ * Letter legend (shape comments on buffers):
+ *   T    tokens of the step           K   in features of a matmul
+ *   N    out features / row width     V   vocabulary size
+ *   H    hidden size                  F   ffn (intermediate) size
+ *   D    head dim                     n   heads packed in one row ([T, n*D])
+ *   Hq   query heads                  Hkv key/value heads, G = Hq / Hkv
+ *   L    committed KV length before the step
+ *   R    allocated rows of a KV layer (flat capacity, or a ring's slots)
+ *   W    sliding window of a ring layer
+ *   S    split-K partitions of a query's visible keys
+ */
+#ifndef OG_KERNELS_OPS_CUDA_H
+#define OG_KERNELS_OPS_CUDA_H
+
+#ifdef __cplusplus
+extern "C" { /* core.h has no C++ guard of its own */
+#endif
+
+#include "core/core.h"
+
+/* ---- devices ---- */
+
+/* True when the CUDA runtime finds at least one device. Never fails: a
+ * missing driver counts as no device (and clears the runtime's error). */
+bool og_cuda_device_present(void);
+
+/* ---- embed: out[t] = table[tokens[t]] ----
+ * tokens are on the device and must already be checked against [0, V) by the
+ * caller (the host holds them before they are uploaded). */
+og_status og_embed_cuda(void *stream, const int32_t *tokens /* [T] */, int64_t T,
+                        const void *table /* [V, H] */, og_dtype table_dtype, int64_t V, int64_t H,
+                        float *out /* [T, H] */);
+
+/* ---- rms_norm of rows of N, and of every head of D (q/k norm) ----
+ * out may equal x. */
+og_status og_rms_norm_cuda(void *stream, const float *x /* [T, N] */, const void *weight /* [N] */,
+                           og_dtype weight_dtype, int64_t T, int64_t N, float eps,
+                           float *out /* [T, N] */);
+og_status og_head_rms_norm_cuda(void *stream, const float *x /* [T, n*D] */,
+                                const void *weight /* [D] */, og_dtype weight_dtype, int64_t T,
+                                int64_t n, int64_t D, float eps, float *out /* [T, n*D] */);
+
+/* ---- rope (rotate_half), inv_freq on the device ----
+ * inv_freq is [D/2] f32 (og_rope_table.inv_freq uploaded). out may equal x. */
+og_status og_rope_cuda(void *stream, const float *inv_freq /* [D/2] */, int64_t D,
+                       const float *x /* [T, n*D] */, const int32_t *positions /* [T] */, int64_t T,
+                       int64_t n, float *out /* [T, n*D] */);
+
+/* ---- swiglu: out = silu(gate) * up; add: out = a + b ---- */
+og_status og_swiglu_cuda(void *stream, const float *gate /* [T, F] */, const float *up /* [T, F] */,
+                         int64_t count /* T * F */, float *out /* [T, F] */);
+og_status og_add_cuda(void *stream, const float *a /* [n] */, const float *b /* [n] */, int64_t count,
+                      float *out /* [n] */);
+
+/* ---- matmul: out = x @ weight^T (+ bias) ----
+ * weight [N, K] row-major (bf16 or f32), bias NULL or [N] of the same dtype.
+ * og_gemv_cuda streams the weights once for up to OG_GEMV_CUDA_MAX_T rows,
+ * with the CPU's numerics (f32 x, f32 accumulation). */
+#define OG_GEMV_CUDA_MAX_T 8
+og_status og_gemv_cuda(void *stream, const float *x /* [T, K] */, const void *weight /* [N, K] */,
+                       const void *bias /* [N] or NULL */, og_dtype weight_dtype, int64_t T, int64_t K,
+                       int64_t N, float *out /* [T, N] */);
+
+/* Splits f32 x into hi = bf16(x) and lo = bf16(x - hi), so that two bf16
+ * products W.hi + W.lo carry x to about 2^-17 relative (tensor-core prefill). */
+og_status og_split_bf16_cuda(void *stream, const float *x /* [count] */, int64_t count,
+                             uint16_t *hi /* [count] */, uint16_t *lo /* [count] */);
+/* out[t, j] = bias[j] for every row (bf16 or f32 bias). */
+og_status og_fill_rows_cuda(void *stream, const void *bias /* [N] */, og_dtype dtype, int64_t T, int64_t N,
+                            float *out /* [T, N] */);
+
+/* ---- argmax of one row, like torch.argmax: first maximum wins, NaN is
+ * larger than any number (the first NaN wins). ---- */
+og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int32_t *index /* [1] */);
+
+/* ---- update_and_attend (DESIGN.md section 2) ----
+ * Writes this step's k and v into the bound storage (flat: row p, ring:
+ * row p mod R), then every query row t (position p = L + t) attends to its
+ * visible keys: flat 0..p, ring max(0, p-W+1)..p; query head h reads kv head
+ * h / G, and every kv head is read once for all G query heads of its group.
+ *
+ * Keys are cut into S splits (flash-decoding): each split leaves a partial
+ * (max, sum, acc) per query head; a second kernel merges them by
+ * max-rescaling. S follows the live key count n of the row, never the
+ * capacity: S = min(og_attend_cuda_max_splits(T), ceil(n / OG_ATTEND_CUDA_SPLIT_KEYS)),
+ * then reduced so that no split is empty. Rows with S == 1 are written
+ * directly. The grid is sized for the most splits T allows and blocks past a
+ * row's S return at once, so one launch shape serves every L (graph replay).
+ *
+ * L is read on the device from *length when it is not NULL (graph replay
+ * writes it before each step), else taken from kv.length. The caller
+ * guarantees what the planner checks (T <= max_write, a flat write inside
+ * the allocated rows); the host check refuses D that is not a power of two
+ * in [8, 256], Hq % Hkv != 0 and other malformed arguments. */
+#define OG_ATTEND_CUDA_SPLIT_KEYS 256
+#define OG_ATTEND_CUDA_MAX_SPLITS 64
+#define OG_ATTEND_CUDA_SPLIT_ROWS 256 /* T x S budget of one step */
+
+typedef struct og_attend_cuda_args {
+    const float *q;        /* [T, Hq, D]  RoPE already applied            */
+    const float *k, *v;    /* [T, Hkv, D] this step's keys and values     */
+    float *out;            /* [T, Hq, D]                                   */
+    int32_t T, n_heads;    /* T, Hq                                        */
+    float scale;           /* softmax scale; 0 -> 1/sqrt(D)                */
+    og_kv_layer_view kv;   /* bound device storage; kv.length is L unless length is set */
+    const int64_t *length; /* device L, or NULL                            */
+    float *partials;       /* scratch of og_attend_cuda_scratch_floats(Hq, D) floats */
+} og_attend_cuda_args;
+
+/* Most splits one row of a T-token step may use. */
+int32_t og_attend_cuda_max_splits(int32_t T);
+/* The scratch floats og_update_and_attend_cuda needs for Hq heads of D. */
+int64_t og_attend_cuda_scratch_floats(int32_t n_heads, int32_t head_dim);
+/* The split count the kernel uses for a row that sees n keys in a T-token step. */
+int32_t og_attend_cuda_splits(int64_t n, int32_t T);
+
+og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OG_KERNELS_OPS_CUDA_H */

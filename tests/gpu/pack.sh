@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the CUDA configuration and gathers what the GPU machine runs into
+# <out-dir> (default build-gpu): the stripped offgraph tool, the GPU tests,
+# compare_logits, the GPU benchmark, and lib/ with the shared libraries from
+# this system's packages that the binaries need beyond glibc, libstdc++ and
+# the CUDA toolkit (which the GPU machine has). The CUDA driver is never
+# copied. The build tree itself stays in <out-dir>.tree.
+#   tests/gpu/pack.sh [out-dir]
+set -eu
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-build-gpu}
+TREE=$OUT.tree
+cmake -S "$SRC" -B "$TREE" -DOG_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$TREE" -j"${JOBS:-2}" --target offgraph_cli test_ops_cuda test_attend_cuda test_exec_cuda \
+    compare_logits bench_attend_cuda
+rm -rf "$OUT"
+mkdir -p "$OUT/tests" "$OUT/bench" "$OUT/lib"
+install -s "$TREE/offgraph" "$OUT/offgraph"
+for t in test_ops_cuda test_attend_cuda test_exec_cuda compare_logits; do install -s "$TREE/tests/$t" "$OUT/tests/$t"; done
+install -s "$TREE/bench/bench_attend_cuda" "$OUT/bench/bench_attend_cuda"
+# libraries resolved outside the CUDA toolkit and the C/C++ runtime
+for bin in "$OUT"/offgraph "$OUT"/tests/* "$OUT"/bench/*; do
+    ldd "$bin" | awk '$3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+    case $name in
+    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libgcc_s.so* | libstdc++.so*) ;;
+    libcuda.so* | libcudart.so* | libcublas*.so*) ;;
+    *) cp -L "$path" "$OUT/lib/$name" ;;
+    esac
+done
+du -sh "$OUT"
+ls "$OUT/lib"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every GPU check in one command, from a folder made by tests/gpu/pack.sh
+# (nothing is built here). Prints one line per check and a summary last; the
+# full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
+#   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda)
+#   2. the CUDA executor: CPU agreement, graphs vs no graphs, captures (test_exec_cuda)
+#   3. parity with the transformers fixtures, every chunking, --backend cuda
+#   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes)
+# A check that exits 77 (no device) is reported as skipped.
+set -u
+B=$(cd "${1:?usage: tests/gpu/run.sh <build-dir>}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+RES=${RESULTS_DIR:-$B/results}
+mkdir -p "$RES"
+LOG=$RES/gpu-tests.log
+: >"$LOG"
+export OG_SOURCE_DIR=$SRC
+export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+summary=()
+fails=0
+check() {
+    local name=$1
+    shift
+    local t0=$SECONDS
+    echo "==== $name: $*" >>"$LOG"
+    "$@" >>"$LOG" 2>&1
+    local rc=$? state
+    case $rc in 0) state=ok ;; 77) state=skipped ;; *) state="FAIL (rc $rc)"; fails=$((fails + 1)) ;; esac
+    local line
+    line=$(printf '%-28s %-12s %4ds' "$name" "$state" $((SECONDS - t0)))
+    echo "$line"
+    summary+=("$line")
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
+check test_ops_cuda "$B/tests/test_ops_cuda"
+check test_attend_cuda "$B/tests/test_attend_cuda"
+check test_exec_cuda "$B/tests/test_exec_cuda"
+check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
+if command -v compute-sanitizer >/dev/null; then
+    export OG_CUDA_TEST_QUICK=1
+    check memcheck_ops compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
+    check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
+    check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
+    check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
+    unset OG_CUDA_TEST_QUICK
+else
+    echo "compute-sanitizer not found: sanitizer checks not run" | tee -a "$LOG"
+fi
+grep -E "FAIL|failed:|CHECK\(" "$LOG" | head -20
+echo "---- GPU tests: $((${#summary[@]} - fails)) of ${#summary[@]} passed or skipped; log: $LOG"
+printf '%s\n' "${summary[@]}"
+[ "$fails" -eq 0 ]

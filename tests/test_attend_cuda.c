@@ -1,0 +1,188 @@
+/* update_and_attend on CUDA against the plain C reference (og_update_and_attend_ref)
+ * on odd sizes: T of 1, 3, 17, 129; histories 1, 255, 257, 4097; flat and ring
+ * (wrapping) layers; GQA ratios 1, 3, 4, 8 (and 12: two head chunks); head dims
+ * 64 and 128 (and 8); bf16 and f32 storage. Fresh random inputs per case,
+ * outputs poisoned before the run, the written storage rows compared exactly.
+ *
+ * Tolerance: both sides read the same stored (bf16-rounded) keys and values
+ * and accumulate in f32; only the order of the sums and exp2 of pre-scaled
+ * scores against exp differ. Over at most ~4k keys that is well under 1e-5
+ * relative per output; outputs are convex mixes of values in [-1, 1], so
+ * atol 5e-5 + rtol 5e-4 leaves a margin while a wrong or missing key moves an
+ * output by ~1e-3 or more.
+ * OG_CUDA_TEST_QUICK=1 keeps T <= 17 and histories <= 257 (sanitizer runs).
+ * Skipped (77) without a CUDA build or device. */
+#include "harness.h"
+
+#ifndef OG_HAVE_CUDA
+int main(void) {
+    printf("skipped: built without CUDA\n");
+    return OG_TEST_SKIP;
+}
+#else
+#include "kernels/attend.h"
+#include "kernels/cuda/ops_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+typedef struct attend_case {
+    og_kv_policy policy;
+    int32_t T, Hkv, G, D, W;
+    int64_t L;
+    og_dtype dtype;
+    float scale;
+} attend_case;
+
+static void *dev_copy(const void *host, size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
+    const int32_t T = c->T, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
+    const int64_t R = c->policy == OG_KV_FLAT ? c->L + T + 5 : (int64_t)c->W + T + 1; /* ring max_write T + 2 */
+    const size_t es = og_dtype_size(c->dtype), row = (size_t)Hkv * (size_t)D;
+    const size_t qn = (size_t)T * Hq * D, kn = (size_t)T * row, sn = (size_t)R * row;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
+    void *kc = malloc(sn * es), *vc = malloc(sn * es), *kc_got = malloc(sn * es), *vc_got = malloc(sn * es);
+    og_rng_fill(rng, q, qn, -1, 1);
+    og_rng_fill(rng, k, kn, -1, 1);
+    og_rng_fill(rng, v, kn, -1, 1);
+    /* history: every stored row random (rows not yet written are random too:
+     * a kernel that read them would show) */
+    for (size_t i = 0; i < sn; i++) {
+        og_store_f32(kc, c->dtype, i, og_rng_uniform(rng, -1, 1));
+        og_store_f32(vc, c->dtype, i, og_rng_uniform(rng, -1, 1));
+    }
+    void *dq = dev_copy(q, qn * 4), *dk = dev_copy(k, kn * 4), *dv = dev_copy(v, kn * 4);
+    void *dkc = dev_copy(kc, sn * es), *dvc = dev_copy(vc, sn * es);
+    og_poison(got, qn);
+    void *dout = dev_copy(got, qn * 4);
+    float *partials = NULL;
+    CK(cudaMalloc((void **)&partials, (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4));
+    int64_t *dlen = dev_copy(&c->L, sizeof c->L);
+
+    og_kv_layer_view view = {.layer_id = 0, .policy = c->policy, .dtype = c->dtype,
+                             .window = c->policy == OG_KV_RING ? c->W : 0, .n_kv_heads = Hkv, .head_dim = D,
+                             .rows = R, .length = c->L, .k = kc, .v = vc};
+    int32_t *pos = malloc((size_t)T * sizeof *pos);
+    for (int32_t t = 0; t < T; t++) pos[t] = (int32_t)(c->L + t);
+    og_attend_args ra = {.q = q, .k = k, .v = v, .positions = pos, .out = ref, .T = T, .n_heads = Hq,
+                         .scale = c->scale, .kv = view};
+    CHECK_OK(og_update_and_attend_ref(&ra)); /* writes kc, vc too */
+
+    og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = T, .n_heads = Hq, .scale = c->scale,
+                              .kv = view, .length = dlen, .partials = partials};
+    ga.kv.k = dkc, ga.kv.v = dvc;
+    CHECK_OK(og_update_and_attend_cuda(stream, &ga));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(got, dout, qn * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(kc_got, dkc, sn * es, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(vc_got, dvc, sn * es, cudaMemcpyDeviceToHost));
+    size_t worst = 0;
+    double r = og_tol_ratio(got, ref, qn, 5e-5, 5e-4, &worst);
+    CHECK_MSG(r <= 1.0, "%s %s T=%d L=%lld Hq=%d Hkv=%d D=%d W=%d: ratio %.3g at %zu (got %g, want %g)",
+              c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype), T, (long long)c->L, Hq, Hkv, D,
+              c->W, r, worst, (double)got[worst], (double)ref[worst]);
+    CHECK_MSG(memcmp(kc_got, kc, sn * es) == 0 && memcmp(vc_got, vc, sn * es) == 0,
+              "storage differs after the step (T=%d L=%lld)", T, (long long)c->L);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dkc), cudaFree(dvc), cudaFree(dout), cudaFree(partials),
+        cudaFree(dlen);
+    free(q), free(k), free(v), free(ref), free(got), free(kc), free(vc), free(kc_got), free(vc_got), free(pos);
+}
+
+/* Malformed arguments are refused before anything is enqueued. */
+static void test_refusals(void) {
+    og_test_section("refusals");
+    float *buf = NULL;
+    CK(cudaMalloc((void **)&buf, 1 << 20));
+    og_attend_cuda_args a = {.q = buf, .k = buf, .v = buf, .out = buf, .T = 1, .n_heads = 4, .partials = buf,
+                             .kv = {.policy = OG_KV_FLAT, .dtype = OG_DTYPE_BF16, .n_kv_heads = 2, .head_dim = 64,
+                                    .rows = 8, .length = 0, .k = buf, .v = buf}};
+    CHECK_OK(og_update_and_attend_cuda(NULL, &a));
+    og_attend_cuda_args b = a;
+    b.kv.head_dim = 96;
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_UNSUPPORTED);
+    b = a, b.n_heads = 3;
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_INVALID_ARGUMENT);
+    b = a, b.kv.length = 8;
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_CAPACITY);
+    b = a, b.kv.k = NULL;
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_UNBOUND);
+    b = a, b.kv.policy = OG_KV_RING, b.kv.window = 6, b.T = 4; /* R 8: at most 3 per step */
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_WRITE_TOO_WIDE);
+    CK(cudaDeviceSynchronize());
+    cudaFree(buf);
+}
+
+/* The split count follows the live length, not the capacity. */
+static void test_splits(void) {
+    og_test_section("split count");
+    CHECK(og_attend_cuda_splits(1, 1) == 1);
+    CHECK(og_attend_cuda_splits(256, 1) == 1);
+    CHECK(og_attend_cuda_splits(257, 1) == 2);
+    CHECK(og_attend_cuda_splits(4096, 1) == 16);
+    CHECK(og_attend_cuda_splits(131072, 1) == OG_ATTEND_CUDA_MAX_SPLITS);
+    CHECK(og_attend_cuda_splits(4096, 129) == 1);
+    for (int64_t n = 1; n < 3000; n += 7) {
+        int32_t s = og_attend_cuda_splits(n, 3);
+        int64_t chunk = (n + s - 1) / s;
+        CHECK_MSG(s >= 1 && (s - 1) * chunk < n, "n=%lld: %d splits leave one empty", (long long)n, s);
+    }
+}
+
+int main(void) {
+    if (!og_cuda_device_present()) {
+        printf("skipped: no CUDA device\n");
+        return OG_TEST_SKIP;
+    }
+    test_splits();
+    test_refusals();
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    og_rng rng = og_rng_seed(20251202);
+    const int32_t Ts[] = {1, 3, 17, 129};
+    const int64_t Ls[] = {0, 1, 255, 257, 4097};
+    const int32_t Gs[] = {1, 3, 4, 8, 12};
+    const int32_t Ds[] = {64, 128, 8};
+    /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
+    const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
+    int n = 0;
+    og_test_section("kernel vs reference");
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
+            for (size_t gi = 0; gi < sizeof Gs / sizeof *Gs; gi++)
+                for (size_t di = 0; di < sizeof Ds / sizeof *Ds; di++) {
+                    if (Ts[ti] == 129 && Ls[li] > 257) continue; /* keeps the reference in seconds */
+                    if (quick && (Ts[ti] > 17 || Ls[li] > 257)) continue;
+                    if (Ds[di] == 8 && Gs[gi] == 12) continue;
+                    for (int variant = 0; variant < 2; variant++) {
+                        attend_case c = {
+                            .policy = variant ? OG_KV_RING : OG_KV_FLAT,
+                            .T = Ts[ti], .Hkv = Gs[gi] >= 8 ? 1 : 2, .G = Gs[gi], .D = Ds[di],
+                            .W = variant ? (int32_t)(li % 2 ? 100 : 37) : 0, .L = Ls[li],
+                            .dtype = (n / 2) % 2 ? OG_DTYPE_F32 : OG_DTYPE_BF16,
+                            .scale = n % 3 == 0 ? 0.0f : 0.07f,
+                        };
+                        run_case(&c, &rng, stream);
+                        n++;
+                    }
+                }
+    printf("%d cases\n", n);
+    CK(cudaStreamDestroy(stream));
+    return og_test_finish();
+}
+#endif

@@ -1,0 +1,246 @@
+/* The CUDA kernels of ops_cuda.h (all but attention) against the plain C
+ * references of kernels/ops.h, on odd sizes with fresh random inputs and
+ * outputs poisoned before each run.
+ *
+ * Tolerances: element-wise ops (embed, add) are exact; swiglu, rope and the
+ * norms use the same f32 formulas with the device's own expf/cosf/sinf and a
+ * different summation order: 1e-6 + 1e-5 relative. Matrix products sum K
+ * products in another order: atol 1e-5 * sqrt(K) + rtol 1e-5 (inputs in
+ * [-1, 1]). Skipped (77) without a CUDA build or device. */
+#include "harness.h"
+
+#ifndef OG_HAVE_CUDA
+int main(void) {
+    printf("skipped: built without CUDA\n");
+    return OG_TEST_SKIP;
+}
+#else
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/ops.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+static og_rng rng;
+
+static void *up(const void *host, size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+/* A device output of n floats, poisoned. */
+static float *poisoned(size_t n) {
+    float *h = malloc(n * 4);
+    og_poison(h, n);
+    float *d = up(h, n * 4);
+    free(h);
+    return d;
+}
+static float *down(const float *d, size_t n) {
+    float *h = malloc(n * 4);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
+    return h;
+}
+static float *rand_f32(size_t n) {
+    float *x = malloc(n * 4);
+    og_rng_fill(&rng, x, n, -1, 1);
+    return x;
+}
+/* n weights of dtype (bf16 stored rounded). */
+static void *rand_w(size_t n, og_dtype dt) {
+    void *w = malloc(n * og_dtype_size(dt));
+    for (size_t i = 0; i < n; i++) og_store_f32(w, dt, i, og_rng_uniform(&rng, -1, 1));
+    return w;
+}
+
+static void compare(const char *what, const float *got, const float *want, size_t n, double atol, double rtol) {
+    size_t worst = 0;
+    double r = og_tol_ratio(got, want, n, atol, rtol, &worst);
+    CHECK_MSG(r <= 1.0, "%s: ratio %.3g at %zu (got %g, want %g)", what, r, worst, (double)got[worst],
+              (double)want[worst]);
+}
+
+static void test_matmul(void) {
+    og_test_section("gemv and cuBLAS-shaped products");
+    const int64_t Ts[] = {1, 3, 8};
+    const int64_t Ks[] = {1, 7, 64, 1000, 1024};
+    const int64_t Ns[] = {1, 17, 129};
+    for (int dti = 0; dti < 2; dti++)
+        for (size_t a = 0; a < 3; a++)
+            for (size_t b = 0; b < 5; b++)
+                for (size_t c = 0; c < 3; c++) {
+                    og_dtype dt = dti ? OG_DTYPE_F32 : OG_DTYPE_BF16;
+                    int64_t T = Ts[a], K = Ks[b], N = Ns[c];
+                    bool bias = (a + b + c) % 2;
+                    float *x = rand_f32((size_t)(T * K)), *ref = malloc((size_t)(T * N) * 4);
+                    void *w = rand_w((size_t)(N * K), dt), *bv = rand_w((size_t)N, dt);
+                    CHECK_OK(og_matmul_ref(x, w, bias ? bv : NULL, dt, T, K, N, ref));
+                    float *dx = up(x, (size_t)(T * K) * 4), *dout = poisoned((size_t)(T * N));
+                    void *dw = up(w, (size_t)(N * K) * og_dtype_size(dt)), *db = up(bv, (size_t)N * og_dtype_size(dt));
+                    CHECK_OK(og_gemv_cuda(NULL, dx, dw, bias ? db : NULL, dt, T, K, N, dout));
+                    float *got = down(dout, (size_t)(T * N));
+                    char what[96];
+                    snprintf(what, sizeof what, "gemv %s T=%lld K=%lld N=%lld", og_dtype_name(dt), (long long)T,
+                             (long long)K, (long long)N);
+                    compare(what, got, ref, (size_t)(T * N), 1e-5 * sqrt((double)K), 1e-5);
+                    free(x), free(ref), free(w), free(bv), free(got);
+                    cudaFree(dx), cudaFree(dout), cudaFree(dw), cudaFree(db);
+                }
+    /* the bf16 hi + lo split carries x to ~2^-17 */
+    const int64_t n = 4099;
+    float *x = rand_f32((size_t)n);
+    float *dx = up(x, (size_t)n * 4);
+    uint16_t *dhi = NULL, *dlo = NULL;
+    CK(cudaMalloc((void **)&dhi, (size_t)n * 2));
+    CK(cudaMalloc((void **)&dlo, (size_t)n * 2));
+    CHECK_OK(og_split_bf16_cuda(NULL, dx, n, dhi, dlo));
+    uint16_t *hi = malloc((size_t)n * 2), *lo = malloc((size_t)n * 2);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hi, dhi, (size_t)n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lo, dlo, (size_t)n * 2, cudaMemcpyDeviceToHost));
+    float *sum = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        CHECK_MSG(hi[i] == og_bf16_from_f32(x[i]), "split hi %lld", (long long)i);
+        sum[i] = og_f32_from_bf16(hi[i]) + og_f32_from_bf16(lo[i]);
+    }
+    compare("split bf16 hi + lo", sum, x, (size_t)n, 0, 1.0 / 65536.0);
+    free(x), free(hi), free(lo), free(sum);
+    cudaFree(dx), cudaFree(dhi), cudaFree(dlo);
+}
+
+static void test_rows(void) {
+    og_test_section("embed, norms, rope, swiglu, add");
+    const int64_t Ts[] = {1, 3, 17, 129};
+    for (size_t ti = 0; ti < 4; ti++) {
+        const int64_t T = Ts[ti], H = 257, V = 301, n = 3, D = 64;
+        og_dtype dt = ti % 2 ? OG_DTYPE_F32 : OG_DTYPE_BF16;
+        /* embed */
+        int32_t *tok = malloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++) tok[t] = (int32_t)(og_rng_next(&rng) % (uint64_t)V);
+        tok[0] = (int32_t)V - 1;
+        void *table = rand_w((size_t)(V * H), dt);
+        float *ref = malloc((size_t)(T * H) * 4);
+        CHECK_OK(og_embed_ref(tok, T, table, dt, V, H, ref));
+        int32_t *dtok = up(tok, (size_t)T * 4);
+        void *dtable = up(table, (size_t)(V * H) * og_dtype_size(dt));
+        float *dout = poisoned((size_t)(T * H));
+        CHECK_OK(og_embed_cuda(NULL, dtok, T, dtable, dt, V, H, dout));
+        float *got = down(dout, (size_t)(T * H));
+        compare("embed", got, ref, (size_t)(T * H), 0, 0);
+        free(got), free(ref), free(table), free(tok);
+        cudaFree(dtok), cudaFree(dtable), cudaFree(dout);
+
+        /* rms_norm, in place on the device */
+        float *x = rand_f32((size_t)(T * H));
+        void *w = rand_w((size_t)H, dt);
+        ref = malloc((size_t)(T * H) * 4);
+        CHECK_OK(og_rms_norm_ref(x, w, dt, T, H, 1e-6f, ref));
+        float *dx = up(x, (size_t)(T * H) * 4);
+        void *dw = up(w, (size_t)H * og_dtype_size(dt));
+        CHECK_OK(og_rms_norm_cuda(NULL, dx, dw, dt, T, H, 1e-6f, dx));
+        got = down(dx, (size_t)(T * H));
+        compare("rms_norm", got, ref, (size_t)(T * H), 1e-6, 1e-5);
+        free(x), free(w), free(ref), free(got);
+        cudaFree(dx), cudaFree(dw);
+
+        /* head_rms_norm */
+        x = rand_f32((size_t)(T * n * D));
+        w = rand_w((size_t)D, dt);
+        ref = malloc((size_t)(T * n * D) * 4);
+        CHECK_OK(og_head_rms_norm_ref(x, w, dt, T, n, D, 1e-6f, ref));
+        dx = up(x, (size_t)(T * n * D) * 4);
+        dw = up(w, (size_t)D * og_dtype_size(dt));
+        dout = poisoned((size_t)(T * n * D));
+        CHECK_OK(og_head_rms_norm_cuda(NULL, dx, dw, dt, T, n, D, 1e-6f, dout));
+        got = down(dout, (size_t)(T * n * D));
+        compare("head_rms_norm", got, ref, (size_t)(T * n * D), 1e-6, 1e-5);
+        free(w), free(ref), free(got);
+        cudaFree(dw), cudaFree(dout);
+
+        /* rope at positions far from 0 (angles up to ~5000 rad) */
+        og_rope_table table_r;
+        og_rope_params rp = {.type = OG_ROPE_DEFAULT, .theta = 10000.0f, .factor = 1.0f};
+        CHECK_OK(og_rope_table_init(&table_r, (int32_t)D, &rp));
+        int32_t *pos = malloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(4000 + 37 * t);
+        ref = malloc((size_t)(T * n * D) * 4);
+        CHECK_OK(og_rope_ref(&table_r, x, pos, T, n, ref));
+        float *dinv = up(table_r.inv_freq, (size_t)(D / 2) * 4);
+        int32_t *dpos = up(pos, (size_t)T * 4);
+        dout = poisoned((size_t)(T * n * D));
+        CHECK_OK(og_rope_cuda(NULL, dinv, D, dx, dpos, T, n, dout));
+        got = down(dout, (size_t)(T * n * D));
+        compare("rope", got, ref, (size_t)(T * n * D), 1e-6, 1e-5);
+        free(x), free(pos), free(ref), free(got);
+        cudaFree(dx), cudaFree(dinv), cudaFree(dpos), cudaFree(dout);
+
+        /* swiglu, add */
+        const int64_t F = T * 385;
+        float *g = rand_f32((size_t)F), *u = rand_f32((size_t)F);
+        ref = malloc((size_t)F * 4);
+        float *dg = up(g, (size_t)F * 4), *du = up(u, (size_t)F * 4);
+        CHECK_OK(og_swiglu_ref(g, u, 1, F, ref));
+        dout = poisoned((size_t)F);
+        CHECK_OK(og_swiglu_cuda(NULL, dg, du, F, dout));
+        got = down(dout, (size_t)F);
+        compare("swiglu", got, ref, (size_t)F, 1e-6, 1e-5);
+        free(got);
+        CHECK_OK(og_add_ref(g, u, F, ref));
+        CHECK_OK(og_add_cuda(NULL, dg, du, F, dg)); /* in place */
+        got = down(dg, (size_t)F);
+        compare("add", got, ref, (size_t)F, 0, 0);
+        free(g), free(u), free(ref), free(got);
+        cudaFree(dg), cudaFree(du), cudaFree(dout);
+    }
+}
+
+static void test_argmax(void) {
+    og_test_section("argmax");
+    const int64_t Vs[] = {1, 2, 1023, 1025, 151936};
+    for (size_t vi = 0; vi < 5; vi++) {
+        for (int variant = 0; variant < 4; variant++) {
+            const int64_t V = Vs[vi];
+            float *x = rand_f32((size_t)V);
+            if (variant == 1 && V > 3) x[V - 1] = x[V / 2] = x[1] = 2.0f;  /* ties: the first wins */
+            if (variant == 2 && V > 3) x[V - 2] = x[V / 3 + 1] = NAN;      /* the first NaN wins   */
+            if (variant == 3) for (int64_t i = 0; i < V; i++) x[i] = -1.0f; /* all equal: index 0  */
+            int64_t want = -1;
+            CHECK_OK(og_argmax_ref(x, V, &want));
+            float *dx = up(x, (size_t)V * 4);
+            int32_t *didx = NULL, got = -1;
+            CK(cudaMalloc((void **)&didx, 4));
+            CHECK_OK(og_argmax_cuda(NULL, dx, V, didx));
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(&got, didx, 4, cudaMemcpyDeviceToHost));
+            CHECK_MSG(got == want, "argmax V=%lld variant %d: got %d, want %lld", (long long)V, variant, got,
+                      (long long)want);
+            free(x);
+            cudaFree(dx), cudaFree(didx);
+        }
+    }
+}
+
+int main(void) {
+    if (!og_cuda_device_present()) {
+        printf("skipped: no CUDA device\n");
+        return OG_TEST_SKIP;
+    }
+    rng = og_rng_seed(77001);
+    test_matmul();
+    test_rows();
+    test_argmax();
+    return og_test_finish();
+}
+#endif
