@@ -34,6 +34,7 @@ check() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
 check test_ops_cuda "$B/tests/test_ops_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
+check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 if command -v compute-sanitizer >/dev/null; then
