@@ -476,7 +476,8 @@ static const void *operand_dev(const step_ctx *x, og_program_operand o, int64_t 
     }
     const og_program_instr *p = og_program_instr_at(m->prog, o.index);
     *width = p->out_width;
-    return c->slots[m->cuda->slot_of[o.index]] + row * p->out_width;
+    const int32_t slot = m->cuda->slot_of[o.index];
+    return slot >= 0 ? c->slots[slot] + row * p->out_width : NULL; /* NULL: a fused step's unwritten value */
 }
 
 static og_status matmul(og_session *s, const float *x, const void *w, const void *bias, og_dtype dt, int64_t T,
@@ -532,7 +533,8 @@ static int64_t instr_operands(const step_ctx *x, int32_t i, instr_io *io) {
         int64_t row = tail && full_rows ? x->T - 1 : 0;
         io->v[j] = operand_dev(x, o, row, &io->w[j], &io->dt[j]);
     }
-    io->out = i == m->logits_instr ? x->logits : x->s->cuda->slots[m->cuda->slot_of[i]];
+    const int32_t slot = m->cuda->slot_of[i];
+    io->out = i == m->logits_instr ? x->logits : slot >= 0 ? x->s->cuda->slots[slot] : NULL; /* NULL: never written */
     return tail ? 1 : x->T;
 }
 

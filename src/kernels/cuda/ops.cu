@@ -224,8 +224,12 @@ __device__ inline void gemv_dot(const float *x, const WT *wr, int64_t T, int64_t
     }
 }
 
+/* Output features (warps) of a gemv block: small blocks spread a narrow
+ * product (N ~ 1k) over every multiprocessor. */
+constexpr int kGemvRows = 4;
+
 /* Up to OG_GEMV_CUDA_MAX_PARTS products of one x, in one launch: part i owns
- * the blocks from first[i] on (8 output features per block). */
+ * the blocks from first[i] on (kGemvRows output features per block). */
 template <typename WT>
 struct gemv_parts {
     const WT *w[OG_GEMV_CUDA_MAX_PARTS];
@@ -449,12 +453,12 @@ og_status launch_gemv(cudaStream_t st, const float *x, const og_gemv_cuda_part *
         p.out[i] = parts[i].out;
         p.N[i] = parts[i].N;
         p.first[i] = blocks;
-        blocks += (parts[i].N + 7) / 8;
+        blocks += (parts[i].N + kGemvRows - 1) / kGemvRows;
     }
     p.first[n] = blocks;
     if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)blocks);
-    if (vec) gemv_kernel<WT, true><<<(unsigned)blocks, 256, 0, st>>>(x, p, T, K);
-    else gemv_kernel<WT, false><<<(unsigned)blocks, 256, 0, st>>>(x, p, T, K);
+    if (vec) gemv_kernel<WT, true><<<(unsigned)blocks, 32 * kGemvRows, 0, st>>>(x, p, T, K);
+    else gemv_kernel<WT, false><<<(unsigned)blocks, 32 * kGemvRows, 0, st>>>(x, p, T, K);
     return launched("gemv_cuda");
 }
 
@@ -467,7 +471,8 @@ og_status check_gemv(const char *op, const float *x, const void *weight, og_dtyp
     if (T > OG_GEMV_CUDA_MAX_T)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows, at most %d", op, (long long)T,
                             OG_GEMV_CUDA_MAX_T);
-    if ((N + 7) / 8 > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
+    if ((N + kGemvRows - 1) / kGemvRows > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
     return OG_OK;
 }
 
@@ -501,19 +506,19 @@ extern "C" og_status og_gemv_swiglu_cuda(void *stream, const float *x, const voi
     OG_CUDA_TRY(check_gemv(op, x, w_gate, weight_dtype, T, K, F, out));
     OG_CUDA_TRY(check_weight(op, w_up, weight_dtype));
     const bool vec = K % 8 == 0 && aligned16(x) && aligned16(w_gate) && aligned16(w_up);
-    const unsigned blocks = (unsigned)((F + 7) / 8);
+    const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows), threads = 32 * kGemvRows;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (weight_dtype == OG_DTYPE_BF16) {
         typedef __nv_bfloat16 B;
         const B *wg = static_cast<const B *>(w_gate), *bg = static_cast<const B *>(b_gate);
         const B *wu = static_cast<const B *>(w_up), *bu = static_cast<const B *>(b_up);
-        if (vec) gemv_swiglu_kernel<B, true><<<blocks, 256, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
-        else gemv_swiglu_kernel<B, false><<<blocks, 256, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
+        if (vec) gemv_swiglu_kernel<B, true><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
+        else gemv_swiglu_kernel<B, false><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
     } else {
         const float *wg = static_cast<const float *>(w_gate), *bg = static_cast<const float *>(b_gate);
         const float *wu = static_cast<const float *>(w_up), *bu = static_cast<const float *>(b_up);
-        if (vec) gemv_swiglu_kernel<float, true><<<blocks, 256, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
-        else gemv_swiglu_kernel<float, false><<<blocks, 256, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
+        if (vec) gemv_swiglu_kernel<float, true><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
+        else gemv_swiglu_kernel<float, false><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
     }
     return launched(op);
 }
