@@ -14,7 +14,7 @@
  *      keys and values of one kv head in one split of one row once, for the
  *      GM query heads it serves. Its 128 threads form workers of D/8 lanes;
  *      a worker owns a key at a time (each lane 8 of its D elements, 16-byte
- *      loads, two keys in flight), reduces the G dot products across its
+ *      loads), reduces the G dot products across its
  *      lanes by shuffles and keeps an online softmax (max, sum, acc) per
  *      query head in registers. Keys of this step (positions >= L) are read
  *      from k, v themselves (rounded as storage rounds them), and the block
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
     const KV *kb = static_cast<const KV *>(p.kc) + (int64_t)hk * D + li * kE;
     const KV *vb = static_cast<const KV *>(p.vc) + (int64_t)hk * D + li * kE;
     const float *knew = p.k + (int64_t)hk * D + li * kE, *vnew = p.v + (int64_t)hk * D + li * kE;
-    constexpr int U = 2; /* keys per worker in flight */
+    constexpr int U = 1; /* keys per worker per iteration: 2 costs registers, and blocks per SM */
     const int64_t n_it = (k1 - k0 + U * NW - 1) / (U * NW); /* the same for every thread */
     for (int64_t it = 0; it < n_it; it++) {
         float kf[U][kE], vf[U][kE];
@@ -278,23 +278,35 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
     }
 }
 
-/* grid (T, Hq), D threads: rows with S > 1 merge their partials. */
+/* grid (T, Hq), D threads: rows with S > 1 merge their partials. The S
+ * maxima and sums go to shared memory in parallel first, so a thread's loop
+ * over the splits only loads accumulators, several in flight. */
 __global__ void merge_kernel(attend_params p) {
+    __shared__ float sm_w[OG_ATTEND_CUDA_MAX_SPLITS]; /* maxima, then weights exp2(m_s - M) */
+    __shared__ float sm_l[OG_ATTEND_CUDA_MAX_SPLITS]; /* sums */
     const int32_t t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const int64_t pos = step_length(p) + t;
     int64_t chunk;
     const int32_t S = splits_for(pos - first_key(p, pos) + 1, p.T, &chunk);
-    if (S == 1) return;
+    if (S == 1) return; /* the whole block leaves */
     const int32_t maxS = max_splits(p.T);
     const int64_t base = (int64_t)t * maxS * p.Hq + h; /* partial of split s: base + s * Hq */
+    for (int32_t s = threadIdx.x; s < S; s += blockDim.x) {
+        sm_w[s] = p.part_m[base + (int64_t)s * p.Hq];
+        sm_l[s] = p.part_l[base + (int64_t)s * p.Hq];
+    }
+    __syncthreads();
     float M = -INFINITY;
-    for (int32_t s = 0; s < S; s++) M = fmaxf(M, p.part_m[base + (int64_t)s * p.Hq]);
+    for (int32_t s = 0; s < S; s++) M = fmaxf(M, sm_w[s]);
+    __syncthreads(); /* every thread has its maximum before the maxima become weights */
+    for (int32_t s = threadIdx.x; s < S; s += blockDim.x) sm_w[s] = exp2f(sm_w[s] - M);
+    __syncthreads();
     float sum = 0.0f, a = 0.0f;
+#pragma unroll 8
     for (int32_t s = 0; s < S; s++) {
-        const int64_t pi = base + (int64_t)s * p.Hq;
-        const float f = exp2f(p.part_m[pi] - M);
-        sum = fmaf(p.part_l[pi], f, sum);
-        a = fmaf(p.part_acc[pi * p.D + d], f, a);
+        const float f = sm_w[s];
+        sum = fmaf(sm_l[s], f, sum);
+        a = fmaf(p.part_acc[(base + (int64_t)s * p.Hq) * p.D + d], f, a);
     }
     p.out[((int64_t)t * p.Hq + h) * p.D + d] = a / sum;
 }

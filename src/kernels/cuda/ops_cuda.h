@@ -151,7 +151,7 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  * the allocated rows); the host check refuses D that is not a power of two
  * in [8, 256], Hq % Hkv != 0 and other malformed arguments. */
 #define OG_ATTEND_CUDA_SPLIT_KEYS 64
-#define OG_ATTEND_CUDA_MAX_SPLITS 128
+#define OG_ATTEND_CUDA_MAX_SPLITS 64
 #define OG_ATTEND_CUDA_SPLIT_ROWS 256 /* T x S budget of one step */
 
 typedef struct og_attend_cuda_args {
