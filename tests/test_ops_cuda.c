@@ -6,7 +6,13 @@
  * norms use the same f32 formulas with the device's own expf/cosf/sinf and a
  * different summation order: 1e-6 + 1e-5 relative. Matrix products sum K
  * products in another order: atol 1e-5 * sqrt(K) + rtol 1e-5 (inputs in
- * [-1, 1]). Skipped (77) without a CUDA build or device. */
+ * [-1, 1]).
+ *
+ * Fused kernels (add + rms_norm, head rms_norm + rope, gate/up products with
+ * the swiglu epilogue, several products of one x in one launch) against the
+ * unfused CUDA kernels run in turn, bit for bit (they share formulas and
+ * summation order), and against the composition of the C references with
+ * the tolerances above. Skipped (77) without a CUDA build or device. */
 #include "harness.h"
 
 #ifndef OG_HAVE_CUDA
@@ -206,6 +212,118 @@ static void test_rows(void) {
     }
 }
 
+/* The bytes of two device results agree exactly. */
+static void same_bits(const char *what, const float *da, const float *db, size_t n) {
+    float *a = down(da, n), *b = down(db, n);
+    size_t i = 0;
+    while (i < n && memcmp(&a[i], &b[i], 4) == 0) i++;
+    CHECK_MSG(i == n, "%s: fused and unfused differ at %zu (%g vs %g)", what, i, (double)a[i < n ? i : 0],
+              (double)b[i < n ? i : 0]);
+    free(a), free(b);
+}
+
+static void test_fused(void) {
+    og_test_section("fused kernels vs the unfused composition");
+    const int64_t Ts[] = {1, 3, 8, 17};
+    for (size_t ti = 0; ti < 4; ti++) {
+        const int64_t T = Ts[ti], N = 1031, n = 5, D = ti % 2 ? 128 : 64;
+        const og_dtype dt = ti % 2 ? OG_DTYPE_F32 : OG_DTYPE_BF16;
+        const size_t es = og_dtype_size(dt);
+        char what[96];
+
+        /* residual add + rms_norm */
+        float *a = rand_f32((size_t)(T * N)), *b = rand_f32((size_t)(T * N));
+        void *w = rand_w((size_t)N, dt);
+        float *sum_ref = malloc((size_t)(T * N) * 4), *ref = malloc((size_t)(T * N) * 4);
+        CHECK_OK(og_add_ref(a, b, T * N, sum_ref));
+        CHECK_OK(og_rms_norm_ref(sum_ref, w, dt, T, N, 1e-6f, ref));
+        float *da = up(a, (size_t)(T * N) * 4), *db = up(b, (size_t)(T * N) * 4);
+        void *dw = up(w, (size_t)N * es);
+        float *dsum = poisoned((size_t)(T * N)), *dout = poisoned((size_t)(T * N));
+        float *usum = poisoned((size_t)(T * N)), *uout = poisoned((size_t)(T * N));
+        CHECK_OK(og_add_rms_norm_cuda(NULL, da, db, dw, dt, T, N, 1e-6f, dsum, dout));
+        CHECK_OK(og_add_cuda(NULL, da, db, T * N, usum));
+        CHECK_OK(og_rms_norm_cuda(NULL, usum, dw, dt, T, N, 1e-6f, uout));
+        snprintf(what, sizeof what, "add_rms_norm T=%lld %s", (long long)T, og_dtype_name(dt));
+        same_bits(what, dsum, usum, (size_t)(T * N));
+        same_bits(what, dout, uout, (size_t)(T * N));
+        float *got = down(dout, (size_t)(T * N));
+        compare(what, got, ref, (size_t)(T * N), 1e-6, 1e-5);
+        free(a), free(b), free(w), free(sum_ref), free(ref), free(got);
+        cudaFree(da), cudaFree(db), cudaFree(dw), cudaFree(dsum), cudaFree(dout), cudaFree(usum), cudaFree(uout);
+
+        /* head rms_norm + rope */
+        const size_t hn = (size_t)(T * n * D);
+        float *x = rand_f32(hn), *normed = malloc(hn * 4);
+        w = rand_w((size_t)D, dt);
+        og_rope_table table;
+        og_rope_params rp = {.type = OG_ROPE_DEFAULT, .theta = 1000000.0f, .factor = 1.0f};
+        CHECK_OK(og_rope_table_init(&table, (int32_t)D, &rp));
+        int32_t *pos = malloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(977 + 13 * t);
+        ref = malloc(hn * 4);
+        CHECK_OK(og_head_rms_norm_ref(x, w, dt, T, n, D, 1e-6f, normed));
+        CHECK_OK(og_rope_ref(&table, normed, pos, T, n, ref));
+        float *dx = up(x, hn * 4), *dinv = up(table.inv_freq, (size_t)(D / 2) * 4);
+        int32_t *dpos = up(pos, (size_t)T * 4);
+        dw = up(w, (size_t)D * es);
+        dout = poisoned(hn);
+        uout = poisoned(hn);
+        float *unorm = poisoned(hn);
+        CHECK_OK(og_head_norm_rope_cuda(NULL, dx, dw, dt, dinv, dpos, T, n, D, 1e-6f, dout));
+        CHECK_OK(og_head_rms_norm_cuda(NULL, dx, dw, dt, T, n, D, 1e-6f, unorm));
+        CHECK_OK(og_rope_cuda(NULL, dinv, D, unorm, dpos, T, n, uout));
+        snprintf(what, sizeof what, "head_norm_rope T=%lld D=%lld %s", (long long)T, (long long)D, og_dtype_name(dt));
+        same_bits(what, dout, uout, hn);
+        got = down(dout, hn);
+        compare(what, got, ref, hn, 1e-6, 1e-5);
+        free(x), free(normed), free(w), free(pos), free(ref), free(got);
+        cudaFree(dx), cudaFree(dinv), cudaFree(dpos), cudaFree(dw), cudaFree(dout), cudaFree(uout), cudaFree(unorm);
+
+        /* gate/up products with the swiglu epilogue, and three products in one launch */
+        if (T > OG_GEMV_CUDA_MAX_T) continue;
+        const int64_t K = ti == 2 ? 1000 : 1024, F = 389;
+        const bool bias = ti % 2;
+        x = rand_f32((size_t)(T * K));
+        void *wg = rand_w((size_t)(F * K), dt), *wu = rand_w((size_t)(F * K), dt);
+        void *bg = rand_w((size_t)F, dt), *bu = rand_w((size_t)F, dt);
+        float *g = malloc((size_t)(T * F) * 4), *u = malloc((size_t)(T * F) * 4);
+        ref = malloc((size_t)(T * F) * 4);
+        CHECK_OK(og_matmul_ref(x, wg, bias ? bg : NULL, dt, T, K, F, g));
+        CHECK_OK(og_matmul_ref(x, wu, bias ? bu : NULL, dt, T, K, F, u));
+        CHECK_OK(og_swiglu_ref(g, u, T, F, ref));
+        dx = up(x, (size_t)(T * K) * 4);
+        void *dwg = up(wg, (size_t)(F * K) * es), *dwu = up(wu, (size_t)(F * K) * es);
+        void *dbg = up(bg, (size_t)F * es), *dbu = up(bu, (size_t)F * es);
+        float *dg = poisoned((size_t)(T * F)), *du = poisoned((size_t)(T * F));
+        dout = poisoned((size_t)(T * F));
+        uout = poisoned((size_t)(T * F));
+        CHECK_OK(og_gemv_swiglu_cuda(NULL, dx, dwg, bias ? dbg : NULL, dwu, bias ? dbu : NULL, dt, T, K, F, dout));
+        CHECK_OK(og_gemv_cuda(NULL, dx, dwg, bias ? dbg : NULL, dt, T, K, F, dg));
+        CHECK_OK(og_gemv_cuda(NULL, dx, dwu, bias ? dbu : NULL, dt, T, K, F, du));
+        CHECK_OK(og_swiglu_cuda(NULL, dg, du, T * F, uout));
+        snprintf(what, sizeof what, "gemv_swiglu T=%lld K=%lld %s", (long long)T, (long long)K, og_dtype_name(dt));
+        same_bits(what, dout, uout, (size_t)(T * F));
+        got = down(dout, (size_t)(T * F));
+        compare(what, got, ref, (size_t)(T * F), 1e-5 * sqrt((double)K), 1e-4);
+        free(got);
+        /* parts of 389, 17 and 389 rows: gate, the first 17 rows of up, up */
+        float *p0 = poisoned((size_t)(T * F)), *p1 = poisoned((size_t)(T * 17)), *p2 = poisoned((size_t)(T * F));
+        float *u17 = poisoned((size_t)(T * 17));
+        const og_gemv_cuda_part parts[3] = {{dwg, bias ? dbg : NULL, F, p0}, {dwu, NULL, 17, p1},
+                                            {dwu, bias ? dbu : NULL, F, p2}};
+        CHECK_OK(og_gemv_multi_cuda(NULL, dx, dt, T, K, parts, 3));
+        CHECK_OK(og_gemv_cuda(NULL, dx, dwu, NULL, dt, T, K, 17, u17));
+        snprintf(what, sizeof what, "gemv_multi T=%lld K=%lld %s", (long long)T, (long long)K, og_dtype_name(dt));
+        same_bits(what, p0, dg, (size_t)(T * F));
+        same_bits(what, p1, u17, (size_t)(T * 17));
+        same_bits(what, p2, du, (size_t)(T * F));
+        free(x), free(wg), free(wu), free(bg), free(bu), free(g), free(u), free(ref);
+        cudaFree(dx), cudaFree(dwg), cudaFree(dwu), cudaFree(dbg), cudaFree(dbu), cudaFree(dg), cudaFree(du);
+        cudaFree(dout), cudaFree(uout), cudaFree(p0), cudaFree(p1), cudaFree(p2), cudaFree(u17);
+    }
+}
+
 static void test_argmax(void) {
     og_test_section("argmax");
     const int64_t Vs[] = {1, 2, 1023, 1025, 151936};
@@ -240,6 +358,7 @@ int main(void) {
     rng = og_rng_seed(77001);
     test_matmul();
     test_rows();
+    test_fused();
     test_argmax();
     return og_test_finish();
 }

@@ -23,6 +23,19 @@
  * into bf16 hi + lo parts (f32 accumulation), which keeps the activations to
  * about 2^-17 relative, close to the CPU's f32 products.
  *
+ * Fusions: at load the program is cut into launch steps. Most steps are
+ * one instruction; these patterns become one launch each (the CPU executor
+ * runs the program as written):
+ *   add -> rms_norm of its sum            add_rms_norm (both outputs written)
+ *   head_rms_norm -> its only reader rope head_norm_rope (the normed heads
+ *                                          are never written)
+ *   matmul gate, matmul up -> swiglu      gemv_swiglu (gate and up written
+ *                                          only by steps wider than the gemv)
+ *   consecutive matmuls of one input      gemv_multi (e.g. q, k, v)
+ * The steps get their own scratch slot plan (the greedy plan of exec.c over
+ * steps instead of instructions), so a step never writes a slot another
+ * value still needs, whichever instruction of it the program listed first.
+ *
  * Every step ends with a stream synchronization, so that a failed kernel
  * fails its own step (which then does not commit) and the pinned step block
  * is free for the next one.
@@ -36,13 +49,30 @@
 #include <cuda_runtime_api.h>
 
 #include <stdio.h>
+#include <string.h>
 
 enum { OUT_NONE = 0, OUT_LOGITS, OUT_NEXT, OUT_KINDS };
+
+enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
+#define STEP_MAX_INSTRS OG_GEMV_CUDA_MAX_PARTS
+
+/* One launch step: kind, and its instructions in program order (gate, up,
+ * swiglu for STEP_GATE_UP). */
+typedef struct cuda_step {
+    int kind;
+    int32_t n;
+    int32_t instr[STEP_MAX_INSTRS];
+} cuda_step;
 
 struct og_cuda_model {
     int device;
     void **weights;  /* [n_tensors]: device copy of every weight tensor, NULL for runtime ones */
     float *inv_freq; /* [n_instrs, OG_ROPE_MAX_HEAD_DIM / 2]: rope tables */
+    cuda_step *steps; /* [n_steps] in execution order */
+    int32_t n_steps;
+    int32_t *slot_of;   /* [n_instrs]: scratch slot of each output, -1 when never written */
+    int64_t *slot_width;/* [n_slots] */
+    int32_t n_slots;
 };
 
 struct og_cuda_session {
@@ -86,6 +116,206 @@ static int64_t *step_length_dev(struct og_cuda_session *c) { return (int64_t *)(
 static int32_t *step_tokens(unsigned char *block) { return (int32_t *)(void *)(block + sizeof(int64_t)); }
 static int32_t *step_positions(unsigned char *block, int32_t max_write) { return step_tokens(block) + max_write; }
 
+/* ------------------------------------------------------------ fusion plan */
+
+static int32_t producer(og_program_operand o) { return o.kind == OG_VALUE_ACTIVATION ? o.index : -1; }
+static bool same_operand(og_program_operand a, og_program_operand b) { return a.kind == b.kind && a.index == b.index; }
+
+typedef struct plan_ctx {
+    const og_model *m;
+    int32_t *uses;   /* [n]: operand references of each output */
+    int32_t *anchor; /* [n]: first instruction of its group, -1 when alone */
+    cuda_step *group;/* [n]: the group anchored at i */
+} plan_ctx;
+
+static const og_program_instr *at(const plan_ctx *c, int32_t i) { return og_program_instr_at(c->m->prog, i); }
+
+/* i may join a group: not yet grouped, not the logits, on the same side of
+ * the last attention as the group's first instruction (the tail runs on one row). */
+static bool joinable(const plan_ctx *c, int32_t i, int32_t first) {
+    const og_model *m = c->m;
+    return c->anchor[i] < 0 && i != m->logits_instr && (i > m->last_attend) == (first > m->last_attend);
+}
+
+static void add_group(plan_ctx *c, int kind, int32_t n, const int32_t *members) {
+    int32_t a = members[0];
+    for (int32_t k = 1; k < n; k++)
+        if (members[k] < a) a = members[k];
+    cuda_step *g = &c->group[a];
+    g->kind = kind;
+    g->n = n;
+    for (int32_t k = 0; k < n; k++) {
+        g->instr[k] = members[k];
+        c->anchor[members[k]] = a;
+    }
+}
+
+static bool weights_alike(const og_model *m, const og_program_instr *a, const og_program_instr *b) {
+    const og_program_tensor *wa = og_program_tensor_at(m->prog, a->in[1].index);
+    const og_program_tensor *wb = og_program_tensor_at(m->prog, b->in[1].index);
+    return a->in[1].kind == OG_VALUE_TENSOR && b->in[1].kind == OG_VALUE_TENSOR && wa->dtype == wb->dtype &&
+           a->n_in == b->n_in;
+}
+
+static void find_groups(plan_ctx *c) {
+    const og_model *m = c->m;
+    const int32_t n = m->n_instrs;
+    for (int32_t i = 0; i + 1 < n; i++) { /* add -> rms_norm of the sum */
+        const og_program_instr *a = at(c, i), *b = at(c, i + 1);
+        if (a->op == OG_OP_ADD && b->op == OG_OP_RMS_NORM && producer(b->in[0]) == i && joinable(c, i, i) &&
+            joinable(c, i + 1, i))
+            add_group(c, STEP_ADD_NORM, 2, (int32_t[]){i, i + 1});
+    }
+    for (int32_t i = 0; i < n; i++) { /* head_rms_norm -> rope, its only reader */
+        const og_program_instr *a = at(c, i);
+        if (a->op != OG_OP_HEAD_RMS_NORM || c->uses[i] != 1 || !joinable(c, i, i)) continue;
+        int32_t j = i + 1;
+        while (j < n && producer(at(c, j)->in[0]) != i) j++;
+        if (j == n) continue;
+        const og_program_instr *r = at(c, j);
+        if (r->op == OG_OP_ROPE && r->attrs.heads == a->attrs.heads && joinable(c, j, i) &&
+            (int64_t)m->rope[j].head_dim * a->attrs.heads == a->out_width)
+            add_group(c, STEP_NORM_ROPE, 2, (int32_t[]){i, j});
+    }
+    for (int32_t s = 0; s < n; s++) { /* gate and up products -> swiglu */
+        const og_program_instr *sw = at(c, s);
+        if (sw->op != OG_OP_SWIGLU) continue;
+        const int32_t g = producer(sw->in[0]), u = producer(sw->in[1]);
+        if (g < 0 || u < 0 || g == u || c->uses[g] != 1 || c->uses[u] != 1) continue;
+        const og_program_instr *gi = at(c, g), *ui = at(c, u);
+        const int32_t first = g < u ? g : u;
+        if (gi->op == OG_OP_MATMUL && ui->op == OG_OP_MATMUL && same_operand(gi->in[0], ui->in[0]) &&
+            weights_alike(m, gi, ui) && gi->out_width == ui->out_width && joinable(c, g, first) &&
+            joinable(c, u, first) && joinable(c, s, first))
+            add_group(c, STEP_GATE_UP, 3, (int32_t[]){g, u, s});
+    }
+    for (int32_t i = 0; i < n; i++) { /* consecutive products of one input */
+        const og_program_instr *a = at(c, i);
+        if (a->op != OG_OP_MATMUL || !joinable(c, i, i)) continue;
+        int32_t members[STEP_MAX_INSTRS] = {i}, k = 1;
+        for (int32_t j = i + 1; j < n && k < STEP_MAX_INSTRS; j++) {
+            const og_program_instr *b = at(c, j);
+            if (b->op != OG_OP_MATMUL || !joinable(c, j, i) || !same_operand(a->in[0], b->in[0]) ||
+                !weights_alike(m, a, b))
+                break;
+            members[k++] = j;
+        }
+        if (k > 1) add_group(c, STEP_GEMVS, k, members);
+    }
+}
+
+/* Outputs a step writes (into outs): every member's but a fused norm's. */
+static int32_t step_outputs(const og_model *m, const cuda_step *st, int32_t *outs) {
+    int32_t k = 0;
+    for (int32_t j = 0; j < st->n; j++) {
+        const int32_t i = st->instr[j];
+        if (i == m->logits_instr || (st->kind == STEP_NORM_ROPE && j == 0)) continue;
+        outs[k++] = i;
+    }
+    return k;
+}
+
+static bool step_has(const cuda_step *st, int32_t i) {
+    for (int32_t j = 0; j < st->n; j++)
+        if (st->instr[j] == i) return true;
+    return false;
+}
+
+/* The greedy slot plan of exec.c, over steps: an output takes the narrowest
+ * free slot wide enough, else widens a free one, else opens one; a slot is
+ * freed after the last step that reads it. */
+static og_status plan_step_slots(og_model *m, struct og_cuda_model *cm) {
+    const int32_t n = m->n_instrs;
+    int32_t *last_use = og_malloc((size_t)n * sizeof *last_use);
+    bool *busy = og_calloc((size_t)n, sizeof *busy);
+    cm->slot_of = og_malloc((size_t)n * sizeof *cm->slot_of);
+    cm->slot_width = og_calloc((size_t)n, sizeof *cm->slot_width);
+    og_status st = OG_OK;
+    if (!last_use || !busy || !cm->slot_of || !cm->slot_width) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda back end: no memory for the step plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++) last_use[i] = -1, cm->slot_of[i] = -1;
+    for (int32_t k = 0; k < cm->n_steps; k++) {
+        const cuda_step *sp = &cm->steps[k];
+        for (int32_t j = 0; j < sp->n; j++) {
+            const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[j]);
+            for (int32_t o = 0; o < in->n_in; o++) {
+                const int32_t p = producer(in->in[o]);
+                if (p >= 0 && !step_has(sp, p)) last_use[p] = k;
+            }
+        }
+    }
+    for (int32_t k = 0; k < cm->n_steps; k++) {
+        const cuda_step *sp = &cm->steps[k];
+        int32_t outs[STEP_MAX_INSTRS];
+        const int32_t n_out = step_outputs(m, sp, outs);
+        for (int32_t o = 0; o < n_out; o++) {
+            const int64_t width = og_program_instr_at(m->prog, outs[o])->out_width;
+            int32_t best = -1;
+            for (int32_t s = 0; s < cm->n_slots; s++) {
+                if (busy[s]) continue;
+                if (best < 0) {
+                    best = s;
+                    continue;
+                }
+                const bool fits = cm->slot_width[s] >= width, best_fits = cm->slot_width[best] >= width;
+                if ((fits && (!best_fits || cm->slot_width[s] < cm->slot_width[best])) ||
+                    (!fits && !best_fits && cm->slot_width[s] > cm->slot_width[best]))
+                    best = s;
+            }
+            if (best < 0) best = cm->n_slots++;
+            if (cm->slot_width[best] < width) cm->slot_width[best] = width;
+            busy[best] = true;
+            cm->slot_of[outs[o]] = best;
+        }
+        for (int32_t j = 0; j < sp->n; j++) {
+            const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[j]);
+            for (int32_t o = 0; o < in->n_in; o++) {
+                const int32_t p = producer(in->in[o]);
+                if (p >= 0 && last_use[p] == k && cm->slot_of[p] >= 0) busy[cm->slot_of[p]] = false;
+            }
+        }
+        for (int32_t o = 0; o < n_out; o++)
+            if (last_use[outs[o]] < 0) busy[cm->slot_of[outs[o]]] = false;
+    }
+done:
+    og_free(last_use);
+    og_free(busy);
+    return st;
+}
+
+static og_status plan_steps(og_model *m, struct og_cuda_model *cm) {
+    const int32_t n = m->n_instrs;
+    plan_ctx c = {m, og_calloc((size_t)n, sizeof(int32_t)), og_malloc((size_t)n * sizeof(int32_t)),
+                  og_calloc((size_t)n, sizeof(cuda_step))};
+    cm->steps = og_calloc((size_t)n, sizeof *cm->steps);
+    og_status st = OG_OK;
+    if (!c.uses || !c.anchor || !c.group || !cm->steps) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda back end: no memory for the step plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        c.anchor[i] = -1;
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        for (int32_t j = 0; j < in->n_in; j++) {
+            const int32_t p = producer(in->in[j]);
+            if (p >= 0) c.uses[p]++;
+        }
+    }
+    find_groups(&c);
+    for (int32_t i = 0; i < n; i++) {
+        if (c.anchor[i] == i) cm->steps[cm->n_steps++] = c.group[i];
+        else if (c.anchor[i] < 0) cm->steps[cm->n_steps++] = (cuda_step){STEP_ONE, 1, {i}};
+    }
+    st = plan_step_slots(m, cm);
+done:
+    og_free(c.uses);
+    og_free(c.anchor);
+    og_free(c.group);
+    return st;
+}
+
 /* ------------------------------------------------------------ models */
 
 og_status og_exec_cuda_model_init(og_model *m) {
@@ -114,7 +344,7 @@ og_status og_exec_cuda_model_init(og_model *m) {
                             cudaMemcpyHostToDevice),
                  "rope tables");
     }
-    return OG_OK;
+    return plan_steps(m, cm);
 }
 
 void og_exec_cuda_model_free(og_model *m) {
@@ -124,6 +354,9 @@ void og_exec_cuda_model_free(og_model *m) {
         for (int32_t i = 0; i < og_program_n_tensors(m->prog); i++) cudaFree(cm->weights[i]);
     cudaFree(cm->inv_freq);
     og_free(cm->weights);
+    og_free(cm->steps);
+    og_free(cm->slot_of);
+    og_free(cm->slot_width);
     og_free(cm);
     m->cuda = NULL;
 }
@@ -156,11 +389,11 @@ og_status og_exec_cuda_session_init(og_session *s) {
 
     const int32_t mw = s->cfg.max_write;
     const int64_t V = og_model_vocab_size(m);
-    c->slots = og_calloc((size_t)m->n_slots, sizeof *c->slots);
+    c->slots = og_calloc((size_t)m->cuda->n_slots, sizeof *c->slots);
     c->graph_storage = og_calloc((size_t)s->cfg.n_layers * 2, sizeof *c->graph_storage);
     if (!c->slots || !c->graph_storage) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory");
-    for (int32_t i = 0; i < m->n_slots; i++)
-        CUDA_TRY(cudaMalloc((void **)&c->slots[i], (size_t)mw * (size_t)m->slot_width[i] * sizeof(float)),
+    for (int32_t i = 0; i < m->cuda->n_slots; i++)
+        CUDA_TRY(cudaMalloc((void **)&c->slots[i], (size_t)mw * (size_t)m->cuda->slot_width[i] * sizeof(float)),
                  "activation slots");
     CUDA_TRY(cudaMalloc((void **)&c->logits_row, (size_t)V * sizeof(float)), "logits");
     int64_t scratch = 0;
@@ -199,7 +432,7 @@ void og_exec_cuda_session_free(og_session *s) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
     if (c->slots)
-        for (int32_t i = 0; i < s->m->n_slots; i++) cudaFree(c->slots[i]);
+        for (int32_t i = 0; i < s->m->cuda->n_slots; i++) cudaFree(c->slots[i]);
     cudaFree(c->logits_row);
     cudaFree(c->logits_rows);
     cudaFree(c->partials);
@@ -243,7 +476,8 @@ static const void *operand_dev(const step_ctx *x, og_program_operand o, int64_t 
     }
     const og_program_instr *p = og_program_instr_at(m->prog, o.index);
     *width = p->out_width;
-    return c->slots[m->slot_of[o.index]] + row * p->out_width;
+    const int32_t slot = m->cuda->slot_of[o.index];
+    return slot >= 0 ? c->slots[slot] + row * p->out_width : NULL; /* NULL: a fused step's unwritten value */
 }
 
 static og_status matmul(og_session *s, const float *x, const void *w, const void *bias, og_dtype dt, int64_t T,
@@ -279,23 +513,42 @@ static og_status matmul(og_session *s, const float *x, const void *w, const void
     return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasGemmEx bf16");
 }
 
+/* The device operands of instruction i (the tail reads full-row values at
+ * row T-1), its output, and the rows it runs on (returned). */
+typedef struct instr_io {
+    const void *v[OG_OP_MAX_INPUTS];
+    int64_t w[OG_OP_MAX_INPUTS];
+    og_dtype dt[OG_OP_MAX_INPUTS];
+    float *out;
+} instr_io;
+
+static int64_t instr_operands(const step_ctx *x, int32_t i, instr_io *io) {
+    const og_model *m = x->s->m;
+    const og_program_instr *in = og_program_instr_at(m->prog, i);
+    const bool tail = x->tail_last_row && i > m->last_attend;
+    memset(io, 0, sizeof *io);
+    for (int32_t j = 0; j < in->n_in; j++) {
+        og_program_operand o = in->in[j];
+        bool full_rows = o.kind == OG_VALUE_INPUT || (o.kind == OG_VALUE_ACTIVATION && o.index <= m->last_attend);
+        int64_t row = tail && full_rows ? x->T - 1 : 0;
+        io->v[j] = operand_dev(x, o, row, &io->w[j], &io->dt[j]);
+    }
+    const int32_t slot = m->cuda->slot_of[i];
+    io->out = i == m->logits_instr ? x->logits : slot >= 0 ? x->s->cuda->slots[slot] : NULL; /* NULL: never written */
+    return tail ? 1 : x->T;
+}
+
 static og_status run_instr(step_ctx *x, int32_t i) {
     og_session *s = x->s;
     const og_model *m = s->m;
     struct og_cuda_session *c = s->cuda;
     const og_program_instr *in = og_program_instr_at(m->prog, i);
-    const bool tail = x->tail_last_row && i > m->last_attend;
-    const int64_t T = tail ? 1 : x->T;
-    const void *v[OG_OP_MAX_INPUTS] = {0};
-    int64_t w[OG_OP_MAX_INPUTS] = {0};
-    og_dtype dt[OG_OP_MAX_INPUTS] = {0};
-    for (int32_t j = 0; j < in->n_in; j++) {
-        og_program_operand o = in->in[j];
-        bool full_rows = o.kind == OG_VALUE_INPUT || (o.kind == OG_VALUE_ACTIVATION && o.index <= m->last_attend);
-        int64_t row = tail && full_rows ? x->T - 1 : 0;
-        v[j] = operand_dev(x, o, row, &w[j], &dt[j]);
-    }
-    float *out = i == m->logits_instr ? x->logits : c->slots[m->slot_of[i]];
+    instr_io io;
+    const int64_t T = instr_operands(x, i, &io);
+    const void *const *v = io.v;
+    const int64_t *w = io.w;
+    const og_dtype *dt = io.dt;
+    float *out = io.out;
     const og_op_attrs *a = &in->attrs;
     switch (in->op) {
     case OG_OP_EMBED: {
@@ -330,6 +583,71 @@ static og_status run_instr(step_ctx *x, int32_t i) {
     return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d: op %d has no CUDA kernel", i, (int)in->op);
 }
 
+/* One launch step: a fused kernel, or its instructions one by one where the
+ * step is wider than the fused kernel serves. *failed names the instruction
+ * whose launch failed. */
+static og_status run_fused(step_ctx *x, const cuda_step *sp, int32_t *failed) {
+    const og_model *m = x->s->m;
+    struct og_cuda_session *c = x->s->cuda;
+    const int32_t i = sp->instr[0];
+    instr_io a, b;
+    *failed = i;
+    switch (sp->kind) {
+    case STEP_ADD_NORM: {
+        const int64_t T = instr_operands(x, i, &a);
+        instr_operands(x, sp->instr[1], &b);
+        const og_program_instr *norm = og_program_instr_at(m->prog, sp->instr[1]);
+        return og_add_rms_norm_cuda(c->stream, a.v[0], a.v[1], b.v[1], b.dt[1], T, a.w[0], (float)norm->attrs.eps,
+                                    a.out, b.out);
+    }
+    case STEP_NORM_ROPE: {
+        const int32_t j = sp->instr[1];
+        const int64_t T = instr_operands(x, i, &a);
+        instr_operands(x, j, &b);
+        const og_program_instr *norm = og_program_instr_at(m->prog, i);
+        const int64_t heads = norm->attrs.heads;
+        return og_head_norm_rope_cuda(c->stream, a.v[0], a.v[1], a.dt[1],
+                                      m->cuda->inv_freq + (size_t)j * (OG_ROPE_MAX_HEAD_DIM / 2), b.v[1], T, heads,
+                                      a.w[0] / heads, (float)norm->attrs.eps, b.out);
+    }
+    case STEP_GATE_UP: {
+        const int64_t T = instr_operands(x, i, &a);
+        if (T > OG_GEMV_CUDA_MAX_T) break;
+        instr_operands(x, sp->instr[1], &b);
+        instr_io sw;
+        instr_operands(x, sp->instr[2], &sw);
+        const og_program_instr *g = og_program_instr_at(m->prog, i);
+        return og_gemv_swiglu_cuda(c->stream, a.v[0], a.v[1], g->n_in > 2 ? a.v[2] : NULL, b.v[1],
+                                   g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
+    }
+    case STEP_GEMVS: {
+        const int64_t T = instr_operands(x, i, &a);
+        if (T > OG_GEMV_CUDA_MAX_T) break;
+        og_gemv_cuda_part parts[STEP_MAX_INSTRS];
+        for (int32_t k = 0; k < sp->n; k++) {
+            const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[k]);
+            instr_operands(x, sp->instr[k], &b);
+            parts[k] = (og_gemv_cuda_part){b.v[1], in->n_in > 2 ? b.v[2] : NULL, in->out_width, b.out};
+        }
+        return og_gemv_multi_cuda(c->stream, a.v[0], a.dt[1], T, a.w[0], parts, sp->n);
+    }
+    default:
+        break;
+    }
+    for (int32_t k = 0; k < sp->n; k++) {
+        *failed = sp->instr[k];
+        og_status st = run_instr(x, sp->instr[k]);
+        if (st != OG_OK) return st;
+    }
+    return OG_OK;
+}
+
+static og_status run_step_group(step_ctx *x, const cuda_step *sp, int32_t *failed) {
+    og_status st = run_fused(x, sp, failed);
+    if (st == OG_OK) *failed = -1;
+    return st;
+}
+
 /* Enqueues one step's work on the session's stream: the step block upload,
  * every instruction, and for OUT_NEXT the arg-max and its copy back. */
 static og_status enqueue_step(og_session *s, int32_t T, int kind, float *dev_logits, bool last_row, int32_t *failed) {
@@ -340,12 +658,11 @@ static og_status enqueue_step(og_session *s, int32_t T, int kind, float *dev_log
              "step block upload");
     step_ctx x = {s, T, dev_logits, last_row};
     const int32_t end = kind == OUT_NONE ? m->last_attend + 1 : m->n_instrs;
-    for (int32_t i = 0; i < end; i++) {
-        og_status st = run_instr(&x, i);
-        if (st != OG_OK) {
-            *failed = i;
-            return st;
-        }
+    for (int32_t k = 0; k < m->cuda->n_steps; k++) {
+        const cuda_step *sp = &m->cuda->steps[k];
+        if (sp->instr[0] >= end) continue; /* the tail, when no output is asked for */
+        og_status st = run_step_group(&x, sp, failed);
+        if (st != OG_OK) return st;
     }
     if (kind == OUT_NEXT) {
         og_status st = og_argmax_cuda(c->stream, dev_logits, og_model_vocab_size(m), c->next_dev);

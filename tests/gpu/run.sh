@@ -5,7 +5,8 @@
 #   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda)
 #   2. the CUDA executor: CPU agreement, graphs vs no graphs, captures (test_exec_cuda)
 #   3. parity with the transformers fixtures, every chunking, --backend cuda
-#   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes)
+#   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes);
+#      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
 # A check that exits 77 (no device) is reported as skipped.
 set -u
 B=$(cd "${1:?usage: tests/gpu/run.sh <build-dir>}" && pwd)
@@ -37,7 +38,9 @@ check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
-if command -v compute-sanitizer >/dev/null; then
+if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
+    echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
+elif command -v compute-sanitizer >/dev/null; then
     export OG_CUDA_TEST_QUICK=1
     check memcheck_ops compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"

@@ -7,18 +7,35 @@
  *   R    allocated rows (flat capacity, ring slots)   W  ring window
  *   S    splits of a row's visible keys       GM  query heads one block serves (<= 8)
  *
- * Three launches on the stream:
- *   1. kv_write: this step's k, v -> storage rows (flat p, ring p mod R).
- *   2. attend:   grid (T, Hkv x head chunks, most splits). A block reads the
+ * Two paths:
+ *   split-K (decode, and any step over f32 storage or a head dim the tiled
+ *   kernel lacks), at most two launches:
+ *   1. attend:   grid (T, Hkv x head chunks, most splits). A block reads the
  *      keys and values of one kv head in one split of one row once, for the
  *      GM query heads it serves. Its 128 threads form workers of D/8 lanes;
  *      a worker owns a key at a time (each lane 8 of its D elements, 16-byte
- *      loads), reduces the G dot products across its lanes by shuffles and
- *      keeps an online softmax (max, sum, acc) per query head in registers.
+ *      loads), reduces the G dot products across its
+ *      lanes by shuffles and keeps an online softmax (max, sum, acc) per
+ *      query head in registers. Keys of this step (positions >= L) are read
+ *      from k, v themselves (rounded as storage rounds them), and the block
+ *      holding a row's own position writes that row's k, v to storage: no
+ *      separate write launch, and no block reads a row another block writes.
  *      The workers' partials are merged in shared memory by max-rescaling;
  *      a row with one split writes its output, otherwise the block writes a
  *      partial (max, sum, acc) per query head to scratch.
- *   3. merge:    rows with S > 1 merge their S partials by max-rescaling.
+ *   2. merge:    rows with S > 1 merge their S partials by max-rescaling.
+ *   tiled (prefill, T > 1, bf16 storage, D in 16..128), two launches:
+ *   1. kv_write: this step's k, v -> storage rows (flat p, ring p mod R).
+ *   2. tiled attend on the tensor cores (mma.sync m16n8k16 bf16, f32
+ *      accumulation), flash-attention style: grid (query tiles, Hkv). The
+ *      T x G query rows of one kv head (row r = token r / G, head r % G of
+ *      the group) are cut into tiles of 64, 16 per warp, so the G heads of a
+ *      group share every K/V tile load. Per 64-key tile: S = Q K^T with q
+ *      split into bf16 hi + lo (q keeps ~2^-17 of its precision; k is exact
+ *      bf16), causal / window mask, online softmax in f32 on the registers
+ *      of the accumulators, then P (rounded to bf16) x V into f32 O.
+ *      The row sums use the unrounded p, so each output is off by at most
+ *      2^-9 max|v| from the exact mix of its values.
  * Scores are kept in the log2 domain (q is pre-scaled by scale * log2 e), so
  * exp2f stands for exp throughout.
  */
@@ -70,6 +87,10 @@ __device__ inline void load8(const __nv_bfloat16 *p, float f[kE]) {
 
 __device__ inline void store(float *p, float x) { *p = x; }
 __device__ inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+/* x as storage of type KV holds it. */
+__device__ inline float stored(const float *, float x) { return x; }
+__device__ inline float stored(const __nv_bfloat16 *, float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 /* Step values every kernel of the launch needs. */
 struct attend_params {
@@ -146,44 +167,74 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
         for (int e = 0; e < kE; e++) acc[g][e] = 0.0f;
     }
 
+    const int64_t L = step_length(p);
     const int64_t row = (int64_t)p.Hkv * D; /* elements between storage rows */
     const KV *kb = static_cast<const KV *>(p.kc) + (int64_t)hk * D + li * kE;
     const KV *vb = static_cast<const KV *>(p.vc) + (int64_t)hk * D + li * kE;
-    const int64_t n_it = (k1 - k0 + NW - 1) / NW; /* the same for every thread */
+    const float *knew = p.k + (int64_t)hk * D + li * kE, *vnew = p.v + (int64_t)hk * D + li * kE;
+    constexpr int U = 1; /* keys per worker per iteration: 2 costs registers, and blocks per SM */
+    const int64_t n_it = (k1 - k0 + U * NW - 1) / (U * NW); /* the same for every thread */
     for (int64_t it = 0; it < n_it; it++) {
-        const int64_t j = k0 + it * NW + worker;
-        const bool valid = j < k1;
-        const int64_t slot = p.ring ? j % p.R : j;
-        float kf[kE], vf[kE], s[GM];
-        if (valid) {
-            load8(kb + slot * row, kf);
-            load8(vb + slot * row, vf);
-        } else {
+        float kf[U][kE], vf[U][kE];
+        bool valid[U];
 #pragma unroll
-            for (int e = 0; e < kE; e++) kf[e] = vf[e] = 0.0f;
+        for (int u = 0; u < U; u++) {
+            const int64_t j = k0 + (it * U + u) * NW + worker;
+            valid[u] = j < k1;
+            if (valid[u] && j >= L) { /* this step's key: from k, v as storage will hold it */
+                load8(knew + (j - L) * row, kf[u]);
+                load8(vnew + (j - L) * row, vf[u]);
+#pragma unroll
+                for (int e = 0; e < kE; e++) {
+                    kf[u][e] = stored(kb, kf[u][e]);
+                    vf[u][e] = stored(vb, vf[u][e]);
+                }
+            } else if (valid[u]) {
+                const int64_t slot = p.ring ? j % p.R : j;
+                load8(kb + slot * row, kf[u]);
+                load8(vb + slot * row, vf[u]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < kE; e++) kf[u][e] = vf[u][e] = 0.0f;
+            }
         }
 #pragma unroll
-        for (int g = 0; g < GM; g++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int e = 0; e < kE; e++) d = fmaf(q[g][e], kf[e], d);
-            s[g] = d;
-        }
-        for (int o = lanes / 2; o > 0; o >>= 1) {
-#pragma unroll
-            for (int g = 0; g < GM; g++) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
-        }
-        if (valid) {
+        for (int u = 0; u < U; u++) {
+            float s[GM];
 #pragma unroll
             for (int g = 0; g < GM; g++) {
-                const float mn = fmaxf(m[g], s[g]);
-                const float c = exp2f(m[g] - mn);
-                const float w = exp2f(s[g] - mn);
-                l[g] = l[g] * c + w;
+                float d = 0.0f;
 #pragma unroll
-                for (int e = 0; e < kE; e++) acc[g][e] = fmaf(acc[g][e], c, w * vf[e]);
-                m[g] = mn;
+                for (int e = 0; e < kE; e++) d = fmaf(q[g][e], kf[u][e], d);
+                s[g] = d;
             }
+            for (int o = lanes / 2; o > 0; o >>= 1) {
+#pragma unroll
+                for (int g = 0; g < GM; g++) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+            }
+            if (valid[u]) {
+#pragma unroll
+                for (int g = 0; g < GM; g++) {
+                    const float mn = fmaxf(m[g], s[g]);
+                    const float c = exp2f(m[g] - mn);
+                    const float w = exp2f(s[g] - mn);
+                    l[g] = l[g] * c + w;
+#pragma unroll
+                    for (int e = 0; e < kE; e++) acc[g][e] = fmaf(acc[g][e], c, w * vf[u][e]);
+                    m[g] = mn;
+                }
+            }
+        }
+    }
+    /* the block holding the row's own position stores its k, v */
+    if (split == S - 1 && chunk_i == 0) {
+        const int64_t slot = p.ring ? pos % p.R : pos;
+        KV *kc = static_cast<KV *>(p.kc) + slot * row + (int64_t)hk * D;
+        KV *vc = static_cast<KV *>(p.vc) + slot * row + (int64_t)hk * D;
+        const int64_t src = ((int64_t)t * p.Hkv + hk) * D;
+        for (int32_t d = threadIdx.x; d < D; d += kThreads) {
+            store(kc + d, p.k[src + d]);
+            store(vc + d, p.v[src + d]);
         }
     }
 
@@ -227,25 +278,217 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
     }
 }
 
-/* grid (T, Hq), D threads: rows with S > 1 merge their partials. */
+/* grid (T, Hq), D threads: rows with S > 1 merge their partials. The S
+ * maxima and sums go to shared memory in parallel first, so a thread's loop
+ * over the splits only loads accumulators, several in flight. */
 __global__ void merge_kernel(attend_params p) {
+    __shared__ float sm_w[OG_ATTEND_CUDA_MAX_SPLITS]; /* maxima, then weights exp2(m_s - M) */
+    __shared__ float sm_l[OG_ATTEND_CUDA_MAX_SPLITS]; /* sums */
     const int32_t t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const int64_t pos = step_length(p) + t;
     int64_t chunk;
     const int32_t S = splits_for(pos - first_key(p, pos) + 1, p.T, &chunk);
-    if (S == 1) return;
+    if (S == 1) return; /* the whole block leaves */
     const int32_t maxS = max_splits(p.T);
     const int64_t base = (int64_t)t * maxS * p.Hq + h; /* partial of split s: base + s * Hq */
+    for (int32_t s = threadIdx.x; s < S; s += blockDim.x) {
+        sm_w[s] = p.part_m[base + (int64_t)s * p.Hq];
+        sm_l[s] = p.part_l[base + (int64_t)s * p.Hq];
+    }
+    __syncthreads();
     float M = -INFINITY;
-    for (int32_t s = 0; s < S; s++) M = fmaxf(M, p.part_m[base + (int64_t)s * p.Hq]);
+    for (int32_t s = 0; s < S; s++) M = fmaxf(M, sm_w[s]);
+    __syncthreads(); /* every thread has its maximum before the maxima become weights */
+    for (int32_t s = threadIdx.x; s < S; s += blockDim.x) sm_w[s] = exp2f(sm_w[s] - M);
+    __syncthreads();
     float sum = 0.0f, a = 0.0f;
+#pragma unroll 8
     for (int32_t s = 0; s < S; s++) {
-        const int64_t pi = base + (int64_t)s * p.Hq;
-        const float f = exp2f(p.part_m[pi] - M);
-        sum = fmaf(p.part_l[pi], f, sum);
-        a = fmaf(p.part_acc[pi * p.D + d], f, a);
+        const float f = sm_w[s];
+        sum = fmaf(sm_l[s], f, sum);
+        a = fmaf(p.part_acc[(base + (int64_t)s * p.Hq) * p.D + d], f, a);
     }
     p.out[((int64_t)t * p.Hq + h) * p.D + d] = a / sum;
+}
+
+/* ---- the tiled tensor-core kernel (prefill over bf16 storage) ---- */
+
+constexpr int kTileRows = 64; /* query rows of a block: 16 per warp */
+constexpr int kTileKeys = 64; /* keys of a K/V tile                */
+
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* lo in the low half */
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* c += a b: a 16x16 bf16 (row), b 16x8 bf16 (col), c 16x8 f32. Fragments
+ * of lane (g = lane / 4, i = lane % 4): a = rows g, g+8 x cols 2i, 2i+1,
+ * 2i+8, 2i+9; b = rows 2i, 2i+1, 2i+8, 2i+9 x col g; c = rows g, g+8 x
+ * cols 2i, 2i+1. */
+__device__ inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p) {
+    constexpr int KC = D / 16;        /* k chunks of q . k         */
+    constexpr int ND = D / 8;         /* n tiles of the output     */
+    constexpr int NS = kTileKeys / 8; /* n tiles of a score tile   */
+    constexpr int LD = D + 8;         /* padded smem row: no bank conflicts on fragment loads */
+    __shared__ __align__(16) uint16_t ks[kTileKeys * LD]; /* [64 keys, D] bf16 */
+    __shared__ __align__(16) uint16_t vs[kTileKeys * LD]; /* [64 keys, D] bf16 */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, ti = lane & 3;
+    const int32_t hk = blockIdx.y;
+    const int64_t L = step_length(p);
+    const int64_t rows = (int64_t)p.T * p.G; /* query rows of this kv head */
+    const int64_t r0 = (int64_t)blockIdx.x * kTileRows;
+
+    /* this lane's two rows: r0 + 16 warp + gr (+ 8) */
+    int64_t first[2], last[2], off[2];
+    bool live[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int64_t r = r0 + warp * 16 + gr + 8 * i;
+        live[i] = r < rows;
+        const int64_t rc = live[i] ? r : rows - 1;
+        const int64_t t = rc / p.G, h = (int64_t)hk * p.G + rc % p.G;
+        last[i] = L + t;
+        first[i] = first_key(p, last[i]);
+        off[i] = (t * p.Hq + h) * D; /* of q and out */
+    }
+
+    /* q fragments, pre-scaled, as bf16 hi + lo */
+    uint32_t qh[KC][4], ql[KC][4];
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const int i = f & 1, col = kc * 16 + 2 * ti + (f >> 1) * 8;
+            const float2 x = *reinterpret_cast<const float2 *>(p.q + off[i] + col);
+            const float a = x.x * p.scale_log2, b = x.y * p.scale_log2;
+            const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
+            qh[kc][f] = pack_bf16(ah, bh);
+            ql[kc][f] = pack_bf16(a - ah, b - bh);
+        }
+    }
+
+    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    /* keys the block's rows see: from the first row's first key to the last row's position */
+    const int64_t r_last = min(r0 + kTileRows, rows) - 1;
+    const int64_t j_lo = first_key(p, L + r0 / p.G), j_hi = L + r_last / p.G;
+    const int64_t row = (int64_t)p.Hkv * D;
+    const uint16_t *kc = static_cast<const uint16_t *>(p.kc) + (int64_t)hk * D;
+    const uint16_t *vc = static_cast<const uint16_t *>(p.vc) + (int64_t)hk * D;
+
+    for (int64_t j0 = j_lo; j0 <= j_hi; j0 += kTileKeys) {
+        for (int c = threadIdx.x; c < kTileKeys * D / 8; c += kThreads) {
+            const int kr = c / (D / 8), cc = c % (D / 8);
+            const int64_t j = j0 + kr;
+            uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0); /* zeros past j_hi: 0 x p stays 0 */
+            if (j <= j_hi) {
+                const int64_t slot = p.ring ? j % p.R : j;
+                kx = *reinterpret_cast<const uint4 *>(kc + slot * row + cc * 8);
+                vx = *reinterpret_cast<const uint4 *>(vc + slot * row + cc * 8);
+            }
+            *reinterpret_cast<uint4 *>(ks + kr * LD + cc * 8) = kx;
+            *reinterpret_cast<uint4 *>(vs + kr * LD + cc * 8) = vx;
+        }
+        __syncthreads();
+
+        /* scores of this lane: s[n][0..1] row gr, s[n][2..3] row gr + 8, keys j0 + 8n + 2ti (+1) */
+        float s[NS][4];
+#pragma unroll
+        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kc2 = 0; kc2 < KC; kc2++) {
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                const uint16_t *kp = ks + (n * 8 + gr) * LD + kc2 * 16 + 2 * ti;
+                const uint32_t b0 = *reinterpret_cast<const uint32_t *>(kp);
+                const uint32_t b1 = *reinterpret_cast<const uint32_t *>(kp + 8);
+                mma_bf16(s[n], qh[kc2], b0, b1);
+                mma_bf16(s[n], ql[kc2], b0, b1);
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e >> 1;
+                const int64_t j = j0 + n * 8 + 2 * ti + (e & 1);
+                if (j < first[i] || j > last[i]) s[n][e] = -INFINITY;
+                mx[i] = fmaxf(mx[i], s[n][e]);
+            }
+        }
+        float base[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            const float mn = fmaxf(m[i], mx[i]);
+            base[i] = mn == -INFINITY ? 0.0f : mn; /* a row that has seen no key yet */
+            const float c = exp2f(m[i] - base[i]);
+            m[i] = mn;
+            l[i] *= c;
+#pragma unroll
+            for (int n = 0; n < ND; n++) o[n][2 * i] *= c, o[n][2 * i + 1] *= c;
+        }
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float pe = exp2f(s[n][e] - base[e >> 1]);
+                s[n][e] = pe;
+                l[e >> 1] += pe;
+            }
+        }
+        /* O += P V: the score accumulators of keys 16kk..16kk+15 are the A fragment */
+#pragma unroll
+        for (int kk = 0; kk < kTileKeys / 16; kk++) {
+            const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const uint16_t *vp = vs + (kk * 16 + 2 * ti) * LD + n * 8 + gr;
+                const uint32_t b0 = (uint32_t)vp[0] | ((uint32_t)vp[LD] << 16);
+                const uint32_t b1 = (uint32_t)vp[8 * LD] | ((uint32_t)vp[9 * LD] << 16);
+                mma_bf16(o[n], a, b0, b1);
+            }
+        }
+        __syncthreads(); /* the tile is read: the next may overwrite it */
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        if (!live[i]) continue;
+        const float inv = 1.0f / l[i];
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *reinterpret_cast<float2 *>(p.out + off[i] + n * 8 + 2 * ti) =
+                make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+    }
+}
+
+cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
+    const dim3 grid((unsigned)(((int64_t)p.T * p.G + kTileRows - 1) / kTileRows), (unsigned)p.Hkv);
+    switch (p.D) {
+    case 16: tiled_attend_kernel<16><<<grid, kThreads, 0, st>>>(p); break;
+    case 32: tiled_attend_kernel<32><<<grid, kThreads, 0, st>>>(p); break;
+    case 64: tiled_attend_kernel<64><<<grid, kThreads, 0, st>>>(p); break;
+    default: tiled_attend_kernel<128><<<grid, kThreads, 0, st>>>(p); break;
+    }
+    return cudaGetLastError();
 }
 
 template <typename KV>
@@ -273,6 +516,10 @@ extern "C" int32_t og_attend_cuda_max_splits(int32_t T) { return T < 1 ? 1 : max
 
 extern "C" int64_t og_attend_cuda_scratch_floats(int32_t n_heads, int32_t head_dim) {
     return (int64_t)OG_ATTEND_CUDA_SPLIT_ROWS * n_heads * (head_dim + 2);
+}
+
+extern "C" bool og_attend_cuda_tiled(int32_t T, og_dtype kv_dtype, int32_t head_dim) {
+    return T > 1 && kv_dtype == OG_DTYPE_BF16 && (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128);
 }
 
 extern "C" int32_t og_attend_cuda_splits(int64_t n, int32_t T) {
@@ -344,12 +591,15 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
 
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     const bool bf16 = kv->dtype == OG_DTYPE_BF16;
-    const int64_t writes = (int64_t)a->T * p.Hkv * D;
-    const int wblocks = (int)((writes + 255) / 256 < 4096 ? (writes + 255) / 256 : 4096);
-    if (bf16) kv_write_kernel<__nv_bfloat16><<<wblocks, 256, 0, st>>>(p);
-    else kv_write_kernel<float><<<wblocks, 256, 0, st>>>(p);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return launch_failed("kv_write", e);
+    cudaError_t e;
+    if (og_attend_cuda_tiled(a->T, kv->dtype, D) && !a->split_k) {
+        const int64_t writes = (int64_t)a->T * p.Hkv * D;
+        const int wblocks = (int)((writes + 255) / 256 < 4096 ? (writes + 255) / 256 : 4096);
+        kv_write_kernel<__nv_bfloat16><<<wblocks, 256, 0, st>>>(p);
+        if ((e = cudaGetLastError()) != cudaSuccess) return launch_failed("kv_write", e);
+        if ((e = launch_tiled(p, st)) != cudaSuccess) return launch_failed("tiled attend", e);
+        return OG_OK;
+    }
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     e = bf16 ? launch_attend<__nv_bfloat16>(p, gm, grid, st) : launch_attend<float>(p, gm, grid, st);

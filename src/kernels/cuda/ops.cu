@@ -97,6 +97,56 @@ __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, i
     for (int64_t i = lane; i < D; i += 32) out[r * D + i] = (xr[i] * f) * load_w(w, bf16, i);
 }
 
+/* ---- residual add + rms norm: a block of 256 per row ----
+ * sum = a + b is written (the residual stream goes on), then normed from
+ * what was written, so both outputs equal add followed by rms_norm. */
+__global__ void add_rms_norm_kernel(const float *a, const float *b, const void *w, bool bf16, int64_t N, float eps,
+                                    float *sum, float *out) {
+    __shared__ float part[32];
+    const int64_t base = blockIdx.x * N;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        const float v = a[base + i] + b[base + i];
+        sum[base + i] = v;
+        s = fmaf(v, v, s);
+    }
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    const float r = 1.0f / sqrtf(part[0] / (float)N + eps);
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) out[base + i] = (sum[base + i] * r) * load_w(w, bf16, i);
+}
+
+/* ---- head rms norm + rope: a warp per head row of D ----
+ * The norm's output stays in registers: each lane rotates the pairs
+ * (i, i + D/2) it normed, with the formulas of the two plain kernels. */
+__global__ void head_norm_rope_kernel(const float *x, const void *w, bool bf16, const float *inv_freq,
+                                      const int32_t *pos, int64_t rows, int64_t n, int64_t D, float eps, float *out) {
+    const int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return; /* whole warps leave */
+    const float *xr = x + r * D;
+    float s = 0.0f;
+    for (int64_t i = lane; i < D; i += 32) s = fmaf(xr[i], xr[i], s);
+    s = warp_sum(s);
+    const float f = 1.0f / sqrtf(s / (float)D + eps);
+    const int64_t half = D / 2;
+    const float p = (float)pos[r / n];
+    for (int64_t i = lane; i < half; i += 32) {
+        const float angle = p * inv_freq[i];
+        const float c = cosf(angle), sn = sinf(angle);
+        const float a = (xr[i] * f) * load_w(w, bf16, i), b = (xr[i + half] * f) * load_w(w, bf16, i + half);
+        out[r * D + i] = a * c - b * sn;
+        out[r * D + i + half] = b * c + a * sn;
+    }
+}
+
 /* ---- rope: one thread per pair (i, i + D/2) ---- */
 __global__ void rope_kernel(const float *inv_freq, int64_t D, const float *x, const int32_t *pos, int64_t T,
                             int64_t n, float *out) {
@@ -126,14 +176,13 @@ __global__ void add_kernel(const float *a, const float *b, int64_t count, float 
 
 /* ---- gemv: a warp per output feature, every row of x at once ----
  * The vector path (VEC) needs K % 8 == 0 and 16-byte aligned x and weight:
- * each lane takes 8 consecutive weights (16 bytes of bf16, 32 of f32). */
+ * each lane takes 8 consecutive weights (16 bytes of bf16, 32 of f32).
+ * gemv_dot leaves each lane's partial sums of w . x[t] in acc; the kernels
+ * reduce them across the warp, so a fused kernel that calls it gives the same
+ * bits as the plain one. */
 template <typename WT, bool VEC>
-__global__ void gemv_kernel(const float *x, const WT *w, const WT *bias, int64_t T, int64_t K, int64_t N, float *out) {
-    const int64_t j = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (j >= N) return;
-    const WT *wr = w + j * K;
-    float acc[OG_GEMV_CUDA_MAX_T];
+__device__ inline void gemv_dot(const float *x, const WT *wr, int64_t T, int64_t K, int lane,
+                                float acc[OG_GEMV_CUDA_MAX_T]) {
 #pragma unroll
     for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) acc[t] = 0.0f;
     if (VEC) {
@@ -173,12 +222,63 @@ __global__ void gemv_kernel(const float *x, const WT *w, const WT *bias, int64_t
                 if (t < T) acc[t] = fmaf(x[t * K + k], wf, acc[t]);
         }
     }
-    const float b = bias ? load_w(bias, sizeof(WT) == 2, j) : 0.0f;
+}
+
+/* Output features (warps) of a gemv block: small blocks spread a narrow
+ * product (N ~ 1k) over every multiprocessor. */
+constexpr int kGemvRows = 4;
+
+/* Up to OG_GEMV_CUDA_MAX_PARTS products of one x, in one launch: part i owns
+ * the blocks from first[i] on (kGemvRows output features per block). */
+template <typename WT>
+struct gemv_parts {
+    const WT *w[OG_GEMV_CUDA_MAX_PARTS];
+    const WT *bias[OG_GEMV_CUDA_MAX_PARTS];
+    float *out[OG_GEMV_CUDA_MAX_PARTS];
+    int64_t N[OG_GEMV_CUDA_MAX_PARTS];
+    int64_t first[OG_GEMV_CUDA_MAX_PARTS + 1];
+    int n;
+};
+
+template <typename WT, bool VEC>
+__global__ void gemv_kernel(const float *x, gemv_parts<WT> p, int64_t T, int64_t K) {
+    int part = 0;
+    while (part + 1 < p.n && (int64_t)blockIdx.x >= p.first[part + 1]) part++;
+    const int64_t j = (blockIdx.x - p.first[part]) * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const int64_t N = p.N[part];
+    if (j >= N) return;
+    float acc[OG_GEMV_CUDA_MAX_T];
+    gemv_dot<WT, VEC>(x, p.w[part] + j * K, T, K, lane, acc);
+    const float b = p.bias[part] ? load_w(p.bias[part], sizeof(WT) == 2, j) : 0.0f;
+    float *out = p.out[part];
 #pragma unroll
     for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) {
         if (t < T) {
             const float s = warp_sum(acc[t]);
             if (lane == 0) out[t * N + j] = s + b;
+        }
+    }
+}
+
+/* gate and up products of one x with silu(gate) * up as the epilogue: a warp
+ * per feature reads both weight rows; gate and up never reach memory. */
+template <typename WT, bool VEC>
+__global__ void gemv_swiglu_kernel(const float *x, const WT *wg, const WT *bg, const WT *wu, const WT *bu, int64_t T,
+                                   int64_t K, int64_t F, float *out) {
+    const int64_t j = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (j >= F) return;
+    float ag[OG_GEMV_CUDA_MAX_T], au[OG_GEMV_CUDA_MAX_T];
+    gemv_dot<WT, VEC>(x, wg + j * K, T, K, lane, ag);
+    gemv_dot<WT, VEC>(x, wu + j * K, T, K, lane, au);
+    const float b_g = bg ? load_w(bg, sizeof(WT) == 2, j) : 0.0f;
+    const float b_u = bu ? load_w(bu, sizeof(WT) == 2, j) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) {
+        if (t < T) {
+            const float g = warp_sum(ag[t]) + b_g, u = warp_sum(au[t]) + b_u;
+            if (lane == 0) out[t * F + j] = g / (1.0f + expf(-g)) * u;
         }
     }
 }
@@ -280,6 +380,37 @@ extern "C" og_status og_head_rms_norm_cuda(void *stream, const float *x, const v
     return launched(op);
 }
 
+extern "C" og_status og_add_rms_norm_cuda(void *stream, const float *a, const float *b, const void *weight,
+                                          og_dtype weight_dtype, int64_t T, int64_t N, float eps, float *sum,
+                                          float *out) {
+    const char *op = "add_rms_norm_cuda";
+    OG_CUDA_TRY(check_weight(op, weight, weight_dtype));
+    OG_CUDA_TRY(check_dims(op, T, N));
+    if (!a || !b || !sum || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a, b, sum or out is NULL", op);
+    if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
+    if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
+    add_rms_norm_kernel<<<(unsigned)T, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        a, b, weight, weight_dtype == OG_DTYPE_BF16, N, eps, sum, out);
+    return launched(op);
+}
+
+extern "C" og_status og_head_norm_rope_cuda(void *stream, const float *x, const void *weight, og_dtype weight_dtype,
+                                            const float *inv_freq, const int32_t *positions, int64_t T, int64_t n,
+                                            int64_t D, float eps, float *out) {
+    const char *op = "head_norm_rope_cuda";
+    OG_CUDA_TRY(check_weight(op, weight, weight_dtype));
+    OG_CUDA_TRY(check_dims(op, T, n));
+    OG_CUDA_TRY(check_dims(op, T * n, D));
+    if (!x || !inv_freq || !positions || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is NULL", op);
+    if (D < 2 || D % 2) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: head dim %lld is not even", op, (long long)D);
+    if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
+    const int64_t rows = T * n, blocks = (rows + 7) / 8;
+    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %lld rows", op, (long long)rows);
+    head_norm_rope_kernel<<<(unsigned)blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, weight, weight_dtype == OG_DTYPE_BF16, inv_freq, positions, rows, n, D, eps, out);
+    return launched(op);
+}
+
 extern "C" og_status og_rope_cuda(void *stream, const float *inv_freq, int64_t D, const float *x,
                                   const int32_t *positions, int64_t T, int64_t n, float *out) {
     const char *op = "rope_cuda";
@@ -308,29 +439,86 @@ extern "C" og_status og_add_cuda(void *stream, const float *a, const float *b, i
     return launched("add_cuda");
 }
 
-extern "C" og_status og_gemv_cuda(void *stream, const float *x, const void *weight, const void *bias,
-                                  og_dtype weight_dtype, int64_t T, int64_t K, int64_t N, float *out) {
-    const char *op = "gemv_cuda";
-    OG_CUDA_TRY(check_weight(op, weight, weight_dtype));
+namespace {
+
+template <typename WT>
+og_status launch_gemv(cudaStream_t st, const float *x, const og_gemv_cuda_part *parts, int n, int64_t T, int64_t K,
+                      bool vec) {
+    gemv_parts<WT> p = {};
+    p.n = n;
+    int64_t blocks = 0;
+    for (int i = 0; i < n; i++) {
+        p.w[i] = static_cast<const WT *>(parts[i].weight);
+        p.bias[i] = static_cast<const WT *>(parts[i].bias);
+        p.out[i] = parts[i].out;
+        p.N[i] = parts[i].N;
+        p.first[i] = blocks;
+        blocks += (parts[i].N + kGemvRows - 1) / kGemvRows;
+    }
+    p.first[n] = blocks;
+    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)blocks);
+    if (vec) gemv_kernel<WT, true><<<(unsigned)blocks, 32 * kGemvRows, 0, st>>>(x, p, T, K);
+    else gemv_kernel<WT, false><<<(unsigned)blocks, 32 * kGemvRows, 0, st>>>(x, p, T, K);
+    return launched("gemv_cuda");
+}
+
+og_status check_gemv(const char *op, const float *x, const void *weight, og_dtype dt, int64_t T, int64_t K, int64_t N,
+                     const float *out) {
+    OG_CUDA_TRY(check_weight(op, weight, dt));
     OG_CUDA_TRY(check_dims(op, N, K));
     OG_CUDA_TRY(check_dims(op, T, K));
     if (!x || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x or out is NULL", op);
     if (T > OG_GEMV_CUDA_MAX_T)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows, at most %d", op, (long long)T,
                             OG_GEMV_CUDA_MAX_T);
-    const int64_t blocks = (N + 7) / 8;
-    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
-    const bool vec = K % 8 == 0 && aligned16(x) && aligned16(weight);
+    if ((N + kGemvRows - 1) / kGemvRows > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
+    return OG_OK;
+}
+
+} /* namespace */
+
+extern "C" og_status og_gemv_multi_cuda(void *stream, const float *x, og_dtype weight_dtype, int64_t T, int64_t K,
+                                        const og_gemv_cuda_part *parts, int n_parts) {
+    const char *op = "gemv_cuda";
+    if (!parts || n_parts < 1 || n_parts > OG_GEMV_CUDA_MAX_PARTS)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d parts (1..%d)", op, n_parts, OG_GEMV_CUDA_MAX_PARTS);
+    bool vec = K % 8 == 0 && aligned16(x);
+    for (int i = 0; i < n_parts; i++) {
+        OG_CUDA_TRY(check_gemv(op, x, parts[i].weight, weight_dtype, T, K, parts[i].N, parts[i].out));
+        vec = vec && aligned16(parts[i].weight);
+    }
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    return weight_dtype == OG_DTYPE_BF16 ? launch_gemv<__nv_bfloat16>(st, x, parts, n_parts, T, K, vec)
+                                         : launch_gemv<float>(st, x, parts, n_parts, T, K, vec);
+}
+
+extern "C" og_status og_gemv_cuda(void *stream, const float *x, const void *weight, const void *bias,
+                                  og_dtype weight_dtype, int64_t T, int64_t K, int64_t N, float *out) {
+    const og_gemv_cuda_part part = {weight, bias, N, out};
+    return og_gemv_multi_cuda(stream, x, weight_dtype, T, K, &part, 1);
+}
+
+extern "C" og_status og_gemv_swiglu_cuda(void *stream, const float *x, const void *w_gate, const void *b_gate,
+                                         const void *w_up, const void *b_up, og_dtype weight_dtype, int64_t T,
+                                         int64_t K, int64_t F, float *out) {
+    const char *op = "gemv_swiglu_cuda";
+    OG_CUDA_TRY(check_gemv(op, x, w_gate, weight_dtype, T, K, F, out));
+    OG_CUDA_TRY(check_weight(op, w_up, weight_dtype));
+    const bool vec = K % 8 == 0 && aligned16(x) && aligned16(w_gate) && aligned16(w_up);
+    const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows), threads = 32 * kGemvRows;
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (weight_dtype == OG_DTYPE_BF16) {
-        const __nv_bfloat16 *w = static_cast<const __nv_bfloat16 *>(weight);
-        const __nv_bfloat16 *b = static_cast<const __nv_bfloat16 *>(bias);
-        if (vec) gemv_kernel<__nv_bfloat16, true><<<(unsigned)blocks, 256, 0, st>>>(x, w, b, T, K, N, out);
-        else gemv_kernel<__nv_bfloat16, false><<<(unsigned)blocks, 256, 0, st>>>(x, w, b, T, K, N, out);
+        typedef __nv_bfloat16 B;
+        const B *wg = static_cast<const B *>(w_gate), *bg = static_cast<const B *>(b_gate);
+        const B *wu = static_cast<const B *>(w_up), *bu = static_cast<const B *>(b_up);
+        if (vec) gemv_swiglu_kernel<B, true><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
+        else gemv_swiglu_kernel<B, false><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
     } else {
-        const float *w = static_cast<const float *>(weight), *b = static_cast<const float *>(bias);
-        if (vec) gemv_kernel<float, true><<<(unsigned)blocks, 256, 0, st>>>(x, w, b, T, K, N, out);
-        else gemv_kernel<float, false><<<(unsigned)blocks, 256, 0, st>>>(x, w, b, T, K, N, out);
+        const float *wg = static_cast<const float *>(w_gate), *bg = static_cast<const float *>(b_gate);
+        const float *wu = static_cast<const float *>(w_up), *bu = static_cast<const float *>(b_up);
+        if (vec) gemv_swiglu_kernel<float, true><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
+        else gemv_swiglu_kernel<float, false><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
     }
     return launched(op);
 }

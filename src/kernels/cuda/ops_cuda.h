@@ -54,6 +54,22 @@ og_status og_head_rms_norm_cuda(void *stream, const float *x /* [T, n*D] */,
                                 const void *weight /* [D] */, og_dtype weight_dtype, int64_t T,
                                 int64_t n, int64_t D, float eps, float *out /* [T, n*D] */);
 
+/* ---- fused: residual add + rms_norm; head rms_norm + rope ----
+ * og_add_rms_norm_cuda writes sum = a + b and out = rms_norm(sum) in one
+ * pass: the add that ends a sublayer and the norm that starts the next. The
+ * results equal og_add_cuda then og_rms_norm_cuda. sum and out must not
+ * overlap a or b.
+ * og_head_norm_rope_cuda applies og_head_rms_norm_cuda then og_rope_cuda to
+ * every head of D (q/k norm before RoPE) without writing the normed heads;
+ * the results equal the two kernels in turn. out may equal x. */
+og_status og_add_rms_norm_cuda(void *stream, const float *a /* [T, N] */, const float *b /* [T, N] */,
+                               const void *weight /* [N] */, og_dtype weight_dtype, int64_t T, int64_t N,
+                               float eps, float *sum /* [T, N] */, float *out /* [T, N] */);
+og_status og_head_norm_rope_cuda(void *stream, const float *x /* [T, n*D] */, const void *weight /* [D] */,
+                                 og_dtype weight_dtype, const float *inv_freq /* [D/2] */,
+                                 const int32_t *positions /* [T] */, int64_t T, int64_t n, int64_t D, float eps,
+                                 float *out /* [T, n*D] */);
+
 /* ---- rope (rotate_half), inv_freq on the device ----
  * inv_freq is [D/2] f32 (og_rope_table.inv_freq uploaded). out may equal x. */
 og_status og_rope_cuda(void *stream, const float *inv_freq /* [D/2] */, int64_t D,
@@ -75,6 +91,27 @@ og_status og_gemv_cuda(void *stream, const float *x /* [T, K] */, const void *we
                        const void *bias /* [N] or NULL */, og_dtype weight_dtype, int64_t T, int64_t K,
                        int64_t N, float *out /* [T, N] */);
 
+/* Several products of one x in one launch (e.g. q, k and v projections):
+ * part i is out_i = x @ weight_i^T (+ bias_i), each as og_gemv_cuda computes
+ * it (the same bits). Every weight has the same dtype and K. */
+#define OG_GEMV_CUDA_MAX_PARTS 4
+typedef struct og_gemv_cuda_part {
+    const void *weight; /* [N, K] */
+    const void *bias;   /* [N] or NULL */
+    int64_t N;
+    float *out;         /* [T, N] */
+} og_gemv_cuda_part;
+og_status og_gemv_multi_cuda(void *stream, const float *x /* [T, K] */, og_dtype weight_dtype, int64_t T, int64_t K,
+                             const og_gemv_cuda_part *parts /* [n_parts] */, int n_parts);
+
+/* SwiGLU fused into the gate/up products: out = silu(x @ w_gate^T + b_gate)
+ * * (x @ w_up^T + b_up), gate and up computed as og_gemv_cuda does and never
+ * written. Biases may be NULL. out must not overlap x. */
+og_status og_gemv_swiglu_cuda(void *stream, const float *x /* [T, K] */, const void *w_gate /* [F, K] */,
+                              const void *b_gate /* [F] or NULL */, const void *w_up /* [F, K] */,
+                              const void *b_up /* [F] or NULL */, og_dtype weight_dtype, int64_t T, int64_t K,
+                              int64_t F, float *out /* [T, F] */);
+
 /* Splits f32 x into hi = bf16(x) and lo = bf16(x - hi), so that two bf16
  * products W.hi + W.lo carry x to about 2^-17 relative (tensor-core prefill). */
 og_status og_split_bf16_cuda(void *stream, const float *x /* [count] */, int64_t count,
@@ -93,20 +130,27 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  * visible keys: flat 0..p, ring max(0, p-W+1)..p; query head h reads kv head
  * h / G, and every kv head is read once for all G query heads of its group.
  *
- * Keys are cut into S splits (flash-decoding): each split leaves a partial
- * (max, sum, acc) per query head; a second kernel merges them by
- * max-rescaling. S follows the live key count n of the row, never the
- * capacity: S = min(og_attend_cuda_max_splits(T), ceil(n / OG_ATTEND_CUDA_SPLIT_KEYS)),
- * then reduced so that no split is empty. Rows with S == 1 are written
- * directly. The grid is sized for the most splits T allows and blocks past a
- * row's S return at once, so one launch shape serves every L (graph replay).
+ * Two kernels (attend.cu says how each works):
+ *  - tiled, on the tensor cores, for prefill: T > 1 over bf16 storage with D
+ *    of 16, 32, 64 or 128 (og_attend_cuda_tiled). q is carried as bf16 hi +
+ *    lo, the softmax weights p are rounded to bf16 for P x V (f32 sums): an
+ *    output is off by at most 2^-9 max|v| from the exact f32 mix.
+ *  - split-K (flash-decoding) otherwise, or when split_k is set: keys are
+ *    cut into S splits; each split leaves a partial (max, sum, acc) per query
+ *    head; a second kernel merges them by max-rescaling. S follows the live
+ *    key count n of the row, never the capacity:
+ *    S = min(og_attend_cuda_max_splits(T), ceil(n / OG_ATTEND_CUDA_SPLIT_KEYS)),
+ *    then reduced so that no split is empty. Rows with S == 1 are written
+ *    directly. The grid is sized for the most splits T allows and blocks past
+ *    a row's S return at once, so one launch shape serves every L (graph
+ *    replay). Storage rows of the step are written by the attend kernel itself.
  *
  * L is read on the device from *length when it is not NULL (graph replay
  * writes it before each step), else taken from kv.length. The caller
  * guarantees what the planner checks (T <= max_write, a flat write inside
  * the allocated rows); the host check refuses D that is not a power of two
  * in [8, 256], Hq % Hkv != 0 and other malformed arguments. */
-#define OG_ATTEND_CUDA_SPLIT_KEYS 256
+#define OG_ATTEND_CUDA_SPLIT_KEYS 64
 #define OG_ATTEND_CUDA_MAX_SPLITS 64
 #define OG_ATTEND_CUDA_SPLIT_ROWS 256 /* T x S budget of one step */
 
@@ -119,12 +163,16 @@ typedef struct og_attend_cuda_args {
     og_kv_layer_view kv;   /* bound device storage; kv.length is L unless length is set */
     const int64_t *length; /* device L, or NULL                            */
     float *partials;       /* scratch of og_attend_cuda_scratch_floats(Hq, D) floats */
+    bool split_k;          /* the split-K kernel even where the tiled one applies (tests, benchmarks) */
 } og_attend_cuda_args;
 
 /* Most splits one row of a T-token step may use. */
 int32_t og_attend_cuda_max_splits(int32_t T);
 /* The scratch floats og_update_and_attend_cuda needs for Hq heads of D. */
 int64_t og_attend_cuda_scratch_floats(int32_t n_heads, int32_t head_dim);
+/* True when a step of T tokens over storage of kv_dtype with heads of
+ * head_dim runs the tiled tensor-core kernel (unless split_k is set). */
+bool og_attend_cuda_tiled(int32_t T, og_dtype kv_dtype, int32_t head_dim);
 /* The split count the kernel uses for a row that sees n keys in a T-token step. */
 int32_t og_attend_cuda_splits(int64_t n, int32_t T);
 
