@@ -59,7 +59,7 @@ static void widen_scalar(float *dst, const og_bf16 *src, int64_t ss, int32_t D, 
 }
 
 static const og_attend_ops g_ops_scalar = {
-    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar,
+    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar, NULL,
 };
 
 static const og_attend_ops *isa_ops(og_cpu_isa isa) {
@@ -150,6 +150,9 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
     float *scratch = c->scratch + thread * c->scratch_per_thread;
     float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [KB] */
     const float *q_base = c->a->q + (t0 * c->Hq + g0 * G) * D; /* row r at r * Hq * D */
+    /* bf16 rows read in place by the fused update where the table has one */
+    const bool fused = kv->dtype == OG_DTYPE_BF16 && c->ops->update_bf16 && D % 32 == 0 &&
+                       D <= OG_ATTEND_FUSED_MAX_D;
 
     for (int64_t j0 = key_lo; j0 < key_hi;) {
         const int64_t slot = c->W > 0 ? j0 % c->R : j0;
@@ -157,6 +160,23 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
         prefetch_chunk(c, j0 + n, key_hi, g0, g1);
         for (int64_t g = g0; g < g1; g++) {
+            if (fused) {
+                const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * row_elems + g * D;
+                const og_bf16 *Vb = (const og_bf16 *)kv->v + slot * row_elems + g * D;
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t p = c->L + t0 + r;
+                    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
+                    const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
+                    if (lo_abs >= hi_abs) continue;
+                    const int64_t lo = lo_abs - j0, x = (g - g0) * G;
+                    c->ops->update_bf16(q_base + r * c->Hq * D + x * D, (int32_t)G,
+                                        Kb + lo * row_elems, Vb + lo * row_elems, row_elems,
+                                        (int32_t)D, (int32_t)(hi_abs - lo_abs), c->scale,
+                                        &m[r * nh + x], &l[r * nh + x],
+                                        acc + r * acc_stride + x * D, s);
+                }
+                continue;
+            }
             const float *K, *V;
             int64_t ks;
             if (kv->dtype == OG_DTYPE_F32) {
