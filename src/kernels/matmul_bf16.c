@@ -127,12 +127,15 @@ static void tiles_task(void *ctx, int64_t task, int thread) {
         const og_bf16 *w[NT]; /* rows past the end repeat the last; their sums are dropped */
         for (int64_t i = 0; i < NT; i++)
             w[i] = (const og_bf16 *)j->w + (size_t)(n0 + (i < nn ? i : nn - 1)) * (size_t)j->K;
+        float b[NT] = {0}; /* [nn] */
+        if (j->bias)
+            for (int64_t i = 0; i < nn; i++) b[i] = og_f32_from_bf16(((const og_bf16 *)j->bias)[n0 + i]);
         for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
             tile_kernel(j->xp + t0 * j->P, w, j->K, tile);
             const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
-            for (int64_t i = 0; i < nn; i++) {
-                const float b = j->bias ? og_f32_from_bf16(((const og_bf16 *)j->bias)[n0 + i]) : 0.0f;
-                for (int64_t t = 0; t < tt; t++) j->out[(t0 + t) * j->N + n0 + i] = tile[i][t] + b;
+            for (int64_t t = 0; t < tt; t++) { /* nn adjacent floats per token */
+                float *o = j->out + (t0 + t) * j->N + n0;
+                for (int64_t i = 0; i < nn; i++) o[i] = tile[i][t] + b[i];
             }
         }
     }
