@@ -83,7 +83,7 @@ typedef struct cpu_ctx {
     int64_t S, split_keys, first_key; /* first_key: the decode query's first visible key */
     float *part_m, *part_l;      /* [S, Hq] */
     float *part_acc;             /* [S, Hq, D] */
-    /* per-thread scratch: Kc [KB, D], Vc [KB, D] (bf16 only), s [KB], m [QB*G], l [QB*G] */
+    /* per-thread scratch: Kc [KB, D], Vc [KB, D] (bf16 only), s [2, KB], m [QB*G], l [QB*G] */
     float *scratch;
     int64_t scratch_per_thread;  /* floats */
 } cpu_ctx;
@@ -120,7 +120,9 @@ static void softmax_update(const cpu_ctx *c, const float *q, const float *K, con
 
 /* Asks for the next chunk's k and v rows (heads g0 .. g1-1 of the keys from
  * j0 on) to be brought into cache while the current chunk is computed: a
- * decode is bound by memory latency otherwise. */
+ * decode is bound by memory latency otherwise. Into L2, not L1: a chunk's
+ * rows of one kv head lie a storage row (Hkv * D elements) apart, so they
+ * share a few L1 sets and would evict each other before use. */
 static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t g0,
                            int64_t g1) {
     const og_kv_layer_view *kv = &c->a->kv;
@@ -131,8 +133,8 @@ static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t
     for (int64_t j = j0; j < end; j++) {
         const int64_t off = (c->W > 0 ? j % c->R : j) * row_bytes;
         for (int64_t b = lo; b < hi; b += 64) {
-            __builtin_prefetch((const char *)kv->k + off + b);
-            __builtin_prefetch((const char *)kv->v + off + b);
+            __builtin_prefetch((const char *)kv->k + off + b, 0, 2);
+            __builtin_prefetch((const char *)kv->v + off + b, 0, 2);
         }
     }
 }
@@ -148,7 +150,7 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
     const og_kv_layer_view *kv = &c->a->kv;
     const int64_t D = c->D, G = c->G, nh = (g1 - g0) * G, row_elems = c->Hkv * D;
     float *scratch = c->scratch + thread * c->scratch_per_thread;
-    float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [KB] */
+    float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [2, KB] */
     const float *q_base = c->a->q + (t0 * c->Hq + g0 * G) * D; /* row r at r * Hq * D */
     /* bf16 rows read in place by the fused update where the table has one */
     const bool fused = kv->dtype == OG_DTYPE_BF16 && c->ops->update_bf16 && D % 32 == 0 &&
@@ -233,7 +235,7 @@ static void block_item(void *ctx, int64_t item, int thread) {
     const int64_t b = item / c->Hkv, g = item % c->Hkv, D = c->D, G = c->G;
     const int64_t t0 = b * c->qb, rows = c->T - t0 < c->qb ? c->T - t0 : c->qb;
     float *scratch = c->scratch + thread * c->scratch_per_thread;
-    float *m = scratch + 2 * KB * D + KB, *l = m + QB_MAX * G; /* [rows, G] each */
+    float *m = scratch + 2 * KB * D + 2 * KB, *l = m + QB_MAX * G; /* [rows, G] each */
     float *acc = c->a->out + (t0 * c->Hq + g * G) * D;        /* row r at r * Hq * D */
     for (int64_t r = 0; r < rows; r++) {
         memset(acc + r * c->Hq * D, 0, (size_t)(G * D) * sizeof(float));
@@ -329,7 +331,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
     c.n_blocks = (c.T + c.qb - 1) / c.qb;
 
     /* scratch for the call, taken before anything is written */
-    c.scratch_per_thread = 2 * KB * c.D + KB + 2 * QB_MAX * c.G;
+    c.scratch_per_thread = 2 * KB * c.D + 2 * KB + 2 * QB_MAX * c.G;
     const int64_t part = c.S > 1 ? c.S * c.Hq * (2 + c.D) : 0;
     float *mem = og_malloc((size_t)(n_threads * c.scratch_per_thread + part) * sizeof(float));
     if (!mem)

@@ -32,7 +32,7 @@ typedef struct og_attend_ops {
      * softmax_update in attend_cpu.c does per head. NULL when the table has
      * none; only for D % 32 == 0 and D <= OG_ATTEND_FUSED_MAX_D.
      * q [G, D], K/V [n, D] bf16 at kv_stride, m [G], l [G], acc [G, D],
-     * s [n] scratch. */
+     * s [2, n] scratch. */
     void (*update_bf16)(const float *q, int32_t G, const og_bf16 *K, const og_bf16 *V,
                         int64_t kv_stride, int32_t D, int32_t n, float scale, float *m,
                         float *l, float *acc, float *s);

@@ -183,98 +183,140 @@ OG_AVX512 static inline __m512 bf16_odd(__m512i pairs) {
 #define LO_IDX _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)
 #define HI_IDX _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
 
-/* s[j] = scale * (q . K[j]) for j < n, 16 keys per pass; q is given split
- * into qe/qo [D/2] (its even and odd elements, 32 at a time). */
-OG_AVX512 static void scores_bf16_avx512(const float *qe, const float *qo, const og_bf16 *K,
-                                         int64_t ks, int32_t D, int32_t n, float scale,
-                                         float *s) {
+/* Scores of up to two heads (nh = 1 or 2, a constant at each call) over
+ * n keys, 16 keys per block: s_h[j] = scale * (q_h . K[j]). Each 64-byte
+ * load of a key serves both heads; q_h is given split into its even and
+ * odd elements, qs[h] = [qe (D/2) | qo (D/2)]. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+scores_bf16_avx512(int nh, const float *const qs[2], const og_bf16 *K, int64_t ks, int32_t D,
+                   int32_t n, float scale, float *const sh[2]) {
+    const int32_t half = D / 2;
     for (int32_t j0 = 0; j0 < n; j0 += 16) {
         const int32_t nk = n - j0 < 16 ? n - j0 : 16;
-        __m512 a[16]; /* per key: lane partial sums of q . K[j0 + i] */
+        __m512 a0[16], a1[16]; /* per key: lane partial sums of q_h . K[j0 + i] */
         for (int32_t i = 0; i < 16; i++) {
-            __m512 e = _mm512_setzero_ps(), o = _mm512_setzero_ps();
+            __m512 e0 = _mm512_setzero_ps(), o0 = e0, e1 = e0, o1 = e0;
             if (i < nk) {
                 const og_bf16 *k = K + (j0 + i) * ks; /* [D] */
                 for (int32_t d = 0; d < D; d += 32) {
                     const __m512i kp = _mm512_loadu_si512((const void *)(k + d));
-                    e = _mm512_fmadd_ps(bf16_even(kp), _mm512_loadu_ps(qe + d / 2), e);
-                    o = _mm512_fmadd_ps(bf16_odd(kp), _mm512_loadu_ps(qo + d / 2), o);
+                    const __m512 ke = bf16_even(kp), ko = bf16_odd(kp);
+                    e0 = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qs[0] + d / 2), e0);
+                    o0 = _mm512_fmadd_ps(ko, _mm512_loadu_ps(qs[0] + half + d / 2), o0);
+                    if (nh == 2) {
+                        e1 = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qs[1] + d / 2), e1);
+                        o1 = _mm512_fmadd_ps(ko, _mm512_loadu_ps(qs[1] + half + d / 2), o1);
+                    }
                 }
             }
-            a[i] = _mm512_add_ps(e, o);
+            a0[i] = _mm512_add_ps(e0, o0);
+            a1[i] = _mm512_add_ps(e1, o1);
         }
-        const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(scale), hsum16x16_avx512(a));
-        _mm512_mask_storeu_ps(s + j0, nk == 16 ? (__mmask16)0xffff : tail16(nk), sv);
+        const __mmask16 tm = nk == 16 ? (__mmask16)0xffff : tail16(nk);
+        const __m512 sc = _mm512_set1_ps(scale);
+        _mm512_mask_storeu_ps(sh[0] + j0, tm, _mm512_mul_ps(sc, hsum16x16_avx512(a0)));
+        if (nh == 2)
+            _mm512_mask_storeu_ps(sh[1] + j0, tm, _mm512_mul_ps(sc, hsum16x16_avx512(a1)));
     }
+}
+
+/* acc_h += sum_j p_h[j] V[j] for up to two heads (nh as above), 32 columns
+ * at a time kept split even/odd in registers; each load of V serves both. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+accumulate_bf16_avx512(int nh, float *const acc[2], const og_bf16 *V, int64_t ks, int32_t D,
+                       int32_t n, const float *const p[2]) {
+    for (int32_t d = 0; d < D; d += 32) {
+        __m512 e0 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[0] + d), EVEN_IDX,
+                                           _mm512_loadu_ps(acc[0] + d + 16));
+        __m512 o0 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[0] + d), ODD_IDX,
+                                           _mm512_loadu_ps(acc[0] + d + 16));
+        __m512 e1 = _mm512_setzero_ps(), o1 = e1;
+        if (nh == 2) {
+            e1 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[1] + d), EVEN_IDX,
+                                        _mm512_loadu_ps(acc[1] + d + 16));
+            o1 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[1] + d), ODD_IDX,
+                                        _mm512_loadu_ps(acc[1] + d + 16));
+        }
+        for (int32_t j = 0; j < n; j++) {
+            const __m512i vp = _mm512_loadu_si512((const void *)(V + j * ks + d));
+            const __m512 ve = bf16_even(vp), vo = bf16_odd(vp);
+            const __m512 p0 = _mm512_set1_ps(p[0][j]);
+            e0 = _mm512_fmadd_ps(p0, ve, e0);
+            o0 = _mm512_fmadd_ps(p0, vo, o0);
+            if (nh == 2) {
+                const __m512 p1 = _mm512_set1_ps(p[1][j]);
+                e1 = _mm512_fmadd_ps(p1, ve, e1);
+                o1 = _mm512_fmadd_ps(p1, vo, o1);
+            }
+        }
+        _mm512_storeu_ps(acc[0] + d, _mm512_permutex2var_ps(e0, LO_IDX, o0));
+        _mm512_storeu_ps(acc[0] + d + 16, _mm512_permutex2var_ps(e0, HI_IDX, o0));
+        if (nh == 2) {
+            _mm512_storeu_ps(acc[1] + d, _mm512_permutex2var_ps(e1, LO_IDX, o1));
+            _mm512_storeu_ps(acc[1] + d + 16, _mm512_permutex2var_ps(e1, HI_IDX, o1));
+        }
+    }
+}
+
+/* The online-softmax step of one head over the scores s [n]: new running
+ * max, l and acc [D] rescaled, s replaced by the probabilities. */
+OG_AVX512 static void softmax_bf16_avx512(float *s, int32_t n, int32_t D, float *m, float *l,
+                                          float *acc) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+    if (j < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail16(n - j), s + j));
+    const float cmax = _mm512_reduce_max_ps(mx);
+    if (cmax > *m) {
+        if (*m != -INFINITY) {
+            const float r = expf(*m - cmax);
+            *l *= r;
+            rescale_avx512(acc, r, D);
+        }
+        *m = cmax;
+    }
+    const __m512 mv = _mm512_set1_ps(*m);
+    __m512 sum = _mm512_setzero_ps();
+    for (j = 0; j < n; j += 16) {
+        const __mmask16 tm = n - j >= 16 ? (__mmask16)0xffff : tail16(n - j);
+        const __m512 p = _mm512_maskz_mov_ps(
+            tm, exp_nonpos_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, s + j), mv)));
+        sum = _mm512_add_ps(sum, p);
+        _mm512_mask_storeu_ps(s + j, tm, p);
+    }
+    *l += _mm512_reduce_add_ps(sum);
+}
+
+/* Heads h0 and h0 + 1 (nh = 2) or h0 alone (nh = 1) of the fused update. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+update_heads_avx512(int nh, int32_t h0, const float *q, const og_bf16 *K, const og_bf16 *V,
+                    int64_t ks, int32_t D, int32_t n, float scale, float *m, float *l,
+                    float *acc, float *s, float *qs_mem) {
+    float *qs[2], *sh[2], *ah[2];
+    for (int h = 0; h < nh; h++) {
+        const float *qh = q + (int64_t)(h0 + h) * D; /* [D] */
+        qs[h] = qs_mem + (int64_t)h * D;            /* [D/2 even | D/2 odd] */
+        for (int32_t d = 0; d < D; d += 32) {
+            const __m512 x0 = _mm512_loadu_ps(qh + d), x1 = _mm512_loadu_ps(qh + d + 16);
+            _mm512_storeu_ps(qs[h] + d / 2, _mm512_permutex2var_ps(x0, EVEN_IDX, x1));
+            _mm512_storeu_ps(qs[h] + D / 2 + d / 2, _mm512_permutex2var_ps(x0, ODD_IDX, x1));
+        }
+        sh[h] = s + (int64_t)h * n;
+        ah[h] = acc + (int64_t)(h0 + h) * D;
+    }
+    if (nh == 1) qs[1] = qs[0], sh[1] = sh[0], ah[1] = ah[0]; /* never used */
+    scores_bf16_avx512(nh, (const float *const *)qs, K, ks, D, n, scale, sh);
+    for (int h = 0; h < nh; h++) softmax_bf16_avx512(sh[h], n, D, &m[h0 + h], &l[h0 + h], ah[h]);
+    accumulate_bf16_avx512(nh, ah, V, ks, D, n, (const float *const *)sh);
 }
 
 OG_AVX512 static void update_bf16_avx512(const float *q, int32_t G, const og_bf16 *K,
                                          const og_bf16 *V, int64_t ks, int32_t D, int32_t n,
                                          float scale, float *m, float *l, float *acc, float *s) {
-    float qe[OG_ATTEND_FUSED_MAX_D / 2], qo[OG_ATTEND_FUSED_MAX_D / 2]; /* [D/2] each */
-    for (int32_t h = 0; h < G; h++) {
-        const float *qh = q + (int64_t)h * D; /* [D] */
-        float *ah = acc + (int64_t)h * D;     /* [D] */
-        for (int32_t d = 0; d < D; d += 32) {
-            const __m512 x0 = _mm512_loadu_ps(qh + d), x1 = _mm512_loadu_ps(qh + d + 16);
-            _mm512_storeu_ps(qe + d / 2, _mm512_permutex2var_ps(x0, EVEN_IDX, x1));
-            _mm512_storeu_ps(qo + d / 2, _mm512_permutex2var_ps(x0, ODD_IDX, x1));
-        }
-        scores_bf16_avx512(qe, qo, K, ks, D, n, scale, s);
-
-        /* running max, rescale, probabilities */
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        int32_t j = 0;
-        for (; j + 16 <= n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
-        if (j < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail16(n - j), s + j));
-        const float cmax = _mm512_reduce_max_ps(mx);
-        if (cmax > m[h]) {
-            if (m[h] != -INFINITY) {
-                const float r = expf(m[h] - cmax);
-                l[h] *= r;
-                rescale_avx512(ah, r, D);
-            }
-            m[h] = cmax;
-        }
-        const __m512 mv = _mm512_set1_ps(m[h]);
-        __m512 sum = _mm512_setzero_ps();
-        for (j = 0; j < n; j += 16) {
-            const __mmask16 tm = n - j >= 16 ? (__mmask16)0xffff : tail16(n - j);
-            const __m512 p = _mm512_maskz_mov_ps(
-                tm, exp_nonpos_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, s + j), mv)));
-            sum = _mm512_add_ps(sum, p);
-            _mm512_mask_storeu_ps(s + j, tm, p);
-        }
-        l[h] += _mm512_reduce_add_ps(sum);
-
-        /* acc += sum_j p[j] V[j], 32 columns at a time kept split even/odd */
-        for (int32_t d = 0; d < D; d += 32) {
-            const __m512 x0 = _mm512_loadu_ps(ah + d), x1 = _mm512_loadu_ps(ah + d + 16);
-            __m512 e = _mm512_permutex2var_ps(x0, EVEN_IDX, x1);
-            __m512 o = _mm512_permutex2var_ps(x0, ODD_IDX, x1);
-            __m512 e2 = _mm512_setzero_ps(), o2 = _mm512_setzero_ps();
-            int32_t jj = 0;
-            for (; jj + 2 <= n; jj += 2) {
-                const __m512i v0 = _mm512_loadu_si512((const void *)(V + jj * ks + d));
-                const __m512i v1 = _mm512_loadu_si512((const void *)(V + (jj + 1) * ks + d));
-                const __m512 p0 = _mm512_set1_ps(s[jj]), p1 = _mm512_set1_ps(s[jj + 1]);
-                e = _mm512_fmadd_ps(p0, bf16_even(v0), e);
-                o = _mm512_fmadd_ps(p0, bf16_odd(v0), o);
-                e2 = _mm512_fmadd_ps(p1, bf16_even(v1), e2);
-                o2 = _mm512_fmadd_ps(p1, bf16_odd(v1), o2);
-            }
-            if (jj < n) {
-                const __m512i v0 = _mm512_loadu_si512((const void *)(V + jj * ks + d));
-                const __m512 p0 = _mm512_set1_ps(s[jj]);
-                e = _mm512_fmadd_ps(p0, bf16_even(v0), e);
-                o = _mm512_fmadd_ps(p0, bf16_odd(v0), o);
-            }
-            e = _mm512_add_ps(e, e2);
-            o = _mm512_add_ps(o, o2);
-            _mm512_storeu_ps(ah + d, _mm512_permutex2var_ps(e, LO_IDX, o));
-            _mm512_storeu_ps(ah + d + 16, _mm512_permutex2var_ps(e, HI_IDX, o));
-        }
-    }
+    float qs[OG_ATTEND_FUSED_MAX_D * 2]; /* [2, D]: two heads' q split even/odd */
+    int32_t h = 0;
+    for (; h + 2 <= G; h += 2) update_heads_avx512(2, h, q, K, V, ks, D, n, scale, m, l, acc, s, qs);
+    if (h < G) update_heads_avx512(1, h, q, K, V, ks, D, n, scale, m, l, acc, s, qs);
 }
 
 static const og_attend_ops g_ops_avx512 = {
