@@ -160,7 +160,10 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
         const int64_t slot = c->W > 0 ? j0 % c->R : j0;
         int64_t n = key_hi - j0 < KB ? key_hi - j0 : KB;
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
-        prefetch_chunk(c, j0 + n, key_hi, g0, g1);
+        if (!fused) prefetch_chunk(c, j0 + n, key_hi, g0, g1);
+        /* the fused update prefetches as it reads: the same rows of the next
+         * chunk, unless this is the last one or the next wraps the ring */
+        const int64_t pf = j0 + n < key_hi && slot + 2 * n <= c->R ? n * row_elems : 0;
         for (int64_t g = g0; g < g1; g++) {
             if (fused) {
                 const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * row_elems + g * D;
@@ -173,7 +176,7 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                     const int64_t lo = lo_abs - j0, x = (g - g0) * G;
                     c->ops->update_bf16(q_base + r * c->Hq * D + x * D, (int32_t)G,
                                         Kb + lo * row_elems, Vb + lo * row_elems, row_elems,
-                                        (int32_t)D, (int32_t)(hi_abs - lo_abs), c->scale,
+                                        (int32_t)D, (int32_t)(hi_abs - lo_abs), pf, c->scale,
                                         &m[r * nh + x], &l[r * nh + x],
                                         acc + r * acc_stride + x * D, s);
                 }

@@ -31,11 +31,14 @@ typedef struct og_attend_ops {
      * scores, running max m and sum l, acc rescaled and accumulated, as
      * softmax_update in attend_cpu.c does per head. NULL when the table has
      * none; only for D % 32 == 0 and D <= OG_ATTEND_FUSED_MAX_D.
+     * Each line of K and V read is matched by a prefetch (into L2) of the line
+     * pf elements further on (0: the same line, i.e. none), so that the next
+     * chunk's rows arrive while this one is computed.
      * q [G, D], K/V [n, D] bf16 at kv_stride, m [G], l [G], acc [G, D],
      * s [2, n] scratch. */
     void (*update_bf16)(const float *q, int32_t G, const og_bf16 *K, const og_bf16 *V,
-                        int64_t kv_stride, int32_t D, int32_t n, float scale, float *m,
-                        float *l, float *acc, float *s);
+                        int64_t kv_stride, int32_t D, int32_t n, int64_t pf, float scale,
+                        float *m, float *l, float *acc, float *s);
 } og_attend_ops;
 
 /* NULL when this build has no code for the instruction set or the running

@@ -189,7 +189,7 @@ OG_AVX512 static inline __m512 bf16_odd(__m512i pairs) {
  * odd elements, qs[h] = [qe (D/2) | qo (D/2)]. */
 static inline __attribute__((always_inline)) OG_AVX512 void
 scores_bf16_avx512(int nh, const float *const qs[2], const og_bf16 *K, int64_t ks, int32_t D,
-                   int32_t n, float scale, float *const sh[2]) {
+                   int32_t n, int64_t pf, float scale, float *const sh[2]) {
     const int32_t half = D / 2;
     for (int32_t j0 = 0; j0 < n; j0 += 16) {
         const int32_t nk = n - j0 < 16 ? n - j0 : 16;
@@ -199,6 +199,7 @@ scores_bf16_avx512(int nh, const float *const qs[2], const og_bf16 *K, int64_t k
             if (i < nk) {
                 const og_bf16 *k = K + (j0 + i) * ks; /* [D] */
                 for (int32_t d = 0; d < D; d += 32) {
+                    _mm_prefetch((const char *)(k + d + pf), _MM_HINT_T1);
                     const __m512i kp = _mm512_loadu_si512((const void *)(k + d));
                     const __m512 ke = bf16_even(kp), ko = bf16_odd(kp);
                     e0 = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qs[0] + d / 2), e0);
@@ -224,7 +225,7 @@ scores_bf16_avx512(int nh, const float *const qs[2], const og_bf16 *K, int64_t k
  * at a time kept split even/odd in registers; each load of V serves both. */
 static inline __attribute__((always_inline)) OG_AVX512 void
 accumulate_bf16_avx512(int nh, float *const acc[2], const og_bf16 *V, int64_t ks, int32_t D,
-                       int32_t n, const float *const p[2]) {
+                       int32_t n, int64_t pf, const float *const p[2]) {
     for (int32_t d = 0; d < D; d += 32) {
         __m512 e0 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[0] + d), EVEN_IDX,
                                            _mm512_loadu_ps(acc[0] + d + 16));
@@ -238,6 +239,7 @@ accumulate_bf16_avx512(int nh, float *const acc[2], const og_bf16 *V, int64_t ks
                                         _mm512_loadu_ps(acc[1] + d + 16));
         }
         for (int32_t j = 0; j < n; j++) {
+            _mm_prefetch((const char *)(V + j * ks + d + pf), _MM_HINT_T1);
             const __m512i vp = _mm512_loadu_si512((const void *)(V + j * ks + d));
             const __m512 ve = bf16_even(vp), vo = bf16_odd(vp);
             const __m512 p0 = _mm512_set1_ps(p[0][j]);
@@ -290,8 +292,8 @@ OG_AVX512 static void softmax_bf16_avx512(float *s, int32_t n, int32_t D, float 
 /* Heads h0 and h0 + 1 (nh = 2) or h0 alone (nh = 1) of the fused update. */
 static inline __attribute__((always_inline)) OG_AVX512 void
 update_heads_avx512(int nh, int32_t h0, const float *q, const og_bf16 *K, const og_bf16 *V,
-                    int64_t ks, int32_t D, int32_t n, float scale, float *m, float *l,
-                    float *acc, float *s, float *qs_mem) {
+                    int64_t ks, int32_t D, int32_t n, int64_t pf, float scale, float *m,
+                    float *l, float *acc, float *s, float *qs_mem) {
     float *qs[2], *sh[2], *ah[2];
     for (int h = 0; h < nh; h++) {
         const float *qh = q + (int64_t)(h0 + h) * D; /* [D] */
@@ -305,18 +307,21 @@ update_heads_avx512(int nh, int32_t h0, const float *q, const og_bf16 *K, const 
         ah[h] = acc + (int64_t)(h0 + h) * D;
     }
     if (nh == 1) qs[1] = qs[0], sh[1] = sh[0], ah[1] = ah[0]; /* never used */
-    scores_bf16_avx512(nh, (const float *const *)qs, K, ks, D, n, scale, sh);
+    /* only the first pair of heads prefetches: the others find the lines */
+    const int64_t pf_here = h0 == 0 ? pf : 0;
+    scores_bf16_avx512(nh, (const float *const *)qs, K, ks, D, n, pf_here, scale, sh);
     for (int h = 0; h < nh; h++) softmax_bf16_avx512(sh[h], n, D, &m[h0 + h], &l[h0 + h], ah[h]);
-    accumulate_bf16_avx512(nh, ah, V, ks, D, n, (const float *const *)sh);
+    accumulate_bf16_avx512(nh, ah, V, ks, D, n, pf_here, (const float *const *)sh);
 }
 
 OG_AVX512 static void update_bf16_avx512(const float *q, int32_t G, const og_bf16 *K,
                                          const og_bf16 *V, int64_t ks, int32_t D, int32_t n,
-                                         float scale, float *m, float *l, float *acc, float *s) {
+                                         int64_t pf, float scale, float *m, float *l, float *acc,
+                                         float *s) {
     float qs[OG_ATTEND_FUSED_MAX_D * 2]; /* [2, D]: two heads' q split even/odd */
     int32_t h = 0;
-    for (; h + 2 <= G; h += 2) update_heads_avx512(2, h, q, K, V, ks, D, n, scale, m, l, acc, s, qs);
-    if (h < G) update_heads_avx512(1, h, q, K, V, ks, D, n, scale, m, l, acc, s, qs);
+    for (; h + 2 <= G; h += 2) update_heads_avx512(2, h, q, K, V, ks, D, n, pf, scale, m, l, acc, s, qs);
+    if (h < G) update_heads_avx512(1, h, q, K, V, ks, D, n, pf, scale, m, l, acc, s, qs);
 }
 
 static const og_attend_ops g_ops_avx512 = {
