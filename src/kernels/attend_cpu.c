@@ -162,8 +162,9 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
         if (!fused) prefetch_chunk(c, j0 + n, key_hi, g0, g1);
         /* the fused update prefetches as it reads: the same rows of the next
-         * chunk, unless this is the last one or the next wraps the ring */
-        const int64_t pf = j0 + n < key_hi && slot + 2 * n <= c->R ? n * row_elems : 0;
+         * n rows of storage, unless they wrap the ring; past key_hi they are
+         * the next split's (or the step's own) rows, read next */
+        const int64_t pf = slot + 2 * n <= c->R ? n * row_elems : 0;
         for (int64_t g = g0; g < g1; g++) {
             if (fused) {
                 const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * row_elems + g * D;
