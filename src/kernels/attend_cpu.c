@@ -13,6 +13,9 @@
  *     the keys its rows can see in chunks of KB keys; each chunk is widened to
  *     f32 once (bf16 storage) and then used by all QB * G queries of the item,
  *     so every kv row is read once per item rather than once per query head.
+ *     Where the ISA table has a fused bf16 update (AVX-512, D % 32 == 0), bf16
+ *     chunks are not widened: the update reads them in place for the G query
+ *     heads of a row, and prefetches the next chunk's lines as it goes.
  *     Each query keeps an online softmax (running max m, sum l, acc in the
  *     output row), updated once per chunk.
  *   long decode (T == 1, more than OG_ATTEND_SPLIT_MIN_KEYS visible keys):
