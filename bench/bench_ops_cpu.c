@@ -49,6 +49,56 @@ static void fill_bf16(og_bf16 *w, size_t n, uint32_t seed) {
     }
 }
 
+typedef og_status (*matmul_fn)(og_threadpool *, const float *, const void *, const void *,
+                                og_dtype, int64_t, int64_t, int64_t, float *);
+
+/* Prefill GEMMs of every shape at T = 128 and 512; nonzero on failure. */
+static int prefill(og_threadpool *pool, matmul_fn matmul, const char *what) {
+    size_t n_shapes = sizeof SHAPES / sizeof *SHAPES;
+    static const int64_t Tp[] = {128, 512};
+    printf("\nprefill GEMM, bf16 weights, %s\n", what);
+    printf("%-10s %6s %6s %7s %10s %9s\n", "matrix", "T", "K", "N", "ms", "GFLOP/s");
+    for (size_t ti = 0; ti < 2; ti++) {
+        double step = 0, flops = 0;
+        for (size_t s = 0; s < n_shapes; s++) {
+            const shape *sh = &SHAPES[s];
+            int64_t T = Tp[ti];
+            size_t elems = (size_t)(sh->K * sh->N);
+            og_bf16 *w = og_malloc(elems * sizeof(og_bf16));
+            float *x = og_malloc((size_t)(T * sh->K) * sizeof(float));
+            float *out = og_malloc((size_t)(T * sh->N) * sizeof(float));
+            if (!w || !x || !out) {
+                fprintf(stderr, "bench_ops_cpu: out of memory\n");
+                return 1;
+            }
+            fill_bf16(w, elems, 7);
+            for (int64_t i = 0; i < T * sh->K; i++) x[i] = (float)((i % 11) - 5) * 0.125f;
+            og_status st = matmul(pool, x, w, NULL, OG_DTYPE_BF16, T, sh->K, sh->N, out);
+            if (st != OG_OK) {
+                fprintf(stderr, "bench_ops_cpu: %s\n", og_last_error());
+                return 1;
+            }
+            double f = 2.0 * (double)T * (double)sh->K * (double)sh->N;
+            int reps = (int)(2e10 / f) + 1;
+            double t0 = og_time_now();
+            for (int r = 0; r < reps; r++)
+                matmul(pool, x, w, NULL, OG_DTYPE_BF16, T, sh->K, sh->N, out);
+            double dt = (og_time_now() - t0) / reps;
+            printf("%-10s %6lld %6lld %7lld %10.3f %9.1f\n", sh->name, (long long)T,
+                   (long long)sh->K, (long long)sh->N, dt * 1e3, f / dt / 1e9);
+            int mult = sh->per_layer ? LAYERS : 1;
+            step += mult * dt;
+            flops += mult * f;
+            og_free(w);
+            og_free(x);
+            og_free(out);
+        }
+        printf("  all matmuls of a %lld-token prefill: %.1f ms, %.1f GFLOP/s, %.0f tok/s\n",
+               (long long)Tp[ti], step * 1e3, flops / step / 1e9, (double)Tp[ti] / step);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 0;
     og_threadpool *pool = og_threadpool_create(threads);
@@ -114,47 +164,11 @@ int main(int argc, char **argv) {
            step_bytes / 1e6, step_gemv * 1e3, 1.0 / step_gemv, step_bytes / step_gemv / 1e9,
            step_copy * 1e3);
 
-    static const int64_t Tp[] = {128, 512};
-    printf("prefill GEMM, bf16 weights (panels widened to f32, OpenBLAS sgemm)\n");
-    printf("%-10s %6s %6s %7s %10s %9s\n", "matrix", "T", "K", "N", "ms", "GFLOP/s");
-    for (size_t ti = 0; ti < 2; ti++) {
-        double step = 0, flops = 0;
-        for (size_t s = 0; s < n_shapes; s++) {
-            const shape *sh = &SHAPES[s];
-            int64_t T = Tp[ti];
-            size_t elems = (size_t)(sh->K * sh->N);
-            og_bf16 *w = og_malloc(elems * sizeof(og_bf16));
-            float *x = og_malloc((size_t)(T * sh->K) * sizeof(float));
-            float *out = og_malloc((size_t)(T * sh->N) * sizeof(float));
-            if (!w || !x || !out) {
-                fprintf(stderr, "bench_ops_cpu: out of memory\n");
-                return 1;
-            }
-            fill_bf16(w, elems, 7);
-            for (int64_t i = 0; i < T * sh->K; i++) x[i] = (float)((i % 11) - 5) * 0.125f;
-            og_status st = og_matmul_cpu(pool, x, w, NULL, OG_DTYPE_BF16, T, sh->K, sh->N, out);
-            if (st != OG_OK) {
-                fprintf(stderr, "bench_ops_cpu: %s\n", og_last_error());
-                return 1;
-            }
-            double f = 2.0 * (double)T * (double)sh->K * (double)sh->N;
-            int reps = (int)(2e10 / f) + 1;
-            double t0 = og_time_now();
-            for (int r = 0; r < reps; r++)
-                og_matmul_cpu(pool, x, w, NULL, OG_DTYPE_BF16, T, sh->K, sh->N, out);
-            double dt = (og_time_now() - t0) / reps;
-            printf("%-10s %6lld %6lld %7lld %10.3f %9.1f\n", sh->name, (long long)T,
-                   (long long)sh->K, (long long)sh->N, dt * 1e3, f / dt / 1e9);
-            int mult = sh->per_layer ? LAYERS : 1;
-            step += mult * dt;
-            flops += mult * f;
-            og_free(w);
-            og_free(x);
-            og_free(out);
-        }
-        printf("  all matmuls of a %lld-token prefill: %.1f ms, %.1f GFLOP/s, %.0f tok/s\n",
-               (long long)Tp[ti], step * 1e3, flops / step / 1e9, (double)Tp[ti] / step);
-    }
+    if (prefill(pool, og_matmul_cpu, "f32 activations: panels widened to f32, OpenBLAS sgemm") ||
+        prefill(pool, og_matmul_bf16_cpu,
+                og_cpu_has_avx512_bf16() ? "bf16 activations: vdpbf16ps"
+                                         : "bf16 activations: rounded, then as above"))
+        return 1;
     og_threadpool_destroy(pool);
     return 0;
 }

@@ -12,6 +12,21 @@
 # of bf16-rounded, unit-gain random weights and a final projection whose
 # logits stay under 4.5 (meta.json: logit_abs_max), that is at most about
 # 4 layers x 4.5 x 0.4 % ~ 0.07: the bound is 0.08 (measured ~0.03).
+# Both bounds hold for the f32 program (--dtype f32: f32 weights holding the
+# same bf16 values exactly, f32 activations) at every chunk size, and for the
+# bf16 program (the checkpoints' dtype) fed one token per step: decode keeps
+# f32 activations.
+#
+# bf16 activations (the bf16 program's prefill steps, chunks 3, 7, whole)
+# round every matmul input to bf16, as transformers does in bf16: each
+# rounding moves the matmul's output by at most 2^-9 (0.2 %) of sum |x w|,
+# which for these random unit-gain weights is of the order of the output
+# itself. Four roundings lie in series in each layer (q/k/v, o, gate/up,
+# down) and one before the logits, 17 over 4 layers, each at most ~0.2 % of
+# logits under 4.5: 17 x 2^-9 x 4.5 ~ 0.15 on top of the bound above (0.17
+# with f32 KV, measured ~0.04; 0.23 with bf16 KV, measured ~0.08). A matmul
+# fed unrounded activations, or a dropped term, would not be caught by this
+# alone, which is why the strict f32 run comes first.
 # Arg-max tokens must agree wherever the fixture's two best logits are
 # further apart than the bound.
 #
@@ -30,34 +45,40 @@ fails=0
 runs=0
 for dir in "$SRC"/tests/data/hf/*/; do
     name=$(basename "$dir")
-    prog=$WORK/$name.ogp
-    if ! "$BIN" export "$dir" -o "$prog" --max-write 8 2>"$WORK/$name.export.log"; then
-        echo "FAIL $name: export: $(cat "$WORK/$name.export.log")"
+    for dtype in f32 bf16; do
+    prog=$WORK/$name.$dtype.ogp
+    if ! "$BIN" export "$dir" -o "$prog" --max-write 8 --dtype "$dtype" 2>"$WORK/$name.export.log"; then
+        echo "FAIL $name ($dtype): export: $(cat "$WORK/$name.export.log")"
         fails=$((fails + 1))
         continue
     fi
     rows=$(tr ',' '\n' <"$dir/tokens.txt" | grep -c .)
     for kv in f32 bf16; do
-        bound=0.02
-        [ "$kv" = bf16 ] && bound=0.08
         for chunk in 1 3 7 whole; do
-            out=$WORK/$name.$kv.$chunk.f32
+            bound=0.02
+            [ "$kv" = bf16 ] && bound=0.08
+            if [ "$dtype" = bf16 ] && [ "$chunk" != 1 ]; then
+                bound=0.17
+                [ "$kv" = bf16 ] && bound=0.23
+            fi
+            out=$WORK/$name.$dtype.$kv.$chunk.f32
             args=(eval -m "$prog" --tokens "@$dir/tokens.txt" --kv-dtype "$kv" --logits-out "$out"
                   --backend "${OG_BACKEND:-auto}")
             [ "$chunk" = whole ] || args+=(--chunk "$chunk")
             runs=$((runs + 1))
             if ! "$BIN" "${args[@]}" 2>"$WORK/eval.log"; then
-                echo "FAIL $name kv=$kv chunk=$chunk: eval: $(cat "$WORK/eval.log")"
+                echo "FAIL $name $dtype kv=$kv chunk=$chunk: eval: $(cat "$WORK/eval.log")"
                 fails=$((fails + 1))
                 continue
             fi
             if res=$("$CMP" "$out" "$dir/logits.f32" "$rows" "$bound"); then
-                echo "ok   $name kv=$kv chunk=$chunk: $res"
+                echo "ok   $name $dtype kv=$kv chunk=$chunk: $res"
             else
-                echo "FAIL $name kv=$kv chunk=$chunk: $res"
+                echo "FAIL $name $dtype kv=$kv chunk=$chunk: $res"
                 fails=$((fails + 1))
             fi
         done
+    done
     done
 done
 echo "$((runs - fails)) passed, $fails failed"

@@ -46,6 +46,10 @@ static const cpu_case k_cases[] = {
     {7, 255, 96, 8, 1, OG_KV_FLAT, 0, 0, OG_DTYPE_F32, 1},
     {1, 255, 128, 16, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 1}, /* sees 256 keys: no split */
     {1, 256, 128, 16, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_BF16, 3}, /* sees 257 keys: split */
+    /* the fused bf16 update (D % 32 == 0): a ring that wraps inside a step, key
+     * counts off the 16-key blocks, G = 3, and a split decode over a ring */
+    {5, 300, 32, 6, 2, OG_KV_RING, 50, 8, OG_DTYPE_BF16, 1},
+    {1, 1000, 96, 3, 1, OG_KV_RING, 777, 4, OG_DTYPE_BF16, 7},
 };
 
 /* Storage of one layer holding the history rows of s that a step at L = s->n

@@ -153,6 +153,51 @@ static void check_exact(og_threadpool *pool, og_dtype dt, int64_t T, int64_t K, 
     free(got);
 }
 
+/* og_matmul_bf16_cpu: x is rounded to bf16 first, so the oracle is the
+ * double-precision sum over the rounded x (rounded here by og_bf16_from_f32,
+ * independently of the kernel's vector conversion). Products of two bf16
+ * values are exact in f32, so the same gamma_{K+1} bound on the f32
+ * summation holds as for og_matmul_cpu; a term computed from unrounded x
+ * would be off by up to 2^-9 relative, far outside it. Every ISA level runs
+ * (the vdpbf16ps kernel only at the top one, when the CPU has AVX512_BF16). */
+static void check_bf16_activations(og_threadpool *pool, og_rng *r, og_dtype dt, int64_t T,
+                                   int64_t K, int64_t N, bool with_bias) {
+    size_t es = og_dtype_size(dt);
+    float *x = malloc(sizeof(float) * (size_t)(T * K));
+    float *xr = malloc(sizeof(float) * (size_t)(T * K));
+    void *w = malloc(es * (size_t)(N * K));
+    float *w_exact = malloc(sizeof(float) * (size_t)(N * K));
+    void *b = with_bias ? malloc(es * (size_t)N) : NULL;
+    float *b_exact = with_bias ? malloc(sizeof(float) * (size_t)N) : NULL;
+    float *got = malloc(sizeof(float) * (size_t)(T * N));
+    og_rng_fill(r, x, (size_t)(T * K), -2.0f, 2.0f);
+    for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
+    fill_weights(r, dt, w, w_exact, (size_t)(N * K), -1.0f, 1.0f);
+    if (with_bias) fill_weights(r, dt, b, b_exact, (size_t)N, -1.0f, 1.0f);
+    oracle o = oracle_compute(xr, w_exact, b_exact, T, K, N);
+    const double g = gamma_n(K + 1);
+    for (int isa = og_cpu_isa_detect(); isa >= OG_CPU_ISA_SCALAR; isa--) {
+        og_cpu_isa_limit((og_cpu_isa)isa);
+        og_poison(got, (size_t)(T * N));
+        CHECK_OK(og_matmul_bf16_cpu(pool, x, w, b, dt, T, K, N, got));
+        double fr = bound_ratio(got, o.exact, o.mag, (size_t)(T * N), g);
+        CHECK_MSG(fr <= 1.0, "matmul_bf16(%s%s) %s T=%lld K=%lld N=%lld bias=%d: ratio %.3g",
+                  og_cpu_isa_name((og_cpu_isa)isa),
+                  isa == OG_CPU_ISA_AVX512 && og_cpu_has_avx512_bf16() ? " bf16" : "",
+                  og_dtype_name(dt), (long long)T, (long long)K, (long long)N, with_bias, fr);
+    }
+    og_cpu_isa_limit(OG_CPU_ISA_AVX512);
+    free(o.exact);
+    free(o.mag);
+    free(x);
+    free(xr);
+    free(w);
+    free(w_exact);
+    free(b);
+    free(b_exact);
+    free(got);
+}
+
 static void check_errors(og_threadpool *pool) {
     float x[16] = {0}, out[12];
     og_bf16 w[12] = {0};
@@ -190,6 +235,17 @@ int main(void) {
                 }
         check_case(pool, &r, dt, 129, 257, 129, true);
     }
+    og_test_section("matmul with bf16 activations vs double, odd sizes");
+    if (!og_cpu_has_avx512_bf16()) printf("no AVX512_BF16 here: only the rounding fallback runs\n");
+    static const int64_t Tb[] = {2, 3, 31, 33, 129};
+    static const int64_t Kb[] = {1, 2, 17, 128, 257};
+    static const int64_t Nb[] = {1, 7, 9, 65, 257};
+    for (size_t a = 0; a < sizeof Tb / sizeof *Tb; a++)
+        for (size_t b = 0; b < sizeof Kb / sizeof *Kb; b++)
+            for (size_t c = 0; c < sizeof Nb / sizeof *Nb; c++)
+                check_bf16_activations(a % 2 ? pool : NULL, &r, OG_DTYPE_BF16, Tb[a], Kb[b],
+                                       Nb[c], (a + b + c) % 2 == 0);
+    check_bf16_activations(pool, &r, OG_DTYPE_F32, 33, 129, 65, true);
     og_test_section("matmul exact integer sums");
     check_exact(pool, OG_DTYPE_BF16, 1, 1000, 257);
     check_exact(pool, OG_DTYPE_BF16, 5, 1000, 129);

@@ -339,6 +339,11 @@ static og_status run_instr(step_ctx *c, int32_t i) {
     case OG_OP_HEAD_RMS_NORM:
         return og_head_rms_norm_cpu(pool, x[0], x[1], dt[1], T, a->heads, w[0] / a->heads, (float)a->eps, out);
     case OG_OP_MATMUL:
+        /* A bf16 program's prefill multiplies bf16-rounded activations, as
+         * transformers does in bf16; decode (one row, bound by streaming the
+         * weights) keeps f32 activations, which cost nothing there. */
+        if (T > 1 && og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16)
+            return og_matmul_bf16_cpu(pool, x[0], x[1], in->n_in > 2 ? x[2] : NULL, dt[1], T, w[0], in->out_width, out);
         return og_matmul_cpu(pool, x[0], x[1], in->n_in > 2 ? x[2] : NULL, dt[1], T, w[0], in->out_width, out);
     case OG_OP_ROPE:
         return og_rope_cpu(pool, &m->rope[i], x[0], x[1], T, a->heads, out);

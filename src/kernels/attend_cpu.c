@@ -13,6 +13,9 @@
  *     the keys its rows can see in chunks of KB keys; each chunk is widened to
  *     f32 once (bf16 storage) and then used by all QB * G queries of the item,
  *     so every kv row is read once per item rather than once per query head.
+ *     Where the ISA table has a fused bf16 update (AVX-512, D % 32 == 0), bf16
+ *     chunks are not widened: the update reads them in place for the G query
+ *     heads of a row, and prefetches the next chunk's lines as it goes.
  *     Each query keeps an online softmax (running max m, sum l, acc in the
  *     output row), updated once per chunk.
  *   long decode (T == 1, more than OG_ATTEND_SPLIT_MIN_KEYS visible keys):
@@ -59,7 +62,7 @@ static void widen_scalar(float *dst, const og_bf16 *src, int64_t ss, int32_t D, 
 }
 
 static const og_attend_ops g_ops_scalar = {
-    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar,
+    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar, NULL,
 };
 
 static const og_attend_ops *isa_ops(og_cpu_isa isa) {
@@ -83,7 +86,7 @@ typedef struct cpu_ctx {
     int64_t S, split_keys, first_key; /* first_key: the decode query's first visible key */
     float *part_m, *part_l;      /* [S, Hq] */
     float *part_acc;             /* [S, Hq, D] */
-    /* per-thread scratch: Kc [KB, D], Vc [KB, D] (bf16 only), s [KB], m [QB*G], l [QB*G] */
+    /* per-thread scratch: Kc [KB, D], Vc [KB, D] (bf16 only), s [2, KB], m [QB*G], l [QB*G] */
     float *scratch;
     int64_t scratch_per_thread;  /* floats */
 } cpu_ctx;
@@ -120,7 +123,9 @@ static void softmax_update(const cpu_ctx *c, const float *q, const float *K, con
 
 /* Asks for the next chunk's k and v rows (heads g0 .. g1-1 of the keys from
  * j0 on) to be brought into cache while the current chunk is computed: a
- * decode is bound by memory latency otherwise. */
+ * decode is bound by memory latency otherwise. Into L2, not L1: a chunk's
+ * rows of one kv head lie a storage row (Hkv * D elements) apart, so they
+ * share a few L1 sets and would evict each other before use. */
 static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t g0,
                            int64_t g1) {
     const og_kv_layer_view *kv = &c->a->kv;
@@ -131,8 +136,8 @@ static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t
     for (int64_t j = j0; j < end; j++) {
         const int64_t off = (c->W > 0 ? j % c->R : j) * row_bytes;
         for (int64_t b = lo; b < hi; b += 64) {
-            __builtin_prefetch((const char *)kv->k + off + b);
-            __builtin_prefetch((const char *)kv->v + off + b);
+            __builtin_prefetch((const char *)kv->k + off + b, 0, 2);
+            __builtin_prefetch((const char *)kv->v + off + b, 0, 2);
         }
     }
 }
@@ -148,15 +153,39 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
     const og_kv_layer_view *kv = &c->a->kv;
     const int64_t D = c->D, G = c->G, nh = (g1 - g0) * G, row_elems = c->Hkv * D;
     float *scratch = c->scratch + thread * c->scratch_per_thread;
-    float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [KB] */
+    float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [2, KB] */
     const float *q_base = c->a->q + (t0 * c->Hq + g0 * G) * D; /* row r at r * Hq * D */
+    /* bf16 rows read in place by the fused update where the table has one */
+    const bool fused = kv->dtype == OG_DTYPE_BF16 && c->ops->update_bf16 && D % 32 == 0 &&
+                       D <= OG_ATTEND_FUSED_MAX_D;
 
     for (int64_t j0 = key_lo; j0 < key_hi;) {
         const int64_t slot = c->W > 0 ? j0 % c->R : j0;
         int64_t n = key_hi - j0 < KB ? key_hi - j0 : KB;
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
-        prefetch_chunk(c, j0 + n, key_hi, g0, g1);
+        if (!fused) prefetch_chunk(c, j0 + n, key_hi, g0, g1);
+        /* the fused update prefetches as it reads: the same rows of the next
+         * n rows of storage, unless they wrap the ring; past key_hi they are
+         * the next split's (or the step's own) rows, read next */
+        const int64_t pf = slot + 2 * n <= c->R ? n * row_elems : 0;
         for (int64_t g = g0; g < g1; g++) {
+            if (fused) {
+                const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * row_elems + g * D;
+                const og_bf16 *Vb = (const og_bf16 *)kv->v + slot * row_elems + g * D;
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t p = c->L + t0 + r;
+                    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
+                    const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
+                    if (lo_abs >= hi_abs) continue;
+                    const int64_t lo = lo_abs - j0, x = (g - g0) * G;
+                    c->ops->update_bf16(q_base + r * c->Hq * D + x * D, (int32_t)G,
+                                        Kb + lo * row_elems, Vb + lo * row_elems, row_elems,
+                                        (int32_t)D, (int32_t)(hi_abs - lo_abs), pf, c->scale,
+                                        &m[r * nh + x], &l[r * nh + x],
+                                        acc + r * acc_stride + x * D, s);
+                }
+                continue;
+            }
             const float *K, *V;
             int64_t ks;
             if (kv->dtype == OG_DTYPE_F32) {
@@ -213,7 +242,7 @@ static void block_item(void *ctx, int64_t item, int thread) {
     const int64_t b = item / c->Hkv, g = item % c->Hkv, D = c->D, G = c->G;
     const int64_t t0 = b * c->qb, rows = c->T - t0 < c->qb ? c->T - t0 : c->qb;
     float *scratch = c->scratch + thread * c->scratch_per_thread;
-    float *m = scratch + 2 * KB * D + KB, *l = m + QB_MAX * G; /* [rows, G] each */
+    float *m = scratch + 2 * KB * D + 2 * KB, *l = m + QB_MAX * G; /* [rows, G] each */
     float *acc = c->a->out + (t0 * c->Hq + g * G) * D;        /* row r at r * Hq * D */
     for (int64_t r = 0; r < rows; r++) {
         memset(acc + r * c->Hq * D, 0, (size_t)(G * D) * sizeof(float));
@@ -309,7 +338,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
     c.n_blocks = (c.T + c.qb - 1) / c.qb;
 
     /* scratch for the call, taken before anything is written */
-    c.scratch_per_thread = 2 * KB * c.D + KB + 2 * QB_MAX * c.G;
+    c.scratch_per_thread = 2 * KB * c.D + 2 * KB + 2 * QB_MAX * c.G;
     const int64_t part = c.S > 1 ? c.S * c.Hq * (2 + c.D) : 0;
     float *mem = og_malloc((size_t)(n_threads * c.scratch_per_thread + part) * sizeof(float));
     if (!mem)

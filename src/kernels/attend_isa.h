@@ -10,6 +10,10 @@
 
 #include "kernels/attend.h"
 
+/* Largest head dim of the fused bf16 update (its split copy of q is on the
+ * stack). */
+#define OG_ATTEND_FUSED_MAX_D 512
+
 typedef struct og_attend_ops {
     /* s[j] = scale * (q . K[j]) for j < n.  q [D], K [n, D] at kv_stride, s [n] */
     void (*scores)(const float *q, const float *K, int64_t kv_stride, int32_t D, int32_t n,
@@ -22,6 +26,19 @@ typedef struct og_attend_ops {
     /* dst[j] = f32(src[j]) for j < n rows.  src [n, D] bf16 at src_stride,
      * dst [n, D] f32 contiguous */
     void (*widen)(float *dst, const og_bf16 *src, int64_t src_stride, int32_t D, int32_t n);
+    /* The whole online-softmax update of the G query heads of one kv head
+     * over n keys of bf16 storage, read in place (no widening scratch):
+     * scores, running max m and sum l, acc rescaled and accumulated, as
+     * softmax_update in attend_cpu.c does per head. NULL when the table has
+     * none; only for D % 32 == 0 and D <= OG_ATTEND_FUSED_MAX_D.
+     * Each line of K and V read is matched by a prefetch (into L2) of the line
+     * pf elements further on (0: the same line, i.e. none), so that the next
+     * chunk's rows arrive while this one is computed.
+     * q [G, D], K/V [n, D] bf16 at kv_stride, m [G], l [G], acc [G, D],
+     * s [2, n] scratch. */
+    void (*update_bf16)(const float *q, int32_t G, const og_bf16 *K, const og_bf16 *V,
+                        int64_t kv_stride, int32_t D, int32_t n, int64_t pf, float scale,
+                        float *m, float *l, float *acc, float *s);
 } og_attend_ops;
 
 /* NULL when this build has no code for the instruction set or the running

@@ -11,6 +11,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
+#include <math.h>
 
 /* ------------------------------------------------------------ AVX-512F */
 
@@ -122,8 +123,209 @@ OG_AVX512 static void widen_avx512(float *dst, const og_bf16 *src, int64_t ss, i
     }
 }
 
+/* e^x for x <= 0 (x = -inf or below -87 gives 0): x = n ln2 + r with
+ * |r| <= ln2/2, e^r by its degree-6 Taylor polynomial (truncation below
+ * 0.35^7/7! = 1.3e-7 relative, about one f32 ulp), times 2^n by scalef. */
+OG_AVX512 static inline __m512 exp_nonpos_avx512(__m512 x) {
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x); /* ln2, high bits */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);     /* ln2, low bits  */
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+
+/* r[i] = sum of the lanes of v[i], for 16 vectors. Pairs are added within
+ * 128-bit lanes, then the four 128-bit lanes of each group of four are
+ * folded: 30 shuffles and 15 adds instead of 16 full reductions. */
+OG_AVX512 static inline __m512 hsum16x16_avx512(const __m512 v[16]) {
+    __m512 u[4];
+    for (int g = 0; g < 4; g++) {
+        const __m512 *w = v + 4 * g;
+        const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(w[0], w[1]),
+                                         _mm512_unpackhi_ps(w[0], w[1]));
+        const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(w[2], w[3]),
+                                         _mm512_unpackhi_ps(w[2], w[3]));
+        /* per 128-bit lane: partial sums of w0, w1, w2, w3 */
+        u[g] = _mm512_add_ps(_mm512_shuffle_ps(t01, t23, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(t01, t23, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    /* fold 128-bit lanes: w01 = [u0 L0+L2, u0 L1+L3, u1 L0+L2, u1 L1+L3] */
+    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* bf16 pairs: a 64-byte load holds elements 2i (low half) and 2i+1 (high
+ * half) of 32; each widens by a shift or a mask (bf16 is the top of an f32). */
+OG_AVX512 static inline __m512 bf16_even(__m512i pairs) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+}
+OG_AVX512 static inline __m512 bf16_odd(__m512i pairs) {
+    return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* The index vectors that split 32 floats (two vectors) into even and odd
+ * elements, and merge them back. */
+#define EVEN_IDX _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+#define ODD_IDX _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
+#define LO_IDX _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)
+#define HI_IDX _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
+
+/* Scores of up to two heads (nh = 1 or 2, a constant at each call) over
+ * n keys, 16 keys per block: s_h[j] = scale * (q_h . K[j]). Each 64-byte
+ * load of a key serves both heads; q_h is given split into its even and
+ * odd elements, qs[h] = [qe (D/2) | qo (D/2)]. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+scores_bf16_avx512(int nh, const float *const qs[2], const og_bf16 *K, int64_t ks, int32_t D,
+                   int32_t n, int64_t pf, float scale, float *const sh[2]) {
+    const int32_t half = D / 2;
+    for (int32_t j0 = 0; j0 < n; j0 += 16) {
+        const int32_t nk = n - j0 < 16 ? n - j0 : 16;
+        __m512 a0[16], a1[16]; /* per key: lane partial sums of q_h . K[j0 + i] */
+        for (int32_t i = 0; i < 16; i++) {
+            __m512 e0 = _mm512_setzero_ps(), o0 = e0, e1 = e0, o1 = e0;
+            if (i < nk) {
+                const og_bf16 *k = K + (j0 + i) * ks; /* [D] */
+                for (int32_t d = 0; d < D; d += 32) {
+                    _mm_prefetch((const char *)(k + d + pf), _MM_HINT_T1);
+                    const __m512i kp = _mm512_loadu_si512((const void *)(k + d));
+                    const __m512 ke = bf16_even(kp), ko = bf16_odd(kp);
+                    e0 = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qs[0] + d / 2), e0);
+                    o0 = _mm512_fmadd_ps(ko, _mm512_loadu_ps(qs[0] + half + d / 2), o0);
+                    if (nh == 2) {
+                        e1 = _mm512_fmadd_ps(ke, _mm512_loadu_ps(qs[1] + d / 2), e1);
+                        o1 = _mm512_fmadd_ps(ko, _mm512_loadu_ps(qs[1] + half + d / 2), o1);
+                    }
+                }
+            }
+            a0[i] = _mm512_add_ps(e0, o0);
+            a1[i] = _mm512_add_ps(e1, o1);
+        }
+        const __mmask16 tm = nk == 16 ? (__mmask16)0xffff : tail16(nk);
+        const __m512 sc = _mm512_set1_ps(scale);
+        _mm512_mask_storeu_ps(sh[0] + j0, tm, _mm512_mul_ps(sc, hsum16x16_avx512(a0)));
+        if (nh == 2)
+            _mm512_mask_storeu_ps(sh[1] + j0, tm, _mm512_mul_ps(sc, hsum16x16_avx512(a1)));
+    }
+}
+
+/* acc_h += sum_j p_h[j] V[j] for up to two heads (nh as above), 32 columns
+ * at a time kept split even/odd in registers; each load of V serves both. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+accumulate_bf16_avx512(int nh, float *const acc[2], const og_bf16 *V, int64_t ks, int32_t D,
+                       int32_t n, int64_t pf, const float *const p[2]) {
+    for (int32_t d = 0; d < D; d += 32) {
+        __m512 e0 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[0] + d), EVEN_IDX,
+                                           _mm512_loadu_ps(acc[0] + d + 16));
+        __m512 o0 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[0] + d), ODD_IDX,
+                                           _mm512_loadu_ps(acc[0] + d + 16));
+        __m512 e1 = _mm512_setzero_ps(), o1 = e1;
+        if (nh == 2) {
+            e1 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[1] + d), EVEN_IDX,
+                                        _mm512_loadu_ps(acc[1] + d + 16));
+            o1 = _mm512_permutex2var_ps(_mm512_loadu_ps(acc[1] + d), ODD_IDX,
+                                        _mm512_loadu_ps(acc[1] + d + 16));
+        }
+        for (int32_t j = 0; j < n; j++) {
+            _mm_prefetch((const char *)(V + j * ks + d + pf), _MM_HINT_T1);
+            const __m512i vp = _mm512_loadu_si512((const void *)(V + j * ks + d));
+            const __m512 ve = bf16_even(vp), vo = bf16_odd(vp);
+            const __m512 p0 = _mm512_set1_ps(p[0][j]);
+            e0 = _mm512_fmadd_ps(p0, ve, e0);
+            o0 = _mm512_fmadd_ps(p0, vo, o0);
+            if (nh == 2) {
+                const __m512 p1 = _mm512_set1_ps(p[1][j]);
+                e1 = _mm512_fmadd_ps(p1, ve, e1);
+                o1 = _mm512_fmadd_ps(p1, vo, o1);
+            }
+        }
+        _mm512_storeu_ps(acc[0] + d, _mm512_permutex2var_ps(e0, LO_IDX, o0));
+        _mm512_storeu_ps(acc[0] + d + 16, _mm512_permutex2var_ps(e0, HI_IDX, o0));
+        if (nh == 2) {
+            _mm512_storeu_ps(acc[1] + d, _mm512_permutex2var_ps(e1, LO_IDX, o1));
+            _mm512_storeu_ps(acc[1] + d + 16, _mm512_permutex2var_ps(e1, HI_IDX, o1));
+        }
+    }
+}
+
+/* The online-softmax step of one head over the scores s [n]: new running
+ * max, l and acc [D] rescaled, s replaced by the probabilities. */
+OG_AVX512 static void softmax_bf16_avx512(float *s, int32_t n, int32_t D, float *m, float *l,
+                                          float *acc) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+    if (j < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail16(n - j), s + j));
+    const float cmax = _mm512_reduce_max_ps(mx);
+    if (cmax > *m) {
+        if (*m != -INFINITY) {
+            const float r = expf(*m - cmax);
+            *l *= r;
+            rescale_avx512(acc, r, D);
+        }
+        *m = cmax;
+    }
+    const __m512 mv = _mm512_set1_ps(*m);
+    __m512 sum = _mm512_setzero_ps();
+    for (j = 0; j < n; j += 16) {
+        const __mmask16 tm = n - j >= 16 ? (__mmask16)0xffff : tail16(n - j);
+        const __m512 p = _mm512_maskz_mov_ps(
+            tm, exp_nonpos_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tm, s + j), mv)));
+        sum = _mm512_add_ps(sum, p);
+        _mm512_mask_storeu_ps(s + j, tm, p);
+    }
+    *l += _mm512_reduce_add_ps(sum);
+}
+
+/* Heads h0 and h0 + 1 (nh = 2) or h0 alone (nh = 1) of the fused update. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+update_heads_avx512(int nh, int32_t h0, const float *q, const og_bf16 *K, const og_bf16 *V,
+                    int64_t ks, int32_t D, int32_t n, int64_t pf, float scale, float *m,
+                    float *l, float *acc, float *s, float *qs_mem) {
+    float *qs[2], *sh[2], *ah[2];
+    for (int h = 0; h < nh; h++) {
+        const float *qh = q + (int64_t)(h0 + h) * D; /* [D] */
+        qs[h] = qs_mem + (int64_t)h * D;            /* [D/2 even | D/2 odd] */
+        for (int32_t d = 0; d < D; d += 32) {
+            const __m512 x0 = _mm512_loadu_ps(qh + d), x1 = _mm512_loadu_ps(qh + d + 16);
+            _mm512_storeu_ps(qs[h] + d / 2, _mm512_permutex2var_ps(x0, EVEN_IDX, x1));
+            _mm512_storeu_ps(qs[h] + D / 2 + d / 2, _mm512_permutex2var_ps(x0, ODD_IDX, x1));
+        }
+        sh[h] = s + (int64_t)h * n;
+        ah[h] = acc + (int64_t)(h0 + h) * D;
+    }
+    if (nh == 1) qs[1] = qs[0], sh[1] = sh[0], ah[1] = ah[0]; /* never used */
+    /* only the first pair of heads prefetches: the others find the lines */
+    const int64_t pf_here = h0 == 0 ? pf : 0;
+    scores_bf16_avx512(nh, (const float *const *)qs, K, ks, D, n, pf_here, scale, sh);
+    for (int h = 0; h < nh; h++) softmax_bf16_avx512(sh[h], n, D, &m[h0 + h], &l[h0 + h], ah[h]);
+    accumulate_bf16_avx512(nh, ah, V, ks, D, n, pf_here, (const float *const *)sh);
+}
+
+OG_AVX512 static void update_bf16_avx512(const float *q, int32_t G, const og_bf16 *K,
+                                         const og_bf16 *V, int64_t ks, int32_t D, int32_t n,
+                                         int64_t pf, float scale, float *m, float *l, float *acc,
+                                         float *s) {
+    float qs[OG_ATTEND_FUSED_MAX_D * 2]; /* [2, D]: two heads' q split even/odd */
+    int32_t h = 0;
+    for (; h + 2 <= G; h += 2) update_heads_avx512(2, h, q, K, V, ks, D, n, pf, scale, m, l, acc, s, qs);
+    if (h < G) update_heads_avx512(1, h, q, K, V, ks, D, n, pf, scale, m, l, acc, s, qs);
+}
+
 static const og_attend_ops g_ops_avx512 = {
-    scores_avx512, accumulate_avx512, rescale_avx512, widen_avx512,
+    scores_avx512, accumulate_avx512, rescale_avx512, widen_avx512, update_bf16_avx512,
 };
 
 const og_attend_ops *og_attend_ops_avx512(void) {
@@ -246,7 +448,7 @@ OG_AVX2 static void widen_avx2(float *dst, const og_bf16 *src, int64_t ss, int32
 }
 
 static const og_attend_ops g_ops_avx2 = {
-    scores_avx2, accumulate_avx2, rescale_avx2, widen_avx2,
+    scores_avx2, accumulate_avx2, rescale_avx2, widen_avx2, NULL,
 };
 
 const og_attend_ops *og_attend_ops_avx2(void) {

@@ -27,6 +27,10 @@ og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa) {
     return og_cpu_isa_active();
 }
 
+bool og_cpu_has_avx512_bf16(void) {
+    return og_cpu_isa_active() == OG_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+}
+
 bool og_cpu_isa_supported(og_cpu_isa isa) { return isa >= OG_CPU_ISA_SCALAR && isa <= og_cpu_isa_detect(); }
 
 const char *og_cpu_isa_name(og_cpu_isa isa) {

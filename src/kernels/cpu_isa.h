@@ -20,6 +20,10 @@ og_cpu_isa og_cpu_isa_detect(void);
 og_cpu_isa og_cpu_isa_active(void);
 /* Caps the level at min(isa, detected) for all threads; returns the new level. */
 og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa);
+/* True when the active level is AVX-512 and this CPU also has AVX512_BF16
+ * (vdpbf16ps, vcvtne2ps2bf16): the bf16 matmul kernels run only then, so
+ * capping the level below AVX-512 also turns them off. */
+bool og_cpu_has_avx512_bf16(void);
 /* True when this CPU can run isa. */
 bool og_cpu_isa_supported(og_cpu_isa isa);
 /* Static lower-case name ("scalar", "avx2", "avx512"); "unknown" otherwise. */

@@ -76,6 +76,19 @@ og_status og_matmul_cpu(og_threadpool *pool, const float *x /* [T, K] */,
                         og_dtype weight_dtype, int64_t T, int64_t K, int64_t N,
                         float *out /* [T, N] */);
 
+/* ---- matmul with bf16 activations: out = bf16(x) @ weight^T (+ bias) ----
+ * What a bf16 program computes (and transformers in bf16): x is first rounded
+ * to bf16 (nearest even); products of two bf16 values are exact in f32 and
+ * accumulate in f32. Same arguments and rules as og_matmul_cpu. With bf16
+ * weights on a CPU with AVX512_BF16 this is a blocked vdpbf16ps kernel;
+ * otherwise the rounded x goes through og_matmul_cpu. The reference is
+ * og_matmul_ref on x rounded by og_bf16_from_f32 (the kernel treats f32
+ * subnormal inputs and products as zero, as vdpbf16ps does). */
+og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x /* [T, K] */,
+                             const void *weight /* [N, K] */, const void *bias /* [N] or NULL */,
+                             og_dtype weight_dtype, int64_t T, int64_t K, int64_t N,
+                             float *out /* [T, N] */);
+
 /* ---- rope: rotary position embedding, Hugging Face "rotate_half" ----
  * Pairs (i, i + D/2) of every head rotate by angle pos * inv_freq[i]:
  *   out[i]       = x[i] * cos - x[i + D/2] * sin

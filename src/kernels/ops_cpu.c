@@ -166,10 +166,11 @@ static void gemv_task(void *ctx, int64_t task, int thread) {
 
 static void gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
                      og_dtype dt, int64_t K, int64_t N, float *out) {
-    /* About 64 KiB of weights per task (the atomic hand-out costs far less
-     * than streaming that), but at least 4 tasks per thread for balance. */
+    /* About 256 KiB of weights per task (the atomic hand-out costs far less
+     * than streaming that, and each task's prefetches run past its end only
+     * once), but at least 4 tasks per thread for balance. */
     int64_t row_bytes = K * (int64_t)og_dtype_size(dt);
-    int64_t rows = 65536 / row_bytes;
+    int64_t rows = 262144 / row_bytes;
     int64_t balance = N / (4 * (int64_t)og_threadpool_size(pool));
     if (rows > balance) rows = balance;
     rows = (rows + 3) & ~(int64_t)3;

@@ -1,0 +1,190 @@
+/* og_matmul_bf16_cpu: the prefill matmul of bf16 programs, x rounded to bf16
+ * and multiplied with bf16 weights by vdpbf16ps (AVX512_BF16), accumulating
+ * in f32.
+ *
+ * Letters: T tokens, K in features, N out features, P = ceil(K / 2) pairs of
+ * k, TP = T rounded up to TT.
+ *
+ * vdpbf16ps adds a[2i] b[2i] + a[2i+1] b[2i+1] into f32 lane i. Lanes run
+ * over tokens: x is packed once per call as pairs xp [TP/TT, P, TT] (lane t
+ * of pair p of a token tile holds x[t, 2p] and x[t, 2p+1]; a tile's pairs
+ * are contiguous), and each weight pair w[n, 2p..2p+1] is
+ * broadcast straight from the weight rows, so the weights need no packing
+ * and stream from memory once per call. A tile is TT = 32 tokens x NT = 8 out
+ * features (16 accumulators); a task takes NB out features and runs every
+ * tile of its rows, so its 8 weight rows are read from memory by the first
+ * token tile and from cache by the others. */
+#include "kernels/ops_internal.h"
+
+#include <string.h>
+
+enum { TT = 32, NT = 8, NB = 64 };
+
+typedef struct {
+    const float *x;      /* [T, K]             */
+    const void *w;       /* [N, K] bf16        */
+    const void *bias;    /* [N] bf16 or NULL   */
+    int64_t T, K, N, P, TP;
+    uint32_t *xp;        /* [TP/TT, P, TT]     */
+    og_bf16 *row;        /* [threads, K]       */
+    float *out;          /* [T, N]             */
+} bf16_job;
+
+/* Token tile b of x rounded to bf16 and scattered into its pair lanes;
+ * lanes past T are zero. */
+static void pack_task(void *ctx, int64_t b, int thread) {
+    const bf16_job *j = ctx;
+    og_bf16 *row = j->row + (size_t)thread * (size_t)j->K; /* [K] */
+    uint32_t *tile = j->xp + b * j->P * TT;                /* [P, TT] */
+    const int64_t full = j->K / 2;
+    for (int64_t i = 0; i < TT; i++) {
+        const int64_t t = b * TT + i;
+        if (t >= j->T) {
+            for (int64_t p = 0; p < j->P; p++) tile[p * TT + i] = 0;
+            continue;
+        }
+        og_f32_to_bf16_cpu(j->x + t * j->K, row, (size_t)j->K);
+        for (int64_t p = 0; p < full; p++)
+            tile[p * TT + i] = (uint32_t)row[2 * p] | (uint32_t)row[2 * p + 1] << 16;
+        if (j->K & 1) tile[full * TT + i] = row[j->K - 1];
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define OG_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+static inline OG_BF16 __m512bh bcast_pair(const og_bf16 *w) {
+    uint32_t v;
+    memcpy(&v, w, sizeof v);
+    return (__m512bh)_mm512_set1_epi32((int)v);
+}
+
+/* tile[i][t] = sum_k xr[t, k] w_i[k] for the TT tokens whose pairs are xp
+ * [P, TT] and the NT weight rows w_i. */
+static OG_BF16 void tile_kernel(const uint32_t *xp, const og_bf16 *const w[NT],
+                                int64_t K, float tile[NT][TT]) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00,
+           c61 = c00, c70 = c00, c71 = c00;
+    const og_bf16 *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3], *w4 = w[4], *w5 = w[5],
+                  *w6 = w[6], *w7 = w[7];
+    const int64_t full = K / 2;
+#define OG_STEP(i, b)                             \
+    do {                                          \
+        const __m512bh b_ = (b);                  \
+        c##i##0 = _mm512_dpbf16_ps(c##i##0, a0, b_); \
+        c##i##1 = _mm512_dpbf16_ps(c##i##1, a1, b_); \
+    } while (0)
+    for (int64_t p = 0; p < full; p++) {
+        const uint32_t *xr = xp + p * TT;
+        const __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)xr);
+        const __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(xr + 16));
+        OG_STEP(0, bcast_pair(w0 + 2 * p));
+        OG_STEP(1, bcast_pair(w1 + 2 * p));
+        OG_STEP(2, bcast_pair(w2 + 2 * p));
+        OG_STEP(3, bcast_pair(w3 + 2 * p));
+        OG_STEP(4, bcast_pair(w4 + 2 * p));
+        OG_STEP(5, bcast_pair(w5 + 2 * p));
+        OG_STEP(6, bcast_pair(w6 + 2 * p));
+        OG_STEP(7, bcast_pair(w7 + 2 * p));
+    }
+    if (K & 1) { /* the last k alone: its pair's upper half is zero in xp */
+        const uint32_t *xr = xp + full * TT;
+        const __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)xr);
+        const __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(xr + 16));
+#define OG_LAST(i) (__m512bh) _mm512_set1_epi32((int)(uint32_t)w##i[K - 1])
+        OG_STEP(0, OG_LAST(0));
+        OG_STEP(1, OG_LAST(1));
+        OG_STEP(2, OG_LAST(2));
+        OG_STEP(3, OG_LAST(3));
+        OG_STEP(4, OG_LAST(4));
+        OG_STEP(5, OG_LAST(5));
+        OG_STEP(6, OG_LAST(6));
+        OG_STEP(7, OG_LAST(7));
+#undef OG_LAST
+    }
+#undef OG_STEP
+    _mm512_storeu_ps(tile[0], c00), _mm512_storeu_ps(tile[0] + 16, c01);
+    _mm512_storeu_ps(tile[1], c10), _mm512_storeu_ps(tile[1] + 16, c11);
+    _mm512_storeu_ps(tile[2], c20), _mm512_storeu_ps(tile[2] + 16, c21);
+    _mm512_storeu_ps(tile[3], c30), _mm512_storeu_ps(tile[3] + 16, c31);
+    _mm512_storeu_ps(tile[4], c40), _mm512_storeu_ps(tile[4] + 16, c41);
+    _mm512_storeu_ps(tile[5], c50), _mm512_storeu_ps(tile[5] + 16, c51);
+    _mm512_storeu_ps(tile[6], c60), _mm512_storeu_ps(tile[6] + 16, c61);
+    _mm512_storeu_ps(tile[7], c70), _mm512_storeu_ps(tile[7] + 16, c71);
+}
+
+/* Out features [task*NB, +NB): every tile, written to out with the bias. */
+static void tiles_task(void *ctx, int64_t task, int thread) {
+    const bf16_job *j = ctx;
+    (void)thread;
+    const int64_t n_end = (task + 1) * NB < j->N ? (task + 1) * NB : j->N;
+    float tile[NT][TT];
+    for (int64_t n0 = task * NB; n0 < n_end; n0 += NT) {
+        const int64_t nn = n_end - n0 < NT ? n_end - n0 : NT;
+        const og_bf16 *w[NT]; /* rows past the end repeat the last; their sums are dropped */
+        for (int64_t i = 0; i < NT; i++)
+            w[i] = (const og_bf16 *)j->w + (size_t)(n0 + (i < nn ? i : nn - 1)) * (size_t)j->K;
+        float b[NT] = {0}; /* [nn] */
+        if (j->bias)
+            for (int64_t i = 0; i < nn; i++) b[i] = og_f32_from_bf16(((const og_bf16 *)j->bias)[n0 + i]);
+        for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
+            tile_kernel(j->xp + t0 * j->P, w, j->K, tile);
+            const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
+            for (int64_t t = 0; t < tt; t++) { /* nn adjacent floats per token */
+                float *o = j->out + (t0 + t) * j->N + n0;
+                for (int64_t i = 0; i < nn; i++) o[i] = tile[i][t] + b[i];
+            }
+        }
+    }
+}
+
+static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *w,
+                               const void *bias, int64_t T, int64_t K, int64_t N, float *out) {
+    const int64_t P = (K + 1) / 2, TP = (T + TT - 1) / TT * TT;
+    const int threads = og_threadpool_size(pool);
+    uint32_t *xp = og_malloc((size_t)(P * TP) * sizeof *xp);
+    og_bf16 *row = og_malloc((size_t)threads * (size_t)K * sizeof *row);
+    if (!xp || !row) {
+        og_free(xp);
+        og_free(row);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY,
+                            "matmul_bf16: no memory to pack %lld x %lld activations",
+                            (long long)T, (long long)K);
+    }
+    bf16_job j = {x, w, bias, T, K, N, P, TP, xp, row, out};
+    og_parallel_for(pool, TP / TT, pack_task, &j);
+    og_parallel_for(pool, (N + NB - 1) / NB, tiles_task, &j);
+    og_free(xp);
+    og_free(row);
+    return OG_OK;
+}
+#endif
+
+/* Without the kernel: x rounded to bf16 (kept as f32) through og_matmul_cpu. */
+static og_status matmul_rounded(og_threadpool *pool, const float *x, const void *w,
+                                const void *bias, og_dtype dt, int64_t T, int64_t K, int64_t N,
+                                float *out) {
+    float *xr = og_malloc((size_t)(T * K) * sizeof *xr); /* [T, K] */
+    if (!xr)
+        return og_set_error(OG_ERR_OUT_OF_MEMORY,
+                            "matmul_bf16: no memory to round %lld x %lld activations",
+                            (long long)T, (long long)K);
+    for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
+    og_status st = og_matmul_cpu(pool, xr, w, bias, dt, T, K, N, out);
+    og_free(xr);
+    return st;
+}
+
+og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x, const void *weight,
+                             const void *bias, og_dtype weight_dtype, int64_t T, int64_t K,
+                             int64_t N, float *out) {
+    OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, T, K, N, out));
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (weight_dtype == OG_DTYPE_BF16 && og_cpu_has_avx512_bf16())
+        return matmul_dpbf16(pool, x, weight, bias, T, K, N, out);
+#endif
+    return matmul_rounded(pool, x, weight, bias, weight_dtype, T, K, N, out);
+}
