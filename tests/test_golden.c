@@ -9,22 +9,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static int ids_of(const cJSON *arr, int32_t *out, int cap) {
     int n = 0;
     const cJSON *e;
@@ -34,7 +18,7 @@ static int ids_of(const cJSON *arr, int32_t *out, int cap) {
 
 int main(void) {
     const char *dir = OG_SOURCE_DIR "/models/kjv-tiny";
-    char *text = slurp(OG_SOURCE_DIR "/models/kjv-tiny/golden.json");
+    char *text = og_test_read_file(OG_SOURCE_DIR "/models/kjv-tiny/golden.json");
     CHECK(text != NULL);
     cJSON *golden = text ? cJSON_Parse(text) : NULL;
     CHECK(golden != NULL);

@@ -11,22 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    if (p) p[n] = 0;
-    fclose(f);
-    return p;
-}
-
 static size_t unhex(const char *h, unsigned char *out) {
     size_t n = strlen(h) / 2;
     for (size_t i = 0; i < n; i++) {
@@ -67,13 +51,13 @@ static void parity(const char *name) {
     og_test_section(name);
     char path[512];
     snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer.json", OG_TEST_DATA_DIR, name);
-    char *json = slurp(path);
+    char *json = og_test_read_file(path);
     if (!json) {
         snprintf(path, sizeof path, "%s/hf/%s/tokenizer.json", OG_TEST_DATA_DIR, name);
-        json = slurp(path);
+        json = og_test_read_file(path);
     }
     snprintf(path, sizeof path, "%s/tokenizers/%s/cases.json", OG_TEST_DATA_DIR, name);
-    char *cases_text = slurp(path);
+    char *cases_text = og_test_read_file(path);
     CHECK_MSG(json && cases_text, "%s: fixture files missing", name);
     if (!json || !cases_text) return;
     og_tokenizer *t = NULL;
@@ -149,7 +133,7 @@ static void stream_holds_partial(void) {
     og_test_section("stream holds back an incomplete character");
     char path[512];
     snprintf(path, sizeof path, "%s/hf/qwen2-bias/tokenizer.json", OG_TEST_DATA_DIR);
-    char *json = slurp(path);
+    char *json = og_test_read_file(path);
     og_tokenizer *t = NULL;
     CHECK_OK(og_tokenizer_load_json(json, &t));
     int32_t *ids = NULL;
@@ -177,7 +161,7 @@ static void config_and_lookup(void) {
     og_test_section("tokenizer_config: eos, bos, chat template; lookup by text");
     char path[512];
     snprintf(path, sizeof path, "%s/hf/mistral-sw/tokenizer.json", OG_TEST_DATA_DIR);
-    char *json = slurp(path);
+    char *json = og_test_read_file(path);
     og_tokenizer *t = NULL;
     CHECK_OK(og_tokenizer_load_json(json, &t));
     CHECK(og_tokenizer_token_id(t, "</s>") == 2);

@@ -366,9 +366,7 @@ static og_status run_instr(step_ctx *c, int32_t i) {
     return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d: op %d has no CPU kernel", i, (int)in->op);
 }
 
-/* One transaction of T <= max_write tokens. */
-static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, float *logits, bool last_row) {
-    const og_model *m = s->m;
+og_status og_exec_begin_step(og_session *s, int32_t T) {
     const int64_t L = og_kv_session_length(s->kv);
     og_status st = og_kv_session_prepare(s->kv, T);
     if (st != OG_OK)
@@ -381,6 +379,15 @@ static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, float
         og_kv_session_abort(s->kv);
         return og_errbuf_set(&s->err, st, "step refused: %s", og_program_bindings_last_error(s->bind));
     }
+    return OG_OK;
+}
+
+/* One transaction of T <= max_write tokens. */
+static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, float *logits, bool last_row) {
+    const og_model *m = s->m;
+    const int64_t L = og_kv_session_length(s->kv);
+    og_status st = og_exec_begin_step(s, T);
+    if (st != OG_OK) return st;
     for (int32_t t = 0; t < T; t++) s->positions[t] = (int32_t)(L + t);
     step_ctx c = {s, tokens, T, logits, last_row};
     /* without a logits destination nothing after the last attention matters */

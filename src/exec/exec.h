@@ -36,6 +36,11 @@ struct og_session {
     og_errbuf err;
 };
 
+/* Begins a step of T tokens for any back end: prepares the KV session (may
+ * grow storage), binds the runtime tensors and refuses the step if any is
+ * unbound. On failure nothing changed and the session's error says why. */
+og_status og_exec_begin_step(og_session *s, int32_t T);
+
 /* The program a model runs; borrowed. */
 const og_program *og_model_program(const og_model *m);
 

@@ -718,17 +718,8 @@ static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, int k
         if (tokens[t] < 0 || tokens[t] >= V)
             return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "token id %d at position %lld is outside [0, %lld)",
                                  tokens[t], (long long)(L + t), (long long)V);
-    og_status st = og_kv_session_prepare(s->kv, T);
-    if (st != OG_OK)
-        return og_errbuf_set(&s->err, st, "step of %d tokens at length %lld: %s", T, (long long)L,
-                             og_kv_session_last_error(s->kv));
-    og_program_bindings_clear(s->bind);
-    st = og_program_bind_kv(s->bind, s->kv);
-    if (st == OG_OK) st = og_program_bindings_check(s->bind);
-    if (st != OG_OK) {
-        og_kv_session_abort(s->kv);
-        return og_errbuf_set(&s->err, st, "step refused: %s", og_program_bindings_last_error(s->bind));
-    }
+    og_status st = og_exec_begin_step(s, T);
+    if (st != OG_OK) return st;
     /* the pinned block is free: the previous step ended with a synchronization */
     *(int64_t *)(void *)c->step_host = L;
     int32_t *tok = step_tokens(c->step_host), *pos = step_positions(c->step_host, s->cfg.max_write);

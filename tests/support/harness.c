@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int og_test_passed, og_test_failed;
@@ -67,4 +68,20 @@ double og_tol_ratio_d(const float *a, const double *b, size_t n, double atol, do
 void og_poison(float *x, size_t n) {
     uint32_t nan = 0x7fc0dead;
     for (size_t i = 0; i < n; i++) memcpy(&x[i], &nan, sizeof nan);
+}
+
+char *og_test_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (p) p[n] = 0;
+    fclose(f);
+    return p;
 }

@@ -71,6 +71,10 @@ double og_tol_ratio(const float *a, const float *b, size_t n, double atol, doubl
 double og_tol_ratio_d(const float *a, const double *b, size_t n, double atol, double rtol,
                       size_t *worst);
 
+/* Reads a whole file, NUL-terminated; NULL when it cannot. Owned by the
+ * caller: free. */
+char *og_test_read_file(const char *path);
+
 /* Fills n floats with a NaN pattern, so that an output never written shows. */
 void og_poison(float *x, size_t n);
 
