@@ -75,7 +75,10 @@ int og_cmd_chat(int argc, char **argv) {
     for (;;) {
         if (interactive) fputs("> ", stderr);
         ssize_t len = getline(&line, &cap, stdin);
-        if (len < 0) break; /* end of input: Ctrl-D */
+        if (len < 0) { /* end of input: Ctrl-D */
+            if (interactive) fputc('\n', stderr);
+            break;
+        }
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (!strcmp(line, "/quit")) break;
         if (!strcmp(line, "/stats")) {
