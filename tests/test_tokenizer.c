@@ -213,9 +213,56 @@ static void unsupported(void) {
 #undef M
 }
 
+/* The heap merge against the plain rescanning loop, on text built to stress
+ * it: long words without spaces, runs of one character (overlapping pairs
+ * of equal rank), mixed scripts, over every fixture tokenizer. */
+static void fast_bpe_equals_reference(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer.json", OG_TEST_DATA_DIR, name);
+    char *json = og_test_read_file(path);
+    if (!json) {
+        snprintf(path, sizeof path, "%s/hf/%s/tokenizer.json", OG_TEST_DATA_DIR, name);
+        json = og_test_read_file(path);
+    }
+    og_tokenizer *t = NULL;
+    CHECK_OK(og_tokenizer_load_json(json, &t));
+    free(json);
+    if (!t) return;
+    static const char *alphabet[] = {"a", "e", "t", "h", " ", "\n", "1", "é", "漢", "🙂", "aa", "the"};
+    og_rng r = og_rng_seed(11);
+    char text[4096];
+    int mismatches = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        size_t len = 0;
+        int pieces = 1 + (int)(og_rng_next(&r) % 600);
+        int run_of_one = trial % 3 == 0; /* "aaaa...": every pair has the same rank */
+        for (int k = 0; k < pieces; k++) {
+            const char *p = run_of_one ? "a" : alphabet[og_rng_next(&r) % (sizeof alphabet / sizeof alphabet[0])];
+            if (trial % 2 && !strcmp(p, " ")) p = "e"; /* odd trials: one long word */
+            size_t pn = strlen(p);
+            if (len + pn >= sizeof text) break;
+            memcpy(text + len, p, pn);
+            len += pn;
+        }
+        int32_t *fast = NULL, *ref = NULL;
+        int64_t nf = 0, nr = 0;
+        og_tokenizer_use_reference_bpe(t, false);
+        CHECK_OK(og_tokenizer_encode(t, text, len, &fast, &nf));
+        og_tokenizer_use_reference_bpe(t, true);
+        CHECK_OK(og_tokenizer_encode(t, text, len, &ref, &nr));
+        if (nf != nr || (nf && memcmp(fast, ref, (size_t)nf * sizeof *fast))) mismatches++;
+        og_free(fast);
+        og_free(ref);
+    }
+    CHECK_MSG(mismatches == 0, "%s: heap BPE differs from the reference on %d of 60 texts", name, mismatches);
+    og_tokenizer_free(t);
+}
+
 int main(void) {
     const char *names[] = {"gpt2-style", "llama-gqa", "llama3-style", "mistral-sw", "qwen2-bias", "qwen3-mixed"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) parity(names[i]);
+    og_test_section("heap BPE equals the plain merge loop");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) fast_bpe_equals_reference(names[i]);
     stream_holds_partial();
     config_and_lookup();
     unsupported();

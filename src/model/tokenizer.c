@@ -196,6 +196,7 @@ struct og_tokenizer {
     int32_t n_added;
     int32_t unk, byte_id[256];
     int byte_fallback, fuse_unk, ignore_merges;
+    bool reference_bpe; /* og_tokenizer_use_reference_bpe */
     norm_op *norm;
     int n_norm;
     pre_op *pre;
@@ -959,6 +960,108 @@ static og_status ids_push(ids *v, int32_t id) {
     return OG_OK;
 }
 
+/* A candidate merge of the symbols at left and right (= next[left]), which
+ * held ids a and b when it was queued. */
+typedef struct merge_cand {
+    int32_t rank;
+    int64_t left, right;
+    int32_t a, b;
+} merge_cand;
+
+/* Lowest rank first; the leftmost pair on ties (left indexes keep the
+ * symbols' order, merged symbols keep their left index). */
+static bool cand_before(const merge_cand *x, const merge_cand *y) {
+    return x->rank != y->rank ? x->rank < y->rank : x->left < y->left;
+}
+
+static void heap_push(merge_cand *h, int64_t *n, merge_cand c) {
+    int64_t i = (*n)++;
+    while (i > 0 && cand_before(&c, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+}
+
+static merge_cand heap_pop(merge_cand *h, int64_t *n) {
+    merge_cand top = h[0], last = h[--*n];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
+        if (!cand_before(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+/* Applies merges to sym until no adjacent pair has one: always the
+ * lowest-ranked pair, the leftmost on ties, as Hugging Face BPE does. A heap
+ * of candidate pairs over a linked list of symbols makes this O(n log n) in
+ * the word's length (a rescan per merge would be quadratic, which a long
+ * run of text without spaces turns into minutes). */
+static og_status bpe_merge(const og_tokenizer *t, ids *sym) {
+    const int64_t n = sym->n;
+    int64_t *next = og_malloc((size_t)n * sizeof *next), *prev = og_malloc((size_t)n * sizeof *prev);
+    merge_cand *heap = og_malloc((size_t)(2 * n) * sizeof *heap); /* each merge queues at most 2 */
+    if (!next || !prev || !heap) {
+        og_free(next), og_free(prev), og_free(heap);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    }
+    int64_t hn = 0;
+    int32_t *id = sym->p;
+    for (int64_t i = 0; i < n; i++) {
+        next[i] = i + 1 < n ? i + 1 : -1;
+        prev[i] = i - 1;
+        const pair_entry *e = i + 1 < n ? pair_get(t, id[i], id[i + 1]) : NULL;
+        if (e) heap_push(heap, &hn, (merge_cand){e->rank, i, i + 1, id[i], id[i + 1]});
+    }
+    while (hn > 0) {
+        merge_cand c = heap_pop(heap, &hn);
+        /* stale: a neighbour was merged away or changed since it was queued */
+        if (id[c.left] != c.a || next[c.left] != c.right || id[c.right] != c.b) continue;
+        id[c.left] = pair_get(t, c.a, c.b)->merged;
+        id[c.right] = -1; /* removed */
+        next[c.left] = next[c.right];
+        if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+        const pair_entry *e;
+        if (prev[c.left] >= 0 && (e = pair_get(t, id[prev[c.left]], id[c.left])))
+            heap_push(heap, &hn, (merge_cand){e->rank, prev[c.left], c.left, id[prev[c.left]], id[c.left]});
+        if (next[c.left] >= 0 && (e = pair_get(t, id[c.left], id[next[c.left]])))
+            heap_push(heap, &hn, (merge_cand){e->rank, c.left, next[c.left], id[c.left], id[next[c.left]]});
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i >= 0 && i < n; i = next[i]) id[m++] = id[i];
+    sym->n = m;
+    og_free(next), og_free(prev), og_free(heap);
+    return OG_OK;
+}
+
+/* The plain merge loop the heap version is tested against: rescan every
+ * adjacent pair, merge the lowest-ranked (leftmost on ties), repeat. */
+static void bpe_merge_ref(const og_tokenizer *t, ids *sym) {
+    while (sym->n > 1) {
+        int64_t best = -1;
+        const pair_entry *bp = NULL;
+        for (int64_t i = 0; i + 1 < sym->n; i++) {
+            const pair_entry *e = pair_get(t, sym->p[i], sym->p[i + 1]);
+            if (e && (!bp || e->rank < bp->rank)) {
+                bp = e;
+                best = i;
+            }
+        }
+        if (!bp) break;
+        sym->p[best] = bp->merged;
+        memmove(sym->p + best + 1, sym->p + best + 2, (size_t)(sym->n - best - 2) * sizeof *sym->p);
+        sym->n--;
+    }
+}
+
+void og_tokenizer_use_reference_bpe(og_tokenizer *t, bool on) { t->reference_bpe = on; }
+
 /* BPE over one pre-tokenized word. */
 static og_status bpe_word(const og_tokenizer *t, const char *s, size_t n, ids *out) {
     if (t->ignore_merges) {
@@ -988,21 +1091,9 @@ static og_status bpe_word(const og_tokenizer *t, const char *s, size_t n, ids *o
         }
         i += cl;
     }
-    /* merge the lowest-ranked adjacent pair (leftmost on ties) until none is left */
-    while (rc == OG_OK && sym.n > 1) {
-        int64_t best = -1;
-        const pair_entry *bp = NULL;
-        for (int64_t i = 0; i + 1 < sym.n; i++) {
-            const pair_entry *e = pair_get(t, sym.p[i], sym.p[i + 1]);
-            if (e && (!bp || e->rank < bp->rank)) {
-                bp = e;
-                best = i;
-            }
-        }
-        if (!bp) break;
-        sym.p[best] = bp->merged;
-        memmove(sym.p + best + 1, sym.p + best + 2, (size_t)(sym.n - best - 2) * sizeof *sym.p);
-        sym.n--;
+    if (rc == OG_OK && sym.n > 1) {
+        if (t->reference_bpe) bpe_merge_ref(t, &sym);
+        else rc = bpe_merge(t, &sym);
     }
     for (int64_t i = 0; i < sym.n && rc == OG_OK; i++) rc = ids_push(out, sym.p[i]);
     og_free(sym.p);

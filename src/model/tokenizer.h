@@ -18,6 +18,8 @@
 
 #include "offgraph.h"
 
+#include <stdbool.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +39,9 @@ og_status og_tokenizer_load_config(og_tokenizer *t, const char *config_json);
 
 /* One past the largest id (vocabulary and added tokens). */
 int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
+/* For tests: merge with the plain quadratic loop the fast (heap) merge is
+ * checked against. Not thread-safe against concurrent encodes. */
+void og_tokenizer_use_reference_bpe(og_tokenizer *t, bool on);
 
 /* Encodes len bytes of text (no special tokens are added; special tokens
  * written in the text are matched). *ids is owned by the caller: og_free
