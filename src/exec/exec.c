@@ -123,6 +123,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         og_free(m);
         return st; /* og_last_error() names the rule */
     }
+    og_program_prefault(m->prog);
     m->n_instrs = og_program_n_instrs(m->prog);
     m->logits_instr = og_program_logits_instr(m->prog);
     m->last_attend = -1;

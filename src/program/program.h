@@ -196,6 +196,11 @@ const char *og_program_tokenizer_config(const og_program *p);
 
 /* Sum of the weight tensors' nbytes. */
 uint64_t og_program_weight_bytes(const og_program *p);
+/* Maps in every page of a program opened from a file, so that the first
+ * step does not pay for page faults on the weights (executors call it;
+ * inspecting a file does not need it). A no-op for memory programs. */
+void og_program_prefault(const og_program *p);
+
 /* Size of the file (or buffer) the program was opened from. */
 uint64_t og_program_file_size(const og_program *p);
 

@@ -115,3 +115,16 @@ const char *og_program_tokenizer_json(const og_program *p) { return p ? p->token
 const char *og_program_tokenizer_config(const og_program *p) { return p ? p->tokenizer_config : NULL; }
 uint64_t og_program_weight_bytes(const og_program *p) { return p ? p->weight_bytes : 0; }
 uint64_t og_program_file_size(const og_program *p) { return p ? p->size : 0; }
+
+void og_program_prefault(const og_program *p) {
+    if (!p || !p->map) return;
+    long page = sysconf(_SC_PAGESIZE);
+#ifdef MADV_POPULATE_READ
+    if (madvise(p->map, p->size, MADV_POPULATE_READ) == 0) return;
+#endif
+    /* older kernels: read one byte of every page */
+    volatile const unsigned char *b = p->map;
+    unsigned char sink = 0;
+    for (size_t off = 0; off < p->size; off += (size_t)(page > 0 ? page : 4096)) sink ^= b[off];
+    (void)sink;
+}
