@@ -11,7 +11,7 @@
  *     without a storage move;
  *   - og_session_eval_next's device arg-max is the arg-max of the logits;
  *   - a step wider than the gemv path (cuBLAS) agrees with the CPU too.
- * Data are found under $OG_SOURCE_DIR when set (the GPU machine runs the tests
+ * Data are found under $OG_SOURCE_DIR when set (a machine with a GPU runs the tests
  * from another checkout), else where the build saw them. Skipped (77) without
  * a CUDA build or device. */
 #include "harness.h"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds the CUDA configuration and gathers what the GPU machine runs into
+# Builds the CUDA configuration and gathers what a machine with a GPU runs into
 # <out-dir> (default build-gpu): the stripped offgraph tool, the GPU tests,
 # compare_logits, the GPU benchmark, and lib/ with the shared libraries from
 # this system's packages that the binaries need beyond glibc, libstdc++ and
-# the CUDA toolkit (which the GPU machine has). The CUDA driver is never
+# the CUDA toolkit (which such a machine has). The CUDA driver is never
 # copied. The build tree itself stays in <out-dir>.tree.
 #   tests/gpu/pack.sh [out-dir]
 set -eu
