@@ -19,17 +19,8 @@ int main(void) {
 #else
 #include "kernels/cuda/ops_cuda.h"
 
-#include <cuda_runtime_api.h>
+#include "cuda_check.h"
 #include <stdlib.h>
-
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 enum { REPS = 200, BATCH = 16 };
 

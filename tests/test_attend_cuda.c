@@ -32,18 +32,9 @@ int main(void) {
 #include "kernels/attend.h"
 #include "kernels/cuda/ops_cuda.h"
 
-#include <cuda_runtime_api.h>
+#include "cuda_check.h"
 #include <stdlib.h>
 #include <string.h>
-
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 typedef struct attend_case {
     og_kv_policy policy;
