@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # offgraph run end to end on every test checkpoint that has a tokenizer: the
 # text starts with the prompt, a seed repeats a run, --stats ends with one
-# line of JSON with every key and sane values; without -m, and on a program
-# exported without a tokenizer, run says what is missing (eval still works).
+# line of JSON with every key and sane values; without -m it runs the demo
+# model the build exported; on a program exported without a tokenizer, run
+# says what is missing (eval still works).
 # Args: the built offgraph, a scratch folder.
 set -u
 BIN=$1

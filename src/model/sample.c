@@ -82,34 +82,30 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Restores the min-heap order (worst candidate at the root) of c[0..k)
+ * below position j. */
+static void sift_down(cand *c, int64_t k, int64_t j) {
+    for (;;) {
+        int64_t l = 2 * j + 1, m = j;
+        if (l < k && cand_cmp(&c[l], &c[m]) > 0) m = l;
+        if (l + 1 < k && cand_cmp(&c[l + 1], &c[m]) > 0) m = l + 1;
+        if (m == j) return;
+        cand t = c[j];
+        c[j] = c[m];
+        c[m] = t;
+        j = m;
+    }
+}
+
 /* Moves the k best of c[0..n) to c[0..k), sorted. */
 static void keep_best(cand *c, int64_t n, int64_t k) {
     if (k < n) {
         /* min-heap of the k best seen so far in c[0..k) */
-        for (int64_t i = k / 2 - 1; i >= 0; i--)
-            for (int64_t j = i;;) {
-                int64_t l = 2 * j + 1, m = j;
-                if (l < k && cand_cmp(&c[l], &c[m]) > 0) m = l;
-                if (l + 1 < k && cand_cmp(&c[l + 1], &c[m]) > 0) m = l + 1;
-                if (m == j) break;
-                cand t = c[j];
-                c[j] = c[m];
-                c[m] = t;
-                j = m;
-            }
+        for (int64_t i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
         for (int64_t i = k; i < n; i++) {
             if (cand_cmp(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
             c[0] = c[i];
-            for (int64_t j = 0;;) {
-                int64_t l = 2 * j + 1, m = j;
-                if (l < k && cand_cmp(&c[l], &c[m]) > 0) m = l;
-                if (l + 1 < k && cand_cmp(&c[l + 1], &c[m]) > 0) m = l + 1;
-                if (m == j) break;
-                cand t = c[j];
-                c[j] = c[m];
-                c[m] = t;
-                j = m;
-            }
+            sift_down(c, k, 0);
         }
     }
     qsort(c, (size_t)k, sizeof *c, cand_cmp);
