@@ -72,11 +72,12 @@ static void compare(const char *what, const float *got, const float *want, size_
 static void test_matmul(void) {
     og_test_section("gemv and cuBLAS-shaped products");
     const int64_t Ts[] = {1, 3, 8};
-    const int64_t Ks[] = {1, 7, 64, 1000, 1024};
+    /* K of every chunk count the gemv loads ahead (4, 8, 16), of two rounds, and not a multiple of 8 */
+    const int64_t Ks[] = {1, 7, 64, 1000, 1024, 2048, 3072, 5000};
     const int64_t Ns[] = {1, 17, 129};
     for (int dti = 0; dti < 2; dti++)
         for (size_t a = 0; a < 3; a++)
-            for (size_t b = 0; b < 5; b++)
+            for (size_t b = 0; b < sizeof Ks / sizeof *Ks; b++)
                 for (size_t c = 0; c < 3; c++) {
                     og_dtype dt = dti ? OG_DTYPE_F32 : OG_DTYPE_BF16;
                     int64_t T = Ts[a], K = Ks[b], N = Ns[c];
@@ -266,6 +267,17 @@ static void test_fused(void) {
         CHECK_OK(og_rope_cuda(NULL, dinv, D, unorm, dpos, T, n, uout));
         snprintf(what, sizeof what, "head_norm_rope T=%lld D=%lld %s", (long long)T, (long long)D, og_dtype_name(dt));
         same_bits(what, dout, uout, hn);
+        {   /* two jobs in one launch: the second over the last n-1 heads' rows as other heads */
+            float *j0 = poisoned(hn), *j1 = poisoned(hn), *s1 = poisoned(hn);
+            const int64_t n1 = n > 1 ? n - 1 : 1;
+            const og_head_norm_rope_cuda_job jobs[2] = {{dx, dw, dt, dinv, n, D, 1e-6f, j0},
+                                                        {dx + D * (n - n1), dw, dt, dinv, n1, D, 1e-5f, j1}};
+            CHECK_OK(og_head_norm_rope_multi_cuda(NULL, jobs, 2, dpos, T));
+            CHECK_OK(og_head_norm_rope_cuda(NULL, dx + D * (n - n1), dw, dt, dinv, dpos, T, n1, D, 1e-5f, s1));
+            same_bits(what, j0, dout, hn);
+            same_bits(what, j1, s1, (size_t)(T * n1 * D));
+            cudaFree(j0), cudaFree(j1), cudaFree(s1);
+        }
         got = down(dout, hn);
         compare(what, got, ref, hn, 1e-6, 1e-5);
         free(x), free(normed), free(w), free(pos), free(ref), free(got);
@@ -273,7 +285,7 @@ static void test_fused(void) {
 
         /* gate/up products with the swiglu epilogue, and three products in one launch */
         if (T > OG_GEMV_CUDA_MAX_T) continue;
-        const int64_t K = ti == 2 ? 1000 : 1024, F = 389;
+        const int64_t K = ti == 2 ? 1000 : ti == 1 ? 3072 : 1024, F = 389; /* 3072: 16 chunks per lane ahead */
         const bool bias = ti % 2;
         x = rand_f32((size_t)(T * K));
         void *wg = rand_w((size_t)(F * K), dt), *wu = rand_w((size_t)(F * K), dt);
@@ -309,6 +321,36 @@ static void test_fused(void) {
         same_bits(what, p0, dg, (size_t)(T * F));
         same_bits(what, p1, u17, (size_t)(T * 17));
         same_bits(what, p2, du, (size_t)(T * F));
+        {   /* the add + rms_norm prologue: the same bits as og_add_rms_norm_cuda before the products */
+            CHECK(og_gemv_cuda_norm_fits(T, K));
+            float *ra = rand_f32((size_t)(T * K)), *rb = rand_f32((size_t)(T * K));
+            void *wn = rand_w((size_t)K, dt);
+            float *na = up(ra, (size_t)(T * K) * 4), *db2 = up(rb, (size_t)(T * K) * 4);
+            void *dwn = up(wn, (size_t)K * es);
+            float *nsum = poisoned((size_t)(T * K)), *unormed = poisoned((size_t)(T * K));
+            float *fsum = poisoned((size_t)(T * K)), *fsum2 = poisoned((size_t)(T * K));
+            float *f0 = poisoned((size_t)(T * F)), *f1 = poisoned((size_t)(T * 17)), *fsw = poisoned((size_t)(T * F));
+            CHECK_OK(og_add_rms_norm_cuda(NULL, na, db2, dwn, dt, T, K, 1e-6f, nsum, unormed));
+            CHECK_OK(og_gemv_multi_cuda(NULL, unormed, dt, T, K, parts, 3));
+            CHECK_OK(og_gemv_swiglu_cuda(NULL, unormed, dwg, bias ? dbg : NULL, dwu, bias ? dbu : NULL, dt, T, K, F,
+                                         dout));
+            og_gemv_cuda_norm nm = {na, db2, dwn, dt, 1e-6f, fsum};
+            const og_gemv_cuda_part fparts[2] = {{dwg, bias ? dbg : NULL, F, f0}, {dwu, NULL, 17, f1}};
+            CHECK_OK(og_gemv_norm_multi_cuda(NULL, NULL, &nm, dt, T, K, fparts, 2));
+            nm.sum = fsum2;
+            CHECK_OK(og_gemv_norm_swiglu_cuda(NULL, NULL, &nm, dwg, bias ? dbg : NULL, dwu, bias ? dbu : NULL, dt, T,
+                                              K, F, fsw));
+            snprintf(what, sizeof what, "gemv with add+rms_norm T=%lld K=%lld %s", (long long)T, (long long)K,
+                     og_dtype_name(dt));
+            same_bits(what, fsum, nsum, (size_t)(T * K));
+            same_bits(what, fsum2, nsum, (size_t)(T * K));
+            same_bits(what, f0, p0, (size_t)(T * F));
+            same_bits(what, f1, p1, (size_t)(T * 17));
+            same_bits(what, fsw, dout, (size_t)(T * F));
+            free(ra), free(rb), free(wn);
+            cudaFree(na), cudaFree(db2), cudaFree(dwn), cudaFree(nsum), cudaFree(unormed), cudaFree(fsum);
+            cudaFree(fsum2), cudaFree(f0), cudaFree(f1), cudaFree(fsw);
+        }
         free(x), free(wg), free(wu), free(bg), free(bu), free(g), free(u), free(ref);
         cudaFree(dx), cudaFree(dwg), cudaFree(dwu), cudaFree(dbg), cudaFree(dbu), cudaFree(dg), cudaFree(du);
         cudaFree(dout), cudaFree(uout), cudaFree(p0), cudaFree(p1), cudaFree(p2), cudaFree(u17);
@@ -317,8 +359,10 @@ static void test_fused(void) {
 
 static void test_argmax(void) {
     og_test_section("argmax");
-    const int64_t Vs[] = {1, 2, 1023, 1025, 151936};
-    for (size_t vi = 0; vi < 5; vi++) {
+    const int64_t Vs[] = {1, 2, 1023, 1025, 32769, 151936}; /* 32769: one past a full pass of the blocks */
+    void *scratch = NULL;
+    CK(cudaMalloc(&scratch, og_argmax_cuda_scratch_bytes()));
+    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++) {
         for (int variant = 0; variant < 4; variant++) {
             const int64_t V = Vs[vi];
             float *x = rand_f32((size_t)V);
@@ -330,7 +374,7 @@ static void test_argmax(void) {
             float *dx = up(x, (size_t)V * 4);
             int32_t *didx = NULL, got = -1;
             CK(cudaMalloc((void **)&didx, 4));
-            CHECK_OK(og_argmax_cuda(NULL, dx, V, didx));
+            CHECK_OK(og_argmax_cuda(NULL, dx, V, didx, scratch));
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(&got, didx, 4, cudaMemcpyDeviceToHost));
             CHECK_MSG(got == want, "argmax V=%lld variant %d: got %d, want %lld", (long long)V, variant, got,
@@ -339,6 +383,7 @@ static void test_argmax(void) {
             cudaFree(dx), cudaFree(didx);
         }
     }
+    cudaFree(scratch);
 }
 
 int main(void) {

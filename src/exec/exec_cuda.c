@@ -28,10 +28,14 @@
  * runs the program as written):
  *   add -> rms_norm of its sum            add_rms_norm (both outputs written)
  *   head_rms_norm -> its only reader rope head_norm_rope (the normed heads
- *                                          are never written)
+ *                                          are never written); two such
+ *                                          pairs (q and k) share a launch
  *   matmul gate, matmul up -> swiglu      gemv_swiglu (gate and up written
  *                                          only by steps wider than the gemv)
  *   consecutive matmuls of one input      gemv_multi (e.g. q, k, v)
+ *   add -> rms_norm -> the products of    the products' gemv, computing the
+ *   the normed value (one step above)     norm itself (the normed value is
+ *                                          never written)
  * The steps get their own scratch slot plan (the greedy plan of exec.c over
  * steps instead of instructions), so a step never writes a slot another
  * value still needs, whichever instruction of it the program listed first.
@@ -54,13 +58,15 @@
 enum { OUT_NONE = 0, OUT_LOGITS, OUT_NEXT, OUT_KINDS };
 
 enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
-#define STEP_MAX_INSTRS OG_GEMV_CUDA_MAX_PARTS
+#define STEP_MAX_INSTRS (OG_GEMV_CUDA_MAX_PARTS + 2)
 
 /* One launch step: kind, and its instructions in program order (gate, up,
- * swiglu for STEP_GATE_UP). */
+ * swiglu for STEP_GATE_UP). A product step may begin with a prologue of
+ * n_pre = 2 instructions, the add and the rms_norm that make its input,
+ * folded into its gemv. */
 typedef struct cuda_step {
     int kind;
-    int32_t n;
+    int32_t n, n_pre;
     int32_t instr[STEP_MAX_INSTRS];
 } cuda_step;
 
@@ -91,6 +97,7 @@ struct og_cuda_session {
     size_t step_bytes;
     int32_t *next_host;         /* pinned [1] */
     int32_t *next_dev;          /* [1] */
+    void *argmax_scratch;       /* og_argmax_cuda_scratch_bytes() */
     cudaGraphExec_t graph[OUT_KINDS];
     void **graph_storage;       /* [2 * n_layers]: k, v addresses the graphs hold */
 };
@@ -177,6 +184,21 @@ static void find_groups(plan_ctx *c) {
             (int64_t)m->rope[j].head_dim * a->attrs.heads == a->out_width)
             add_group(c, STEP_NORM_ROPE, 2, (int32_t[]){i, j});
     }
+    for (int32_t a = 0; a < n; a++) { /* two head norm + rope pairs (q and k) -> one launch */
+        if (c->anchor[a] != a || c->group[a].kind != STEP_NORM_ROPE || c->group[a].n != 2) continue;
+        for (int32_t b = a + 1; b < n; b++) {
+            if (c->anchor[b] != b || c->group[b].kind != STEP_NORM_ROPE || c->group[b].n != 2 ||
+                (a > m->last_attend) != (b > m->last_attend))
+                continue;
+            /* b may run at a's place when every value it reads exists by then */
+            const int32_t p = producer(at(c, b)->in[0]);
+            if (p >= a) break;
+            const cuda_step first = c->group[a], second = c->group[b];
+            add_group(c, STEP_NORM_ROPE, 4,
+                      (int32_t[]){first.instr[0], first.instr[1], second.instr[0], second.instr[1]});
+            break;
+        }
+    }
     for (int32_t s = 0; s < n; s++) { /* gate and up products -> swiglu */
         const og_program_instr *sw = at(c, s);
         if (sw->op != OG_OP_SWIGLU) continue;
@@ -209,7 +231,7 @@ static int32_t step_outputs(const og_model *m, const cuda_step *st, int32_t *out
     int32_t k = 0;
     for (int32_t j = 0; j < st->n; j++) {
         const int32_t i = st->instr[j];
-        if (i == m->logits_instr || (st->kind == STEP_NORM_ROPE && j == 0)) continue;
+        if (i == m->logits_instr || (st->kind == STEP_NORM_ROPE && j % 2 == 0)) continue; /* norms stay unwritten */
         outs[k++] = i;
     }
     return k;
@@ -285,6 +307,45 @@ done:
     return st;
 }
 
+/* True when every reader of the norm's output is a product of step p (its
+ * input operand), so the add + norm can become p's gemv prologue. */
+static bool takes_prologue(const plan_ctx *c, const cuda_step *p, int32_t norm) {
+    if (p->n_pre || !(p->kind == STEP_GEMVS || p->kind == STEP_GATE_UP ||
+                      (p->kind == STEP_ONE && at(c, p->instr[0])->op == OG_OP_MATMUL)))
+        return false;
+    if ((p->instr[0] > c->m->last_attend) != (norm > c->m->last_attend)) return false; /* rows differ in the tail */
+    int32_t reads = 0;
+    for (int32_t j = 0; j < p->n; j++) {
+        const og_program_instr *in = at(c, p->instr[j]);
+        for (int32_t o = 0; o < in->n_in; o++)
+            if (producer(in->in[o]) == norm) {
+                if (in->op != OG_OP_MATMUL || o != 0) return false;
+                reads++;
+            }
+    }
+    return reads > 0 && reads == c->uses[norm];
+}
+
+/* An add + rms_norm step directly followed by the products of its normed
+ * output joins them as their prologue (one launch fewer). */
+static void fold_norm_prologues(const plan_ctx *c, struct og_cuda_model *cm) {
+    int32_t kept = 0;
+    for (int32_t k = 0; k < cm->n_steps; k++) {
+        cuda_step *sp = &cm->steps[k];
+        if (sp->kind == STEP_ADD_NORM && k + 1 < cm->n_steps && takes_prologue(c, &cm->steps[k + 1], sp->instr[1])) {
+            cuda_step *next = &cm->steps[k + 1];
+            memmove(next->instr + 2, next->instr, (size_t)next->n * sizeof *next->instr);
+            next->instr[0] = sp->instr[0];
+            next->instr[1] = sp->instr[1];
+            next->n += 2;
+            next->n_pre = 2;
+            continue; /* the add + norm step itself is dropped */
+        }
+        cm->steps[kept++] = *sp;
+    }
+    cm->n_steps = kept;
+}
+
 static og_status plan_steps(og_model *m, struct og_cuda_model *cm) {
     const int32_t n = m->n_instrs;
     plan_ctx c = {m, og_calloc((size_t)n, sizeof(int32_t)), og_malloc((size_t)n * sizeof(int32_t)),
@@ -306,8 +367,9 @@ static og_status plan_steps(og_model *m, struct og_cuda_model *cm) {
     find_groups(&c);
     for (int32_t i = 0; i < n; i++) {
         if (c.anchor[i] == i) cm->steps[cm->n_steps++] = c.group[i];
-        else if (c.anchor[i] < 0) cm->steps[cm->n_steps++] = (cuda_step){STEP_ONE, 1, {i}};
+        else if (c.anchor[i] < 0) cm->steps[cm->n_steps++] = (cuda_step){STEP_ONE, 1, 0, {i}};
     }
+    fold_norm_prologues(&c, cm);
     st = plan_step_slots(m, cm);
 done:
     og_free(c.uses);
@@ -420,6 +482,7 @@ og_status og_exec_cuda_session_init(og_session *s) {
     CUDA_TRY(cudaMalloc((void **)&c->step_dev, c->step_bytes), "step block");
     CUDA_TRY(cudaMallocHost((void **)&c->next_host, sizeof(int32_t)), "pinned token");
     CUDA_TRY(cudaMalloc((void **)&c->next_dev, sizeof(int32_t)), "token");
+    CUDA_TRY(cudaMalloc(&c->argmax_scratch, og_argmax_cuda_scratch_bytes()), "arg-max scratch");
     return OG_OK;
 }
 
@@ -440,6 +503,7 @@ void og_exec_cuda_session_free(og_session *s) {
     cudaFree(c->split_lo);
     cudaFree(c->step_dev);
     cudaFree(c->next_dev);
+    cudaFree(c->argmax_scratch);
     cudaFreeHost(c->step_host);
     cudaFreeHost(c->next_host);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -586,60 +650,94 @@ static og_status run_instr(step_ctx *x, int32_t i) {
 /* One launch step: a fused kernel, or its instructions one by one where the
  * step is wider than the fused kernel serves. *failed names the instruction
  * whose launch failed. */
+/* Runs instructions one by one; *failed names the one whose launch failed. */
+static og_status run_each(step_ctx *x, const int32_t *instrs, int32_t n, int32_t *failed) {
+    for (int32_t k = 0; k < n; k++) {
+        *failed = instrs[k];
+        og_status st = run_instr(x, instrs[k]);
+        if (st != OG_OK) return st;
+    }
+    return OG_OK;
+}
+
+/* The add + rms_norm prologue of step sp as a gemv's norm input, when the
+ * step's rows take the gemv path and fit its shared memory. */
+static bool norm_prologue(step_ctx *x, const cuda_step *sp, og_gemv_cuda_norm *nm) {
+    if (!sp->n_pre) return false;
+    instr_io a, b;
+    const int64_t T = instr_operands(x, sp->instr[0], &a);
+    if (T > OG_GEMV_CUDA_MAX_T || !og_gemv_cuda_norm_fits(T, a.w[0])) return false;
+    instr_operands(x, sp->instr[1], &b);
+    const og_program_instr *norm = og_program_instr_at(x->s->m->prog, sp->instr[1]);
+    *nm = (og_gemv_cuda_norm){a.v[0], a.v[1], b.v[1], b.dt[1], (float)norm->attrs.eps, a.out};
+    return true;
+}
+
+/* One launch step: a fused kernel, or its instructions one by one where the
+ * step is wider than the fused kernel serves. *failed names the instruction
+ * whose launch failed. */
 static og_status run_fused(step_ctx *x, const cuda_step *sp, int32_t *failed) {
     const og_model *m = x->s->m;
     struct og_cuda_session *c = x->s->cuda;
-    const int32_t i = sp->instr[0];
+    og_gemv_cuda_norm norm;
+    const og_gemv_cuda_norm *pro = norm_prologue(x, sp, &norm) ? &norm : NULL;
+    if (sp->n_pre && !pro) { /* the prologue on its own: the products then read its output */
+        og_status st = run_each(x, sp->instr, sp->n_pre, failed);
+        if (st != OG_OK) return st;
+    }
+    const int32_t *mi = sp->instr + sp->n_pre, n = sp->n - sp->n_pre;
+    const int32_t i = mi[0];
     instr_io a, b;
     *failed = i;
     switch (sp->kind) {
     case STEP_ADD_NORM: {
         const int64_t T = instr_operands(x, i, &a);
-        instr_operands(x, sp->instr[1], &b);
-        const og_program_instr *norm = og_program_instr_at(m->prog, sp->instr[1]);
-        return og_add_rms_norm_cuda(c->stream, a.v[0], a.v[1], b.v[1], b.dt[1], T, a.w[0], (float)norm->attrs.eps,
+        instr_operands(x, mi[1], &b);
+        const og_program_instr *nrm = og_program_instr_at(m->prog, mi[1]);
+        return og_add_rms_norm_cuda(c->stream, a.v[0], a.v[1], b.v[1], b.dt[1], T, a.w[0], (float)nrm->attrs.eps,
                                     a.out, b.out);
     }
-    case STEP_NORM_ROPE: {
-        const int32_t j = sp->instr[1];
-        const int64_t T = instr_operands(x, i, &a);
-        instr_operands(x, j, &b);
-        const og_program_instr *norm = og_program_instr_at(m->prog, i);
-        const int64_t heads = norm->attrs.heads;
-        return og_head_norm_rope_cuda(c->stream, a.v[0], a.v[1], a.dt[1],
-                                      m->cuda->inv_freq + (size_t)j * (OG_ROPE_MAX_HEAD_DIM / 2), b.v[1], T, heads,
-                                      a.w[0] / heads, (float)norm->attrs.eps, b.out);
+    case STEP_NORM_ROPE: { /* pairs (head norm, rope) */
+        og_head_norm_rope_cuda_job jobs[2];
+        int64_t T = 0;
+        for (int32_t k = 0; k < n / 2; k++) {
+            const int32_t norm_i = mi[2 * k], rope_i = mi[2 * k + 1];
+            T = instr_operands(x, norm_i, &a);
+            instr_operands(x, rope_i, &b);
+            const og_program_instr *nrm = og_program_instr_at(m->prog, norm_i);
+            const int64_t heads = nrm->attrs.heads;
+            jobs[k] = (og_head_norm_rope_cuda_job){a.v[0], a.v[1], a.dt[1],
+                                                   m->cuda->inv_freq + (size_t)rope_i * (OG_ROPE_MAX_HEAD_DIM / 2),
+                                                   heads, a.w[0] / heads, (float)nrm->attrs.eps, b.out};
+        }
+        return og_head_norm_rope_multi_cuda(c->stream, jobs, n / 2, b.v[1], T);
     }
     case STEP_GATE_UP: {
         const int64_t T = instr_operands(x, i, &a);
         if (T > OG_GEMV_CUDA_MAX_T) break;
-        instr_operands(x, sp->instr[1], &b);
+        instr_operands(x, mi[1], &b);
         instr_io sw;
-        instr_operands(x, sp->instr[2], &sw);
+        instr_operands(x, mi[2], &sw);
         const og_program_instr *g = og_program_instr_at(m->prog, i);
-        return og_gemv_swiglu_cuda(c->stream, a.v[0], a.v[1], g->n_in > 2 ? a.v[2] : NULL, b.v[1],
-                                   g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
+        return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
+                                        b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
     }
-    case STEP_GEMVS: {
+    case STEP_GEMVS:
+    case STEP_ONE: {
         const int64_t T = instr_operands(x, i, &a);
-        if (T > OG_GEMV_CUDA_MAX_T) break;
-        og_gemv_cuda_part parts[STEP_MAX_INSTRS];
-        for (int32_t k = 0; k < sp->n; k++) {
-            const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[k]);
-            instr_operands(x, sp->instr[k], &b);
+        if (T > OG_GEMV_CUDA_MAX_T || (sp->kind == STEP_ONE && !pro)) break;
+        og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
+        for (int32_t k = 0; k < n; k++) {
+            const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
+            instr_operands(x, mi[k], &b);
             parts[k] = (og_gemv_cuda_part){b.v[1], in->n_in > 2 ? b.v[2] : NULL, in->out_width, b.out};
         }
-        return og_gemv_multi_cuda(c->stream, a.v[0], a.dt[1], T, a.w[0], parts, sp->n);
+        return og_gemv_norm_multi_cuda(c->stream, pro ? NULL : a.v[0], pro, a.dt[1], T, a.w[0], parts, n);
     }
     default:
         break;
     }
-    for (int32_t k = 0; k < sp->n; k++) {
-        *failed = sp->instr[k];
-        og_status st = run_instr(x, sp->instr[k]);
-        if (st != OG_OK) return st;
-    }
-    return OG_OK;
+    return run_each(x, mi, n, failed);
 }
 
 static og_status run_step_group(step_ctx *x, const cuda_step *sp, int32_t *failed) {
@@ -665,7 +763,7 @@ static og_status enqueue_step(og_session *s, int32_t T, int kind, float *dev_log
         if (st != OG_OK) return st;
     }
     if (kind == OUT_NEXT) {
-        og_status st = og_argmax_cuda(c->stream, dev_logits, og_model_vocab_size(m), c->next_dev);
+        og_status st = og_argmax_cuda(c->stream, dev_logits, og_model_vocab_size(m), c->next_dev, c->argmax_scratch);
         if (st != OG_OK) return st;
         CUDA_TRY(cudaMemcpyAsync(c->next_host, c->next_dev, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream),
                  "token copy back");

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -26,6 +27,15 @@ __device__ inline float warp_sum(float x) {
     return x;
 }
 
+/* Waits for the kernels this one depends on (programmatic dependent launch;
+ * a no-op when launched without it), and lets the next kernel start its own
+ * prologue. Every kernel launched by launch_pdl calls it before it reads what
+ * an earlier kernel wrote or writes anything. */
+__device__ inline void grid_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+
 int grid_for(int64_t count, int threads) {
     const int64_t b = (count + threads - 1) / threads;
     return (int)(b < 65536 ? (b < 1 ? 1 : b) : 65536);
@@ -35,6 +45,38 @@ og_status launched(const char *op) {
     const cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return OG_OK;
     return og_set_error(OG_ERR_BACKEND, "%s: launch: %s (%s)", op, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* Launches kernel with programmatic dependent launch allowed (unless the
+ * environment sets OG_CUDA_PDL=0): it may start while the kernel before it on
+ * the stream still runs, and waits in grid_wait for that kernel's results.
+ * Errors are left for launched() to report. */
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char *v = getenv("OG_CUDA_PDL");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+    launch_pdl_smem(kernel, grid, block, 0, stream, args...);
 }
 
 og_status check_dims(const char *op, int64_t a, int64_t b) {
@@ -58,6 +100,7 @@ og_status check_weight(const char *op, const void *w, og_dtype dt) {
 
 /* ---- embed ---- */
 __global__ void embed_kernel(const int32_t *tokens, const void *table, bool bf16, int64_t H, float *out) {
+    grid_wait();
     const int64_t t = blockIdx.x;
     const int64_t row = (int64_t)tokens[t] * H;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) out[t * H + h] = load_w(table, bf16, row + h);
@@ -65,6 +108,7 @@ __global__ void embed_kernel(const int32_t *tokens, const void *table, bool bf16
 
 /* ---- rms norm: a block of 256 per row ---- */
 __global__ void rms_norm_kernel(const float *x, const void *w, bool bf16, int64_t N, float eps, float *out) {
+    grid_wait();
     __shared__ float part[32];
     const float *xr = x + blockIdx.x * N;
     float *orow = out + blockIdx.x * N;
@@ -86,6 +130,7 @@ __global__ void rms_norm_kernel(const float *x, const void *w, bool bf16, int64_
 /* ---- head rms norm: a warp per head row of D ---- */
 __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, int64_t rows, int64_t D, float eps,
                                      float *out) {
+    grid_wait();
     const int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= rows) return; /* whole warps leave: the shuffles below stay full */
@@ -102,6 +147,7 @@ __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, i
  * what was written, so both outputs equal add followed by rms_norm. */
 __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *w, bool bf16, int64_t N, float eps,
                                     float *sum, float *out) {
+    grid_wait();
     __shared__ float part[32];
     const int64_t base = blockIdx.x * N;
     float s = 0.0f;
@@ -125,31 +171,50 @@ __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *
 
 /* ---- head rms norm + rope: a warp per head row of D ----
  * The norm's output stays in registers: each lane rotates the pairs
- * (i, i + D/2) it normed, with the formulas of the two plain kernels. */
-__global__ void head_norm_rope_kernel(const float *x, const void *w, bool bf16, const float *inv_freq,
-                                      const int32_t *pos, int64_t rows, int64_t n, int64_t D, float eps, float *out) {
-    const int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+ * (i, i + D/2) it normed, with the formulas of the two plain kernels. Up to
+ * two jobs (e.g. the q and the k heads of a layer) share one launch: the
+ * warps past job 0's rows take job 1's. */
+struct norm_rope_jobs {
+    const float *x[2];
+    const void *w[2];
+    const float *inv_freq[2];
+    float *out[2];
+    int64_t rows[2], n[2], D[2];
+    float eps[2];
+    bool bf16[2];
+};
+
+__global__ void head_norm_rope_kernel(norm_rope_jobs jb, int64_t total_rows, const int32_t *pos) {
+    grid_wait();
+    int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    if (r >= rows) return; /* whole warps leave */
-    const float *xr = x + r * D;
+    if (r >= total_rows) return; /* whole warps leave */
+    const int j = r < jb.rows[0] ? 0 : 1;
+    if (j) r -= jb.rows[0];
+    const int64_t D = jb.D[j];
+    const float *xr = jb.x[j] + r * D;
     float s = 0.0f;
     for (int64_t i = lane; i < D; i += 32) s = fmaf(xr[i], xr[i], s);
     s = warp_sum(s);
-    const float f = 1.0f / sqrtf(s / (float)D + eps);
+    const float f = 1.0f / sqrtf(s / (float)D + jb.eps[j]);
     const int64_t half = D / 2;
-    const float p = (float)pos[r / n];
+    const float p = (float)pos[r / jb.n[j]];
+    const void *w = jb.w[j];
+    const bool bf16 = jb.bf16[j];
+    float *out = jb.out[j] + r * D;
     for (int64_t i = lane; i < half; i += 32) {
-        const float angle = p * inv_freq[i];
+        const float angle = p * jb.inv_freq[j][i];
         const float c = cosf(angle), sn = sinf(angle);
         const float a = (xr[i] * f) * load_w(w, bf16, i), b = (xr[i + half] * f) * load_w(w, bf16, i + half);
-        out[r * D + i] = a * c - b * sn;
-        out[r * D + i + half] = b * c + a * sn;
+        out[i] = a * c - b * sn;
+        out[i + half] = b * c + a * sn;
     }
 }
 
 /* ---- rope: one thread per pair (i, i + D/2) ---- */
 __global__ void rope_kernel(const float *inv_freq, int64_t D, const float *x, const int32_t *pos, int64_t T,
                             int64_t n, float *out) {
+    grid_wait();
     const int64_t half = D / 2, total = T * n * half;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = k % half, th = k / half, t = th / n;
@@ -163,6 +228,7 @@ __global__ void rope_kernel(const float *inv_freq, int64_t D, const float *x, co
 
 /* ---- swiglu, add ---- */
 __global__ void swiglu_kernel(const float *gate, const float *up, int64_t count, float *out) {
+    grid_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -170,63 +236,167 @@ __global__ void swiglu_kernel(const float *gate, const float *up, int64_t count,
 }
 
 __global__ void add_kernel(const float *a, const float *b, int64_t count, float *out) {
+    grid_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = a[i] + b[i];
 }
 
 /* ---- gemv: a warp per output feature, every row of x at once ----
  * The vector path (VEC) needs K % 8 == 0 and 16-byte aligned x and weight:
- * each lane takes 8 consecutive weights (16 bytes of bf16, 32 of f32).
- * gemv_dot leaves each lane's partial sums of w . x[t] in acc; the kernels
- * reduce them across the warp, so a fused kernel that calls it gives the same
- * bits as the plain one. */
-template <typename WT, bool VEC>
-__device__ inline void gemv_dot(const float *x, const WT *wr, int64_t T, int64_t K, int lane,
-                                float acc[OG_GEMV_CUDA_MAX_T]) {
+ * each lane takes chunks of 8 consecutive weights (16 bytes of bf16, 32 of
+ * f32), lane l the chunks at k = 8 l + 256 c. A small matrix is latency
+ * bound, so the weights of up to CH chunks per lane (of every row the warp
+ * owns) are loaded before any is used: with CH = K / 256 a row of K <= 4096
+ * is one round trip to memory. Each lane still adds its chunks in increasing
+ * k, so the sums do not depend on CH. gemv_dot leaves each lane's partial
+ * sums of w . x[t] in acc; the kernels reduce them across the warp, so a
+ * fused kernel that calls it gives the same bits as the plain one. The loads
+ * go ahead of grid_wait (programmatic dependent launch: the weights are never
+ * written by an earlier kernel); x is read only after it. */
+template <typename WT>
+struct chunk8 { /* 8 weights as loaded */
+    uint4 a, b;   /* bf16: a; f32: a, b */
+};
+
+template <typename WT>
+__device__ inline chunk8<WT> load_chunk(const WT *p) {
+    chunk8<WT> c;
+    c.a = __ldg(reinterpret_cast<const uint4 *>(p));
+    if (sizeof(WT) == 4) c.b = __ldg(reinterpret_cast<const uint4 *>(p) + 1);
+    else c.b = make_uint4(0, 0, 0, 0);
+    return c;
+}
+
+template <typename WT>
+__device__ inline void unpack_chunk(const chunk8<WT> &c, float wf[8]) {
+    const uint32_t q[8] = {c.a.x, c.a.y, c.a.z, c.a.w, c.b.x, c.b.y, c.b.z, c.b.w};
+    if (sizeof(WT) == 2) {
 #pragma unroll
-    for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) acc[t] = 0.0f;
+        for (int i = 0; i < 4; i++) {
+            wf[2 * i] = __uint_as_float(q[i] << 16);
+            wf[2 * i + 1] = __uint_as_float(q[i] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) wf[i] = __uint_as_float(q[i]);
+    }
+}
+
+/* The residual add + rms_norm that precedes a product, done by every block
+ * of the gemv for itself (gemv_norm_x): x = rms_norm(a + b) goes to shared
+ * memory, block 0 also writes sum = a + b. The sums of squares are added in
+ * the order of add_rms_norm_kernel (256 threads, lane and warp trees), so x
+ * has the bits that kernel writes. */
+struct gemv_norm {
+    const float *a, *b; /* [T, K] */
+    const void *w;      /* [K]    */
+    bool bf16;
+    float eps;
+    float *sum;         /* [T, K] */
+};
+
+constexpr int kGemvRows = 4; /* output features (warps) of a gemv block */
+constexpr int kGemvThreads = 32 * kGemvRows;
+constexpr int kNormThreads = 256; /* the threads add_rms_norm_kernel reduces over */
+
+__device__ const float *gemv_norm_x(const gemv_norm &nm, int64_t T, int64_t K) {
+    extern __shared__ float4 xs4[]; /* [T, K] floats, 16-byte aligned for the vector loads */
+    float *xs = reinterpret_cast<float *>(xs4);
+    __shared__ float part[OG_GEMV_CUDA_MAX_T][kNormThreads / 32];
+    __shared__ float rs[OG_GEMV_CUDA_MAX_T];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int64_t t = 0; t < T; t++) {
+        /* this thread stands for threads tid and tid + 128 of add_rms_norm_kernel */
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float sq = 0.0f;
+            for (int64_t i = tid + half * kGemvThreads; i < K; i += kNormThreads) {
+                const float v = nm.a[t * K + i] + nm.b[t * K + i];
+                xs[t * K + i] = v;
+                if (blockIdx.x == 0) nm.sum[t * K + i] = v;
+                sq = fmaf(v, v, sq);
+            }
+            sq = warp_sum(sq);
+            if (lane == 0) part[t][warp + half * kGemvRows] = sq;
+        }
+    }
+    __syncthreads();
+    if (warp == 0)
+        for (int64_t t = 0; t < T; t++) {
+            float v = lane < kNormThreads / 32 ? part[t][lane] : 0.0f;
+            v = warp_sum(v);
+            if (lane == 0) rs[t] = 1.0f / sqrtf(v / (float)K + nm.eps);
+        }
+    __syncthreads();
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = tid; i < K; i += kGemvThreads) xs[t * K + i] = (xs[t * K + i] * rs[t]) * load_w(nm.w, nm.bf16, i);
+    __syncthreads();
+    return xs;
+}
+
+/* The product of x (or, with NORM, of rms_norm(a + b)) with R weight rows. */
+template <typename WT, bool VEC, int CH, int R, bool NORM>
+__device__ inline void gemv_dot(const float *x, const gemv_norm &nm, const WT *const wr[R], int64_t T, int64_t K,
+                                int lane, float acc[R][OG_GEMV_CUDA_MAX_T]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) acc[r][t] = 0.0f;
+    const int64_t first = VEC ? (int64_t)lane * 8 : lane;
+    chunk8<WT> w[R][VEC ? CH : 1];
+    if (VEC) { /* the first CH chunks of every row before waiting */
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < CH; c++)
+                if (first + 256 * c < K) w[r][c] = load_chunk<WT>(wr[r] + first + 256 * c);
+    }
+    grid_wait(); /* every thread, once: gemv_norm_x synchronizes the block */
+    if (NORM) x = gemv_norm_x(nm, T, K);
     if (VEC) {
-#pragma unroll 4
-        for (int64_t k = (int64_t)lane * 8; k < K; k += 256) {
-            float wf[8];
-            if (sizeof(WT) == 2) {
-                const uint4 u = *reinterpret_cast<const uint4 *>(wr + k);
-                const uint32_t q[4] = {u.x, u.y, u.z, u.w};
+        for (int64_t k0 = first; k0 < K; k0 += 256 * CH) {
+            if (k0 != first) {
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    wf[2 * i] = __uint_as_float(q[i] << 16);
-                    wf[2 * i + 1] = __uint_as_float(q[i] & 0xffff0000u);
-                }
-            } else {
-                const float4 a = *reinterpret_cast<const float4 *>(wr + k);
-                const float4 b = *reinterpret_cast<const float4 *>(wr + k + 4);
-                wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w, wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int c = 0; c < CH; c++)
+                        if (k0 + 256 * c < K) w[r][c] = load_chunk<WT>(wr[r] + k0 + 256 * c);
             }
 #pragma unroll
-            for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) {
-                if (t < T) {
-                    const float4 a = *reinterpret_cast<const float4 *>(x + t * K + k);
-                    const float4 b = *reinterpret_cast<const float4 *>(x + t * K + k + 4);
-                    float s = acc[t];
-                    s = fmaf(a.x, wf[0], s), s = fmaf(a.y, wf[1], s), s = fmaf(a.z, wf[2], s), s = fmaf(a.w, wf[3], s);
-                    s = fmaf(b.x, wf[4], s), s = fmaf(b.y, wf[5], s), s = fmaf(b.z, wf[6], s), s = fmaf(b.w, wf[7], s);
-                    acc[t] = s;
+            for (int c = 0; c < CH; c++) {
+                const int64_t k = k0 + 256 * c;
+                if (k >= K) break;
+#pragma unroll
+                for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) {
+                    if (t < T) {
+                        const float4 a = *reinterpret_cast<const float4 *>(x + t * K + k);
+                        const float4 b = *reinterpret_cast<const float4 *>(x + t * K + k + 4);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float wf[8];
+                            unpack_chunk<WT>(w[r][c], wf);
+                            float s = acc[r][t];
+                            s = fmaf(a.x, wf[0], s), s = fmaf(a.y, wf[1], s), s = fmaf(a.z, wf[2], s);
+                            s = fmaf(a.w, wf[3], s), s = fmaf(b.x, wf[4], s), s = fmaf(b.y, wf[5], s);
+                            s = fmaf(b.z, wf[6], s), s = fmaf(b.w, wf[7], s);
+                            acc[r][t] = s;
+                        }
+                    }
                 }
             }
         }
     } else {
         for (int64_t k = lane; k < K; k += 32) {
-            const float wf = load_w(wr, sizeof(WT) == 2, k);
 #pragma unroll
-            for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++)
-                if (t < T) acc[t] = fmaf(x[t * K + k], wf, acc[t]);
+            for (int r = 0; r < R; r++) {
+                const float wf = load_w(wr[r], sizeof(WT) == 2, k);
+#pragma unroll
+                for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++)
+                    if (t < T) acc[r][t] = fmaf(x[t * K + k], wf, acc[r][t]);
+            }
         }
     }
 }
-
-/* Output features (warps) of a gemv block: small blocks spread a narrow
- * product (N ~ 1k) over every multiprocessor. */
-constexpr int kGemvRows = 4;
 
 /* Up to OG_GEMV_CUDA_MAX_PARTS products of one x, in one launch: part i owns
  * the blocks from first[i] on (kGemvRows output features per block). */
@@ -240,22 +410,25 @@ struct gemv_parts {
     int n;
 };
 
-template <typename WT, bool VEC>
-__global__ void gemv_kernel(const float *x, gemv_parts<WT> p, int64_t T, int64_t K) {
+/* A warp past the last feature computes the last one again and stores
+ * nothing: every warp takes part in the block's barriers. */
+template <typename WT, bool VEC, int CH, bool NORM>
+__global__ void gemv_kernel(const float *x, gemv_norm nm, gemv_parts<WT> p, int64_t T, int64_t K) {
     int part = 0;
     while (part + 1 < p.n && (int64_t)blockIdx.x >= p.first[part + 1]) part++;
     const int64_t j = (blockIdx.x - p.first[part]) * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    const int64_t N = p.N[part];
+    const int64_t N = p.N[part], row = j < N ? j : N - 1;
+    float acc[1][OG_GEMV_CUDA_MAX_T];
+    const WT *const rows[1] = {p.w[part] + row * K};
+    gemv_dot<WT, VEC, CH, 1, NORM>(x, nm, rows, T, K, lane, acc);
     if (j >= N) return;
-    float acc[OG_GEMV_CUDA_MAX_T];
-    gemv_dot<WT, VEC>(x, p.w[part] + j * K, T, K, lane, acc);
     const float b = p.bias[part] ? load_w(p.bias[part], sizeof(WT) == 2, j) : 0.0f;
     float *out = p.out[part];
 #pragma unroll
     for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) {
         if (t < T) {
-            const float s = warp_sum(acc[t]);
+            const float s = warp_sum(acc[0][t]);
             if (lane == 0) out[t * N + j] = s + b;
         }
     }
@@ -263,27 +436,29 @@ __global__ void gemv_kernel(const float *x, gemv_parts<WT> p, int64_t T, int64_t
 
 /* gate and up products of one x with silu(gate) * up as the epilogue: a warp
  * per feature reads both weight rows; gate and up never reach memory. */
-template <typename WT, bool VEC>
-__global__ void gemv_swiglu_kernel(const float *x, const WT *wg, const WT *bg, const WT *wu, const WT *bu, int64_t T,
-                                   int64_t K, int64_t F, float *out) {
+template <typename WT, bool VEC, int CH, bool NORM>
+__global__ void gemv_swiglu_kernel(const float *x, gemv_norm nm, const WT *wg, const WT *bg, const WT *wu,
+                                   const WT *bu, int64_t T, int64_t K, int64_t F, float *out) {
     const int64_t j = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
+    const int64_t row = j < F ? j : F - 1;
+    float acc[2][OG_GEMV_CUDA_MAX_T];
+    const WT *const rows[2] = {wg + row * K, wu + row * K};
+    gemv_dot<WT, VEC, CH, 2, NORM>(x, nm, rows, T, K, lane, acc);
     if (j >= F) return;
-    float ag[OG_GEMV_CUDA_MAX_T], au[OG_GEMV_CUDA_MAX_T];
-    gemv_dot<WT, VEC>(x, wg + j * K, T, K, lane, ag);
-    gemv_dot<WT, VEC>(x, wu + j * K, T, K, lane, au);
     const float b_g = bg ? load_w(bg, sizeof(WT) == 2, j) : 0.0f;
     const float b_u = bu ? load_w(bu, sizeof(WT) == 2, j) : 0.0f;
 #pragma unroll
     for (int t = 0; t < OG_GEMV_CUDA_MAX_T; t++) {
         if (t < T) {
-            const float g = warp_sum(ag[t]) + b_g, u = warp_sum(au[t]) + b_u;
+            const float g = warp_sum(acc[0][t]) + b_g, u = warp_sum(acc[1][t]) + b_u;
             if (lane == 0) out[t * F + j] = g / (1.0f + expf(-g)) * u;
         }
     }
 }
 
 __global__ void split_bf16_kernel(const float *x, int64_t count, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    grid_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
         hi[i] = h;
@@ -292,6 +467,7 @@ __global__ void split_bf16_kernel(const float *x, int64_t count, __nv_bfloat16 *
 }
 
 __global__ void fill_rows_kernel(const void *bias, bool bf16, int64_t T, int64_t N, float *out) {
+    grid_wait();
     const int64_t total = T * N;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = load_w(bias, bf16, i % N);
@@ -304,14 +480,14 @@ __device__ inline bool better(float a, int64_t ia, float b, int64_t ib) {
     return a > b || (a == b && ia < ib);
 }
 
-constexpr int kArgmaxThreads = 1024;
-__global__ void argmax_kernel(const float *x, int64_t V, int32_t *index) {
+/* Two passes: kArgmaxBlocks blocks each leave the best of their stride of x
+ * in the scratch, one block picks the best of those. */
+constexpr int kArgmaxThreads = 256, kArgmaxBlocks = 128;
+
+/* The best (value, index) over the block, in thread 0. */
+__device__ inline void block_best(float &best, int64_t &bi) {
     __shared__ float sv[kArgmaxThreads];
     __shared__ int64_t si[kArgmaxThreads];
-    float best = x[0];
-    int64_t bi = 0;
-    for (int64_t i = threadIdx.x; i < V; i += kArgmaxThreads)
-        if (better(x[i], i, best, bi)) best = x[i], bi = i;
     sv[threadIdx.x] = best;
     si[threadIdx.x] = bi;
     __syncthreads();
@@ -322,7 +498,28 @@ __global__ void argmax_kernel(const float *x, int64_t V, int32_t *index) {
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) *index = (int32_t)si[0];
+    best = sv[0];
+    bi = si[0];
+}
+
+__global__ void argmax_part_kernel(const float *x, int64_t V, float *part_v, int64_t *part_i) {
+    grid_wait();
+    float best = x[0];
+    int64_t bi = 0;
+    for (int64_t i = blockIdx.x * (int64_t)kArgmaxThreads + threadIdx.x; i < V; i += (int64_t)kArgmaxBlocks * kArgmaxThreads)
+        if (better(x[i], i, best, bi)) best = x[i], bi = i;
+    block_best(best, bi);
+    if (threadIdx.x == 0) part_v[blockIdx.x] = best, part_i[blockIdx.x] = bi;
+}
+
+__global__ void argmax_final_kernel(const float *part_v, const int64_t *part_i, int32_t *index) {
+    grid_wait();
+    float best = part_v[0];
+    int64_t bi = part_i[0];
+    for (int b = threadIdx.x; b < kArgmaxBlocks; b += kArgmaxThreads)
+        if (better(part_v[b], part_i[b], best, bi)) best = part_v[b], bi = part_i[b];
+    block_best(best, bi);
+    if (threadIdx.x == 0) *index = (int32_t)bi;
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -347,7 +544,7 @@ extern "C" og_status og_embed_cuda(void *stream, const int32_t *tokens, int64_t 
     OG_CUDA_TRY(check_dims(op, T, H));
     if (!tokens || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: tokens or out is NULL", op);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
-    embed_kernel<<<(unsigned)T, 256, 0, static_cast<cudaStream_t>(stream)>>>(tokens, table,
+    launch_pdl(embed_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), tokens, table,
                                                                             table_dtype == OG_DTYPE_BF16, H, out);
     return launched(op);
 }
@@ -360,7 +557,7 @@ extern "C" og_status og_rms_norm_cuda(void *stream, const float *x, const void *
     if (!x || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x or out is NULL", op);
     if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
-    rms_norm_kernel<<<(unsigned)T, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, weight,
+    launch_pdl(rms_norm_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), x, weight,
                                                                                weight_dtype == OG_DTYPE_BF16, N, eps, out);
     return launched(op);
 }
@@ -375,7 +572,7 @@ extern "C" og_status og_head_rms_norm_cuda(void *stream, const float *x, const v
     if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
     const int64_t rows = T * n, blocks = (rows + 7) / 8;
     if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %lld rows", op, (long long)rows);
-    head_rms_norm_kernel<<<(unsigned)blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_pdl(head_rms_norm_kernel, dim3((unsigned)blocks), dim3(256), static_cast<cudaStream_t>(stream), 
         x, weight, weight_dtype == OG_DTYPE_BF16, rows, D, eps, out);
     return launched(op);
 }
@@ -389,26 +586,45 @@ extern "C" og_status og_add_rms_norm_cuda(void *stream, const float *a, const fl
     if (!a || !b || !sum || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a, b, sum or out is NULL", op);
     if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
-    add_rms_norm_kernel<<<(unsigned)T, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_pdl(add_rms_norm_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), 
         a, b, weight, weight_dtype == OG_DTYPE_BF16, N, eps, sum, out);
+    return launched(op);
+}
+
+extern "C" og_status og_head_norm_rope_multi_cuda(void *stream, const og_head_norm_rope_cuda_job *jobs, int n_jobs,
+                                                  const int32_t *positions, int64_t T) {
+    const char *op = "head_norm_rope_cuda";
+    if (!jobs || n_jobs < 1 || n_jobs > 2 || !positions)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d jobs (1 or 2) or positions NULL", op, n_jobs);
+    norm_rope_jobs jb = {};
+    int64_t total = 0;
+    for (int k = 0; k < n_jobs; k++) {
+        const og_head_norm_rope_cuda_job *j = &jobs[k];
+        OG_CUDA_TRY(check_weight(op, j->weight, j->weight_dtype));
+        OG_CUDA_TRY(check_dims(op, T, j->n));
+        OG_CUDA_TRY(check_dims(op, T * j->n, j->D));
+        if (!j->x || !j->inv_freq || !j->out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is NULL", op);
+        if (j->D < 2 || j->D % 2)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: head dim %lld is not even", op, (long long)j->D);
+        if (!(j->eps >= 0.0f) || isinf(j->eps))
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)j->eps);
+        jb.x[k] = j->x, jb.w[k] = j->weight, jb.inv_freq[k] = j->inv_freq, jb.out[k] = j->out;
+        jb.rows[k] = T * j->n, jb.n[k] = j->n, jb.D[k] = j->D, jb.eps[k] = j->eps;
+        jb.bf16[k] = j->weight_dtype == OG_DTYPE_BF16;
+        total += jb.rows[k];
+    }
+    const int64_t blocks = (total + 7) / 8;
+    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %lld rows", op, (long long)total);
+    launch_pdl(head_norm_rope_kernel, dim3((unsigned)blocks), dim3(256), static_cast<cudaStream_t>(stream), jb, total,
+               positions);
     return launched(op);
 }
 
 extern "C" og_status og_head_norm_rope_cuda(void *stream, const float *x, const void *weight, og_dtype weight_dtype,
                                             const float *inv_freq, const int32_t *positions, int64_t T, int64_t n,
                                             int64_t D, float eps, float *out) {
-    const char *op = "head_norm_rope_cuda";
-    OG_CUDA_TRY(check_weight(op, weight, weight_dtype));
-    OG_CUDA_TRY(check_dims(op, T, n));
-    OG_CUDA_TRY(check_dims(op, T * n, D));
-    if (!x || !inv_freq || !positions || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is NULL", op);
-    if (D < 2 || D % 2) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: head dim %lld is not even", op, (long long)D);
-    if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
-    const int64_t rows = T * n, blocks = (rows + 7) / 8;
-    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %lld rows", op, (long long)rows);
-    head_norm_rope_kernel<<<(unsigned)blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
-        x, weight, weight_dtype == OG_DTYPE_BF16, inv_freq, positions, rows, n, D, eps, out);
-    return launched(op);
+    const og_head_norm_rope_cuda_job job = {x, weight, weight_dtype, inv_freq, n, D, eps, out};
+    return og_head_norm_rope_multi_cuda(stream, &job, 1, positions, T);
 }
 
 extern "C" og_status og_rope_cuda(void *stream, const float *inv_freq, int64_t D, const float *x,
@@ -420,7 +636,7 @@ extern "C" og_status og_rope_cuda(void *stream, const float *inv_freq, int64_t D
     OG_CUDA_TRY(check_dims(op, T, n));
     OG_CUDA_TRY(check_dims(op, T * n, D));
     const int64_t pairs = T * n * (D / 2);
-    rope_kernel<<<grid_for(pairs, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(inv_freq, D, x, positions, T, n,
+    launch_pdl(rope_kernel, dim3(grid_for(pairs, 256)), dim3(256), static_cast<cudaStream_t>(stream), inv_freq, D, x, positions, T, n,
                                                                                      out);
     return launched(op);
 }
@@ -428,22 +644,54 @@ extern "C" og_status og_rope_cuda(void *stream, const float *inv_freq, int64_t D
 extern "C" og_status og_swiglu_cuda(void *stream, const float *gate, const float *up, int64_t count, float *out) {
     if (!gate || !up || !out || count < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "swiglu_cuda: NULL buffer or count %lld", (long long)count);
-    swiglu_kernel<<<grid_for(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, count, out);
+    launch_pdl(swiglu_kernel, dim3(grid_for(count, 256)), dim3(256), static_cast<cudaStream_t>(stream), gate, up, count, out);
     return launched("swiglu_cuda");
 }
 
 extern "C" og_status og_add_cuda(void *stream, const float *a, const float *b, int64_t count, float *out) {
     if (!a || !b || !out || count < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "add_cuda: NULL buffer or count %lld", (long long)count);
-    add_kernel<<<grid_for(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a, b, count, out);
+    launch_pdl(add_kernel, dim3(grid_for(count, 256)), dim3(256), static_cast<cudaStream_t>(stream), a, b, count, out);
     return launched("add_cuda");
 }
 
 namespace {
 
+/* Chunks per lane loaded ahead (gemv_dot): the whole row of K <= 4096 bf16
+ * (2048 f32) weights at once, fewer for short rows. */
+int gemv_chunks(int64_t K, size_t weight_size) {
+    if (K <= 1024) return 4;
+    return K <= 2048 || weight_size == 4 ? 8 : 16;
+}
+
+/* The launch shape every gemv launch shares: which x (or norm prologue), its
+ * shared memory, and the chunks per lane. */
+struct gemv_launch {
+    cudaStream_t st;
+    const float *x; /* NULL with a norm prologue */
+    gemv_norm nm;
+    bool norm, vec;
+    int64_t T, K;
+    size_t smem;
+};
+
+template <typename WT, bool VEC, int CH, bool NORM>
+void launch_gemv_ch(const gemv_launch &g, const gemv_parts<WT> &p, int64_t blocks) {
+    launch_pdl_smem(gemv_kernel<WT, VEC, CH, NORM>, dim3((unsigned)blocks), dim3(kGemvThreads), g.smem, g.st, g.x,
+                    g.nm, p, g.T, g.K);
+}
+
+template <typename WT, bool NORM>
+void launch_gemv_norm(const gemv_launch &g, const gemv_parts<WT> &p, int64_t blocks) {
+    const int ch = gemv_chunks(g.K, sizeof(WT));
+    if (!g.vec) launch_gemv_ch<WT, false, 1, NORM>(g, p, blocks);
+    else if (ch == 4) launch_gemv_ch<WT, true, 4, NORM>(g, p, blocks);
+    else if (ch == 8) launch_gemv_ch<WT, true, 8, NORM>(g, p, blocks);
+    else launch_gemv_ch<WT, true, sizeof(WT) == 2 ? 16 : 8, NORM>(g, p, blocks);
+}
+
 template <typename WT>
-og_status launch_gemv(cudaStream_t st, const float *x, const og_gemv_cuda_part *parts, int n, int64_t T, int64_t K,
-                      bool vec) {
+og_status launch_gemv(const gemv_launch &g, const og_gemv_cuda_part *parts, int n) {
     gemv_parts<WT> p = {};
     p.n = n;
     int64_t blocks = 0;
@@ -457,17 +705,64 @@ og_status launch_gemv(cudaStream_t st, const float *x, const og_gemv_cuda_part *
     }
     p.first[n] = blocks;
     if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)blocks);
-    if (vec) gemv_kernel<WT, true><<<(unsigned)blocks, 32 * kGemvRows, 0, st>>>(x, p, T, K);
-    else gemv_kernel<WT, false><<<(unsigned)blocks, 32 * kGemvRows, 0, st>>>(x, p, T, K);
+    if (g.norm) launch_gemv_norm<WT, true>(g, p, blocks);
+    else launch_gemv_norm<WT, false>(g, p, blocks);
     return launched("gemv_cuda");
 }
 
-og_status check_gemv(const char *op, const float *x, const void *weight, og_dtype dt, int64_t T, int64_t K, int64_t N,
+template <typename WT, bool VEC, int CH, bool NORM>
+void launch_swiglu_ch(const gemv_launch &g, unsigned blocks, const void *wg, const void *bg, const void *wu,
+                      const void *bu, int64_t F, float *out) {
+    launch_pdl_smem(gemv_swiglu_kernel<WT, VEC, CH, NORM>, dim3(blocks), dim3(kGemvThreads), g.smem, g.st, g.x, g.nm,
+                    static_cast<const WT *>(wg), static_cast<const WT *>(bg), static_cast<const WT *>(wu),
+                    static_cast<const WT *>(bu), g.T, g.K, F, out);
+}
+
+template <typename WT, bool NORM>
+void launch_swiglu(const gemv_launch &g, unsigned blocks, const void *wg, const void *bg, const void *wu,
+                   const void *bu, int64_t F, float *out) {
+    const int ch = gemv_chunks(g.K, sizeof(WT));
+    if (!g.vec) launch_swiglu_ch<WT, false, 1, NORM>(g, blocks, wg, bg, wu, bu, F, out);
+    else if (ch == 4) launch_swiglu_ch<WT, true, 4, NORM>(g, blocks, wg, bg, wu, bu, F, out);
+    else if (ch == 8) launch_swiglu_ch<WT, true, 8, NORM>(g, blocks, wg, bg, wu, bu, F, out);
+    else launch_swiglu_ch<WT, true, sizeof(WT) == 2 ? 16 : 8, NORM>(g, blocks, wg, bg, wu, bu, F, out);
+}
+
+/* Checks the x or norm prologue of a gemv and fills the launch shape (vec
+ * still to be narrowed by the weights' alignment). */
+og_status gemv_setup(const char *op, void *stream, const float *x, const og_gemv_cuda_norm *norm, int64_t T, int64_t K,
+                     gemv_launch *g) {
+    *g = gemv_launch{};
+    g->st = static_cast<cudaStream_t>(stream);
+    g->x = x;
+    g->T = T;
+    g->K = K;
+    g->vec = K % 8 == 0;
+    if (!norm) {
+        if (!x) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x is NULL", op);
+        g->vec = g->vec && aligned16(x);
+        return OG_OK;
+    }
+    if (!norm->a || !norm->b || !norm->sum)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: norm a, b or sum is NULL", op);
+    OG_CUDA_TRY(check_weight(op, norm->weight, norm->weight_dtype));
+    if (!(norm->eps >= 0.0f) || isinf(norm->eps))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)norm->eps);
+    if (!og_gemv_cuda_norm_fits(T, K))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a norm prologue of %lld x %lld does not fit", op,
+                            (long long)T, (long long)K);
+    g->norm = true;
+    g->nm = gemv_norm{norm->a, norm->b, norm->weight, norm->weight_dtype == OG_DTYPE_BF16, norm->eps, norm->sum};
+    g->smem = (size_t)(T * K) * sizeof(float);
+    return OG_OK;
+}
+
+og_status check_gemv(const char *op, const void *weight, og_dtype dt, int64_t T, int64_t K, int64_t N,
                      const float *out) {
     OG_CUDA_TRY(check_weight(op, weight, dt));
     OG_CUDA_TRY(check_dims(op, N, K));
     OG_CUDA_TRY(check_dims(op, T, K));
-    if (!x || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x or out is NULL", op);
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     if (T > OG_GEMV_CUDA_MAX_T)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows, at most %d", op, (long long)T,
                             OG_GEMV_CUDA_MAX_T);
@@ -478,19 +773,29 @@ og_status check_gemv(const char *op, const float *x, const void *weight, og_dtyp
 
 } /* namespace */
 
-extern "C" og_status og_gemv_multi_cuda(void *stream, const float *x, og_dtype weight_dtype, int64_t T, int64_t K,
-                                        const og_gemv_cuda_part *parts, int n_parts) {
+extern "C" bool og_gemv_cuda_norm_fits(int64_t T, int64_t K) {
+    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 48 * 1024 / 4 / T;
+}
+
+extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm,
+                                             og_dtype weight_dtype, int64_t T, int64_t K,
+                                             const og_gemv_cuda_part *parts, int n_parts) {
     const char *op = "gemv_cuda";
     if (!parts || n_parts < 1 || n_parts > OG_GEMV_CUDA_MAX_PARTS)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d parts (1..%d)", op, n_parts, OG_GEMV_CUDA_MAX_PARTS);
-    bool vec = K % 8 == 0 && aligned16(x);
+    gemv_launch g;
+    OG_CUDA_TRY(gemv_setup(op, stream, x, norm, T, K, &g));
     for (int i = 0; i < n_parts; i++) {
-        OG_CUDA_TRY(check_gemv(op, x, parts[i].weight, weight_dtype, T, K, parts[i].N, parts[i].out));
-        vec = vec && aligned16(parts[i].weight);
+        OG_CUDA_TRY(check_gemv(op, parts[i].weight, weight_dtype, T, K, parts[i].N, parts[i].out));
+        g.vec = g.vec && aligned16(parts[i].weight);
     }
-    cudaStream_t st = static_cast<cudaStream_t>(stream);
-    return weight_dtype == OG_DTYPE_BF16 ? launch_gemv<__nv_bfloat16>(st, x, parts, n_parts, T, K, vec)
-                                         : launch_gemv<float>(st, x, parts, n_parts, T, K, vec);
+    return weight_dtype == OG_DTYPE_BF16 ? launch_gemv<__nv_bfloat16>(g, parts, n_parts)
+                                         : launch_gemv<float>(g, parts, n_parts);
+}
+
+extern "C" og_status og_gemv_multi_cuda(void *stream, const float *x, og_dtype weight_dtype, int64_t T, int64_t K,
+                                        const og_gemv_cuda_part *parts, int n_parts) {
+    return og_gemv_norm_multi_cuda(stream, x, NULL, weight_dtype, T, K, parts, n_parts);
 }
 
 extern "C" og_status og_gemv_cuda(void *stream, const float *x, const void *weight, const void *bias,
@@ -499,34 +804,35 @@ extern "C" og_status og_gemv_cuda(void *stream, const float *x, const void *weig
     return og_gemv_multi_cuda(stream, x, weight_dtype, T, K, &part, 1);
 }
 
+extern "C" og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm,
+                                              const void *w_gate, const void *b_gate, const void *w_up,
+                                              const void *b_up, og_dtype weight_dtype, int64_t T, int64_t K,
+                                              int64_t F, float *out) {
+    const char *op = "gemv_swiglu_cuda";
+    gemv_launch g;
+    OG_CUDA_TRY(gemv_setup(op, stream, x, norm, T, K, &g));
+    OG_CUDA_TRY(check_gemv(op, w_gate, weight_dtype, T, K, F, out));
+    OG_CUDA_TRY(check_weight(op, w_up, weight_dtype));
+    g.vec = g.vec && aligned16(w_gate) && aligned16(w_up);
+    const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows);
+    const bool bf16 = weight_dtype == OG_DTYPE_BF16;
+    if (bf16 && g.norm) launch_swiglu<__nv_bfloat16, true>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    else if (bf16) launch_swiglu<__nv_bfloat16, false>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    else if (g.norm) launch_swiglu<float, true>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    else launch_swiglu<float, false>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    return launched(op);
+}
+
 extern "C" og_status og_gemv_swiglu_cuda(void *stream, const float *x, const void *w_gate, const void *b_gate,
                                          const void *w_up, const void *b_up, og_dtype weight_dtype, int64_t T,
                                          int64_t K, int64_t F, float *out) {
-    const char *op = "gemv_swiglu_cuda";
-    OG_CUDA_TRY(check_gemv(op, x, w_gate, weight_dtype, T, K, F, out));
-    OG_CUDA_TRY(check_weight(op, w_up, weight_dtype));
-    const bool vec = K % 8 == 0 && aligned16(x) && aligned16(w_gate) && aligned16(w_up);
-    const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows), threads = 32 * kGemvRows;
-    cudaStream_t st = static_cast<cudaStream_t>(stream);
-    if (weight_dtype == OG_DTYPE_BF16) {
-        typedef __nv_bfloat16 B;
-        const B *wg = static_cast<const B *>(w_gate), *bg = static_cast<const B *>(b_gate);
-        const B *wu = static_cast<const B *>(w_up), *bu = static_cast<const B *>(b_up);
-        if (vec) gemv_swiglu_kernel<B, true><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
-        else gemv_swiglu_kernel<B, false><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
-    } else {
-        const float *wg = static_cast<const float *>(w_gate), *bg = static_cast<const float *>(b_gate);
-        const float *wu = static_cast<const float *>(w_up), *bu = static_cast<const float *>(b_up);
-        if (vec) gemv_swiglu_kernel<float, true><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
-        else gemv_swiglu_kernel<float, false><<<blocks, threads, 0, st>>>(x, wg, bg, wu, bu, T, K, F, out);
-    }
-    return launched(op);
+    return og_gemv_norm_swiglu_cuda(stream, x, NULL, w_gate, b_gate, w_up, b_up, weight_dtype, T, K, F, out);
 }
 
 extern "C" og_status og_split_bf16_cuda(void *stream, const float *x, int64_t count, uint16_t *hi, uint16_t *lo) {
     if (!x || !hi || !lo || count < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "split_bf16_cuda: NULL buffer or count %lld", (long long)count);
-    split_bf16_kernel<<<grid_for(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_pdl(split_bf16_kernel, dim3(grid_for(count, 256)), dim3(256), static_cast<cudaStream_t>(stream), 
         x, count, reinterpret_cast<__nv_bfloat16 *>(hi), reinterpret_cast<__nv_bfloat16 *>(lo));
     return launched("split_bf16_cuda");
 }
@@ -537,14 +843,20 @@ extern "C" og_status og_fill_rows_cuda(void *stream, const void *bias, og_dtype 
     OG_CUDA_TRY(check_weight(op, bias, dtype));
     OG_CUDA_TRY(check_dims(op, T, N));
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    fill_rows_kernel<<<grid_for(T * N, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_pdl(fill_rows_kernel, dim3(grid_for(T * N, 256)), dim3(256), static_cast<cudaStream_t>(stream), 
         bias, dtype == OG_DTYPE_BF16, T, N, out);
     return launched(op);
 }
 
-extern "C" og_status og_argmax_cuda(void *stream, const float *x, int64_t V, int32_t *index) {
-    if (!x || !index || V < 1 || V > INT32_MAX)
+extern "C" size_t og_argmax_cuda_scratch_bytes(void) { return kArgmaxBlocks * (sizeof(float) + sizeof(int64_t)); }
+
+extern "C" og_status og_argmax_cuda(void *stream, const float *x, int64_t V, int32_t *index, void *scratch) {
+    if (!x || !index || !scratch || V < 1 || V > INT32_MAX)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "argmax_cuda: NULL buffer or V = %lld", (long long)V);
-    argmax_kernel<<<1, kArgmaxThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, V, index);
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    int64_t *part_i = static_cast<int64_t *>(scratch);
+    float *part_v = reinterpret_cast<float *>(part_i + kArgmaxBlocks);
+    launch_pdl(argmax_part_kernel, dim3(kArgmaxBlocks), dim3(kArgmaxThreads), st, x, V, part_v, part_i);
+    launch_pdl(argmax_final_kernel, dim3(1), dim3(kArgmaxThreads), st, part_v, part_i, index);
     return launched("argmax_cuda");
 }

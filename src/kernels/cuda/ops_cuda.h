@@ -70,6 +70,20 @@ og_status og_head_norm_rope_cuda(void *stream, const float *x /* [T, n*D] */, co
                                  const int32_t *positions /* [T] */, int64_t T, int64_t n, int64_t D, float eps,
                                  float *out /* [T, n*D] */);
 
+/* Two head norm + rope applications (e.g. a layer's q and k heads) in one
+ * launch, each job computed exactly as og_head_norm_rope_cuda would. */
+typedef struct og_head_norm_rope_cuda_job {
+    const float *x;        /* [T, n*D] */
+    const void *weight;    /* [D]      */
+    og_dtype weight_dtype;
+    const float *inv_freq; /* [D/2]    */
+    int64_t n, D;
+    float eps;
+    float *out;            /* [T, n*D] */
+} og_head_norm_rope_cuda_job;
+og_status og_head_norm_rope_multi_cuda(void *stream, const og_head_norm_rope_cuda_job *jobs /* [n_jobs] */,
+                                       int n_jobs /* 1 or 2 */, const int32_t *positions /* [T] */, int64_t T);
+
 /* ---- rope (rotate_half), inv_freq on the device ----
  * inv_freq is [D/2] f32 (og_rope_table.inv_freq uploaded). out may equal x. */
 og_status og_rope_cuda(void *stream, const float *inv_freq /* [D/2] */, int64_t D,
@@ -112,6 +126,29 @@ og_status og_gemv_swiglu_cuda(void *stream, const float *x /* [T, K] */, const v
                               const void *b_up /* [F] or NULL */, og_dtype weight_dtype, int64_t T, int64_t K,
                               int64_t F, float *out /* [T, F] */);
 
+/* The residual add + rms_norm before a product, folded into the gemv: with
+ * norm set, x is not read; the product's input is rms_norm(a + b) (weight,
+ * eps) and sum = a + b is written, both with the bits og_add_rms_norm_cuda
+ * gives (the normed rows themselves are not written). Fits while the T rows
+ * of K floats fit in a block's shared memory (og_gemv_cuda_norm_fits). sum
+ * must not overlap a, b or an output. */
+typedef struct og_gemv_cuda_norm {
+    const float *a, *b;   /* [T, K] */
+    const void *weight;   /* [K]    */
+    og_dtype weight_dtype;
+    float eps;
+    float *sum;           /* [T, K] */
+} og_gemv_cuda_norm;
+bool og_gemv_cuda_norm_fits(int64_t T, int64_t K);
+/* og_gemv_multi_cuda and og_gemv_swiglu_cuda with an optional norm prologue
+ * (norm NULL: x is the input, exactly as those two). */
+og_status og_gemv_norm_multi_cuda(void *stream, const float *x /* [T, K] or NULL */, const og_gemv_cuda_norm *norm,
+                                  og_dtype weight_dtype, int64_t T, int64_t K,
+                                  const og_gemv_cuda_part *parts /* [n_parts] */, int n_parts);
+og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NULL */, const og_gemv_cuda_norm *norm,
+                                   const void *w_gate, const void *b_gate, const void *w_up, const void *b_up,
+                                   og_dtype weight_dtype, int64_t T, int64_t K, int64_t F, float *out /* [T, F] */);
+
 /* Splits f32 x into hi = bf16(x) and lo = bf16(x - hi), so that two bf16
  * products W.hi + W.lo carry x to about 2^-17 relative (tensor-core prefill). */
 og_status og_split_bf16_cuda(void *stream, const float *x /* [count] */, int64_t count,
@@ -121,8 +158,11 @@ og_status og_fill_rows_cuda(void *stream, const void *bias /* [N] */, og_dtype d
                             float *out /* [T, N] */);
 
 /* ---- argmax of one row, like torch.argmax: first maximum wins, NaN is
- * larger than any number (the first NaN wins). ---- */
-og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int32_t *index /* [1] */);
+ * larger than any number (the first NaN wins). scratch is device memory of
+ * og_argmax_cuda_scratch_bytes() (contents need no setup). ---- */
+size_t og_argmax_cuda_scratch_bytes(void);
+og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int32_t *index /* [1] */,
+                         void *scratch);
 
 /* ---- update_and_attend (DESIGN.md section 2) ----
  * Writes this step's k and v into the bound storage (flat: row p, ring:
