@@ -56,6 +56,6 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out) {
     if (!pools)
         return og_set_error(OG_ERR_UNSUPPORTED, "og_kv_allocator_cuda: device %d has no stream-ordered memory pools",
                             device);
-    *out = (og_kv_allocator){cuda_alloc, cuda_free, cuda_copy, stream};
+    *out = (og_kv_allocator){.alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy, .ctx = stream};
     return OG_OK;
 }
