@@ -164,8 +164,9 @@ typedef struct og_kv_allocator {
      * a flat layer by alloc + copy + free, and its addresses move).
      * reserve takes address space for max_bytes at an address that never
      * changes and backs its first `bytes` (0 < bytes <= max_bytes) with
-     * memory. resize backs exactly the first `bytes` (0 < bytes <= max_bytes)
-     * of a reserved block: more to grow, less to give a growth back; the
+     * memory. resize backs the first `bytes` (0 < bytes <= max_bytes) of a
+     * reserved block: more to grow, fewer to give a growth back (memory past
+     * them is released as far as the allocator's granularity allows); the
      * address and the contents of what stays backed are kept. A failed
      * reserve leaves nothing behind, a failed resize leaves the block backed
      * as it was. */
