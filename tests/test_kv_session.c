@@ -773,6 +773,8 @@ static void test_fault_injection_in_place(void) {
     og_kv_fault_arm(&fs, 4);
     f.fail_shrinks = true;
     CHECK_STATUS(og_kv_session_prepare(s, 4), OG_ERR_OUT_OF_MEMORY);
+    CHECK_MSG(strstr(og_kv_session_last_error(s), "fault injection") != NULL, "the cause is lost: %s",
+              og_kv_session_last_error(s));
     CHECK(snap_same(s, &sn));
     snap_free(&sn);
     const fake_block *ak = fake_find(&f, first[0].k);

@@ -170,8 +170,10 @@ static og_status grow_layer(og_kv_session *s, int32_t i, int64_t rows, size_t by
         if (st != OG_OK) return st;
         st = s->alloc.resize(s->alloc.ctx, have->v, bytes);
         if (st != OG_OK) {
+            char cause[OG_ERRMSG_CAP]; /* the failure to report, whatever the shrink says */
+            snprintf(cause, sizeof cause, "%s", og_last_error());
             shrink_back(s, i, have->k, have->rows);
-            return st;
+            return og_set_error(st, "%s", cause);
         }
         *f = (kv_storage){.k = have->k, .v = have->v, .rows = rows};
         return OG_OK;
