@@ -6,7 +6,9 @@
 
 #include "core/core.h"
 
+#include <cudaTypedefs.h> /* driver types and function pointer types; nothing links libcuda */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 
 static og_status cuda_status(cudaError_t e, const char *what, size_t bytes) {
     og_status st = e == cudaErrorMemoryAllocation ? OG_ERR_OUT_OF_MEMORY : OG_ERR_BACKEND;
@@ -78,9 +80,6 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out) {
  *
  * The driver functions come through the runtime
  * (cudaGetDriverEntryPointByVersion), so nothing links libcuda at build time. */
-
-#include <cudaTypedefs.h>
-#include <pthread.h>
 
 /* ABI versions the function pointer types below were written against. */
 #define VMM_DRIVER_ABI 12000
