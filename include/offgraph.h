@@ -155,10 +155,23 @@ int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *lay
  * copies on a stream. Every call may fail; sessions roll back on failure. */
 typedef struct og_kv_allocator {
     og_status (*alloc)(void *ctx, size_t bytes, void **out);
+    /* frees an allocation or a whole reservation */
     void (*free)(void *ctx, void *ptr);
     /* copies bytes between two allocations of this allocator */
     og_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
     void *ctx;
+    /* Optional growth in place: both set, or both NULL (then a session grows
+     * a flat layer by alloc + copy + free, and its addresses move).
+     * reserve takes address space for max_bytes at an address that never
+     * changes and backs its first `bytes` (0 < bytes <= max_bytes) with
+     * memory. resize backs the first `bytes` (0 < bytes <= max_bytes) of a
+     * reserved block: more to grow, fewer to give a growth back (memory past
+     * them is released as far as the allocator's granularity allows); the
+     * address and the contents of what stays backed are kept. A failed
+     * reserve leaves nothing behind, a failed resize leaves the block backed
+     * as it was. */
+    og_status (*reserve)(void *ctx, size_t max_bytes, size_t bytes, void **out);
+    og_status (*resize)(void *ctx, void *ptr, size_t bytes);
 } og_kv_allocator;
 
 /* The host-heap allocator. Returned by value; needs no cleanup. */
@@ -166,7 +179,10 @@ og_kv_allocator og_kv_allocator_cpu(void);
 
 /* Fault injection: an allocator that forwards to `inner` but fails the
  * fail_at-th allocation (1-based, counted since the last arm) with
- * OG_ERR_OUT_OF_MEMORY. fail_at == 0 never fails. `state` is owned by the
+ * OG_ERR_OUT_OF_MEMORY. When inner grows in place, so does the returned
+ * allocator, and every reserve and resize counts as an allocation (a resize
+ * that shrinks too, so that rollbacks meet failures as well).
+ * fail_at == 0 never fails. `state` is owned by the
  * caller and must outlive every session that uses the returned allocator. */
 typedef struct og_kv_fault_state {
     og_kv_allocator inner;
@@ -238,7 +254,7 @@ typedef struct og_kv_metrics {
     int64_t rows_allocated;  /* sum over layers of allocated rows         */
     int64_t bytes_allocated; /* KV bytes held (k and v, every layer)      */
     int64_t bytes_live;      /* KV bytes the committed tokens occupy      */
-    int64_t growth_count;    /* storage growths: one per layer copied to a larger block */
+    int64_t growth_count;    /* storage growths: one per layer grown (moved or in place) */
     int64_t rebinds;         /* prepares whose bound addresses changed    */
     int64_t graph_captures;  /* CUDA graph captures (exec increments)     */
     int64_t steps;           /* committed steps                           */

@@ -5,10 +5,11 @@
  *     token by token (f32 KV: 1e-3, the two back ends differ only in
  *     summation order; a wrong row or head moves logits by 1e-1 or more);
  *   - decode with graphs gives bit-identical logits to decode without (the
- *     same kernels, replayed), captures exactly once plus once per storage
- *     move (rebind), and not at all with graphs off;
- *   - two sessions stepped in turn keep their own graphs: no re-capture
- *     without a storage move;
+ *     same kernels, replayed); storage grows in place (virtual memory
+ *     management), so decode across three growths of every flat layer
+ *     captures once per output kind used and never rebinds, and with graphs
+ *     off never captures; the same with the three output kinds interleaved;
+ *   - two sessions stepped in turn keep their own graphs: no re-capture;
  *   - og_session_eval_next's device arg-max is the arg-max of the logits;
  *   - a step wider than the gemv path (cuBLAS) agrees with the CPU too.
  * Data are found under $OG_SOURCE_DIR when set (a machine with a GPU runs the tests
@@ -82,6 +83,47 @@ static float *run(og_model *m, const int32_t *ids, int n, int chunk, og_kv_metri
     return out;
 }
 
+/* Decodes N_TOK tokens one at a time in two sessions, one of a model with
+ * graphs and one without, cycling through the three output kinds (nothing,
+ * logits, arg-max token): every logits row and every token agree bit for
+ * bit, and across the growths the graphs session captures once per kind. */
+static void check_kinds_across_growth(og_model *gpu, og_model *nog, const int32_t *ids, const char *name,
+                                      int64_t n_flat) {
+    const int64_t V = og_model_vocab_size(gpu);
+    og_session *g = session(gpu), *n = session(nog);
+    float *lg = malloc((size_t)V * sizeof *lg), *ln = malloc((size_t)V * sizeof *ln);
+    int64_t differ = 0;
+    for (int t = 0; g && n && t < N_TOK; t++) {
+        int32_t next_g = -1, next_n = -2;
+        switch (t % 3) {
+        case 0:
+            CHECK_OK(og_session_eval(g, ids + t, 1, 0, NULL, 0));
+            CHECK_OK(og_session_eval(n, ids + t, 1, 0, NULL, 0));
+            break;
+        case 1:
+            CHECK_OK(og_session_eval(g, ids + t, 1, 0, lg, 0));
+            CHECK_OK(og_session_eval(n, ids + t, 1, 0, ln, 0));
+            differ += memcmp(lg, ln, (size_t)V * sizeof *lg) != 0;
+            break;
+        default:
+            CHECK_OK(og_session_eval_next(g, ids + t, 1, 0, &next_g));
+            CHECK_OK(og_session_eval_next(n, ids + t, 1, 0, &next_n));
+            differ += next_g != next_n;
+        }
+    }
+    CHECK_MSG(differ == 0, "%s: %lld decode outputs differ with graphs", name, (long long)differ);
+    og_kv_metrics mg = {0}, mn = {0};
+    if (g) og_session_metrics(g, &mg);
+    if (n) og_session_metrics(n, &mn);
+    CHECK_MSG(mg.graph_captures == 3 && mg.rebinds == 0 && mg.growth_count == 3 * n_flat && mg.length == N_TOK,
+              "%s, three kinds: %lld captures, %lld rebinds, %lld growths", name, (long long)mg.graph_captures,
+              (long long)mg.rebinds, (long long)mg.growth_count);
+    CHECK(mn.graph_captures == 0 && mn.length == N_TOK);
+    free(lg), free(ln);
+    og_session_destroy(g);
+    og_session_destroy(n);
+}
+
 static void check_fixture(const char *src, const char *name) {
     char dir[1024], prog[1024];
     snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
@@ -123,15 +165,16 @@ static void check_fixture(const char *src, const char *name) {
     float *with = run(gpu, ids, N_TOK, 1, &mg);
     float *without = run(nog, ids, N_TOK, 1, &mn);
     CHECK_MSG(memcmp(with, without, all * sizeof(float)) == 0, "%s: decode with graphs differs from without", name);
-    CHECK_MSG(mg.graph_captures == 1 + mg.rebinds, "%s: %lld captures, %lld rebinds", name,
-              (long long)mg.graph_captures, (long long)mg.rebinds);
-    bool has_flat = false;
+    int64_t n_flat = 0;
     for (int32_t l = 0; l < og_model_kv_config(gpu)->n_layers; l++)
-        has_flat |= og_model_kv_config(gpu)->layers[l].policy == OG_KV_FLAT;
-    if (has_flat) /* the export's initial capacity makes decode grow and move the flat layers */
-        CHECK_MSG(mg.rebinds >= 1, "%s: decode never moved storage (rebinds %lld)", name, (long long)mg.rebinds);
-    CHECK(mn.graph_captures == 0);
+        n_flat += og_model_kv_config(gpu)->layers[l].policy == OG_KV_FLAT;
+    /* one output kind (logits of every row), flat rows 8 -> 16 -> 32 -> 64 in place */
+    CHECK_MSG(mg.graph_captures == 1 && mg.rebinds == 0 && mg.growth_count == 3 * n_flat,
+              "%s: %lld captures, %lld rebinds, %lld growths (%lld flat layers)", name, (long long)mg.graph_captures,
+              (long long)mg.rebinds, (long long)mg.growth_count, (long long)n_flat);
+    CHECK(mn.graph_captures == 0 && mn.rebinds == 0 && mn.growth_count == 3 * n_flat);
     free(with), free(without);
+    check_kinds_across_growth(gpu, nog, ids, name, n_flat);
 
     /* two sessions in turn: prefill both past every growth, then alternate */
     og_session *a = session(gpu), *b = session(gpu);
@@ -157,6 +200,8 @@ static void check_fixture(const char *src, const char *name) {
                   "%s: sessions in turn re-captured (a %lld -> %lld, b %lld -> %lld)", name,
                   (long long)ma0.graph_captures, (long long)ma1.graph_captures, (long long)mb0.graph_captures,
                   (long long)mb1.graph_captures);
+        /* prefill (steps of 8) grew them; decode captured one graph per kind */
+        CHECK(ma1.graph_captures == 2 && mb1.graph_captures == 1 && ma1.rebinds == 0 && mb1.rebinds == 0);
         free(la), free(lb);
     }
     og_session_destroy(a);

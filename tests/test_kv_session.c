@@ -11,6 +11,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define NL 3
 static const og_kv_layer_config k_layers[NL] = {
@@ -216,10 +218,15 @@ static void test_wide_first_step(void) {
     og_kv_session_destroy(s);
 }
 
+typedef struct inplace_alloc inplace_alloc;
+static void check_backed(inplace_alloc *f, const og_kv_session *s);
+
 /* Injects a failure at every allocation of one prepare, checking that the
- * session is unchanged after each, then that the step succeeds disarmed.
- * Returns the number of allocations the step makes. */
-static int fault_every_allocation(og_kv_session *s, og_kv_fault_state *fs, int32_t T, int salt) {
+ * session is unchanged after each (and, over an allocator that grows in
+ * place, `f`, that every block is backed for exactly its rows again), then
+ * that the step succeeds disarmed. Returns the number of allocations the
+ * step makes. */
+static int fault_every_allocation(og_kv_session *s, og_kv_fault_state *fs, int32_t T, int salt, inplace_alloc *f) {
     int k;
     for (k = 1; k < 100; k++) {
         snapshot sn;
@@ -236,6 +243,7 @@ static int fault_every_allocation(og_kv_session *s, og_kv_fault_state *fs, int32
         CHECK_MSG(strstr(og_kv_session_last_error(s), "fault injection") != NULL, "fail_at %d: %s", k,
                   og_kv_session_last_error(s));
         CHECK_MSG(snap_same(s, &sn), "fail_at %d: session changed", k);
+        if (f && og_kv_session_layer_rows(s, 0) > 0) check_backed(f, s);
         CHECK_STATUS(og_kv_session_commit(s, T), OG_ERR_STATE);
         snap_free(&sn);
     }
@@ -253,15 +261,15 @@ static void test_fault_injection(void) {
     CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
     if (!s) return;
     /* The first step allocates k and v of all three layers. */
-    CHECK(fault_every_allocation(s, &fs, 3, 7) == 6);
+    CHECK(fault_every_allocation(s, &fs, 3, 7, NULL) == 6);
     check_rows(s, 4, RING_R);
     /* Growing 4 -> 8 allocates k and v of the two flat layers. */
-    CHECK(fault_every_allocation(s, &fs, 3, 7) == 4);
+    CHECK(fault_every_allocation(s, &fs, 3, 7, NULL) == 4);
     check_rows(s, 8, RING_R);
     /* 6 -> 10 rows: 8 -> 16; keep a ring that has wrapped. */
-    CHECK(fault_every_allocation(s, &fs, 4, 7) == 4);
+    CHECK(fault_every_allocation(s, &fs, 4, 7, NULL) == 4);
     /* A step that fits makes no allocation at all. */
-    CHECK(fault_every_allocation(s, &fs, 4, 7) == 0);
+    CHECK(fault_every_allocation(s, &fs, 4, 7, NULL) == 0);
     CHECK(og_kv_session_length(s) == 14);
     check_rows(s, 16, RING_R);
     CHECK(verify_rows(s, 7) == 0);
@@ -499,7 +507,7 @@ static void test_capacity(void) {
     const int64_t budgets[] = {543, 544, 1183, 1184, 2143, 2144, 4063, 4064, 100000};
     for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
         budget_alloc b = {.limit = budgets[i]};
-        og_kv_allocator a = {budget_alloc_fn, budget_free_fn, budget_copy_fn, &b};
+        og_kv_allocator a = {.alloc = budget_alloc_fn, .free = budget_free_fn, .copy = budget_copy_fn, .ctx = &b};
         CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
         CHECK_OK(og_kv_session_capacity(s, budgets[i], &c));
         int64_t taken = decode_until_refused(s);
@@ -525,6 +533,294 @@ static void test_capacity(void) {
     og_kv_session_destroy(s);
 }
 
+/* ------------------------------------------------ growth in place */
+
+/* A host allocator that grows in place the way the CUDA one does: reserve
+ * maps address space nobody may touch (PROT_NONE) and resize makes whole
+ * pages of it readable and writable, or gives them back, so a session that
+ * touched rows it had not had backed would fault. It checks the session's
+ * calls (resize and free only of blocks it handed out, within their
+ * reservation), counts them, keeps the bytes each block was asked to back,
+ * and holds at most `limit` bytes at once (plain blocks and backed bytes of
+ * reservations; 0 = no limit). Plain blocks (ring layers) come from malloc. */
+#define FAKE_MAX 32
+typedef struct fake_block {
+    unsigned char *base;
+    size_t reserved, backed, plain; /* plain: bytes of a malloc block, 0 for a reservation */
+} fake_block;
+struct inplace_alloc {
+    fake_block blocks[FAKE_MAX];
+    int64_t limit, held;
+    int64_t reserves, grows, shrinks, plain_allocs, copies, bad_calls;
+    bool fail_shrinks; /* make every shrink fail */
+};
+
+static size_t page_round(size_t bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) / page * page;
+}
+
+static fake_block *fake_find(inplace_alloc *f, const void *ptr) {
+    for (int i = 0; i < FAKE_MAX; i++)
+        if (f->blocks[i].base && f->blocks[i].base == ptr) return &f->blocks[i];
+    return NULL;
+}
+
+static fake_block *fake_free_slot(inplace_alloc *f) {
+    for (int i = 0; i < FAKE_MAX; i++)
+        if (!f->blocks[i].base) return &f->blocks[i];
+    return NULL;
+}
+
+static int live_blocks(const inplace_alloc *f) {
+    int n = 0;
+    for (int i = 0; i < FAKE_MAX; i++) n += f->blocks[i].base != NULL;
+    return n;
+}
+
+static bool fake_fits(const inplace_alloc *f, size_t more) {
+    return !f->limit || f->held + (int64_t)more <= f->limit;
+}
+
+static og_status fake_alloc(void *ctx, size_t bytes, void **out) {
+    inplace_alloc *f = ctx;
+    fake_block *b = fake_free_slot(f);
+    if (!b || !fake_fits(f, bytes) || !(b->base = malloc(bytes))) return OG_ERR_OUT_OF_MEMORY;
+    b->plain = bytes;
+    f->held += (int64_t)bytes;
+    f->plain_allocs++;
+    *out = b->base;
+    return OG_OK;
+}
+
+static og_status fake_reserve(void *ctx, size_t max_bytes, size_t bytes, void **out) {
+    inplace_alloc *f = ctx;
+    if (bytes == 0 || bytes > max_bytes) {
+        f->bad_calls++;
+        return OG_ERR_INVALID_ARGUMENT;
+    }
+    fake_block *b = fake_free_slot(f);
+    if (!b || !fake_fits(f, bytes)) return OG_ERR_OUT_OF_MEMORY;
+    void *p = mmap(NULL, page_round(max_bytes), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return OG_ERR_OUT_OF_MEMORY;
+    if (mprotect(p, page_round(bytes), PROT_READ | PROT_WRITE) != 0) {
+        munmap(p, page_round(max_bytes));
+        return OG_ERR_OUT_OF_MEMORY;
+    }
+    *b = (fake_block){.base = p, .reserved = max_bytes, .backed = bytes};
+    f->held += (int64_t)bytes;
+    f->reserves++;
+    *out = p;
+    return OG_OK;
+}
+
+static og_status fake_resize(void *ctx, void *ptr, size_t bytes) {
+    inplace_alloc *f = ctx;
+    fake_block *b = fake_find(f, ptr);
+    if (!b || b->plain || bytes == 0 || bytes > b->reserved) {
+        f->bad_calls++;
+        return OG_ERR_INVALID_ARGUMENT;
+    }
+    if (bytes > b->backed) {
+        if (!fake_fits(f, bytes - b->backed)) return OG_ERR_OUT_OF_MEMORY;
+        if (mprotect(b->base, page_round(bytes), PROT_READ | PROT_WRITE) != 0) return OG_ERR_OUT_OF_MEMORY;
+        f->grows++;
+    } else if (bytes < b->backed) {
+        if (f->fail_shrinks) return og_set_error(OG_ERR_BACKEND, "fake allocator: shrink made to fail");
+        /* bytes past the kept ones are lost: poison the kept page's tail, give back whole pages */
+        size_t keep = page_round(bytes);
+        memset(b->base + bytes, 0xA5, keep - bytes);
+        if (page_round(b->backed) > keep) {
+            madvise(b->base + keep, page_round(b->backed) - keep, MADV_DONTNEED);
+            mprotect(b->base + keep, page_round(b->backed) - keep, PROT_NONE);
+        }
+        f->shrinks++;
+    }
+    f->held += (int64_t)bytes - (int64_t)b->backed;
+    b->backed = bytes;
+    return OG_OK;
+}
+
+static void fake_free(void *ctx, void *ptr) {
+    inplace_alloc *f = ctx;
+    fake_block *b = fake_find(f, ptr);
+    if (!b) {
+        f->bad_calls++;
+        return;
+    }
+    if (b->plain) {
+        free(b->base);
+        f->held -= (int64_t)b->plain;
+    } else {
+        munmap(b->base, page_round(b->reserved));
+        f->held -= (int64_t)b->backed;
+    }
+    *b = (fake_block){0};
+}
+
+static og_status fake_copy(void *ctx, void *dst, const void *src, size_t n) {
+    inplace_alloc *f = ctx;
+    f->copies++;
+    memcpy(dst, src, n);
+    return OG_OK;
+}
+
+static og_kv_allocator inplace_allocator(inplace_alloc *f) {
+    return (og_kv_allocator){.alloc = fake_alloc, .free = fake_free, .copy = fake_copy, .ctx = f,
+                             .reserve = fake_reserve, .resize = fake_resize};
+}
+
+/* Every flat block of s is backed for exactly its rows, every ring block is plain. */
+static void check_backed(inplace_alloc *f, const og_kv_session *s) {
+    for (int i = 0; i < NL; i++) {
+        og_kv_layer_view v;
+        CHECK_OK(og_kv_session_layer_view(s, i, &v));
+        size_t bytes = (size_t)(v.rows * row_elems(i)) * sizeof(float);
+        for (int kv = 0; kv < 2; kv++) {
+            const fake_block *b = fake_find(f, kv ? v.v : v.k);
+            CHECK_MSG(b != NULL, "layer %d: block not from the allocator", i);
+            if (!b) continue;
+            if (k_layers[i].policy == OG_KV_RING)
+                CHECK_MSG(b->plain == bytes, "layer %d: ring block of %zu bytes", i, b->plain);
+            else
+                CHECK_MSG(b->backed == bytes && b->reserved == (size_t)k_cfg.max_capacity * bytes / (size_t)v.rows,
+                          "layer %d (%lld rows): %zu bytes backed of %zu reserved", i, (long long)v.rows, b->backed,
+                          b->reserved);
+        }
+    }
+}
+
+/* The flat layers of s are bound where `first` says. */
+static bool same_addresses(const og_kv_session *s, const og_kv_layer_view *first) {
+    bool same = true;
+    for (int i = 0; i < NL; i++) {
+        og_kv_layer_view v;
+        CHECK_OK(og_kv_session_layer_view(s, i, &v));
+        same = same && v.k == first[i].k && v.v == first[i].v;
+    }
+    return same;
+}
+
+static void test_grow_in_place(void) {
+    og_test_section("growth in place: same addresses, same rows, no copies");
+    inplace_alloc f = {0};
+    og_kv_allocator a = inplace_allocator(&f);
+    og_kv_session *s = NULL;
+    CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
+    if (!s) return;
+    CHECK_OK(step(s, 3, 0));
+    check_rows(s, 4, RING_R);
+    CHECK(f.reserves == 4 && f.plain_allocs == 2 && f.grows == 0);
+    check_backed(&f, s);
+    og_kv_layer_view first[NL];
+    for (int i = 0; i < NL; i++) CHECK_OK(og_kv_session_layer_view(s, i, &first[i]));
+    /* L: 6 (8 rows), 10 (16), 14, 18 (32), 22, 26, 30, 32 */
+    const int32_t widths[] = {3, 4, 4, 4, 4, 4, 4, 2};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        CHECK_OK(step(s, widths[w], 0));
+        CHECK_MSG(verify_rows(s, 0) == 0, "after step %zu", w);
+        CHECK_MSG(same_addresses(s, first), "after step %zu: storage moved", w);
+        check_backed(&f, s);
+    }
+    check_rows(s, 32, RING_R);
+    /* the same rows, bytes and growths as growth by copy, but no rebind */
+    check_metrics(s, 32, 71, 2 * (32 * 40 + 7 * 16), 2 * (32 * 40 + 7 * 16), 6, 0, 9);
+    CHECK(f.reserves == 4 && f.grows == 12 && f.shrinks == 0 && f.copies == 0 && f.plain_allocs == 2);
+    CHECK_STATUS(og_kv_session_prepare(s, 1), OG_ERR_CAPACITY);
+    og_kv_session_destroy(s);
+    CHECK(f.held == 0 && f.bad_calls == 0 && live_blocks(&f) == 0);
+
+    og_kv_allocator half = a;
+    half.resize = NULL;
+    CHECK_STATUS(og_kv_session_create(&k_cfg, &half, &s), OG_ERR_INVALID_ARGUMENT);
+    CHECK(s == NULL && strstr(og_last_error(), "reserve but not resize") != NULL);
+}
+
+static void test_fault_injection_in_place(void) {
+    og_test_section("growth in place: fault injection at every reserve and resize");
+    inplace_alloc f = {0};
+    og_kv_fault_state fs = {.inner = inplace_allocator(&f)};
+    og_kv_allocator a = og_kv_allocator_faulty(&fs);
+    CHECK(a.reserve != NULL && a.resize != NULL);
+    og_kv_session *s = NULL;
+    CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
+    if (!s) return;
+    /* reserve k, v of both flat layers, allocate k, v of the ring */
+    CHECK(fault_every_allocation(s, &fs, 3, 7, &f) == 6);
+    check_rows(s, 4, RING_R);
+    og_kv_layer_view first[NL];
+    for (int i = 0; i < NL; i++) CHECK_OK(og_kv_session_layer_view(s, i, &first[i]));
+    /* 4 -> 8 resizes k and v of both flat layers; failing the n-th resize
+     * grew n - 1 before it and shrinks them back: 1 + 2 + 3 shrinks, and
+     * 1 + 2 + 3 + 4 grows with the step that succeeds */
+    CHECK(fault_every_allocation(s, &fs, 3, 7, &f) == 4);
+    CHECK(f.shrinks == 6 && f.grows == 10);
+    check_rows(s, 8, RING_R);
+    CHECK(fault_every_allocation(s, &fs, 4, 7, &f) == 4); /* 8 -> 16 */
+    CHECK(fault_every_allocation(s, &fs, 4, 7, &f) == 0); /* fits */
+    CHECK(f.shrinks == 12 && f.grows == 20);
+    CHECK(og_kv_session_length(s) == 14 && same_addresses(s, first));
+    check_rows(s, 16, RING_R);
+    check_backed(&f, s);
+    og_kv_metrics m;
+    CHECK_OK(og_kv_session_metrics(s, &m));
+    CHECK(m.growth_count == 4 && m.rebinds == 0 && m.steps == 4);
+
+    og_test_section("growth in place: a rollback whose shrink fails");
+    /* 18 rows: 16 -> 32; the last resize fails and so does every shrink */
+    snapshot sn;
+    snap_take(s, &sn);
+    og_kv_fault_arm(&fs, 4);
+    f.fail_shrinks = true;
+    CHECK_STATUS(og_kv_session_prepare(s, 4), OG_ERR_OUT_OF_MEMORY);
+    CHECK_MSG(strstr(og_kv_session_last_error(s), "fault injection") != NULL, "the cause is lost: %s",
+              og_kv_session_last_error(s));
+    CHECK(snap_same(s, &sn));
+    snap_free(&sn);
+    const fake_block *ak = fake_find(&f, first[0].k);
+    CHECK(ak && ak->backed == 32 * 32); /* kept past the layer's 16 rows, harmless */
+    f.fail_shrinks = false;
+    og_kv_fault_arm(&fs, 0);
+    CHECK_OK(step(s, 4, 7));
+    CHECK(verify_rows(s, 7) == 0 && same_addresses(s, first));
+    check_rows(s, 32, RING_R);
+    check_backed(&f, s);
+    CHECK_OK(og_kv_session_metrics(s, &m));
+    CHECK(m.growth_count == 6 && m.rebinds == 0);
+    og_kv_session_destroy(s);
+    CHECK(f.held == 0 && f.bad_calls == 0 && f.copies == 0 && live_blocks(&f) == 0);
+}
+
+static void test_capacity_in_place(void) {
+    og_test_section("capacity estimate: growth in place has no peak");
+    /* first step 544 bytes as before; 4 -> 8 adds 320, 8 -> 16 640, 16 -> 32 1280 */
+    inplace_alloc f = {0};
+    og_kv_allocator a = inplace_allocator(&f);
+    og_kv_session *s = NULL;
+    CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
+    if (!s) return;
+    check_capacity(s, 544 + 319, 4, 1);
+    check_capacity(s, 544 + 320, 8, 1); /* growth by copy would need 640 here */
+    check_capacity(s, 544 + 960, 16, 2);
+    check_capacity(s, 544 + 2239, 16, 5);
+    check_capacity(s, 544 + 2240, 32, 5);
+    og_kv_session_destroy(s);
+
+    const int64_t budgets[] = {543, 544, 863, 864, 1503, 1504, 2783, 2784, 100000};
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        inplace_alloc b = {.limit = budgets[i]};
+        og_kv_allocator ab = inplace_allocator(&b);
+        CHECK_OK(og_kv_session_create(&k_cfg, &ab, &s));
+        og_kv_capacity c;
+        CHECK_OK(og_kv_session_capacity(s, budgets[i], &c));
+        int64_t taken = decode_until_refused(s);
+        CHECK_MSG(taken == c.tokens_reachable, "budget %lld: estimate %lld, decoded %lld", (long long)budgets[i],
+                  (long long)c.tokens_reachable, (long long)taken);
+        og_kv_session_destroy(s);
+        CHECK(b.held == 0 && b.bad_calls == 0);
+    }
+}
+
 int main(void) {
     test_growth_and_fill();
     test_wide_first_step();
@@ -533,5 +829,8 @@ int main(void) {
     test_reset();
     test_isolation();
     test_capacity();
+    test_grow_in_place();
+    test_fault_injection_in_place();
+    test_capacity_in_place();
     return og_test_finish();
 }

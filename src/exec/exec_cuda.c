@@ -3,8 +3,11 @@
  *
  * A model uploads its weights (as stored: bf16 or f32) and rope tables once.
  * A session owns a non-blocking stream on which everything of it is ordered:
- * its KV storage (the stream-ordered allocator of kv/alloc_cuda.h, so growth
- * copies are ordered before the step that reads them), its activation slots
+ * its KV storage (og_kv_allocator_cuda_vmm of kv/alloc_cuda.h: flat layers
+ * reserve address space for max_capacity rows once and grow by mapping
+ * memory at the end, so their addresses never move; without virtual memory
+ * management growth copies to a larger block, ordered on the stream before
+ * the step that reads it), its activation slots
  * (the model's slot plan, [max_write, slot_width] f32 each), the attention
  * scratch, the logits and a small "step block" in device memory holding the
  * step's L, tokens and positions. Kernels read L and positions from the step
@@ -14,8 +17,11 @@
  *
  * Decode graphs: one-token steps replay a graph per output kind (none, logits
  * of the row, arg-max token); a graph is captured on first use and again only
- * when some layer's storage address changed (growth moved it). Every capture
- * is counted in the session's metrics (og_kv_session_note_capture).
+ * when some layer's storage address changed, which growth in place never
+ * does (so a session captures once per kind used), and growth by copy (no
+ * virtual memory management) does. Flat layers' kernels never read the
+ * allocated row count, so a graph stays valid across growth in place. Every
+ * capture is counted in the session's metrics (og_kv_session_note_capture).
  *
  * Matrix products: up to OG_GEMV_CUDA_MAX_T rows stream the weights once
  * (gemv, f32 activations); wider steps go to cuBLAS: f32 weights by SGEMM,
@@ -439,7 +445,7 @@ og_status og_exec_cuda_session_init(og_session *s) {
     s->cuda = c;
     CUDA_TRY(cudaSetDevice(m->cuda->device), "cudaSetDevice");
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    og_status st = og_kv_allocator_cuda(c->stream, &c->alloc);
+    og_status st = og_kv_allocator_cuda_vmm(c->stream, &c->alloc);
     if (st == OG_OK) st = og_kv_session_create(&s->cfg, &c->alloc, &s->kv);
     if (st != OG_OK) return st;
     cublasStatus_t bs = cublasCreate(&c->blas);
@@ -492,6 +498,7 @@ void og_exec_cuda_session_free(og_session *s) {
     drop_graphs(c);
     og_kv_session_destroy(s->kv); /* frees storage on c->stream */
     s->kv = NULL;
+    og_kv_allocator_cuda_release(&c->alloc);
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
     if (c->slots)

@@ -5,13 +5,25 @@
  * R = W + max_write - 1 ring slots, Hkv kv heads, D head dim.
  *
  * Storage of every layer is sequence-major [rows, Hkv, D] for k and for v,
- * so the committed rows are one prefix and growth is one prefix copy.
+ * so the committed rows are one prefix and growth appends rows at the end:
+ *  - with an allocator that grows in place (reserve/resize), a flat layer
+ *    reserves address space for max_capacity rows at its first allocation
+ *    and grows by resizing: no copy, and its k and v never move;
+ *  - otherwise growth allocates a larger block, copies the committed prefix
+ *    and frees the old block (the layer moves).
+ * A prepare is all-or-nothing across layers: new blocks are allocated and
+ * layers resized before the session changes; when any of it fails, every
+ * new block is freed and every layer resized in this prepare is resized
+ * back to its old rows (rollback by shrinking). A shrink that itself fails
+ * is harmless: the layer keeps its old rows and address, only memory past
+ * them stays backed until the next growth or destroy.
  *
- * Counting: growth_count counts layers moved to a larger block (a prepare
+ * Counting: growth_count counts layers grown, moved or in place (a prepare
  * that grows two flat layers counts 2); the first allocation of a layer is
  * not a growth. rebinds counts prepares after which some layer that already
  * had storage is bound at a different address (the first binding is not a
- * rebind). steps, growth_count, rebinds and graph_captures survive reset. */
+ * rebind; growth in place never rebinds). steps, growth_count, rebinds and
+ * graph_captures survive reset. */
 #include "kv/kv.h"
 
 #include <stdio.h>
@@ -27,7 +39,8 @@ struct og_kv_session {
     og_kv_layer_config *layers; /* [n_layers], owned                        */
     og_kv_allocator alloc;
     kv_storage *store;          /* [n_layers], owned                        */
-    kv_storage *fresh;          /* [n_layers] scratch for prepare's new blocks */
+    kv_storage *fresh;          /* [n_layers] scratch for prepare's new blocks; k == the
+                                   layer's own k marks a layer resized in place */
     og_kv_plan *plans;          /* [n_layers], meaningful while prepared > 0 */
     int64_t length;             /* L                                        */
     int32_t prepared;           /* T of the prepared step, 0 = none         */
@@ -53,6 +66,10 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
                             "og_kv_session_create: allocator lacks its %s function",
                             !alloc->alloc ? "alloc" : !alloc->free ? "free" : "copy");
+    if (alloc && !alloc->reserve != !alloc->resize)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "og_kv_session_create: allocator has %s but not %s (growth in place needs both)",
+                            alloc->reserve ? "reserve" : "resize", alloc->reserve ? "resize" : "reserve");
 
     size_t n = (size_t)cfg->n_layers;
     og_kv_session *s = og_calloc(1, sizeof *s);
@@ -112,12 +129,65 @@ static int64_t flat_grow_rows(const og_kv_config *cfg, int64_t have, int32_t T, 
     return rows < cfg->max_capacity ? rows : cfg->max_capacity;
 }
 
-static void free_fresh(og_kv_session *s) {
+/* True when layer l grows in place (a flat layer, an allocator with reserve). */
+static bool grows_in_place(const og_kv_session *s, const og_kv_layer_config *l) {
+    return l->policy == OG_KV_FLAT && s->alloc.reserve;
+}
+
+/* Gives back the rows of a layer resized in place (block k or v) down to
+ * `rows`; see the top comment for why a failed shrink is only warned about. */
+static void shrink_back(og_kv_session *s, int32_t i, void *block, int64_t rows) {
+    size_t bytes = (size_t)(rows * og_kv_row_bytes(&s->cfg, &s->layers[i]));
+    if (s->alloc.resize(s->alloc.ctx, block, bytes) != OG_OK)
+        OG_WARN("kv session: layer %d keeps memory past its %lld rows (%s)", (int)i, (long long)rows,
+                og_last_error());
+}
+
+/* Undoes step 2 of prepare: frees new blocks, shrinks resized layers back. */
+static void rollback_fresh(og_kv_session *s) {
     for (int32_t i = 0; i < s->cfg.n_layers; i++) {
-        if (s->fresh[i].k) s->alloc.free(s->alloc.ctx, s->fresh[i].k);
-        if (s->fresh[i].v) s->alloc.free(s->alloc.ctx, s->fresh[i].v);
-        s->fresh[i] = (kv_storage){0};
+        kv_storage *f = &s->fresh[i];
+        if (f->k && f->k == s->store[i].k) {
+            shrink_back(s, i, f->k, s->store[i].rows);
+            shrink_back(s, i, f->v, s->store[i].rows);
+        } else {
+            if (f->k) s->alloc.free(s->alloc.ctx, f->k);
+            if (f->v) s->alloc.free(s->alloc.ctx, f->v);
+        }
+        *f = (kv_storage){0};
     }
+}
+
+/* Storage of `rows` rows (`bytes` each for k and v) for layer i into
+ * s->fresh[i]: resized in place, reserved, or newly allocated. On failure
+ * fresh[i] holds only what rollback_fresh must undo. */
+static og_status grow_layer(og_kv_session *s, int32_t i, int64_t rows, size_t bytes) {
+    const og_kv_layer_config *l = &s->layers[i];
+    kv_storage *f = &s->fresh[i], *have = &s->store[i];
+    og_status st;
+    if (grows_in_place(s, l) && have->k) {
+        st = s->alloc.resize(s->alloc.ctx, have->k, bytes);
+        if (st != OG_OK) return st;
+        st = s->alloc.resize(s->alloc.ctx, have->v, bytes);
+        if (st != OG_OK) {
+            char cause[OG_ERRMSG_CAP]; /* the failure to report, whatever the shrink says */
+            snprintf(cause, sizeof cause, "%s", og_last_error());
+            shrink_back(s, i, have->k, have->rows);
+            return og_set_error(st, "%s", cause);
+        }
+        *f = (kv_storage){.k = have->k, .v = have->v, .rows = rows};
+        return OG_OK;
+    }
+    if (grows_in_place(s, l)) {
+        size_t max_bytes = (size_t)(s->cfg.max_capacity * og_kv_row_bytes(&s->cfg, l)); /* fits: size_overflow */
+        st = s->alloc.reserve(s->alloc.ctx, max_bytes, bytes, &f->k);
+        if (st == OG_OK) st = s->alloc.reserve(s->alloc.ctx, max_bytes, bytes, &f->v);
+    } else {
+        st = s->alloc.alloc(s->alloc.ctx, bytes, &f->k);
+        if (st == OG_OK) st = s->alloc.alloc(s->alloc.ctx, bytes, &f->v);
+    }
+    if (st == OG_OK) f->rows = rows;
+    return st;
 }
 
 og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
@@ -141,28 +211,28 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
         if (st != OG_OK) return fail_with_last(s, st, ctx);
     }
 
-    /* 2. Allocate every new block before touching the session. */
+    /* 2. Allocate every new block, and resize every layer growing in place,
+     *    before anything else of the session changes. */
     for (int32_t i = 0; i < cfg->n_layers; i++) {
         const og_kv_layer_config *l = &s->layers[i];
         int64_t have = s->store[i].rows, need = s->plans[i].rows_needed;
         if (have >= need) continue;
         int64_t rows = l->policy == OG_KV_RING ? need : flat_grow_rows(cfg, have, T, need);
         size_t bytes = (size_t)(rows * og_kv_row_bytes(cfg, l)); /* fits: checked by size_overflow */
-        og_status st = s->alloc.alloc(s->alloc.ctx, bytes, &s->fresh[i].k);
-        if (st == OG_OK) st = s->alloc.alloc(s->alloc.ctx, bytes, &s->fresh[i].v);
+        og_status st = grow_layer(s, i, rows, bytes);
         if (st != OG_OK) {
             char where[320];
             snprintf(where, sizeof where, "%s: layer %d (layer_id %d) %lld rows (%zu bytes each for k and v)", ctx,
                      (int)i, (int)l->layer_id, (long long)rows, bytes);
-            free_fresh(s);
-            return fail_with_last(s, st, where);
+            st = fail_with_last(s, st, where);
+            rollback_fresh(s);
+            return st;
         }
-        s->fresh[i].rows = rows;
     }
 
-    /* 3. Copy the committed prefix of every growing layer into its new block. */
+    /* 3. Copy the committed prefix of every layer that moves into its new block. */
     for (int32_t i = 0; i < cfg->n_layers; i++) {
-        if (!s->fresh[i].k || !s->store[i].k) continue;
+        if (!s->fresh[i].k || !s->store[i].k || s->fresh[i].k == s->store[i].k) continue;
         int64_t kept = s->length < s->store[i].rows ? s->length : s->store[i].rows;
         size_t bytes = (size_t)(kept * og_kv_row_bytes(cfg, &s->layers[i]));
         og_status st = s->alloc.copy(s->alloc.ctx, s->fresh[i].k, s->store[i].k, bytes);
@@ -171,8 +241,9 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
             char where[240];
             snprintf(where, sizeof where, "%s: copying %lld rows of layer %d (layer_id %d)", ctx, (long long)kept,
                      (int)i, (int)s->layers[i].layer_id);
-            free_fresh(s);
-            return fail_with_last(s, st, where);
+            st = fail_with_last(s, st, where);
+            rollback_fresh(s);
+            return st;
         }
     }
 
@@ -180,7 +251,9 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
     int moved = 0;
     for (int32_t i = 0; i < cfg->n_layers; i++) {
         if (!s->fresh[i].k) continue;
-        if (s->store[i].k) {
+        if (s->fresh[i].k == s->store[i].k) {
+            s->growth_count++;
+        } else if (s->store[i].k) {
             s->alloc.free(s->alloc.ctx, s->store[i].k);
             s->alloc.free(s->alloc.ctx, s->store[i].v);
             s->growth_count++;
@@ -277,10 +350,11 @@ og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out) {
  * tokens_reachable: starting from the flat rows held now (or, for a session
  * with no storage yet, after a first step that allocates ring R rows plus
  * initial_capacity flat rows out of the budget), the flat layers double
- * towards max_capacity; a growth to `next` rows is possible while the old
- * block is still held, so it needs next * bytes_per_token of budget at its
- * peak, after which the old block is freed and the budget shrinks by
- * (next - rows) * bytes_per_token. The result is the capacity reached minus
+ * towards max_capacity; a growth to `next` rows that moves the layers is
+ * possible while the old block is still held, so it needs
+ * next * bytes_per_token of budget at its peak (in place: only the
+ * (next - rows) * bytes_per_token it adds), after which the budget shrinks
+ * by (next - rows) * bytes_per_token. The result is the capacity reached minus
  * L (a session without flat layers is bounded by max_capacity alone).
  * fresh_sessions: budget / fresh_session_bytes, counted independently of
  * tokens_reachable (the budget spent one way or the other). */
@@ -314,7 +388,8 @@ og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes, o
         if (!has_flat) rows = cfg->max_capacity;
         while (rows < cfg->max_capacity) {
             int64_t next = rows > cfg->max_capacity / 2 ? cfg->max_capacity : rows * 2;
-            if (next * per_token > budget) break;
+            int64_t peak = s->alloc.reserve ? next - rows : next;
+            if (peak * per_token > budget) break;
             budget -= (next - rows) * per_token;
             rows = next;
         }

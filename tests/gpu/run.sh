@@ -3,9 +3,12 @@
 # (nothing is built here). Prints one line per check and a summary last; the
 # full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
 #   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda)
-#   2. the CUDA executor: CPU agreement, graphs vs no graphs, captures (test_exec_cuda)
+#   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
+#      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
+#      kind across growth (test_exec_cuda)
 #   3. parity with the transformers fixtures, every chunking, --backend cuda
-#   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes);
+#   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
+#      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
 # A check that exits 77 (no device) is reported as skipped.
 set -u
@@ -46,6 +49,7 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
+    check memcheck_kv_alloc compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_gpu_kv_alloc"
     unset OG_CUDA_TEST_QUICK
 else
     echo "compute-sanitizer not found: sanitizer checks not run" | tee -a "$LOG"
