@@ -65,6 +65,9 @@ enum { OUT_NONE = 0, OUT_LOGITS, OUT_NEXT, OUT_KINDS };
 
 enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
 #define STEP_MAX_INSTRS (OG_GEMV_CUDA_MAX_PARTS + 2)
+/* Output features up to which a product takes an add + norm prologue (below
+ * a vocabulary; measured: the prologue cost the logits product 75 us of 94). */
+#define NORM_PROLOGUE_MAX_ROWS 16384
 
 /* One launch step: kind, and its instructions in program order (gate, up,
  * swiglu for STEP_GATE_UP). A product step may begin with a prologue of
@@ -329,7 +332,12 @@ static bool takes_prologue(const plan_ctx *c, const cuda_step *p, int32_t norm) 
                 reads++;
             }
     }
-    return reads > 0 && reads == c->uses[norm];
+    /* every block of the gemv norms x for itself: worth it for a few waves of
+     * blocks, not for a vocabulary-wide product */
+    int64_t rows = 0;
+    for (int32_t j = 0; j < p->n; j++)
+        if (at(c, p->instr[j])->op == OG_OP_MATMUL) rows += at(c, p->instr[j])->out_width;
+    return reads > 0 && reads == c->uses[norm] && rows <= NORM_PROLOGUE_MAX_ROWS;
 }
 
 /* An add + rms_norm step directly followed by the products of its normed

@@ -105,6 +105,7 @@ typedef struct vmm_chunk {
 
 typedef struct vmm_block {
     CUdeviceptr base;
+    size_t max_bytes;   /* the most bytes the block may grow to (reserve's max_bytes) */
     size_t reserved;    /* bytes of address space, a multiple of the granularity */
     size_t backed;      /* bytes mapped from base: the sum of the chunks' sizes   */
     vmm_chunk *chunks;  /* [cap], the first n mapped, in address order           */
@@ -221,6 +222,7 @@ static og_status vmm_reserve(void *ctx, size_t max_bytes, size_t bytes, void **o
     if (e != cudaSuccess) return cuda_status(e, "cudaSetDevice", bytes);
     vmm_block *b = og_calloc(1, sizeof *b);
     if (!b) return og_set_error(OG_ERR_OUT_OF_MEMORY, "kv cuda vmm allocator: no host memory");
+    b->max_bytes = max_bytes;
     b->reserved = round_up(max_bytes, c->granularity);
     CUresult r = c->drv.address_reserve(&b->base, b->reserved, c->granularity, 0, 0);
     if (r != CUDA_SUCCESS) {
@@ -245,7 +247,7 @@ static og_status vmm_resize(void *ctx, void *ptr, size_t bytes) {
     pthread_mutex_lock(&c->lock);
     vmm_block *b = vmm_find(c, ptr, NULL);
     og_status st = OG_OK;
-    if (!b || bytes == 0 || bytes > b->reserved) {
+    if (!b || bytes == 0 || bytes > b->max_bytes) {
         st = og_set_error(OG_ERR_INVALID_ARGUMENT, "kv cuda vmm allocator: resize of %p to %zu bytes: %s", ptr, bytes,
                           !b ? "not a reservation of this allocator" : "outside the reservation");
     } else {
