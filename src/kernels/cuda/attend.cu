@@ -9,21 +9,23 @@
  *
  * Two paths:
  *   split-K (decode, and any step over f32 storage or a head dim the tiled
- *   kernel lacks), at most two launches:
- *   1. attend:   grid (T, Hkv x head chunks, most splits). A block reads the
- *      keys and values of one kv head in one split of one row once, for the
- *      GM query heads it serves. Its 128 threads form workers of D/8 lanes;
- *      a worker owns a key at a time (each lane 8 of its D elements, 16-byte
- *      loads), reduces the G dot products across its
- *      lanes by shuffles and keeps an online softmax (max, sum, acc) per
- *      query head in registers. Keys of this step (positions >= L) are read
- *      from k, v themselves (rounded as storage rounds them), and the block
- *      holding a row's own position writes that row's k, v to storage: no
- *      separate write launch, and no block reads a row another block writes.
- *      The workers' partials are merged in shared memory by max-rescaling;
- *      a row with one split writes its output, otherwise the block writes a
- *      partial (max, sum, acc) per query head to scratch.
- *   2. merge:    rows with S > 1 merge their S partials by max-rescaling.
+ *   kernel lacks), one launch, grid (T, Hkv x head chunks, most splits).
+ *   A block reads the keys and values of one kv head in one split of one
+ *   row once, for the GM query heads it serves. Stored keys come through a
+ *   pipeline of kStages tiles in shared memory (cp.async: each thread has
+ *   8 16-byte copies per tile in flight, two tiles ahead of the one being
+ *   consumed). Its 128 threads form workers of D/8 lanes; a worker takes
+ *   8 / sizeof(KV) keys of each tile (each lane 8 of its D elements), reduces
+ *   the dot products across its lanes by shuffles and keeps an online
+ *   softmax (max, sum, acc) per query head in registers. Keys of this step
+ *   (positions >= L) are read from k, v themselves (rounded as storage
+ *   rounds them), and the block holding a row's own position writes that
+ *   row's k, v to storage: no separate write launch, and no block reads a
+ *   row another block writes. The workers' partials are merged in shared
+ *   memory by max-rescaling; a row with one split writes its output,
+ *   otherwise the block writes a partial (max, sum, acc) per query head to
+ *   scratch and counts itself done; the last of the S blocks merges the S
+ *   partials and sets the counter back to 0.
  *   tiled (prefill, T > 1, bf16 storage, D in 16..128), two launches:
  *   1. kv_write: this step's k, v -> storage rows (flat p, ring p mod R).
  *   2. tiled attend on the tensor cores (mma.sync m16n8k16 bf16, f32
