@@ -1,6 +1,6 @@
 /* Decode attention on CUDA: one session, Hq = 32, Hkv = 8, D = 128, bf16
- * storage, histories 4k / 32k / 128k. Times og_update_and_attend_cuda (one
- * token: split-K attend with the KV write + merge) with CUDA events around
+ * storage, histories 128 / 4k / 32k / 128k. Times og_update_and_attend_cuda (one
+ * token: one split-K launch that writes the KV row and merges its splits) with CUDA events around
  * BATCH back-to-back calls (as a decode step issues them, so launch gaps
  * overlap as in a graph), median of 200 batches after a warm-up, rotating
  * over enough layers' storage that the KV bytes of a round exceed the 60 MB L2. Reports microseconds, KV bytes read per second,
@@ -71,8 +71,11 @@ int main(void) {
     const double copy = copy_rate(st);
     printf("device-to-device copy: %.0f GB/s (read + written)\n", copy / 1e9);
     const int32_t Hq = 32, Hkv = 8, D = 128;
-    const int64_t Ls[] = {4096, 32768, 131072};
-    for (int li = 0; li < 3; li++) {
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t Ls[] = {128, 4096, 32768, 131072};
+    for (int li = 0; li < 4; li++) {
         const int64_t L = Ls[li], rows = L + 1;
         const size_t layer = (size_t)rows * Hkv * D; /* elements of k (or v) */
         const size_t kv_bytes = 2 * (size_t)L * Hkv * D * 2; /* what one call must read */
@@ -95,7 +98,9 @@ int main(void) {
         CK(cudaMalloc((void **)&kn, (size_t)Hkv * D * 4));
         CK(cudaMalloc((void **)&vn, (size_t)Hkv * D * 4));
         CK(cudaMalloc((void **)&out, (size_t)Hq * D * 4));
-        CK(cudaMalloc((void **)&part, (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4));
+        const size_t scratch = (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4;
+        CK(cudaMalloc((void **)&part, scratch));
+        CK(cudaMemset(part, 0, scratch)); /* the split counters start at 0 */
         CK(cudaMalloc((void **)&dlen, 8));
         float *hq = malloc((size_t)Hq * D * 4);
         for (int i = 0; i < Hq * D; i++) hq[i] = (float)((i * 37) % 101 - 50) / 50.0f;
@@ -135,7 +140,7 @@ int main(void) {
         printf("{\"bench\":\"decode_attention\",\"impl\":\"offgraph\",\"L\":%lld,\"Hq\":%d,\"Hkv\":%d,\"D\":%d,"
                "\"us\":%.2f,\"kv_GBps\":%.1f,\"copy_GBps\":%.1f,\"fraction_of_copy\":%.3f,\"splits\":%d}\n",
                (long long)L, Hq, Hkv, D, sec * 1e6, rate / 1e9, copy / 1e9, rate / copy,
-               og_attend_cuda_splits(L + 1, 1));
+               og_attend_cuda_splits(L + 1, 1, Hq, Hkv, sms));
         for (int l = 0; l < n_layers; l++) cudaFree(k[l]), cudaFree(v[l]);
         free(k), free(v);
         cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part), cudaFree(dlen);

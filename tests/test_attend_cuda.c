@@ -1,10 +1,12 @@
 /* update_and_attend on CUDA against the plain C reference (og_update_and_attend_ref)
  * on odd sizes: T of 1, 3, 17, 129; histories 0, 1, 255, 257, 4097; flat and
- * ring (wrapping) layers; GQA ratios 1, 3, 4, 8 (and 12: two head chunks);
- * head dims 64 and 128 (and 8); bf16 and f32 storage. Fresh random inputs per
- * case, outputs poisoned before the run, the written storage rows compared
- * exactly. Steps the tiled tensor-core kernel takes (T > 1, bf16 storage,
- * D 64/128) run twice: forced onto the split-K kernel, then tiled.
+ * ring (wrapping) layers, windows 37, 100 and 1000; GQA ratios 1, 3, 4, 8
+ * (and 12: two head chunks); head dims 64 and 128 (and 8); bf16 and f32
+ * storage. Fresh random inputs per case, outputs poisoned before each run,
+ * the written storage rows compared exactly. Every case runs the split-K
+ * kernel twice on one scratch (the second run checks that the first left
+ * its split counters at 0); steps the tiled tensor-core kernel takes (T > 1,
+ * bf16 storage, D 64/128) then run tiled.
  *
  * Tolerance, split-K: both sides read the same stored (bf16-rounded) keys
  * and values and accumulate in f32; only the order of the sums and exp2 of
@@ -72,7 +74,9 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
     og_poison(got, qn);
     void *dout = dev_copy(got, qn * 4);
     float *partials = NULL;
-    CK(cudaMalloc((void **)&partials, (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4));
+    const size_t scratch = (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4;
+    CK(cudaMalloc((void **)&partials, scratch));
+    CK(cudaMemset(partials, 0, scratch)); /* the split counters start at 0 */
     int64_t *dlen = dev_copy(&c->L, sizeof c->L);
 
     og_kv_layer_view view = {.layer_id = 0, .policy = c->policy, .dtype = c->dtype,
@@ -84,10 +88,12 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
                          .scale = c->scale, .kv = view};
     CHECK_OK(og_update_and_attend_ref(&ra)); /* writes kc, vc too */
 
+    /* split-K twice (the second step finds the split counters the first left
+     * at 0, and rewrites the same storage rows), then tiled where it applies */
     const bool tiled = og_attend_cuda_tiled(T, c->dtype, D);
-    for (int pass = 0; pass < (tiled ? 2 : 1); pass++) {
+    for (int pass = 0; pass < (tiled ? 3 : 2); pass++) {
         og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = T, .n_heads = Hq, .scale = c->scale,
-                                  .kv = view, .length = dlen, .partials = partials, .split_k = tiled && pass == 0};
+                                  .kv = view, .length = dlen, .partials = partials, .split_k = tiled && pass < 2};
         ga.kv.k = dkc, ga.kv.v = dvc;
         og_poison(got, qn);
         CK(cudaMemcpy(dout, got, qn * 4, cudaMemcpyHostToDevice));
@@ -96,7 +102,7 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
         CK(cudaMemcpy(got, dout, qn * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(kc_got, dkc, sn * es, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(vc_got, dvc, sn * es, cudaMemcpyDeviceToHost));
-        const bool tc = tiled && pass == 1;
+        const bool tc = tiled && pass == 2;
         size_t worst = 0;
         double r = og_tol_ratio(got, ref, qn, tc ? 2.2e-3 : 5e-5, tc ? 0.0 : 5e-4, &worst);
         double err2 = 0.0, ref2 = 0.0;
@@ -141,24 +147,37 @@ static void test_refusals(void) {
     cudaFree(buf);
 }
 
-/* The split count follows the live length, not the capacity. */
+/* The split count follows the live length, not the capacity, and fills
+ * about one wave of blocks (4 per SM) at long histories. */
 static void test_splits(void) {
     og_test_section("split count");
     const int64_t K = OG_ATTEND_CUDA_SPLIT_KEYS;
-    CHECK(og_attend_cuda_splits(1, 1) == 1);
-    CHECK(og_attend_cuda_splits(K, 1) == 1);
-    CHECK(og_attend_cuda_splits(K + 1, 1) == 2);
-    CHECK(og_attend_cuda_splits(16 * K, 1) == 16);
-    CHECK(og_attend_cuda_splits(131072, 1) == OG_ATTEND_CUDA_MAX_SPLITS);
-    CHECK(og_attend_cuda_splits(4096, 129) == 1);
-    CHECK(og_attend_cuda_max_splits(1) == OG_ATTEND_CUDA_MAX_SPLITS);
+    CHECK(og_attend_cuda_splits(1, 1, 32, 8, 132) == 1);
+    CHECK(og_attend_cuda_splits(K, 1, 32, 8, 132) == 1);
+    CHECK(og_attend_cuda_splits(K + 1, 1, 32, 8, 132) == 2);
+    CHECK(og_attend_cuda_splits(16 * K, 1, 32, 8, 132) == 16);
+    /* 8 kv heads x 66 splits = 528 blocks = 4 x 132; 65 would leave a gap */
+    CHECK(og_attend_cuda_max_splits(1, 32, 8, 132) == 66);
+    CHECK(og_attend_cuda_splits(131072, 1, 32, 8, 132) == 66);
+    /* G 12 is served in two head chunks: 2 blocks per split */
+    CHECK(og_attend_cuda_max_splits(1, 12, 1, 10) == 20);
+    CHECK(og_attend_cuda_max_splits(1, 64, 64, 132) == 9);
+    CHECK(og_attend_cuda_max_splits(1, 1, 1, 1000) == OG_ATTEND_CUDA_MAX_SPLITS);
+    CHECK(og_attend_cuda_max_splits(129, 1, 1, 132) == 1);
+    for (int32_t T = 1; T < 300; T += 3) {
+        const int32_t s = og_attend_cuda_max_splits(T, 4, 2, 132);
+        CHECK_MSG(s >= 1 && (s == 1 || s * T <= OG_ATTEND_CUDA_SPLIT_ROWS), "T=%d: %d splits past the scratch", T, s);
+    }
     CHECK(og_attend_cuda_tiled(2, OG_DTYPE_BF16, 128) && og_attend_cuda_tiled(129, OG_DTYPE_BF16, 16));
     CHECK(!og_attend_cuda_tiled(1, OG_DTYPE_BF16, 128) && !og_attend_cuda_tiled(3, OG_DTYPE_F32, 64) &&
           !og_attend_cuda_tiled(3, OG_DTYPE_BF16, 8) && !og_attend_cuda_tiled(3, OG_DTYPE_BF16, 256));
-    for (int64_t n = 1; n < 3000; n += 7) {
-        int32_t s = og_attend_cuda_splits(n, 3);
+    int32_t prev = 1;
+    for (int64_t n = 1; n < 20000; n += 7) {
+        int32_t s = og_attend_cuda_splits(n, 3, 8, 2, 132);
         int64_t chunk = (n + s - 1) / s;
         CHECK_MSG(s >= 1 && (s - 1) * chunk < n, "n=%lld: %d splits leave one empty", (long long)n, s);
+        CHECK_MSG(s >= prev && (s - 1) * K < n, "n=%lld: %d splits after %d", (long long)n, s, prev);
+        prev = s;
     }
 }
 
@@ -193,7 +212,8 @@ int main(void) {
                         attend_case c = {
                             .policy = variant ? OG_KV_RING : OG_KV_FLAT,
                             .T = Ts[ti], .Hkv = Gs[gi] >= 8 ? 1 : 2, .G = Gs[gi], .D = Ds[di],
-                            .W = variant ? (int32_t)(li % 2 ? 100 : 37) : 0, .L = Ls[li],
+                            /* windows of 37 / 100 keys, and 1000 over 4097 (several splits) */
+                            .W = variant ? (int32_t)(Ls[li] > 1000 ? 1000 : li % 2 ? 100 : 37) : 0, .L = Ls[li],
                             /* prefill mostly bf16 (the tiled kernel), decode alternating */
                             .dtype = (Ts[ti] > 1 ? (n / 2) % 4 == 3 : (n / 2) % 2) ? OG_DTYPE_F32 : OG_DTYPE_BF16,
                             .scale = n % 3 == 0 ? 0.0f : 0.07f,

@@ -9,21 +9,23 @@
  *
  * Two paths:
  *   split-K (decode, and any step over f32 storage or a head dim the tiled
- *   kernel lacks), at most two launches:
- *   1. attend:   grid (T, Hkv x head chunks, most splits). A block reads the
- *      keys and values of one kv head in one split of one row once, for the
- *      GM query heads it serves. Its 128 threads form workers of D/8 lanes;
- *      a worker owns a key at a time (each lane 8 of its D elements, 16-byte
- *      loads), reduces the G dot products across its
- *      lanes by shuffles and keeps an online softmax (max, sum, acc) per
- *      query head in registers. Keys of this step (positions >= L) are read
- *      from k, v themselves (rounded as storage rounds them), and the block
- *      holding a row's own position writes that row's k, v to storage: no
- *      separate write launch, and no block reads a row another block writes.
- *      The workers' partials are merged in shared memory by max-rescaling;
- *      a row with one split writes its output, otherwise the block writes a
- *      partial (max, sum, acc) per query head to scratch.
- *   2. merge:    rows with S > 1 merge their S partials by max-rescaling.
+ *   kernel lacks), one launch, grid (T, Hkv x head chunks, most splits).
+ *   A block reads the keys and values of one kv head in one split of one
+ *   row once, for the GM query heads it serves. Stored keys come through a
+ *   pipeline of kStages tiles in shared memory (cp.async: each thread has
+ *   8 16-byte copies per tile in flight, two tiles ahead of the one being
+ *   consumed). Its 128 threads form workers of D/8 lanes; a worker takes
+ *   8 / sizeof(KV) keys of each tile (each lane 8 of its D elements), reduces
+ *   the dot products across its lanes by shuffles and keeps an online
+ *   softmax (max, sum, acc) per query head in registers. Keys of this step
+ *   (positions >= L) are read from k, v themselves (rounded as storage
+ *   rounds them), and the block holding a row's own position writes that
+ *   row's k, v to storage: no separate write launch, and no block reads a
+ *   row another block writes. The workers' partials are merged in shared
+ *   memory by max-rescaling; a row with one split writes its output,
+ *   otherwise the block writes a partial (max, sum, acc) per query head to
+ *   scratch and counts itself done; the last of the S blocks merges the S
+ *   partials and sets the counter back to 0.
  *   tiled (prefill, T > 1, bf16 storage, D in 16..128), two launches:
  *   1. kv_write: this step's k, v -> storage rows (flat p, ring p mod R).
  *   2. tiled attend on the tensor cores (mma.sync m16n8k16 bf16, f32
@@ -51,16 +53,30 @@ constexpr int kThreads = 128; /* threads of an attend block                 */
 constexpr int kE = 8;         /* row elements one lane holds (16-byte loads) */
 constexpr float kLog2e = 1.4426950408889634f;
 
-__host__ __device__ inline int32_t max_splits(int32_t T) {
-    int32_t s = OG_ATTEND_CUDA_SPLIT_ROWS / T;
-    if (s < 1) s = 1;
-    return s > OG_ATTEND_CUDA_MAX_SPLITS ? OG_ATTEND_CUDA_MAX_SPLITS : s;
+constexpr int kWave = 4;          /* attend blocks one SM holds at once (48 KB smem, <= 128 registers each) */
+constexpr int kStages = 3;        /* K/V tiles in flight per block                                */
+constexpr int kTileBytes = 8192;  /* bytes of a K (or V) tile: 8192 / (D x sizeof(KV)) keys     */
+constexpr int kSmem = kStages * 2 * kTileBytes; /* 48 KB: the dynamic limit without an opt-in */
+constexpr int kPieces = kTileBytes / 16 / kThreads; /* 16-byte copies per thread per tile */
+
+/* Query heads one block serves for a group of G (the kernel's GM). */
+inline int group_heads(int32_t G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : 8; }
+
+/* Most splits of a row: what the scratch holds for T rows, and no more than
+ * fill one wave of kWave blocks per SM over the T x row_blocks (kv head x
+ * head chunk) blocks of a split. */
+int32_t split_cap(int32_t T, int32_t row_blocks, int32_t sm_count) {
+    int64_t s = OG_ATTEND_CUDA_SPLIT_ROWS / T;
+    if (s > OG_ATTEND_CUDA_MAX_SPLITS) s = OG_ATTEND_CUDA_MAX_SPLITS;
+    const int64_t per_split = (int64_t)T * row_blocks;
+    const int64_t fill = ((int64_t)kWave * sm_count + per_split - 1) / per_split;
+    if (s > fill) s = fill;
+    return s < 1 ? 1 : (int32_t)s;
 }
 
-/* Splits for a row seeing n >= 1 keys, and the keys per split (*chunk). */
-__host__ __device__ inline int32_t splits_for(int64_t n, int32_t T, int64_t *chunk) {
+/* Splits for a row seeing n >= 1 keys, at most cap, and the keys per split (*chunk). */
+__host__ __device__ inline int32_t splits_for(int64_t n, int32_t cap, int64_t *chunk) {
     int64_t s = (n + OG_ATTEND_CUDA_SPLIT_KEYS - 1) / OG_ATTEND_CUDA_SPLIT_KEYS;
-    const int64_t cap = max_splits(T);
     if (s > cap) s = cap;
     if (s < 1) s = 1;
     const int64_t c = (n + s - 1) / s;
@@ -98,12 +114,14 @@ struct attend_params {
     const float *k, *v; /* [T, Hkv, D] */
     float *out;         /* [T, Hq, D]  */
     void *kc, *vc;      /* [R, Hkv, D] storage */
+    unsigned int *counters; /* [SPLIT_ROWS * Hq] finished splits of (t, kv head, head chunk); 0 between steps */
     float *part_acc;    /* [SPLIT_ROWS * Hq, D] */
     float *part_m;      /* [SPLIT_ROWS * Hq]    */
     float *part_l;      /* [SPLIT_ROWS * Hq]    */
     const int64_t *length;
     int64_t L0, R;
     int32_t T, Hq, Hkv, D, G, lanes, chunks, ring, W;
+    int32_t max_splits; /* split_cap: the grid's depth */
     float scale_log2;
 };
 
@@ -131,16 +149,111 @@ __global__ void kv_write_kernel(attend_params p) {
     }
 }
 
+/* 16 bytes global -> shared without registers (cp.async); fill false
+ * writes 16 zero bytes instead of reading src. */
+__device__ inline void copy16_async(void *dst, const void *src, bool fill) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(fill ? 16 : 0)
+                 : "memory");
+}
+__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits until at most N of this thread's committed groups are in flight. */
+template <int N>
+__device__ inline void copies_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Starts copying the storage rows of keys j0 .. j0 + KT - 1 of kv head hk
+ * into a K tile and a V tile ([KT, D] of KV each, KT = kTileBytes / (D x
+ * sizeof(KV))); rows of keys at or past `end` are zero-filled. */
+template <typename KV>
+__device__ inline void tile_load(const attend_params &p, int32_t hk, int64_t j0, int64_t end, unsigned char *kt,
+                                 unsigned char *vt) {
+    const int32_t piece_shift = __ffs(p.D * (int)sizeof(KV) / 16) - 1; /* log2 of the 16-byte pieces of a row */
+    const int64_t row_bytes = (int64_t)p.Hkv * p.D * (int64_t)sizeof(KV);
+    const unsigned char *kb = static_cast<const unsigned char *>(p.kc) + (int64_t)hk * p.D * (int64_t)sizeof(KV);
+    const unsigned char *vb = static_cast<const unsigned char *>(p.vc) + (int64_t)hk * p.D * (int64_t)sizeof(KV);
+#pragma unroll
+    for (int i = 0; i < kPieces; i++) {
+        const int c = threadIdx.x + i * kThreads; /* piece c: row c >> shift, 16 bytes at (c & mask) * 16 */
+        const int64_t j = j0 + (c >> piece_shift);
+        const bool ok = j < end;
+        const int64_t slot = ok ? (p.ring ? j % p.R : j) : 0;
+        const int64_t off = slot * row_bytes + (int64_t)(c & ((1 << piece_shift) - 1)) * 16;
+        copy16_async(kt + c * 16, kb + off, ok);
+        copy16_async(vt + c * 16, vb + off, ok);
+    }
+}
+
+/* Sums every score across the lanes of its worker. */
+template <int NK, int GM>
+__device__ inline void lane_sum(float (&s)[NK][GM], int32_t lanes) {
+    for (int o = lanes / 2; o > 0; o >>= 1) {
+#pragma unroll
+        for (int u = 0; u < NK; u++)
+#pragma unroll
+            for (int g = 0; g < GM; g++) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+    }
+}
+
+/* Folds NK scores per query head (log2 domain, -inf where there is no key)
+ * into the running maximum m and sum l, rescales acc, and turns the scores
+ * into the weights of their values. */
+template <int NK, int GM>
+__device__ inline void softmax_step(float (&s)[NK][GM], float (&m)[GM], float (&l)[GM], float (&acc)[GM][kE]) {
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float mx = m[g];
+#pragma unroll
+        for (int u = 0; u < NK; u++) mx = fmaxf(mx, s[u][g]);
+        const float base = mx == -INFINITY ? 0.0f : mx; /* no key yet: every weight is exp2(-inf) = 0 */
+        const float c = exp2f(m[g] - base);
+        float sum = 0.0f;
+#pragma unroll
+        for (int u = 0; u < NK; u++) {
+            s[u][g] = exp2f(s[u][g] - base);
+            sum += s[u][g];
+        }
+        l[g] = fmaf(l[g], c, sum);
+#pragma unroll
+        for (int e = 0; e < kE; e++) acc[g][e] *= c;
+        m[g] = mx;
+    }
+}
+
+template <int GM>
+__device__ inline void dot_heads(const float (&q)[GM][kE], const float (&kf)[kE], float (&s)[GM]) {
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kE; e++) d = fmaf(q[g][e], kf[e], d);
+        s[g] = d;
+    }
+}
+
+template <int GM>
+__device__ inline void add_values(const float (&w)[GM], const float (&vf)[kE], float (&acc)[GM][kE]) {
+#pragma unroll
+    for (int g = 0; g < GM; g++)
+#pragma unroll
+        for (int e = 0; e < kE; e++) acc[g][e] = fmaf(w[g], vf[e], acc[g][e]);
+}
+
+/* GM 8 holds twice the registers (q and acc of 8 heads): it runs half as many
+ * blocks per SM rather than spill. */
 template <typename KV, int GM>
-__global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
+__global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_kernel(attend_params p) {
+    constexpr int KPW = 8 / (int)sizeof(KV); /* keys of a tile per worker: KT / NW = 8 / sizeof(KV) */
     const int32_t t = blockIdx.x;
     const int32_t hk = blockIdx.y / p.chunks, chunk_i = blockIdx.y % p.chunks;
     const int32_t h0 = hk * p.G + chunk_i * GM;
     const int32_t g_n = min(GM, p.G - chunk_i * GM);
-    const int64_t pos = step_length(p) + t;
+    const int64_t L = step_length(p);
+    const int64_t pos = L + t;
     const int64_t lo = first_key(p, pos);
     int64_t chunk;
-    const int32_t S = splits_for(pos - lo + 1, p.T, &chunk);
+    const int32_t S = splits_for(pos - lo + 1, p.max_splits, &chunk);
     const int32_t split = blockIdx.z;
     if (split >= S) return; /* the whole block leaves: no barrier is skipped */
     const int64_t k0 = lo + split * chunk;
@@ -167,65 +280,86 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
         for (int e = 0; e < kE; e++) acc[g][e] = 0.0f;
     }
 
-    const int64_t L = step_length(p);
-    const int64_t row = (int64_t)p.Hkv * D; /* elements between storage rows */
-    const KV *kb = static_cast<const KV *>(p.kc) + (int64_t)hk * D + li * kE;
-    const KV *vb = static_cast<const KV *>(p.vc) + (int64_t)hk * D + li * kE;
-    const float *knew = p.k + (int64_t)hk * D + li * kE, *vnew = p.v + (int64_t)hk * D + li * kE;
-    constexpr int U = 1; /* keys per worker per iteration: 2 costs registers, and blocks per SM */
-    const int64_t n_it = (k1 - k0 + U * NW - 1) / (U * NW); /* the same for every thread */
-    for (int64_t it = 0; it < n_it; it++) {
-        float kf[U][kE], vf[U][kE];
-        bool valid[U];
+    /* 1. stored keys k0 .. ks-1 through a pipeline of kStages K/V tiles:
+     * tile i lands in buffer i % kStages while tiles i+1, i+2 are in flight. */
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int32_t KT = kTileBytes / (D * (int32_t)sizeof(KV));
+    const int64_t ks = min(k1, L);
+    const int64_t n_tiles = ks > k0 ? (ks - k0 + KT - 1) / KT : 0;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t j = k0 + (it * U + u) * NW + worker;
-            valid[u] = j < k1;
-            if (valid[u] && j >= L) { /* this step's key: from k, v as storage will hold it */
-                load8(knew + (j - L) * row, kf[u]);
-                load8(vnew + (j - L) * row, vf[u]);
-#pragma unroll
-                for (int e = 0; e < kE; e++) {
-                    kf[u][e] = stored(kb, kf[u][e]);
-                    vf[u][e] = stored(vb, vf[u][e]);
-                }
-            } else if (valid[u]) {
-                const int64_t slot = p.ring ? j % p.R : j;
-                load8(kb + slot * row, kf[u]);
-                load8(vb + slot * row, vf[u]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < kE; e++) kf[u][e] = vf[u][e] = 0.0f;
-            }
+    for (int i = 0; i < kStages - 1; i++) {
+        if (i < n_tiles) tile_load<KV>(p, hk, k0 + (int64_t)i * KT, ks, smem + 2 * i * kTileBytes,
+                                       smem + (2 * i + 1) * kTileBytes);
+        copies_commit(); /* an empty group where there is no tile keeps the count per tile */
+    }
+    for (int64_t i = 0; i < n_tiles; i++) {
+        copies_wait<kStages - 2>(); /* this thread's pieces of tile i are in */
+        __syncthreads();            /* everyone's are, and tile i - 1 is consumed */
+        const int64_t next = i + kStages - 1;
+        if (next < n_tiles) {
+            const int b = (int)(next % kStages);
+            tile_load<KV>(p, hk, k0 + next * KT, ks, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
         }
+        copies_commit();
+        const int b = (int)(i % kStages);
+        const KV *kt = reinterpret_cast<const KV *>(smem + 2 * b * kTileBytes) + li * kE;
+        const KV *vt = reinterpret_cast<const KV *>(smem + (2 * b + 1) * kTileBytes) + li * kE;
+        const int64_t j0 = k0 + i * KT;
+        float s[KPW][GM];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            float s[GM];
+        for (int u = 0; u < KPW; u++) {
+            float kf[kE];
+            load8(kt + (int64_t)(worker + u * NW) * D, kf);
+            dot_heads<GM>(q, kf, s[u]);
+        }
+        lane_sum<KPW, GM>(s, lanes);
 #pragma unroll
-            for (int g = 0; g < GM; g++) {
-                float d = 0.0f;
+        for (int u = 0; u < KPW; u++)
+            if (j0 + worker + u * NW >= ks) {
 #pragma unroll
-                for (int e = 0; e < kE; e++) d = fmaf(q[g][e], kf[u][e], d);
-                s[g] = d;
+                for (int g = 0; g < GM; g++) s[u][g] = -INFINITY;
             }
-            for (int o = lanes / 2; o > 0; o >>= 1) {
+        softmax_step<KPW, GM>(s, m, l, acc);
 #pragma unroll
-                for (int g = 0; g < GM; g++) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
-            }
-            if (valid[u]) {
-#pragma unroll
-                for (int g = 0; g < GM; g++) {
-                    const float mn = fmaxf(m[g], s[g]);
-                    const float c = exp2f(m[g] - mn);
-                    const float w = exp2f(s[g] - mn);
-                    l[g] = l[g] * c + w;
-#pragma unroll
-                    for (int e = 0; e < kE; e++) acc[g][e] = fmaf(acc[g][e], c, w * vf[u][e]);
-                    m[g] = mn;
-                }
-            }
+        for (int u = 0; u < KPW; u++) { /* rows past ks are zeros with weight 0 */
+            float vf[kE];
+            load8(vt + (int64_t)(worker + u * NW) * D, vf);
+            add_values<GM>(s[u], vf, acc);
         }
     }
+    copies_wait<0>();
+
+    /* 2. keys of this step (positions >= L): from k, v as storage will hold them */
+    const int64_t row = (int64_t)p.Hkv * D; /* elements between storage rows */
+    const int64_t kn0 = max(k0, L);
+    const float *knew = p.k + (int64_t)hk * D + li * kE, *vnew = p.v + (int64_t)hk * D + li * kE;
+    const KV *as_kv = static_cast<const KV *>(p.kc);
+    for (int64_t j_base = kn0; j_base < k1; j_base += NW) { /* the same trip count for every thread */
+        const int64_t j = j_base + worker;
+        const bool valid = j < k1;
+        float kf[kE], vf[kE], s[1][GM];
+        if (valid) {
+            load8(knew + (j - L) * row, kf);
+            load8(vnew + (j - L) * row, vf);
+#pragma unroll
+            for (int e = 0; e < kE; e++) {
+                kf[e] = stored(as_kv, kf[e]);
+                vf[e] = stored(as_kv, vf[e]);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < kE; e++) kf[e] = vf[e] = 0.0f;
+        }
+        dot_heads<GM>(q, kf, s[0]);
+        lane_sum<1, GM>(s, lanes);
+        if (!valid) {
+#pragma unroll
+            for (int g = 0; g < GM; g++) s[0][g] = -INFINITY;
+        }
+        softmax_step<1, GM>(s, m, l, acc);
+        add_values<GM>(s[0], vf, acc);
+    }
+
     /* the block holding the row's own position stores its k, v */
     if (split == S - 1 && chunk_i == 0) {
         const int64_t slot = p.ring ? pos % p.R : pos;
@@ -238,8 +372,10 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
         }
     }
 
-    /* merge the workers: [NW, GM] maxima and sums, [NW, GM, D] accumulators */
-    extern __shared__ float sm[];
+    /* 3. merge the workers in shared memory (the tiles are consumed):
+     * [NW, GM] maxima and sums, [NW, GM, D] accumulators */
+    __syncthreads();
+    float *sm = reinterpret_cast<float *>(smem);
     float *sm_m = sm, *sm_l = sm + NW * GM, *sm_acc = sm + 2 * NW * GM;
 #pragma unroll
     for (int g = 0; g < GM; g++) {
@@ -251,7 +387,7 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
         for (int e = 0; e < kE; e++) sm_acc[(worker * GM + g) * D + li * kE + e] = acc[g][e];
     }
     __syncthreads();
-    const int32_t maxS = max_splits(p.T);
+    const int32_t maxS = p.max_splits;
     for (int32_t idx = threadIdx.x; idx < g_n * D; idx += kThreads) {
         const int32_t g = idx / D, d = idx - g * D;
         float M = -INFINITY;
@@ -276,39 +412,52 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(attend_params p) {
             }
         }
     }
-}
+    if (S == 1) return;
 
-/* grid (T, Hq), D threads: rows with S > 1 merge their partials. The S
- * maxima and sums go to shared memory in parallel first, so a thread's loop
- * over the splits only loads accumulators, several in flight. */
-__global__ void merge_kernel(attend_params p) {
-    __shared__ float sm_w[OG_ATTEND_CUDA_MAX_SPLITS]; /* maxima, then weights exp2(m_s - M) */
-    __shared__ float sm_l[OG_ATTEND_CUDA_MAX_SPLITS]; /* sums */
-    const int32_t t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-    const int64_t pos = step_length(p) + t;
-    int64_t chunk;
-    const int32_t S = splits_for(pos - first_key(p, pos) + 1, p.T, &chunk);
-    if (S == 1) return; /* the whole block leaves */
-    const int32_t maxS = max_splits(p.T);
-    const int64_t base = (int64_t)t * maxS * p.Hq + h; /* partial of split s: base + s * Hq */
-    for (int32_t s = threadIdx.x; s < S; s += blockDim.x) {
-        sm_w[s] = p.part_m[base + (int64_t)s * p.Hq];
-        sm_l[s] = p.part_l[base + (int64_t)s * p.Hq];
+    /* 4. the last of the S blocks of (t, kv head, head chunk) to finish merges
+     * the S partials by max-rescaling, and sets the counter back to 0 for the
+     * next step. Each block's partial writes are fenced before it counts. */
+    __threadfence();
+    __syncthreads();
+    unsigned int *counter = p.counters + (int64_t)t * gridDim.y + blockIdx.y;
+    const bool last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1u) == (unsigned)(S - 1));
+    if (!last) return;
+    __threadfence(); /* the other blocks' partials are read after their count */
+    if (threadIdx.x == 0) *counter = 0u;
+    float *sm_w = sm;               /* [GM, maxS] maxima, then weights exp2(m_s - M) / sum */
+    float *sm_s = sm + GM * maxS;   /* [GM, maxS] sums */
+    const int64_t base = (int64_t)t * maxS * p.Hq + h0; /* partial of split s, head h0 + g: base + s * Hq + g */
+    for (int32_t idx = threadIdx.x; idx < g_n * S; idx += kThreads) {
+        const int32_t g = idx / S, s = idx - g * S;
+        sm_w[g * maxS + s] = __ldcg(p.part_m + base + (int64_t)s * p.Hq + g);
+        sm_s[g * maxS + s] = __ldcg(p.part_l + base + (int64_t)s * p.Hq + g);
     }
     __syncthreads();
-    float M = -INFINITY;
-    for (int32_t s = 0; s < S; s++) M = fmaxf(M, sm_w[s]);
-    __syncthreads(); /* every thread has its maximum before the maxima become weights */
-    for (int32_t s = threadIdx.x; s < S; s += blockDim.x) sm_w[s] = exp2f(sm_w[s] - M);
+    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int32_t g = warp; g < g_n; g += kThreads / 32) { /* a warp per head */
+        float M = -INFINITY;
+        for (int32_t s = lane; s < S; s += 32) M = fmaxf(M, sm_w[g * maxS + s]);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float sum = 0.0f;
+        for (int32_t s = lane; s < S; s += 32) sum = fmaf(sm_s[g * maxS + s], exp2f(sm_w[g * maxS + s] - M), sum);
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (int32_t s = lane; s < S; s += 32) sm_w[g * maxS + s] = exp2f(sm_w[g * maxS + s] - M) / sum;
+    }
     __syncthreads();
-    float sum = 0.0f, a = 0.0f;
+    const int32_t D4 = D / 4;
+    for (int32_t idx = threadIdx.x; idx < g_n * D4; idx += kThreads) {
+        const int32_t g = idx / D4, d4 = idx - g * D4;
+        const float4 *src = reinterpret_cast<const float4 *>(p.part_acc + (base + g) * D) + d4;
+        const int64_t stride = (int64_t)p.Hq * D4; /* float4s between splits */
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-    for (int32_t s = 0; s < S; s++) {
-        const float f = sm_w[s];
-        sum = fmaf(sm_l[s], f, sum);
-        a = fmaf(p.part_acc[(base + (int64_t)s * p.Hq) * p.D + d], f, a);
+        for (int32_t s = 0; s < S; s++) {
+            const float f = sm_w[g * maxS + s];
+            const float4 x = __ldcg(src + s * stride);
+            a.x = fmaf(x.x, f, a.x), a.y = fmaf(x.y, f, a.y), a.z = fmaf(x.z, f, a.z), a.w = fmaf(x.w, f, a.w);
+        }
+        reinterpret_cast<float4 *>(p.out + ((int64_t)t * p.Hq + h0 + g) * D)[d4] = a;
     }
-    p.out[((int64_t)t * p.Hq + h) * p.D + d] = a / sum;
 }
 
 /* ---- the tiled tensor-core kernel (prefill over bf16 storage) ---- */
@@ -493,12 +642,11 @@ cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
 
 template <typename KV>
 cudaError_t launch_attend(const attend_params &p, int gm, dim3 grid, cudaStream_t st) {
-    const size_t smem = (size_t)(kThreads / p.lanes) * gm * (2 + p.D) * sizeof(float);
     switch (gm) {
-    case 1: attend_kernel<KV, 1><<<grid, kThreads, smem, st>>>(p); break;
-    case 2: attend_kernel<KV, 2><<<grid, kThreads, smem, st>>>(p); break;
-    case 4: attend_kernel<KV, 4><<<grid, kThreads, smem, st>>>(p); break;
-    default: attend_kernel<KV, 8><<<grid, kThreads, smem, st>>>(p); break;
+    case 1: attend_kernel<KV, 1><<<grid, kThreads, kSmem, st>>>(p); break;
+    case 2: attend_kernel<KV, 2><<<grid, kThreads, kSmem, st>>>(p); break;
+    case 4: attend_kernel<KV, 4><<<grid, kThreads, kSmem, st>>>(p); break;
+    default: attend_kernel<KV, 8><<<grid, kThreads, kSmem, st>>>(p); break;
     }
     return cudaGetLastError();
 }
@@ -512,19 +660,28 @@ og_status launch_failed(const char *what, cudaError_t e) {
 
 } /* namespace */
 
-extern "C" int32_t og_attend_cuda_max_splits(int32_t T) { return T < 1 ? 1 : max_splits(T); }
+/* Blocks of one split of one row: kv heads x head chunks. */
+static int32_t row_blocks(int32_t n_heads, int32_t n_kv_heads) {
+    const int32_t G = n_heads / n_kv_heads, gm = group_heads(G);
+    return n_kv_heads * ((G + gm - 1) / gm);
+}
+
+extern "C" int32_t og_attend_cuda_max_splits(int32_t T, int32_t n_heads, int32_t n_kv_heads, int32_t sm_count) {
+    if (T < 1 || n_kv_heads < 1 || n_heads < n_kv_heads || sm_count < 1) return 1;
+    return split_cap(T, row_blocks(n_heads, n_kv_heads), sm_count);
+}
 
 extern "C" int64_t og_attend_cuda_scratch_floats(int32_t n_heads, int32_t head_dim) {
-    return (int64_t)OG_ATTEND_CUDA_SPLIT_ROWS * n_heads * (head_dim + 2);
+    return (int64_t)OG_ATTEND_CUDA_SPLIT_ROWS * n_heads * (head_dim + 3);
 }
 
 extern "C" bool og_attend_cuda_tiled(int32_t T, og_dtype kv_dtype, int32_t head_dim) {
     return T > 1 && kv_dtype == OG_DTYPE_BF16 && (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128);
 }
 
-extern "C" int32_t og_attend_cuda_splits(int64_t n, int32_t T) {
+extern "C" int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_kv_heads, int32_t sm_count) {
     int64_t chunk;
-    return n < 1 || T < 1 ? 1 : splits_for(n, T, &chunk);
+    return n < 1 ? 1 : splits_for(n, og_attend_cuda_max_splits(T, n_heads, n_kv_heads, sm_count), &chunk);
 }
 
 extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a) {
@@ -561,8 +718,6 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     } else {
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: unknown policy %d", op, (int)kv->policy);
     }
-    const int32_t maxS = max_splits(a->T);
-    if (maxS > 1 && !a->partials) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: partials scratch is NULL", op);
     if (!aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) || !aligned16(a->out) || !aligned16(kv->k) ||
         !aligned16(kv->v) || !aligned16(a->partials))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is not 16-byte aligned", op);
@@ -571,9 +726,10 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     p.q = a->q, p.k = a->k, p.v = a->v, p.out = a->out;
     p.kc = kv->k, p.vc = kv->v;
     const int64_t P = (int64_t)OG_ATTEND_CUDA_SPLIT_ROWS * a->n_heads;
-    p.part_acc = a->partials;
-    p.part_m = a->partials ? a->partials + P * D : NULL;
-    p.part_l = a->partials ? a->partials + P * (D + 1) : NULL;
+    p.counters = reinterpret_cast<unsigned int *>(a->partials);
+    p.part_acc = a->partials ? a->partials + P : NULL;
+    p.part_m = a->partials ? a->partials + P * (D + 1) : NULL;
+    p.part_l = a->partials ? a->partials + P * (D + 2) : NULL;
     p.length = a->length;
     p.L0 = kv->length, p.R = kv->rows;
     p.T = a->T, p.Hq = a->n_heads, p.Hkv = kv->n_kv_heads, p.D = D;
@@ -583,15 +739,22 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     p.W = kv->window;
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
     p.scale_log2 = scale * kLog2e;
-    const int gm = p.G <= 1 ? 1 : p.G <= 2 ? 2 : p.G <= 4 ? 4 : 8;
+    const int gm = group_heads(p.G);
     p.chunks = (p.G + gm - 1) / gm;
     if ((int64_t)p.Hkv * p.chunks > 65535)
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: %d kv heads x %d head chunks exceed the grid", op, p.Hkv,
                             p.chunks);
+    int dev = 0, sm_count = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess)
+        return og_set_error(OG_ERR_BACKEND, "%s: SM count of the device: %s", op, cudaGetErrorString(e));
+    const int32_t maxS = split_cap(a->T, p.Hkv * p.chunks, sm_count);
+    if (maxS > 1 && !a->partials) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: partials scratch is NULL", op);
+    p.max_splits = maxS;
 
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     const bool bf16 = kv->dtype == OG_DTYPE_BF16;
-    cudaError_t e;
     if (og_attend_cuda_tiled(a->T, kv->dtype, D) && !a->split_k) {
         const int64_t writes = (int64_t)a->T * p.Hkv * D;
         const int wblocks = (int)((writes + 255) / 256 < 4096 ? (writes + 255) / 256 : 4096);
@@ -604,9 +767,5 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     e = bf16 ? launch_attend<__nv_bfloat16>(p, gm, grid, st) : launch_attend<float>(p, gm, grid, st);
     if (e != cudaSuccess) return launch_failed("attend", e);
-    if (maxS > 1) {
-        merge_kernel<<<dim3((unsigned)a->T, (unsigned)a->n_heads), (unsigned)D, 0, st>>>(p);
-        if ((e = cudaGetLastError()) != cudaSuccess) return launch_failed("merge", e);
-    }
     return OG_OK;
 }

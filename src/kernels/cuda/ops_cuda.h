@@ -175,23 +175,31 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  *    of 16, 32, 64 or 128 (og_attend_cuda_tiled). q is carried as bf16 hi +
  *    lo, the softmax weights p are rounded to bf16 for P x V (f32 sums): an
  *    output is off by at most 2^-9 max|v| from the exact f32 mix.
- *  - split-K (flash-decoding) otherwise, or when split_k is set: keys are
- *    cut into S splits; each split leaves a partial (max, sum, acc) per query
- *    head; a second kernel merges them by max-rescaling. S follows the live
- *    key count n of the row, never the capacity:
- *    S = min(og_attend_cuda_max_splits(T), ceil(n / OG_ATTEND_CUDA_SPLIT_KEYS)),
- *    then reduced so that no split is empty. Rows with S == 1 are written
- *    directly. The grid is sized for the most splits T allows and blocks past
- *    a row's S return at once, so one launch shape serves every L (graph
- *    replay). Storage rows of the step are written by the attend kernel itself.
+ *  - split-K (flash-decoding) otherwise, or when split_k is set, in one
+ *    launch: keys are cut into S splits; each split leaves a partial (max,
+ *    sum, acc) per query head, and the last split of a row to finish merges
+ *    them by max-rescaling. S follows the live key count n of the row, never
+ *    the capacity: S = min(og_attend_cuda_max_splits(...), ceil(n /
+ *    OG_ATTEND_CUDA_SPLIT_KEYS)), then reduced so that no split is empty.
+ *    The most splits come from T, the heads and the SM count (about one wave
+ *    of blocks at long histories), not from L. Rows with S == 1 are written
+ *    directly. The grid is sized for the most splits and blocks past a row's
+ *    S return at once, so one launch shape serves every L (graph replay).
+ *    Storage rows of the step are written by the attend kernel itself.
  *
  * L is read on the device from *length when it is not NULL (graph replay
  * writes it before each step), else taken from kv.length. The caller
  * guarantees what the planner checks (T <= max_write, a flat write inside
  * the allocated rows); the host check refuses D that is not a power of two
- * in [8, 256], Hq % Hkv != 0 and other malformed arguments. */
-#define OG_ATTEND_CUDA_SPLIT_KEYS 64
-#define OG_ATTEND_CUDA_MAX_SPLITS 64
+ * in [8, 256], Hq % Hkv != 0 and other malformed arguments.
+ *
+ * The partials scratch starts with one counter per (row, kv head, head
+ * chunk): it must be zeroed once after allocation (cudaMemset), and every
+ * step leaves its counters zero again. Steps on one scratch run one after
+ * another (one stream) and share one Hq (a step of larger Hq would count on
+ * floats of a smaller one's partials). */
+#define OG_ATTEND_CUDA_SPLIT_KEYS 128
+#define OG_ATTEND_CUDA_MAX_SPLITS 128
 #define OG_ATTEND_CUDA_SPLIT_ROWS 256 /* T x S budget of one step */
 
 typedef struct og_attend_cuda_args {
@@ -202,19 +210,21 @@ typedef struct og_attend_cuda_args {
     float scale;           /* softmax scale; 0 -> 1/sqrt(D)                */
     og_kv_layer_view kv;   /* bound device storage; kv.length is L unless length is set */
     const int64_t *length; /* device L, or NULL                            */
-    float *partials;       /* scratch of og_attend_cuda_scratch_floats(Hq, D) floats */
+    float *partials;       /* scratch of og_attend_cuda_scratch_floats(Hq, D) floats, zeroed once */
     bool split_k;          /* the split-K kernel even where the tiled one applies (tests, benchmarks) */
 } og_attend_cuda_args;
 
-/* Most splits one row of a T-token step may use. */
-int32_t og_attend_cuda_max_splits(int32_t T);
+/* Most splits one row of a T-token step over Hq / Hkv heads may use on a
+ * device of sm_count SMs (cudaDevAttrMultiProcessorCount). */
+int32_t og_attend_cuda_max_splits(int32_t T, int32_t n_heads, int32_t n_kv_heads, int32_t sm_count);
 /* The scratch floats og_update_and_attend_cuda needs for Hq heads of D. */
 int64_t og_attend_cuda_scratch_floats(int32_t n_heads, int32_t head_dim);
 /* True when a step of T tokens over storage of kv_dtype with heads of
  * head_dim runs the tiled tensor-core kernel (unless split_k is set). */
 bool og_attend_cuda_tiled(int32_t T, og_dtype kv_dtype, int32_t head_dim);
-/* The split count the kernel uses for a row that sees n keys in a T-token step. */
-int32_t og_attend_cuda_splits(int64_t n, int32_t T);
+/* The split count the kernel uses for a row that sees n keys in a T-token
+ * step (arguments as og_attend_cuda_max_splits). */
+int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_kv_heads, int32_t sm_count);
 
 og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
 
