@@ -832,7 +832,7 @@ static og_status sample_buffers(og_session *s, const og_sampler *sampler) {
     if (!c->forbidden_seen && !(c->forbidden_seen = og_malloc(words * sizeof(uint32_t))))
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory for the forbidden tokens");
     const int32_t need = og_sampler_get_params(sampler)->repeat_last_n;
-    if (c->sample_host && need <= c->sample_recent_cap) return OG_OK;
+    if (c->sample_host && c->sample_dev && need <= c->sample_recent_cap) return OG_OK;
     if (c->graph[OUT_SAMPLE]) cudaGraphExecDestroy(c->graph[OUT_SAMPLE]);
     c->graph[OUT_SAMPLE] = NULL;
     cudaFreeHost(c->sample_host);
