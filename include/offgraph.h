@@ -315,6 +315,48 @@ const char *og_model_tokenizer_config(const og_model *m);
 /* The back end the model runs on (never OG_BACKEND_AUTO). */
 og_backend og_model_backend(const og_model *m);
 
+/* ------------------------------------------------------------ sampling */
+
+/* Picks the next token from a row of logits. Order of the steps: forbidden
+ * tokens out (their logit counts as -infinity); repetition penalty over the
+ * recent tokens (a token seen twice is penalized once); then greedy
+ * (temperature <= 0: the arg-max, lowest id on ties), or top-k (ties: the
+ * lower id first), softmax of the kept logits at the temperature, top-p
+ * (nucleus), min-p (relative to the most likely token), and a draw from what
+ * is left. The sampler owns its random state: the same seed, parameters and
+ * logits give the same tokens. */
+typedef struct og_sampler_params {
+    float temperature;    /* <= 0: greedy                                    */
+    int32_t top_k;        /* keep the k most likely; <= 0: all               */
+    float top_p;          /* keep the smallest set with mass >= p; >= 1: all */
+    float min_p;          /* drop p < min_p * p_max; <= 0: none              */
+    float repeat_penalty; /* > 1 discourages recent tokens; 1: off           */
+    int32_t repeat_last_n;/* how many recent tokens the penalty looks at     */
+    uint64_t seed;
+} og_sampler_params;
+
+/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0
+ * (off), repeat_last_n 64, seed 0. */
+og_sampler_params og_sampler_default_params(void);
+
+typedef struct og_sampler og_sampler;
+
+/* For rows of vocab logits. On success *out is owned by the caller:
+ * og_sampler_destroy. Refuses vocab < 1 or a negative top_p/min_p. */
+og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sampler **out);
+/* NULL is a no-op. */
+void og_sampler_destroy(og_sampler *s);
+/* Adds a token to the history the repetition penalty looks at (prompt
+ * tokens too; og_sampler_sample adds what it returns). */
+void og_sampler_accept(og_sampler *s, int32_t token);
+/* Rules a token out for good (e.g. ids of a padded vocabulary that the
+ * tokenizer does not know). Refuses an id outside [0, vocab). */
+og_status og_sampler_forbid(og_sampler *s, int32_t token);
+/* Forgets the history and reseeds; forbidden tokens stay forbidden. */
+void og_sampler_reset(og_sampler *s);
+/* Picks the next token from logits [vocab] (not modified). */
+int32_t og_sampler_sample(og_sampler *s, const float *logits);
+
 /* ------------------------------------------------- sessions of a model */
 
 /* One conversation: its own KV storage (through the KV manager) and its own
@@ -349,6 +391,17 @@ og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32
  * the arg-max runs on the device and only the token is copied back. */
 og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
                                int32_t *next);
+/* Like og_session_eval without logits, and then *next = a token drawn from
+ * the last position's logits by og_sampler_sample (the sampler's vocabulary
+ * must be the model's). The sampler advances exactly as og_sampler_sample
+ * advances it (its draw, and the token joins its recent history), and not
+ * at all when the call fails. On CUDA the sampler runs on the device and only
+ * the token is copied back, except where the device sampler does not reach
+ * (temperature > 0 keeping more than 1024 candidates: top_k <= 0 or top_k >
+ * 1024, over a vocabulary of more than 1024): then the logits come back and
+ * the host samples them. */
+og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                 og_sampler *sampler, int32_t *next);
 /* Committed length. */
 int64_t og_session_length(const og_session *s);
 /* KV metrics of the session (see og_kv_metrics). */

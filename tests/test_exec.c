@@ -5,9 +5,14 @@
  * - a step that fails (a token id outside the vocabulary) leaves the session
  *   at its length, and the session then continues as if it never happened;
  * - the last-row-only logits equal the last row of the all-rows logits;
- * - KV bytes follow what was written, not the declared capacity. */
+ * - KV bytes follow what was written, not the declared capacity;
+ * - og_session_eval_sample draws what og_sampler_sample draws from the
+ *   logits of og_session_eval (same seed, each token fed back), refuses a
+ *   sampler of another vocabulary, and a failed step leaves the sampler as
+ *   it was. */
 #include "harness.h"
 #include "model/export.h"
+#include "model/sample.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -107,6 +112,65 @@ static void test_last_row(void) {
     free(last);
 }
 
+static void test_eval_sample(void) {
+    og_test_section("eval_sample draws what eval + og_sampler_sample draw");
+    enum { PROMPT = 6, DRAWN = 24 };
+    int32_t prompt[PROMPT];
+    for (int t = 0; t < PROMPT; t++) prompt[t] = (int32_t)((t * 29 + 7) % g_vocab);
+    og_sampler_params ps[3] = {og_sampler_default_params(), og_sampler_default_params(), og_sampler_default_params()};
+    ps[0].seed = 5, ps[0].repeat_penalty = 1.2f, ps[0].repeat_last_n = 8;
+    ps[1].temperature = 0;
+    ps[2].temperature = 1.3f, ps[2].top_k = 0, ps[2].top_p = 1, ps[2].min_p = 0, ps[2].seed = 11;
+    float *logits = malloc(sizeof(float) * g_vocab);
+    for (int i = 0; i < 3; i++) {
+        og_session *a = NULL, *b = NULL;
+        og_sampler *sa = NULL, *sb = NULL;
+        CHECK_OK(og_session_create(g_model, NULL, &a));
+        CHECK_OK(og_session_create(g_model, NULL, &b));
+        CHECK_OK(og_sampler_create(&ps[i], g_vocab, &sa));
+        CHECK_OK(og_sampler_create(&ps[i], g_vocab, &sb));
+        if (!a || !b || !sa || !sb) break;
+        CHECK_OK(og_sampler_forbid(sa, 3));
+        CHECK_OK(og_sampler_forbid(sb, 3));
+        int32_t ta[DRAWN], tb[DRAWN];
+        const int32_t *fa = prompt, *fb = prompt;
+        int n = PROMPT, same = 0;
+        for (int t = 0; t < DRAWN; t++) {
+            ta[t] = tb[t] = -1;
+            CHECK_OK(og_session_eval_sample(a, fa, n, 0, sa, &ta[t]));
+            CHECK_OK(og_session_eval(b, fb, n, 0, logits, 0));
+            tb[t] = og_sampler_sample(sb, logits);
+            same += ta[t] == tb[t];
+            fa = &ta[t], fb = &tb[t], n = 1;
+        }
+        CHECK_MSG(same == DRAWN, "params %d: %d of %d draws agree", i, same, DRAWN);
+        /* a failed step spends no draw: the two samplers stay in step */
+        const int32_t bad = (int32_t)g_vocab;
+        int32_t tok = -5;
+        CHECK_STATUS(og_session_eval_sample(a, &bad, 1, 0, sa, &tok), OG_ERR_INVALID_ARGUMENT);
+        CHECK(tok == -5);
+        CHECK_OK(og_session_eval_sample(a, fa, 1, 0, sa, &tok));
+        CHECK_OK(og_session_eval(b, fb, 1, 0, logits, 0));
+        CHECK(tok == og_sampler_sample(sb, logits));
+        og_sampler_destroy(sa);
+        og_sampler_destroy(sb);
+        og_session_destroy(a);
+        og_session_destroy(b);
+    }
+    og_sampler *other = NULL;
+    og_session *s = NULL;
+    CHECK_OK(og_sampler_create(&ps[0], g_vocab + 1, &other));
+    CHECK_OK(og_session_create(g_model, NULL, &s));
+    int32_t tok = -1;
+    CHECK_STATUS(og_session_eval_sample(s, prompt, PROMPT, 0, other, &tok), OG_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(og_session_last_error(s), "vocabulary") != NULL, "message: %s", og_session_last_error(s));
+    CHECK_STATUS(og_session_eval_sample(s, prompt, PROMPT, 0, NULL, &tok), OG_ERR_INVALID_ARGUMENT);
+    CHECK(og_session_length(s) == 0);
+    og_sampler_destroy(other);
+    og_session_destroy(s);
+    free(logits);
+}
+
 static void test_kv_bytes(const char *dir) {
     og_test_section("KV bytes follow the tokens written, not max_capacity");
     char path[512];
@@ -160,6 +224,7 @@ int main(void) {
         test_concurrent_sessions();
         test_failed_step();
         test_last_row();
+        test_eval_sample();
     }
     og_model_free(g_model);
     remove(path);

@@ -11,6 +11,11 @@
  *     off never captures; the same with the three output kinds interleaved;
  *   - two sessions stepped in turn keep their own graphs: no re-capture;
  *   - og_session_eval_next's device arg-max is the arg-max of the logits;
+ *   - og_session_eval_sample (the sampler on the device) draws the same
+ *     tokens with graphs as without, and as og_sampler_sample on the host
+ *     draws from the logits the CUDA session returns (same seed, each token
+ *     fed back), for greedy and sampled parameters; a failed step leaves the
+ *     sampler as it was;
  *   - a step wider than the gemv path (cuBLAS) agrees with the CPU too.
  * Data are found under $OG_SOURCE_DIR when set (a machine with a GPU runs the tests
  * from another checkout), else where the build saw them. Skipped (77) without
@@ -26,6 +31,7 @@ int main(void) {
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/ops.h"
 #include "model/export.h"
+#include "model/sample.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +130,80 @@ static void check_kinds_across_growth(og_model *gpu, og_model *nog, const int32_
     og_session_destroy(n);
 }
 
+enum { N_PROMPT = 8, N_DRAWN = 40 };
+
+/* A prompt, then N_DRAWN tokens each drawn after the last one fed: on the
+ * device (og_session_eval_sample), or on the host from the returned logits. */
+static void generate(og_model *m, const int32_t *ids, const og_sampler_params *p, bool host, int32_t *out,
+                     og_kv_metrics *met) {
+    const int64_t V = og_model_vocab_size(m);
+    for (int t = 0; t < N_DRAWN; t++) out[t] = -1;
+    og_session *s = session(m);
+    og_sampler *smp = NULL;
+    CHECK_OK(og_sampler_create(p, V, &smp));
+    float *logits = malloc((size_t)V * sizeof *logits);
+    if (!s || !smp) goto done;
+    CHECK_OK(og_sampler_forbid(smp, 2));
+    CHECK_OK(og_sampler_forbid(smp, (int32_t)V - 1));
+    for (int i = 0; i < N_PROMPT; i++) og_sampler_accept(smp, ids[i]);
+    const int32_t *feed = ids;
+    int n = N_PROMPT;
+    for (int t = 0; t < N_DRAWN; t++) {
+        og_status st;
+        if (host) {
+            st = og_session_eval(s, feed, n, 0, logits, 0);
+            if (st == OG_OK) out[t] = og_sampler_sample(smp, logits);
+        } else {
+            st = og_session_eval_sample(s, feed, n, 0, smp, &out[t]);
+        }
+        CHECK_MSG(st == OG_OK, "draw %d: %s", t, og_session_last_error(s));
+        if (st != OG_OK) break;
+        feed = &out[t];
+        n = 1;
+    }
+    if (met) og_session_metrics(s, met);
+    if (!host) { /* a failed step spends no draw and adds no token */
+        const int32_t bad = (int32_t)V;
+        const int32_t *recent;
+        int32_t before[64];
+        const double u = og_sampler_peek_uniform(smp);
+        const int32_t n_recent = og_sampler_recent(smp, &recent); /* repeat_last_n <= 64 here */
+        memcpy(before, recent, (size_t)n_recent * sizeof *before);
+        int32_t tok = -5;
+        CHECK_STATUS(og_session_eval_sample(s, &bad, 1, 0, smp, &tok), OG_ERR_INVALID_ARGUMENT);
+        CHECK(tok == -5 && og_sampler_peek_uniform(smp) == u && og_sampler_recent(smp, &recent) == n_recent &&
+              !memcmp(before, recent, (size_t)n_recent * sizeof *before));
+    }
+done:
+    free(logits);
+    og_sampler_destroy(smp);
+    og_session_destroy(s);
+}
+
+static void check_sampling(og_model *gpu, og_model *nog, const int32_t *ids, const char *name) {
+    og_sampler_params ps[4];
+    for (int i = 0; i < 4; i++) ps[i] = og_sampler_default_params();
+    ps[0].temperature = 0.9f, ps[0].repeat_penalty = 1.2f, ps[0].repeat_last_n = 16, ps[0].seed = 42;
+    ps[1].temperature = 0, ps[1].repeat_penalty = 1.3f;                        /* greedy */
+    ps[2].temperature = 1.5f, ps[2].top_k = 0, ps[2].top_p = 1, ps[2].min_p = 0, ps[2].seed = 7; /* every id */
+    ps[3].temperature = 1.0f, ps[3].top_k = 2, ps[3].top_p = 0.5f, ps[3].seed = 9;
+    for (int i = 0; i < 4; i++) {
+        int32_t with[N_DRAWN], without[N_DRAWN], host[N_DRAWN];
+        og_kv_metrics mw, mn;
+        generate(gpu, ids, &ps[i], false, with, &mw);
+        generate(nog, ids, &ps[i], false, without, &mn);
+        generate(gpu, ids, &ps[i], true, host, NULL);
+        CHECK_MSG(!memcmp(with, without, sizeof with), "%s params %d: device draws with graphs differ from without",
+                  name, i);
+        int first = 0;
+        while (first < N_DRAWN && with[first] == host[first]) first++;
+        CHECK_MSG(first == N_DRAWN, "%s params %d: device and host draws part at %d (%d vs %d)", name, i, first,
+                  first < N_DRAWN ? with[first] : -1, first < N_DRAWN ? host[first] : -1);
+        CHECK_MSG(mw.graph_captures >= 1 && mn.graph_captures == 0, "%s params %d: captures %lld with graphs, %lld without",
+                  name, i, (long long)mw.graph_captures, (long long)mn.graph_captures);
+    }
+}
+
 static void check_fixture(const char *src, const char *name) {
     char dir[1024], prog[1024];
     snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
@@ -206,6 +286,7 @@ static void check_fixture(const char *src, const char *name) {
     }
     og_session_destroy(a);
     og_session_destroy(b);
+    check_sampling(gpu, nog, ids, name);
 
     /* steps wider than the gemv path: the whole sequence in one step goes
      * through cuBLAS (bf16 hi + lo products) */

@@ -1,7 +1,10 @@
 /* Sampler properties, each against a plain computation done here:
  * greedy is the arg-max; top-k, top-p and min-p never return a token
  * outside their set; plain sampling follows the softmax; the repetition
- * penalty demotes a recent token; a seed repeats a run. */
+ * penalty demotes a recent token; a seed repeats a run; a forbidden token
+ * draws as if its logit were -infinity (what callers did before the sampler
+ * could forbid) and never comes out; the draw is peeked, not spent, until
+ * og_sampler_commit. */
 #include "harness.h"
 #include "model/sample.h"
 
@@ -169,6 +172,51 @@ int main(void) {
     CHECK(same);
     og_sampler_destroy(b);
     og_sampler_destroy(c);
+
+    og_test_section("forbidden tokens are -infinity");
+    p = og_sampler_default_params();
+    p.seed = 77;
+    p.repeat_penalty = 1.3f;
+    og_sampler *f = make(p), *g = make(p);
+    CHECK_OK(og_sampler_forbid(f, 0));
+    CHECK_OK(og_sampler_forbid(f, V - 1));
+    CHECK_OK(og_sampler_forbid(f, 17));
+    CHECK_STATUS(og_sampler_forbid(f, V), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_sampler_forbid(f, -1), OG_ERR_INVALID_ARGUMENT);
+    og_sampler_accept(f, 17), og_sampler_accept(g, 17); /* penalized and forbidden */
+    int agree = 0, drawn_forbidden = 0;
+    rows = og_rng_seed(5);
+    for (int d = 0; d < 500; d++) {
+        og_rng_fill(&rows, x, V, -2, 2);
+        x[17] = 4.0f; /* by far the most likely, were it allowed */
+        const int tf = og_sampler_sample(f, x);
+        x[0] = x[V - 1] = x[17] = -INFINITY;
+        const int tg = og_sampler_sample(g, x);
+        agree += tf == tg;
+        drawn_forbidden += tf == 0 || tf == V - 1 || tf == 17;
+    }
+    CHECK_MSG(agree == 500 && drawn_forbidden == 0, "%d of 500 draws agree, %d forbidden drawn", agree,
+              drawn_forbidden);
+    og_sampler_reset(f); /* forbidding outlives a reset */
+    for (int i = 0; i < V; i++) x[i] = i == 17 ? 9.0f : 0.0f;
+    CHECK(og_sampler_sample(f, x) != 17);
+    og_sampler_destroy(f);
+    og_sampler_destroy(g);
+
+    og_test_section("the draw is peeked, then spent by commit");
+    p = og_sampler_default_params();
+    p.seed = 3;
+    f = make(p);
+    g = make(p);
+    const double u = og_sampler_peek_uniform(f);
+    CHECK(u >= 0 && u < 1 && og_sampler_peek_uniform(f) == u);
+    og_sampler_commit(f, 4);
+    CHECK(og_sampler_peek_uniform(f) != u);
+    og_rng_fill(&rng, x, V, -2, 2);
+    og_sampler_sample(g, x); /* spends one draw too */
+    CHECK(og_sampler_peek_uniform(f) == og_sampler_peek_uniform(g));
+    og_sampler_destroy(f);
+    og_sampler_destroy(g);
 
     og_test_section("bad parameters are refused");
     p = plain();

@@ -104,7 +104,7 @@ int og_cmd_chat(int argc, char **argv) {
             break;
         }
         double t0 = og_time_now();
-        bool ok = og_gen_prefill("chat", &g, ids, n);
+        bool ok = og_gen_prefill("chat", &g, ids, n, o.max_tokens > 0);
         double t1 = og_time_now();
         int64_t generated = 0;
         ok = ok && og_gen_decode("chat", &g, o.max_tokens, true, stdout, &generated);

@@ -62,7 +62,7 @@ int og_cmd_run(int argc, char **argv) {
         goto done;
     }
     double t0 = og_time_now();
-    if (!og_gen_prefill("run", &g, ids, n)) goto done;
+    if (!og_gen_prefill("run", &g, ids, n, o.max_tokens > 0)) goto done;
     double t1 = og_time_now();
     fwrite(prompt, 1, strlen(prompt), stdout);
     if (!og_gen_decode("run", &g, o.max_tokens, false, stdout, &generated)) goto done;

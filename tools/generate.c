@@ -3,7 +3,6 @@
 
 #include "cli.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -117,12 +116,18 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     int32_t n_eos = og_tokenizer_eos_ids(g->tok, &eos);
     for (int32_t i = 0; i < n_eos; i++) og_gen_add_stop(g, eos[i]);
     g->vocab = og_model_vocab_size(g->model);
-    if (!(g->logits = malloc((size_t)g->vocab * sizeof *g->logits)) || !(g->stream = og_decode_stream_create(g->tok))) {
+    if (!(g->stream = og_decode_stream_create(g->tok))) {
         fprintf(stderr, "offgraph %s: out of memory\n", cmd);
         return false;
     }
     if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
         (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
+        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
+        return false;
+    }
+    for (int64_t i = 0; i < g->vocab && st == OG_OK; i++)
+        if (!og_tokenizer_token_text(g->tok, (int32_t)i)) st = og_sampler_forbid(g->sampler, (int32_t)i);
+    if (st != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
         return false;
     }
@@ -135,26 +140,24 @@ void og_gen_close(og_gen *g) {
     og_decode_stream_destroy(g->stream);
     og_tokenizer_free(g->tok);
     og_model_free(g->model);
-    free(g->logits);
     memset(g, 0, sizeof *g);
 }
 
-/* Feeds ids and keeps the last row of logits, with the ids the tokenizer
- * does not know (a model's vocabulary is often padded) ruled out. */
-static bool feed(const char *cmd, og_gen *g, const int32_t *ids, int64_t n) {
-    og_status st = og_session_eval(g->session, ids, n, 0, g->logits, 0);
+/* Feeds ids and, when draw, draws the token that follows them into g->next
+ * (without, the sampler does not move: no draw is spent that is not used). */
+static bool feed(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw) {
+    og_status st = draw ? og_session_eval_sample(g->session, ids, n, 0, g->sampler, &g->next)
+                        : og_session_eval(g->session, ids, n, 0, NULL, 0);
     if (st != OG_OK) {
         fprintf(stderr, "offgraph %s: %s (%s)\n", cmd, og_session_last_error(g->session), og_status_str(st));
         return false;
     }
-    for (int64_t i = 0; i < g->vocab; i++)
-        if (!og_tokenizer_token_text(g->tok, (int32_t)i)) g->logits[i] = -INFINITY;
     return true;
 }
 
-bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n) {
+bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw) {
     for (int64_t i = 0; i < n; i++) og_sampler_accept(g->sampler, ids[i]);
-    return feed(cmd, g, ids, n);
+    return feed(cmd, g, ids, n, draw);
 }
 
 bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated) {
@@ -162,7 +165,7 @@ bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE
     const char *text;
     size_t len;
     for (int64_t i = 0; i < max; i++) {
-        int32_t t = og_sampler_sample(g->sampler, g->logits);
+        int32_t t = g->next;
         bool stop = false;
         for (int32_t k = 0; k < g->n_stop; k++) stop |= t == g->stop[k];
         if (stop) break;
@@ -173,7 +176,7 @@ bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE
         fwrite(text, 1, len, out);
         fflush(out);
         ++*generated;
-        if ((i + 1 < max || feed_last) && !feed(cmd, g, &t, 1)) return false;
+        if ((i + 1 < max || feed_last) && !feed(cmd, g, &t, 1, i + 1 < max)) return false;
     }
     og_decode_stream_finish(g->stream, &text, &len);
     fwrite(text, 1, len, out);

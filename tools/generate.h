@@ -23,7 +23,7 @@ typedef struct og_gen {
     og_tokenizer *tok;
     og_sampler *sampler;
     og_decode_stream *stream;
-    float *logits;  /* [vocab] of the last position fed */
+    int32_t next;    /* the token drawn after the last position fed */
     int64_t vocab;
     int32_t stop[8]; /* tokens that end generation */
     int32_t n_stop;
@@ -44,19 +44,24 @@ int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_o
 /* The help text of those options. */
 void og_gen_options_usage(FILE *f);
 
-/* Loads the model and its tokenizer and makes a session; prints what is
- * missing (no -m, no tokenizer in the program) and returns false. */
+/* Loads the model and its tokenizer and makes a session and a sampler that
+ * never draws an id the tokenizer does not know (a model's vocabulary is
+ * often padded); prints what is missing (no -m, no tokenizer in the
+ * program) and returns false. */
 bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g);
 void og_gen_close(og_gen *g);
 /* Adds a stop token (ignored when the table is full or id < 0). */
 void og_gen_add_stop(og_gen *g, int32_t id);
 
-/* Feeds n prompt tokens; the last position's logits are kept. */
-bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n);
-/* Samples up to max tokens, writing their text to out as it completes,
+/* Feeds n prompt tokens and, when draw (og_gen_decode will generate at
+ * least one token), draws the token that follows them. */
+bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw);
+/* Generates up to max tokens, writing their text to out as it completes,
  * until a stop token (not written, not fed). Each written token is fed to
- * the session, the last one only when feed_last (chat keeps its reply in
- * the cache; run does not need it). *generated gets the tokens written. */
+ * the session, which draws the next one (og_session_eval_sample: on a GPU
+ * only the token comes back), the last one only when feed_last (chat keeps
+ * its reply in the cache; run does not need it). *generated gets the tokens
+ * written. */
 bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "kernels/attend.h"
 #include "kernels/ops.h"
+#include "model/sample.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -445,5 +446,26 @@ og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, 
     if (st == OG_OK) st = og_argmax_cpu(logits, V, &best);
     og_free(logits);
     if (st == OG_OK) *next = (int32_t)best;
+    return st;
+}
+
+og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                 og_sampler *sampler, int32_t *next) {
+    if (!s || !sampler || !next || (!tokens && n > 0))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval_sample: NULL argument");
+    if (n <= 0) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "og_session_eval_sample: no tokens");
+    const int64_t V = og_model_vocab_size(s->m);
+    if (og_sampler_vocab(sampler) != V)
+        return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT,
+                             "og_session_eval_sample: the sampler is for a vocabulary of %lld, the model has %lld",
+                             (long long)og_sampler_vocab(sampler), (long long)V);
+#ifdef OG_HAVE_CUDA
+    if (s->cuda) return og_exec_cuda_eval_sample(s, tokens, n, chunk, sampler, next);
+#endif
+    float *logits = og_malloc((size_t)V * sizeof *logits);
+    if (!logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "og_session_eval_sample: no memory for logits");
+    og_status st = og_session_eval(s, tokens, n, chunk, logits, 0);
+    if (st == OG_OK) *next = og_sampler_sample(sampler, logits);
+    og_free(logits);
     return st;
 }

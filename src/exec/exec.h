@@ -55,5 +55,11 @@ og_status og_exec_cuda_session_init(og_session *s);
 void og_exec_cuda_session_free(og_session *s);
 og_status og_exec_cuda_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, float *logits,
                             int all_rows, int32_t *next);
+/* og_session_eval_sample on the device: the sampler's choice is made there
+ * (kernels/cuda/sample_cuda.h), or on the host from the copied logits where
+ * the device sampler does not serve the parameters. The sampler's vocabulary
+ * is the model's (the caller checked). */
+og_status og_exec_cuda_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                   og_sampler *sampler, int32_t *next);
 
 #endif

@@ -16,12 +16,22 @@
  * the graph, and the host writes the pinned block before each replay.
  *
  * Decode graphs: one-token steps replay a graph per output kind (none, logits
- * of the row, arg-max token); a graph is captured on first use and again only
- * when some layer's storage address changed, which growth in place never
- * does (so a session captures once per kind used), and growth by copy (no
- * virtual memory management) does. Flat layers' kernels never read the
+ * of the row, arg-max token, sampled token); a graph is captured on first use
+ * and again only when some layer's storage address changed, which growth in
+ * place never does (so a session captures once per kind used), and growth by
+ * copy (no virtual memory management) does, or, for the sampled token, when
+ * the sampler block had to grow. Flat layers' kernels never read the
  * allocated row count, so a graph stays valid across growth in place. Every
  * capture is counted in the session's metrics (og_kv_session_note_capture).
+ *
+ * Sampling on the device (og_exec_cuda_eval_sample): the sampler's per-step
+ * inputs (its draw, parameters and recent tokens) go into a second pinned
+ * block, the "sampler block", uploaded by a node of the graph like the step
+ * block; the forbidden-token bitmap changes rarely, so it is uploaded ahead
+ * of the step only when it differs from the last upload. The sampling kernel
+ * (kernels/cuda/sample_cuda.h) runs after the logits and only the token comes
+ * back. What that kernel does not serve (og_sample_cuda_supported) is sampled
+ * on the host from the logits.
  *
  * Matrix products: up to OG_GEMV_CUDA_MAX_T rows stream the weights once
  * (gemv, f32 activations); wider steps go to cuBLAS: f32 weights by SGEMM,
@@ -53,7 +63,9 @@
 #include "exec/exec.h"
 
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/sample_cuda.h"
 #include "kv/alloc_cuda.h"
+#include "model/sample.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -61,7 +73,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { OUT_NONE = 0, OUT_LOGITS, OUT_NEXT, OUT_KINDS };
+enum { OUT_NONE = 0, OUT_LOGITS, OUT_NEXT, OUT_SAMPLE, OUT_KINDS };
 
 enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
 #define STEP_MAX_INSTRS (OG_GEMV_CUDA_MAX_PARTS + 2)
@@ -107,6 +119,15 @@ struct og_cuda_session {
     int32_t *next_host;         /* pinned [1] */
     int32_t *next_dev;          /* [1] */
     void *argmax_scratch;       /* og_argmax_cuda_scratch_bytes() */
+    /* device sampling, allocated on first use: */
+    unsigned char *sample_host; /* pinned sampler block: og_sample_cuda_step, recent ids [sample_recent_cap] */
+    unsigned char *sample_dev;  /* its device copy                         */
+    size_t sample_bytes;
+    int32_t sample_recent_cap;
+    uint32_t *forbidden_dev;    /* [W] forbidden-token bitmap              */
+    uint32_t *forbidden_seen;   /* [W] host copy of what was uploaded      */
+    bool forbidden_valid;       /* forbidden_seen holds an upload          */
+    uint32_t *marks_dev;        /* [W] sampler scratch, zero between steps */
     cudaGraphExec_t graph[OUT_KINDS];
     void **graph_storage;       /* [2 * n_layers]: k, v addresses the graphs hold */
 };
@@ -131,6 +152,8 @@ static og_status blas_fail(cublasStatus_t e, const char *what) {
 static int64_t *step_length_dev(struct og_cuda_session *c) { return (int64_t *)(void *)c->step_dev; }
 static int32_t *step_tokens(unsigned char *block) { return (int32_t *)(void *)(block + sizeof(int64_t)); }
 static int32_t *step_positions(unsigned char *block, int32_t max_write) { return step_tokens(block) + max_write; }
+/* The sampler block: og_sample_cuda_step, then the recent ids [sample_recent_cap]. */
+static int32_t *sample_recent(unsigned char *block) { return (int32_t *)(void *)(block + sizeof(og_sample_cuda_step)); }
 
 /* ------------------------------------------------------------ fusion plan */
 
@@ -485,7 +508,10 @@ og_status og_exec_cuda_session_init(og_session *s) {
             if (K > c->max_k) c->max_k = K;
         }
     }
-    if (scratch > 0) CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)scratch * sizeof(float)), "attention scratch");
+    if (scratch > 0) { /* its split counters start at zero; every step leaves them so */
+        CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)scratch * sizeof(float)), "attention scratch");
+        CUDA_TRY(cudaMemset(c->partials, 0, (size_t)scratch * sizeof(float)), "attention scratch");
+    }
     if (mw > OG_GEMV_CUDA_MAX_T && c->max_k > 0) {
         const size_t parts = (size_t)mw * (size_t)c->max_k * sizeof(uint16_t);
         CUDA_TRY(cudaMalloc((void **)&c->split_hi, parts), "matmul scratch");
@@ -519,8 +545,13 @@ void og_exec_cuda_session_free(og_session *s) {
     cudaFree(c->step_dev);
     cudaFree(c->next_dev);
     cudaFree(c->argmax_scratch);
+    cudaFree(c->sample_dev);
+    cudaFree(c->forbidden_dev);
+    cudaFree(c->marks_dev);
     cudaFreeHost(c->step_host);
     cudaFreeHost(c->next_host);
+    cudaFreeHost(c->sample_host);
+    og_free(c->forbidden_seen);
     if (c->stream) cudaStreamDestroy(c->stream);
     og_free(c->slots);
     og_free(c->graph_storage);
@@ -762,7 +793,8 @@ static og_status run_step_group(step_ctx *x, const cuda_step *sp, int32_t *faile
 }
 
 /* Enqueues one step's work on the session's stream: the step block upload,
- * every instruction, and for OUT_NEXT the arg-max and its copy back. */
+ * every instruction, then for OUT_NEXT the arg-max, for OUT_SAMPLE the
+ * sampler block upload and the sampler, and the token's copy back. */
 static og_status enqueue_step(og_session *s, int32_t T, int kind, float *dev_logits, bool last_row, int32_t *failed) {
     const og_model *m = s->m;
     struct og_cuda_session *c = s->cuda;
@@ -780,9 +812,19 @@ static og_status enqueue_step(og_session *s, int32_t T, int kind, float *dev_log
     if (kind == OUT_NEXT) {
         og_status st = og_argmax_cuda(c->stream, dev_logits, og_model_vocab_size(m), c->next_dev, c->argmax_scratch);
         if (st != OG_OK) return st;
+    }
+    if (kind == OUT_SAMPLE) {
+        CUDA_TRY(cudaMemcpyAsync(c->sample_dev, c->sample_host, c->sample_bytes, cudaMemcpyHostToDevice, c->stream),
+                 "sampler block upload");
+        og_status st = og_sample_cuda(c->stream, dev_logits, og_model_vocab_size(m),
+                                      (const og_sample_cuda_step *)(void *)c->sample_dev,
+                                      sample_recent(c->sample_dev),
+                                      c->forbidden_dev, c->marks_dev, c->next_dev);
+        if (st != OG_OK) return st;
+    }
+    if (kind == OUT_NEXT || kind == OUT_SAMPLE)
         CUDA_TRY(cudaMemcpyAsync(c->next_host, c->next_dev, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream),
                  "token copy back");
-    }
     return OG_OK;
 }
 
@@ -887,8 +929,68 @@ static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, int k
     return OG_OK;
 }
 
-og_status og_exec_cuda_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, float *logits,
-                            int all_rows, int32_t *next) {
+/* Makes the sampling buffers ready for this sampler: the scratch and the
+ * forbidden-token bitmap on first use, and a sampler block with room for its
+ * recent tokens (a larger one drops the sampling graph, which holds the old). */
+static og_status sample_buffers(og_session *s, const og_sampler *sampler) {
+    struct og_cuda_session *c = s->cuda;
+    const size_t words = (size_t)(og_model_vocab_size(s->m) + 31) / 32;
+    if (!c->marks_dev) {
+        CUDA_TRY(cudaMalloc((void **)&c->marks_dev, words * sizeof(uint32_t)), "sampler scratch");
+        cudaError_t e = cudaMemsetAsync(c->marks_dev, 0, words * sizeof(uint32_t), c->stream);
+        if (e != cudaSuccess) {
+            cudaFree(c->marks_dev);
+            c->marks_dev = NULL;
+            return cuda_fail(e, "sampler scratch");
+        }
+    }
+    if (!c->forbidden_dev) CUDA_TRY(cudaMalloc((void **)&c->forbidden_dev, words * sizeof(uint32_t)), "forbidden tokens");
+    if (!c->forbidden_seen && !(c->forbidden_seen = og_malloc(words * sizeof(uint32_t))))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory for the forbidden tokens");
+    const int32_t need = og_sampler_get_params(sampler)->repeat_last_n;
+    if (c->sample_host && c->sample_dev && need <= c->sample_recent_cap) return OG_OK;
+    if (c->graph[OUT_SAMPLE]) cudaGraphExecDestroy(c->graph[OUT_SAMPLE]);
+    c->graph[OUT_SAMPLE] = NULL;
+    cudaFreeHost(c->sample_host);
+    cudaFree(c->sample_dev);
+    c->sample_host = c->sample_dev = NULL;
+    c->sample_recent_cap = 0;
+    c->sample_bytes = sizeof(og_sample_cuda_step) + (size_t)need * sizeof(int32_t);
+    CUDA_TRY(cudaMallocHost((void **)&c->sample_host, c->sample_bytes), "pinned sampler block");
+    CUDA_TRY(cudaMalloc((void **)&c->sample_dev, c->sample_bytes), "sampler block");
+    c->sample_recent_cap = need;
+    return OG_OK;
+}
+
+/* Writes the sampler block for the next step (the draw is read, not
+ * consumed) and uploads the forbidden bitmap when it changed. */
+static og_status sample_inputs(og_session *s, const og_sampler *sampler) {
+    struct og_cuda_session *c = s->cuda;
+    const og_sampler_params *p = og_sampler_get_params(sampler);
+    const int32_t *recent;
+    const int32_t n_recent = p->repeat_penalty != 1.0f ? og_sampler_recent(sampler, &recent) : 0;
+    const uint32_t *forbidden = og_sampler_forbidden(sampler);
+    *(og_sample_cuda_step *)(void *)c->sample_host = (og_sample_cuda_step){
+        .uniform = og_sampler_peek_uniform(sampler), .temperature = p->temperature, .top_p = p->top_p,
+        .min_p = p->min_p, .repeat_penalty = p->repeat_penalty, .top_k = p->top_k, .n_recent = n_recent,
+        .use_forbidden = forbidden != NULL};
+    if (n_recent > 0) memcpy(sample_recent(c->sample_host), recent, (size_t)n_recent * sizeof(int32_t));
+    const size_t bytes = (size_t)(og_model_vocab_size(s->m) + 31) / 32 * sizeof(uint32_t);
+    if (!forbidden || (c->forbidden_valid && !memcmp(forbidden, c->forbidden_seen, bytes))) return OG_OK;
+    memcpy(c->forbidden_seen, forbidden, bytes);
+    c->forbidden_valid = false;
+    /* from pageable memory: the copy has read forbidden_seen when this returns */
+    CUDA_TRY(cudaMemcpyAsync(c->forbidden_dev, c->forbidden_seen, bytes, cudaMemcpyHostToDevice, c->stream),
+             "forbidden tokens upload");
+    c->forbidden_valid = true;
+    return OG_OK;
+}
+
+/* The steps of one eval call. The last step's output: logits (all rows or
+ * the last), else with next: the arg-max, or with a sampler too: the token
+ * the device sampler draws (the sampler itself is not advanced here). */
+static og_status eval_steps(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, float *logits,
+                            int all_rows, int32_t *next, const og_sampler *sampler) {
     const int64_t V = og_model_vocab_size(s->m);
     int64_t step = s->cfg.max_write;
     if (chunk > 0 && chunk < step) step = chunk;
@@ -900,11 +1002,46 @@ og_status og_exec_cuda_eval(og_session *s, const int32_t *tokens, int64_t n, int
         float *dst = NULL;
         if (logits && all_rows) kind = OUT_LOGITS, dst = logits + done * V;
         else if (logits && last) kind = OUT_LOGITS, dst = logits;
-        else if (next && last) kind = OUT_NEXT;
+        else if (next && last) kind = sampler ? OUT_SAMPLE : OUT_NEXT;
+        if (kind == OUT_SAMPLE) {
+            og_status st = sample_inputs(s, sampler);
+            if (st != OG_OK) return og_errbuf_set(&s->err, st, "%s", og_last_error());
+        }
         og_status st = run_step(s, tokens + done, T, kind, dst, !(logits && all_rows));
         if (st != OG_OK) return st;
-        if (kind == OUT_NEXT) *next = *s->cuda->next_host;
+        if (kind == OUT_NEXT || kind == OUT_SAMPLE) *next = *s->cuda->next_host;
         done += T;
     }
+    return OG_OK;
+}
+
+og_status og_exec_cuda_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, float *logits,
+                            int all_rows, int32_t *next) {
+    return eval_steps(s, tokens, n, chunk, logits, all_rows, next, NULL);
+}
+
+og_status og_exec_cuda_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                   og_sampler *sampler, int32_t *next) {
+    const int64_t V = og_model_vocab_size(s->m);
+    const og_sampler_params *p = og_sampler_get_params(sampler);
+    if (!og_sample_cuda_supported(p->temperature, p->top_k, V)) { /* the host samples the logits */
+        float *logits = og_malloc((size_t)V * sizeof *logits);
+        if (!logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "og_session_eval_sample: no memory for logits");
+        og_status st = eval_steps(s, tokens, n, chunk, logits, 0, NULL, NULL);
+        if (st == OG_OK) *next = og_sampler_sample(sampler, logits);
+        og_free(logits);
+        return st;
+    }
+    cudaError_t e = cudaSetDevice(s->m->cuda->device);
+    og_status st = e == cudaSuccess ? sample_buffers(s, sampler) : cuda_fail(e, "cudaSetDevice");
+    if (st != OG_OK) return og_errbuf_set(&s->err, st, "sampling buffers: %s", og_last_error());
+    int32_t token = -1;
+    st = eval_steps(s, tokens, n, chunk, NULL, 0, &token, sampler);
+    if (st != OG_OK) return st;
+    if (token < 0 || token >= V)
+        return og_errbuf_set(&s->err, OG_ERR_BACKEND, "the device sampler returned token %d (vocabulary %lld)",
+                             (int)token, (long long)V);
+    og_sampler_commit(sampler, token);
+    *next = token;
     return OG_OK;
 }

@@ -1,4 +1,4 @@
-/* Sampling (see sample.h). Legend: V = vocabulary size, K = candidates kept. */
+/* Sampling (offgraph.h, model/sample.h). Legend: V = vocabulary size, K = candidates kept. */
 #include "model/sample.h"
 
 #include "core/core.h"
@@ -18,6 +18,7 @@ struct og_sampler {
     cand *c;          /* [V] scratch */
     int32_t *recent;  /* [repeat_last_n] ring of recent tokens */
     int32_t n_recent, head;
+    uint32_t *forbidden; /* [ceil(V / 32)] bitmap, NULL until a token is forbidden */
 };
 
 og_sampler_params og_sampler_default_params(void) {
@@ -60,6 +61,7 @@ void og_sampler_destroy(og_sampler *s) {
     if (!s) return;
     og_free(s->c);
     og_free(s->recent);
+    og_free(s->forbidden);
     og_free(s);
 }
 
@@ -73,6 +75,37 @@ void og_sampler_accept(og_sampler *s, int32_t token) {
     s->recent[s->head] = token;
     s->head = (s->head + 1) % s->p.repeat_last_n;
     if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+og_status og_sampler_forbid(og_sampler *s, int32_t token) {
+    if (!s || token < 0 || token >= s->vocab)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_sampler_forbid: NULL sampler or token %d outside the vocabulary",
+                            (int)token);
+    if (!s->forbidden) {
+        s->forbidden = og_calloc((size_t)(s->vocab + 31) / 32, sizeof *s->forbidden);
+        if (!s->forbidden) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_sampler_forbid: out of memory");
+    }
+    s->forbidden[token / 32] |= 1u << (token % 32);
+    return OG_OK;
+}
+
+const og_sampler_params *og_sampler_get_params(const og_sampler *s) { return &s->p; }
+int64_t og_sampler_vocab(const og_sampler *s) { return s->vocab; }
+const uint32_t *og_sampler_forbidden(const og_sampler *s) { return s->forbidden; }
+
+int32_t og_sampler_recent(const og_sampler *s, const int32_t **ids) {
+    *ids = s->recent;
+    return s->n_recent;
+}
+
+double og_sampler_peek_uniform(const og_sampler *s) {
+    uint64_t state = s->rng;
+    return (double)(next_u64(&state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void og_sampler_commit(og_sampler *s, int32_t token) {
+    if (s->p.temperature > 0) next_u64(&s->rng);
+    og_sampler_accept(s, token);
 }
 
 /* Most likely first; the lower id first on ties, so the order is total. */
@@ -115,6 +148,9 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
     const int64_t V = s->vocab;
     cand *c = s->c; /* [V] */
     for (int64_t i = 0; i < V; i++) c[i] = (cand){(int32_t)i, logits[i]};
+    if (s->forbidden)
+        for (int64_t i = 0; i < V; i++)
+            if (s->forbidden[i / 32] >> (i % 32) & 1) c[i].p = -INFINITY;
     if (s->p.repeat_penalty != 1.0f)
         for (int32_t i = 0; i < s->n_recent; i++) {
             int32_t t = s->recent[i];
@@ -123,7 +159,7 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
             int seen = 0;
             for (int32_t j = 0; j < i && !seen; j++) seen = s->recent[j] == t;
             if (seen) continue;
-            float x = logits[t];
+            float x = c[t].p;
             c[t].p = x > 0 ? x / s->p.repeat_penalty : x * s->p.repeat_penalty;
         }
     int32_t tok;
@@ -152,7 +188,7 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
         }
         double total = 0;
         for (int64_t i = 0; i < k; i++) total += c[i].p;
-        double r = (double)(next_u64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * total, acc = 0;
+        double r = og_sampler_peek_uniform(s) * total, acc = 0;
         tok = c[k - 1].id;
         for (int64_t i = 0; i < k; i++)
             if ((acc += c[i].p) > r) {
@@ -160,6 +196,6 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
                 break;
             }
     }
-    og_sampler_accept(s, tok);
+    og_sampler_commit(s, tok);
     return tok;
 }

@@ -1,10 +1,9 @@
-/* Sampling the next token from a row of logits.
- *
- * Order of the steps: repetition penalty over the recent tokens; then
- * greedy (temperature <= 0: the arg-max, lowest id on ties), or top-k,
- * softmax of the kept logits at the temperature, top-p (nucleus), min-p
- * (relative to the most likely token), and a draw from what is left. The sampler owns its random state: the same seed,
- * parameters and logits give the same tokens. */
+/* Sampling the next token from a row of logits: the API is in offgraph.h
+ * (og_sampler_*). This header adds what a sampler on another device needs
+ * to reproduce og_sampler_sample's choice (kernels/cuda/sample_cuda.h): the
+ * parameters, the recent tokens, the forbidden set and the next uniform
+ * draw, and the one call that advances the sampler as og_sampler_sample
+ * does once it has chosen. */
 #ifndef OG_MODEL_SAMPLE_H
 #define OG_MODEL_SAMPLE_H
 
@@ -12,33 +11,22 @@
 
 #include <stdint.h>
 
-typedef struct og_sampler_params {
-    float temperature;    /* <= 0: greedy                                    */
-    int32_t top_k;        /* keep the k most likely; <= 0: all               */
-    float top_p;          /* keep the smallest set with mass >= p; >= 1: all */
-    float min_p;          /* drop p < min_p * p_max; <= 0: none              */
-    float repeat_penalty; /* > 1 discourages recent tokens; 1: off           */
-    int32_t repeat_last_n;/* how many recent tokens the penalty looks at     */
-    uint64_t seed;
-} og_sampler_params;
-
-/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0
- * (off), repeat_last_n 64, seed 0. */
-og_sampler_params og_sampler_default_params(void);
-
-typedef struct og_sampler og_sampler;
-
-/* For rows of vocab logits. On success *out is owned by the caller:
- * og_sampler_destroy. Refuses vocab < 1 or a negative top_p/min_p. */
-og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sampler **out);
-/* NULL is a no-op. */
-void og_sampler_destroy(og_sampler *s);
-/* Adds a token to the history the repetition penalty looks at (prompt
- * tokens too; og_sampler_sample adds what it returns). */
-void og_sampler_accept(og_sampler *s, int32_t token);
-/* Forgets the history and reseeds. */
-void og_sampler_reset(og_sampler *s);
-/* Picks the next token from logits [vocab] (not modified). */
-int32_t og_sampler_sample(og_sampler *s, const float *logits);
+/* The parameters the sampler was created with; borrowed. */
+const og_sampler_params *og_sampler_get_params(const og_sampler *s);
+/* Width of the logits rows it samples. */
+int64_t og_sampler_vocab(const og_sampler *s);
+/* The recent tokens the penalty looks at, as a set (ring order, not time
+ * order; ids outside [0, vocab) may be there and are skipped): *ids is
+ * borrowed, the count is returned. */
+int32_t og_sampler_recent(const og_sampler *s, const int32_t **ids);
+/* Bitmap of forbidden ids (bit i % 32 of word i / 32, ceil(vocab / 32)
+ * words), or NULL when none is forbidden; borrowed. */
+const uint32_t *og_sampler_forbidden(const og_sampler *s);
+/* The uniform draw in [0, 1) (53 bits) the next non-greedy choice uses, r =
+ * u * (mass kept); not consumed. */
+double og_sampler_peek_uniform(const og_sampler *s);
+/* Advances the sampler past a choice of token: consumes the draw (when the
+ * temperature is > 0) and adds the token to the recent history. */
+void og_sampler_commit(og_sampler *s, int32_t token);
 
 #endif /* OG_MODEL_SAMPLE_H */

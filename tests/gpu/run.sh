@@ -2,7 +2,8 @@
 # Every GPU check in one command, from a folder made by tests/gpu/pack.sh
 # (nothing is built here). Prints one line per check and a summary last; the
 # full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
-#   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda)
+#   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda,
+#      test_sample_cuda: the device sampler against og_sampler_sample)
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
@@ -38,6 +39,7 @@ check() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
 check test_ops_cuda "$B/tests/test_ops_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
+check test_sample_cuda "$B/tests/test_sample_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
@@ -48,6 +50,8 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_ops compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
+    check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"
+    check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_kv_alloc compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_gpu_kv_alloc"
     unset OG_CUDA_TEST_QUICK

@@ -1,0 +1,288 @@
+/* The device sampler (sample_cuda.h): one block of 1024 threads.
+ *
+ * Letters (as in sample_cuda.h): V vocabulary, K candidates kept, P the
+ * power of two >= K they are sorted in, W = ceil(V / 32) bitmap words.
+ *
+ * Every logit is read through value(): forbidden -> -inf, then the
+ * repetition penalty for ids marked in `marks` (the recent set, marked at the
+ * start and cleared at the end), and -0 read as +0 so that the bit order of
+ * keys is the CPU's float order. A key is the float's bits mapped so that
+ * unsigned order is float order.
+ *
+ * Greedy: one pass, arg-max with the lower id winning ties.
+ * Top-k: a radix select finds the key of the K-th best (four passes over V,
+ * one byte of the key each, histograms with warp-aggregated atomics); one
+ * more pass gathers the ids above it and, of those equal to it, the lowest
+ * ids (ranked in id order by a block-wide count) so that ties keep the lower
+ * id as the CPU does. The K candidates, as 64-bit (key, ~id) words, are
+ * sorted descending by a bitonic sort of P in shared memory: the CPU's total
+ * order (logit descending, lower id first). Then every thread computes its
+ * candidate's exp in double, and thread 0 does the rest in the CPU's order:
+ * the double sum, the division, top-p, min-p, the kept mass and the scan.
+ * Arithmetic uses the _rn intrinsics so nothing is fused into an fma.
+ */
+#include "kernels/cuda/sample_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxK = OG_SAMPLE_CUDA_MAX_K;
+static_assert(kMaxK <= kThreads, "one candidate per thread in the softmax");
+
+__device__ inline bool has_bit(const uint32_t *bits, int64_t i) { return (bits[i >> 5] >> (i & 31)) & 1u; }
+
+/* What the sampler sees of logit i; forbidden and marks may be NULL. */
+__device__ inline float value(const float *logits, int64_t i, const uint32_t *forbidden, const uint32_t *marks,
+                              float penalty) {
+    float x = logits[i];
+    if (forbidden && has_bit(forbidden, i)) x = -INFINITY;
+    if (marks && has_bit(marks, i)) x = x > 0 ? __fdiv_rn(x, penalty) : __fmul_rn(x, penalty);
+    return x == 0.0f ? 0.0f : x;
+}
+
+/* Unsigned order of keys is the order of the floats (NaN aside). */
+__device__ inline uint32_t key_of(float x) {
+    const uint32_t u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+__device__ inline float float_of(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k); }
+
+/* A candidate as one word: descending order is (logit desc, id asc); 0 is
+ * below every candidate (ids are < 2^31, so the low half is >= 2^31). */
+__device__ inline uint64_t cand_of(uint32_t key, int64_t id) {
+    return (uint64_t)key << 32 | (uint32_t)~(uint32_t)id;
+}
+__device__ inline int32_t cand_id(uint64_t c) { return (int32_t)~(uint32_t)c; }
+__device__ inline float cand_value(uint64_t c) { return float_of((uint32_t)(c >> 32)); }
+
+/* Lower id wins ties; b never wins against itself. */
+__device__ inline bool better(float a, int64_t ia, float b, int64_t ib) { return a > b || (a == b && ia < ib); }
+
+struct shared_state {
+    uint64_t cand[kMaxK];  /* [P] candidates, sorted descending */
+    float prob[kMaxK];     /* [K] probabilities of the sorted candidates */
+    uint32_t hist[256];    /* one radix digit's counts */
+    uint32_t warp_eq[kWarps];
+    float warp_best[kWarps];
+    int64_t warp_best_id[kWarps];
+    uint32_t digit, remaining, n_gt;
+    double sum;
+};
+
+__device__ void greedy(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
+                       const uint32_t *marks, float penalty, int32_t *token) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float best = 0.0f;
+    int64_t best_id = -1; /* -1: none seen */
+    for (int64_t i = tid; i < V; i += kThreads) {
+        const float x = value(logits, i, forbidden, marks, penalty);
+        if (best_id < 0 || x > best) best = x, best_id = i; /* ids rise: strict > keeps the lowest */
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float b = __shfl_down_sync(0xffffffffu, best, o);
+        const int64_t bi = __shfl_down_sync(0xffffffffu, best_id, o);
+        if (bi >= 0 && (best_id < 0 || better(b, bi, best, best_id))) best = b, best_id = bi;
+    }
+    if (lane == 0) sh.warp_best[warp] = best, sh.warp_best_id[warp] = best_id;
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < kWarps; w++)
+            if (sh.warp_best_id[w] >= 0 && (best_id < 0 || better(sh.warp_best[w], sh.warp_best_id[w], best, best_id)))
+                best = sh.warp_best[w], best_id = sh.warp_best_id[w];
+        *token = (int32_t)best_id;
+    }
+}
+
+/* The key of the k-th best value (radix select, a byte at a time from the
+ * top); sh.n_gt gets how many keys are above it. Every thread returns it. */
+__device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
+                            const uint32_t *marks, float penalty, uint32_t k) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    uint32_t prefix = 0, mask = 0, remaining = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = tid; d < 256; d += kThreads) sh.hist[d] = 0;
+        __syncthreads();
+        for (int64_t base = 0; base < V; base += kThreads) { /* whole warps in step, for match_any */
+            const int64_t i = base + tid;
+            bool in = false;
+            uint32_t d = 0;
+            if (i < V) {
+                const uint32_t key = key_of(value(logits, i, forbidden, marks, penalty));
+                in = (key & mask) == prefix;
+                d = (key >> shift) & 255u;
+            }
+            const unsigned active = __ballot_sync(0xffffffffu, in);
+            if (in) {
+                const unsigned peers = __match_any_sync(active, d);
+                if (lane == __ffs(peers) - 1) atomicAdd(&sh.hist[d], (uint32_t)__popc(peers));
+            }
+        }
+        __syncthreads();
+        if (tid == 0) {
+            uint32_t above = 0;
+            int d = 255;
+            for (; d > 0 && above + sh.hist[d] < remaining; d--) above += sh.hist[d];
+            sh.digit = (uint32_t)d;
+            sh.remaining = remaining - above;
+        }
+        __syncthreads();
+        prefix |= sh.digit << shift;
+        mask |= 255u << shift;
+        remaining = sh.remaining;
+    }
+    if (tid == 0) sh.n_gt = k - remaining;
+    __syncthreads();
+    return prefix;
+}
+
+/* Gathers the k best into sh.cand[0, k): every key above kth (in any order),
+ * then the lowest ids of those equal to it. */
+__device__ void gather(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
+                       const uint32_t *marks, float penalty, uint32_t k, uint32_t kth) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t n_gt = sh.n_gt, need_eq = k - n_gt;
+    __syncthreads(); /* n_gt read before it counts again */
+    if (tid == 0) sh.n_gt = 0;
+    __syncthreads();
+    uint32_t eq_before = 0; /* equal keys at lower ids than this chunk */
+    for (int64_t base = 0; base < V; base += kThreads) {
+        const int64_t i = base + tid;
+        uint32_t key = 0;
+        if (i < V) key = key_of(value(logits, i, forbidden, marks, penalty));
+        const bool gt = i < V && key > kth, eq = i < V && key == kth;
+        if (gt) sh.cand[atomicAdd(&sh.n_gt, 1u)] = cand_of(key, i);
+        const unsigned eq_bits = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) sh.warp_eq[warp] = (uint32_t)__popc(eq_bits);
+        __syncthreads();
+        uint32_t rank = eq_before + (uint32_t)__popc(eq_bits & ((1u << lane) - 1u)), total = 0;
+        for (int w = 0; w < kWarps; w++) {
+            if (w < warp) rank += sh.warp_eq[w];
+            total += sh.warp_eq[w];
+        }
+        if (eq && rank < need_eq) sh.cand[n_gt + rank] = cand_of(key, i);
+        eq_before += total;
+        __syncthreads(); /* warp_eq is rewritten by the next chunk */
+    }
+}
+
+/* Sorts sh.cand[0, P) descending; entries k..P-1 are padded with 0. */
+__device__ void sort_candidates(shared_state &sh, uint32_t k) {
+    const int tid = threadIdx.x;
+    uint32_t P = 1;
+    while (P < k) P <<= 1;
+    for (uint32_t i = k + tid; i < P; i += kThreads) sh.cand[i] = 0;
+    for (uint32_t size = 2; size <= P; size <<= 1)
+        for (uint32_t stride = size / 2; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (uint32_t i = tid; i < P; i += kThreads) {
+                const uint32_t j = i ^ stride;
+                if (j <= i) continue;
+                const bool descending = (i & size) == 0;
+                const uint64_t a = sh.cand[i], b = sh.cand[j];
+                if ((a < b) == descending) sh.cand[i] = b, sh.cand[j] = a;
+            }
+        }
+    __syncthreads();
+}
+
+/* The softmax, top-p, min-p and the draw over the sorted candidates, as
+ * og_sampler_sample does them. */
+__device__ void draw(shared_state &sh, const og_sample_cuda_step *step, uint32_t k, int32_t *token) {
+    const int tid = threadIdx.x;
+    const double temperature = step->temperature, mx = cand_value(sh.cand[0]);
+    if ((uint32_t)tid < k) sh.prob[tid] = (float)exp(__ddiv_rn(__dsub_rn((double)cand_value(sh.cand[tid]), mx), temperature));
+    __syncthreads();
+    if (tid == 0) {
+        double sum = 0;
+        for (uint32_t i = 0; i < k; i++) sum = __dadd_rn(sum, (double)sh.prob[i]);
+        sh.sum = sum;
+    }
+    __syncthreads();
+    if ((uint32_t)tid < k) sh.prob[tid] = (float)__ddiv_rn((double)sh.prob[tid], sh.sum);
+    __syncthreads();
+    if (tid != 0) return;
+    const float top_p = step->top_p, min_p = step->min_p;
+    uint32_t n = k;
+    if (top_p < 1) {
+        double mass = 0;
+        uint32_t m = 0;
+        while (m < n && mass < (double)top_p) mass = __dadd_rn(mass, (double)sh.prob[m++]);
+        n = m > 0 ? m : 1;
+    }
+    if (min_p > 0) {
+        uint32_t m = 1;
+        while (m < n && sh.prob[m] >= __fmul_rn(min_p, sh.prob[0])) m++;
+        n = m;
+    }
+    double total = 0;
+    for (uint32_t i = 0; i < n; i++) total = __dadd_rn(total, (double)sh.prob[i]);
+    const double r = __dmul_rn(step->uniform, total);
+    double acc = 0;
+    int32_t tok = cand_id(sh.cand[n - 1]);
+    for (uint32_t i = 0; i < n; i++)
+        if ((acc = __dadd_rn(acc, (double)sh.prob[i])) > r) {
+            tok = cand_id(sh.cand[i]);
+            break;
+        }
+    *token = tok;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float *logits, int64_t V, const og_sample_cuda_step *step, const int32_t *recent,
+                  const uint32_t *forbidden_bits, uint32_t *marks, int32_t *token) {
+    __shared__ shared_state sh;
+    const int tid = threadIdx.x;
+    const float penalty = step->repeat_penalty, temperature = step->temperature;
+    const int32_t top_k = step->top_k;
+    const int32_t n_recent = penalty != 1.0f ? step->n_recent : 0;
+    const uint32_t *forbidden = step->use_forbidden ? forbidden_bits : nullptr;
+    for (int32_t j = tid; j < n_recent; j += kThreads) {
+        const int32_t t = recent[j];
+        if (t >= 0 && t < V) atomicOr(&marks[t >> 5], 1u << (t & 31));
+    }
+    __syncthreads();
+    const uint32_t *marked = n_recent > 0 ? marks : nullptr;
+    if (temperature <= 0) {
+        greedy(sh, logits, V, forbidden, marked, penalty, token);
+    } else {
+        const int64_t k = top_k > 0 && top_k < V ? top_k : V;
+        if (k > kMaxK) {
+            if (tid == 0) *token = -1;
+        } else {
+            const uint32_t kth = kth_key(sh, logits, V, forbidden, marked, penalty, (uint32_t)k);
+            gather(sh, logits, V, forbidden, marked, penalty, (uint32_t)k, kth);
+            sort_candidates(sh, (uint32_t)k);
+            draw(sh, step, (uint32_t)k, token);
+        }
+    }
+    __syncthreads(); /* every read of marks is done */
+    for (int32_t j = tid; j < n_recent; j += kThreads) {
+        const int32_t t = recent[j];
+        if (t >= 0 && t < V) marks[t >> 5] = 0; /* only recent ids are ever marked */
+    }
+}
+
+} /* namespace */
+
+extern "C" bool og_sample_cuda_supported(float temperature, int32_t top_k, int64_t V) {
+    const int64_t k = top_k > 0 && top_k < V ? top_k : V;
+    return temperature <= 0 || k <= kMaxK;
+}
+
+extern "C" og_status og_sample_cuda(void *stream, const float *logits, int64_t V, const og_sample_cuda_step *step,
+                                    const int32_t *recent, const uint32_t *forbidden, uint32_t *marks,
+                                    int32_t *token) {
+    if (!logits || !step || !recent || !forbidden || !marks || !token)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_cuda: a NULL buffer");
+    if (V < 1 || V > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_cuda: V = %lld is outside [1, INT32_MAX]", (long long)V);
+    sample_kernel<<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, step, recent, forbidden, marks,
+                                                                       token);
+    const cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return OG_OK;
+    return og_set_error(OG_ERR_BACKEND, "sample_cuda: launch: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+}
