@@ -150,7 +150,7 @@ static void test_grid(int64_t V) {
     const float penalties[] = {1, 1.3f};
     const int32_t top_ks[] = {1, 2, 40, 1024};
     /* every combination for small rows; a random share for the large ones */
-    const uint64_t keep_in = V > 10000 ? (quick ? 96 : 8) : V > 100 ? (quick ? 16 : 1) : quick ? 4 : 1;
+    const uint64_t keep_in = V > 10000 ? (quick ? 144 : 8) : V > 100 ? (quick ? 48 : 1) : quick ? 12 : 1;
     dev d = dev_make(V);
     float *row = malloc((size_t)V * sizeof *row);
     const int64_t before = mismatches;

@@ -4,7 +4,10 @@
 # compare_logits, the GPU benchmark, and lib/ with the shared libraries from
 # this system's packages that the binaries need beyond glibc, libstdc++ and
 # the CUDA toolkit (which such a machine has). The CUDA driver is never
-# copied. The build tree itself stays in <out-dir>.tree.
+# copied. The build tree itself stays in <out-dir>.tree. The folder is also
+# written compressed to build-pack/<out-dir name>.txz (about a sixth of its
+# size), for a copy to that machine that must stay small: unpack it there with
+# `tar -xJf build-pack/<name>.txz`.
 #   tests/gpu/pack.sh [out-dir]
 set -eu
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,3 +33,6 @@ done | sort -u | while read -r name path; do
 done
 du -sh "$OUT"
 ls "$OUT/lib"
+mkdir -p "$SRC/build-pack"
+tar -C "$(dirname "$OUT")" -cJf "$SRC/build-pack/$(basename "$OUT").txz" "$(basename "$OUT")"
+ls -l "$SRC/build-pack/$(basename "$OUT").txz"
