@@ -259,6 +259,7 @@ void og_session_destroy(og_session *s) {
         for (int32_t i = 0; i < s->m->n_slots; i++) og_free(s->slots[i]);
     og_free(s->slots);
     og_free(s->positions);
+    og_free(s->last_logits);
     og_program_bindings_destroy(s->bind);
 #ifdef OG_HAVE_CUDA
     og_exec_cuda_session_free(s); /* frees s->kv on its stream */
@@ -431,6 +432,16 @@ og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32
     return OG_OK;
 }
 
+/* og_session_eval of the last row into the session's own logits row
+ * (the CPU side of eval_next and eval_sample). */
+static og_status eval_last_row(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, const char *what,
+                               float **row) {
+    if (!s->last_logits) s->last_logits = og_malloc((size_t)og_model_vocab_size(s->m) * sizeof *s->last_logits);
+    if (!s->last_logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "%s: no memory for logits", what);
+    *row = s->last_logits;
+    return og_session_eval(s, tokens, n, chunk, s->last_logits, 0);
+}
+
 og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, int32_t *next) {
     if (!s || !next || (!tokens && n > 0))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval_next: NULL argument");
@@ -438,13 +449,10 @@ og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, 
 #ifdef OG_HAVE_CUDA
     if (s->cuda) return og_exec_cuda_eval(s, tokens, n, chunk, NULL, 0, next);
 #endif
-    const int64_t V = og_model_vocab_size(s->m);
-    float *logits = og_malloc((size_t)V * sizeof *logits);
-    if (!logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "og_session_eval_next: no memory for logits");
-    og_status st = og_session_eval(s, tokens, n, chunk, logits, 0);
+    float *logits = NULL;
+    og_status st = eval_last_row(s, tokens, n, chunk, "og_session_eval_next", &logits);
     int64_t best = 0;
-    if (st == OG_OK) st = og_argmax_cpu(logits, V, &best);
-    og_free(logits);
+    if (st == OG_OK) st = og_argmax_cpu(logits, og_model_vocab_size(s->m), &best);
     if (st == OG_OK) *next = (int32_t)best;
     return st;
 }
@@ -462,10 +470,8 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
 #ifdef OG_HAVE_CUDA
     if (s->cuda) return og_exec_cuda_eval_sample(s, tokens, n, chunk, sampler, next);
 #endif
-    float *logits = og_malloc((size_t)V * sizeof *logits);
-    if (!logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "og_session_eval_sample: no memory for logits");
-    og_status st = og_session_eval(s, tokens, n, chunk, logits, 0);
+    float *logits = NULL;
+    og_status st = eval_last_row(s, tokens, n, chunk, "og_session_eval_sample", &logits);
     if (st == OG_OK) *next = og_sampler_sample(sampler, logits);
-    og_free(logits);
     return st;
 }

@@ -32,6 +32,7 @@ struct og_session {
     og_program_bindings *bind;  /* owned: runtime tensors, bound per step */
     float **slots;              /* [n_slots] of [max_write, slot_width] */
     int32_t *positions;         /* [max_write]                          */
+    float *last_logits;         /* [V] the last row, for eval_next / eval_sample on the CPU; made on first use */
     struct og_cuda_session *cuda; /* owned: device state (CUDA back end), else NULL */
     og_errbuf err;
 };

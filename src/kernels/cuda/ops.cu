@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <type_traits>
+
 namespace {
 
 __device__ inline float load_w(const void *w, bool bf16, int64_t i) {
@@ -106,14 +108,11 @@ __global__ void embed_kernel(const int32_t *tokens, const void *table, bool bf16
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) out[t * H + h] = load_w(table, bf16, row + h);
 }
 
-/* ---- rms norm: a block of 256 per row ---- */
-__global__ void rms_norm_kernel(const float *x, const void *w, bool bf16, int64_t N, float eps, float *out) {
-    grid_wait();
+/* The sum of every thread's s over the block (of at most 1024 threads), in
+ * every thread: lane trees, then warp 0 adds the warps' sums (the order
+ * gemv_norm_x reproduces). */
+__device__ inline float block_sum(float s) {
     __shared__ float part[32];
-    const float *xr = x + blockIdx.x * N;
-    float *orow = out + blockIdx.x * N;
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
     s = warp_sum(s);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
     __syncthreads();
@@ -123,7 +122,17 @@ __global__ void rms_norm_kernel(const float *x, const void *w, bool bf16, int64_
         if (threadIdx.x == 0) part[0] = v;
     }
     __syncthreads();
-    const float r = 1.0f / sqrtf(part[0] / (float)N + eps);
+    return part[0];
+}
+
+/* ---- rms norm: a block of 256 per row ---- */
+__global__ void rms_norm_kernel(const float *x, const void *w, bool bf16, int64_t N, float eps, float *out) {
+    grid_wait();
+    const float *xr = x + blockIdx.x * N;
+    float *orow = out + blockIdx.x * N;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
+    const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) orow[i] = (xr[i] * r) * load_w(w, bf16, i);
 }
 
@@ -148,7 +157,6 @@ __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, i
 __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *w, bool bf16, int64_t N, float eps,
                                     float *sum, float *out) {
     grid_wait();
-    __shared__ float part[32];
     const int64_t base = blockIdx.x * N;
     float s = 0.0f;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
@@ -156,16 +164,7 @@ __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *
         sum[base + i] = v;
         s = fmaf(v, v, s);
     }
-    s = warp_sum(s);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    const float r = 1.0f / sqrtf(part[0] / (float)N + eps);
+    const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) out[base + i] = (sum[base + i] * r) * load_w(w, bf16, i);
 }
 
@@ -675,19 +674,19 @@ struct gemv_launch {
     size_t smem;
 };
 
-template <typename WT, bool VEC, int CH, bool NORM>
-void launch_gemv_ch(const gemv_launch &g, const gemv_parts<WT> &p, int64_t blocks) {
-    launch_pdl_smem(gemv_kernel<WT, VEC, CH, NORM>, dim3((unsigned)blocks), dim3(kGemvThreads), g.smem, g.st, g.x,
-                    g.nm, p, g.T, g.K);
-}
-
-template <typename WT, bool NORM>
-void launch_gemv_norm(const gemv_launch &g, const gemv_parts<WT> &p, int64_t blocks) {
+/* Calls f(vec, chunks, norm), three compile-time constants
+ * (std::integral_constant), with the kernel instance g asks for. */
+template <typename WT, typename F>
+void with_gemv_shape(const gemv_launch &g, F f) {
+    const auto norm_too = [&](auto vec, auto chunks) {
+        if (g.norm) f(vec, chunks, std::true_type{});
+        else f(vec, chunks, std::false_type{});
+    };
     const int ch = gemv_chunks(g.K, sizeof(WT));
-    if (!g.vec) launch_gemv_ch<WT, false, 1, NORM>(g, p, blocks);
-    else if (ch == 4) launch_gemv_ch<WT, true, 4, NORM>(g, p, blocks);
-    else if (ch == 8) launch_gemv_ch<WT, true, 8, NORM>(g, p, blocks);
-    else launch_gemv_ch<WT, true, sizeof(WT) == 2 ? 16 : 8, NORM>(g, p, blocks);
+    if (!g.vec) norm_too(std::false_type{}, std::integral_constant<int, 1>{});
+    else if (ch == 4) norm_too(std::true_type{}, std::integral_constant<int, 4>{});
+    else if (ch == 8) norm_too(std::true_type{}, std::integral_constant<int, 8>{});
+    else norm_too(std::true_type{}, std::integral_constant<int, sizeof(WT) == 2 ? 16 : 8>{});
 }
 
 template <typename WT>
@@ -705,27 +704,21 @@ og_status launch_gemv(const gemv_launch &g, const og_gemv_cuda_part *parts, int 
     }
     p.first[n] = blocks;
     if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)blocks);
-    if (g.norm) launch_gemv_norm<WT, true>(g, p, blocks);
-    else launch_gemv_norm<WT, false>(g, p, blocks);
+    with_gemv_shape<WT>(g, [&](auto vec, auto ch, auto norm) {
+        launch_pdl_smem(gemv_kernel<WT, vec.value, ch.value, norm.value>, dim3((unsigned)blocks), dim3(kGemvThreads),
+                        g.smem, g.st, g.x, g.nm, p, g.T, g.K);
+    });
     return launched("gemv_cuda");
 }
 
-template <typename WT, bool VEC, int CH, bool NORM>
-void launch_swiglu_ch(const gemv_launch &g, unsigned blocks, const void *wg, const void *bg, const void *wu,
-                      const void *bu, int64_t F, float *out) {
-    launch_pdl_smem(gemv_swiglu_kernel<WT, VEC, CH, NORM>, dim3(blocks), dim3(kGemvThreads), g.smem, g.st, g.x, g.nm,
-                    static_cast<const WT *>(wg), static_cast<const WT *>(bg), static_cast<const WT *>(wu),
-                    static_cast<const WT *>(bu), g.T, g.K, F, out);
-}
-
-template <typename WT, bool NORM>
+template <typename WT>
 void launch_swiglu(const gemv_launch &g, unsigned blocks, const void *wg, const void *bg, const void *wu,
                    const void *bu, int64_t F, float *out) {
-    const int ch = gemv_chunks(g.K, sizeof(WT));
-    if (!g.vec) launch_swiglu_ch<WT, false, 1, NORM>(g, blocks, wg, bg, wu, bu, F, out);
-    else if (ch == 4) launch_swiglu_ch<WT, true, 4, NORM>(g, blocks, wg, bg, wu, bu, F, out);
-    else if (ch == 8) launch_swiglu_ch<WT, true, 8, NORM>(g, blocks, wg, bg, wu, bu, F, out);
-    else launch_swiglu_ch<WT, true, sizeof(WT) == 2 ? 16 : 8, NORM>(g, blocks, wg, bg, wu, bu, F, out);
+    with_gemv_shape<WT>(g, [&](auto vec, auto ch, auto norm) {
+        launch_pdl_smem(gemv_swiglu_kernel<WT, vec.value, ch.value, norm.value>, dim3(blocks), dim3(kGemvThreads),
+                        g.smem, g.st, g.x, g.nm, static_cast<const WT *>(wg), static_cast<const WT *>(bg),
+                        static_cast<const WT *>(wu), static_cast<const WT *>(bu), g.T, g.K, F, out);
+    });
 }
 
 /* Checks the x or norm prologue of a gemv and fills the launch shape (vec
@@ -816,10 +809,8 @@ extern "C" og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x, cons
     g.vec = g.vec && aligned16(w_gate) && aligned16(w_up);
     const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows);
     const bool bf16 = weight_dtype == OG_DTYPE_BF16;
-    if (bf16 && g.norm) launch_swiglu<__nv_bfloat16, true>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
-    else if (bf16) launch_swiglu<__nv_bfloat16, false>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
-    else if (g.norm) launch_swiglu<float, true>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
-    else launch_swiglu<float, false>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    if (bf16) launch_swiglu<__nv_bfloat16>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    else launch_swiglu<float>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
     return launched(op);
 }
 
