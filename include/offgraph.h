@@ -244,8 +244,15 @@ typedef struct og_kv_layer_view {
     int64_t length;     /* committed length L                     */
     void *k;            /* [rows, Hkv, D] of dtype, NULL if unbound */
     void *v;            /* [rows, Hkv, D] of dtype, NULL if unbound */
+    /* Elements from one row to the next; 0 means Hkv * D (the layer's rows
+     * are dense). A session that packs the rows of several layers into one
+     * block (see og_kv_session_create) reports the packed row's width. */
+    int64_t row_stride;
 } og_kv_layer_view;
 og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_layer_view *out);
+/* Elements between consecutive rows of the view: row_stride, or Hkv * D when
+ * it is 0. */
+int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v);
 
 /* Per-session metrics. */
 typedef struct og_kv_metrics {
@@ -402,6 +409,67 @@ og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, 
  * the host samples them. */
 og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
                                  og_sampler *sampler, int32_t *next);
+/* ------------------------------------------- many sessions in one step */
+
+/* What a session of a batched step gets back from its step. */
+typedef enum og_step_output {
+    OG_OUTPUT_NONE = 0,   /* nothing: the tokens only advance the session   */
+    OG_OUTPUT_LOGITS,     /* logits of the last token: logits [vocab]       */
+    OG_OUTPUT_LOGITS_ALL, /* logits of every token: logits [n_tokens, vocab] */
+    OG_OUTPUT_ARGMAX,     /* token = arg-max of the last token's logits
+                             (torch.argmax rules: first maximum, NaN wins)  */
+    OG_OUTPUT_SAMPLE,     /* token = drawn by sampler from the last token's
+                             logits, as og_sampler_sample draws it          */
+    OG_OUTPUT_COUNT
+} og_step_output;
+
+/* One session's part of a batched step. */
+typedef struct og_batch_item {
+    og_session *session;   /* borrowed; of the stepping model, once per batch */
+    const int32_t *tokens; /* [n_tokens], borrowed for the call             */
+    int32_t n_tokens;      /* 1 .. max_write of the model's KV manifest     */
+    og_step_output output;
+    float *logits;         /* LOGITS: [vocab]; LOGITS_ALL: [n_tokens, vocab];
+                              written only when the step succeeds; else NULL */
+    og_sampler *sampler;   /* SAMPLE: its vocabulary is the model's; advanced
+                              (its draw, and the token joins its history)
+                              only when the step succeeds; else NULL         */
+    int32_t token;         /* out: ARGMAX and SAMPLE, when the step succeeds */
+} og_batch_item;
+
+/* Advances n_items sessions of model m by their items' tokens in one step:
+ * the products of every layer multiply the weights once for the rows of all
+ * sessions, and update_and_attend runs for each session over its own storage
+ * (sessions at different lengths, flat and ring layers). Decode (every
+ * n_tokens = 1) and prompt chunks mix freely.
+ *
+ * The step is one transaction: every session is prepared (its storage grown
+ * as needed) before anything runs, and if any session cannot be (capacity,
+ * allocation), or the step fails, no session advances or changes, no logits
+ * are written and no sampler moves. Refused before anything changes, with
+ * og_last_error() naming the item and the rule: n_items < 1, a NULL session
+ * or tokens, n_tokens outside [1, max_write] (OG_ERR_WRITE_TOO_WIDE above),
+ * a token id outside the vocabulary, a session of another model, the same
+ * session twice, a session already in a step on another thread
+ * (OG_ERR_STATE), an output without its logits or sampler, a sampler of
+ * another vocabulary. Items are read and their `token` written; the call
+ * keeps no pointer to them. Steps of one model may run on several threads,
+ * each with its own sessions. */
+og_status og_model_step(og_model *m, og_batch_item *items, int32_t n_items);
+
+/* Model-wide figures of batched steps. CUDA decode steps replay a graph
+ * captured once per batch bucket (1, 2, 4, ..., 256 sessions, padded rows
+ * masked); a capture counted here twice for one bucket is a re-capture. */
+#define OG_BATCH_BUCKETS 9
+typedef struct og_model_metrics {
+    int64_t steps;                             /* og_model_step calls that succeeded */
+    int64_t rows;                              /* tokens those steps advanced        */
+    int64_t graph_captures;                    /* all buckets                        */
+    int64_t bucket_captures[OG_BATCH_BUCKETS]; /* bucket b holds 2^b sessions        */
+    int64_t bucket_replays[OG_BATCH_BUCKETS];
+} og_model_metrics;
+og_status og_model_metrics_get(const og_model *m, og_model_metrics *out);
+
 /* Committed length. */
 int64_t og_session_length(const og_session *s);
 /* KV metrics of the session (see og_kv_metrics). */

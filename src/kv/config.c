@@ -30,6 +30,10 @@ const char *og_kv_rule_name(og_kv_rule r) {
     return (unsigned)r < OG_KV_RULE_COUNT ? k_rule_names[r] : "unknown";
 }
 
+int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v) {
+    return v->row_stride > 0 ? v->row_stride : (int64_t)v->n_kv_heads * v->head_dim;
+}
+
 int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *layer) {
     if (layer->policy == OG_KV_RING) return (int64_t)layer->window + cfg->max_write - 1;
     return cfg->max_capacity;
