@@ -23,6 +23,13 @@
 og_status og_set_error(og_status st, const char *fmt, ...) OG_PRINTF(2, 3);
 og_status og_set_errorv(og_status st, const char *fmt, va_list ap);
 
+/* Returns the status of expr from the calling function unless it is OG_OK. */
+#define OG_TRY(expr)                  \
+    do {                              \
+        og_status st_ = (expr);       \
+        if (st_ != OG_OK) return st_; \
+    } while (0)
+
 /* A fixed buffer for per-handle error messages. */
 #define OG_ERRMSG_CAP 512
 typedef struct og_errbuf {

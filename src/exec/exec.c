@@ -1,27 +1,23 @@
-/* The executor: runs a program's instructions for one session's step.
+/* The executor: what every back end shares (exec.h).
  *
- * A step is a transaction (DESIGN.md section 5): the executor reads the step
- * width, asks the KV manager to prepare it (which may grow storage and move
- * it), binds the session's storage to the program's runtime tensors, runs
- * every instruction, and commits only when all of them succeeded. Inputs
- * longer than max_write are cut into steps by the executor.
+ * A step is a transaction (DESIGN.md sections 5 and 7): og_model_step checks
+ * every item, marks its sessions as stepping, prepares each session's KV
+ * storage (which may grow it) and binds it; if any of that fails, every
+ * session already prepared is rolled back and nothing ran. Then the back end
+ * runs the step over the plan (one pass over the program for the rows of
+ * all sessions), and only when it succeeded does every session commit.
+ * og_session_eval and its variants are steps of one session, the input cut
+ * into steps of at most max_write tokens.
  *
- * Activations are f32 rows [T, width]. Each instruction's output lives in a
- * scratch slot of the session; slots are shared between values whose
- * lifetimes do not overlap (planned once per model, see plan_slots).
- *
- * Every layer after the last update_and_attend works row by row, so when only
- * the last position's logits are wanted those instructions run on the last
- * row alone, and when no logits are wanted they do not run at all.
+ * Back ends are reached through og_backend_ops only: the CPU back end
+ * (backend_cpu.c) and, in CUDA builds, the CUDA back end (backend_cuda.c).
  */
 #include "exec/exec.h"
 
-#include "kernels/attend.h"
-#include "kernels/ops.h"
 #include "model/sample.h"
 
-#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef OG_HAVE_CUDA
 #include "kernels/cuda/ops_cuda.h"
@@ -37,71 +33,54 @@ og_session_params og_session_default_params(void) {
     return p;
 }
 
-/* ------------------------------------------------------------ the plan */
+/* ------------------------------------------------------------ scratch slots */
 
-/* Index of the instruction producing an activation operand, or -1. */
-static int32_t producer(og_program_operand o) { return o.kind == OG_VALUE_ACTIVATION ? o.index : -1; }
-
-/* Assigns a scratch slot to every instruction output but the logits, so that
- * no slot holds two values alive at once and no output shares a slot with an
- * input of its own instruction. Greedy in program order: an output takes the
- * narrowest free slot that is wide enough, else widens a free one, else opens
- * a new one; a slot is freed after the last instruction that reads it. */
-static og_status plan_slots(og_model *m) {
-    const int32_t n = m->n_instrs;
-    int32_t *last_use = og_malloc((size_t)n * sizeof *last_use);
-    m->slot_of = og_malloc((size_t)n * sizeof *m->slot_of);
-    m->slot_width = og_malloc((size_t)n * sizeof *m->slot_width);
-    bool *busy = og_calloc((size_t)n, sizeof *busy);
-    if (!last_use || !m->slot_of || !m->slot_width || !busy) {
-        og_free(last_use);
-        og_free(busy);
-        return og_errbuf_set(&m->err, OG_ERR_OUT_OF_MEMORY, "executor: no memory for the plan");
-    }
-    for (int32_t i = 0; i < n; i++) last_use[i] = -1;
-    for (int32_t i = 0; i < n; i++) {
-        const og_program_instr *in = og_program_instr_at(m->prog, i);
-        for (int32_t j = 0; j < in->n_in; j++) {
-            int32_t p = producer(in->in[j]);
-            if (p >= 0) last_use[p] = i;
-        }
-    }
-    m->n_slots = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const og_program_instr *in = og_program_instr_at(m->prog, i);
-        m->slot_of[i] = -1;
-        if (i != m->logits_instr) {
+og_status og_exec_plan_slots(int32_t n, int32_t n_steps, const int32_t *def, const int32_t *last,
+                             const int64_t *width, int32_t *slot_of, int64_t *slot_width, int32_t *n_slots) {
+    bool *busy = og_calloc((size_t)(n > 0 ? n : 1), sizeof *busy);
+    if (!busy) return og_set_error(OG_ERR_OUT_OF_MEMORY, "executor: no memory for the scratch plan");
+    *n_slots = 0;
+    for (int32_t i = 0; i < n; i++) slot_of[i] = -1;
+    for (int32_t k = 0; k < n_steps; k++) {
+        /* outputs first, so none shares a slot with an input of its step */
+        for (int32_t i = 0; i < n; i++) {
+            if (def[i] != k || width[i] < 0) continue;
             int32_t best = -1;
-            for (int32_t s = 0; s < m->n_slots; s++) {
+            for (int32_t s = 0; s < *n_slots; s++) {
                 if (busy[s]) continue;
-                if (best < 0) { best = s; continue; }
-                bool fits = m->slot_width[s] >= in->out_width;
-                bool best_fits = m->slot_width[best] >= in->out_width;
-                if ((fits && (!best_fits || m->slot_width[s] < m->slot_width[best])) ||
-                    (!fits && !best_fits && m->slot_width[s] > m->slot_width[best]))
+                if (best < 0) {
+                    best = s;
+                    continue;
+                }
+                const bool fits = slot_width[s] >= width[i], best_fits = slot_width[best] >= width[i];
+                if ((fits && (!best_fits || slot_width[s] < slot_width[best])) ||
+                    (!fits && !best_fits && slot_width[s] > slot_width[best]))
                     best = s;
             }
             if (best < 0) {
-                best = m->n_slots++;
-                m->slot_width[best] = 0;
+                best = (*n_slots)++;
+                slot_width[best] = 0;
             }
-            if (m->slot_width[best] < in->out_width) m->slot_width[best] = in->out_width;
+            if (slot_width[best] < width[i]) slot_width[best] = width[i];
             busy[best] = true;
-            m->slot_of[i] = best;
+            slot_of[i] = best;
         }
-        /* free the slots whose value this instruction read for the last time */
-        for (int32_t j = 0; j < in->n_in; j++) {
-            int32_t p = producer(in->in[j]);
-            if (p >= 0 && last_use[p] == i && m->slot_of[p] >= 0) busy[m->slot_of[p]] = false;
-        }
-        if (last_use[i] < 0 && m->slot_of[i] >= 0) busy[m->slot_of[i]] = false;
+        for (int32_t i = 0; i < n; i++)
+            if (slot_of[i] >= 0 && (last[i] == k || (def[i] == k && last[i] < 0))) busy[slot_of[i]] = false;
     }
-    og_free(last_use);
     og_free(busy);
     return OG_OK;
 }
 
 /* ------------------------------------------------------------ models */
+
+static const og_backend_ops *backend_ops(og_backend b) {
+#ifdef OG_HAVE_CUDA
+    if (b == OG_BACKEND_CUDA) return &og_backend_cuda_ops;
+#endif
+    (void)b;
+    return &og_backend_cpu_ops;
+}
 
 og_status og_model_load(const char *path, const og_model_params *params, og_model **out) {
     if (!path || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: NULL argument");
@@ -117,16 +96,20 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
 #endif
     og_model *m = og_calloc(1, sizeof *m);
     if (!m) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
+    pthread_mutex_init(&m->lock, NULL);
     m->backend = backend;
+    m->ops = backend_ops(backend);
     m->cuda_graphs = p.cuda_graphs != 0;
     og_status st = og_program_open(path, &m->prog);
     if (st != OG_OK) {
+        pthread_mutex_destroy(&m->lock);
         og_free(m);
         return st; /* og_last_error() names the rule */
     }
     og_program_prefault(m->prog);
     m->n_instrs = og_program_n_instrs(m->prog);
     m->logits_instr = og_program_logits_instr(m->prog);
+    m->vocab = og_program_get_model(m->prog)->vocab_size;
     m->last_attend = -1;
     m->rope = og_calloc((size_t)m->n_instrs, sizeof *m->rope);
     if (!m->rope) {
@@ -153,27 +136,11 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
             }
         }
     }
-    st = plan_slots(m);
+    st = m->ops->model_init(m, &p);
     if (st != OG_OK) {
+        og_set_error(st, "og_model_load: %s: %s back end: %s", path, m->ops->name, og_last_error());
         og_model_free(m);
         return st;
-    }
-#ifdef OG_HAVE_CUDA
-    if (m->backend == OG_BACKEND_CUDA) {
-        st = og_exec_cuda_model_init(m);
-        if (st != OG_OK) {
-            og_set_error(st, "og_model_load: %s: %s", path, og_last_error());
-            og_model_free(m);
-            return st;
-        }
-        *out = m;
-        return OG_OK;
-    }
-#endif
-    m->pool = p.n_threads == 1 ? NULL : og_threadpool_create(p.n_threads);
-    if (p.n_threads != 1 && !m->pool) {
-        og_model_free(m);
-        return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: cannot start threads");
     }
     *out = m;
     return OG_OK;
@@ -181,23 +148,66 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
 
 void og_model_free(og_model *m) {
     if (!m) return;
-#ifdef OG_HAVE_CUDA
-    og_exec_cuda_model_free(m);
-#endif
+    for (int32_t i = 0; i < m->n_idle; i++) m->ops->ctx_free(m, m->idle[i]);
+    og_free(m->idle);
+    m->ops->model_free(m);
     og_threadpool_destroy(m->pool);
     og_program_close(m->prog);
     og_free(m->rope);
-    og_free(m->slot_of);
-    og_free(m->slot_width);
+    pthread_mutex_destroy(&m->lock);
     og_free(m);
 }
 
-int64_t og_model_vocab_size(const og_model *m) { return og_program_get_model(m->prog)->vocab_size; }
+int64_t og_model_vocab_size(const og_model *m) { return m->vocab; }
 const og_kv_config *og_model_kv_config(const og_model *m) { return og_program_kv_config(m->prog); }
 const char *og_model_tokenizer_json(const og_model *m) { return og_program_tokenizer_json(m->prog); }
 const char *og_model_tokenizer_config(const og_model *m) { return og_program_tokenizer_config(m->prog); }
 og_backend og_model_backend(const og_model *m) { return m->backend; }
-const og_program *og_model_program(const og_model *m) { return m->prog; }
+
+og_status og_model_metrics_get(const og_model *m, og_model_metrics *out) {
+    if (!m || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_metrics_get: NULL argument");
+    pthread_mutex_lock((pthread_mutex_t *)&m->lock);
+    *out = m->metrics;
+    pthread_mutex_unlock((pthread_mutex_t *)&m->lock);
+    return OG_OK;
+}
+
+void og_model_note_graph(og_model *m, const og_step_plan *plan, int32_t bucket, bool captured) {
+    pthread_mutex_lock(&m->lock);
+    if (captured) {
+        m->metrics.graph_captures++;
+        m->metrics.bucket_captures[bucket]++;
+    } else {
+        m->metrics.bucket_replays[bucket]++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (captured)
+        for (int32_t i = 0; i < plan->n_seqs; i++) og_kv_session_note_capture(plan->seqs[i].s->kv);
+}
+
+/* A step context of the model's idle ones, or a new one. */
+static og_status ctx_take(og_model *m, og_step_ctx **out) {
+    pthread_mutex_lock(&m->lock);
+    *out = m->n_idle > 0 ? m->idle[--m->n_idle] : NULL;
+    pthread_mutex_unlock(&m->lock);
+    return *out ? OG_OK : m->ops->ctx_create(m, out);
+}
+
+static void ctx_give_back(og_model *m, og_step_ctx *c) {
+    pthread_mutex_lock(&m->lock);
+    if (m->n_idle == m->idle_cap) {
+        int32_t cap = m->idle_cap ? 2 * m->idle_cap : 4;
+        og_step_ctx **grown = og_realloc(m->idle, (size_t)cap * sizeof *grown);
+        if (grown) {
+            m->idle = grown;
+            m->idle_cap = cap;
+        }
+    }
+    bool kept = m->n_idle < m->idle_cap;
+    if (kept) m->idle[m->n_idle++] = c;
+    pthread_mutex_unlock(&m->lock);
+    if (!kept) m->ops->ctx_free(m, c);
+}
 
 /* ------------------------------------------------------------ sessions */
 
@@ -205,46 +215,17 @@ og_status og_session_create(og_model *m, const og_session_params *params, og_ses
     if (!m || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_create: NULL argument");
     *out = NULL;
     og_session_params p = params ? *params : og_session_default_params();
-    const og_kv_config *decl = og_program_kv_config(m->prog);
+    if (p.kv_dtype != OG_DTYPE_COUNT && p.kv_dtype != OG_DTYPE_F32 && p.kv_dtype != OG_DTYPE_BF16)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_create: kv dtype %s is not bf16 or f32",
+                            og_dtype_name(p.kv_dtype));
     og_session *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_create: no memory");
     s->m = m;
-    s->cfg = *decl;
-    if (p.kv_dtype != OG_DTYPE_COUNT) {
-        if (p.kv_dtype != OG_DTYPE_F32 && p.kv_dtype != OG_DTYPE_BF16) {
-            og_free(s);
-            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_create: kv dtype %s is not bf16 or f32",
-                                og_dtype_name(p.kv_dtype));
-        }
-        s->cfg.kv_dtype = p.kv_dtype;
-    }
-    og_status st = OG_OK;
-#ifdef OG_HAVE_CUDA
-    if (m->backend == OG_BACKEND_CUDA) {
-        st = og_exec_cuda_session_init(s); /* device storage and scratch */
-        if (st == OG_OK) st = og_program_bindings_create(m->prog, &s->bind);
-        if (st != OG_OK) {
-            og_session_destroy(s);
-            return st;
-        }
-        *out = s;
-        return OG_OK;
-    }
-#endif
-    st = og_kv_session_create(&s->cfg, NULL, &s->kv);
+    s->cfg = *og_program_kv_config(m->prog);
+    if (p.kv_dtype != OG_DTYPE_COUNT) s->cfg.kv_dtype = p.kv_dtype;
+    atomic_init(&s->stepping, 0);
+    og_status st = m->ops->session_init(s);
     if (st == OG_OK) st = og_program_bindings_create(m->prog, &s->bind);
-    const int64_t rows = s->cfg.max_write;
-    if (st == OG_OK) {
-        s->slots = og_calloc((size_t)m->n_slots, sizeof *s->slots);
-        s->positions = og_malloc((size_t)rows * sizeof *s->positions);
-        if (!s->slots || !s->positions) st = OG_ERR_OUT_OF_MEMORY;
-        for (int32_t i = 0; st == OG_OK && i < m->n_slots; i++) {
-            s->slots[i] = og_malloc((size_t)(rows * m->slot_width[i]) * sizeof(float));
-            if (!s->slots[i]) st = OG_ERR_OUT_OF_MEMORY;
-        }
-        if (st != OG_OK) og_set_error(st, "og_session_create: no memory for %d scratch slots of %lld rows",
-                                      m->n_slots, (long long)rows);
-    }
     if (st != OG_OK) {
         og_session_destroy(s);
         return st;
@@ -255,16 +236,9 @@ og_status og_session_create(og_model *m, const og_session_params *params, og_ses
 
 void og_session_destroy(og_session *s) {
     if (!s) return;
-    if (s->slots)
-        for (int32_t i = 0; i < s->m->n_slots; i++) og_free(s->slots[i]);
-    og_free(s->slots);
-    og_free(s->positions);
-    og_free(s->last_logits);
     og_program_bindings_destroy(s->bind);
-#ifdef OG_HAVE_CUDA
-    og_exec_cuda_session_free(s); /* frees s->kv on its stream */
-#endif
-    og_kv_session_destroy(s->kv);
+    s->m->ops->session_free(s);
+    og_kv_session_destroy(s->kv); /* a back end that freed it left NULL */
     og_free(s);
 }
 
@@ -282,94 +256,136 @@ const og_kv_session *og_session_kv(const og_session *s) { return s->kv; }
 
 const char *og_session_last_error(const og_session *s) { return s->err.msg; }
 
-/* ------------------------------------------------------------ one step */
+/* ------------------------------------------------------------ the step */
 
-/* Where operand o of a row-range starting at `row` lives. */
-typedef struct step_ctx {
-    og_session *s;
-    const int32_t *tokens; /* [T]            */
-    int32_t T;
-    float *logits;         /* this step's logits destination, or NULL */
-    bool tail_last_row;    /* the tail runs on row T-1 alone          */
-} step_ctx;
-
-static const void *operand_ptr(const step_ctx *c, og_program_operand o, int64_t row, int64_t *width,
-                               og_dtype *dtype) {
-    const og_model *m = c->s->m;
-    if (o.kind == OG_VALUE_TENSOR) {
-        const og_program_tensor *t = og_program_tensor_at(m->prog, o.index);
-        *dtype = t->dtype;
-        *width = t->rank >= 2 ? t->shape[t->rank - 1] : t->shape[0];
-        return t->data;
-    }
-    *dtype = OG_DTYPE_F32;
-    if (o.kind == OG_VALUE_INPUT) {
-        *width = 1;
-        return o.index == OG_INPUT_TOKENS ? (const void *)(c->tokens + row)
-                                          : (const void *)(c->s->positions + row);
-    }
-    const og_program_instr *p = og_program_instr_at(m->prog, o.index);
-    *width = p->out_width;
-    return c->s->slots[m->slot_of[o.index]] + row * p->out_width;
+/* Rows of the tail an item's output needs. */
+static int32_t tail_rows_of(const og_batch_item *it) {
+    if (it->output == OG_OUTPUT_NONE) return 0;
+    return it->output == OG_OUTPUT_LOGITS_ALL ? it->n_tokens : 1;
 }
 
-static og_status run_instr(step_ctx *c, int32_t i) {
-    og_session *s = c->s;
-    const og_model *m = s->m;
-    const og_program_instr *in = og_program_instr_at(m->prog, i);
-    const bool tail = c->tail_last_row && i > m->last_attend;
-    const int64_t T = tail ? 1 : c->T;
-    /* values made before the tail keep all T rows: the tail reads the last */
-    const void *x[OG_OP_MAX_INPUTS] = {0};
-    int64_t w[OG_OP_MAX_INPUTS] = {0};
-    og_dtype dt[OG_OP_MAX_INPUTS] = {0};
-    for (int32_t j = 0; j < in->n_in; j++) {
-        og_program_operand o = in->in[j];
-        bool full_rows = o.kind == OG_VALUE_INPUT || (o.kind == OG_VALUE_ACTIVATION && o.index <= m->last_attend);
-        int64_t row = tail && full_rows ? c->T - 1 : 0;
-        x[j] = operand_ptr(c, o, row, &w[j], &dt[j]);
+/* Refuses what no back end can run, naming the item; changes nothing. */
+static og_status check_items(og_model *m, og_batch_item *items, int32_t n) {
+    const int32_t max_write = og_program_kv_config(m->prog)->max_write;
+    for (int32_t i = 0; i < n; i++) {
+        og_batch_item *it = &items[i];
+        og_session *s = it->session;
+        if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: no session", i);
+        if (s->m != m)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: the session belongs to another model", i);
+        if (it->n_tokens < 1 || !it->tokens)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: %s", i,
+                                it->n_tokens < 1 ? "no tokens (n_tokens < 1)" : "tokens is NULL");
+        if (it->n_tokens > max_write)
+            return og_set_error(OG_ERR_WRITE_TOO_WIDE,
+                                "og_model_step: item %d: %d tokens exceed the program's max_write %d (one step "
+                                "writes at most max_write; og_session_eval splits longer inputs)",
+                                i, it->n_tokens, max_write);
+        for (int32_t t = 0; t < it->n_tokens; t++)
+            if (it->tokens[t] < 0 || it->tokens[t] >= m->vocab)
+                return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                    "og_model_step: item %d: token id %d at index %d is outside [0, %lld)", i,
+                                    it->tokens[t], t, (long long)m->vocab);
+        if ((unsigned)it->output >= OG_OUTPUT_COUNT)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: unknown output %d", i,
+                                (int)it->output);
+        if ((it->output == OG_OUTPUT_LOGITS || it->output == OG_OUTPUT_LOGITS_ALL) && !it->logits)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: a logits output with logits NULL", i);
+        if (it->output == OG_OUTPUT_SAMPLE) {
+            if (!it->sampler)
+                return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: a sample output with no sampler", i);
+            if (og_sampler_vocab(it->sampler) != m->vocab)
+                return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                    "og_model_step: item %d: the sampler is for a vocabulary of %lld, the model has %lld",
+                                    i, (long long)og_sampler_vocab(it->sampler), (long long)m->vocab);
+        }
+        for (int32_t j = 0; j < i; j++) {
+            if (items[j].session == s)
+                return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: items %d and %d are the same session", j, i);
+            if (it->output == OG_OUTPUT_SAMPLE && items[j].output == OG_OUTPUT_SAMPLE && items[j].sampler == it->sampler)
+                return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: items %d and %d share one sampler", j, i);
+        }
     }
-    float *out = i == m->logits_instr ? c->logits : s->slots[m->slot_of[i]];
-    og_threadpool *pool = m->pool;
-    const og_op_attrs *a = &in->attrs;
-    switch (in->op) {
-    case OG_OP_EMBED: {
-        const og_program_tensor *t = og_program_tensor_at(m->prog, in->in[1].index);
-        return og_embed_cpu(pool, x[0], T, x[1], dt[1], t->shape[0], t->shape[1], out);
-    }
-    case OG_OP_RMS_NORM:
-        return og_rms_norm_cpu(pool, x[0], x[1], dt[1], T, w[0], (float)a->eps, out);
-    case OG_OP_HEAD_RMS_NORM:
-        return og_head_rms_norm_cpu(pool, x[0], x[1], dt[1], T, a->heads, w[0] / a->heads, (float)a->eps, out);
-    case OG_OP_MATMUL:
-        /* A bf16 program's prefill multiplies bf16-rounded activations, as
-         * transformers does in bf16; decode (one row, bound by streaming the
-         * weights) keeps f32 activations, which cost nothing there. */
-        if (T > 1 && og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16)
-            return og_matmul_bf16_cpu(pool, x[0], x[1], in->n_in > 2 ? x[2] : NULL, dt[1], T, w[0], in->out_width, out);
-        return og_matmul_cpu(pool, x[0], x[1], in->n_in > 2 ? x[2] : NULL, dt[1], T, w[0], in->out_width, out);
-    case OG_OP_ROPE:
-        return og_rope_cpu(pool, &m->rope[i], x[0], x[1], T, a->heads, out);
-    case OG_OP_SWIGLU:
-        return og_swiglu_cpu(pool, x[0], x[1], T, w[0], out);
-    case OG_OP_ADD:
-        return og_add_cpu(pool, x[0], x[1], T * w[0], out);
-    case OG_OP_UPDATE_AND_ATTEND: {
-        og_attend_args aa = {
-            .q = x[0], .k = x[1], .v = x[2], .positions = x[3], .out = out,
-            .T = (int32_t)T, .n_heads = (int32_t)a->n_heads, .scale = (float)a->scale,
-        };
-        og_status st = og_kv_session_layer_view(s->kv, in->kv_index, &aa.kv);
-        if (st != OG_OK) return st;
-        return og_update_and_attend_cpu(&aa, pool, NULL);
-    }
-    case OG_OP_COUNT:
-        break;
-    }
-    return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d: op %d has no CPU kernel", i, (int)in->op);
+    return OG_OK;
 }
 
-og_status og_exec_begin_step(og_session *s, int32_t T) {
+typedef struct step_buffers {
+    og_step_seq *seqs;
+    int32_t *tokens, *positions, *tail_src;
+} step_buffers;
+
+static void plan_free(og_step_plan *p) {
+    og_free(p->seqs);
+    og_free(p->tokens);
+    og_free(p->positions);
+    og_free(p->tail_src);
+}
+
+/* Group of an item in row order: one-token steps, then wider steps that need
+ * at most one tail row, then those that need all of theirs. */
+static int group_of(const og_batch_item *it) {
+    if (it->n_tokens == 1) return 0;
+    return tail_rows_of(it) <= 1 ? 1 : 2;
+}
+
+/* The plan of a step whose sessions are prepared (their lengths are L). */
+static og_status plan_build(og_batch_item *items, int32_t n, og_step_plan *p) {
+    memset(p, 0, sizeof *p);
+    int64_t rows = 0;
+    for (int32_t i = 0; i < n; i++) rows += items[i].n_tokens;
+    if (rows > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: %lld rows in one step", (long long)rows);
+    p->n_seqs = n;
+    p->n_rows = (int32_t)rows;
+    p->seqs = og_calloc((size_t)n, sizeof *p->seqs);
+    p->tokens = og_malloc((size_t)rows * sizeof *p->tokens);
+    p->positions = og_malloc((size_t)rows * sizeof *p->positions);
+    p->tail_src = og_malloc((size_t)rows * sizeof *p->tail_src);
+    if (!p->seqs || !p->tokens || !p->positions || !p->tail_src) {
+        plan_free(p);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_step: no memory for the plan of %lld rows", (long long)rows);
+    }
+    int32_t k = 0, row = 0;
+    for (int g = 0; g < 3; g++)
+        for (int32_t i = 0; i < n; i++) {
+            og_batch_item *it = &items[i];
+            if (group_of(it) != g) continue;
+            og_step_seq *q = &p->seqs[k++];
+            q->s = it->session;
+            q->item = it;
+            q->T = it->n_tokens;
+            q->L = og_kv_session_length(it->session->kv);
+            q->row0 = row;
+            q->tail_rows = tail_rows_of(it);
+            for (int32_t t = 0; t < q->T; t++) {
+                p->tokens[row + t] = it->tokens[t];
+                p->positions[row + t] = (int32_t)(q->L + t);
+            }
+            if (g == 0) p->n_single++;
+            row += q->T;
+        }
+    /* tail rows: single-row outputs first (groups 0 and 1 in row order),
+     * then every row of the LOGITS_ALL steps: increasing step rows */
+    int32_t j = 0;
+    for (int32_t i = 0; i < n; i++) {
+        og_step_seq *q = &p->seqs[i];
+        q->tail_row0 = j;
+        if (q->tail_rows == 1) p->tail_src[j++] = q->row0 + q->T - 1;
+    }
+    p->n_tail_single = j;
+    for (int32_t i = 0; i < n; i++) {
+        og_step_seq *q = &p->seqs[i];
+        if (q->tail_rows <= 1) continue;
+        q->tail_row0 = j;
+        for (int32_t t = 0; t < q->T; t++) p->tail_src[j++] = q->row0 + t;
+    }
+    p->n_tail_rows = j;
+    p->tail_is_all = j == p->n_rows;
+    p->decode_only = p->n_single == n;
+    return OG_OK;
+}
+
+/* Prepares (and binds) one session for T tokens; on failure it is as it was. */
+static og_status begin_session(og_session *s, int32_t T) {
     const int64_t L = og_kv_session_length(s->kv);
     og_status st = og_kv_session_prepare(s->kv, T);
     if (st != OG_OK)
@@ -385,27 +401,99 @@ og_status og_exec_begin_step(og_session *s, int32_t T) {
     return OG_OK;
 }
 
-/* One transaction of T <= max_write tokens. */
-static og_status run_step(og_session *s, const int32_t *tokens, int32_t T, float *logits, bool last_row) {
-    const og_model *m = s->m;
-    const int64_t L = og_kv_session_length(s->kv);
-    og_status st = og_exec_begin_step(s, T);
+static void release(og_batch_item *items, int32_t n) {
+    for (int32_t i = 0; i < n; i++) atomic_store(&items[i].session->stepping, 0);
+}
+
+og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
+    if (!m || !items) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: NULL argument");
+    if (n < 1) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: no items (n_items %d)", n);
+    og_status st = check_items(m, items, n);
     if (st != OG_OK) return st;
-    for (int32_t t = 0; t < T; t++) s->positions[t] = (int32_t)(L + t);
-    step_ctx c = {s, tokens, T, logits, last_row};
-    /* without a logits destination nothing after the last attention matters */
-    const int32_t end = logits ? m->n_instrs : m->last_attend + 1;
-    for (int32_t i = 0; i < end; i++) {
-        st = run_instr(&c, i);
-        if (st != OG_OK) {
-            og_kv_session_abort(s->kv);
-            return og_errbuf_set(&s->err, st, "instruction %d (%s -> %s) at length %lld: %s", i,
-                                 og_op_get(og_program_instr_at(m->prog, i)->op)->name,
-                                 og_program_instr_at(m->prog, i)->out, (long long)L, og_last_error());
+    for (int32_t i = 0; i < n; i++) {
+        int expected = 0;
+        if (!atomic_compare_exchange_strong(&items[i].session->stepping, &expected, 1)) {
+            release(items, i);
+            return og_set_error(OG_ERR_STATE, "og_model_step: item %d: the session is already in a step", i);
         }
     }
-    st = og_kv_session_commit(s->kv, T);
-    if (st != OG_OK) return og_errbuf_set(&s->err, st, "commit: %s", og_kv_session_last_error(s->kv));
+    int32_t prepared = 0;
+    for (; prepared < n; prepared++) {
+        og_session *s = items[prepared].session;
+        st = begin_session(s, items[prepared].n_tokens);
+        if (st != OG_OK) {
+            og_set_error(st, "og_model_step: item %d: %s", prepared, s->err.msg);
+            break;
+        }
+    }
+    og_step_plan plan;
+    if (st == OG_OK) st = plan_build(items, n, &plan);
+    if (st != OG_OK) {
+        for (int32_t i = 0; i < prepared; i++) og_kv_session_abort(items[i].session->kv);
+        release(items, n);
+        return st;
+    }
+    og_step_ctx *c = NULL;
+    st = ctx_take(m, &c);
+    if (st == OG_OK) {
+        st = m->ops->step(m, c, &plan);
+        ctx_give_back(m, c);
+    }
+    if (st != OG_OK) {
+        char cause[OG_ERRMSG_CAP];
+        snprintf(cause, sizeof cause, "%s", og_last_error());
+        for (int32_t i = 0; i < n; i++) {
+            og_kv_session_abort(items[i].session->kv);
+            og_errbuf_set(&items[i].session->err, st, "step at length %lld: %s",
+                          (long long)og_kv_session_length(items[i].session->kv), cause);
+        }
+        og_set_error(st, "og_model_step: %s", cause);
+    } else {
+        for (int32_t i = 0; i < n; i++) og_kv_session_commit(items[i].session->kv, items[i].n_tokens);
+        pthread_mutex_lock(&m->lock);
+        m->metrics.steps++;
+        m->metrics.rows += plan.n_rows;
+        pthread_mutex_unlock(&m->lock);
+    }
+    plan_free(&plan);
+    release(items, n);
+    return st;
+}
+
+/* ------------------------------------------------------------ one session */
+
+/* Feeds n tokens to one session in steps of at most max_write (or chunk);
+ * the last step's output is `last`, earlier steps' NONE (or LOGITS_ALL into
+ * logits + done * V when every row is wanted). */
+static og_status eval_steps(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, og_batch_item last) {
+    const int64_t V = s->m->vocab;
+    int64_t step = s->cfg.max_write;
+    if (chunk > 0 && chunk < step) step = chunk;
+    for (int64_t done = 0; done < n;) {
+        const int32_t T = (int32_t)(n - done < step ? n - done : step);
+        og_batch_item it = {.session = s, .tokens = tokens + done, .n_tokens = T};
+        if (last.output == OG_OUTPUT_LOGITS_ALL) {
+            it.output = OG_OUTPUT_LOGITS_ALL;
+            it.logits = last.logits + done * V;
+        } else if (done + T == n) {
+            it.output = last.output;
+            it.logits = last.logits;
+            it.sampler = last.sampler;
+        }
+        og_status st = og_model_step(s->m, &it, 1);
+        if (st != OG_OK) {
+            /* the session's own words, without the batch's "item 0" */
+            const char *why = og_last_error();
+            const char *prefix = "og_model_step: item 0: ";
+            if (!strncmp(why, prefix, strlen(prefix))) why += strlen(prefix);
+            else if (!strncmp(why, "og_model_step: ", 15)) why += 15;
+            char cause[OG_ERRMSG_CAP];
+            snprintf(cause, sizeof cause, "%s", why);
+            return og_errbuf_set(&s->err, st, "%s", cause);
+        }
+        if (done + T == n) s->last_token = it.token;
+        done += T;
+    }
     return OG_OK;
 }
 
@@ -413,47 +501,17 @@ og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32
                           int all_rows) {
     if (!s || (!tokens && n > 0)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval: NULL argument");
     if (n <= 0) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "og_session_eval: no tokens");
-#ifdef OG_HAVE_CUDA
-    if (s->cuda) return og_exec_cuda_eval(s, tokens, n, chunk, logits, all_rows, NULL);
-#endif
-    const int64_t V = og_model_vocab_size(s->m);
-    int64_t step = s->cfg.max_write;
-    if (chunk > 0 && chunk < step) step = chunk;
-    for (int64_t done = 0; done < n;) {
-        int32_t T = (int32_t)(n - done < step ? n - done : step);
-        bool last = done + T == n;
-        float *dst = NULL;
-        if (logits && all_rows) dst = logits + done * V;
-        else if (logits && last) dst = logits;
-        og_status st = run_step(s, tokens + done, T, dst, logits && !all_rows);
-        if (st != OG_OK) return st;
-        done += T;
-    }
-    return OG_OK;
-}
-
-/* og_session_eval of the last row into the session's own logits row
- * (the CPU side of eval_next and eval_sample). */
-static og_status eval_last_row(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, const char *what,
-                               float **row) {
-    if (!s->last_logits) s->last_logits = og_malloc((size_t)og_model_vocab_size(s->m) * sizeof *s->last_logits);
-    if (!s->last_logits) return og_errbuf_set(&s->err, OG_ERR_OUT_OF_MEMORY, "%s: no memory for logits", what);
-    *row = s->last_logits;
-    return og_session_eval(s, tokens, n, chunk, s->last_logits, 0);
+    og_batch_item last = {.output = !logits ? OG_OUTPUT_NONE : all_rows ? OG_OUTPUT_LOGITS_ALL : OG_OUTPUT_LOGITS,
+                          .logits = logits};
+    return eval_steps(s, tokens, n, chunk, last);
 }
 
 og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk, int32_t *next) {
     if (!s || !next || (!tokens && n > 0))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval_next: NULL argument");
     if (n <= 0) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "og_session_eval_next: no tokens");
-#ifdef OG_HAVE_CUDA
-    if (s->cuda) return og_exec_cuda_eval(s, tokens, n, chunk, NULL, 0, next);
-#endif
-    float *logits = NULL;
-    og_status st = eval_last_row(s, tokens, n, chunk, "og_session_eval_next", &logits);
-    int64_t best = 0;
-    if (st == OG_OK) st = og_argmax_cpu(logits, og_model_vocab_size(s->m), &best);
-    if (st == OG_OK) *next = (int32_t)best;
+    og_status st = eval_steps(s, tokens, n, chunk, (og_batch_item){.output = OG_OUTPUT_ARGMAX});
+    if (st == OG_OK) *next = s->last_token;
     return st;
 }
 
@@ -462,16 +520,11 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
     if (!s || !sampler || !next || (!tokens && n > 0))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_eval_sample: NULL argument");
     if (n <= 0) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "og_session_eval_sample: no tokens");
-    const int64_t V = og_model_vocab_size(s->m);
-    if (og_sampler_vocab(sampler) != V)
+    if (og_sampler_vocab(sampler) != s->m->vocab)
         return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT,
                              "og_session_eval_sample: the sampler is for a vocabulary of %lld, the model has %lld",
-                             (long long)og_sampler_vocab(sampler), (long long)V);
-#ifdef OG_HAVE_CUDA
-    if (s->cuda) return og_exec_cuda_eval_sample(s, tokens, n, chunk, sampler, next);
-#endif
-    float *logits = NULL;
-    og_status st = eval_last_row(s, tokens, n, chunk, "og_session_eval_sample", &logits);
-    if (st == OG_OK) *next = og_sampler_sample(sampler, logits);
+                             (long long)og_sampler_vocab(sampler), (long long)s->m->vocab);
+    og_status st = eval_steps(s, tokens, n, chunk, (og_batch_item){.output = OG_OUTPUT_SAMPLE, .sampler = sampler});
+    if (st == OG_OK) *next = s->last_token;
     return st;
 }

@@ -7,13 +7,6 @@
 
 #include "kernels/ops.h"
 
-/* Returns the status of expr from the calling function unless it is OG_OK. */
-#define OG_TRY(expr)                  \
-    do {                              \
-        og_status st_ = (expr);       \
-        if (st_ != OG_OK) return st_; \
-    } while (0)
-
 /* ---- argument checks: each sets the error naming op and argument ---- */
 
 /* NULL is refused. */

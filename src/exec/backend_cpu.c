@@ -1,0 +1,352 @@
+/* The CPU back end: runs a prepared step (exec.h) with the kernels of
+ * kernels/ops.h and kernels/attend.h.
+ *
+ * Activations are f32 rows: the step's N rows (every session's tokens, in the
+ * plan's row order) go through each row-wise instruction at once. Each
+ * instruction's output lives in a scratch slot of the step context (slots
+ * are shared between values whose lifetimes do not overlap, planned once per
+ * model); contexts grow their slots to the widest step they have run.
+ *
+ * Results are bit for bit those of each session stepped alone, whatever the
+ * batch around it:
+ *  - row-wise kernels (embed, norms, rope, swiglu, add) compute every row on
+ *    its own;
+ *  - a product computes one-token rows (decode rows, and the single tail row
+ *    of a wider step) with og_matmul_rows_cpu, which reads the weights once
+ *    for all of them and gives each row the bits og_matmul_cpu gives it
+ *    alone; a wider step's rows go through og_matmul_cpu (or, in a bf16
+ *    program, og_matmul_bf16_cpu) as one call of its own T rows, as alone;
+ *  - update_and_attend runs per session over its own storage.
+ *
+ * The tail (every instruction after the last update_and_attend works row by
+ * row) runs only on the rows whose output is wanted: before it, the values
+ * it reads are compacted in place to those rows (plan->tail_src increases and
+ * never points below its index, so the copy is safe in place).
+ */
+#include "exec/exec.h"
+
+#include "kernels/attend.h"
+#include "model/sample.h"
+
+#include <string.h>
+
+typedef struct cpu_model {
+    int32_t *slot_of;    /* [n_instrs]: scratch slot of each output, -1 for the logits */
+    int64_t *slot_width; /* [n_instrs], n_slots used */
+    int32_t n_slots;
+    bool *tail_reads;    /* [n_instrs]: a value made before the tail that the tail reads */
+    bool bf16_prefill;   /* products of wider steps round activations to bf16 */
+} cpu_model;
+
+struct og_step_ctx {
+    float **slots;       /* [n_slots] of [rows_cap, slot_width] */
+    int32_t *tokens;     /* [rows_cap] the step's (then the tail's) tokens    */
+    int32_t *positions;  /* [rows_cap]                                        */
+    int64_t rows_cap;
+    float *logits;       /* [logits_cap, V] the tail rows' logits             */
+    int64_t logits_cap;
+};
+
+static cpu_model *cm_of(const og_model *m) { return m->be; }
+
+/* ------------------------------------------------------------ model */
+
+static void cpu_model_free(og_model *m) {
+    cpu_model *cm = m->be;
+    if (!cm) return;
+    og_free(cm->slot_of);
+    og_free(cm->slot_width);
+    og_free(cm->tail_reads);
+    og_free(cm);
+    m->be = NULL;
+}
+
+static og_status cpu_model_init(og_model *m, const og_model_params *p) {
+    const int32_t n = m->n_instrs;
+    cpu_model *cm = og_calloc(1, sizeof *cm);
+    if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    m->be = cm;
+    m->pool = p->n_threads == 1 ? NULL : og_threadpool_create(p->n_threads);
+    if (p->n_threads != 1 && !m->pool) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cannot start threads");
+    cm->slot_of = og_malloc((size_t)n * sizeof *cm->slot_of);
+    cm->slot_width = og_calloc((size_t)n, sizeof *cm->slot_width);
+    cm->tail_reads = og_calloc((size_t)n, sizeof *cm->tail_reads);
+    int32_t *def = og_malloc((size_t)n * sizeof *def), *last = og_malloc((size_t)n * sizeof *last);
+    int64_t *width = og_malloc((size_t)n * sizeof *width);
+    og_status st = OG_OK;
+    if (!cm->slot_of || !cm->slot_width || !cm->tail_reads || !def || !last || !width) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the scratch plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        def[i] = i;
+        last[i] = -1;
+        width[i] = i == m->logits_instr ? -1 : in->out_width;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        for (int32_t j = 0; j < in->n_in; j++) {
+            const og_program_operand o = in->in[j];
+            if (o.kind != OG_VALUE_ACTIVATION) continue;
+            last[o.index] = i;
+            if (og_exec_in_tail(m, i) && og_exec_full_rows(m, o)) cm->tail_reads[o.index] = true;
+        }
+    }
+    st = og_exec_plan_slots(n, n, def, last, width, cm->slot_of, cm->slot_width, &cm->n_slots);
+    cm->bf16_prefill = og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16;
+done:
+    og_free(def);
+    og_free(last);
+    og_free(width);
+    return st;
+}
+
+/* ------------------------------------------------------------ sessions */
+
+static og_status cpu_session_init(og_session *s) { return og_kv_session_create(&s->cfg, NULL, &s->kv); }
+static void cpu_session_free(og_session *s) { (void)s; }
+
+/* ------------------------------------------------------------ contexts */
+
+static void cpu_ctx_free(og_model *m, og_step_ctx *c) {
+    if (!c) return;
+    if (c->slots)
+        for (int32_t i = 0; i < cm_of(m)->n_slots; i++) og_free(c->slots[i]);
+    og_free(c->slots);
+    og_free(c->tokens);
+    og_free(c->positions);
+    og_free(c->logits);
+    og_free(c);
+}
+
+static og_status cpu_ctx_create(og_model *m, og_step_ctx **out) {
+    og_step_ctx *c = og_calloc(1, sizeof *c);
+    if (c) c->slots = og_calloc((size_t)(cm_of(m)->n_slots > 0 ? cm_of(m)->n_slots : 1), sizeof *c->slots);
+    if (!c || !c->slots) {
+        cpu_ctx_free(m, c);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for a step context");
+    }
+    *out = c;
+    return OG_OK;
+}
+
+/* Grows a buffer of count elements of size bytes to at least need; keeps
+ * nothing (contents are per step). */
+static bool grow(void **buf, int64_t need, size_t size) {
+    void *p = og_malloc((size_t)need * size);
+    if (!p) return false;
+    og_free(*buf);
+    *buf = p;
+    return true;
+}
+
+static og_status ctx_reserve(og_model *m, og_step_ctx *c, int64_t rows, int64_t logit_rows) {
+    const cpu_model *cm = cm_of(m);
+    if (rows > c->rows_cap) {
+        int64_t cap = rows > 2 * c->rows_cap ? rows : 2 * c->rows_cap;
+        bool ok = grow((void **)&c->tokens, cap, sizeof(int32_t)) && grow((void **)&c->positions, cap, sizeof(int32_t));
+        for (int32_t i = 0; ok && i < cm->n_slots; i++) ok = grow((void **)&c->slots[i], cap * cm->slot_width[i], sizeof(float));
+        if (!ok) {
+            c->rows_cap = 0; /* some slots are smaller now: grow all next time */
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the scratch of %lld rows", (long long)cap);
+        }
+        c->rows_cap = cap;
+    }
+    if (logit_rows > c->logits_cap) {
+        if (!grow((void **)&c->logits, logit_rows * m->vocab, sizeof(float))) {
+            c->logits_cap = 0;
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the logits of %lld rows", (long long)logit_rows);
+        }
+        c->logits_cap = logit_rows;
+    }
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ one step */
+
+typedef struct step_run {
+    og_model *m;
+    og_step_ctx *c;
+    const og_step_plan *plan;
+    bool tail;        /* running the tail: rows are the tail's rows */
+    int64_t rows;     /* rows of the current phase */
+} step_run;
+
+static const void *operand_ptr(const step_run *r, og_program_operand o, int64_t *width, og_dtype *dtype) {
+    const og_model *m = r->m;
+    if (o.kind == OG_VALUE_TENSOR) {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, o.index);
+        *dtype = t->dtype;
+        *width = t->rank >= 2 ? t->shape[t->rank - 1] : t->shape[0];
+        return t->data;
+    }
+    *dtype = OG_DTYPE_F32;
+    if (o.kind == OG_VALUE_INPUT) {
+        *width = 1;
+        return o.index == OG_INPUT_TOKENS ? (const void *)r->c->tokens : (const void *)r->c->positions;
+    }
+    *width = og_program_instr_at(m->prog, o.index)->out_width;
+    return r->c->slots[cm_of(m)->slot_of[o.index]];
+}
+
+/* One-token rows, each with the bits og_matmul_cpu gives it alone. */
+static og_status matmul_rows(og_threadpool *pool, const float *x, const void *w, const void *bias, og_dtype dt,
+                             int64_t R, int64_t K, int64_t N, float *out) {
+    for (int64_t r = 0; r < R; r++) OG_TRY(og_matmul_cpu(pool, x + r * K, w, bias, dt, 1, K, N, out + r * N));
+    return OG_OK;
+}
+
+/* x [rows, K] @ w^T over the phase's rows: one-token rows together, each
+ * wider step's rows as a call of their own (see the file comment). */
+static og_status matmul(const step_run *r, const float *x, const void *w, const void *bias, og_dtype dt, int64_t K,
+                        int64_t N, float *out) {
+    const og_step_plan *p = r->plan;
+    og_threadpool *pool = r->m->pool;
+    const int64_t singles = r->tail ? p->n_tail_single : p->n_single;
+    if (singles > 0) OG_TRY(matmul_rows(pool, x, w, bias, dt, singles, K, N, out));
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        const int64_t rows = r->tail ? q->tail_rows : q->T;
+        if (rows <= 1) continue;
+        const int64_t row0 = r->tail ? q->tail_row0 : q->row0;
+        const float *xs = x + row0 * K;
+        float *os = out + row0 * N;
+        if (cm_of(r->m)->bf16_prefill) OG_TRY(og_matmul_bf16_cpu(pool, xs, w, bias, dt, rows, K, N, os));
+        else OG_TRY(og_matmul_cpu(pool, xs, w, bias, dt, rows, K, N, os));
+    }
+    return OG_OK;
+}
+
+static og_status attend(const step_run *r, const og_program_instr *in, const float *q, const float *k,
+                        const float *v, float *out) {
+    const og_step_plan *p = r->plan;
+    const int64_t qw = in->out_width, kw = og_program_instr_at(r->m->prog, in->in[1].index)->out_width;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *s = &p->seqs[i];
+        og_attend_args aa = {
+            .q = q + s->row0 * qw, .k = k + s->row0 * kw, .v = v + s->row0 * kw,
+            .positions = r->c->positions + s->row0, .out = out + s->row0 * qw,
+            .T = s->T, .n_heads = (int32_t)in->attrs.n_heads, .scale = (float)in->attrs.scale,
+        };
+        OG_TRY(og_kv_session_layer_view(s->s->kv, in->kv_index, &aa.kv));
+        OG_TRY(og_update_and_attend_cpu(&aa, r->m->pool, NULL));
+    }
+    return OG_OK;
+}
+
+static og_status run_instr(const step_run *r, int32_t i) {
+    const og_model *m = r->m;
+    const og_program_instr *in = og_program_instr_at(m->prog, i);
+    const void *x[OG_OP_MAX_INPUTS] = {0};
+    int64_t w[OG_OP_MAX_INPUTS] = {0};
+    og_dtype dt[OG_OP_MAX_INPUTS] = {0};
+    for (int32_t j = 0; j < in->n_in; j++) x[j] = operand_ptr(r, in->in[j], &w[j], &dt[j]);
+    float *out = i == m->logits_instr ? r->c->logits : r->c->slots[cm_of(m)->slot_of[i]];
+    og_threadpool *pool = m->pool;
+    const og_op_attrs *a = &in->attrs;
+    const int64_t T = r->rows;
+    switch (in->op) {
+    case OG_OP_EMBED: {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, in->in[1].index);
+        return og_embed_cpu(pool, x[0], T, x[1], dt[1], t->shape[0], t->shape[1], out);
+    }
+    case OG_OP_RMS_NORM:
+        return og_rms_norm_cpu(pool, x[0], x[1], dt[1], T, w[0], (float)a->eps, out);
+    case OG_OP_HEAD_RMS_NORM:
+        return og_head_rms_norm_cpu(pool, x[0], x[1], dt[1], T, a->heads, w[0] / a->heads, (float)a->eps, out);
+    case OG_OP_MATMUL:
+        return matmul(r, x[0], x[1], in->n_in > 2 ? x[2] : NULL, dt[1], w[0], in->out_width, out);
+    case OG_OP_ROPE:
+        return og_rope_cpu(pool, &m->rope[i], x[0], x[1], T, a->heads, out);
+    case OG_OP_SWIGLU:
+        return og_swiglu_cpu(pool, x[0], x[1], T, w[0], out);
+    case OG_OP_ADD:
+        return og_add_cpu(pool, x[0], x[1], T * w[0], out);
+    case OG_OP_UPDATE_AND_ATTEND:
+        return attend(r, in, x[0], x[1], x[2], out);
+    case OG_OP_COUNT:
+        break;
+    }
+    return og_set_error(OG_ERR_UNSUPPORTED, "op %d has no CPU kernel", (int)in->op);
+}
+
+/* Moves the tail's rows of every value the tail reads to the front. */
+static void compact_for_tail(const step_run *r) {
+    const og_model *m = r->m;
+    const og_step_plan *p = r->plan;
+    for (int32_t j = 0; j < p->n_tail_rows; j++) {
+        r->c->tokens[j] = r->c->tokens[p->tail_src[j]];
+        r->c->positions[j] = r->c->positions[p->tail_src[j]];
+    }
+    for (int32_t i = 0; i <= m->last_attend; i++) {
+        if (!cm_of(m)->tail_reads[i]) continue;
+        const int64_t width = og_program_instr_at(m->prog, i)->out_width;
+        float *base = r->c->slots[cm_of(m)->slot_of[i]];
+        for (int32_t j = 0; j < p->n_tail_rows; j++)
+            if (p->tail_src[j] != j)
+                memcpy(base + (int64_t)j * width, base + (int64_t)p->tail_src[j] * width, (size_t)width * sizeof(float));
+    }
+}
+
+/* Every item's output from the tail rows' logits. */
+static og_status deliver(const step_run *r) {
+    const og_step_plan *p = r->plan;
+    const int64_t V = r->m->vocab;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        og_batch_item *it = q->item;
+        const float *row = r->c->logits + (int64_t)q->tail_row0 * V;
+        switch (it->output) {
+        case OG_OUTPUT_LOGITS:
+        case OG_OUTPUT_LOGITS_ALL:
+            memcpy(it->logits, row, (size_t)(q->tail_rows * V) * sizeof(float));
+            break;
+        case OG_OUTPUT_ARGMAX: {
+            int64_t best = 0;
+            OG_TRY(og_argmax_cpu(row, V, &best));
+            it->token = (int32_t)best;
+            break;
+        }
+        case OG_OUTPUT_SAMPLE:
+            it->token = og_sampler_sample(it->sampler, row);
+            break;
+        default:
+            break;
+        }
+    }
+    return OG_OK;
+}
+
+static og_status cpu_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
+    OG_TRY(ctx_reserve(m, c, p->n_rows, p->n_tail_rows));
+    memcpy(c->tokens, p->tokens, (size_t)p->n_rows * sizeof *c->tokens);
+    memcpy(c->positions, p->positions, (size_t)p->n_rows * sizeof *c->positions);
+    step_run r = {m, c, p, false, p->n_rows};
+    const int32_t end = p->n_tail_rows > 0 ? m->n_instrs : m->last_attend + 1;
+    for (int32_t i = 0; i < end; i++) {
+        if (i == m->last_attend + 1) {
+            if (!p->tail_is_all) compact_for_tail(&r);
+            r.tail = true;
+            r.rows = p->n_tail_rows;
+        }
+        og_status st = run_instr(&r, i);
+        if (st != OG_OK) {
+            const og_program_instr *in = og_program_instr_at(m->prog, i);
+            return og_set_error(st, "instruction %d (%s -> %s): %s", i, og_op_get(in->op)->name, in->out,
+                                og_last_error());
+        }
+    }
+    return p->n_tail_rows > 0 ? deliver(&r) : OG_OK;
+}
+
+const og_backend_ops og_backend_cpu_ops = {
+    .name = "cpu",
+    .model_init = cpu_model_init,
+    .model_free = cpu_model_free,
+    .session_init = cpu_session_init,
+    .session_free = cpu_session_free,
+    .ctx_create = cpu_ctx_create,
+    .ctx_free = cpu_ctx_free,
+    .step = cpu_step,
+};

@@ -1,0 +1,920 @@
+/* The CUDA back end: runs a prepared step (exec.h) with every instruction on
+ * the device.
+ *
+ * A model uploads its weights (as stored: bf16 or f32) and rope tables once,
+ * and cuts the program into launch steps (the fusion plan below). Sessions
+ * keep only their KV storage (og_kv_allocator_cuda_vmm of kv/alloc_cuda.h:
+ * flat layers reserve address space once and grow by mapping memory, so
+ * their addresses never move; without virtual memory management growth
+ * copies on the model's storage stream, which every step waits for first).
+ * A step context owns what a step in flight uses: a non-blocking stream,
+ * cuBLAS, the activation slots ([rows, slot_width] f32 each, grown to the
+ * widest step), the logits of the tail rows, the attention scratch and a
+ * "step block" in device memory with the rows' tokens and positions, written
+ * from pinned host memory at the start of the step.
+ *
+ * The step's N rows (every session's tokens, in the plan's row order) go
+ * through each row-wise launch at once: products stream the weights once
+ * for all rows (gemv up to OG_GEMV_CUDA_MAX_T rows, cuBLAS above: f32
+ * weights by SGEMM, bf16 weights by two bf16 tensor-core products of the
+ * activations split into bf16 hi + lo parts, f32 accumulation, which keeps
+ * the activations to about 2^-17 relative, close to the CPU's f32
+ * products); update_and_attend runs per session over its own storage. The
+ * tail (after the last attention) runs on the rows whose output is wanted,
+ * compacted to the front first.
+ *
+ * Fusions: most launch steps are one instruction; these patterns become one
+ * launch each (the CPU back end runs the program as written):
+ *   add -> rms_norm of its sum            add_rms_norm (both outputs written)
+ *   head_rms_norm -> its only reader rope head_norm_rope (the normed heads
+ *                                          are never written); two such
+ *                                          pairs (q and k) share a launch
+ *   matmul gate, matmul up -> swiglu      gemv_swiglu (gate and up written
+ *                                          only by steps wider than the gemv)
+ *   consecutive matmuls of one input      gemv_multi (e.g. q, k, v)
+ *   add -> rms_norm -> the products of    the products' gemv, computing the
+ *   the normed value (one step above)     norm itself (the normed value is
+ *                                          never written)
+ * The launch steps get their own scratch slot plan (og_exec_plan_slots over
+ * launch steps instead of instructions), so a launch never writes a slot
+ * another value still needs, whichever instruction of it the program listed
+ * first.
+ *
+ * Outputs: logits rows are copied back; the arg-max runs on the device and
+ * only the token comes back; a sampled token is drawn on the host from the
+ * copied logits row by the session's sampler. Every step ends with a stream
+ * synchronization, so that a failed kernel fails its own step (which then
+ * does not commit) and the pinned step block is free for the next one.
+ */
+#include "exec/exec.h"
+
+#include "kernels/cuda/ops_cuda.h"
+#include "kv/alloc_cuda.h"
+#include "model/sample.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <stdio.h>
+#include <string.h>
+
+enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
+#define STEP_MAX_INSTRS (OG_GEMV_CUDA_MAX_PARTS + 2)
+/* Output features up to which a product takes an add + norm prologue (below
+ * a vocabulary; measured: the prologue cost the logits product 75 us of 94). */
+#define NORM_PROLOGUE_MAX_ROWS 16384
+/* cuBLAS workspace per step context, so that products need no allocation
+ * inside a graph capture. */
+#define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* One launch step: kind, and its instructions in program order (gate, up,
+ * swiglu for STEP_GATE_UP). A product step may begin with a prologue of
+ * n_pre = 2 instructions, the add and the rms_norm that make its input,
+ * folded into its gemv. */
+typedef struct cuda_step {
+    int kind;
+    int32_t n, n_pre;
+    int32_t instr[STEP_MAX_INSTRS];
+} cuda_step;
+
+typedef struct cuda_model {
+    int device;
+    void **weights;     /* [n_tensors]: device copy of every weight tensor, NULL for runtime ones */
+    float *inv_freq;    /* [n_instrs, OG_ROPE_MAX_HEAD_DIM / 2]: rope tables */
+    cuda_step *steps;   /* [n_steps] in execution order */
+    int32_t n_steps;
+    int32_t *slot_of;   /* [n_instrs]: scratch slot of each output, -1 when never written */
+    int64_t *slot_width;/* [n_slots] */
+    int32_t n_slots;
+    int64_t max_k;      /* widest input of a product (the bf16 split scratch) */
+    int64_t attend_scratch; /* floats of og_update_and_attend_cuda's scratch */
+    cudaStream_t store; /* orders the sessions' KV storage copies */
+} cuda_model;
+
+typedef struct cuda_session {
+    og_kv_allocator alloc;
+} cuda_session;
+
+/* The step block: tokens, positions, then the tail's tokens and positions,
+ * [rows_cap] int32 each. */
+enum { BLOCK_TOKENS = 0, BLOCK_POSITIONS, BLOCK_TAIL_TOKENS, BLOCK_TAIL_POSITIONS, BLOCK_ARRAYS };
+
+struct og_step_ctx {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_workspace;
+    float **slots;          /* [n_slots] of [rows_cap, slot_width] */
+    int64_t rows_cap;
+    int32_t *block_host;    /* pinned [BLOCK_ARRAYS, rows_cap] */
+    int32_t *block_dev;     /* its device copy */
+    int32_t *next_host;     /* pinned [rows_cap]: tokens chosen on the device */
+    int32_t *next_dev;      /* [rows_cap] */
+    uint16_t *split_hi, *split_lo; /* [rows_cap * max_k] bf16 parts */
+    float *logits;          /* [logits_cap, V] the tail rows' logits */
+    int64_t logits_cap;
+    float *host_rows;       /* [host_rows_cap, V] logits rows sampled on the host */
+    int64_t host_rows_cap;
+    float *partials;        /* attention scratch, counters zero between steps */
+    void *argmax_scratch;   /* og_argmax_cuda_scratch_bytes() */
+};
+
+static cuda_model *cm_of(const og_model *m) { return m->be; }
+
+/* ------------------------------------------------------------ helpers */
+
+static og_status cuda_fail(cudaError_t e, const char *what) {
+    og_status st = e == cudaErrorMemoryAllocation ? OG_ERR_OUT_OF_MEMORY : OG_ERR_BACKEND;
+    return og_set_error(st, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+#define CUDA_TRY(call, what)                                                                                       \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) return cuda_fail(e_, what);                                                         \
+    } while (0)
+
+static og_status blas_fail(cublasStatus_t e, const char *what) {
+    return og_set_error(OG_ERR_BACKEND, "%s: cuBLAS status %d", what, (int)e);
+}
+
+static int32_t *block_array(int32_t *block, int64_t rows_cap, int which) { return block + (size_t)which * (size_t)rows_cap; }
+
+/* ------------------------------------------------------------ fusion plan */
+
+static int32_t producer(og_program_operand o) { return o.kind == OG_VALUE_ACTIVATION ? o.index : -1; }
+static bool same_operand(og_program_operand a, og_program_operand b) { return a.kind == b.kind && a.index == b.index; }
+
+typedef struct plan_ctx {
+    const og_model *m;
+    int32_t *uses;   /* [n]: operand references of each output */
+    int32_t *anchor; /* [n]: first instruction of its group, -1 when alone */
+    cuda_step *group;/* [n]: the group anchored at i */
+} plan_ctx;
+
+static const og_program_instr *at(const plan_ctx *c, int32_t i) { return og_program_instr_at(c->m->prog, i); }
+
+/* i may join a group: not yet grouped, not the logits, on the same side of
+ * the last attention as the group's first instruction (the tail runs on one row). */
+static bool joinable(const plan_ctx *c, int32_t i, int32_t first) {
+    const og_model *m = c->m;
+    return c->anchor[i] < 0 && i != m->logits_instr && (i > m->last_attend) == (first > m->last_attend);
+}
+
+static void add_group(plan_ctx *c, int kind, int32_t n, const int32_t *members) {
+    int32_t a = members[0];
+    for (int32_t k = 1; k < n; k++)
+        if (members[k] < a) a = members[k];
+    cuda_step *g = &c->group[a];
+    g->kind = kind;
+    g->n = n;
+    for (int32_t k = 0; k < n; k++) {
+        g->instr[k] = members[k];
+        c->anchor[members[k]] = a;
+    }
+}
+
+static bool weights_alike(const og_model *m, const og_program_instr *a, const og_program_instr *b) {
+    const og_program_tensor *wa = og_program_tensor_at(m->prog, a->in[1].index);
+    const og_program_tensor *wb = og_program_tensor_at(m->prog, b->in[1].index);
+    return a->in[1].kind == OG_VALUE_TENSOR && b->in[1].kind == OG_VALUE_TENSOR && wa->dtype == wb->dtype &&
+           a->n_in == b->n_in;
+}
+
+static void find_groups(plan_ctx *c) {
+    const og_model *m = c->m;
+    const int32_t n = m->n_instrs;
+    for (int32_t i = 0; i + 1 < n; i++) { /* add -> rms_norm of the sum */
+        const og_program_instr *a = at(c, i), *b = at(c, i + 1);
+        if (a->op == OG_OP_ADD && b->op == OG_OP_RMS_NORM && producer(b->in[0]) == i && joinable(c, i, i) &&
+            joinable(c, i + 1, i))
+            add_group(c, STEP_ADD_NORM, 2, (int32_t[]){i, i + 1});
+    }
+    for (int32_t i = 0; i < n; i++) { /* head_rms_norm -> rope, its only reader */
+        const og_program_instr *a = at(c, i);
+        if (a->op != OG_OP_HEAD_RMS_NORM || c->uses[i] != 1 || !joinable(c, i, i)) continue;
+        int32_t j = i + 1;
+        while (j < n && producer(at(c, j)->in[0]) != i) j++;
+        if (j == n) continue;
+        const og_program_instr *r = at(c, j);
+        if (r->op == OG_OP_ROPE && r->attrs.heads == a->attrs.heads && joinable(c, j, i) &&
+            (int64_t)m->rope[j].head_dim * a->attrs.heads == a->out_width)
+            add_group(c, STEP_NORM_ROPE, 2, (int32_t[]){i, j});
+    }
+    for (int32_t a = 0; a < n; a++) { /* two head norm + rope pairs (q and k) -> one launch */
+        if (c->anchor[a] != a || c->group[a].kind != STEP_NORM_ROPE || c->group[a].n != 2) continue;
+        for (int32_t b = a + 1; b < n; b++) {
+            if (c->anchor[b] != b || c->group[b].kind != STEP_NORM_ROPE || c->group[b].n != 2 ||
+                (a > m->last_attend) != (b > m->last_attend))
+                continue;
+            /* b may run at a's place when every value it reads exists by then */
+            const int32_t p = producer(at(c, b)->in[0]);
+            if (p >= a) break;
+            const cuda_step first = c->group[a], second = c->group[b];
+            add_group(c, STEP_NORM_ROPE, 4,
+                      (int32_t[]){first.instr[0], first.instr[1], second.instr[0], second.instr[1]});
+            break;
+        }
+    }
+    for (int32_t s = 0; s < n; s++) { /* gate and up products -> swiglu */
+        const og_program_instr *sw = at(c, s);
+        if (sw->op != OG_OP_SWIGLU) continue;
+        const int32_t g = producer(sw->in[0]), u = producer(sw->in[1]);
+        if (g < 0 || u < 0 || g == u || c->uses[g] != 1 || c->uses[u] != 1) continue;
+        const og_program_instr *gi = at(c, g), *ui = at(c, u);
+        const int32_t first = g < u ? g : u;
+        if (gi->op == OG_OP_MATMUL && ui->op == OG_OP_MATMUL && same_operand(gi->in[0], ui->in[0]) &&
+            weights_alike(m, gi, ui) && gi->out_width == ui->out_width && joinable(c, g, first) &&
+            joinable(c, u, first) && joinable(c, s, first))
+            add_group(c, STEP_GATE_UP, 3, (int32_t[]){g, u, s});
+    }
+    for (int32_t i = 0; i < n; i++) { /* consecutive products of one input */
+        const og_program_instr *a = at(c, i);
+        if (a->op != OG_OP_MATMUL || !joinable(c, i, i)) continue;
+        int32_t members[STEP_MAX_INSTRS] = {i}, k = 1;
+        for (int32_t j = i + 1; j < n && k < STEP_MAX_INSTRS; j++) {
+            const og_program_instr *b = at(c, j);
+            if (b->op != OG_OP_MATMUL || !joinable(c, j, i) || !same_operand(a->in[0], b->in[0]) ||
+                !weights_alike(m, a, b))
+                break;
+            members[k++] = j;
+        }
+        if (k > 1) add_group(c, STEP_GEMVS, k, members);
+    }
+}
+
+/* Outputs a step writes (into outs): every member's but a fused norm's. */
+static int32_t step_outputs(const og_model *m, const cuda_step *st, int32_t *outs) {
+    int32_t k = 0;
+    for (int32_t j = 0; j < st->n; j++) {
+        const int32_t i = st->instr[j];
+        if (i == m->logits_instr || (st->kind == STEP_NORM_ROPE && j % 2 == 0)) continue; /* norms stay unwritten */
+        outs[k++] = i;
+    }
+    return k;
+}
+
+static bool step_has(const cuda_step *st, int32_t i) {
+    for (int32_t j = 0; j < st->n; j++)
+        if (st->instr[j] == i) return true;
+    return false;
+}
+
+/* The shared greedy slot plan (og_exec_plan_slots) over launch steps: a
+ * value is defined by the step that writes it and last read by the latest
+ * other step reading it; fused norms and the logits get no slot. */
+static og_status plan_step_slots(og_model *m, cuda_model *cm) {
+    const int32_t n = m->n_instrs;
+    int32_t *def = og_malloc((size_t)n * sizeof *def), *last = og_malloc((size_t)n * sizeof *last);
+    int64_t *width = og_malloc((size_t)n * sizeof *width);
+    cm->slot_of = og_malloc((size_t)n * sizeof *cm->slot_of);
+    cm->slot_width = og_calloc((size_t)n, sizeof *cm->slot_width);
+    og_status st = OG_OK;
+    if (!def || !last || !width || !cm->slot_of || !cm->slot_width) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the step plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++) def[i] = 0, last[i] = -1, width[i] = -1;
+    for (int32_t k = 0; k < cm->n_steps; k++) {
+        const cuda_step *sp = &cm->steps[k];
+        int32_t outs[STEP_MAX_INSTRS];
+        const int32_t n_out = step_outputs(m, sp, outs);
+        for (int32_t o = 0; o < n_out; o++) {
+            def[outs[o]] = k;
+            width[outs[o]] = og_program_instr_at(m->prog, outs[o])->out_width;
+        }
+        for (int32_t j = 0; j < sp->n; j++) {
+            const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[j]);
+            for (int32_t o = 0; o < in->n_in; o++) {
+                const int32_t p = producer(in->in[o]);
+                if (p >= 0 && !step_has(sp, p)) last[p] = k;
+            }
+        }
+    }
+    st = og_exec_plan_slots(n, cm->n_steps, def, last, width, cm->slot_of, cm->slot_width, &cm->n_slots);
+done:
+    og_free(def);
+    og_free(last);
+    og_free(width);
+    return st;
+}
+
+/* True when every reader of the norm's output is a product of step p (its
+ * input operand), so the add + norm can become p's gemv prologue. */
+static bool takes_prologue(const plan_ctx *c, const cuda_step *p, int32_t norm) {
+    if (p->n_pre || !(p->kind == STEP_GEMVS || p->kind == STEP_GATE_UP ||
+                      (p->kind == STEP_ONE && at(c, p->instr[0])->op == OG_OP_MATMUL)))
+        return false;
+    if ((p->instr[0] > c->m->last_attend) != (norm > c->m->last_attend)) return false; /* rows differ in the tail */
+    int32_t reads = 0;
+    for (int32_t j = 0; j < p->n; j++) {
+        const og_program_instr *in = at(c, p->instr[j]);
+        for (int32_t o = 0; o < in->n_in; o++)
+            if (producer(in->in[o]) == norm) {
+                if (in->op != OG_OP_MATMUL || o != 0) return false;
+                reads++;
+            }
+    }
+    /* every block of the gemv norms x for itself: worth it for a few waves of
+     * blocks, not for a vocabulary-wide product */
+    int64_t rows = 0;
+    for (int32_t j = 0; j < p->n; j++)
+        if (at(c, p->instr[j])->op == OG_OP_MATMUL) rows += at(c, p->instr[j])->out_width;
+    return reads > 0 && reads == c->uses[norm] && rows <= NORM_PROLOGUE_MAX_ROWS;
+}
+
+/* An add + rms_norm step directly followed by the products of its normed
+ * output joins them as their prologue (one launch fewer). */
+static void fold_norm_prologues(const plan_ctx *c, cuda_model *cm) {
+    int32_t kept = 0;
+    for (int32_t k = 0; k < cm->n_steps; k++) {
+        cuda_step *sp = &cm->steps[k];
+        if (sp->kind == STEP_ADD_NORM && k + 1 < cm->n_steps && takes_prologue(c, &cm->steps[k + 1], sp->instr[1])) {
+            cuda_step *next = &cm->steps[k + 1];
+            memmove(next->instr + 2, next->instr, (size_t)next->n * sizeof *next->instr);
+            next->instr[0] = sp->instr[0];
+            next->instr[1] = sp->instr[1];
+            next->n += 2;
+            next->n_pre = 2;
+            continue; /* the add + norm step itself is dropped */
+        }
+        cm->steps[kept++] = *sp;
+    }
+    cm->n_steps = kept;
+}
+
+static og_status plan_steps(og_model *m, cuda_model *cm) {
+    const int32_t n = m->n_instrs;
+    plan_ctx c = {m, og_calloc((size_t)n, sizeof(int32_t)), og_malloc((size_t)n * sizeof(int32_t)),
+                  og_calloc((size_t)n, sizeof(cuda_step))};
+    cm->steps = og_calloc((size_t)n, sizeof *cm->steps);
+    og_status st = OG_OK;
+    if (!c.uses || !c.anchor || !c.group || !cm->steps) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the step plan");
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        c.anchor[i] = -1;
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        for (int32_t j = 0; j < in->n_in; j++) {
+            const int32_t p = producer(in->in[j]);
+            if (p >= 0) c.uses[p]++;
+        }
+    }
+    find_groups(&c);
+    for (int32_t i = 0; i < n; i++) {
+        if (c.anchor[i] == i) cm->steps[cm->n_steps++] = c.group[i];
+        else if (c.anchor[i] < 0) cm->steps[cm->n_steps++] = (cuda_step){STEP_ONE, 1, 0, {i}};
+    }
+    fold_norm_prologues(&c, cm);
+    st = plan_step_slots(m, cm);
+done:
+    og_free(c.uses);
+    og_free(c.anchor);
+    og_free(c.group);
+    return st;
+}
+
+/* ------------------------------------------------------------ models */
+
+static void cuda_model_free(og_model *m) {
+    cuda_model *cm = m->be;
+    if (!cm) return;
+    if (cm->weights)
+        for (int32_t i = 0; i < og_program_n_tensors(m->prog); i++) cudaFree(cm->weights[i]);
+    cudaFree(cm->inv_freq);
+    if (cm->store) cudaStreamDestroy(cm->store);
+    og_free(cm->weights);
+    og_free(cm->steps);
+    og_free(cm->slot_of);
+    og_free(cm->slot_width);
+    og_free(cm);
+    m->be = NULL;
+}
+
+static og_status cuda_model_init(og_model *m, const og_model_params *p) {
+    (void)p;
+    if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
+    cuda_model *cm = og_calloc(1, sizeof *cm);
+    if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    m->be = cm;
+    CUDA_TRY(cudaGetDevice(&cm->device), "cudaGetDevice");
+    CUDA_TRY(cudaStreamCreateWithFlags(&cm->store, cudaStreamNonBlocking), "cudaStreamCreate");
+    const int32_t n_tensors = og_program_n_tensors(m->prog);
+    cm->weights = og_calloc((size_t)n_tensors, sizeof *cm->weights);
+    if (!cm->weights) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    for (int32_t i = 0; i < n_tensors; i++) {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, i);
+        if (t->binding != OG_BINDING_WEIGHT || t->nbytes == 0) continue;
+        char what[160];
+        snprintf(what, sizeof what, "uploading weight %s (%llu bytes)", t->name, (unsigned long long)t->nbytes);
+        CUDA_TRY(cudaMalloc(&cm->weights[i], (size_t)t->nbytes), what);
+        CUDA_TRY(cudaMemcpy(cm->weights[i], t->data, (size_t)t->nbytes, cudaMemcpyHostToDevice), what);
+    }
+    const size_t per = OG_ROPE_MAX_HEAD_DIM / 2;
+    CUDA_TRY(cudaMalloc((void **)&cm->inv_freq, (size_t)m->n_instrs * per * sizeof(float)), "rope tables");
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        if (in->op == OG_OP_ROPE)
+            CUDA_TRY(cudaMemcpy(cm->inv_freq + (size_t)i * per, m->rope[i].inv_freq, per * sizeof(float),
+                                cudaMemcpyHostToDevice),
+                     "rope tables");
+        if (in->op == OG_OP_UPDATE_AND_ATTEND) {
+            const og_kv_layer_config *l = &og_program_kv_config(m->prog)->layers[in->kv_index];
+            const int64_t f = og_attend_cuda_scratch_floats((int32_t)in->attrs.n_heads, l->head_dim);
+            if (f > cm->attend_scratch) cm->attend_scratch = f;
+        }
+        if (in->op == OG_OP_MATMUL && in->in[0].kind == OG_VALUE_ACTIVATION) {
+            const int64_t K = og_program_instr_at(m->prog, in->in[0].index)->out_width;
+            if (K > cm->max_k) cm->max_k = K;
+        }
+    }
+    return plan_steps(m, cm);
+}
+
+/* ------------------------------------------------------------ sessions */
+
+static og_status cuda_session_init(og_session *s) {
+    cuda_session *cs = og_calloc(1, sizeof *cs);
+    if (!cs) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory");
+    s->be = cs;
+    CUDA_TRY(cudaSetDevice(cm_of(s->m)->device), "cudaSetDevice");
+    OG_TRY(og_kv_allocator_cuda_vmm(cm_of(s->m)->store, &cs->alloc));
+    return og_kv_session_create(&s->cfg, &cs->alloc, &s->kv);
+}
+
+static void cuda_session_free(og_session *s) {
+    cuda_session *cs = s->be;
+    if (!cs) return;
+    cudaSetDevice(cm_of(s->m)->device);
+    og_kv_session_destroy(s->kv); /* frees storage on the model's storage stream */
+    s->kv = NULL;
+    cudaStreamSynchronize(cm_of(s->m)->store);
+    og_kv_allocator_cuda_release(&cs->alloc);
+    og_free(cs);
+    s->be = NULL;
+}
+
+/* ------------------------------------------------------------ contexts */
+
+static void free_rows(og_model *m, og_step_ctx *c) {
+    if (c->slots)
+        for (int32_t i = 0; i < cm_of(m)->n_slots; i++) {
+            cudaFree(c->slots[i]);
+            c->slots[i] = NULL;
+        }
+    cudaFreeHost(c->block_host);
+    cudaFree(c->block_dev);
+    cudaFreeHost(c->next_host);
+    cudaFree(c->next_dev);
+    cudaFree(c->split_hi);
+    cudaFree(c->split_lo);
+    c->block_host = c->block_dev = c->next_host = c->next_dev = NULL;
+    c->split_hi = c->split_lo = NULL;
+    c->rows_cap = 0;
+}
+
+static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
+    if (!c) return;
+    cudaSetDevice(cm_of(m)->device);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    free_rows(m, c);
+    if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->blas_workspace);
+    cudaFree(c->logits);
+    cudaFree(c->partials);
+    cudaFree(c->argmax_scratch);
+    og_free(c->host_rows);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    og_free(c->slots);
+    og_free(c);
+}
+
+static og_status ctx_init(og_model *m, og_step_ctx *c) {
+    const cuda_model *cm = cm_of(m);
+    CUDA_TRY(cudaSetDevice(cm->device), "cudaSetDevice");
+    CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        return blas_fail(bs, "cublasCreate");
+    }
+    if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSetStream");
+    CUDA_TRY(cudaMalloc(&c->blas_workspace, BLAS_WORKSPACE_BYTES), "cuBLAS workspace");
+    if ((bs = cublasSetWorkspace(c->blas, c->blas_workspace, BLAS_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
+        return blas_fail(bs, "cublasSetWorkspace");
+    if (cm->attend_scratch > 0) { /* its split counters start at zero; every step leaves them so */
+        CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
+        CUDA_TRY(cudaMemset(c->partials, 0, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
+    }
+    CUDA_TRY(cudaMalloc(&c->argmax_scratch, og_argmax_cuda_scratch_bytes()), "arg-max scratch");
+    return OG_OK;
+}
+
+static og_status cuda_ctx_create(og_model *m, og_step_ctx **out) {
+    og_step_ctx *c = og_calloc(1, sizeof *c);
+    if (c) c->slots = og_calloc((size_t)(cm_of(m)->n_slots > 0 ? cm_of(m)->n_slots : 1), sizeof *c->slots);
+    if (!c || !c->slots) {
+        og_free(c);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for a step context");
+    }
+    og_status st = ctx_init(m, c);
+    if (st != OG_OK) {
+        cuda_ctx_free(m, c);
+        return st;
+    }
+    *out = c;
+    return OG_OK;
+}
+
+/* Buffers for a step of `rows` rows whose tail has tail_rows rows, of which
+ * host_rows are sampled on the host. Growing drops what the context held
+ * (a step's buffers hold nothing between steps). */
+static og_status ctx_reserve(og_model *m, og_step_ctx *c, int64_t rows, int64_t tail_rows, int64_t host_rows) {
+    const cuda_model *cm = cm_of(m);
+    const int64_t V = m->vocab;
+    if (rows > c->rows_cap) {
+        int64_t cap = rows > 2 * c->rows_cap ? rows : 2 * c->rows_cap;
+        free_rows(m, c);
+        for (int32_t i = 0; i < cm->n_slots; i++)
+            CUDA_TRY(cudaMalloc((void **)&c->slots[i], (size_t)cap * (size_t)cm->slot_width[i] * sizeof(float)),
+                     "activation slots");
+        const size_t block = (size_t)BLOCK_ARRAYS * (size_t)cap * sizeof(int32_t);
+        CUDA_TRY(cudaMallocHost((void **)&c->block_host, block), "pinned step block");
+        CUDA_TRY(cudaMalloc((void **)&c->block_dev, block), "step block");
+        CUDA_TRY(cudaMallocHost((void **)&c->next_host, (size_t)cap * sizeof(int32_t)), "pinned tokens");
+        CUDA_TRY(cudaMalloc((void **)&c->next_dev, (size_t)cap * sizeof(int32_t)), "tokens");
+        if (cap > OG_GEMV_CUDA_MAX_T && cm->max_k > 0) {
+            const size_t parts = (size_t)cap * (size_t)cm->max_k * sizeof(uint16_t);
+            CUDA_TRY(cudaMalloc((void **)&c->split_hi, parts), "matmul scratch");
+            CUDA_TRY(cudaMalloc((void **)&c->split_lo, parts), "matmul scratch");
+        }
+        c->rows_cap = cap;
+    }
+    if (tail_rows > c->logits_cap) {
+        cudaFree(c->logits);
+        c->logits = NULL;
+        c->logits_cap = 0;
+        CUDA_TRY(cudaMalloc((void **)&c->logits, (size_t)tail_rows * (size_t)V * sizeof(float)), "logits");
+        c->logits_cap = tail_rows;
+    }
+    if (host_rows > c->host_rows_cap) {
+        og_free(c->host_rows);
+        c->host_rows_cap = 0;
+        if (!(c->host_rows = og_malloc((size_t)host_rows * (size_t)V * sizeof(float))))
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for %lld logits rows", (long long)host_rows);
+        c->host_rows_cap = host_rows;
+    }
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ one step */
+
+typedef struct step_run {
+    og_model *m;
+    og_step_ctx *c;
+    const og_step_plan *plan;
+    bool tail;      /* running the tail: rows are the tail's rows */
+    int64_t rows;   /* rows of the current phase */
+} step_run;
+
+static const void *operand_dev(const step_run *x, og_program_operand o, int64_t *width, og_dtype *dtype) {
+    const og_model *m = x->m;
+    og_step_ctx *c = x->c;
+    if (o.kind == OG_VALUE_TENSOR) {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, o.index);
+        *dtype = t->dtype;
+        *width = t->rank >= 2 ? t->shape[t->rank - 1] : t->shape[0];
+        return cm_of(m)->weights[o.index];
+    }
+    *dtype = OG_DTYPE_F32;
+    if (o.kind == OG_VALUE_INPUT) {
+        *width = 1;
+        const int which = (o.index == OG_INPUT_TOKENS ? BLOCK_TOKENS : BLOCK_POSITIONS) + (x->tail ? 2 : 0);
+        return block_array(c->block_dev, c->rows_cap, which);
+    }
+    *width = og_program_instr_at(m->prog, o.index)->out_width;
+    const int32_t slot = cm_of(m)->slot_of[o.index];
+    return slot >= 0 ? c->slots[slot] : NULL; /* NULL: a fused step's unwritten value */
+}
+
+static og_status matmul(const step_run *x, const float *in, const void *w, const void *bias, og_dtype dt,
+                        int64_t T, int64_t K, int64_t N, float *out) {
+    og_step_ctx *c = x->c;
+    if (T <= OG_GEMV_CUDA_MAX_T) return og_gemv_cuda(c->stream, in, w, bias, dt, T, K, N, out);
+    if (T > INT32_MAX || K > INT32_MAX || N > INT32_MAX || K > cm_of(x->m)->max_k)
+        return og_set_error(OG_ERR_UNSUPPORTED, "matmul: %lld x %lld x %lld exceeds the cuBLAS path", (long long)T,
+                            (long long)K, (long long)N);
+    const float one = 1.0f, zero = 0.0f;
+    const float *beta = &zero;
+    if (bias) {
+        OG_TRY(og_fill_rows_cuda(c->stream, bias, dt, T, N, out));
+        beta = &one;
+    }
+    cublasStatus_t bs;
+    if (dt == OG_DTYPE_F32) {
+        bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, (int)K, in, (int)K, beta,
+                         out, (int)N);
+        return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasSgemm");
+    }
+    OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, c->split_hi, c->split_lo));
+    /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
+    bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
+                      c->split_hi, CUDA_R_16BF, (int)K, beta, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
+                          c->split_lo, CUDA_R_16BF, (int)K, &one, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+    return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasGemmEx bf16");
+}
+
+/* The device operands of instruction i, its output, and the rows it runs
+ * on (returned). */
+typedef struct instr_io {
+    const void *v[OG_OP_MAX_INPUTS];
+    int64_t w[OG_OP_MAX_INPUTS];
+    og_dtype dt[OG_OP_MAX_INPUTS];
+    float *out;
+} instr_io;
+
+static int64_t instr_operands(const step_run *x, int32_t i, instr_io *io) {
+    const og_model *m = x->m;
+    const og_program_instr *in = og_program_instr_at(m->prog, i);
+    memset(io, 0, sizeof *io);
+    for (int32_t j = 0; j < in->n_in; j++) io->v[j] = operand_dev(x, in->in[j], &io->w[j], &io->dt[j]);
+    const int32_t slot = cm_of(m)->slot_of[i];
+    io->out = i == m->logits_instr ? x->c->logits : slot >= 0 ? x->c->slots[slot] : NULL; /* NULL: never written */
+    return x->rows;
+}
+
+/* update_and_attend of every session of the step over its own storage. */
+static og_status attend(const step_run *x, const og_program_instr *in, const instr_io *io) {
+    const og_step_plan *p = x->plan;
+    const int64_t qw = in->out_width, kw = io->w[1];
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *s = &p->seqs[i];
+        og_attend_cuda_args aa = {
+            .q = (const float *)io->v[0] + s->row0 * qw, .k = (const float *)io->v[1] + s->row0 * kw,
+            .v = (const float *)io->v[2] + s->row0 * kw, .out = io->out + s->row0 * qw, .T = s->T,
+            .n_heads = (int32_t)in->attrs.n_heads, .scale = (float)in->attrs.scale, .partials = x->c->partials,
+        };
+        OG_TRY(og_kv_session_layer_view(s->s->kv, in->kv_index, &aa.kv));
+        OG_TRY(og_update_and_attend_cuda(x->c->stream, &aa));
+    }
+    return OG_OK;
+}
+
+static og_status run_instr(const step_run *x, int32_t i) {
+    const og_model *m = x->m;
+    og_step_ctx *c = x->c;
+    const og_program_instr *in = og_program_instr_at(m->prog, i);
+    instr_io io;
+    const int64_t T = instr_operands(x, i, &io);
+    const void *const *v = io.v;
+    const int64_t *w = io.w;
+    const og_dtype *dt = io.dt;
+    float *out = io.out;
+    const og_op_attrs *a = &in->attrs;
+    switch (in->op) {
+    case OG_OP_EMBED: {
+        const og_program_tensor *t = og_program_tensor_at(m->prog, in->in[1].index);
+        return og_embed_cuda(c->stream, v[0], T, v[1], dt[1], t->shape[0], t->shape[1], out);
+    }
+    case OG_OP_RMS_NORM:
+        return og_rms_norm_cuda(c->stream, v[0], v[1], dt[1], T, w[0], (float)a->eps, out);
+    case OG_OP_HEAD_RMS_NORM:
+        return og_head_rms_norm_cuda(c->stream, v[0], v[1], dt[1], T, a->heads, w[0] / a->heads, (float)a->eps, out);
+    case OG_OP_MATMUL:
+        return matmul(x, v[0], v[1], in->n_in > 2 ? v[2] : NULL, dt[1], T, w[0], in->out_width, out);
+    case OG_OP_ROPE:
+        return og_rope_cuda(c->stream, cm_of(m)->inv_freq + (size_t)i * (OG_ROPE_MAX_HEAD_DIM / 2),
+                            m->rope[i].head_dim, v[0], v[1], T, a->heads, out);
+    case OG_OP_SWIGLU:
+        return og_swiglu_cuda(c->stream, v[0], v[1], T * w[0], out);
+    case OG_OP_ADD:
+        return og_add_cuda(c->stream, v[0], v[1], T * w[0], out);
+    case OG_OP_UPDATE_AND_ATTEND:
+        return attend(x, in, &io);
+    case OG_OP_COUNT:
+        break;
+    }
+    return og_set_error(OG_ERR_UNSUPPORTED, "op %d has no CUDA kernel", (int)in->op);
+}
+
+/* Runs instructions one by one; *failed names the one whose launch failed. */
+static og_status run_each(const step_run *x, const int32_t *instrs, int32_t n, int32_t *failed) {
+    for (int32_t k = 0; k < n; k++) {
+        *failed = instrs[k];
+        OG_TRY(run_instr(x, instrs[k]));
+    }
+    return OG_OK;
+}
+
+/* The add + rms_norm prologue of step sp as a gemv's norm input, when the
+ * step's rows take the gemv path and fit its shared memory. */
+static bool norm_prologue(const step_run *x, const cuda_step *sp, og_gemv_cuda_norm *nm) {
+    if (!sp->n_pre) return false;
+    instr_io a, b;
+    const int64_t T = instr_operands(x, sp->instr[0], &a);
+    if (T > OG_GEMV_CUDA_MAX_T || !og_gemv_cuda_norm_fits(T, a.w[0])) return false;
+    instr_operands(x, sp->instr[1], &b);
+    const og_program_instr *norm = og_program_instr_at(x->m->prog, sp->instr[1]);
+    *nm = (og_gemv_cuda_norm){a.v[0], a.v[1], b.v[1], b.dt[1], (float)norm->attrs.eps, a.out};
+    return true;
+}
+
+/* One launch step: a fused kernel, or its instructions one by one where the
+ * step is wider than the fused kernel serves. *failed names the instruction
+ * whose launch failed. */
+static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *failed) {
+    const og_model *m = x->m;
+    og_step_ctx *c = x->c;
+    og_gemv_cuda_norm norm;
+    const og_gemv_cuda_norm *pro = norm_prologue(x, sp, &norm) ? &norm : NULL;
+    if (sp->n_pre && !pro) /* the prologue on its own: the products then read its output */
+        OG_TRY(run_each(x, sp->instr, sp->n_pre, failed));
+    const int32_t *mi = sp->instr + sp->n_pre, n = sp->n - sp->n_pre;
+    const int32_t i = mi[0];
+    instr_io a, b;
+    *failed = i;
+    switch (sp->kind) {
+    case STEP_ADD_NORM: {
+        const int64_t T = instr_operands(x, i, &a);
+        instr_operands(x, mi[1], &b);
+        const og_program_instr *nrm = og_program_instr_at(m->prog, mi[1]);
+        return og_add_rms_norm_cuda(c->stream, a.v[0], a.v[1], b.v[1], b.dt[1], T, a.w[0], (float)nrm->attrs.eps,
+                                    a.out, b.out);
+    }
+    case STEP_NORM_ROPE: { /* pairs (head norm, rope) */
+        og_head_norm_rope_cuda_job jobs[2];
+        int64_t T = 0;
+        for (int32_t k = 0; k < n / 2; k++) {
+            const int32_t norm_i = mi[2 * k], rope_i = mi[2 * k + 1];
+            T = instr_operands(x, norm_i, &a);
+            instr_operands(x, rope_i, &b);
+            const og_program_instr *nrm = og_program_instr_at(m->prog, norm_i);
+            const int64_t heads = nrm->attrs.heads;
+            jobs[k] = (og_head_norm_rope_cuda_job){a.v[0], a.v[1], a.dt[1],
+                                                   cm_of(m)->inv_freq + (size_t)rope_i * (OG_ROPE_MAX_HEAD_DIM / 2),
+                                                   heads, a.w[0] / heads, (float)nrm->attrs.eps, b.out};
+        }
+        return og_head_norm_rope_multi_cuda(c->stream, jobs, n / 2, b.v[1], T);
+    }
+    case STEP_GATE_UP: {
+        const int64_t T = instr_operands(x, i, &a);
+        if (T > OG_GEMV_CUDA_MAX_T) break;
+        instr_operands(x, mi[1], &b);
+        instr_io sw;
+        instr_operands(x, mi[2], &sw);
+        const og_program_instr *g = og_program_instr_at(m->prog, i);
+        return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
+                                        b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
+    }
+    case STEP_GEMVS:
+    case STEP_ONE: {
+        const int64_t T = instr_operands(x, i, &a);
+        if (T > OG_GEMV_CUDA_MAX_T || (sp->kind == STEP_ONE && !pro)) break;
+        og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
+        for (int32_t k = 0; k < n; k++) {
+            const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
+            instr_operands(x, mi[k], &b);
+            parts[k] = (og_gemv_cuda_part){b.v[1], in->n_in > 2 ? b.v[2] : NULL, in->out_width, b.out};
+        }
+        return og_gemv_norm_multi_cuda(c->stream, pro ? NULL : a.v[0], pro, a.dt[1], T, a.w[0], parts, n);
+    }
+    default:
+        break;
+    }
+    return run_each(x, mi, n, failed);
+}
+
+/* Moves the tail's rows of every value the tail reads to the front (rows
+ * only move down, in increasing order, on one stream: safe in place). */
+static og_status compact_for_tail(const step_run *x) {
+    const og_model *m = x->m;
+    const og_step_plan *p = x->plan;
+    for (int32_t i = 0; i <= m->last_attend; i++) {
+        const int32_t slot = cm_of(m)->slot_of[i];
+        if (slot < 0) continue;
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        bool read = false; /* by a tail instruction */
+        for (int32_t t = m->last_attend + 1; t < m->n_instrs && !read; t++) {
+            const og_program_instr *ti = og_program_instr_at(m->prog, t);
+            for (int32_t j = 0; j < ti->n_in; j++)
+                if (ti->in[j].kind == OG_VALUE_ACTIVATION && ti->in[j].index == i) read = true;
+        }
+        if (!read) continue;
+        float *base = x->c->slots[slot];
+        const size_t row = (size_t)in->out_width * sizeof(float);
+        for (int32_t j = 0; j < p->n_tail_rows; j++)
+            if (p->tail_src[j] != j)
+                CUDA_TRY(cudaMemcpyAsync(base + (size_t)j * (size_t)in->out_width,
+                                         base + (size_t)p->tail_src[j] * (size_t)in->out_width, row,
+                                         cudaMemcpyDeviceToDevice, x->c->stream),
+                         "tail rows");
+    }
+    return OG_OK;
+}
+
+/* Enqueues the step: the block upload, every launch step (the tail on its
+ * rows), the outputs' device work and copies back. */
+static og_status enqueue(step_run *x, int32_t *failed) {
+    og_model *m = x->m;
+    og_step_ctx *c = x->c;
+    const og_step_plan *p = x->plan;
+    const cuda_model *cm = cm_of(m);
+    const int64_t V = m->vocab;
+    *failed = -1;
+    CUDA_TRY(cudaMemcpyAsync(c->block_dev, c->block_host, (size_t)BLOCK_ARRAYS * (size_t)c->rows_cap * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, c->stream),
+             "step block upload");
+    for (int32_t k = 0; k < cm->n_steps; k++) {
+        const cuda_step *sp = &cm->steps[k];
+        const bool tail = og_exec_in_tail(m, sp->instr[0]);
+        if (tail && p->n_tail_rows == 0) continue; /* no output is asked for */
+        if (tail && !x->tail) {
+            if (!p->tail_is_all) OG_TRY(compact_for_tail(x));
+            x->tail = true;
+            x->rows = p->n_tail_rows;
+        }
+        OG_TRY(run_fused(x, sp, failed));
+        *failed = -1;
+    }
+    int32_t n_host = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        const float *row = c->logits + (size_t)q->tail_row0 * (size_t)V;
+        switch (q->item->output) {
+        case OG_OUTPUT_LOGITS:
+        case OG_OUTPUT_LOGITS_ALL:
+            CUDA_TRY(cudaMemcpyAsync(q->item->logits, row, (size_t)q->tail_rows * (size_t)V * sizeof(float),
+                                     cudaMemcpyDeviceToHost, c->stream),
+                     "logits copy back");
+            break;
+        case OG_OUTPUT_ARGMAX:
+            OG_TRY(og_argmax_cuda(c->stream, row, V, c->next_dev + i, c->argmax_scratch));
+            break;
+        case OG_OUTPUT_SAMPLE:
+            CUDA_TRY(cudaMemcpyAsync(c->host_rows + (size_t)n_host++ * (size_t)V, row, (size_t)V * sizeof(float),
+                                     cudaMemcpyDeviceToHost, c->stream),
+                     "logits copy back");
+            break;
+        default:
+            break;
+        }
+    }
+    CUDA_TRY(cudaMemcpyAsync(c->next_host, c->next_dev, (size_t)p->n_seqs * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             c->stream),
+             "token copy back");
+    return OG_OK;
+}
+
+static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
+    int32_t n_host = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) n_host += p->seqs[i].item->output == OG_OUTPUT_SAMPLE;
+    CUDA_TRY(cudaSetDevice(cm_of(m)->device), "cudaSetDevice");
+    OG_TRY(ctx_reserve(m, c, p->n_rows > p->n_seqs ? p->n_rows : p->n_seqs, p->n_tail_rows, n_host));
+    /* the pinned block is free: the previous step ended with a synchronization */
+    int32_t *tok = block_array(c->block_host, c->rows_cap, BLOCK_TOKENS);
+    int32_t *pos = block_array(c->block_host, c->rows_cap, BLOCK_POSITIONS);
+    int32_t *ttok = block_array(c->block_host, c->rows_cap, BLOCK_TAIL_TOKENS);
+    int32_t *tpos = block_array(c->block_host, c->rows_cap, BLOCK_TAIL_POSITIONS);
+    memcpy(tok, p->tokens, (size_t)p->n_rows * sizeof *tok);
+    memcpy(pos, p->positions, (size_t)p->n_rows * sizeof *pos);
+    for (int32_t j = 0; j < p->n_tail_rows; j++) {
+        ttok[j] = p->tokens[p->tail_src[j]];
+        tpos[j] = p->positions[p->tail_src[j]];
+    }
+    CUDA_TRY(cudaStreamSynchronize(cm_of(m)->store), "KV storage copies");
+    step_run x = {m, c, p, false, p->n_rows};
+    int32_t failed = -1;
+    og_status st = enqueue(&x, &failed);
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (st == OG_OK && e != cudaSuccess) st = cuda_fail(e, "step");
+    if (st != OG_OK) {
+        if (failed >= 0) {
+            const og_program_instr *in = og_program_instr_at(m->prog, failed);
+            return og_set_error(st, "instruction %d (%s -> %s): %s", failed, og_op_get(in->op)->name, in->out,
+                                og_last_error());
+        }
+        return st;
+    }
+    n_host = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        og_batch_item *it = p->seqs[i].item;
+        if (it->output == OG_OUTPUT_ARGMAX) it->token = c->next_host[i];
+        if (it->output == OG_OUTPUT_SAMPLE)
+            it->token = og_sampler_sample(it->sampler, c->host_rows + (size_t)n_host++ * (size_t)m->vocab);
+    }
+    return OG_OK;
+}
+
+const og_backend_ops og_backend_cuda_ops = {
+    .name = "cuda",
+    .model_init = cuda_model_init,
+    .model_free = cuda_model_free,
+    .session_init = cuda_session_init,
+    .session_free = cuda_session_free,
+    .ctx_create = cuda_ctx_create,
+    .ctx_free = cuda_ctx_free,
+    .step = cuda_run_step,
+};
