@@ -104,7 +104,7 @@ done:
 
 /* ------------------------------------------------------------ sessions */
 
-static og_status cpu_session_init(og_session *s) { return og_kv_session_create(&s->cfg, NULL, &s->kv); }
+static og_status cpu_session_init(og_session *s) { return og_kv_session_create(&s->cfg, s->kv_alloc, &s->kv); }
 static void cpu_session_free(og_session *s) { (void)s; }
 
 /* ------------------------------------------------------------ contexts */

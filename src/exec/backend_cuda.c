@@ -433,6 +433,9 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
 /* ------------------------------------------------------------ sessions */
 
 static og_status cuda_session_init(og_session *s) {
+    if (s->kv_alloc)
+        return og_set_error(OG_ERR_UNSUPPORTED, "og_session_create: the CUDA back end keeps its sessions' KV storage "
+                                                "in device memory of its own; kv_allocator must be NULL");
     cuda_session *cs = og_calloc(1, sizeof *cs);
     if (!cs) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory");
     s->be = cs;

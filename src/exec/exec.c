@@ -29,7 +29,7 @@ og_model_params og_model_default_params(void) {
 }
 
 og_session_params og_session_default_params(void) {
-    og_session_params p = {OG_DTYPE_COUNT};
+    og_session_params p = {OG_DTYPE_COUNT, NULL};
     return p;
 }
 
@@ -223,8 +223,10 @@ og_status og_session_create(og_model *m, const og_session_params *params, og_ses
     s->m = m;
     s->cfg = *og_program_kv_config(m->prog);
     if (p.kv_dtype != OG_DTYPE_COUNT) s->cfg.kv_dtype = p.kv_dtype;
+    s->kv_alloc = p.kv_allocator;
     atomic_init(&s->stepping, 0);
     og_status st = m->ops->session_init(s);
+    s->kv_alloc = NULL; /* copied by the KV session, if used */
     if (st == OG_OK) st = og_program_bindings_create(m->prog, &s->bind);
     if (st != OG_OK) {
         og_session_destroy(s);

@@ -54,6 +54,7 @@ struct og_session {
     og_kv_session *kv;          /* owned: this session's KV storage     */
     og_program_bindings *bind;  /* owned: runtime tensors, bound per step */
     void *be;                   /* owned by the back end: its session state */
+    const og_kv_allocator *kv_alloc; /* og_session_params.kv_allocator, during session_init only */
     atomic_int stepping;        /* 1 while a step of this session runs  */
     int32_t last_token;         /* the token of the last ARGMAX / SAMPLE step of og_session_eval_* */
     og_errbuf err;
