@@ -374,6 +374,11 @@ typedef struct og_session_params {
     /* KV storage dtype: OG_DTYPE_COUNT keeps the program's kv_dtype;
      * OG_DTYPE_F32 or OG_DTYPE_BF16 override it for this session. */
     og_dtype kv_dtype;
+    /* Where the session's KV storage comes from: NULL (default) is the back
+     * end's own. On the CPU back end any host-memory allocator (copied by
+     * value; its ctx must outlive the session), e.g. og_kv_allocator_faulty
+     * to test failures; the CUDA back end refuses one. */
+    const og_kv_allocator *kv_allocator;
 } og_session_params;
 og_session_params og_session_default_params(void);
 
