@@ -1,7 +1,10 @@
 /* Argument validation shared by every update_and_attend back end.
  *
  * Letters: T tokens, Hq query heads, Hkv kv heads, D head dim, L committed
- * length, R allocated rows, W ring window (see attend.h).
+ * length, R allocated rows, W ring window (see attend.h). Storage rows are
+ * og_kv_layer_view_row_stride(kv) elements apart: the R rows span
+ * R * stride elements from kv.k (and kv.v), of which each row's first
+ * Hkv * D are the layer's.
  */
 #include "kernels/attend.h"
 
@@ -49,8 +52,14 @@ og_status og_attend_check(const og_attend_args *a) {
                             "update_and_attend: layer %d: length %lld, rows %lld (need L >= 0, "
                             "R >= 1)",
                             layer, (long long)kv->length, (long long)kv->rows);
+    const int64_t row_elems = (int64_t)kv->n_kv_heads * kv->head_dim;
+    if (kv->row_stride != 0 && kv->row_stride < row_elems)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "update_and_attend: layer %d: row stride %lld elements is below a row's "
+                            "Hkv * D = %lld (0 means dense)",
+                            layer, (long long)kv->row_stride, (long long)row_elems);
     int64_t bytes; /* og_mul_overflow_i64 returns false on overflow */
-    if (!og_mul_overflow_i64(kv->rows, (int64_t)kv->n_kv_heads * kv->head_dim, &bytes) ||
+    if (!og_mul_overflow_i64(kv->rows, og_kv_layer_view_row_stride(kv), &bytes) ||
         !og_mul_overflow_i64(bytes, 4, &bytes) ||
         !og_mul_overflow_i64((int64_t)a->T * a->n_heads, (int64_t)kv->head_dim * 4, &bytes))
         return og_set_error(OG_ERR_INVALID_ARGUMENT,

@@ -11,6 +11,11 @@
  *        W + max_write - 1 slots
  *   W    sliding window of a ring layer (kv.window)
  *
+ * Storage rows are og_kv_layer_view_row_stride(&kv) elements apart (kv.row_stride,
+ * or Hkv * D when it is 0): in a packed block the stride is wider than the
+ * layer's Hkv * D elements, and the elements between belong to other layers;
+ * a kernel reads and writes only the layer's own Hkv * D of each row.
+ *
  * A call first writes every token's k and v into the bound storage (flat: row
  * p; ring: row p mod R), then attends: the query at position p sees keys
  * 0..p (flat) or max(0, p-W+1)..p (ring); query head h reads kv head h / G.
@@ -48,7 +53,8 @@ typedef struct og_attend_stats {
  *   OG_ERR_WRITE_TOO_WIDE    ring layer and T > R - W + 1 (its max_write)
  *   OG_ERR_UNSUPPORTED       storage dtype other than bf16 or f32
  *   OG_ERR_INVALID_ARGUMENT  anything else: NULL buffers, T < 1, sizes < 1,
- *                            Hq % Hkv != 0, unknown dtype or policy, a ring
+ *                            Hq % Hkv != 0, 0 < kv.row_stride < Hkv * D,
+ *                            unknown dtype or policy, a ring
  *                            with W < 1 or R < W, a flat layer with W != 0,
  *                            L < 0, a non-finite scale, sizes that overflow. */
 og_status og_attend_check(const og_attend_args *a);

@@ -6,7 +6,8 @@
  *   D    head dim                    L    committed length before the step
  *   R    allocated rows              W    ring window
  *   KB   keys per chunk              QB   query rows per work item
- *   S    split-K partitions
+ *   S    split-K partitions          RS   elements between storage rows
+ *                                         (kv.row_stride, Hkv * D when dense)
  *
  * Work items:
  *   prefill / short decode: (block of QB query rows) x (kv head). An item walks
@@ -80,6 +81,7 @@ typedef struct cpu_ctx {
     const og_attend_args *a;
     const og_attend_ops *ops;
     int64_t T, Hq, Hkv, D, G, L, R, W; /* W = 0 for flat */
+    int64_t RS;                  /* elements between storage rows (kv.row_stride; >= Hkv * D) */
     float scale;
     int64_t qb, n_blocks;        /* query rows per item, items per kv head */
     /* split-K (S == 1: not split) */
@@ -124,13 +126,13 @@ static void softmax_update(const cpu_ctx *c, const float *q, const float *K, con
 /* Asks for the next chunk's k and v rows (heads g0 .. g1-1 of the keys from
  * j0 on) to be brought into cache while the current chunk is computed: a
  * decode is bound by memory latency otherwise. Into L2, not L1: a chunk's
- * rows of one kv head lie a storage row (Hkv * D elements) apart, so they
+ * rows of one kv head lie a storage row (RS elements) apart, so they
  * share a few L1 sets and would evict each other before use. */
 static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t g0,
                            int64_t g1) {
     const og_kv_layer_view *kv = &c->a->kv;
     const int64_t esize = (int64_t)og_dtype_size(kv->dtype);
-    const int64_t row_bytes = c->Hkv * c->D * esize;
+    const int64_t row_bytes = c->RS * esize;
     const int64_t lo = g0 * c->D * esize, hi = g1 * c->D * esize; /* bytes within a row */
     const int64_t end = key_hi - j0 < KB ? key_hi : j0 + KB;
     for (int64_t j = j0; j < end; j++) {
@@ -151,7 +153,7 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                         int64_t g1, int64_t key_lo, int64_t key_hi, float *acc,
                         int64_t acc_stride, float *m, float *l) {
     const og_kv_layer_view *kv = &c->a->kv;
-    const int64_t D = c->D, G = c->G, nh = (g1 - g0) * G, row_elems = c->Hkv * D;
+    const int64_t D = c->D, G = c->G, nh = (g1 - g0) * G, rs = c->RS; /* storage row stride */
     float *scratch = c->scratch + thread * c->scratch_per_thread;
     float *Kc = scratch, *Vc = Kc + KB * D, *s = Vc + KB * D; /* [KB, D], [KB, D], [2, KB] */
     const float *q_base = c->a->q + (t0 * c->Hq + g0 * G) * D; /* row r at r * Hq * D */
@@ -167,11 +169,11 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
         /* the fused update prefetches as it reads: the same rows of the next
          * n rows of storage, unless they wrap the ring; past key_hi they are
          * the next split's (or the step's own) rows, read next */
-        const int64_t pf = slot + 2 * n <= c->R ? n * row_elems : 0;
+        const int64_t pf = slot + 2 * n <= c->R ? n * rs : 0;
         for (int64_t g = g0; g < g1; g++) {
             if (fused) {
-                const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * row_elems + g * D;
-                const og_bf16 *Vb = (const og_bf16 *)kv->v + slot * row_elems + g * D;
+                const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * rs + g * D;
+                const og_bf16 *Vb = (const og_bf16 *)kv->v + slot * rs + g * D;
                 for (int64_t r = 0; r < rows; r++) {
                     const int64_t p = c->L + t0 + r;
                     const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
@@ -179,7 +181,7 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                     if (lo_abs >= hi_abs) continue;
                     const int64_t lo = lo_abs - j0, x = (g - g0) * G;
                     c->ops->update_bf16(q_base + r * c->Hq * D + x * D, (int32_t)G,
-                                        Kb + lo * row_elems, Vb + lo * row_elems, row_elems,
+                                        Kb + lo * rs, Vb + lo * rs, rs,
                                         (int32_t)D, (int32_t)(hi_abs - lo_abs), pf, c->scale,
                                         &m[r * nh + x], &l[r * nh + x],
                                         acc + r * acc_stride + x * D, s);
@@ -189,13 +191,13 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
             const float *K, *V;
             int64_t ks;
             if (kv->dtype == OG_DTYPE_F32) {
-                K = (const float *)kv->k + slot * row_elems + g * D;
-                V = (const float *)kv->v + slot * row_elems + g * D;
-                ks = row_elems;
+                K = (const float *)kv->k + slot * rs + g * D;
+                V = (const float *)kv->v + slot * rs + g * D;
+                ks = rs;
             } else {
-                c->ops->widen(Kc, (const og_bf16 *)kv->k + slot * row_elems + g * D, row_elems,
+                c->ops->widen(Kc, (const og_bf16 *)kv->k + slot * rs + g * D, rs,
                               (int32_t)D, (int32_t)n);
-                c->ops->widen(Vc, (const og_bf16 *)kv->v + slot * row_elems + g * D, row_elems,
+                c->ops->widen(Vc, (const og_bf16 *)kv->v + slot * rs + g * D, rs,
                               (int32_t)D, (int32_t)n);
                 K = Kc;
                 V = Vc;
@@ -225,10 +227,10 @@ static void write_token(void *ctx, int64_t t, int thread) {
     const int64_t p = c->L + t, slot = c->W > 0 ? p % c->R : p, n = c->Hkv * c->D;
     const float *k = c->a->k + t * n, *v = c->a->v + t * n; /* [Hkv, D] */
     if (kv->dtype == OG_DTYPE_F32) {
-        memcpy((float *)kv->k + slot * n, k, (size_t)n * sizeof(float));
-        memcpy((float *)kv->v + slot * n, v, (size_t)n * sizeof(float));
+        memcpy((float *)kv->k + slot * c->RS, k, (size_t)n * sizeof(float));
+        memcpy((float *)kv->v + slot * c->RS, v, (size_t)n * sizeof(float));
     } else {
-        og_bf16 *dk = (og_bf16 *)kv->k + slot * n, *dv = (og_bf16 *)kv->v + slot * n;
+        og_bf16 *dk = (og_bf16 *)kv->k + slot * c->RS, *dv = (og_bf16 *)kv->v + slot * c->RS;
         for (int64_t i = 0; i < n; i++) {
             dk[i] = og_bf16_from_f32(k[i]);
             dv[i] = og_bf16_from_f32(v[i]);
@@ -317,6 +319,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
         .L = kv->length,
         .R = kv->rows,
         .W = kv->policy == OG_KV_RING ? kv->window : 0,
+        .RS = og_kv_layer_view_row_stride(kv),
         .scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim),
         .S = 1,
     };

@@ -2,8 +2,9 @@
  * instruction set. Internal to src/kernels.
  *
  * Letters: D head dim, n keys in a chunk (rows of K and V).
- * K and V rows are f32, kv_stride floats apart (the storage row stride for f32
- * storage, D for rows widened from bf16 into scratch).
+ * K and V rows are f32, kv_stride floats apart (the storage row stride,
+ * og_kv_layer_view_row_stride, for f32 storage; D for rows widened from bf16
+ * into scratch); bf16 rows read in place are kv_stride elements apart.
  */
 #ifndef OG_KERNELS_ATTEND_ISA_H
 #define OG_KERNELS_ATTEND_ISA_H

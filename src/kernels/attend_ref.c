@@ -2,7 +2,8 @@
  * not fast: every other back end is tested against it.
  *
  * Letters: T tokens, Hq query heads, Hkv kv heads, G = Hq / Hkv, D head dim,
- * L committed length, R allocated rows, W ring window (see attend.h).
+ * L committed length, R allocated rows, W ring window, S storage row stride
+ * in elements (see attend.h).
  */
 #include "kernels/attend.h"
 
@@ -20,14 +21,15 @@ og_status og_update_and_attend_ref(const og_attend_args *a) {
     const og_kv_layer_view *kv = &a->kv;
     const int64_t T = a->T, Hq = a->n_heads, Hkv = kv->n_kv_heads, D = kv->head_dim;
     const int64_t G = Hq / Hkv, L = kv->length;
+    const int64_t S = og_kv_layer_view_row_stride(kv); /* elements between storage rows */
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
 
-    /* 1. write every token's k and v: storage [R, Hkv, D] */
+    /* 1. write every token's k and v: storage [R, Hkv, D], rows S apart */
     for (int64_t t = 0; t < T; t++) {
         const int64_t row = ref_slot(kv, L + t);
         for (int64_t i = 0; i < Hkv * D; i++) {
-            og_store_f32(kv->k, kv->dtype, (size_t)(row * Hkv * D + i), a->k[t * Hkv * D + i]);
-            og_store_f32(kv->v, kv->dtype, (size_t)(row * Hkv * D + i), a->v[t * Hkv * D + i]);
+            og_store_f32(kv->k, kv->dtype, (size_t)(row * S + i), a->k[t * Hkv * D + i]);
+            og_store_f32(kv->v, kv->dtype, (size_t)(row * S + i), a->v[t * Hkv * D + i]);
         }
     }
 
@@ -44,7 +46,7 @@ og_status og_update_and_attend_ref(const og_attend_args *a) {
             float m = -INFINITY, l = 0.0f;
             for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
             for (int64_t j = first; j <= p; j++) {
-                const size_t base = (size_t)((ref_slot(kv, j) * Hkv + kvh) * D);
+                const size_t base = (size_t)(ref_slot(kv, j) * S + kvh * D);
                 float s = 0.0f;
                 for (int64_t d = 0; d < D; d++)
                     s += q[d] * og_load_f32(kv->k, kv->dtype, base + (size_t)d);
