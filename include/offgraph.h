@@ -172,10 +172,31 @@ typedef struct og_kv_allocator {
      * as it was. */
     og_status (*reserve)(void *ctx, size_t max_bytes, size_t bytes, void **out);
     og_status (*resize)(void *ctx, void *ptr, size_t bytes);
+    /* Bytes reserve and resize back at a time: a block asked to back `bytes`
+     * holds bytes rounded up to a multiple of it (metrics count that). 0
+     * means exact. Meaningful only with reserve/resize. */
+    size_t granularity;
 } og_kv_allocator;
 
 /* The host-heap allocator. Returned by value; needs no cleanup. */
 og_kv_allocator og_kv_allocator_cpu(void);
+
+/* A host allocator that grows in place, in pages: reserve maps address space
+ * for max_bytes that nothing may touch, and makes its first bytes (rounded
+ * up to whole pages) readable and writable; resize makes more pages of it
+ * accessible, or gives the pages wholly past the new size back to the
+ * system (their contents are lost). Addresses never change. granularity is
+ * the page size. alloc/free/copy of other blocks use the host heap; free
+ * tells the two apart. Touching a page past what is backed faults.
+ * OG_ERR_UNSUPPORTED where the system cannot reserve address space. On
+ * success *out must be released with og_kv_allocator_paged_release after
+ * every session using it is destroyed; its calls may come from several
+ * threads. */
+og_status og_kv_allocator_paged(og_kv_allocator *out);
+/* Releases what og_kv_allocator_paged holds (reservations still live are
+ * unmapped, with a warning) and zeroes *a; a no-op for other allocators and
+ * NULL. */
+void og_kv_allocator_paged_release(og_kv_allocator *a);
 
 /* Fault injection: an allocator that forwards to `inner` but fails the
  * fail_at-th allocation (1-based, counted since the last arm) with
@@ -201,7 +222,21 @@ typedef struct og_kv_session og_kv_session;
 /* Creates a session over cfg (validated; copied, so cfg may be freed).
  * alloc NULL means the CPU allocator; a non-NULL allocator is copied by value
  * and its ctx must outlive the session. No storage is allocated until the
- * first prepare. On success *out is owned by the caller: og_kv_session_destroy. */
+ * first prepare. On success *out is owned by the caller: og_kv_session_destroy.
+ *
+ * Layout. With an allocator that grows in place (reserve/resize) the session
+ * packs its flat layers: one block, reserved once for max_capacity rows,
+ * whose row p holds position p's k row and v row of every flat layer, in
+ * manifest order (k of the first flat layer, its v, k of the next, ...), each
+ * starting on a 16-byte boundary of the row. Growth backs more of the same
+ * block (resize) to exactly the rows needed rounded up to the allocator's
+ * granularity, so nothing ever moves and the block holds at most one
+ * granule more than the rows the step needs. Ring layers share one fixed
+ * block of their own (alloc, at the first prepare), each layer's k then v
+ * dense [R, Hkv, D]. A packed layer's view reports the packed row's width
+ * as row_stride. With any other allocator every layer has its own dense k
+ * and v blocks (row_stride 0), and a flat layer grows geometrically from
+ * initial_capacity by alloc + copy + free. */
 og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *alloc,
                                og_kv_session **out);
 /* Frees the session and all of its storage. NULL is a no-op. */
@@ -232,7 +267,9 @@ const char *og_kv_session_last_error(const og_kv_session *s);
 /* The storage a step binds for one manifest layer (index into cfg->layers).
  * Pointers are borrowed from the session and valid until the next prepare,
  * reset or destroy. Sequence-major: row `slot` of k is at
- * k + slot * n_kv_heads * head_dim elements. */
+ * k + slot * og_kv_layer_view_row_stride(view) elements (n_kv_heads *
+ * head_dim of them belong to the layer; in a packed block the rest of the
+ * stride is other layers' rows, which a kernel must never touch). */
 typedef struct og_kv_layer_view {
     int32_t layer_id;
     og_kv_policy policy;
@@ -259,8 +296,13 @@ typedef struct og_kv_metrics {
     int64_t length;          /* committed tokens L                        */
     int32_t n_layers;
     int64_t rows_allocated;  /* sum over layers of allocated rows         */
-    int64_t bytes_allocated; /* KV bytes held (k and v, every layer)      */
-    int64_t bytes_live;      /* KV bytes the committed tokens occupy      */
+    /* KV bytes held, as the allocator backs them: per-layer blocks their
+     * exact size; a packed block its backed size (rounded up to the
+     * allocator's granularity, including row padding and memory a failed
+     * rollback could not give back); the ring block its exact size. */
+    int64_t bytes_allocated;
+    int64_t bytes_live;      /* KV bytes the committed tokens occupy (k and v,
+                                Hkv * D elements a row, no padding)       */
     int64_t growth_count;    /* storage growths: one per layer grown (moved or in place) */
     int64_t rebinds;         /* prepares whose bound addresses changed    */
     int64_t graph_captures;  /* CUDA graph captures (exec increments)     */
@@ -277,8 +319,10 @@ void og_kv_session_note_capture(og_kv_session *s);
 typedef struct og_kv_capacity {
     int64_t tokens_reachable;   /* more tokens this session can still take */
     int64_t fresh_sessions;     /* new sessions whose first step fits      */
-    int64_t bytes_per_token;    /* flat-layer bytes one more token costs   */
-    int64_t fresh_session_bytes;/* storage of a new session's first step   */
+    int64_t bytes_per_token;    /* flat-layer bytes one more token costs
+                                   (packed: the packed row, padding included) */
+    int64_t fresh_session_bytes;/* storage of a new session's first step
+                                   (packed: ring block + one row's backing)  */
 } og_kv_capacity;
 og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes,
                                  og_kv_capacity *out);

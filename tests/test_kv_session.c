@@ -5,7 +5,11 @@
  *
  * The manifest (f32): flat A Hkv=2 D=4 (32 bytes a row), flat B Hkv=1 D=2
  * (8 bytes), ring C W=4 Hkv=1 D=4 (16 bytes); max_write 4 so R = 7;
- * initial_capacity 4, max_capacity 32. */
+ * initial_capacity 4, max_capacity 32. With the CPU heap every layer has
+ * dense blocks; over an allocator that grows in place the flat layers are
+ * packed: a row of A k (32), A v (32), B k (8 + 8 padding), B v (8 + 8) is
+ * 96 bytes (24 floats), and the ring's k and v (7 x 16 bytes each) share
+ * one 224-byte block. tests/test_kv_packed.c covers packing at length. */
 #include "harness.h"
 #include "kv/kv.h"
 
@@ -27,6 +31,13 @@ static const og_kv_config k_cfg = {
 #define RING_R 7
 
 static int64_t row_elems(int i) { return (int64_t)k_layers[i].n_kv_heads * k_layers[i].head_dim; }
+/* Elements a view's k (or v) spans: its rows at their stride, the last one
+ * only as wide as the layer (a packed row's tail belongs to other layers). */
+static int64_t span_elems(const og_kv_layer_view *v, int i) {
+    return v->rows ? (v->rows - 1) * og_kv_layer_view_row_stride(v) + row_elems(i) : 0;
+}
+#define PACK_ROW 96  /* bytes of a packed row (see the top) */
+#define RING_BLOCK 224
 static int64_t slot_of(int i, int64_t pos) { return k_layers[i].policy == OG_KV_RING ? pos % RING_R : pos; }
 /* The value a kernel writes for element e of position pos (kv 0 = k, 1 = v). */
 static float pattern(int layer, int kv, int64_t pos, int64_t e, int salt) {
@@ -43,9 +54,10 @@ static void write_step(og_kv_session *s, int32_t T, int salt) {
         if (!v.k || !v.v) return;
         for (int64_t p = v.length; p < v.length + T; p++) {
             CHECK(slot_of(i, p) < v.rows);
+            const int64_t at = slot_of(i, p) * og_kv_layer_view_row_stride(&v);
             for (int64_t e = 0; e < row_elems(i); e++) {
-                ((float *)v.k)[slot_of(i, p) * row_elems(i) + e] = pattern(i, 0, p, e, salt);
-                ((float *)v.v)[slot_of(i, p) * row_elems(i) + e] = pattern(i, 1, p, e, salt);
+                ((float *)v.k)[at + e] = pattern(i, 0, p, e, salt);
+                ((float *)v.v)[at + e] = pattern(i, 1, p, e, salt);
             }
         }
     }
@@ -59,11 +71,13 @@ static int64_t verify_rows(const og_kv_session *s, int salt) {
         og_kv_layer_view v;
         CHECK_OK(og_kv_session_layer_view(s, i, &v));
         int64_t lo = k_layers[i].policy == OG_KV_RING && v.length > RING_R ? v.length - RING_R : 0;
-        for (int64_t p = lo; p < v.length; p++)
+        for (int64_t p = lo; p < v.length; p++) {
+            const int64_t at = slot_of(i, p) * og_kv_layer_view_row_stride(&v);
             for (int64_t e = 0; e < row_elems(i); e++) {
-                bad += ((const float *)v.k)[slot_of(i, p) * row_elems(i) + e] != pattern(i, 0, p, e, salt);
-                bad += ((const float *)v.v)[slot_of(i, p) * row_elems(i) + e] != pattern(i, 1, p, e, salt);
+                bad += ((const float *)v.k)[at + e] != pattern(i, 0, p, e, salt);
+                bad += ((const float *)v.v)[at + e] != pattern(i, 1, p, e, salt);
             }
+        }
     }
     return bad;
 }
@@ -89,7 +103,7 @@ static void snap_take(const og_kv_session *s, snapshot *sn) {
     CHECK_OK(og_kv_session_metrics(s, &sn->m));
     for (int i = 0; i < NL; i++) {
         CHECK_OK(og_kv_session_layer_view(s, i, &sn->views[i]));
-        size_t n = (size_t)(sn->views[i].rows * row_elems(i)) * sizeof(float);
+        size_t n = (size_t)span_elems(&sn->views[i], i) * sizeof(float);
         if (!n) continue;
         sn->bytes[i][0] = malloc(n);
         sn->bytes[i][1] = malloc(n);
@@ -110,7 +124,7 @@ static bool snap_same(const og_kv_session *s, const snapshot *sn) {
         og_kv_layer_view v;
         CHECK_OK(og_kv_session_layer_view(s, i, &v));
         same = same && memcmp(&v, &sn->views[i], sizeof v) == 0;
-        size_t n = (size_t)(sn->views[i].rows * row_elems(i)) * sizeof(float);
+        size_t n = (size_t)span_elems(&sn->views[i], i) * sizeof(float);
         if (same && n)
             same = memcmp(v.k, sn->bytes[i][0], n) == 0 && memcmp(v.v, sn->bytes[i][1], n) == 0;
     }
@@ -552,7 +566,6 @@ struct inplace_alloc {
     fake_block blocks[FAKE_MAX];
     int64_t limit, held;
     int64_t reserves, grows, shrinks, plain_allocs, copies, bad_calls;
-    bool fail_shrinks; /* make every shrink fail */
 };
 
 static size_t page_round(size_t bytes) {
@@ -626,7 +639,6 @@ static og_status fake_resize(void *ctx, void *ptr, size_t bytes) {
         if (mprotect(b->base, page_round(bytes), PROT_READ | PROT_WRITE) != 0) return OG_ERR_OUT_OF_MEMORY;
         f->grows++;
     } else if (bytes < b->backed) {
-        if (f->fail_shrinks) return og_set_error(OG_ERR_BACKEND, "fake allocator: shrink made to fail");
         /* bytes past the kept ones are lost: poison the kept page's tail, give back whole pages */
         size_t keep = page_round(bytes);
         memset(b->base + bytes, 0xA5, keep - bytes);
@@ -670,27 +682,26 @@ static og_kv_allocator inplace_allocator(inplace_alloc *f) {
                              .reserve = fake_reserve, .resize = fake_resize};
 }
 
-/* Every flat block of s is backed for exactly its rows, every ring block is plain. */
+/* The packed block of s is backed for exactly its rows (the fake allocator
+ * has granularity 0: exact), reserved for max_capacity of them, and the ring
+ * shares one plain block. */
 static void check_backed(inplace_alloc *f, const og_kv_session *s) {
-    for (int i = 0; i < NL; i++) {
-        og_kv_layer_view v;
-        CHECK_OK(og_kv_session_layer_view(s, i, &v));
-        size_t bytes = (size_t)(v.rows * row_elems(i)) * sizeof(float);
-        for (int kv = 0; kv < 2; kv++) {
-            const fake_block *b = fake_find(f, kv ? v.v : v.k);
-            CHECK_MSG(b != NULL, "layer %d: block not from the allocator", i);
-            if (!b) continue;
-            if (k_layers[i].policy == OG_KV_RING)
-                CHECK_MSG(b->plain == bytes, "layer %d: ring block of %zu bytes", i, b->plain);
-            else
-                CHECK_MSG(b->backed == bytes && b->reserved == (size_t)k_cfg.max_capacity * bytes / (size_t)v.rows,
-                          "layer %d (%lld rows): %zu bytes backed of %zu reserved", i, (long long)v.rows, b->backed,
-                          b->reserved);
-        }
-    }
+    og_kv_layer_view a, b, c;
+    CHECK_OK(og_kv_session_layer_view(s, 0, &a));
+    CHECK_OK(og_kv_session_layer_view(s, 1, &b));
+    CHECK_OK(og_kv_session_layer_view(s, 2, &c));
+    const fake_block *pack = fake_find(f, a.k), *ring = fake_find(f, c.k);
+    CHECK_MSG(pack && !pack->plain && pack->backed == (size_t)a.rows * PACK_ROW &&
+                  pack->reserved == (size_t)k_cfg.max_capacity * PACK_ROW,
+              "packed block: %zu bytes backed of %zu reserved for %lld rows", pack ? pack->backed : 0,
+              pack ? pack->reserved : 0, (long long)a.rows);
+    CHECK((char *)a.v == (char *)a.k + 32 && (char *)b.k == (char *)a.k + 64 && (char *)b.v == (char *)a.k + 80);
+    CHECK(a.row_stride == PACK_ROW / 4 && b.row_stride == PACK_ROW / 4 && c.row_stride == 0);
+    CHECK(b.rows == a.rows && c.rows == RING_R);
+    CHECK_MSG(ring && ring->plain == RING_BLOCK && (char *)c.v == (char *)c.k + 112, "ring block");
 }
 
-/* The flat layers of s are bound where `first` says. */
+/* The layers of s are bound where `first` says. */
 static bool same_addresses(const og_kv_session *s, const og_kv_layer_view *first) {
     bool same = true;
     for (int i = 0; i < NL; i++) {
@@ -702,19 +713,23 @@ static bool same_addresses(const og_kv_session *s, const og_kv_layer_view *first
 }
 
 static void test_grow_in_place(void) {
-    og_test_section("growth in place: same addresses, same rows, no copies");
+    og_test_section("packed growth in place: same addresses, same rows, no copies");
     inplace_alloc f = {0};
     og_kv_allocator a = inplace_allocator(&f);
     og_kv_session *s = NULL;
     CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
     if (!s) return;
+    og_kv_layer_view v0;
+    CHECK_OK(og_kv_session_layer_view(s, 0, &v0));
+    CHECK(v0.k == NULL && v0.rows == 0 && v0.row_stride == PACK_ROW / 4);
     CHECK_OK(step(s, 3, 0));
-    check_rows(s, 4, RING_R);
-    CHECK(f.reserves == 4 && f.plain_allocs == 2 && f.grows == 0);
+    check_rows(s, 3, RING_R); /* exact granularity: exactly the rows needed */
+    CHECK(f.reserves == 1 && f.plain_allocs == 1 && f.grows == 0);
     check_backed(&f, s);
+    check_metrics(s, 3, 3 + 3 + 7, 3 * PACK_ROW + RING_BLOCK, 2 * 3 * 56, 0, 0, 1);
     og_kv_layer_view first[NL];
     for (int i = 0; i < NL; i++) CHECK_OK(og_kv_session_layer_view(s, i, &first[i]));
-    /* L: 6 (8 rows), 10 (16), 14, 18 (32), 22, 26, 30, 32 */
+    /* L: 6, 10, 14, 18, 22, 26, 30, 32: every step grows by one resize */
     const int32_t widths[] = {3, 4, 4, 4, 4, 4, 4, 2};
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
         CHECK_OK(step(s, widths[w], 0));
@@ -723,10 +738,14 @@ static void test_grow_in_place(void) {
         check_backed(&f, s);
     }
     check_rows(s, 32, RING_R);
-    /* the same rows, bytes and growths as growth by copy, but no rebind */
-    check_metrics(s, 32, 71, 2 * (32 * 40 + 7 * 16), 2 * (32 * 40 + 7 * 16), 6, 0, 9);
-    CHECK(f.reserves == 4 && f.grows == 12 && f.shrinks == 0 && f.copies == 0 && f.plain_allocs == 2);
+    /* growths count per flat layer grown: 8 resizes x 2 layers; no rebind */
+    check_metrics(s, 32, 71, 32 * PACK_ROW + RING_BLOCK, 2 * (32 * 40 + 7 * 16), 16, 0, 9);
+    CHECK(f.reserves == 1 && f.grows == 8 && f.shrinks == 0 && f.copies == 0 && f.plain_allocs == 1);
     CHECK_STATUS(og_kv_session_prepare(s, 1), OG_ERR_CAPACITY);
+    /* reset keeps the block; the next conversation reuses it without growing */
+    og_kv_session_reset(s);
+    CHECK_OK(step(s, 4, 5));
+    CHECK(f.grows == 8 && same_addresses(s, first) && verify_rows(s, 5) == 0);
     og_kv_session_destroy(s);
     CHECK(f.held == 0 && f.bad_calls == 0 && live_blocks(&f) == 0);
 
@@ -734,10 +753,35 @@ static void test_grow_in_place(void) {
     half.resize = NULL;
     CHECK_STATUS(og_kv_session_create(&k_cfg, &half, &s), OG_ERR_INVALID_ARGUMENT);
     CHECK(s == NULL && strstr(og_last_error(), "reserve but not resize") != NULL);
+
+    og_test_section("packed growth rounds to the allocator's granularity");
+    inplace_alloc g = {0};
+    og_kv_allocator ag = inplace_allocator(&g);
+    ag.granularity = 1000; /* not a multiple of the row: 10 rows and 40 bytes a granule */
+    CHECK_OK(og_kv_session_create(&k_cfg, &ag, &s));
+    CHECK_OK(step(s, 3, 1));
+    check_rows(s, 10, RING_R);
+    const fake_block *pb = g.blocks[0].plain ? &g.blocks[1] : &g.blocks[0];
+    CHECK(pb->backed == 1000);
+    check_metrics(s, 3, 27, 1000 + RING_BLOCK, 2 * 3 * 56, 0, 0, 1);
+    for (int i = 0; i < 2; i++) CHECK_OK(step(s, 4, 1)); /* 11 rows: 2000 bytes, 20 rows */
+    check_rows(s, 20, RING_R);
+    CHECK(pb->backed == 2000 && g.grows == 1);
+    for (int i = 0; i < 5; i++) CHECK_OK(step(s, 4, 1)); /* 23 rows: 3000 bytes, 31 rows; then L = 31 */
+    check_rows(s, 31, RING_R);
+    CHECK(pb->backed == 3000 && g.grows == 2);
+    CHECK_OK(step(s, 1, 1)); /* 32 rows: the reservation's 3072, not 4000 */
+    check_rows(s, 32, RING_R);
+    CHECK(pb->backed == 32 * PACK_ROW && g.grows == 3 && g.bad_calls == 0);
+    /* backed rounds 3072 up to the granule: 4000 */
+    check_metrics(s, 32, 71, 4000 + RING_BLOCK, 2 * (32 * 40 + 7 * 16), 6, 0, 9);
+    CHECK(verify_rows(s, 1) == 0);
+    og_kv_session_destroy(s);
+    CHECK(g.held == 0 && live_blocks(&g) == 0);
 }
 
 static void test_fault_injection_in_place(void) {
-    og_test_section("growth in place: fault injection at every reserve and resize");
+    og_test_section("packed: fault injection at every reserve, resize and alloc");
     inplace_alloc f = {0};
     og_kv_fault_state fs = {.inner = inplace_allocator(&f)};
     og_kv_allocator a = og_kv_allocator_faulty(&fs);
@@ -745,68 +789,77 @@ static void test_fault_injection_in_place(void) {
     og_kv_session *s = NULL;
     CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
     if (!s) return;
-    /* reserve k, v of both flat layers, allocate k, v of the ring */
-    CHECK(fault_every_allocation(s, &fs, 3, 7, &f) == 6);
-    check_rows(s, 4, RING_R);
+    /* the ring block, then the packed reservation */
+    CHECK(fault_every_allocation(s, &fs, 3, 7, &f) == 2);
+    check_rows(s, 3, RING_R);
     og_kv_layer_view first[NL];
     for (int i = 0; i < NL; i++) CHECK_OK(og_kv_session_layer_view(s, i, &first[i]));
-    /* 4 -> 8 resizes k and v of both flat layers; failing the n-th resize
-     * grew n - 1 before it and shrinks them back: 1 + 2 + 3 shrinks, and
-     * 1 + 2 + 3 + 4 grows with the step that succeeds */
-    CHECK(fault_every_allocation(s, &fs, 3, 7, &f) == 4);
-    CHECK(f.shrinks == 6 && f.grows == 10);
-    check_rows(s, 8, RING_R);
-    CHECK(fault_every_allocation(s, &fs, 4, 7, &f) == 4); /* 8 -> 16 */
-    CHECK(fault_every_allocation(s, &fs, 4, 7, &f) == 0); /* fits */
-    CHECK(f.shrinks == 12 && f.grows == 20);
+    /* every later growth is one resize; a failed one leaves the block as it was */
+    CHECK(fault_every_allocation(s, &fs, 3, 7, &f) == 1);
+    CHECK(f.shrinks == 0 && f.grows == 1);
+    check_rows(s, 6, RING_R);
+    CHECK(fault_every_allocation(s, &fs, 4, 7, &f) == 1);
+    CHECK(fault_every_allocation(s, &fs, 4, 7, &f) == 1);
+    CHECK(f.shrinks == 0 && f.grows == 3);
     CHECK(og_kv_session_length(s) == 14 && same_addresses(s, first));
-    check_rows(s, 16, RING_R);
+    check_rows(s, 14, RING_R);
     check_backed(&f, s);
     og_kv_metrics m;
     CHECK_OK(og_kv_session_metrics(s, &m));
-    CHECK(m.growth_count == 4 && m.rebinds == 0 && m.steps == 4);
+    CHECK(m.growth_count == 6 && m.rebinds == 0 && m.steps == 4);
 
-    og_test_section("growth in place: a rollback whose shrink fails");
-    /* 18 rows: 16 -> 32; the last resize fails and so does every shrink */
+    og_test_section("packed: a resize the allocator cannot back");
     snapshot sn;
     snap_take(s, &sn);
-    og_kv_fault_arm(&fs, 4);
-    f.fail_shrinks = true;
+    f.limit = f.held + PACK_ROW; /* one more row fits, four do not */
     CHECK_STATUS(og_kv_session_prepare(s, 4), OG_ERR_OUT_OF_MEMORY);
-    CHECK_MSG(strstr(og_kv_session_last_error(s), "fault injection") != NULL, "the cause is lost: %s",
-              og_kv_session_last_error(s));
+    CHECK(strstr(og_kv_session_last_error(s), "resize") != NULL);
     CHECK(snap_same(s, &sn));
     snap_free(&sn);
-    const fake_block *ak = fake_find(&f, first[0].k);
-    CHECK(ak && ak->backed == 32 * 32); /* kept past the layer's 16 rows, harmless */
-    f.fail_shrinks = false;
-    og_kv_fault_arm(&fs, 0);
+    check_backed(&f, s);
+    CHECK_OK(step(s, 1, 7));
+    f.limit = 0;
     CHECK_OK(step(s, 4, 7));
     CHECK(verify_rows(s, 7) == 0 && same_addresses(s, first));
-    check_rows(s, 32, RING_R);
+    check_rows(s, 19, RING_R);
     check_backed(&f, s);
-    CHECK_OK(og_kv_session_metrics(s, &m));
-    CHECK(m.growth_count == 6 && m.rebinds == 0);
     og_kv_session_destroy(s);
     CHECK(f.held == 0 && f.bad_calls == 0 && f.copies == 0 && live_blocks(&f) == 0);
 }
 
+static void check_capacity_packed(const og_kv_session *s, int64_t budget, int64_t reach, int64_t fresh) {
+    og_kv_capacity c;
+    CHECK_OK(og_kv_session_capacity(s, budget, &c));
+    CHECK_MSG(c.tokens_reachable == reach && c.fresh_sessions == fresh && c.bytes_per_token == PACK_ROW &&
+                  c.fresh_session_bytes == RING_BLOCK + PACK_ROW,
+              "budget %lld at L=%lld: reachable %lld (want %lld), fresh %lld (want %lld), per token %lld, fresh bytes %lld",
+              (long long)budget, (long long)og_kv_session_length(s), (long long)c.tokens_reachable, (long long)reach,
+              (long long)c.fresh_sessions, (long long)fresh, (long long)c.bytes_per_token,
+              (long long)c.fresh_session_bytes);
+}
+
 static void test_capacity_in_place(void) {
-    og_test_section("capacity estimate: growth in place has no peak");
-    /* first step 544 bytes as before; 4 -> 8 adds 320, 8 -> 16 640, 16 -> 32 1280 */
+    og_test_section("capacity estimate: packed, no peak, exact rows");
+    /* a first step of one token: ring 224 + one packed row 96 = 320 */
     inplace_alloc f = {0};
     og_kv_allocator a = inplace_allocator(&f);
     og_kv_session *s = NULL;
     CHECK_OK(og_kv_session_create(&k_cfg, &a, &s));
     if (!s) return;
-    check_capacity(s, 544 + 319, 4, 1);
-    check_capacity(s, 544 + 320, 8, 1); /* growth by copy would need 640 here */
-    check_capacity(s, 544 + 960, 16, 2);
-    check_capacity(s, 544 + 2239, 16, 5);
-    check_capacity(s, 544 + 2240, 32, 5);
+    check_capacity_packed(s, 319, 0, 0);
+    check_capacity_packed(s, 320, 1, 1);
+    check_capacity_packed(s, 224 + 96 * 7 + 95, 7, 3);
+    check_capacity_packed(s, 100000, 32, 312);
+    CHECK_OK(step(s, 3, 0));
+    CHECK_OK(step(s, 3, 0)); /* L = 6, 6 rows backed */
+    check_capacity_packed(s, 0, 0, 0);
+    check_capacity_packed(s, 95, 0, 0);
+    check_capacity_packed(s, 96 * 5, 5, 1);
+    check_capacity_packed(s, 96 * 26, 26, 7);
+    check_capacity_packed(s, 96 * 27, 26, 8);
     og_kv_session_destroy(s);
 
-    const int64_t budgets[] = {543, 544, 863, 864, 1503, 1504, 2783, 2784, 100000};
+    const int64_t budgets[] = {319, 320, 415, 416, 3295, 3296, 100000};
     for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
         inplace_alloc b = {.limit = budgets[i]};
         og_kv_allocator ab = inplace_allocator(&b);
@@ -816,6 +869,29 @@ static void test_capacity_in_place(void) {
         int64_t taken = decode_until_refused(s);
         CHECK_MSG(taken == c.tokens_reachable, "budget %lld: estimate %lld, decoded %lld", (long long)budgets[i],
                   (long long)c.tokens_reachable, (long long)taken);
+        og_kv_session_destroy(s);
+        CHECK(b.held == 0 && b.bad_calls == 0);
+    }
+
+    og_test_section("capacity estimate: packed with a granularity");
+    for (int64_t budget = 900; budget <= 4400; budget += 250) {
+        inplace_alloc b = {.limit = budget};
+        og_kv_allocator ab = inplace_allocator(&b);
+        ab.granularity = 1000;
+        CHECK_OK(og_kv_session_create(&k_cfg, &ab, &s));
+        og_kv_capacity c;
+        CHECK_OK(og_kv_session_capacity(s, budget, &c));
+        CHECK(c.fresh_session_bytes == RING_BLOCK + 1000);
+        /* the fake holds what it is asked: the session asks whole granules
+         * (or the reservation's 3072 bytes at the end) */
+        int64_t taken = decode_until_refused(s);
+        int64_t want = budget < 1224 ? 0 : budget < 2224 ? 10 : budget < 3224 ? 20 : budget < 3296 ? 31 : 32;
+        CHECK_MSG(taken == want, "budget %lld: decoded %lld, want %lld", (long long)budget, (long long)taken,
+                  (long long)want);
+        /* the estimate counts the last granule whole (4000 bytes backed) */
+        int64_t est = budget < 1224 ? 0 : budget < 2224 ? 10 : budget < 3224 ? 20 : budget < 4224 ? 31 : 32;
+        CHECK_MSG(c.tokens_reachable == est, "budget %lld: estimate %lld, want %lld", (long long)budget,
+                  (long long)c.tokens_reachable, (long long)est);
         og_kv_session_destroy(s);
         CHECK(b.held == 0 && b.bad_calls == 0);
     }

@@ -358,7 +358,7 @@ og_status og_kv_allocator_cuda_vmm(void *stream, og_kv_allocator *out) {
         return og_set_error(OG_ERR_BACKEND, "og_kv_allocator_cuda_vmm: pthread_mutex_init failed");
     }
     *out = (og_kv_allocator){.alloc = vmm_alloc, .free = vmm_free, .copy = vmm_copy, .ctx = c,
-                             .reserve = vmm_reserve, .resize = vmm_resize};
+                             .reserve = vmm_reserve, .resize = vmm_resize, .granularity = c->granularity};
     return OG_OK;
 }
 

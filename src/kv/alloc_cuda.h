@@ -19,7 +19,8 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out);
  * CUDA virtual memory management: reserve takes address space for the
  * largest size once, resize maps or unmaps device memory at its end, so a
  * flat layer's storage never moves (see og_kv_allocator in offgraph.h).
- * Memory is backed in multiples of the device's allocation granularity.
+ * Memory is backed in multiples of the device's allocation granularity,
+ * which the allocator's `granularity` member reports.
  * Freeing or shrinking a reservation first waits for `stream`. Calls make the
  * device that was current at creation current on the calling thread.
  * When the driver or the device has no virtual memory management, *out is

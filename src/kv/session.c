@@ -1,46 +1,76 @@
 /* KV sessions: per-session storage, the prepare/commit step transaction,
- * geometric growth, metrics and the capacity estimate.
+ * growth, metrics and the capacity estimate.
  *
  * Letters: T step width, L committed length, W ring window,
- * R = W + max_write - 1 ring slots, Hkv kv heads, D head dim.
+ * R = W + max_write - 1 ring slots, Hkv kv heads, D head dim,
+ * P the packed row's bytes.
  *
- * Storage of every layer is sequence-major [rows, Hkv, D] for k and for v,
- * so the committed rows are one prefix and growth appends rows at the end:
- *  - with an allocator that grows in place (reserve/resize), a flat layer
- *    reserves address space for max_capacity rows at its first allocation
- *    and grows by resizing: no copy, and its k and v never move;
- *  - otherwise growth allocates a larger block, copies the committed prefix
- *    and frees the old block (the layer moves).
- * A prepare is all-or-nothing across layers: new blocks are allocated and
- * layers resized before the session changes; when any of it fails, every
- * new block is freed and every layer resized in this prepare is resized
- * back to its old rows (rollback by shrinking). A shrink that itself fails
- * is harmless: the layer keeps its old rows and address, only memory past
- * them stays backed until the next growth or destroy.
+ * Two layouts (see og_kv_session_create in offgraph.h):
+ *  - packed, with an allocator that grows in place (reserve/resize): every
+ *    flat layer lives in one block reserved for max_capacity packed rows of
+ *    P bytes; row p holds, for each flat layer in manifest order, its k row
+ *    then its v row (Hkv * D elements each, each part starting on a 16-byte
+ *    boundary). A prepare that needs N = L + T rows backs
+ *    min(round_up(N * P, granularity), max_capacity * P) bytes of the block
+ *    by one reserve (first prepare) or one resize, and the layers' rows are
+ *    the whole rows that fit. Ring layers share one fixed block taken by
+ *    alloc at the first prepare (per ring layer: k [R, Hkv, D], then v), so
+ *    a session makes at most two allocations in its life plus one resize
+ *    per growth, and nothing ever moves.
+ *  - dense, otherwise: every layer has its own k and v blocks
+ *    [rows, Hkv, D]; a flat layer starts at max(initial_capacity, T) rows
+ *    and doubles up to max_capacity by alloc + copy of the committed prefix
+ *    + free (the layer moves).
+ * A prepare is all-or-nothing. Dense: new blocks are allocated and copied
+ * into before the session changes; on any failure every new block is
+ * freed. Packed: the ring block (first prepare only) comes first, then the
+ * one reserve or resize of the packed block; a failed reserve leaves
+ * nothing, a failed resize leaves the block backed as it was (the
+ * allocator's contract), so rollback only frees a ring block taken in this
+ * prepare, and the layers keep their rows, addresses and contents.
  *
  * Counting: growth_count counts layers grown, moved or in place (a prepare
- * that grows two flat layers counts 2); the first allocation of a layer is
- * not a growth. rebinds counts prepares after which some layer that already
- * had storage is bound at a different address (the first binding is not a
- * rebind; growth in place never rebinds). steps, growth_count, rebinds and
- * graph_captures survive reset. */
+ * that grows two flat layers counts 2, packed or not); the first allocation
+ * of a layer is not a growth. rebinds counts prepares after which some
+ * layer that already had storage is bound at a different address (the first
+ * binding is not a rebind; packed storage never rebinds). steps,
+ * growth_count, rebinds and graph_captures survive reset. */
 #include "kv/kv.h"
 
 #include <stdio.h>
 
+/* Every part of a packed row (a layer's k or v) and of the ring block starts
+ * on this boundary (bytes), so each layer's k and v are as aligned as the
+ * block whenever its own row is a multiple of it. */
+#define KV_PACK_ALIGN 16
+
 typedef struct kv_storage {
-    void *k;      /* [rows, Hkv, D] of kv_dtype, NULL until the first prepare */
+    void *k;      /* [rows, Hkv, D] of kv_dtype (row stride: see the view), NULL until the first prepare */
     void *v;      /* [rows, Hkv, D] of kv_dtype                              */
     int64_t rows; /* allocated rows                                          */
 } kv_storage;
+
+/* Packed-mode blocks. */
+typedef struct kv_pack {
+    int64_t row_bytes;  /* P: bytes of one packed row, 0 without flat layers */
+    size_t max_bytes;   /* max_capacity * P: the reservation                 */
+    void *base;         /* [max_capacity, P bytes], NULL until the first prepare */
+    size_t asked;       /* bytes the allocator was last asked to back        */
+    int64_t rows;       /* whole rows in `asked`, capped at max_capacity     */
+    size_t ring_bytes;  /* size of the ring block, 0 without ring layers     */
+    void *ring;         /* the ring block, NULL until the first prepare      */
+    int64_t *offset;    /* [n_layers, 2] byte offsets of k and v: in the packed row (flat)
+                           or in the ring block (ring) */
+} kv_pack;
 
 struct og_kv_session {
     og_kv_config cfg;           /* cfg.layers points at `layers`            */
     og_kv_layer_config *layers; /* [n_layers], owned                        */
     og_kv_allocator alloc;
-    kv_storage *store;          /* [n_layers], owned                        */
-    kv_storage *fresh;          /* [n_layers] scratch for prepare's new blocks; k == the
-                                   layer's own k marks a layer resized in place */
+    bool packed;                /* alloc grows in place: the packed layout  */
+    kv_pack pack;               /* packed mode only                         */
+    kv_storage *store;          /* [n_layers], owned: what views show       */
+    kv_storage *fresh;          /* [n_layers] scratch for a dense prepare's new blocks */
     og_kv_plan *plans;          /* [n_layers], meaningful while prepared > 0 */
     int64_t length;             /* L                                        */
     int32_t prepared;           /* T of the prepared step, 0 = none         */
@@ -54,6 +84,42 @@ static og_status fail_with_last(og_kv_session *s, og_status st, const char *cont
     char cause[OG_ERRMSG_CAP];
     snprintf(cause, sizeof cause, "%s", og_last_error());
     return og_errbuf_set(&s->err, st, "%s: %s", context, cause);
+}
+
+static int64_t align_up(int64_t bytes, int64_t to) { return (bytes + to - 1) / to * to; }
+
+/* Bytes an allocator of granularity g backs when asked for `bytes`. */
+static size_t backed_size(size_t bytes, size_t g) { return g ? (bytes + g - 1) / g * g : bytes; }
+
+/* Lays out the packed row and the ring block of s; OG_ERR_INVALID_CONFIG
+ * when the packed reservation's size overflows. */
+static og_status pack_layout(og_kv_session *s) {
+    const og_kv_config *cfg = &s->cfg;
+    kv_pack *pk = &s->pack;
+    int64_t row = 0, ring = 0;
+    for (int32_t i = 0; i < cfg->n_layers; i++) {
+        const og_kv_layer_config *l = &s->layers[i];
+        const int64_t part = og_kv_row_bytes(cfg, l); /* fits: size_overflow */
+        if (l->policy == OG_KV_FLAT) {
+            pk->offset[2 * i] = row;
+            pk->offset[2 * i + 1] = row + align_up(part, KV_PACK_ALIGN);
+            row += 2 * align_up(part, KV_PACK_ALIGN);
+        } else {
+            const int64_t block = align_up(og_kv_layer_slots(cfg, l) * part, KV_PACK_ALIGN);
+            pk->offset[2 * i] = ring;
+            pk->offset[2 * i + 1] = ring + block;
+            ring += 2 * block;
+        }
+    }
+    int64_t max_bytes;
+    if (!og_mul_overflow_i64(row, cfg->max_capacity, &max_bytes) || (uint64_t)max_bytes > SIZE_MAX)
+        return og_set_error(OG_ERR_INVALID_CONFIG,
+                            "og_kv_session_create: packed rows of %lld bytes for %lld positions overflow",
+                            (long long)row, (long long)cfg->max_capacity);
+    pk->row_bytes = row;
+    pk->max_bytes = (size_t)max_bytes;
+    pk->ring_bytes = (size_t)ring;
+    return OG_OK;
 }
 
 og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *alloc,
@@ -78,8 +144,9 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
         s->store = og_calloc(n, sizeof *s->store);
         s->fresh = og_calloc(n, sizeof *s->fresh);
         s->plans = og_calloc(n, sizeof *s->plans);
+        s->pack.offset = og_calloc(2 * n, sizeof *s->pack.offset);
     }
-    if (!s || !s->layers || !s->store || !s->fresh || !s->plans) {
+    if (!s || !s->layers || !s->store || !s->fresh || !s->plans || !s->pack.offset) {
         og_kv_session_destroy(s);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_kv_session_create: no host memory for %zu layers", n);
     }
@@ -87,13 +154,21 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
     s->cfg = *cfg;
     s->cfg.layers = s->layers;
     s->alloc = alloc ? *alloc : og_kv_allocator_cpu();
+    s->packed = s->alloc.reserve != NULL;
+    if (s->packed && (st = pack_layout(s)) != OG_OK) {
+        og_kv_session_destroy(s);
+        return st;
+    }
     *out = s;
     return OG_OK;
 }
 
 void og_kv_session_destroy(og_kv_session *s) {
     if (!s) return;
-    if (s->store) {
+    if (s->packed) {
+        if (s->pack.base) s->alloc.free(s->alloc.ctx, s->pack.base);
+        if (s->pack.ring) s->alloc.free(s->alloc.ctx, s->pack.ring);
+    } else if (s->store) {
         for (int32_t i = 0; i < s->cfg.n_layers; i++) {
             if (s->store[i].k) s->alloc.free(s->alloc.ctx, s->store[i].k);
             if (s->store[i].v) s->alloc.free(s->alloc.ctx, s->store[i].v);
@@ -103,6 +178,7 @@ void og_kv_session_destroy(og_kv_session *s) {
     og_free(s->store);
     og_free(s->fresh);
     og_free(s->plans);
+    og_free(s->pack.offset);
     og_free(s);
 }
 
@@ -120,8 +196,8 @@ const char *og_kv_session_last_error(const og_kv_session *s) {
 
 const og_kv_config *og_kv_session_config(const og_kv_session *s) { return s ? &s->cfg : NULL; }
 
-/* Rows a flat layer holding `have` rows grows to so that it holds `need`:
- * start at max(initial_capacity, T), double, cap at max_capacity. */
+/* Rows a dense flat layer holding `have` rows grows to so that it holds
+ * `need`: start at max(initial_capacity, T), double, cap at max_capacity. */
 static int64_t flat_grow_rows(const og_kv_config *cfg, int64_t have, int32_t T, int64_t need) {
     int64_t rows = have;
     if (rows == 0) rows = cfg->initial_capacity > T ? cfg->initial_capacity : T;
@@ -129,65 +205,145 @@ static int64_t flat_grow_rows(const og_kv_config *cfg, int64_t have, int32_t T, 
     return rows < cfg->max_capacity ? rows : cfg->max_capacity;
 }
 
-/* True when layer l grows in place (a flat layer, an allocator with reserve). */
-static bool grows_in_place(const og_kv_session *s, const og_kv_layer_config *l) {
-    return l->policy == OG_KV_FLAT && s->alloc.reserve;
+/* Bytes the packed block is asked to back so that it holds `need` rows:
+ * need * P rounded up to the granularity, at most the reservation. */
+static size_t pack_ask(const og_kv_session *s, int64_t need) {
+    size_t bytes = backed_size((size_t)need * (size_t)s->pack.row_bytes, s->alloc.granularity);
+    return bytes < s->pack.max_bytes ? bytes : s->pack.max_bytes;
 }
 
-/* Gives back the rows of a layer resized in place (block k or v) down to
- * `rows`; see the top comment for why a failed shrink is only warned about. */
-static void shrink_back(og_kv_session *s, int32_t i, void *block, int64_t rows) {
-    size_t bytes = (size_t)(rows * og_kv_row_bytes(&s->cfg, &s->layers[i]));
-    if (s->alloc.resize(s->alloc.ctx, block, bytes) != OG_OK)
-        OG_WARN("kv session: layer %d keeps memory past its %lld rows (%s)", (int)i, (long long)rows,
-                og_last_error());
+/* Whole packed rows in `asked` bytes, capped at max_capacity. */
+static int64_t pack_rows_in(const og_kv_session *s, size_t asked) {
+    int64_t rows = (int64_t)(asked / (size_t)s->pack.row_bytes);
+    return rows < s->cfg.max_capacity ? rows : s->cfg.max_capacity;
 }
 
-/* Undoes step 2 of prepare: frees new blocks, shrinks resized layers back. */
+/* Points every layer's storage at the packed and ring blocks. */
+static void pack_bind(og_kv_session *s) {
+    for (int32_t i = 0; i < s->cfg.n_layers; i++) {
+        const bool flat = s->layers[i].policy == OG_KV_FLAT;
+        unsigned char *base = flat ? s->pack.base : s->pack.ring;
+        s->store[i] = (kv_storage){
+            .k = base + s->pack.offset[2 * i],
+            .v = base + s->pack.offset[2 * i + 1],
+            .rows = flat ? s->pack.rows : og_kv_layer_slots(&s->cfg, &s->layers[i]),
+        };
+    }
+}
+
+/* Step 2 of a packed prepare: the ring block (first prepare only), then one
+ * reserve or resize of the packed block. All or nothing. */
+static og_status pack_prepare(og_kv_session *s, int32_t T, const char *ctx) {
+    kv_pack *pk = &s->pack;
+    const int64_t need = s->length + T;
+    void *ring = NULL, *base = pk->base;
+    og_status st = OG_OK;
+    char where[320];
+    if (pk->ring_bytes && !pk->ring) {
+        st = s->alloc.alloc(s->alloc.ctx, pk->ring_bytes, &ring);
+        if (st != OG_OK) {
+            snprintf(where, sizeof where, "%s: ring block of %zu bytes", ctx, pk->ring_bytes);
+            return fail_with_last(s, st, where);
+        }
+    }
+    size_t asked = pk->asked;
+    if (pk->row_bytes && pk->rows < need) {
+        asked = pack_ask(s, need);
+        if (!base) {
+            st = s->alloc.reserve(s->alloc.ctx, pk->max_bytes, asked, &base);
+        } else {
+            st = s->alloc.resize(s->alloc.ctx, base, asked);
+        }
+        if (st != OG_OK) {
+            snprintf(where, sizeof where, "%s: packed flat rows: %s of %zu bytes (%lld rows of %lld bytes) of %zu",
+                     ctx, pk->base ? "resize" : "reserve", asked, (long long)need, (long long)pk->row_bytes,
+                     pk->max_bytes);
+            st = fail_with_last(s, st, where);
+            if (ring) s->alloc.free(s->alloc.ctx, ring);
+            return st;
+        }
+    }
+    /* Nothing can fail from here on. */
+    if (ring) pk->ring = ring;
+    if (asked != pk->asked) {
+        if (pk->base) {
+            for (int32_t i = 0; i < s->cfg.n_layers; i++) s->growth_count += s->layers[i].policy == OG_KV_FLAT;
+        }
+        pk->base = base;
+        pk->asked = asked;
+        pk->rows = pack_rows_in(s, asked);
+    }
+    pack_bind(s);
+    return OG_OK;
+}
+
+/* Undoes step 2 of a dense prepare: frees every new block. */
 static void rollback_fresh(og_kv_session *s) {
     for (int32_t i = 0; i < s->cfg.n_layers; i++) {
         kv_storage *f = &s->fresh[i];
-        if (f->k && f->k == s->store[i].k) {
-            shrink_back(s, i, f->k, s->store[i].rows);
-            shrink_back(s, i, f->v, s->store[i].rows);
-        } else {
-            if (f->k) s->alloc.free(s->alloc.ctx, f->k);
-            if (f->v) s->alloc.free(s->alloc.ctx, f->v);
-        }
+        if (f->k) s->alloc.free(s->alloc.ctx, f->k);
+        if (f->v) s->alloc.free(s->alloc.ctx, f->v);
         *f = (kv_storage){0};
     }
 }
 
-/* Storage of `rows` rows (`bytes` each for k and v) for layer i into
- * s->fresh[i]: resized in place, reserved, or newly allocated. On failure
- * fresh[i] holds only what rollback_fresh must undo. */
-static og_status grow_layer(og_kv_session *s, int32_t i, int64_t rows, size_t bytes) {
-    const og_kv_layer_config *l = &s->layers[i];
-    kv_storage *f = &s->fresh[i], *have = &s->store[i];
-    og_status st;
-    if (grows_in_place(s, l) && have->k) {
-        st = s->alloc.resize(s->alloc.ctx, have->k, bytes);
-        if (st != OG_OK) return st;
-        st = s->alloc.resize(s->alloc.ctx, have->v, bytes);
-        if (st != OG_OK) {
-            char cause[OG_ERRMSG_CAP]; /* the failure to report, whatever the shrink says */
-            snprintf(cause, sizeof cause, "%s", og_last_error());
-            shrink_back(s, i, have->k, have->rows);
-            return og_set_error(st, "%s", cause);
-        }
-        *f = (kv_storage){.k = have->k, .v = have->v, .rows = rows};
-        return OG_OK;
-    }
-    if (grows_in_place(s, l)) {
-        size_t max_bytes = (size_t)(s->cfg.max_capacity * og_kv_row_bytes(&s->cfg, l)); /* fits: size_overflow */
-        st = s->alloc.reserve(s->alloc.ctx, max_bytes, bytes, &f->k);
-        if (st == OG_OK) st = s->alloc.reserve(s->alloc.ctx, max_bytes, bytes, &f->v);
-    } else {
-        st = s->alloc.alloc(s->alloc.ctx, bytes, &f->k);
+/* Steps 2-4 of a dense prepare: new blocks, copies of the committed
+ * prefixes, the swap. All or nothing. */
+static og_status dense_prepare(og_kv_session *s, int32_t T, const char *ctx) {
+    const og_kv_config *cfg = &s->cfg;
+    /* 2. Allocate every new block before anything else of the session changes. */
+    for (int32_t i = 0; i < cfg->n_layers; i++) {
+        const og_kv_layer_config *l = &s->layers[i];
+        int64_t have = s->store[i].rows, need = s->plans[i].rows_needed;
+        if (have >= need) continue;
+        int64_t rows = l->policy == OG_KV_RING ? need : flat_grow_rows(cfg, have, T, need);
+        size_t bytes = (size_t)(rows * og_kv_row_bytes(cfg, l)); /* fits: checked by size_overflow */
+        kv_storage *f = &s->fresh[i];
+        og_status st = s->alloc.alloc(s->alloc.ctx, bytes, &f->k);
         if (st == OG_OK) st = s->alloc.alloc(s->alloc.ctx, bytes, &f->v);
+        if (st != OG_OK) {
+            char where[320];
+            snprintf(where, sizeof where, "%s: layer %d (layer_id %d) %lld rows (%zu bytes each for k and v)", ctx,
+                     (int)i, (int)l->layer_id, (long long)rows, bytes);
+            st = fail_with_last(s, st, where);
+            rollback_fresh(s);
+            return st;
+        }
+        f->rows = rows;
     }
-    if (st == OG_OK) f->rows = rows;
-    return st;
+
+    /* 3. Copy the committed prefix of every layer that moves into its new block. */
+    for (int32_t i = 0; i < cfg->n_layers; i++) {
+        if (!s->fresh[i].k || !s->store[i].k) continue;
+        int64_t kept = s->length < s->store[i].rows ? s->length : s->store[i].rows;
+        size_t bytes = (size_t)(kept * og_kv_row_bytes(cfg, &s->layers[i]));
+        og_status st = s->alloc.copy(s->alloc.ctx, s->fresh[i].k, s->store[i].k, bytes);
+        if (st == OG_OK) st = s->alloc.copy(s->alloc.ctx, s->fresh[i].v, s->store[i].v, bytes);
+        if (st != OG_OK) {
+            char where[240];
+            snprintf(where, sizeof where, "%s: copying %lld rows of layer %d (layer_id %d)", ctx, (long long)kept,
+                     (int)i, (int)s->layers[i].layer_id);
+            st = fail_with_last(s, st, where);
+            rollback_fresh(s);
+            return st;
+        }
+    }
+
+    /* 4. Swap: nothing can fail from here on. */
+    int moved = 0;
+    for (int32_t i = 0; i < cfg->n_layers; i++) {
+        if (!s->fresh[i].k) continue;
+        if (s->store[i].k) {
+            s->alloc.free(s->alloc.ctx, s->store[i].k);
+            s->alloc.free(s->alloc.ctx, s->store[i].v);
+            s->growth_count++;
+            moved = 1;
+        }
+        s->store[i] = s->fresh[i];
+        s->fresh[i] = (kv_storage){0};
+    }
+    if (moved) s->rebinds++;
+    return OG_OK;
 }
 
 og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
@@ -211,62 +367,12 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
         if (st != OG_OK) return fail_with_last(s, st, ctx);
     }
 
-    /* 2. Allocate every new block, and resize every layer growing in place,
-     *    before anything else of the session changes. */
-    for (int32_t i = 0; i < cfg->n_layers; i++) {
-        const og_kv_layer_config *l = &s->layers[i];
-        int64_t have = s->store[i].rows, need = s->plans[i].rows_needed;
-        if (have >= need) continue;
-        int64_t rows = l->policy == OG_KV_RING ? need : flat_grow_rows(cfg, have, T, need);
-        size_t bytes = (size_t)(rows * og_kv_row_bytes(cfg, l)); /* fits: checked by size_overflow */
-        og_status st = grow_layer(s, i, rows, bytes);
-        if (st != OG_OK) {
-            char where[320];
-            snprintf(where, sizeof where, "%s: layer %d (layer_id %d) %lld rows (%zu bytes each for k and v)", ctx,
-                     (int)i, (int)l->layer_id, (long long)rows, bytes);
-            st = fail_with_last(s, st, where);
-            rollback_fresh(s);
-            return st;
-        }
-    }
-
-    /* 3. Copy the committed prefix of every layer that moves into its new block. */
-    for (int32_t i = 0; i < cfg->n_layers; i++) {
-        if (!s->fresh[i].k || !s->store[i].k || s->fresh[i].k == s->store[i].k) continue;
-        int64_t kept = s->length < s->store[i].rows ? s->length : s->store[i].rows;
-        size_t bytes = (size_t)(kept * og_kv_row_bytes(cfg, &s->layers[i]));
-        og_status st = s->alloc.copy(s->alloc.ctx, s->fresh[i].k, s->store[i].k, bytes);
-        if (st == OG_OK) st = s->alloc.copy(s->alloc.ctx, s->fresh[i].v, s->store[i].v, bytes);
-        if (st != OG_OK) {
-            char where[240];
-            snprintf(where, sizeof where, "%s: copying %lld rows of layer %d (layer_id %d)", ctx, (long long)kept,
-                     (int)i, (int)s->layers[i].layer_id);
-            st = fail_with_last(s, st, where);
-            rollback_fresh(s);
-            return st;
-        }
-    }
-
-    /* 4. Swap: nothing can fail from here on. */
-    int moved = 0;
-    for (int32_t i = 0; i < cfg->n_layers; i++) {
-        if (!s->fresh[i].k) continue;
-        if (s->fresh[i].k == s->store[i].k) {
-            s->growth_count++;
-        } else if (s->store[i].k) {
-            s->alloc.free(s->alloc.ctx, s->store[i].k);
-            s->alloc.free(s->alloc.ctx, s->store[i].v);
-            s->growth_count++;
-            moved = 1;
-        }
-        s->store[i] = s->fresh[i];
-        s->fresh[i] = (kv_storage){0};
-    }
-    if (moved) s->rebinds++;
+    /* 2.-4. Allocate or grow storage, all or nothing. */
+    og_status st = s->packed ? pack_prepare(s, T, ctx) : dense_prepare(s, T, ctx);
+    if (st != OG_OK) return st;
     s->prepared = T;
     return OG_OK;
 }
-
 og_status og_kv_session_commit(og_kv_session *s, int32_t T) {
     if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_commit: session is NULL");
     if (!s->prepared)
@@ -313,6 +419,9 @@ og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_
         .length = s->length,
         .k = s->store[index].k,
         .v = s->store[index].v,
+        .row_stride = s->packed && l->policy == OG_KV_FLAT
+                          ? s->pack.row_bytes / (int64_t)og_dtype_size(s->cfg.kv_dtype)
+                          : 0,
     };
     return OG_OK;
 }
@@ -335,8 +444,12 @@ og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out) {
         int64_t rows = s->store[i].rows, row = og_kv_row_bytes(&s->cfg, &s->layers[i]);
         int64_t live = s->length < rows ? s->length : rows;
         m.rows_allocated += rows;
-        m.bytes_allocated += 2 * rows * row;
+        if (!s->packed) m.bytes_allocated += 2 * rows * row;
         m.bytes_live += 2 * live * row;
+    }
+    if (s->packed) {
+        if (s->pack.base) m.bytes_allocated += (int64_t)backed_size(s->pack.asked, s->alloc.granularity);
+        if (s->pack.ring) m.bytes_allocated += (int64_t)s->pack.ring_bytes;
     }
     m.growth_count = s->growth_count;
     m.rebinds = s->rebinds;
@@ -346,16 +459,52 @@ og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out) {
     return OG_OK;
 }
 
+/* Capacity of a packed session: the packed block may back whatever the
+ * budget (plus what it backs already) holds in whole granules, the ring
+ * block is taken once. See og_kv_session_capacity. */
+static void capacity_packed(const og_kv_session *s, int64_t budget_bytes, og_kv_capacity *out) {
+    const og_kv_config *cfg = &s->cfg;
+    const kv_pack *pk = &s->pack;
+    const size_t g = s->alloc.granularity;
+    const int64_t first = pk->row_bytes ? (int64_t)backed_size(pack_ask(s, 1), g) : 0;
+    const int64_t fresh = (int64_t)pk->ring_bytes + first;
+    const bool allocated = pk->base || pk->ring;
+    int64_t reach = s->length;
+    if (allocated || fresh <= budget_bytes) {
+        /* bytes the packed block may come to back */
+        const int64_t held = pk->base ? (int64_t)backed_size(pk->asked, g) : 0;
+        int64_t avail = !allocated ? budget_bytes - (int64_t)pk->ring_bytes
+                        : budget_bytes > INT64_MAX - held ? INT64_MAX
+                                                          : budget_bytes + held;
+        if (!pk->row_bytes) {
+            reach = cfg->max_capacity;
+        } else {
+            if (g) avail = avail / (int64_t)g * (int64_t)g;
+            reach = avail / pk->row_bytes;
+            if (reach > cfg->max_capacity) reach = cfg->max_capacity;
+            if (reach < pk->rows) reach = pk->rows;
+        }
+        if (reach < s->length) reach = s->length;
+    }
+    out->tokens_reachable = reach - s->length;
+    out->fresh_sessions = budget_bytes / fresh;
+    out->bytes_per_token = pk->row_bytes;
+    out->fresh_session_bytes = fresh;
+}
+
 /* Capacity estimate. Assumes steps no wider than initial_capacity (decode).
- * tokens_reachable: starting from the flat rows held now (or, for a session
- * with no storage yet, after a first step that allocates ring R rows plus
- * initial_capacity flat rows out of the budget), the flat layers double
- * towards max_capacity; a growth to `next` rows that moves the layers is
- * possible while the old block is still held, so it needs
- * next * bytes_per_token of budget at its peak (in place: only the
- * (next - rows) * bytes_per_token it adds), after which the budget shrinks
- * by (next - rows) * bytes_per_token. The result is the capacity reached minus
- * L (a session without flat layers is bounded by max_capacity alone).
+ * Packed: a new session's first step (one token) takes the ring block and
+ * one packed row's backing; the packed block then grows to any row count
+ * whose backing (rounded up to the granularity) fits in the budget plus
+ * what it backs already; no peaks, nothing moves.
+ * Dense: tokens_reachable: starting from the flat rows held now (or, for a
+ * session with no storage yet, after a first step that allocates ring R rows
+ * plus initial_capacity flat rows out of the budget), the flat layers double
+ * towards max_capacity; a growth to `next` rows moves the layers while the
+ * old block is still held, so it needs next * bytes_per_token of budget at
+ * its peak, after which the budget shrinks by (next - rows) *
+ * bytes_per_token. The result is the capacity reached minus L (a session
+ * without flat layers is bounded by max_capacity alone).
  * fresh_sessions: budget / fresh_session_bytes, counted independently of
  * tokens_reachable (the budget spent one way or the other). */
 og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes, og_kv_capacity *out) {
@@ -363,6 +512,10 @@ og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes, o
     if (budget_bytes < 0)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_capacity: budget %lld bytes is negative",
                             (long long)budget_bytes);
+    if (s->packed) {
+        capacity_packed(s, budget_bytes, out);
+        return OG_OK;
+    }
     const og_kv_config *cfg = &s->cfg;
     int64_t per_token = 0, ring_bytes = 0, flat_rows = 0;
     int has_flat = 0;
@@ -388,8 +541,7 @@ og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes, o
         if (!has_flat) rows = cfg->max_capacity;
         while (rows < cfg->max_capacity) {
             int64_t next = rows > cfg->max_capacity / 2 ? cfg->max_capacity : rows * 2;
-            int64_t peak = s->alloc.reserve ? next - rows : next;
-            if (peak * per_token > budget) break;
+            if (next * per_token > budget) break;
             budget -= (next - rows) * per_token;
             rows = next;
         }
