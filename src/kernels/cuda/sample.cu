@@ -9,7 +9,9 @@
  * keys is the CPU's float order. A key is the float's bits mapped so that
  * unsigned order is float order.
  *
- * Greedy: one pass, arg-max with the lower id winning ties.
+ * Greedy: one pass, arg-max with the lower id winning ties; NaN values are
+ * skipped, and a NaN at id 0 is the answer, as in the CPU's scan (which
+ * starts at id 0 and takes an id only when its value is greater).
  * Top-k: a radix select finds the key of the K-th best (four passes over V,
  * one byte of the key each, histograms with warp-aggregated atomics); one
  * more pass gathers the ids above it and, of those equal to it, the lowest
@@ -20,11 +22,19 @@
  * candidate's exp in double, and thread 0 does the rest in the CPU's order:
  * the double sum, the division, top-p, min-p, the kept mass and the scan.
  * Arithmetic uses the _rn intrinsics so nothing is fused into an fma.
+ *
+ * The batched sampler runs the same row code in one block per row, after
+ * reading the row's descriptor (og_sample_cuda_row) from the table; an
+ * ARGMAX row is one pass with torch.argmax's order (NaN above every number,
+ * first index on ties), the order of og_argmax_cuda. Every branch on the
+ * descriptor is uniform over the block, so the __syncthreads inside are
+ * reached by all of its threads.
  */
 #include "kernels/cuda/sample_cuda.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stddef.h>
 
 namespace {
 
@@ -59,9 +69,6 @@ __device__ inline uint64_t cand_of(uint32_t key, int64_t id) {
 __device__ inline int32_t cand_id(uint64_t c) { return (int32_t)~(uint32_t)c; }
 __device__ inline float cand_value(uint64_t c) { return float_of((uint32_t)(c >> 32)); }
 
-/* Lower id wins ties; b never wins against itself. */
-__device__ inline bool better(float a, int64_t ia, float b, int64_t ib) { return a > b || (a == b && ia < ib); }
-
 struct shared_state {
     uint64_t cand[kMaxK];  /* [P] candidates, sorted descending */
     float prob[kMaxK];     /* [K] probabilities of the sorted candidates */
@@ -73,28 +80,72 @@ struct shared_state {
     double sum;
 };
 
+/* The orders of the two arg-max scans; b never wins against itself.
+ * sampler_order: the sampler's greedy scan, lower id on ties (NaN values
+ * never reach it).
+ * torch_order: NaN above every number, then the first index. */
+struct sampler_order {
+    __device__ static bool better(float a, int64_t ia, float b, int64_t ib) { return a > b || (a == b && ia < ib); }
+};
+struct torch_order {
+    __device__ static bool better(float a, int64_t ia, float b, int64_t ib) {
+        const bool na = isnan(a), nb = isnan(b);
+        if (na || nb) return na && (!nb || ia < ib);
+        return a > b || (a == b && ia < ib);
+    }
+};
+
+/* The best (value, id) by Order of the per-thread bests (id -1: none) over
+ * the block; thread 0 gets it (-1 when no thread has one). */
+template <class Order>
+__device__ int64_t block_best(shared_state &sh, float best, int64_t best_id) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float b = __shfl_down_sync(0xffffffffu, best, o);
+        const int64_t bi = __shfl_down_sync(0xffffffffu, best_id, o);
+        if (bi >= 0 && (best_id < 0 || Order::better(b, bi, best, best_id))) best = b, best_id = bi;
+    }
+    if (lane == 0) sh.warp_best[warp] = best, sh.warp_best_id[warp] = best_id;
+    __syncthreads();
+    if (tid == 0)
+        for (int w = 1; w < kWarps; w++) {
+            const float b = sh.warp_best[w];
+            const int64_t bi = sh.warp_best_id[w];
+            if (bi >= 0 && (best_id < 0 || Order::better(b, bi, best, best_id))) best = b, best_id = bi;
+        }
+    return best_id;
+}
+
 __device__ void greedy(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
                        const uint32_t *marks, float penalty, int32_t *token) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     float best = 0.0f;
     int64_t best_id = -1; /* -1: none seen */
     for (int64_t i = tid; i < V; i += kThreads) {
         const float x = value(logits, i, forbidden, marks, penalty);
+        if (isnan(x)) continue;
         if (best_id < 0 || x > best) best = x, best_id = i; /* ids rise: strict > keeps the lowest */
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float b = __shfl_down_sync(0xffffffffu, best, o);
-        const int64_t bi = __shfl_down_sync(0xffffffffu, best_id, o);
-        if (bi >= 0 && (best_id < 0 || better(b, bi, best, best_id))) best = b, best_id = bi;
-    }
-    if (lane == 0) sh.warp_best[warp] = best, sh.warp_best_id[warp] = best_id;
-    __syncthreads();
+    best_id = block_best<sampler_order>(sh, best, best_id);
     if (tid == 0) {
-        for (int w = 1; w < kWarps; w++)
-            if (sh.warp_best_id[w] >= 0 && (best_id < 0 || better(sh.warp_best[w], sh.warp_best_id[w], best, best_id)))
-                best = sh.warp_best[w], best_id = sh.warp_best_id[w];
+        /* the CPU's scan starts at id 0: a NaN there is never beaten; -1 is
+         * only left when every value is NaN, so id 0 is one too */
+        if (best_id < 0 || isnan(value(logits, 0, forbidden, marks, penalty))) best_id = 0;
         *token = (int32_t)best_id;
     }
+}
+
+/* og_argmax_cuda's answer for one row of raw logits. */
+__device__ void argmax_row(shared_state &sh, const float *logits, int64_t V, int32_t *token) {
+    const int tid = threadIdx.x;
+    float best = 0.0f;
+    int64_t best_id = -1;
+    for (int64_t i = tid; i < V; i += kThreads) {
+        const float x = logits[i];
+        if (best_id < 0 || torch_order::better(x, i, best, best_id)) best = x, best_id = i;
+    }
+    best_id = block_best<torch_order>(sh, best, best_id);
+    if (tid == 0) *token = (int32_t)best_id;
 }
 
 /* The key of the k-th best value (radix select, a byte at a time from the
@@ -231,10 +282,9 @@ __device__ void draw(shared_state &sh, const og_sample_cuda_step *step, uint32_t
     *token = tok;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float *logits, int64_t V, const og_sample_cuda_step *step, const int32_t *recent,
-                  const uint32_t *forbidden_bits, uint32_t *marks, int32_t *token) {
-    __shared__ shared_state sh;
+/* og_sample_cuda's work for one row, by the whole block. */
+__device__ void sample_row(shared_state &sh, const float *logits, int64_t V, const og_sample_cuda_step *step,
+                           const int32_t *recent, const uint32_t *forbidden_bits, uint32_t *marks, int32_t *token) {
     const int tid = threadIdx.x;
     const float penalty = step->repeat_penalty, temperature = step->temperature;
     const int32_t top_k = step->top_k;
@@ -266,6 +316,50 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float *logits, int64_t V, const og_sample_cuda_step *step, const int32_t *recent,
+                  const uint32_t *forbidden_bits, uint32_t *marks, int32_t *token) {
+    __shared__ shared_state sh;
+    sample_row(sh, logits, V, step, recent, forbidden_bits, marks, token);
+}
+
+/* Block b serves row b. */
+__global__ void __launch_bounds__(kThreads)
+    sample_batch_kernel(const float *logits, int64_t V, const og_sample_cuda_row *rows, int32_t *tokens) {
+    __shared__ shared_state sh;
+    const og_sample_cuda_row *row = rows + blockIdx.x;
+    const float *x = logits + (int64_t)blockIdx.x * V;
+    int32_t *token = tokens + blockIdx.x;
+    const int32_t mode = row->mode;
+    if (mode == OG_SAMPLE_ROW_ARGMAX) {
+        argmax_row(sh, x, V, token);
+        return;
+    }
+    if (mode == OG_SAMPLE_ROW_SAMPLE) {
+        const og_sample_cuda_step *step = &row->step;
+        const int32_t *recent = row->recent;
+        const uint32_t *forbidden = row->forbidden;
+        uint32_t *marks = row->marks;
+        const bool penalized = step->repeat_penalty != 1.0f && step->n_recent > 0;
+        if ((!penalized || (recent && marks)) && (!step->use_forbidden || forbidden)) {
+            sample_row(sh, x, V, step, recent, forbidden, marks, token);
+            return;
+        }
+    }
+    if (threadIdx.x == 0) *token = -1; /* NONE, a row missing a buffer, an unknown mode */
+}
+
+static_assert(sizeof(og_sample_cuda_step) == 40, "og_sample_cuda_step layout");
+static_assert(sizeof(og_sample_cuda_row) == 72 && offsetof(og_sample_cuda_row, step) == 8 &&
+                  offsetof(og_sample_cuda_row, recent) == 48 && offsetof(og_sample_cuda_row, marks) == 64,
+              "og_sample_cuda_row layout");
+
+og_status launched(const char *what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return OG_OK;
+    return og_set_error(OG_ERR_BACKEND, "%s: launch: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 } /* namespace */
 
 extern "C" bool og_sample_cuda_supported(float temperature, int32_t top_k, int64_t V) {
@@ -282,7 +376,21 @@ extern "C" og_status og_sample_cuda(void *stream, const float *logits, int64_t V
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_cuda: V = %lld is outside [1, INT32_MAX]", (long long)V);
     sample_kernel<<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, step, recent, forbidden, marks,
                                                                        token);
-    const cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return OG_OK;
-    return og_set_error(OG_ERR_BACKEND, "sample_cuda: launch: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return launched("sample_cuda");
+}
+
+extern "C" size_t og_sample_cuda_marks_bytes(int64_t V) {
+    return V < 1 ? 0 : (size_t)((V + 31) / 32) * sizeof(uint32_t);
+}
+
+extern "C" og_status og_sample_batch_cuda(void *stream, const float *logits, int64_t V, int32_t B,
+                                          const og_sample_cuda_row *rows, int32_t *tokens) {
+    if (!logits || !rows || !tokens)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_batch_cuda: a NULL buffer");
+    if (V < 1 || V > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_batch_cuda: V = %lld is outside [1, INT32_MAX]",
+                            (long long)V);
+    if (B < 1) return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_batch_cuda: B = %d rows", (int)B);
+    sample_batch_kernel<<<(unsigned)B, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, rows, tokens);
+    return launched("sample_batch_cuda");
 }

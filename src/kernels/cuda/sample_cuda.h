@@ -25,9 +25,20 @@
  * vocabulary of more than 1024). og_sample_cuda_supported says which; for
  * those the executor copies the logits back and samples on the host.
  *
+ * Greedy (temperature <= 0) with NaN logits follows the host's scan too: a
+ * NaN at id 0 is chosen, a NaN anywhere else is never chosen. Sampling with
+ * a NaN among the values has no defined order on either side.
+ *
+ * The batched sampler (og_sample_batch_cuda) does the same for B rows of
+ * logits in one launch, one block per row; what each row asks for (nothing,
+ * the arg-max, or a draw with its own parameters and buffers) is read from a
+ * table of og_sample_cuda_row in device memory, so one captured graph per B
+ * serves any mix of sessions and choices: the host rewrites the table's
+ * contents (and the buffers it points to) before each replay.
+ *
  * Letter legend: V vocabulary size, K candidates kept (<= 1024), P the
  * power of two >= K the candidates are sorted in, W = ceil(V / 32) bitmap
- * words.
+ * words, B rows of a batch.
  */
 #ifndef OG_KERNELS_SAMPLE_CUDA_H
 #define OG_KERNELS_SAMPLE_CUDA_H
@@ -65,6 +76,60 @@ og_status og_sample_cuda(void *stream, const float *logits /* [V] */, int64_t V,
                          const og_sample_cuda_step *step /* [1] */, const int32_t *recent /* [n_recent] */,
                          const uint32_t *forbidden /* [W] */, uint32_t *marks /* [W] */,
                          int32_t *token /* [1] */);
+
+/* ---- the batched sampler ---- */
+
+/* What a row of og_sample_batch_cuda outputs. */
+enum {
+    OG_SAMPLE_ROW_NONE = 0,   /* no token: writes -1                            */
+    OG_SAMPLE_ROW_ARGMAX = 1, /* og_argmax_cuda's index of the raw logits       */
+    OG_SAMPLE_ROW_SAMPLE = 2  /* og_sample_cuda's token for step and buffers    */
+};
+
+/* One row's descriptor, in device memory (72 bytes, 8-aligned; the layout is
+ * the same for C and CUDA). The pointers are device addresses; each may
+ * change from one replay to the next. What a SAMPLE row needs:
+ *  - recent: [step.n_recent] ids, read when step.repeat_penalty != 1 and
+ *    step.n_recent > 0 (as og_sample_cuda's recent);
+ *  - forbidden: [W] bitmap, read when step.use_forbidden != 0; rows may share
+ *    one (it is only read);
+ *  - marks: [W] words of scratch, zero before the launch and left zero, used
+ *    when recent is: the row's own (no other row of the launch, nor any
+ *    concurrent launch, may use the same words). og_sample_cuda_marks_bytes
+ *    gives the size; the executor can keep one [B_max, W] array, zeroed once.
+ * A SAMPLE row that needs a buffer it does not name (NULL) gets -1, as does
+ * one over the device's limits (og_sample_cuda_supported false). NONE and
+ * ARGMAX rows read nothing but mode (ARGMAX ignores step, penalty and
+ * forbidden ids: it is the plain arg-max of the logits); an unknown mode
+ * gets -1. */
+typedef struct og_sample_cuda_row {
+    int32_t mode;             /* OG_SAMPLE_ROW_*                     */
+    int32_t reserved;         /* unused; write 0                     */
+    og_sample_cuda_step step; /* SAMPLE rows: this step's inputs     */
+    const int32_t *recent;    /* [step.n_recent] or NULL             */
+    const uint32_t *forbidden; /* [W] or NULL                        */
+    uint32_t *marks;          /* [W] or NULL, zero between launches  */
+} og_sample_cuda_row;
+
+/* Bytes of one row's marks scratch over V logits: ceil(V / 32) words. */
+size_t og_sample_cuda_marks_bytes(int64_t V);
+
+/* For each row b < B of logits [B, V] (row b at logits + b * V), writes
+ * tokens[b]: -1 for NONE rows (and for rows refused as above), the arg-max
+ * for ARGMAX rows (torch.argmax: the first maximum, the first NaN above
+ * every number; exactly og_argmax_cuda's), and for SAMPLE rows exactly the
+ * token og_sample_cuda gives for that row alone (hence og_sampler_sample's).
+ * One launch of B blocks, no allocation, no host synchronization: it can be
+ * captured in a graph, and B and the addresses of logits, rows and tokens
+ * are the only launch arguments. Rows where og_sample_cuda_supported is
+ * false (temperature > 0 keeping more than OG_SAMPLE_CUDA_MAX_K
+ * candidates) get -1: for those the executor copies the row's logits back
+ * (or keeps them on the device for a later copy) and samples on the host
+ * with og_sampler_sample, which also advances the sampler; for every other
+ * SAMPLE row it calls og_sampler_commit with the token. Refuses NULL
+ * buffers, V outside [1, INT32_MAX] and B < 1 before enqueuing anything. */
+og_status og_sample_batch_cuda(void *stream, const float *logits /* [B, V] */, int64_t V, int32_t B,
+                               const og_sample_cuda_row *rows /* [B], device */, int32_t *tokens /* [B], device */);
 
 #ifdef __cplusplus
 }
