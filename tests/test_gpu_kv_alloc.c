@@ -1,16 +1,23 @@
 /* KV storage on a CUDA device, with both device allocators: the stream-ordered
- * one (growth copies into a larger block) and the virtual-memory one (growth
- * in place), each also under fault injection.
+ * one (dense layers, growth copies into a larger block) and the
+ * virtual-memory one (flat layers packed into one block that grows in
+ * place), each also under fault injection.
  *   - a session grows its device blocks while rows written with cudaMemcpy
  *     survive every growth byte for byte, ring rows land at p mod R, and a
- *     failed growth leaves the device rows and pointers as they were; in
- *     place the flat layers never move and rebinds stays 0;
+ *     failed growth leaves the device rows and pointers as they were; packed,
+ *     the flat layers never move, rebinds stays 0, views report the packed
+ *     row as row_stride, and a failed first step (ring block, reservation)
+ *     leaves the session without storage;
+ *   - packed sessions hold at most one granule more than their live bytes
+ *     (bytes_allocated <= bytes_live + granularity once the ring is full),
+ *     and bytes_allocated is the backed size;
  *   - reserve + resize directly: the address and the contents survive
  *     growing across many granules, shrinking and growing again; a resize
  *     the device cannot back fails with OUT_OF_MEMORY and changes nothing;
  *     misuse is refused;
- *   - rows of 4 KiB grown to 16 MiB (many granules) with failures injected
- *     at the first and at the second resize of each growth;
+ *   - packed rows of 8 KiB (k and v of 4 KiB) grown to 32 MiB (16
+ *     granules) in steps of 333 tokens, a failure injected at the one
+ *     resize of each growth;
  *   - eight sessions on one allocator, stepped in turn, stay disjoint and
  *     keep their own rows, destroyed in an interleaved order.
  * Skipped (77) without CUDA or without a device. */
@@ -66,13 +73,14 @@ static void write_step(og_kv_session *s, int32_t T, int salt, cudaStream_t strea
     for (int l = 0; l < cfg->n_layers; l++) {
         og_kv_layer_view v;
         CHECK_OK(og_kv_session_layer_view(s, l, &v));
-        const int64_t n = row_elems(cfg, l);
+        const int64_t n = row_elems(cfg, l), stride = og_kv_layer_view_row_stride(&v);
         uint16_t *row = malloc((size_t)n * sizeof *row);
         for (int64_t p = v.length; p < v.length + T; p++)
             for (int kv = 0; kv < 2; kv++) {
                 for (int64_t e = 0; e < n; e++) row[e] = pattern(salt, l, kv, p, e);
                 char *base = kv ? v.v : v.k;
-                cuda_ok(cudaMemcpy(base + slot_of(cfg, l, p) * n * 2, row, (size_t)n * 2, cudaMemcpyHostToDevice),
+                cuda_ok(cudaMemcpy(base + slot_of(cfg, l, p) * stride * 2, row, (size_t)n * 2,
+                                   cudaMemcpyHostToDevice),
                         "row to device");
             }
         free(row);
@@ -89,11 +97,13 @@ static int64_t verify_rows(const og_kv_session *s, int salt, cudaStream_t stream
         CHECK_OK(og_kv_session_layer_view(s, l, &v));
         const int64_t n = row_elems(cfg, l), R = og_kv_layer_slots(cfg, &cfg->layers[l]);
         const int64_t lo = cfg->layers[l].policy == OG_KV_RING && v.length > R ? v.length - R : 0;
-        const int64_t live = v.length < v.rows ? v.length : v.rows;
+        const int64_t live = v.length < v.rows ? v.length : v.rows, stride = og_kv_layer_view_row_stride(&v);
         uint16_t *host = malloc((size_t)(live * n) * sizeof *host + 1);
         for (int kv = 0; kv < 2; kv++) {
-            if (!cuda_ok(cudaMemcpy(host, kv ? v.v : v.k, (size_t)(live * n) * sizeof *host, cudaMemcpyDeviceToHost),
-                         "read back"))
+            /* the layer's n elements of each row, rows `stride` elements apart */
+            if (live && !cuda_ok(cudaMemcpy2D(host, (size_t)n * 2, kv ? v.v : v.k, (size_t)stride * 2, (size_t)n * 2,
+                                              (size_t)live, cudaMemcpyDeviceToHost),
+                                 "read back"))
                 bad++;
             for (int64_t p = lo; p < v.length; p++)
                 for (int64_t e = 0; e < n; e++) bad += host[slot_of(cfg, l, p) * n + e] != pattern(salt, l, kv, p, e);
@@ -120,6 +130,18 @@ static void run_session(cudaStream_t stream, bool in_place) {
     widths[34] = 6;
     int64_t last_rows = 0, growths = 0;
     og_kv_layer_view first = {0};
+    if (in_place) { /* the first step: the ring block, then the reservation */
+        for (int fail_at = 1; fail_at <= 2; fail_at++) {
+            og_kv_fault_arm(&fs, fail_at);
+            CHECK_STATUS(og_kv_session_prepare(s, widths[0]), OG_ERR_OUT_OF_MEMORY);
+            og_kv_layer_view v;
+            og_kv_metrics m;
+            CHECK_OK(og_kv_session_layer_view(s, 0, &v));
+            CHECK_OK(og_kv_session_metrics(s, &m));
+            CHECK(v.k == NULL && v.rows == 0 && m.bytes_allocated == 0 && m.rows_allocated == 0);
+        }
+        og_kv_fault_arm(&fs, 0);
+    }
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
         int32_t T = widths[i];
         og_kv_layer_view before;
@@ -148,13 +170,25 @@ static void run_session(cudaStream_t stream, bool in_place) {
         if (i == 0) first = now;
         if (in_place) CHECK_MSG(now.k == first.k && now.v == first.v, "step %zu: storage moved", i);
     }
-    /* flat rows: 4, then 16 (L 4 + 8), 32 (17), 64 (33), 128 (66), 256 (130) */
+    /* dense flat rows: 4, then 16 (L 4 + 8), 32 (17), 64 (33), 128 (66), 256
+     * (130); packed, a granule holds every packed row (64 bytes) of the
+     * 256: one reservation backing 16 KiB, never grown */
     CHECK(og_kv_session_length(s) == 256);
     CHECK(og_kv_session_layer_rows(s, 0) == 256 &&
           og_kv_session_layer_rows(s, 1) == og_kv_layer_slots(&k_small, &k_small_layers[1]));
     og_kv_metrics m;
     CHECK_OK(og_kv_session_metrics(s, &m));
-    CHECK(growths == 5 && m.growth_count == 5 && m.rebinds == (in_place ? 0 : 5));
+    CHECK(growths == (in_place ? 0 : 5) && m.growth_count == (in_place ? 0 : 5) && m.rebinds == (in_place ? 0 : 5));
+    if (in_place) {
+        og_kv_layer_view f, r;
+        CHECK_OK(og_kv_session_layer_view(s, 0, &f));
+        CHECK_OK(og_kv_session_layer_view(s, 1, &r));
+        CHECK(f.row_stride == 2 * row_elems(&k_small, 0) && (char *)f.v == (char *)f.k + row_elems(&k_small, 0) * 2 &&
+              r.row_stride == 0);
+        const int64_t ring = 2 * og_kv_layer_slots(&k_small, &k_small_layers[1]) * row_elems(&k_small, 1) * 2;
+        CHECK_MSG(m.bytes_allocated == (int64_t)a.granularity + ring && a.granularity == dev.granularity,
+                  "bytes_allocated %lld, granularity %zu", (long long)m.bytes_allocated, a.granularity);
+    }
     CHECK_STATUS(og_kv_session_prepare(s, 1), OG_ERR_CAPACITY);
 
     og_kv_layer_view v;
@@ -189,7 +223,7 @@ static void test_reserve_resize(cudaStream_t stream) {
     og_kv_allocator a;
     CHECK_OK(og_kv_allocator_cuda_vmm(stream, &a));
     const size_t g = og_kv_allocator_cuda_granularity(&a);
-    CHECK_MSG(a.reserve && a.resize && g > 0, "no growth in place (granularity %zu)", g);
+    CHECK_MSG(a.reserve && a.resize && g > 0 && a.granularity == g, "no growth in place (granularity %zu)", g);
     if (!a.reserve || !g) return;
     void *p = NULL;
     CHECK_OK(a.reserve(a.ctx, 8 * g + 123, 100, &p));
@@ -242,7 +276,7 @@ out:
 }
 
 static void test_big_rows(cudaStream_t stream) {
-    og_test_section("4 KiB rows grown to 16 MiB in place, failures at every resize");
+    og_test_section("8 KiB packed rows grown to 32 MiB in place, a failure at every resize");
     og_kv_allocator dev;
     CHECK_OK(og_kv_allocator_cuda_vmm(stream, &dev));
     og_kv_fault_state fs = {.inner = dev};
@@ -250,31 +284,47 @@ static void test_big_rows(cudaStream_t stream) {
     og_kv_session *s = NULL;
     CHECK_OK(og_kv_session_create(&k_big, &a, &s));
     if (!s || !a.reserve) goto out;
+    const int64_t g = (int64_t)a.granularity, P = 2 * row_elems(&k_big, 0) * 2; /* packed row bytes */
+    const int64_t R = og_kv_layer_slots(&k_big, &k_big_layers[1]), ring = 2 * R * row_elems(&k_big, 1) * 2;
     og_kv_layer_view first = {0};
-    /* rows: 512 (2 MiB), 1024, 2048, 4096: three growths */
-    for (int step = 0; step < 8; step++) {
-        if (step > 0 && og_kv_session_layer_rows(s, 0) < og_kv_session_length(s) + 512)
-            for (int fail_at = 1; fail_at <= 2; fail_at++) { /* resize of k, then of v */
-                og_kv_fault_arm(&fs, fail_at);
-                CHECK_STATUS(og_kv_session_prepare(s, 512), OG_ERR_OUT_OF_MEMORY);
-                og_kv_layer_view v;
-                CHECK_OK(og_kv_session_layer_view(s, 0, &v));
-                CHECK(v.k == first.k && v.v == first.v && v.length == step * 512);
-                CHECK_MSG(verify_rows(s, 0, stream) == 0, "step %d, resize %d failed", step, fail_at);
-                og_kv_fault_arm(&fs, 0);
-            }
-        CHECK_OK(og_kv_session_prepare(s, 512));
-        write_step(s, 512, 0, stream);
-        CHECK_OK(og_kv_session_commit(s, 512));
+    int64_t growths = 0;
+    /* steps of 333 tokens (the last 100): 13 steps, each but the first and
+     * those that fit in the granules backed already grows by one resize */
+    for (int step = 0; og_kv_session_length(s) < k_big.max_capacity; step++) {
+        const int64_t L = og_kv_session_length(s);
+        const int32_t T = (int32_t)(k_big.max_capacity - L < 333 ? k_big.max_capacity - L : 333);
+        if (step > 0 && og_kv_session_layer_rows(s, 0) < L + T) {
+            og_kv_fault_arm(&fs, 1); /* the one resize */
+            CHECK_STATUS(og_kv_session_prepare(s, T), OG_ERR_OUT_OF_MEMORY);
+            og_kv_layer_view v;
+            CHECK_OK(og_kv_session_layer_view(s, 0, &v));
+            CHECK(v.k == first.k && v.v == first.v && v.length == L && v.rows < L + T);
+            CHECK_MSG(verify_rows(s, 0, stream) == 0, "step %d: the failed resize changed rows", step);
+            og_kv_fault_arm(&fs, 0);
+            growths++;
+        }
+        CHECK_OK(og_kv_session_prepare(s, T));
+        write_step(s, T, 0, stream);
+        CHECK_OK(og_kv_session_commit(s, T));
         og_kv_layer_view v;
         CHECK_OK(og_kv_session_layer_view(s, 0, &v));
         if (step == 0) first = v;
-        CHECK_MSG(v.k == first.k && v.v == first.v, "step %d: storage moved", step);
+        CHECK_MSG(v.k == first.k && v.v == first.v && v.row_stride * 2 == P, "step %d: storage moved", step);
         CHECK_MSG(verify_rows(s, 0, stream) == 0, "after step %d (rows %lld)", step, (long long)v.rows);
+        og_kv_metrics m;
+        CHECK_OK(og_kv_session_metrics(s, &m));
+        const int64_t Ln = og_kv_session_length(s), want = (Ln * P + g - 1) / g * g;
+        CHECK_MSG(m.bytes_allocated == want + ring && v.rows == (want / P < k_big.max_capacity ? want / P : k_big.max_capacity),
+                  "L=%lld: bytes_allocated %lld (want %lld + ring %lld), rows %lld", (long long)Ln,
+                  (long long)m.bytes_allocated, (long long)want, (long long)ring, (long long)v.rows);
+        if (Ln >= R)
+            CHECK_MSG(m.bytes_allocated <= m.bytes_live + g, "L=%lld: backed %lld > live %lld + one granule",
+                      (long long)Ln, (long long)m.bytes_allocated, (long long)m.bytes_live);
     }
     og_kv_metrics m;
     CHECK_OK(og_kv_session_metrics(s, &m));
-    CHECK(m.length == 4096 && og_kv_session_layer_rows(s, 0) == 4096 && m.growth_count == 3 && m.rebinds == 0);
+    CHECK(m.length == 4096 && og_kv_session_layer_rows(s, 0) == 4096 && growths >= 8 && m.growth_count == growths &&
+          m.rebinds == 0);
 out:
     og_kv_session_destroy(s);
     og_kv_allocator_cuda_release(&dev);
@@ -302,19 +352,20 @@ static void test_many_sessions(cudaStream_t stream) {
         CHECK_MSG(verify_rows(s[i], i + 1, stream) == 0, "session %d", i);
         og_kv_metrics m;
         CHECK_OK(og_kv_session_metrics(s[i], &m));
-        CHECK_MSG(m.rebinds == 0 && m.growth_count >= 1, "session %d: %lld rebinds, %lld growths", i,
-                  (long long)m.rebinds, (long long)m.growth_count);
-        /* every flat block reserves 16 MiB: no two may overlap */
+        CHECK_MSG(m.rebinds == 0 && m.growth_count >= 1 && m.bytes_allocated <= m.bytes_live + (int64_t)a.granularity,
+                  "session %d: %lld rebinds, %lld growths, backed %lld, live %lld", i, (long long)m.rebinds,
+                  (long long)m.growth_count, (long long)m.bytes_allocated, (long long)m.bytes_live);
+        /* every packed block reserves 32 MiB from its layer's k: no two may overlap */
         og_kv_layer_view vi;
         CHECK_OK(og_kv_session_layer_view(s[i], 0, &vi));
-        const size_t span = (size_t)k_big.max_capacity * (size_t)row_elems(&k_big, 0) * 2;
+        const size_t span = (size_t)k_big.max_capacity * (size_t)og_kv_layer_view_row_stride(&vi) * 2;
+        CHECK((char *)vi.v == (char *)vi.k + row_elems(&k_big, 0) * 2);
         for (int j = 0; j < i; j++) {
             og_kv_layer_view vj;
             if (!s[j]) continue;
             CHECK_OK(og_kv_session_layer_view(s[j], 0, &vj));
-            const char *x[4] = {vi.k, vi.v, vj.k, vj.v};
-            for (int p = 0; p < 2; p++)
-                for (int q = 2; q < 4; q++) overlaps += x[p] < x[q] + span && x[q] < x[p] + span;
+            const char *x = vi.k, *y = vj.k;
+            overlaps += x < y + span && y < x + span;
         }
     }
     CHECK(overlaps == 0);
