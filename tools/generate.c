@@ -116,10 +116,6 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     int32_t n_eos = og_tokenizer_eos_ids(g->tok, &eos);
     for (int32_t i = 0; i < n_eos; i++) og_gen_add_stop(g, eos[i]);
     g->vocab = og_model_vocab_size(g->model);
-    if (!(g->stream = og_decode_stream_create(g->tok))) {
-        fprintf(stderr, "offgraph %s: out of memory\n", cmd);
-        return false;
-    }
     if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
         (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
@@ -137,7 +133,6 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
 void og_gen_close(og_gen *g) {
     og_sampler_destroy(g->sampler);
     og_session_destroy(g->session);
-    og_decode_stream_destroy(g->stream);
     og_tokenizer_free(g->tok);
     og_model_free(g->model);
     memset(g, 0, sizeof *g);
@@ -162,24 +157,32 @@ bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, b
 
 bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated) {
     *generated = 0;
-    const char *text;
-    size_t len;
-    for (int64_t i = 0; i < max; i++) {
-        int32_t t = g->next;
-        bool stop = false;
-        for (int32_t k = 0; k < g->n_stop; k++) stop |= t == g->stop[k];
-        if (stop) break;
-        if (og_decode_stream_push(g->stream, t, &text, &len) != OG_OK) {
+    if (max <= 0) return true; /* nothing was drawn (og_gen_prefill without draw) */
+    og_textgen_params tp = {.max_tokens = max, .stop_ids = g->stop, .n_stop_ids = g->n_stop};
+    og_textgen *tg = NULL;
+    if (og_textgen_create(g->tok, &tp, &tg) != OG_OK) {
+        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
+        return false;
+    }
+    bool ok = true;
+    for (og_finish fin = OG_FINISH_NONE; ok && fin == OG_FINISH_NONE;) {
+        const int32_t t = g->next;
+        const int64_t before = og_textgen_tokens(tg);
+        const char *text;
+        size_t len;
+        if (og_textgen_push(tg, t, &text, &len, &fin) != OG_OK) {
             fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
-            return false;
+            ok = false;
+            break;
         }
         fwrite(text, 1, len, out);
         fflush(out);
-        ++*generated;
-        if ((i + 1 < max || feed_last) && !feed(cmd, g, &t, 1, i + 1 < max)) return false;
+        /* a generated token (not a stop token) is fed: drawing the next one
+         * while generation goes on, and the last one only when feed_last */
+        if (og_textgen_tokens(tg) > before && (fin == OG_FINISH_NONE || feed_last))
+            ok = feed(cmd, g, &t, 1, fin == OG_FINISH_NONE);
     }
-    og_decode_stream_finish(g->stream, &text, &len);
-    fwrite(text, 1, len, out);
-    fflush(out);
-    return true;
+    *generated = og_textgen_tokens(tg);
+    og_textgen_destroy(tg);
+    return ok;
 }

@@ -5,6 +5,7 @@
 #define OG_TOOLS_GENERATE_H
 
 #include "cli.h"
+#include "model/generate.h"
 #include "model/sample.h"
 #include "model/tokenizer.h"
 #include "offgraph.h"
@@ -22,7 +23,6 @@ typedef struct og_gen {
     og_session *session;
     og_tokenizer *tok;
     og_sampler *sampler;
-    og_decode_stream *stream;
     int32_t next;    /* the token drawn after the last position fed */
     int64_t vocab;
     int32_t stop[8]; /* tokens that end generation */
@@ -56,8 +56,9 @@ void og_gen_add_stop(og_gen *g, int32_t id);
 /* Feeds n prompt tokens and, when draw (og_gen_decode will generate at
  * least one token), draws the token that follows them. */
 bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw);
-/* Generates up to max tokens, writing their text to out as it completes,
- * until a stop token (not written, not fed). Each written token is fed to
+/* Generates up to max tokens, writing their text to out as it completes
+ * (og_textgen: the library's generation loop), until a stop token (not
+ * written, not fed). Each written token is fed to
  * the session, which draws the next one (og_session_eval_sample: on a GPU
  * only the token comes back), the last one only when feed_last (chat keeps
  * its reply in the cache; run does not need it). *generated gets the tokens
