@@ -16,7 +16,13 @@
  *     draws from the logits the CUDA session returns (same seed, each token
  *     fed back), for greedy and sampled parameters; a failed step leaves the
  *     sampler as it was;
- *   - a step wider than the gemv path (cuBLAS) agrees with the CPU too.
+ *   - a step wider than the gemv path (cuBLAS) agrees with the CPU too;
+ *   - batched steps (og_model_step) of K = 1, 3, 8, 64 sessions at different
+ *     lengths, prompt chunks and decode mixed, agree with the CPU back end
+ *     stepping each session alone (the tolerance above);
+ *   - decode of up to 64 sessions with joins, leaves and growth captures one
+ *     graph per batch bucket used (og_model_metrics), never re-captures, and
+ *     agrees with the CPU too.
  * Data are found under $OG_SOURCE_DIR when set (a machine with a GPU runs the tests
  * from another checkout), else where the build saw them. Skipped (77) without
  * a CUDA build or device. */
@@ -204,6 +210,186 @@ static void check_sampling(og_model *gpu, og_model *nog, const int32_t *ids, con
     }
 }
 
+/* ------------------------------------------------------------ batched steps */
+
+/* Steps each item's twin (a CPU session with the same history) alone, and
+ * compares the device's logits with the twin's; returns the worst ratio. */
+static double batch_vs_alone(og_model *cpu, og_batch_item *items, og_session **twins, int K, float *want,
+                             const char *what) {
+    const int64_t V = og_model_vocab_size(cpu);
+    double worst = 0;
+    for (int k = 0; k < K; k++) {
+        og_batch_item t = items[k];
+        t.session = twins[k];
+        t.logits = items[k].logits ? want : NULL;
+        og_status st = og_model_step(cpu, &t, 1);
+        CHECK_MSG(st == OG_OK, "%s item %d alone on the CPU: %s", what, k, og_last_error());
+        if (st != OG_OK || !t.logits) continue;
+        const size_t n = (size_t)(t.output == OG_OUTPUT_LOGITS_ALL ? t.n_tokens : 1) * (size_t)V;
+        size_t at = 0;
+        const double r = og_tol_ratio(items[k].logits, want, n, 1e-3, 1e-3, &at);
+        CHECK_MSG(r <= 1.0, "%s item %d (%d tokens at length %lld): CUDA batch vs CPU alone ratio %.3g at %zu (%g vs %g)",
+                  what, k, t.n_tokens, (long long)og_session_length(twins[k]) - t.n_tokens, r, at,
+                  (double)items[k].logits[at], (double)want[at]);
+        CHECK_MSG(og_session_length(items[k].session) == og_session_length(twins[k]), "%s item %d: length %lld vs %lld",
+                  what, k, (long long)og_session_length(items[k].session), (long long)og_session_length(twins[k]));
+        if (r > worst) worst = r;
+    }
+    return worst;
+}
+
+enum { BMAX = 64 };
+
+/* CUDA batches of K sessions at different lengths (flat and ring layers;
+ * prompt chunks and decode items mixed) against the CPU back end stepped
+ * alone, within the CUDA-vs-CPU tolerance above (f32 KV). */
+static void check_batch_sizes(og_model *cpu, og_model *gpu, const int32_t *ids, const char *name) {
+    const int64_t V = og_model_vocab_size(cpu);
+    const int32_t max_write = og_model_kv_config(cpu)->max_write;
+    static const int Ks[] = {1, 3, 8, 64};
+    float *lg = malloc((size_t)BMAX * (size_t)max_write * (size_t)V * sizeof *lg);
+    float *want = malloc((size_t)max_write * (size_t)V * sizeof *want);
+    int32_t *toks = malloc((size_t)BMAX * (size_t)max_write * sizeof *toks);
+    for (int ki = 0; ki < 4; ki++) {
+        const int K = Ks[ki];
+        og_session *g[BMAX] = {0}, *c[BMAX] = {0};
+        bool ok = true;
+        for (int k = 0; k < K && ok; k++) {
+            g[k] = session(gpu);
+            c[k] = session(cpu);
+            ok = g[k] && c[k];
+            /* lengths 0 .. 39: fresh, inside the first rows, past growths and ring wraps */
+            const int L = (k * 13 + ki * 5) % 40;
+            if (ok && L > 0) {
+                CHECK_OK(og_session_eval(g[k], ids, L, 0, NULL, 0));
+                CHECK_OK(og_session_eval(c[k], ids, L, 0, NULL, 0));
+            }
+        }
+        double worst = 0;
+        char what[160];
+        for (int step = 0; ok && step < 4; step++) {
+            og_batch_item items[BMAX];
+            for (int k = 0; k < K; k++) {
+                const int T = (k + step) % 3 == 0 ? 1 + (k + step) % max_write : 1;
+                int32_t *t = toks + (size_t)k * (size_t)max_write;
+                for (int j = 0; j < T; j++) t[j] = ids[(k * 5 + step * 3 + j) % N_TOK];
+                items[k] = (og_batch_item){.session = g[k], .tokens = t, .n_tokens = T,
+                                           .output = T > 1 && k % 2 ? OG_OUTPUT_LOGITS_ALL : OG_OUTPUT_LOGITS,
+                                           .logits = lg + (size_t)k * (size_t)max_write * (size_t)V};
+                og_poison(items[k].logits, (size_t)max_write * (size_t)V);
+            }
+            snprintf(what, sizeof what, "%s K=%d step %d", name, K, step);
+            og_status st = og_model_step(gpu, items, K);
+            CHECK_MSG(st == OG_OK, "%s: %s", what, og_last_error());
+            if (st != OG_OK) break;
+            const double r = batch_vs_alone(cpu, items, c, K, want, what);
+            if (r > worst) worst = r;
+        }
+        printf("  %s: CUDA batches of %d sessions vs CPU alone: worst %.3g of the tolerance\n", name, K, worst);
+        for (int k = 0; k < K; k++) {
+            og_session_destroy(g[k]);
+            og_session_destroy(c[k]);
+        }
+    }
+    free(lg), free(want), free(toks);
+}
+
+/* Bucket b of og_model_metrics holds 2^b sessions: the smallest one that
+ * holds K. */
+static int bucket_of(int K) {
+    int b = 0;
+    while ((1 << b) < K) b++;
+    return b;
+}
+
+/* Decode of 64 sessions with joins (new sessions), leaves and growth (flat
+ * layers from 8 rows up): each padded batch size captures its graph once
+ * (og_model_metrics: bucket_captures[b] is 1 for every bucket used, 0 for
+ * the others) and replays it after; the logits agree with the CPU stepped
+ * alone. */
+static void check_batch_decode_graphs(const char *prog, og_model *cpu, const int32_t *ids, const char *name) {
+    og_model *gpu = load(prog, OG_BACKEND_CUDA, 1);
+    if (!gpu) return;
+    const int64_t V = og_model_vocab_size(cpu);
+    enum { POOL = 72, STEPS = 40 };
+    og_session *g[POOL] = {0}, *c[POOL] = {0};
+    int32_t fed[POOL] = {0}; /* tokens fed to the session in the pool slot */
+    float *lg = malloc((size_t)BMAX * (size_t)V * sizeof *lg), *want = malloc((size_t)V * sizeof *want);
+    int64_t uses[OG_BATCH_BUCKETS] = {0}, rows = 0, steps = 0;
+    og_rng r = og_rng_seed(64);
+    /* batch sizes: every bucket from 1 to 64, some twice, in no order */
+    static const int sizes[STEPS] = {64, 64, 63, 40, 33, 64, 17, 5, 2, 1, 3, 64, 31, 9, 16, 64, 48, 64, 1,  2,
+                                     8,  64, 57, 4,  64, 12, 64, 33, 6, 64, 20, 64, 7, 64, 64, 3,  64, 1, 64, 64};
+    bool ok = true;
+    for (int i = 0; i < POOL && ok; i++) ok = (g[i] = session(gpu)) && (c[i] = session(cpu));
+    for (int step = 0; ok && step < STEPS; step++) {
+        /* a leave and a join: a session goes, a fresh one takes its slot */
+        if (step % 4 == 3) {
+            const int i = (int)(og_rng_next(&r) % POOL);
+            og_session_destroy(g[i]);
+            og_session_destroy(c[i]);
+            g[i] = session(gpu);
+            c[i] = session(cpu);
+            fed[i] = 0;
+            if (!g[i] || !c[i]) break;
+        }
+        /* K of the pool, from a random start: joins and leaves between steps */
+        const int K = sizes[step], start = (int)(og_rng_next(&r) % POOL);
+        og_batch_item items[BMAX];
+        og_session *twins[BMAX];
+        for (int k = 0; k < K; k++) {
+            const int i = (start + k) % POOL;
+            items[k] = (og_batch_item){.session = g[i], .tokens = &ids[(fed[i] + i) % N_TOK], .n_tokens = 1,
+                                       .output = OG_OUTPUT_LOGITS, .logits = lg + (size_t)k * (size_t)V};
+            og_poison(items[k].logits, (size_t)V);
+            twins[k] = c[i];
+            fed[i]++;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%s decode step %d (K=%d)", name, step, K);
+        og_status st = og_model_step(gpu, items, K);
+        CHECK_MSG(st == OG_OK, "%s: %s", what, og_last_error());
+        if (st != OG_OK) break;
+        uses[bucket_of(K)]++;
+        rows += K;
+        steps++;
+        batch_vs_alone(cpu, items, twins, K, want, what);
+    }
+    og_model_metrics mm;
+    CHECK_OK(og_model_metrics_get(gpu, &mm));
+    int64_t captures = 0;
+    for (int b = 0; b < OG_BATCH_BUCKETS; b++) {
+        captures += mm.bucket_captures[b];
+        CHECK_MSG(mm.bucket_captures[b] <= 1, "%s: bucket %d (%d sessions) captured %lld times (re-captures)", name, b,
+                  1 << b, (long long)mm.bucket_captures[b]);
+        CHECK_MSG(mm.bucket_captures[b] == (uses[b] > 0), "%s: bucket %d used by %lld steps, captured %lld times", name,
+                  b, (long long)uses[b], (long long)mm.bucket_captures[b]);
+        CHECK_MSG(mm.bucket_replays[b] >= uses[b] - 1 && mm.bucket_replays[b] <= uses[b],
+                  "%s: bucket %d used by %lld steps, replayed %lld times", name, b, (long long)uses[b],
+                  (long long)mm.bucket_replays[b]);
+    }
+    CHECK_MSG(mm.graph_captures == captures, "%s: %lld captures, the buckets count %lld", name,
+              (long long)mm.graph_captures, (long long)captures);
+    CHECK_MSG(mm.steps == steps && mm.rows == rows, "%s: model metrics %lld steps %lld rows, want %lld %lld", name,
+              (long long)mm.steps, (long long)mm.rows, (long long)steps, (long long)rows);
+    /* the flat layers grew under the graphs (8 rows at first) */
+    int64_t grown = 0;
+    for (int i = 0; i < POOL; i++) {
+        og_kv_metrics km = {0};
+        if (g[i]) og_session_metrics(g[i], &km);
+        grown += km.growth_count > 0;
+    }
+    CHECK_MSG(grown > 0, "%s: no session grew during the decode run", name);
+    printf("  %s: decode of up to 64 sessions, %lld steps: %lld graph captures\n", name, (long long)steps,
+           (long long)mm.graph_captures);
+    for (int i = 0; i < POOL; i++) {
+        og_session_destroy(g[i]);
+        og_session_destroy(c[i]);
+    }
+    free(lg), free(want);
+    og_model_free(gpu);
+}
+
 static void check_fixture(const char *src, const char *name) {
     char dir[1024], prog[1024];
     snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
@@ -287,6 +473,8 @@ static void check_fixture(const char *src, const char *name) {
     og_session_destroy(a);
     og_session_destroy(b);
     check_sampling(gpu, nog, ids, name);
+    check_batch_sizes(cpu, gpu, ids, name);
+    check_batch_decode_graphs(prog, cpu, ids, name);
 
     /* steps wider than the gemv path: the whole sequence in one step goes
      * through cuBLAS (bf16 hi + lo products) */

@@ -4,6 +4,7 @@
 #include "core/core.h"
 #include "harness.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +26,12 @@ static uint64_t hash_name(const char *s) {
     return h;
 }
 
-void og_fixture_weight_bytes(const char *name, og_dtype dt, void *dst, size_t nbytes) {
+/* Uniform values in [-1, 1) from the name, times scale, plus offset. */
+static void weight_values(const char *name, og_dtype dt, void *dst, size_t nbytes, float scale, float offset) {
     og_rng r = og_rng_seed(hash_name(name));
     size_t es = og_dtype_size(dt), n = nbytes / es;
     for (size_t i = 0; i < n; i++) {
-        float x = og_rng_uniform(&r, -1.0f, 1.0f);
+        float x = og_rng_uniform(&r, -1.0f, 1.0f) * scale + offset;
         if (dt == OG_DTYPE_BF16) {
             uint32_t u;
             memcpy(&u, &x, sizeof u);
@@ -41,17 +43,23 @@ void og_fixture_weight_bytes(const char *name, og_dtype dt, void *dst, size_t nb
     }
 }
 
+void og_fixture_weight_bytes(const char *name, og_dtype dt, void *dst, size_t nbytes) {
+    weight_values(name, dt, dst, nbytes, 1.0f, 0.0f);
+}
+
 typedef struct fill_ctx {
     const char *name;
     og_dtype dtype;
     int32_t index;
     int32_t fail_at;
+    float scale, offset; /* scale 0: og_fixture_weight_bytes */
 } fill_ctx;
 
 static og_status fill(void *ctx, void *dst, size_t nbytes) {
     const fill_ctx *c = ctx;
     if (c->index == c->fail_at) return og_set_error(OG_ERR_IO, "fixture: fill of \"%s\" fails on purpose", c->name);
-    og_fixture_weight_bytes(c->name, c->dtype, dst, nbytes);
+    if (c->scale != 0) weight_values(c->name, c->dtype, dst, nbytes, c->scale, c->offset);
+    else og_fixture_weight_bytes(c->name, c->dtype, dst, nbytes);
     return OG_OK;
 }
 
@@ -63,6 +71,7 @@ typedef struct builder {
     fill_ctx ctx[MAX_WEIGHTS];
     char names[MAX_WEIGHTS][48];
     int32_t n, fail_at;
+    bool well_scaled;
 } builder;
 
 static void weight(builder *b, const char *name, og_dtype dt, int64_t d0, int64_t d1) {
@@ -70,7 +79,10 @@ static void weight(builder *b, const char *name, og_dtype dt, int64_t d0, int64_
     int64_t shape[2] = {d0, d1};
     fill_ctx *c = &b->ctx[b->n];
     snprintf(b->names[b->n], sizeof b->names[b->n], "%s", name);
-    *c = (fill_ctx){b->names[b->n], dt, b->n + 1, b->fail_at};
+    *c = (fill_ctx){b->names[b->n], dt, b->n + 1, b->fail_at, 0, 0};
+    if (b->well_scaled && d1) c->scale = 1.0f / sqrtf((float)d1); /* products keep their inputs' scale */
+    else if (b->well_scaled && strstr(name, "norm")) c->scale = 0.25f, c->offset = 1.0f;
+    else if (b->well_scaled) c->scale = 0.1f; /* biases */
     b->n++;
     b->st = og_program_writer_add_weight(b->w, name, dt, d1 ? 2 : 1, shape, fill, c);
 }
@@ -88,11 +100,11 @@ static void instr(builder *b, og_op op, const char *out, const og_op_attrs *a, i
 og_status og_fixture_write_program(const char *path, const og_fixture_opts *o) {
     og_fixture_opts def = {0};
     if (!o) o = &def;
-    builder b = {.fail_at = o->fail_fill_at};
+    builder b = {.fail_at = o->fail_fill_at, .well_scaled = o->well_scaled};
     b.st = og_program_writer_create(path, &b.w);
     if (b.st != OG_OK) return b.st;
     og_program_model m = {
-        .family = "llama", .activation_dtype = OG_DTYPE_F32, .vocab_size = OG_FIX_VOCAB,
+        .family = "llama", .activation_dtype = o->activation_dtype == OG_DTYPE_BF16 ? OG_DTYPE_BF16 : OG_DTYPE_F32, .vocab_size = OG_FIX_VOCAB,
         .hidden_size = OG_FIX_HIDDEN, .intermediate_size = OG_FIX_FFN, .num_hidden_layers = 2,
         .num_attention_heads = OG_FIX_HEADS, .num_key_value_heads = OG_FIX_KV_HEADS,
         .head_dim = OG_FIX_HEAD_DIM, .rms_norm_eps = 1e-5, .tie_word_embeddings = true,
@@ -101,6 +113,12 @@ og_status og_fixture_write_program(const char *path, const og_fixture_opts *o) {
     cJSON_AddNumberToObject(extra, "bos_token_id", 1);
     b.st = og_program_writer_set_model(b.w, &m, extra);
     og_kv_config kv = og_fixture_kv_config(o->max_capacity);
+    og_kv_layer_config kv_layers[2] = {k_layers[0], k_layers[1]};
+    if (o->window > 0) kv_layers[1].window = o->window;
+    kv.layers = kv_layers;
+    if (o->kv_f32) kv.kv_dtype = OG_DTYPE_F32;
+    if (o->initial_capacity > 0) kv.initial_capacity = o->initial_capacity;
+    if (o->max_write > 0) kv.max_write = o->max_write;
     if (b.st == OG_OK) b.st = og_program_writer_set_kv(b.w, &kv);
     if (b.st == OG_OK && o->with_tokenizer)
         b.st = og_program_writer_set_tokenizer(b.w, "{\"model\": {\"type\": \"BPE\"}, \"note\": \"caf\xc3\xa9\"}",
@@ -123,7 +141,9 @@ og_status og_fixture_write_program(const char *path, const og_fixture_opts *o) {
         weight(&b, NM(1, "l%d.wq"), OG_DTYPE_BF16, QW, H);
         weight(&b, NM(2, "l%d.wk"), OG_DTYPE_BF16, KW, H);
         weight(&b, NM(3, "l%d.wv"), OG_DTYPE_BF16, KW, H);
-        weight(&b, NM(4, "l%d.bv"), OG_DTYPE_F32, KW, 0);
+        /* a bias has its weight's dtype (og_matmul_cpu); the default
+         * program's f32 one is kept for the bytes of the committed files */
+        weight(&b, NM(4, "l%d.bv"), b.well_scaled ? OG_DTYPE_BF16 : OG_DTYPE_F32, KW, 0);
         weight(&b, NM(5, "l%d.q_norm"), OG_DTYPE_F32, OG_FIX_HEAD_DIM, 0);
         weight(&b, NM(6, "l%d.wo"), OG_DTYPE_BF16, H, QW);
         weight(&b, NM(7, "l%d.mlp_norm"), OG_DTYPE_F32, H, 0);

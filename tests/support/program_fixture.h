@@ -24,6 +24,20 @@ typedef struct og_fixture_opts {
     int64_t max_capacity;   /* 0 means 64 */
     int32_t fail_fill_at;   /* 1-based weight whose fill fails; 0 = none */
     bool with_tokenizer;
+    /* Geometry and dtypes for the executor tests; 0 (false) keeps the
+     * defaults above, so the bytes of a default program never change. */
+    og_dtype activation_dtype; /* OG_DTYPE_F32 (0, default) or OG_DTYPE_BF16 */
+    bool kv_f32;               /* the program's kv_dtype f32 (default bf16) */
+    int64_t initial_capacity;  /* 0 means 16                                */
+    int32_t max_write;         /* 0 means OG_FIX_MAX_WRITE                  */
+    int32_t window;            /* the ring layer's W; 0 means OG_FIX_WINDOW */
+    /* Weights for running the program (the default ones, uniform in
+     * [-1, 1), blow activations up to infinity within two layers, and the
+     * f32 bias of the bf16 v projection is read as bf16 by the kernels):
+     * matrices scaled by 1/sqrt(in features), norm weights 1 +- 0.25, the
+     * bias bf16 +- 0.1. og_fixture_weight_bytes gives the default weights
+     * only. */
+    bool well_scaled;
 } og_fixture_opts;
 
 /* Writes the synthetic program to path through the writer. */
