@@ -1,4 +1,5 @@
-/* Decode attention on CUDA: one session, Hq = 32, Hkv = 8, D = 128, bf16
+/* Decode attention on CUDA.
+ * Part 1, one session, Hq = 32, Hkv = 8, D = 128, bf16
  * storage, histories 128 / 4k / 32k / 128k. Times og_update_and_attend_cuda (one
  * token: one split-K launch that writes the KV row and merges its splits) with CUDA events around
  * BATCH back-to-back calls (as a decode step issues them, so launch gaps
@@ -6,6 +7,14 @@
  * over enough layers' storage that the KV bytes of a round exceed the 60 MB L2. Reports microseconds, KV bytes read per second,
  * and that rate as a fraction of a device-to-device copy measured in the same
  * run (bytes read plus written). Prints one JSON line per history.
+ * Part 2, the batched decode kernel (og_update_and_attend_batch_cuda) at the
+ * Qwen3-0.6B attention shape (Hq 16, Hkv 8, D 128, bf16): B = 1, 64, 256
+ * sessions at context 512 and 4096 (every session at that length), and B = 64
+ * at mixed lengths (1..4096, uneven); at B = 1 the single-session call on the
+ * same storage beside it. Each session has its own storage; the sessions of
+ * a step are rotated over enough copies that a round reads more than L2
+ * holds. Same timing (events around back-to-back calls, median of 100 after
+ * a warm-up), GB/s of KV bytes read (every live key and value row once).
  * Built in every configuration; without CUDA it says so and exits 77. */
 #include "core/core.h"
 
@@ -21,6 +30,7 @@ int main(void) {
 
 #include "cuda_check.h"
 #include <stdlib.h>
+#include <string.h>
 
 enum { REPS = 200, BATCH = 16 };
 
@@ -59,6 +69,153 @@ static double copy_rate(cudaStream_t st) {
     cudaFree(a), cudaFree(b);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     return 2.0 * (double)bytes / (ms[10] * 1e-3);
+}
+
+/* Fills `bytes` of device memory with a bf16 pattern: one 8 MB piece from
+ * the host, then doubled by device copies. */
+static void fill_dev(void *d, size_t bytes, uint64_t seed) {
+    const size_t piece = (size_t)8 << 20;
+    size_t first = bytes < piece ? bytes : piece;
+    uint16_t *h = malloc(piece);
+    fill_bf16(h, piece / 2, seed);
+    CK(cudaMemcpy(d, h, first, cudaMemcpyHostToDevice));
+    free(h);
+    for (size_t done = first; done < bytes;) {
+        const size_t n = bytes - done < done ? bytes - done : done;
+        CK(cudaMemcpy((char *)d + done, d, n, cudaMemcpyDeviceToDevice));
+        done += n;
+    }
+}
+
+typedef struct batch_result {
+    int32_t B;
+    const char *lengths;
+    double us, gbps, frac, single_us;
+    int32_t depth;
+} batch_result;
+
+/* One batched configuration: B sessions, L[b] keys each before the step. */
+static batch_result bench_batch(cudaStream_t st, double copy, int sms, int32_t B, const int64_t *L, int64_t rows,
+                                const char *label) {
+    const int32_t Hq = 16, Hkv = 8, D = 128, HD = Hkv * D;
+    size_t kv_bytes = 0; /* what one call must read: every live row of k and v */
+    for (int32_t b = 0; b < B; b++) kv_bytes += 2 * (size_t)L[b] * HD * 2;
+    const size_t layer = (size_t)B * rows * HD * 2; /* bytes of k (or v) of one copy, all sessions */
+    int n_copies = (int)(256e6 / (double)kv_bytes) + 1;
+    if (n_copies < 2) n_copies = 2;
+    void **k = calloc((size_t)n_copies, sizeof *k), **v = calloc((size_t)n_copies, sizeof *v);
+    og_attend_cuda_seq **tab = calloc((size_t)n_copies, sizeof *tab);
+    og_attend_cuda_seq *h = calloc((size_t)B, sizeof *h);
+    for (int c = 0; c < n_copies; c++) {
+        CK(cudaMalloc(&k[c], layer));
+        CK(cudaMalloc(&v[c], layer));
+        fill_dev(k[c], layer, 1234 + (uint64_t)c);
+        fill_dev(v[c], layer, 777 + (uint64_t)c);
+        for (int32_t b = 0; b < B; b++)
+            h[b] = (og_attend_cuda_seq){.k = (char *)k[c] + (size_t)b * rows * HD * 2,
+                                        .v = (char *)v[c] + (size_t)b * rows * HD * 2,
+                                        .length = L[b], .rows = rows, .T = 1};
+        CK(cudaMalloc((void **)&tab[c], (size_t)B * sizeof *h));
+        CK(cudaMemcpy(tab[c], h, (size_t)B * sizeof *h, cudaMemcpyHostToDevice));
+    }
+    float *q, *kn, *vn, *out, *part;
+    CK(cudaMalloc((void **)&q, (size_t)B * Hq * D * 4));
+    CK(cudaMalloc((void **)&kn, (size_t)B * HD * 4));
+    CK(cudaMalloc((void **)&vn, (size_t)B * HD * 4));
+    CK(cudaMalloc((void **)&out, (size_t)B * Hq * D * 4));
+    CK(cudaMemset(q, 0, (size_t)B * Hq * D * 4));
+    CK(cudaMemset(kn, 0, (size_t)B * HD * 4));
+    CK(cudaMemset(vn, 0, (size_t)B * HD * 4));
+    size_t sb = (size_t)og_attend_batch_cuda_scratch_floats(B, Hq, D, rows) * 4;
+    const size_t s1 = (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4;
+    if (s1 > sb) sb = s1;
+    CK(cudaMalloc((void **)&part, sb));
+    CK(cudaMemset(part, 0, sb));
+    og_attend_batch_cuda_args a = {.q = q, .k = kn, .v = vn, .out = out, .B = B, .n_heads = Hq, .n_kv_heads = Hkv,
+                                   .head_dim = D, .kv_dtype = OG_DTYPE_BF16, .policy = OG_KV_FLAT, .scale = 0,
+                                   .max_keys = rows, .partials = part};
+    og_attend_cuda_args one = {.q = q, .k = kn, .v = vn, .out = out, .T = 1, .n_heads = Hq, .partials = part,
+                               .kv = {.policy = OG_KV_FLAT, .dtype = OG_DTYPE_BF16, .n_kv_heads = Hkv, .head_dim = D,
+                                      .rows = rows, .length = L[0]}};
+    int per = (int)(256e6 / (double)kv_bytes);
+    if (per < 1) per = 1;
+    if (per > BATCH) per = BATCH;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    enum { BREPS = 100 };
+    float ms[BREPS];
+    double med[2] = {0, 0};
+    for (int single = 0; single < (B == 1 ? 2 : 1); single++) {
+        int next = 0;
+        for (int r = -5; r < BREPS; r++) {
+            CK(cudaEventRecord(e0, st));
+            for (int i = 0; i < per; i++, next = (next + 1) % n_copies) {
+                og_status s;
+                if (single) {
+                    one.kv.k = k[next], one.kv.v = v[next];
+                    s = og_update_and_attend_cuda(st, &one);
+                } else {
+                    a.seqs = tab[next];
+                    s = og_update_and_attend_batch_cuda(st, &a);
+                }
+                if (s != OG_OK) {
+                    fprintf(stderr, "bench_attend_cuda: %s\n", og_last_error());
+                    exit(1);
+                }
+            }
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            if (r >= 0) {
+                CK(cudaEventElapsedTime(&ms[r], e0, e1));
+                ms[r] /= per;
+            }
+        }
+        qsort(ms, BREPS, sizeof *ms, cmp_float);
+        med[single] = ms[BREPS / 2] * 1e-3;
+    }
+    batch_result res = {.B = B, .lengths = label, .us = med[0] * 1e6, .gbps = (double)kv_bytes / med[0] / 1e9,
+                        .frac = (double)kv_bytes / med[0] / copy, .single_us = med[1] * 1e6,
+                        .depth = og_attend_batch_cuda_max_splits(B, Hq, Hkv, rows, sms)};
+    printf("{\"bench\":\"batch_decode_attention\",\"B\":%d,\"lengths\":\"%s\",\"Hq\":%d,\"Hkv\":%d,\"D\":%d,"
+           "\"us\":%.2f,\"kv_GBps\":%.1f,\"fraction_of_copy\":%.3f,\"depth\":%d,\"single_us\":%.2f}\n",
+           B, label, Hq, Hkv, D, res.us, res.gbps, res.frac, res.depth, res.single_us);
+    for (int c = 0; c < n_copies; c++) cudaFree(k[c]), cudaFree(v[c]), cudaFree(tab[c]);
+    free(k), free(v), free(tab), free(h);
+    cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return res;
+}
+
+static void bench_batches(cudaStream_t st, double copy, int sms) {
+    batch_result r[7];
+    int n = 0;
+    const int32_t Bs[] = {1, 64, 256};
+    const int64_t ctx[] = {512, 4096};
+    int64_t *L = malloc(256 * sizeof *L);
+    char labels[2][16];
+    for (int ci = 0; ci < 2; ci++) {
+        snprintf(labels[ci], sizeof labels[ci], "%lld", (long long)ctx[ci]);
+        for (int bi = 0; bi < 3; bi++) {
+            for (int32_t b = 0; b < Bs[bi]; b++) L[b] = ctx[ci];
+            r[n++] = bench_batch(st, copy, sms, Bs[bi], L, ctx[ci] + 1, labels[ci]);
+        }
+    }
+    uint64_t seed = 99;
+    for (int32_t b = 0; b < 64; b++) { /* uneven: a few long sessions among short ones */
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        const int64_t x = (int64_t)(seed % 4096) + 1;
+        L[b] = x * x / 4096 + 1;
+    }
+    r[n++] = bench_batch(st, copy, sms, 64, L, 4097, "mixed 1..4096");
+    free(L);
+    printf("\n| B | context | us | KV GB/s | of copy | depth | single-session us |\n|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        printf("| %d | %s | %.1f | %.0f | %.2f | %d |", r[i].B, r[i].lengths, r[i].us, r[i].gbps, r[i].frac,
+               r[i].depth);
+        if (r[i].single_us > 0) printf(" %.1f |\n", r[i].single_us);
+        else printf(" - |\n");
+    }
 }
 
 int main(void) {
@@ -146,6 +303,7 @@ int main(void) {
         cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part), cudaFree(dlen);
         cudaEventDestroy(e0), cudaEventDestroy(e1);
     }
+    bench_batches(st, copy, sms);
     cudaStreamDestroy(st);
     return 0;
 }

@@ -21,7 +21,21 @@
  * 2.2e-3. The rounding errors are independent, so over a whole case they
  * average out: ||got - ref|| / ||ref|| must also stay under 1e-2, which a
  * missing key tile or a wrong head breaks.
- * OG_CUDA_TEST_QUICK=1 keeps T <= 17 and histories <= 257 (sanitizer runs).
+ * Every fourth case stores its rows packed (row stride Hkv * D + 16, the
+ * elements between must stay as they were).
+ * Batched decode (og_update_and_attend_batch_cuda) against the reference run
+ * per entry on host copies: B 1, 2, 3, 17, 64; lengths mixed in one call (0,
+ * 1, 3, 127, 128, 129, 1000, 4097); flat and ring (W 4 and 64, wrapping);
+ * bf16 and f32; Hq/Hkv 16/8, 4/1, 6/3; D 64 and 128; padded entries (T = 0)
+ * whose out rows stay poisoned and whose storage stays as it was; packed rows
+ * (k and v of an entry in one block with other bytes around them), every
+ * storage block compared byte for byte; max_keys below the longest entry (a
+ * grid of one split); one graph replayed over a table rewritten between
+ * replays (new lengths, padding and storage bases). Same tolerance as the
+ * split-K cases.
+ * OG_CUDA_TEST_QUICK=1 keeps T <= 17, histories <= 257 and B <= 17
+ * (sanitizer runs); OG_ATTEND_CUDA_TEST_BATCH_ONLY=1 runs the batched cases
+ * alone (racecheck of the batched kernel).
  * Skipped (77) without a CUDA build or device. */
 #include "harness.h"
 
@@ -44,6 +58,7 @@ typedef struct attend_case {
     int64_t L;
     og_dtype dtype;
     float scale;
+    int64_t RS; /* storage row stride in elements; 0: dense */
 } attend_case;
 
 static void *dev_copy(const void *host, size_t bytes) {
@@ -57,7 +72,8 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
     const int32_t T = c->T, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
     const int64_t R = c->policy == OG_KV_FLAT ? c->L + T + 5 : (int64_t)c->W + T + 1; /* ring max_write T + 2 */
     const size_t es = og_dtype_size(c->dtype), row = (size_t)Hkv * (size_t)D;
-    const size_t qn = (size_t)T * Hq * D, kn = (size_t)T * row, sn = (size_t)R * row;
+    const size_t RS = c->RS ? (size_t)c->RS : row; /* packed: the elements between rows stay untouched */
+    const size_t qn = (size_t)T * Hq * D, kn = (size_t)T * row, sn = (size_t)R * RS;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
     void *kc = malloc(sn * es), *vc = malloc(sn * es), *kc_got = malloc(sn * es), *vc_got = malloc(sn * es);
     og_rng_fill(rng, q, qn, -1, 1);
@@ -81,7 +97,7 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
 
     og_kv_layer_view view = {.layer_id = 0, .policy = c->policy, .dtype = c->dtype,
                              .window = c->policy == OG_KV_RING ? c->W : 0, .n_kv_heads = Hkv, .head_dim = D,
-                             .rows = R, .length = c->L, .k = kc, .v = vc};
+                             .rows = R, .length = c->L, .k = kc, .v = vc, .row_stride = c->RS};
     int32_t *pos = malloc((size_t)T * sizeof *pos);
     for (int32_t t = 0; t < T; t++) pos[t] = (int32_t)(c->L + t);
     og_attend_args ra = {.q = q, .k = k, .v = v, .positions = pos, .out = ref, .T = T, .n_heads = Hq,
@@ -116,7 +132,8 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
                   tc ? "tiled" : "split-K", c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype), T,
                   (long long)c->L, Hq, Hkv, D, c->W, r, worst, (double)got[worst], (double)ref[worst], rel);
         CHECK_MSG(memcmp(kc_got, kc, sn * es) == 0 && memcmp(vc_got, vc, sn * es) == 0,
-                  "storage differs after the step (T=%d L=%lld)", T, (long long)c->L);
+                  "storage differs after the step (T=%d L=%lld row stride %lld)", T, (long long)c->L,
+                  (long long)c->RS);
     }
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dkc), cudaFree(dvc), cudaFree(dout), cudaFree(partials),
         cudaFree(dlen);
@@ -143,7 +160,59 @@ static void test_refusals(void) {
     CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_UNBOUND);
     b = a, b.kv.policy = OG_KV_RING, b.kv.window = 6, b.T = 4; /* R 8: at most 3 per step */
     CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_WRITE_TOO_WIDE);
+    b = a, b.kv.row_stride = 64; /* below Hkv * D = 128 */
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_INVALID_ARGUMENT);
+    b = a, b.kv.row_stride = 132; /* 264 bytes: not a multiple of 16 */
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_INVALID_ARGUMENT);
+    b = a, b.kv.row_stride = 136;
+    CHECK_OK(og_update_and_attend_cuda(NULL, &b));
+    /* the batched call checks what the host holds (never the table) */
+    CK(cudaMemset(buf, 0, 1 << 20)); /* a table of padded entries (T = 0), zero counters */
+    og_attend_batch_cuda_args ba = {.q = buf, .k = buf, .v = buf, .out = buf, .B = 2, .n_heads = 4, .n_kv_heads = 2,
+                                    .head_dim = 64, .kv_dtype = OG_DTYPE_BF16, .policy = OG_KV_FLAT,
+                                    .seqs = (const og_attend_cuda_seq *)buf, .max_keys = 100, .partials = buf};
+    CHECK_OK(og_update_and_attend_batch_cuda(NULL, &ba));
+    og_attend_batch_cuda_args bb = ba;
+    bb.head_dim = 96;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_UNSUPPORTED);
+    bb = ba, bb.n_heads = 3;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
+    bb = ba, bb.B = 0;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
+    bb = ba, bb.seqs = NULL;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
+    bb = ba, bb.max_keys = 0;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
+    bb = ba, bb.kv_dtype = OG_DTYPE_I32;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_UNSUPPORTED);
+    bb = ba, bb.policy = (og_kv_policy)7;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
+    bb = ba, bb.partials = NULL, bb.max_keys = 100000; /* several splits need the scratch */
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
+    bb = ba, bb.partials = NULL, bb.max_keys = 1; /* one split does not */
+    CHECK_OK(og_update_and_attend_batch_cuda(NULL, &bb));
     CK(cudaDeviceSynchronize());
+    /* an entry the planner would have refused (flat, L == rows) cannot be
+     * refused from a graph: no storage write, NaN out */
+    {
+        unsigned char *store = (unsigned char *)buf + 65536, *tab_d = (unsigned char *)buf + 4096;
+        float *out = buf + 4096; /* 16 KB in, past the table */
+        const og_attend_cuda_seq e[2] = {{.k = store, .v = store + 8192, .length = 8, .rows = 8, .T = 1},
+                                         {.k = store, .v = store + 8192, .length = 3, .rows = 8, .T = 0}};
+        CK(cudaMemcpy(tab_d, e, sizeof e, cudaMemcpyHostToDevice));
+        bb = ba, bb.seqs = (const og_attend_cuda_seq *)tab_d, bb.out = out;
+        CHECK_OK(og_update_and_attend_batch_cuda(NULL, &bb));
+        float got[2 * 4 * 64];
+        unsigned char st[16384];
+        CK(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(st, store, sizeof st, cudaMemcpyDeviceToHost));
+        bool nan_row = true, zero_rest = true, untouched = true;
+        for (int i = 0; i < 4 * 64; i++) nan_row = nan_row && isnan(got[i]);
+        for (int i = 4 * 64; i < 8 * 64; i++) zero_rest = zero_rest && got[i] == 0.0f;
+        for (size_t i = 0; i < sizeof st; i++) untouched = untouched && st[i] == 0;
+        CHECK_MSG(nan_row && zero_rest && untouched, "bad entry: NaN row %d, padded row kept %d, storage kept %d",
+                  nan_row, zero_rest, untouched);
+    }
     cudaFree(buf);
 }
 
@@ -181,22 +250,271 @@ static void test_splits(void) {
     }
 }
 
+/* ---- the batched decode kernel (og_update_and_attend_batch_cuda) ---- */
+
+/* One batched call: B entries of one layer geometry; L[b] < 0 marks a
+ * padded entry (T = 0). */
+typedef struct batch_case {
+    int32_t B, Hkv, G, D, W; /* W: ring window (policy ring), else 0 */
+    og_kv_policy policy;
+    og_dtype dtype;
+    bool packed; /* k and v rows of an entry inside one block of wider rows, other bytes between */
+    float scale;
+    const int64_t *L; /* [B] */
+} batch_case;
+
+/* Device buffers a call (or a captured graph) uses, sized for Bmax entries. */
+typedef struct batch_bufs {
+    float *q, *k, *v, *out;   /* [Bmax, H*, D] */
+    og_attend_cuda_seq *seqs; /* [Bmax] */
+    float *partials;
+} batch_bufs;
+
+static void batch_bufs_make(batch_bufs *b, int32_t Bmax, int32_t Hq, int32_t Hkv, int32_t D, int64_t max_keys) {
+    CK(cudaMalloc((void **)&b->q, (size_t)Bmax * Hq * D * 4));
+    CK(cudaMalloc((void **)&b->out, (size_t)Bmax * Hq * D * 4));
+    CK(cudaMalloc((void **)&b->k, (size_t)Bmax * Hkv * D * 4));
+    CK(cudaMalloc((void **)&b->v, (size_t)Bmax * Hkv * D * 4));
+    CK(cudaMalloc((void **)&b->seqs, (size_t)Bmax * sizeof *b->seqs));
+    const size_t sb = (size_t)og_attend_batch_cuda_scratch_floats(Bmax, Hq, D, max_keys) * 4;
+    CK(cudaMalloc((void **)&b->partials, sb));
+    CK(cudaMemset(b->partials, 0, sb)); /* the split counters start at 0 */
+}
+
+static void batch_bufs_free(batch_bufs *b) {
+    cudaFree(b->q), cudaFree(b->out), cudaFree(b->k), cudaFree(b->v), cudaFree(b->seqs), cudaFree(b->partials);
+}
+
+static og_attend_batch_cuda_args batch_args(const batch_case *c, const batch_bufs *b, int64_t max_keys) {
+    og_attend_batch_cuda_args a = {.q = b->q, .k = b->k, .v = b->v, .out = b->out, .B = c->B,
+                                   .n_heads = c->Hkv * c->G, .n_kv_heads = c->Hkv, .head_dim = c->D,
+                                   .kv_dtype = c->dtype, .policy = c->policy, .scale = c->scale, .seqs = b->seqs,
+                                   .max_keys = max_keys, .partials = b->partials};
+    return a;
+}
+
+/* Makes fresh inputs and storage for c, runs the reference per entry on host
+ * copies, then runs the kernel `passes` times (through graph when it is not
+ * NULL, captured over bufs with c's geometry) and checks every live output
+ * row, every padded output row (still poison), and every storage block byte
+ * for byte (the rows written, and untouched bytes elsewhere: rows not
+ * written, other layers' bytes between packed rows, padded entries' storage). */
+static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, const batch_bufs *bufs,
+                      int64_t max_keys, cudaGraphExec_t graph, int passes) {
+    const int32_t B = c->B, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
+    const size_t es = og_dtype_size(c->dtype), row = (size_t)Hkv * D;
+    /* packed: row = [8 elements of another layer | k | v | 8 more]: 16-byte multiples for bf16 and f32 */
+    const size_t RS = c->packed ? 2 * row + 16 : row;
+    const size_t qn = (size_t)B * Hq * D, kn = (size_t)B * row;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
+    og_rng_fill(rng, q, qn, -1, 1);
+    og_rng_fill(rng, k, kn, -1, 1);
+    og_rng_fill(rng, v, kn, -1, 1);
+    og_poison(ref, qn); /* padded rows must keep the poison */
+    og_attend_cuda_seq *tab = calloc((size_t)B, sizeof *tab);
+    unsigned char **host = calloc((size_t)B * 2, sizeof *host), **dev = calloc((size_t)B * 2, sizeof *dev);
+    size_t *bytes = calloc((size_t)B, sizeof *bytes);
+    const int n_blocks = c->packed ? 1 : 2;
+    for (int32_t b = 0; b < B; b++) {
+        const bool pad = c->L[b] < 0;
+        const int64_t L = pad ? 5 : c->L[b];
+        /* flat: a few rows past L; ring: R = W + 2 (max_write 3), wrapping once L >= R */
+        const int64_t R = c->policy == OG_KV_FLAT ? L + 1 + (b % 4) : (int64_t)c->W + 2;
+        bytes[b] = (size_t)R * RS * es;
+        for (int i = 0; i < n_blocks; i++) {
+            host[2 * b + i] = malloc(bytes[b]);
+            for (size_t e = 0; e < (size_t)R * RS; e++) /* every element random: a wrong read or write shows */
+                og_store_f32(host[2 * b + i], c->dtype, e, og_rng_uniform(rng, -1, 1));
+            dev[2 * b + i] = dev_copy(host[2 * b + i], bytes[b]);
+        }
+        const size_t ko = c->packed ? 8 * es : 0, vo = c->packed ? (8 + row) * es : 0;
+        unsigned char *hk = host[2 * b] + ko, *hv = host[2 * b + n_blocks - 1] + vo;
+        tab[b] = (og_attend_cuda_seq){.k = dev[2 * b] + ko, .v = dev[2 * b + n_blocks - 1] + vo,
+                                      .row_stride = c->packed ? (int64_t)RS : (b % 2 ? 0 : (int64_t)row),
+                                      .length = L, .rows = R, .window = c->policy == OG_KV_RING ? c->W : 0,
+                                      .T = pad ? 0 : 1};
+        if (pad) continue;
+        og_kv_layer_view view = {.policy = c->policy, .dtype = c->dtype, .window = tab[b].window, .n_kv_heads = Hkv,
+                                 .head_dim = D, .rows = R, .length = L, .k = hk, .v = hv,
+                                 .row_stride = (int64_t)RS};
+        og_attend_args ra = {.q = q + (size_t)b * Hq * D, .k = k + (size_t)b * row, .v = v + (size_t)b * row,
+                             .out = ref + (size_t)b * Hq * D, .T = 1, .n_heads = Hq, .scale = c->scale, .kv = view};
+        CHECK_OK(og_update_and_attend_ref(&ra)); /* writes the host storage too */
+    }
+    CK(cudaMemcpy(bufs->q, q, qn * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bufs->k, k, kn * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bufs->v, v, kn * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(bufs->seqs, tab, (size_t)B * sizeof *tab, cudaMemcpyHostToDevice));
+    for (int pass = 0; pass < passes; pass++) { /* a second pass finds the counters the first left at 0 */
+        og_poison(got, qn);
+        CK(cudaMemcpy(bufs->out, got, qn * 4, cudaMemcpyHostToDevice));
+        if (graph) {
+            CK(cudaGraphLaunch(graph, stream));
+        } else {
+            const og_attend_batch_cuda_args a = batch_args(c, bufs, max_keys);
+            CHECK_OK(og_update_and_attend_batch_cuda(stream, &a));
+        }
+        CK(cudaStreamSynchronize(stream));
+        CK(cudaMemcpy(got, bufs->out, qn * 4, cudaMemcpyDeviceToHost));
+        int bad = 0;
+        for (int32_t b = 0; b < B && bad < 3; b++) {
+            const size_t o = (size_t)b * Hq * D, n = (size_t)Hq * D;
+            if (c->L[b] < 0) {
+                const bool same = memcmp(got + o, ref + o, n * 4) == 0;
+                bad += !same;
+                CHECK_MSG(same, "B=%d: padded entry %d: out row written", B, b);
+                continue;
+            }
+            size_t worst = 0;
+            const double r = og_tol_ratio(got + o, ref + o, n, 5e-5, 5e-4, &worst);
+            bad += r > 1.0;
+            CHECK_MSG(r <= 1.0,
+                      "batch%s %s %s %s B=%d entry %d L=%lld Hq=%d Hkv=%d D=%d W=%d max_keys=%lld: ratio %.3g at %zu "
+                      "(got %g, want %g)",
+                      graph ? " (graph)" : "", c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype),
+                      c->packed ? "packed" : "dense", B, b, (long long)c->L[b], Hq, Hkv, D, c->W,
+                      (long long)max_keys, r, worst, (double)got[o + worst], (double)ref[o + worst]);
+        }
+        for (int32_t b = 0; b < B; b++)
+            for (int i = 0; i < n_blocks; i++) {
+                unsigned char *back = malloc(bytes[b]);
+                CK(cudaMemcpy(back, dev[2 * b + i], bytes[b], cudaMemcpyDeviceToHost));
+                CHECK_MSG(memcmp(back, host[2 * b + i], bytes[b]) == 0,
+                          "batch %s %s B=%d entry %d (L=%lld): storage block %d differs", og_dtype_name(c->dtype),
+                          c->packed ? "packed" : "dense", B, b, (long long)c->L[b], i);
+                free(back);
+            }
+    }
+    for (int32_t b = 0; b < 2 * B; b++) {
+        free(host[b]);
+        if (dev[b]) cudaFree(dev[b]);
+    }
+    free(q), free(k), free(v), free(ref), free(got), free(tab), free(host), free(dev), free(bytes);
+}
+
+static const int64_t kBatchLs[] = {0, 1, 3, 127, 128, 129, 1000, 4097};
+
+/* Mixed lengths (one of kBatchLs per entry, a rotation per call), some
+ * entries padded; flat and ring (W 4 and 64: the ring wraps); bf16 and f32;
+ * dense and packed rows; B 1, 2, 3, 17, 64. */
+static void test_batch(og_rng *rng, cudaStream_t stream, bool quick) {
+    og_test_section("batched decode vs reference");
+    const int32_t Bs[] = {1, 2, 3, 17, 64};
+    const int32_t heads[][2] = {{16, 8}, {4, 1}, {6, 3}}; /* Hq, Hkv */
+    const int32_t Ds[] = {64, 128};
+    int n = 0;
+    for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
+        for (int ring = 0; ring < 2; ring++)
+            for (size_t hi = 0; hi < 3; hi++)
+                for (size_t di = 0; di < 2; di++) {
+                    const int32_t B = Bs[bi];
+                    if (quick && (B == 64 || di == 1 || (B == 17 && hi != 0))) continue;
+                    int64_t *L = malloc((size_t)B * sizeof *L), maxL = 0;
+                    for (int32_t b = 0; b < B; b++) {
+                        L[b] = kBatchLs[(b + n) % 8];
+                        if (quick && L[b] > 257) L[b] = L[b] % 257;
+                        if (B > 1 && (b * 7 + n) % 5 == 4) L[b] = -1; /* padded */
+                        if (L[b] > maxL) maxL = L[b];
+                    }
+                    const batch_case c = {.B = B, .Hkv = heads[hi][1], .G = heads[hi][0] / heads[hi][1], .D = Ds[di],
+                                          .W = ring ? (n % 2 ? 64 : 4) : 0,
+                                          .policy = ring ? OG_KV_RING : OG_KV_FLAT,
+                                          .dtype = (n / 2) % 2 ? OG_DTYPE_F32 : OG_DTYPE_BF16,
+                                          .packed = (n / 4) % 2 == 1, .scale = n % 3 == 0 ? 0.0f : 0.07f, .L = L};
+                    /* max_keys as the executor gives it (flat: capacity, ring: W), and sometimes 1 (a grid of
+                     * one split: longer entries stay exact) */
+                    const int64_t max_keys = n % 5 == 2 ? 1 : ring ? c.W : maxL + 4;
+                    batch_bufs bufs;
+                    batch_bufs_make(&bufs, B, heads[hi][0], heads[hi][1], Ds[di], max_keys);
+                    run_batch(&c, rng, stream, &bufs, max_keys, NULL, 2);
+                    batch_bufs_free(&bufs);
+                    free(L);
+                    n++;
+                }
+    printf("%d batched cases\n", n);
+}
+
+/* One graph captured over a table at a fixed address, replayed after the
+ * host rewrote the table (lengths, padding and storage bases change: fresh
+ * storage every round) and the step's inputs. */
+static void test_batch_graph(og_rng *rng, cudaStream_t stream, bool quick) {
+    og_test_section("batched decode replayed in a graph");
+    for (int variant = 0; variant < 2; variant++) {
+        const int32_t B = quick ? 5 : 17;
+        int64_t *L = malloc((size_t)B * sizeof *L);
+        batch_case c = {.B = B, .Hkv = variant ? 3 : 8, .G = 2, .D = variant ? 64 : 128, .W = variant ? 64 : 0,
+                        .policy = variant ? OG_KV_RING : OG_KV_FLAT,
+                        .dtype = variant ? OG_DTYPE_F32 : OG_DTYPE_BF16, .packed = variant == 1, .scale = 0.0f,
+                        .L = L};
+        const int64_t max_keys = variant ? 64 : 4200;
+        batch_bufs bufs;
+        batch_bufs_make(&bufs, B, c.Hkv * c.G, c.Hkv, c.D, max_keys);
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        const og_attend_batch_cuda_args a = batch_args(&c, &bufs, max_keys);
+        CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        CHECK_OK(og_update_and_attend_batch_cuda(stream, &a));
+        CK(cudaStreamEndCapture(stream, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        for (int round = 0; round < 3; round++) {
+            for (int32_t b = 0; b < B; b++) {
+                L[b] = kBatchLs[(b * 3 + round * 5) % 8];
+                if (quick && L[b] > 257) L[b] = L[b] % 257;
+                if ((b + round) % 4 == 3) L[b] = -1;
+            }
+            run_batch(&c, rng, stream, &bufs, max_keys, ge, 2);
+        }
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        batch_bufs_free(&bufs);
+        free(L);
+    }
+}
+
+/* The grid's depth follows B, the heads and max_keys; the scratch bound
+ * holds it for every Hkv and device size. */
+static void test_batch_splits(void) {
+    og_test_section("batched split count");
+    CHECK(og_attend_batch_cuda_max_splits(1, 16, 8, 4097, 132) == 33);
+    CHECK(og_attend_batch_cuda_max_splits(1, 16, 8, 1 << 20, 132) == 66); /* as the single-session decode */
+    CHECK(og_attend_batch_cuda_max_splits(64, 16, 8, 4097, 132) == 2);
+    CHECK(og_attend_batch_cuda_max_splits(256, 16, 8, 4097, 132) == 1);
+    CHECK(og_attend_batch_cuda_max_splits(3, 16, 8, 64, 132) == 1);
+    for (int32_t B = 1; B <= 300; B += 7)
+        for (int32_t hkv = 1; hkv <= 16; hkv *= 2)
+            for (int64_t mk = 1; mk < 100000; mk = mk * 3 + 1) {
+                const int32_t S = og_attend_batch_cuda_max_splits(B, 16, hkv, mk, 200);
+                const int64_t need = (((int64_t)B * 16 + 3) / 4 * 4) + (int64_t)B * S * 16 * (128 + 2);
+                CHECK_MSG(S >= 1 && S <= OG_ATTEND_CUDA_MAX_SPLITS &&
+                              og_attend_batch_cuda_scratch_floats(B, 16, 128, mk) >= need,
+                          "B=%d Hkv=%d max_keys=%lld: depth %d past the scratch", B, hkv, (long long)mk, S);
+            }
+}
+
 int main(void) {
     if (!og_cuda_device_present()) {
         printf("skipped: no CUDA device\n");
         return OG_TEST_SKIP;
     }
     test_splits();
+    test_batch_splits();
     test_refusals();
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     og_rng rng = og_rng_seed(20251202);
+    /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
+    const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
+    test_batch(&rng, stream, quick);
+    test_batch_graph(&rng, stream, quick);
+    /* OG_ATTEND_CUDA_TEST_BATCH_ONLY: the batched kernel alone (a sanitizer run over it) */
+    if (getenv("OG_ATTEND_CUDA_TEST_BATCH_ONLY")) {
+        CK(cudaStreamDestroy(stream));
+        return og_test_finish();
+    }
     const int32_t Ts[] = {1, 3, 17, 129};
     const int64_t Ls[] = {0, 1, 255, 257, 4097};
     const int32_t Gs[] = {1, 3, 4, 8, 12};
     const int32_t Ds[] = {64, 128, 8};
-    /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
-    const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
     int n = 0;
     og_test_section("kernel vs reference");
     for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
@@ -217,6 +535,8 @@ int main(void) {
                             /* prefill mostly bf16 (the tiled kernel), decode alternating */
                             .dtype = (Ts[ti] > 1 ? (n / 2) % 4 == 3 : (n / 2) % 2) ? OG_DTYPE_F32 : OG_DTYPE_BF16,
                             .scale = n % 3 == 0 ? 0.0f : 0.07f,
+                            /* every fourth case packed: 16 more elements per row (other layers') */
+                            .RS = n % 4 == 1 ? (int64_t)(Gs[gi] >= 8 ? 1 : 2) * Ds[di] + 16 : 0,
                         };
                         run_case(&c, &rng, stream);
                         n++;

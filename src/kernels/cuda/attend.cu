@@ -38,6 +38,20 @@
  *      of the accumulators, then P (rounded to bf16) x V into f32 O.
  *      The row sums use the unrounded p, so each output is off by at most
  *      2^-9 max|v| from the exact mix of its values.
+ * Storage rows are RS elements apart (the view's row_stride; Hkv x D when
+ * dense): a packed block interleaves other layers' rows, which no kernel
+ * touches. RS is a runtime value in every path, as Hkv x D was before.
+ * batched decode (og_update_and_attend_batch_cuda): the split-K kernel with
+ *   blockIdx.x an entry b of a device table (og_attend_cuda_seq) instead of
+ *   a token: the block reads its entry's storage bases, row stride, length,
+ *   rows and window when it starts, so a graph captured once per batch size
+ *   follows whatever the host wrote to the table before the replay. Grid
+ *   (B, Hkv x head chunks, depth): depth is the most splits any entry may
+ *   use (from max_keys, capped where B x row blocks fill one wave of kWave
+ *   blocks per SM); each entry splits its own live keys (splits_for) and
+ *   blocks past its split count, and every block of a padded entry (T = 0),
+ *   leave at once. Split counters and partials are indexed by entry as they
+ *   are by token in a single-session launch.
  * Scores are kept in the log2 domain (q is pre-scaled by scale * log2 e), so
  * exp2f stands for exp throughout.
  */
@@ -113,13 +127,15 @@ struct attend_params {
     const float *q;     /* [T, Hq, D]  */
     const float *k, *v; /* [T, Hkv, D] */
     float *out;         /* [T, Hq, D]  */
-    void *kc, *vc;      /* [R, Hkv, D] storage */
+    void *kc, *vc;      /* [R, Hkv, D] storage, rows RS elements apart (single-session launches) */
+    const og_attend_cuda_seq *seqs; /* [B] the batched launch's table (row b of q, k, v, out is entry b) */
     unsigned int *counters; /* [SPLIT_ROWS * Hq] finished splits of (t, kv head, head chunk); 0 between steps */
     float *part_acc;    /* [SPLIT_ROWS * Hq, D] */
     float *part_m;      /* [SPLIT_ROWS * Hq]    */
     float *part_l;      /* [SPLIT_ROWS * Hq]    */
     const int64_t *length;
     int64_t L0, R;
+    int64_t RS;         /* elements between storage rows (>= Hkv * D) */
     int32_t T, Hq, Hkv, D, G, lanes, chunks, ring, W;
     int32_t max_splits; /* split_cap: the grid's depth */
     float scale_log2;
@@ -128,11 +144,21 @@ struct attend_params {
 __device__ inline int64_t step_length(const attend_params &p) { return p.length ? *p.length : p.L0; }
 
 /* First key a query at position pos sees. */
-__device__ inline int64_t first_key(const attend_params &p, int64_t pos) {
-    if (!p.ring) return 0;
-    const int64_t lo = pos - p.W + 1;
+__device__ inline int64_t first_key(int32_t ring, int32_t W, int64_t pos) {
+    if (!ring) return 0;
+    const int64_t lo = pos - W + 1;
     return lo > 0 ? lo : 0;
 }
+__device__ inline int64_t first_key(const attend_params &p, int64_t pos) { return first_key(p.ring, p.W, pos); }
+
+/* The storage one block reads and writes: a single-session launch's, or one
+ * entry of a batched launch's table. */
+struct kv_store {
+    const unsigned char *k, *v; /* row 0 of the layer */
+    int64_t RS;                 /* elements between rows */
+    int64_t R;                  /* rows: ring slots (slot = p mod R) */
+    int32_t W;                  /* ring window */
+};
 
 template <typename KV>
 __global__ void kv_write_kernel(attend_params p) {
@@ -144,8 +170,8 @@ __global__ void kv_write_kernel(attend_params p) {
         const int64_t t = i / HD, e = i - t * HD;
         const int64_t pos = L + t;
         const int64_t slot = p.ring ? pos % p.R : pos;
-        store(kc + slot * HD + e, p.k[i]);
-        store(vc + slot * HD + e, p.v[i]);
+        store(kc + slot * p.RS + e, p.k[i]);
+        store(vc + slot * p.RS + e, p.v[i]);
     }
 }
 
@@ -167,18 +193,18 @@ __device__ inline void copies_wait() {
  * into a K tile and a V tile ([KT, D] of KV each, KT = kTileBytes / (D x
  * sizeof(KV))); rows of keys at or past `end` are zero-filled. */
 template <typename KV>
-__device__ inline void tile_load(const attend_params &p, int32_t hk, int64_t j0, int64_t end, unsigned char *kt,
-                                 unsigned char *vt) {
+__device__ inline void tile_load(const attend_params &p, const kv_store &st, int32_t hk, int64_t j0, int64_t end,
+                                 unsigned char *kt, unsigned char *vt) {
     const int32_t piece_shift = __ffs(p.D * (int)sizeof(KV) / 16) - 1; /* log2 of the 16-byte pieces of a row */
-    const int64_t row_bytes = (int64_t)p.Hkv * p.D * (int64_t)sizeof(KV);
-    const unsigned char *kb = static_cast<const unsigned char *>(p.kc) + (int64_t)hk * p.D * (int64_t)sizeof(KV);
-    const unsigned char *vb = static_cast<const unsigned char *>(p.vc) + (int64_t)hk * p.D * (int64_t)sizeof(KV);
+    const int64_t row_bytes = st.RS * (int64_t)sizeof(KV);
+    const unsigned char *kb = st.k + (int64_t)hk * p.D * (int64_t)sizeof(KV);
+    const unsigned char *vb = st.v + (int64_t)hk * p.D * (int64_t)sizeof(KV);
 #pragma unroll
     for (int i = 0; i < kPieces; i++) {
         const int c = threadIdx.x + i * kThreads; /* piece c: row c >> shift, 16 bytes at (c & mask) * 16 */
         const int64_t j = j0 + (c >> piece_shift);
         const bool ok = j < end;
-        const int64_t slot = ok ? (p.ring ? j % p.R : j) : 0;
+        const int64_t slot = ok ? (p.ring ? j % st.R : j) : 0;
         const int64_t off = slot * row_bytes + (int64_t)(c & ((1 << piece_shift) - 1)) * 16;
         copy16_async(kt + c * 16, kb + off, ok);
         copy16_async(vt + c * 16, vb + off, ok);
@@ -240,18 +266,55 @@ __device__ inline void add_values(const float (&w)[GM], const float (&vf)[kE], f
         for (int e = 0; e < kE; e++) acc[g][e] = fmaf(w[g], vf[e], acc[g][e]);
 }
 
+/* True when a batched entry's geometry breaks what the planner guarantees
+ * (the host cannot look at the table): such an entry is not written and its
+ * output rows become NaN. */
+template <typename KV>
+__device__ inline bool bad_entry(const attend_params &p, const og_attend_cuda_seq &s) {
+    const int64_t HD = (int64_t)p.Hkv * p.D;
+    const int64_t RS = s.row_stride ? s.row_stride : HD;
+    if (s.T != 1 || !s.k || !s.v || s.length < 0 || RS < HD || ((RS * (int64_t)sizeof(KV)) & 15) ||
+        (((uintptr_t)s.k | (uintptr_t)s.v) & 15u))
+        return true;
+    return p.ring ? s.window < 1 || s.rows < s.window : s.window != 0 || s.length >= s.rows;
+}
+
 /* GM 8 holds twice the registers (q and acc of 8 heads): it runs half as many
- * blocks per SM rather than spill. */
-template <typename KV, int GM>
+ * blocks per SM rather than spill. BATCH: blockIdx.x is an entry of the
+ * table p.seqs (one token at its own length), else a token of one session. */
+template <typename KV, int GM, bool BATCH>
 __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_kernel(attend_params p) {
     constexpr int KPW = 8 / (int)sizeof(KV); /* keys of a tile per worker: KT / NW = 8 / sizeof(KV) */
-    const int32_t t = blockIdx.x;
     const int32_t hk = blockIdx.y / p.chunks, chunk_i = blockIdx.y % p.chunks;
     const int32_t h0 = hk * p.G + chunk_i * GM;
     const int32_t g_n = min(GM, p.G - chunk_i * GM);
-    const int64_t L = step_length(p);
-    const int64_t pos = L + t;
-    const int64_t lo = first_key(p, pos);
+    /* t: the row of q, k, v, out (and of the split counters and partials);
+     * the step's keys of this row's session start at row t - (pos - L) */
+    const int32_t t = blockIdx.x;
+    int64_t L, pos;
+    kv_store st;
+    int32_t W;
+    if (BATCH) {
+        const og_attend_cuda_seq e = p.seqs[t];
+        if (e.T == 0) return; /* a padded entry: nothing read or written */
+        if (bad_entry<KV>(p, e)) {
+            if (blockIdx.z == 0)
+                for (int32_t i = threadIdx.x; i < g_n * p.D; i += kThreads)
+                    p.out[((int64_t)t * p.Hq + h0) * p.D + i] = __int_as_float(0x7fc00000);
+            return;
+        }
+        L = e.length, pos = L;
+        st.k = static_cast<const unsigned char *>(e.k), st.v = static_cast<const unsigned char *>(e.v);
+        st.RS = e.row_stride ? e.row_stride : (int64_t)p.Hkv * p.D;
+        st.R = e.rows;
+        W = e.window;
+    } else {
+        L = step_length(p), pos = L + t;
+        st.k = static_cast<const unsigned char *>(p.kc), st.v = static_cast<const unsigned char *>(p.vc);
+        st.RS = p.RS, st.R = p.R;
+        W = p.W;
+    }
+    const int64_t lo = first_key(p.ring, W, pos);
     int64_t chunk;
     const int32_t S = splits_for(pos - lo + 1, p.max_splits, &chunk);
     const int32_t split = blockIdx.z;
@@ -288,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
     const int64_t n_tiles = ks > k0 ? (ks - k0 + KT - 1) / KT : 0;
 #pragma unroll
     for (int i = 0; i < kStages - 1; i++) {
-        if (i < n_tiles) tile_load<KV>(p, hk, k0 + (int64_t)i * KT, ks, smem + 2 * i * kTileBytes,
+        if (i < n_tiles) tile_load<KV>(p, st, hk, k0 + (int64_t)i * KT, ks, smem + 2 * i * kTileBytes,
                                        smem + (2 * i + 1) * kTileBytes);
         copies_commit(); /* an empty group where there is no tile keeps the count per tile */
     }
@@ -298,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         const int64_t next = i + kStages - 1;
         if (next < n_tiles) {
             const int b = (int)(next % kStages);
-            tile_load<KV>(p, hk, k0 + next * KT, ks, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
+            tile_load<KV>(p, st, hk, k0 + next * KT, ks, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
         }
         copies_commit();
         const int b = (int)(i % kStages);
@@ -330,10 +393,12 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
     copies_wait<0>();
 
     /* 2. keys of this step (positions >= L): from k, v as storage will hold them */
-    const int64_t row = (int64_t)p.Hkv * D; /* elements between storage rows */
+    const int64_t row = (int64_t)p.Hkv * D; /* elements between rows of k, v */
     const int64_t kn0 = max(k0, L);
-    const float *knew = p.k + (int64_t)hk * D + li * kE, *vnew = p.v + (int64_t)hk * D + li * kE;
-    const KV *as_kv = static_cast<const KV *>(p.kc);
+    const int64_t row0 = t - (pos - L);      /* the row of k, v holding position L */
+    const float *knew = p.k + row0 * row + (int64_t)hk * D + li * kE;
+    const float *vnew = p.v + row0 * row + (int64_t)hk * D + li * kE;
+    const KV *as_kv = nullptr; /* selects the rounding of stored() */
     for (int64_t j_base = kn0; j_base < k1; j_base += NW) { /* the same trip count for every thread */
         const int64_t j = j_base + worker;
         const bool valid = j < k1;
@@ -362,9 +427,9 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
 
     /* the block holding the row's own position stores its k, v */
     if (split == S - 1 && chunk_i == 0) {
-        const int64_t slot = p.ring ? pos % p.R : pos;
-        KV *kc = static_cast<KV *>(p.kc) + slot * row + (int64_t)hk * D;
-        KV *vc = static_cast<KV *>(p.vc) + slot * row + (int64_t)hk * D;
+        const int64_t slot = p.ring ? pos % st.R : pos;
+        KV *kc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.k)) + slot * st.RS + (int64_t)hk * D;
+        KV *vc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.v)) + slot * st.RS + (int64_t)hk * D;
         const int64_t src = ((int64_t)t * p.Hkv + hk) * D;
         for (int32_t d = threadIdx.x; d < D; d += kThreads) {
             store(kc + d, p.k[src + d]);
@@ -532,7 +597,7 @@ __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p)
     /* keys the block's rows see: from the first row's first key to the last row's position */
     const int64_t r_last = min(r0 + kTileRows, rows) - 1;
     const int64_t j_lo = first_key(p, L + r0 / p.G), j_hi = L + r_last / p.G;
-    const int64_t row = (int64_t)p.Hkv * D;
+    const int64_t row = p.RS; /* elements between storage rows */
     const uint16_t *kc = static_cast<const uint16_t *>(p.kc) + (int64_t)hk * D;
     const uint16_t *vc = static_cast<const uint16_t *>(p.vc) + (int64_t)hk * D;
 
@@ -640,13 +705,13 @@ cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
     return cudaGetLastError();
 }
 
-template <typename KV>
+template <typename KV, bool BATCH>
 cudaError_t launch_attend(const attend_params &p, int gm, dim3 grid, cudaStream_t st) {
     switch (gm) {
-    case 1: attend_kernel<KV, 1><<<grid, kThreads, kSmem, st>>>(p); break;
-    case 2: attend_kernel<KV, 2><<<grid, kThreads, kSmem, st>>>(p); break;
-    case 4: attend_kernel<KV, 4><<<grid, kThreads, kSmem, st>>>(p); break;
-    default: attend_kernel<KV, 8><<<grid, kThreads, kSmem, st>>>(p); break;
+    case 1: attend_kernel<KV, 1, BATCH><<<grid, kThreads, kSmem, st>>>(p); break;
+    case 2: attend_kernel<KV, 2, BATCH><<<grid, kThreads, kSmem, st>>>(p); break;
+    case 4: attend_kernel<KV, 4, BATCH><<<grid, kThreads, kSmem, st>>>(p); break;
+    default: attend_kernel<KV, 8, BATCH><<<grid, kThreads, kSmem, st>>>(p); break;
     }
     return cudaGetLastError();
 }
@@ -718,6 +783,14 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     } else {
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: unknown policy %d", op, (int)kv->policy);
     }
+    const int64_t HD = (int64_t)kv->n_kv_heads * D;
+    const int64_t RS = kv->row_stride ? kv->row_stride : HD;
+    if (RS < HD)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: layer %d: row stride %lld below Hkv * D = %lld", op,
+                            kv->layer_id, (long long)RS, (long long)HD);
+    if ((RS * (int64_t)og_dtype_size(kv->dtype)) % 16)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: layer %d: row stride %lld is not a multiple of 16 bytes",
+                            op, kv->layer_id, (long long)RS);
     if (!aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) || !aligned16(a->out) || !aligned16(kv->k) ||
         !aligned16(kv->v) || !aligned16(a->partials))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is not 16-byte aligned", op);
@@ -725,6 +798,8 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     attend_params p;
     p.q = a->q, p.k = a->k, p.v = a->v, p.out = a->out;
     p.kc = kv->k, p.vc = kv->v;
+    p.seqs = nullptr;
+    p.RS = RS;
     const int64_t P = (int64_t)OG_ATTEND_CUDA_SPLIT_ROWS * a->n_heads;
     p.counters = reinterpret_cast<unsigned int *>(a->partials);
     p.part_acc = a->partials ? a->partials + P : NULL;
@@ -765,7 +840,105 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     }
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
-    e = bf16 ? launch_attend<__nv_bfloat16>(p, gm, grid, st) : launch_attend<float>(p, gm, grid, st);
+    e = bf16 ? launch_attend<__nv_bfloat16, false>(p, gm, grid, st) : launch_attend<float, false>(p, gm, grid, st);
     if (e != cudaSuccess) return launch_failed("attend", e);
+    return OG_OK;
+}
+
+/* ---- batched decode ---- */
+
+namespace {
+
+/* The scratch bound holds for devices of up to this many SMs; a larger one
+ * plans as if it had this many (still about a wave). */
+constexpr int32_t kMaxSMs = 256;
+
+/* Grid depth of a batched call: splits of the longest entry there may be,
+ * capped where B x row_blocks blocks per split already fill a wave. */
+int32_t batch_split_cap(int32_t B, int32_t rb, int64_t max_keys, int32_t sm_count) {
+    int64_t s = (max_keys + OG_ATTEND_CUDA_SPLIT_KEYS - 1) / OG_ATTEND_CUDA_SPLIT_KEYS;
+    if (s > OG_ATTEND_CUDA_MAX_SPLITS) s = OG_ATTEND_CUDA_MAX_SPLITS;
+    const int64_t sms = sm_count < kMaxSMs ? sm_count : kMaxSMs;
+    const int64_t per_split = (int64_t)B * rb;
+    const int64_t fill = ((int64_t)kWave * sms + per_split - 1) / per_split;
+    if (s > fill) s = fill;
+    return s < 1 ? 1 : (int32_t)s;
+}
+
+/* Split counters at the head of the scratch, rounded to whole float4s. */
+int64_t batch_counter_floats(int32_t B, int32_t n_heads) { return ((int64_t)B * n_heads + 3) / 4 * 4; }
+
+} /* namespace */
+
+extern "C" int32_t og_attend_batch_cuda_max_splits(int32_t B, int32_t n_heads, int32_t n_kv_heads, int64_t max_keys,
+                                                   int32_t sm_count) {
+    if (B < 1 || n_kv_heads < 1 || n_heads < n_kv_heads || sm_count < 1 || max_keys < 1) return 1;
+    return batch_split_cap(B, row_blocks(n_heads, n_kv_heads), max_keys, sm_count);
+}
+
+extern "C" int64_t og_attend_batch_cuda_scratch_floats(int32_t B, int32_t n_heads, int32_t head_dim,
+                                                       int64_t max_keys) {
+    if (B < 1 || n_heads < 1 || head_dim < 1 || max_keys < 1) return 0;
+    const int64_t S = batch_split_cap(B, 1, max_keys, kMaxSMs); /* row_blocks >= 1: the most any Hkv needs */
+    return batch_counter_floats(B, n_heads) + (int64_t)B * S * n_heads * (head_dim + 2);
+}
+
+extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_attend_batch_cuda_args *a) {
+    const char *op = "update_and_attend_batch_cuda";
+    if (!a) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: args is NULL", op);
+    if (!a->q || !a->k || !a->v || !a->out || !a->seqs)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: q, k, v, out or seqs is NULL", op);
+    if (a->B < 1 || a->n_heads < 1 || a->n_kv_heads < 1 || a->n_heads % a->n_kv_heads)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: B = %d, Hq = %d, Hkv = %d (need >= 1 and Hq %% Hkv == 0)",
+                            op, a->B, a->n_heads, a->n_kv_heads);
+    const int32_t D = a->head_dim;
+    if (D < 8 || D > 256 || (D & (D - 1)))
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: head dim %d is not a power of two in [8, 256]", op, D);
+    if (a->kv_dtype != OG_DTYPE_BF16 && a->kv_dtype != OG_DTYPE_F32)
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: storage dtype %s (bf16 or f32)", op, og_dtype_name(a->kv_dtype));
+    if (a->policy != OG_KV_FLAT && a->policy != OG_KV_RING)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: unknown policy %d", op, (int)a->policy);
+    if (!isfinite(a->scale)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: scale is not finite", op);
+    if (a->max_keys < 1)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: max_keys %lld < 1", op, (long long)a->max_keys);
+    if (!aligned16(a->q) || !aligned16(a->k) || !aligned16(a->v) || !aligned16(a->out) || !aligned16(a->partials) ||
+        ((uintptr_t)a->seqs & 7u))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is not aligned (16 bytes; seqs 8)", op);
+
+    attend_params p = {};
+    p.q = a->q, p.k = a->k, p.v = a->v, p.out = a->out;
+    p.seqs = a->seqs;
+    p.T = a->B, p.Hq = a->n_heads, p.Hkv = a->n_kv_heads, p.D = D;
+    p.G = a->n_heads / a->n_kv_heads;
+    p.lanes = D / kE;
+    p.ring = a->policy == OG_KV_RING;
+    const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
+    p.scale_log2 = scale * kLog2e;
+    const int gm = group_heads(p.G);
+    p.chunks = (p.G + gm - 1) / gm;
+    if ((int64_t)p.Hkv * p.chunks > 65535)
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: %d kv heads x %d head chunks exceed the grid", op, p.Hkv,
+                            p.chunks);
+    int dev = 0, sm_count = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess)
+        return og_set_error(OG_ERR_BACKEND, "%s: SM count of the device: %s", op, cudaGetErrorString(e));
+    const int32_t maxS = batch_split_cap(a->B, p.Hkv * p.chunks, a->max_keys, sm_count);
+    if (maxS > 1 && !a->partials) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: partials scratch is NULL", op);
+    p.max_splits = maxS;
+    if (a->partials) {
+        const int64_t C = batch_counter_floats(a->B, a->n_heads), P = (int64_t)a->B * maxS * a->n_heads;
+        p.counters = reinterpret_cast<unsigned int *>(a->partials);
+        p.part_acc = a->partials + C;
+        p.part_m = a->partials + C + P * D;
+        p.part_l = a->partials + C + P * (D + 1);
+    }
+    const dim3 grid((unsigned)a->B, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
+    cudaStream_t st = static_cast<cudaStream_t>(stream);
+    e = a->kv_dtype == OG_DTYPE_BF16 ? launch_attend<__nv_bfloat16, true>(p, gm, grid, st)
+                                     : launch_attend<float, true>(p, gm, grid, st);
+    if (e != cudaSuccess) return og_set_error(OG_ERR_BACKEND, "%s: attend launch: %s (%s)", op, cudaGetErrorName(e),
+                                              cudaGetErrorString(e));
     return OG_OK;
 }

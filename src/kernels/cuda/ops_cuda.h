@@ -188,7 +188,10 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  *    Storage rows of the step are written by the attend kernel itself.
  *
  * L is read on the device from *length when it is not NULL (graph replay
- * writes it before each step), else taken from kv.length. The caller
+ * writes it before each step), else taken from kv.length. Storage rows are
+ * og_kv_layer_view_row_stride(&kv) elements apart (a packed block's rows
+ * hold other layers' elements between this layer's rows, never touched);
+ * the stride must be a multiple of 16 bytes. The caller
  * guarantees what the planner checks (T <= max_write, a flat write inside
  * the allocated rows); the host check refuses D that is not a power of two
  * in [8, 256], Hq % Hkv != 0 and other malformed arguments.
@@ -227,6 +230,76 @@ bool og_attend_cuda_tiled(int32_t T, og_dtype kv_dtype, int32_t head_dim);
 int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_kv_heads, int32_t sm_count);
 
 og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
+
+/* ---- batched decode update_and_attend (DESIGN.md section 7) ----
+ * One layer of a step in which each of B sessions decodes one token: entry b
+ * of a device table holds session b's storage and geometry, and row b of q,
+ * k, v, out is its token. Per entry, exactly the contract above for T = 1:
+ * k and v are written to slot L (flat) or L mod R (ring), then the query at
+ * position L attends to keys 0..L (flat) or max(0, L-W+1)..L (ring), GQA,
+ * f32 accumulation, split-K partials merged by max-rescaling.
+ *
+ * The kernel reads the table on the device when it runs, never the host: the
+ * launch depends only on (B, Hq, Hkv, D, kv_dtype, policy, scale, max_keys,
+ * the addresses of q, k, v, out, seqs, partials), so one captured graph per
+ * batch size serves any mix of sessions: the host rewrites the table
+ * (cudaMemcpyAsync before the replay, on the same stream) when sessions
+ * join, leave, grow or move. Split-K follows each entry's live key count n
+ * inside the kernel: S_b = splits of n as og_attend_cuda_splits counts them
+ * (one per OG_ATTEND_CUDA_SPLIT_KEYS keys, none empty), at most the grid's
+ * depth og_attend_batch_cuda_max_splits(B, Hq, Hkv, max_keys, sm_count);
+ * the grid is (B, Hkv x head chunks, depth) and blocks past an entry's S_b
+ * leave at once. max_keys only shapes the grid: an entry that sees more keys
+ * is still exact (its splits are longer).
+ *
+ * Entries: T = 0 marks a padded entry: nothing of it is read or written (its
+ * out row keeps what it held). An entry whose geometry breaks what the
+ * planner guarantees (T not 0 or 1, NULL or misaligned storage, L < 0, a row
+ * stride below Hkv * D or not a multiple of 16 bytes, a flat entry with
+ * L >= rows or window != 0, a ring with window < 1 or rows < window) cannot
+ * be refused from a graph: the kernel writes nothing to its storage and NaN
+ * to its out row, so the failure shows. Entries must not share storage rows
+ * (sessions never share storage).
+ *
+ * Scratch: partials holds og_attend_batch_cuda_scratch_floats(B, Hq, D,
+ * max_keys) floats; its head is B x Hq split counters that must be zeroed
+ * once after allocation, and every call leaves them zero (the rest needs no
+ * setup). Calls on one scratch run one after another (one stream); a scratch
+ * sized for (B, Hq, D, max_keys) serves any call with at most those. */
+typedef struct og_attend_cuda_seq { /* one session of a batched decode step, one layer (48 bytes) */
+    void *k, *v;        /* bound storage of dtype kv_dtype: row r at k + r * row_stride elements */
+    int64_t row_stride; /* elements between rows; 0 means Hkv * D (dense) */
+    int64_t length;     /* L: committed length before the step; the token is position L */
+    int64_t rows;       /* allocated rows: flat capacity (L < rows), or R of a ring (slot = p mod R) */
+    int32_t window;     /* W of a ring layer, 0 for flat */
+    int32_t T;          /* 1, or 0 for a padded entry */
+} og_attend_cuda_seq;
+
+typedef struct og_attend_batch_cuda_args {
+    const float *q;       /* [B, Hq, D] RoPE applied; row b is table entry b's token */
+    const float *k, *v;   /* [B, Hkv, D] the step's keys and values */
+    float *out;           /* [B, Hq, D]; rows of padded entries are left untouched */
+    int32_t B, n_heads, n_kv_heads, head_dim; /* B, Hq, Hkv, D */
+    og_dtype kv_dtype;    /* storage of every entry: bf16 or f32 */
+    og_kv_policy policy;  /* of this layer, the same for every entry */
+    float scale;          /* softmax scale; 0 -> 1/sqrt(D) */
+    const og_attend_cuda_seq *seqs; /* device [B], read by the kernel when it runs */
+    int64_t max_keys;     /* bound on the keys an entry sees (flat: max_capacity, ring: W): shapes the grid */
+    float *partials;      /* scratch (see above); NULL allowed when the depth is 1 */
+} og_attend_batch_cuda_args;
+
+/* The grid's depth (most splits of one entry) of a batched call on a device
+ * of sm_count SMs: min(OG_ATTEND_CUDA_MAX_SPLITS, ceil(max_keys /
+ * OG_ATTEND_CUDA_SPLIT_KEYS), enough to fill about one wave of blocks when
+ * every entry is long), at least 1. */
+int32_t og_attend_batch_cuda_max_splits(int32_t B, int32_t n_heads, int32_t n_kv_heads, int64_t max_keys,
+                                        int32_t sm_count);
+/* Scratch floats for batched calls of at most B entries of Hq heads of D and
+ * max_keys (any Hkv, any device); 0 when an argument is below 1. */
+int64_t og_attend_batch_cuda_scratch_floats(int32_t B, int32_t n_heads, int32_t head_dim, int64_t max_keys);
+/* Validates the arguments on the host (not the table), then enqueues one
+ * launch; capturable in a CUDA graph (no synchronization, no allocation). */
+og_status og_update_and_attend_batch_cuda(void *stream, const og_attend_batch_cuda_args *a);
 
 #ifdef __cplusplus
 }
