@@ -259,6 +259,14 @@ og_status og_kv_session_commit(og_kv_session *s, int32_t T);
 /* Drops a prepared step without advancing L (storage growth is kept: rows
  * past L are never read). No-op when nothing is prepared. */
 void og_kv_session_abort(og_kv_session *s);
+/* Drops a prepared step and undoes what its prepare did to the storage:
+ * blocks it allocated are freed, layers it moved are back at their old
+ * blocks (a dense prepare keeps a replaced block until commit or abort for
+ * this), packed blocks are resized back, and the counters are as before.
+ * Only memory a failed shrink could not give back may stay backed. This is
+ * what a batched step does to every session when any of them fails. No-op
+ * when nothing is prepared. */
+void og_kv_session_rollback(og_kv_session *s);
 
 /* Message of the last failure on this session; never NULL. Owned by the
  * session, valid until its next call. */

@@ -20,6 +20,7 @@ static const command k_commands[] = {
     {"demo", og_cmd_demo, "show the KV manager: sessions, growth, metrics"},
     {"run", og_cmd_run, "generate text from a prompt, streamed as it comes"},
     {"chat", og_cmd_chat, "an interactive conversation in one session"},
+    {"serve", og_cmd_serve, "an OpenAI-compatible HTTP server with continuous batching"},
     {"version", og_cmd_version, "print the version"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

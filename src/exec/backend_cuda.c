@@ -49,6 +49,7 @@
 #include "exec/exec.h"
 
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/sample_cuda.h"
 #include "kv/alloc_cuda.h"
 #include "model/sample.h"
 
@@ -88,34 +89,63 @@ typedef struct cuda_model {
     int32_t n_slots;
     int64_t max_k;      /* widest input of a product (the bf16 split scratch) */
     int64_t attend_scratch; /* floats of og_update_and_attend_cuda's scratch */
+    /* the widest attention layer, for the batched attention's scratch */
+    int32_t max_heads, max_head_dim;
+    int64_t max_keys;
+    bool batch_scratch_per_row; /* the program attends at all */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
 
 typedef struct cuda_session {
     og_kv_allocator alloc;
+    uint32_t *forbidden_dev;  /* [W] its sampler's forbidden tokens, made on first use */
+    uint32_t *forbidden_seen; /* [W] what was uploaded */
+    bool forbidden_valid;
 } cuda_session;
 
-/* The step block: tokens, positions, then the tail's tokens and positions,
- * [rows_cap] int32 each. */
+/* Rows of the widest decode graph (bucket 2^8). */
+#define GRAPH_MAX_ROWS 256
+
+/* The step block's int32 arrays: tokens, positions, then the tail's tokens
+ * and positions, [cap] each (the tables follow; see layout_of). */
 enum { BLOCK_TOKENS = 0, BLOCK_POSITIONS, BLOCK_TAIL_TOKENS, BLOCK_TAIL_POSITIONS, BLOCK_ARRAYS };
+
+typedef struct block_layout {
+    size_t table, samplers, bytes;
+} block_layout;
+
+/* Everything a step of up to cap rows (cap_out tail rows) reads and writes
+ * on the device. A context's fixed set never moves, so the decode graphs
+ * captured over it stay valid; wider steps run in a second set that grows. */
+typedef struct row_set {
+    int64_t cap, cap_out;
+    block_layout layout;
+    float **slots;              /* [n_slots] of [cap, slot_width]      */
+    unsigned char *block_host;  /* pinned step block                   */
+    unsigned char *block_dev;   /* its device copy                     */
+    int32_t *next_host;         /* pinned [cap_out]: tokens chosen on the device */
+    int32_t *next_dev;          /* [cap_out]                           */
+    uint16_t *split_hi, *split_lo; /* [cap * max_k] bf16 parts          */
+    float *logits;              /* [cap_out, V] the tail rows' logits  */
+    uint32_t *marks;            /* [cap_out, W] sampler scratch, zero between steps */
+    float *attn_partials;       /* batched attention scratch, counters zero between steps */
+} row_set;
 
 struct og_step_ctx {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_workspace;
-    float **slots;          /* [n_slots] of [rows_cap, slot_width] */
-    int64_t rows_cap;
-    int32_t *block_host;    /* pinned [BLOCK_ARRAYS, rows_cap] */
-    int32_t *block_dev;     /* its device copy */
-    int32_t *next_host;     /* pinned [rows_cap]: tokens chosen on the device */
-    int32_t *next_dev;      /* [rows_cap] */
-    uint16_t *split_hi, *split_lo; /* [rows_cap * max_k] bf16 parts */
-    float *logits;          /* [logits_cap, V] the tail rows' logits */
-    int64_t logits_cap;
-    float *host_rows;       /* [host_rows_cap, V] logits rows sampled on the host */
+    row_set fixed, big;
+    float *partials;            /* per-session attention scratch, counters zero between steps */
+    int32_t *recent_host;       /* pinned [recent_cap]: the samplers' recent tokens */
+    int32_t *recent_dev;
+    int64_t recent_cap, recent_used;
+    float *host_rows;           /* [host_rows_cap, V] logits rows sampled on the host */
     int64_t host_rows_cap;
-    float *partials;        /* attention scratch, counters zero between steps */
-    void *argmax_scratch;   /* og_argmax_cuda_scratch_bytes() */
+    bool device_tokens;         /* this step's sampler kernel has rows to serve */
+    og_dtype kv_dtype;          /* the dtype the batched attention of this context serves */
+    bool kv_dtype_set;
+    cudaGraphExec_t graph[OG_BATCH_BUCKETS]; /* decode graphs over the fixed set */
 };
 
 static cuda_model *cm_of(const og_model *m) { return m->be; }
@@ -136,7 +166,7 @@ static og_status blas_fail(cublasStatus_t e, const char *what) {
     return og_set_error(OG_ERR_BACKEND, "%s: cuBLAS status %d", what, (int)e);
 }
 
-static int32_t *block_array(int32_t *block, int64_t rows_cap, int which) { return block + (size_t)which * (size_t)rows_cap; }
+static int32_t *block_array(int32_t *block, int64_t cap, int which) { return block + (size_t)which * (size_t)cap; }
 
 /* ------------------------------------------------------------ fusion plan */
 
@@ -421,6 +451,12 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
             const og_kv_layer_config *l = &og_program_kv_config(m->prog)->layers[in->kv_index];
             const int64_t f = og_attend_cuda_scratch_floats((int32_t)in->attrs.n_heads, l->head_dim);
             if (f > cm->attend_scratch) cm->attend_scratch = f;
+            const og_kv_config *kv = og_program_kv_config(m->prog);
+            const int64_t keys = l->policy == OG_KV_RING ? l->window : kv->max_capacity;
+            if (in->attrs.n_heads > cm->max_heads) cm->max_heads = (int32_t)in->attrs.n_heads;
+            if (l->head_dim > cm->max_head_dim) cm->max_head_dim = l->head_dim;
+            if (keys > cm->max_keys) cm->max_keys = keys;
+            cm->batch_scratch_per_row = true;
         }
         if (in->op == OG_OP_MATMUL && in->in[0].kind == OG_VALUE_ACTIVATION) {
             const int64_t K = og_program_instr_at(m->prog, in->in[0].index)->out_width;
@@ -452,42 +488,119 @@ static void cuda_session_free(og_session *s) {
     s->kv = NULL;
     cudaStreamSynchronize(cm_of(s->m)->store);
     og_kv_allocator_cuda_release(&cs->alloc);
+    cudaFree(cs->forbidden_dev);
+    og_free(cs->forbidden_seen);
     og_free(cs);
     s->be = NULL;
 }
 
 /* ------------------------------------------------------------ contexts */
 
-static void free_rows(og_model *m, og_step_ctx *c) {
-    if (c->slots)
-        for (int32_t i = 0; i < cm_of(m)->n_slots; i++) {
-            cudaFree(c->slots[i]);
-            c->slots[i] = NULL;
-        }
-    cudaFreeHost(c->block_host);
-    cudaFree(c->block_dev);
-    cudaFreeHost(c->next_host);
-    cudaFree(c->next_dev);
-    cudaFree(c->split_hi);
-    cudaFree(c->split_lo);
-    c->block_host = c->block_dev = c->next_host = c->next_dev = NULL;
-    c->split_hi = c->split_lo = NULL;
-    c->rows_cap = 0;
+/* The step block, in pinned host memory and its device copy, for a row set
+ * of `cap` rows and `cap_out` tail rows:
+ *   int32 tokens, positions, tail tokens, tail positions   [cap] each
+ *   og_attend_cuda_seq table                               [n_layers, cap]
+ *   og_sample_cuda_row rows                                [cap_out]
+ * The attention kernels and the sampler read the tables at run time, so a
+ * graph captured over a row set serves any sessions the host writes there. */
+static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static block_layout layout_of(int32_t n_layers, int64_t cap, int64_t cap_out) {
+    block_layout b;
+    b.table = align16((size_t)BLOCK_ARRAYS * (size_t)cap * sizeof(int32_t));
+    b.samplers = align16(b.table + (size_t)n_layers * (size_t)cap * sizeof(og_attend_cuda_seq));
+    b.bytes = b.samplers + (size_t)cap_out * sizeof(og_sample_cuda_row);
+    return b;
+}
+
+static void free_set(og_model *m, row_set *r) {
+    if (r->slots)
+        for (int32_t i = 0; i < cm_of(m)->n_slots; i++) cudaFree(r->slots[i]);
+    og_free(r->slots);
+    cudaFreeHost(r->block_host);
+    cudaFree(r->block_dev);
+    cudaFreeHost(r->next_host);
+    cudaFree(r->next_dev);
+    cudaFree(r->split_hi);
+    cudaFree(r->split_lo);
+    cudaFree(r->logits);
+    cudaFree(r->marks);
+    cudaFree(r->attn_partials);
+    memset(r, 0, sizeof *r);
+}
+
+/* A row set of cap rows and cap_out tail rows; on failure *r is empty. */
+static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out) {
+    const cuda_model *cm = cm_of(m);
+    const og_kv_config *kv = og_program_kv_config(m->prog);
+    memset(r, 0, sizeof *r);
+    r->cap = cap;
+    r->cap_out = cap_out;
+    r->layout = layout_of(kv->n_layers, cap, cap_out);
+    og_status st = OG_OK;
+#define SET_TRY(call, what)                                                                                        \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            st = cuda_fail(e_, what);                                                                              \
+            goto fail;                                                                                             \
+        }                                                                                                          \
+    } while (0)
+    if (!(r->slots = og_calloc((size_t)(cm->n_slots > 0 ? cm->n_slots : 1), sizeof *r->slots))) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+        goto fail;
+    }
+    for (int32_t i = 0; i < cm->n_slots; i++)
+        SET_TRY(cudaMalloc((void **)&r->slots[i], (size_t)cap * (size_t)cm->slot_width[i] * sizeof(float)),
+                "activation slots");
+    SET_TRY(cudaMallocHost((void **)&r->block_host, r->layout.bytes), "pinned step block");
+    SET_TRY(cudaMalloc((void **)&r->block_dev, r->layout.bytes), "step block");
+    memset(r->block_host, 0, r->layout.bytes);
+    SET_TRY(cudaMallocHost((void **)&r->next_host, (size_t)cap_out * sizeof(int32_t)), "pinned tokens");
+    SET_TRY(cudaMalloc((void **)&r->next_dev, (size_t)cap_out * sizeof(int32_t)), "tokens");
+    if (cap > OG_GEMV_CUDA_MAX_T && cm->max_k > 0) {
+        const size_t parts = (size_t)cap * (size_t)cm->max_k * sizeof(uint16_t);
+        SET_TRY(cudaMalloc((void **)&r->split_hi, parts), "matmul scratch");
+        SET_TRY(cudaMalloc((void **)&r->split_lo, parts), "matmul scratch");
+    }
+    SET_TRY(cudaMalloc((void **)&r->logits, (size_t)cap_out * (size_t)m->vocab * sizeof(float)), "logits");
+    const size_t marks = (size_t)cap_out * og_sample_cuda_marks_bytes(m->vocab);
+    SET_TRY(cudaMalloc((void **)&r->marks, marks), "sampler scratch");
+    SET_TRY(cudaMemset(r->marks, 0, marks), "sampler scratch");
+    if (cm->batch_scratch_per_row > 0) { /* counters start at zero; every step leaves them so */
+        const size_t floats = (size_t)og_attend_batch_cuda_scratch_floats((int32_t)cap, cm->max_heads, cm->max_head_dim,
+                                                                         cm->max_keys);
+        SET_TRY(cudaMalloc((void **)&r->attn_partials, floats * sizeof(float)), "batched attention scratch");
+        SET_TRY(cudaMemset(r->attn_partials, 0, floats * sizeof(float)), "batched attention scratch");
+    }
+#undef SET_TRY
+    return OG_OK;
+fail:
+    free_set(m, r);
+    return st;
+}
+
+static void drop_graphs(og_step_ctx *c) {
+    for (int b = 0; b < OG_BATCH_BUCKETS; b++) {
+        if (c->graph[b]) cudaGraphExecDestroy(c->graph[b]);
+        c->graph[b] = NULL;
+    }
 }
 
 static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
     if (!c) return;
     cudaSetDevice(cm_of(m)->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
-    free_rows(m, c);
+    drop_graphs(c);
+    free_set(m, &c->fixed);
+    free_set(m, &c->big);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_workspace);
-    cudaFree(c->logits);
     cudaFree(c->partials);
-    cudaFree(c->argmax_scratch);
+    cudaFreeHost(c->recent_host);
+    cudaFree(c->recent_dev);
     og_free(c->host_rows);
     if (c->stream) cudaStreamDestroy(c->stream);
-    og_free(c->slots);
     og_free(c);
 }
 
@@ -508,17 +621,14 @@ static og_status ctx_init(og_model *m, og_step_ctx *c) {
         CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
         CUDA_TRY(cudaMemset(c->partials, 0, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
     }
-    CUDA_TRY(cudaMalloc(&c->argmax_scratch, og_argmax_cuda_scratch_bytes()), "arg-max scratch");
-    return OG_OK;
+    /* the rows of the widest decode graph, or of a max_write step */
+    const int64_t mw = og_program_kv_config(m->prog)->max_write;
+    return make_set(m, &c->fixed, mw > GRAPH_MAX_ROWS ? mw : GRAPH_MAX_ROWS, GRAPH_MAX_ROWS);
 }
 
 static og_status cuda_ctx_create(og_model *m, og_step_ctx **out) {
     og_step_ctx *c = og_calloc(1, sizeof *c);
-    if (c) c->slots = og_calloc((size_t)(cm_of(m)->n_slots > 0 ? cm_of(m)->n_slots : 1), sizeof *c->slots);
-    if (!c || !c->slots) {
-        og_free(c);
-        return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for a step context");
-    }
+    if (!c) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for a step context");
     og_status st = ctx_init(m, c);
     if (st != OG_OK) {
         cuda_ctx_free(m, c);
@@ -528,44 +638,44 @@ static og_status cuda_ctx_create(og_model *m, og_step_ctx **out) {
     return OG_OK;
 }
 
-/* Buffers for a step of `rows` rows whose tail has tail_rows rows, of which
- * host_rows are sampled on the host. Growing drops what the context held
- * (a step's buffers hold nothing between steps). */
-static og_status ctx_reserve(og_model *m, og_step_ctx *c, int64_t rows, int64_t tail_rows, int64_t host_rows) {
-    const cuda_model *cm = cm_of(m);
-    const int64_t V = m->vocab;
-    if (rows > c->rows_cap) {
-        int64_t cap = rows > 2 * c->rows_cap ? rows : 2 * c->rows_cap;
-        free_rows(m, c);
-        for (int32_t i = 0; i < cm->n_slots; i++)
-            CUDA_TRY(cudaMalloc((void **)&c->slots[i], (size_t)cap * (size_t)cm->slot_width[i] * sizeof(float)),
-                     "activation slots");
-        const size_t block = (size_t)BLOCK_ARRAYS * (size_t)cap * sizeof(int32_t);
-        CUDA_TRY(cudaMallocHost((void **)&c->block_host, block), "pinned step block");
-        CUDA_TRY(cudaMalloc((void **)&c->block_dev, block), "step block");
-        CUDA_TRY(cudaMallocHost((void **)&c->next_host, (size_t)cap * sizeof(int32_t)), "pinned tokens");
-        CUDA_TRY(cudaMalloc((void **)&c->next_dev, (size_t)cap * sizeof(int32_t)), "tokens");
-        if (cap > OG_GEMV_CUDA_MAX_T && cm->max_k > 0) {
-            const size_t parts = (size_t)cap * (size_t)cm->max_k * sizeof(uint16_t);
-            CUDA_TRY(cudaMalloc((void **)&c->split_hi, parts), "matmul scratch");
-            CUDA_TRY(cudaMalloc((void **)&c->split_lo, parts), "matmul scratch");
-        }
-        c->rows_cap = cap;
+/* The row set a step of `rows` rows and `out` tail rows runs in: the fixed
+ * one when it fits (graphs live there), else the growing one. */
+static og_status pick_set(og_model *m, og_step_ctx *c, int64_t rows, int64_t out, row_set **set) {
+    if (rows <= c->fixed.cap && out <= c->fixed.cap_out) {
+        *set = &c->fixed;
+        return OG_OK;
     }
-    if (tail_rows > c->logits_cap) {
-        cudaFree(c->logits);
-        c->logits = NULL;
-        c->logits_cap = 0;
-        CUDA_TRY(cudaMalloc((void **)&c->logits, (size_t)tail_rows * (size_t)V * sizeof(float)), "logits");
-        c->logits_cap = tail_rows;
+    if (rows > c->big.cap || out > c->big.cap_out) {
+        const int64_t cap = rows > c->big.cap ? (rows > 2 * c->big.cap ? rows : 2 * c->big.cap) : c->big.cap;
+        const int64_t cap_out = out > c->big.cap_out ? out : c->big.cap_out;
+        free_set(m, &c->big);
+        OG_TRY(make_set(m, &c->big, cap, cap_out));
     }
-    if (host_rows > c->host_rows_cap) {
-        og_free(c->host_rows);
-        c->host_rows_cap = 0;
-        if (!(c->host_rows = og_malloc((size_t)host_rows * (size_t)V * sizeof(float))))
-            return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for %lld logits rows", (long long)host_rows);
-        c->host_rows_cap = host_rows;
-    }
+    *set = &c->big;
+    return OG_OK;
+}
+
+/* Room for n recent-token ids of the samplers in pinned and device memory. */
+static og_status reserve_recent(og_step_ctx *c, int64_t n) {
+    if (n <= c->recent_cap) return OG_OK;
+    cudaFreeHost(c->recent_host);
+    cudaFree(c->recent_dev);
+    c->recent_host = NULL;
+    c->recent_dev = NULL;
+    c->recent_cap = 0;
+    CUDA_TRY(cudaMallocHost((void **)&c->recent_host, (size_t)n * sizeof(int32_t)), "pinned recent tokens");
+    CUDA_TRY(cudaMalloc((void **)&c->recent_dev, (size_t)n * sizeof(int32_t)), "recent tokens");
+    c->recent_cap = n;
+    return OG_OK;
+}
+
+static og_status reserve_host_rows(og_model *m, og_step_ctx *c, int64_t n) {
+    if (n <= c->host_rows_cap) return OG_OK;
+    og_free(c->host_rows);
+    c->host_rows_cap = 0;
+    if (!(c->host_rows = og_malloc((size_t)n * (size_t)m->vocab * sizeof(float))))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for %lld logits rows", (long long)n);
+    c->host_rows_cap = n;
     return OG_OK;
 }
 
@@ -574,14 +684,21 @@ static og_status ctx_reserve(og_model *m, og_step_ctx *c, int64_t rows, int64_t 
 typedef struct step_run {
     og_model *m;
     og_step_ctx *c;
+    row_set *rs;    /* the row set the step runs in */
     const og_step_plan *plan;
+    int32_t B;      /* a decode graph's bucket rows (padded), else 0 */
     bool tail;      /* running the tail: rows are the tail's rows */
     int64_t rows;   /* rows of the current phase */
 } step_run;
 
+/* Device table of attention layer (manifest index) l. */
+static const og_attend_cuda_seq *table_dev(const row_set *r, int32_t l) {
+    return (const og_attend_cuda_seq *)(const void *)(r->block_dev + r->layout.table) + (size_t)l * (size_t)r->cap;
+}
+
 static const void *operand_dev(const step_run *x, og_program_operand o, int64_t *width, og_dtype *dtype) {
     const og_model *m = x->m;
-    og_step_ctx *c = x->c;
+    const row_set *r = x->rs;
     if (o.kind == OG_VALUE_TENSOR) {
         const og_program_tensor *t = og_program_tensor_at(m->prog, o.index);
         *dtype = t->dtype;
@@ -592,11 +709,11 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
     if (o.kind == OG_VALUE_INPUT) {
         *width = 1;
         const int which = (o.index == OG_INPUT_TOKENS ? BLOCK_TOKENS : BLOCK_POSITIONS) + (x->tail ? 2 : 0);
-        return block_array(c->block_dev, c->rows_cap, which);
+        return block_array((int32_t *)(void *)r->block_dev, r->cap, which);
     }
     *width = og_program_instr_at(m->prog, o.index)->out_width;
     const int32_t slot = cm_of(m)->slot_of[o.index];
-    return slot >= 0 ? c->slots[slot] : NULL; /* NULL: a fused step's unwritten value */
+    return slot >= 0 ? r->slots[slot] : NULL; /* NULL: a fused step's unwritten value */
 }
 
 static og_status matmul(const step_run *x, const float *in, const void *w, const void *bias, og_dtype dt,
@@ -618,14 +735,15 @@ static og_status matmul(const step_run *x, const float *in, const void *w, const
                          out, (int)N);
         return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasSgemm");
     }
-    OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, c->split_hi, c->split_lo));
+    uint16_t *hi = x->rs->split_hi, *lo = x->rs->split_lo;
+    OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, lo));
     /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
     bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
-                      c->split_hi, CUDA_R_16BF, (int)K, beta, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                      hi, CUDA_R_16BF, (int)K, beta, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
                       CUBLAS_GEMM_DEFAULT);
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
-                          c->split_lo, CUDA_R_16BF, (int)K, &one, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
+                          lo, CUDA_R_16BF, (int)K, &one, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
     return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasGemmEx bf16");
 }
@@ -645,15 +763,32 @@ static int64_t instr_operands(const step_run *x, int32_t i, instr_io *io) {
     memset(io, 0, sizeof *io);
     for (int32_t j = 0; j < in->n_in; j++) io->v[j] = operand_dev(x, in->in[j], &io->w[j], &io->dt[j]);
     const int32_t slot = cm_of(m)->slot_of[i];
-    io->out = i == m->logits_instr ? x->c->logits : slot >= 0 ? x->c->slots[slot] : NULL; /* NULL: never written */
+    io->out = i == m->logits_instr ? x->rs->logits : slot >= 0 ? x->rs->slots[slot] : NULL; /* NULL: never written */
     return x->rows;
 }
 
-/* update_and_attend of every session of the step over its own storage. */
+/* update_and_attend of every session of the step over its own storage: the
+ * one-token sessions (rows 0 .. n_single-1, or a graph's B padded rows) in one
+ * launch that reads their storage, lengths and rings from the step block's
+ * table; each wider step on its own. */
 static og_status attend(const step_run *x, const og_program_instr *in, const instr_io *io) {
+    const og_model *m = x->m;
     const og_step_plan *p = x->plan;
+    const og_kv_config *kv = og_program_kv_config(m->prog);
+    const og_kv_layer_config *l = &kv->layers[in->kv_index];
     const int64_t qw = in->out_width, kw = io->w[1];
-    for (int32_t i = 0; i < p->n_seqs; i++) {
+    const int32_t entries = x->B > 0 ? x->B : p->n_single;
+    if (entries > 0) {
+        og_attend_batch_cuda_args ba = {
+            .q = io->v[0], .k = io->v[1], .v = io->v[2], .out = io->out, .B = entries,
+            .n_heads = (int32_t)in->attrs.n_heads, .n_kv_heads = l->n_kv_heads, .head_dim = l->head_dim,
+            .kv_dtype = x->c->kv_dtype, .policy = l->policy, .scale = (float)in->attrs.scale,
+            .seqs = table_dev(x->rs, in->kv_index),
+            .max_keys = l->policy == OG_KV_RING ? l->window : kv->max_capacity, .partials = x->rs->attn_partials,
+        };
+        OG_TRY(og_update_and_attend_batch_cuda(x->c->stream, &ba));
+    }
+    for (int32_t i = x->B > 0 ? p->n_seqs : p->n_single; i < p->n_seqs; i++) {
         const og_step_seq *s = &p->seqs[i];
         og_attend_cuda_args aa = {
             .q = (const float *)io->v[0] + s->row0 * qw, .k = (const float *)io->v[1] + s->row0 * kw,
@@ -806,7 +941,7 @@ static og_status compact_for_tail(const step_run *x) {
                 if (ti->in[j].kind == OG_VALUE_ACTIVATION && ti->in[j].index == i) read = true;
         }
         if (!read) continue;
-        float *base = x->c->slots[slot];
+        float *base = x->rs->slots[slot];
         const size_t row = (size_t)in->out_width * sizeof(float);
         for (int32_t j = 0; j < p->n_tail_rows; j++)
             if (p->tail_src[j] != j)
@@ -818,79 +953,257 @@ static og_status compact_for_tail(const step_run *x) {
     return OG_OK;
 }
 
-/* Enqueues the step: the block upload, every launch step (the tail on its
- * rows), the outputs' device work and copies back. */
-static og_status enqueue(step_run *x, int32_t *failed) {
+/* The row of the tail (of the logits, the sampler's rows and tokens) that
+ * holds session q's output: a graph's tail runs on all B rows. */
+static int32_t out_row(const step_run *x, const og_step_seq *q) { return x->B > 0 ? q->row0 : q->tail_row0; }
+
+/* Enqueues the step's device work: every launch step (the tail on its rows;
+ * a graph's tail on all B rows), then the sampler over the tail rows. The
+ * block upload and the copies back are not part of it, so that a graph
+ * captures exactly this. */
+static og_status enqueue_compute(step_run *x, int32_t *failed) {
     og_model *m = x->m;
-    og_step_ctx *c = x->c;
     const og_step_plan *p = x->plan;
     const cuda_model *cm = cm_of(m);
-    const int64_t V = m->vocab;
     *failed = -1;
-    CUDA_TRY(cudaMemcpyAsync(c->block_dev, c->block_host, (size_t)BLOCK_ARRAYS * (size_t)c->rows_cap * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, c->stream),
-             "step block upload");
+    const int64_t out_rows = x->B > 0 ? x->B : p->n_tail_rows;
     for (int32_t k = 0; k < cm->n_steps; k++) {
         const cuda_step *sp = &cm->steps[k];
         const bool tail = og_exec_in_tail(m, sp->instr[0]);
-        if (tail && p->n_tail_rows == 0) continue; /* no output is asked for */
+        if (tail && out_rows == 0) continue; /* no output is asked for */
         if (tail && !x->tail) {
-            if (!p->tail_is_all) OG_TRY(compact_for_tail(x));
+            if (x->B == 0 && !p->tail_is_all) OG_TRY(compact_for_tail(x));
             x->tail = true;
-            x->rows = p->n_tail_rows;
+            x->rows = out_rows;
         }
         OG_TRY(run_fused(x, sp, failed));
         *failed = -1;
     }
-    int32_t n_host = 0;
-    for (int32_t i = 0; i < p->n_seqs; i++) {
-        const og_step_seq *q = &p->seqs[i];
-        const float *row = c->logits + (size_t)q->tail_row0 * (size_t)V;
-        switch (q->item->output) {
-        case OG_OUTPUT_LOGITS:
-        case OG_OUTPUT_LOGITS_ALL:
-            CUDA_TRY(cudaMemcpyAsync(q->item->logits, row, (size_t)q->tail_rows * (size_t)V * sizeof(float),
-                                     cudaMemcpyDeviceToHost, c->stream),
-                     "logits copy back");
-            break;
-        case OG_OUTPUT_ARGMAX:
-            OG_TRY(og_argmax_cuda(c->stream, row, V, c->next_dev + i, c->argmax_scratch));
-            break;
-        case OG_OUTPUT_SAMPLE:
-            CUDA_TRY(cudaMemcpyAsync(c->host_rows + (size_t)n_host++ * (size_t)V, row, (size_t)V * sizeof(float),
-                                     cudaMemcpyDeviceToHost, c->stream),
-                     "logits copy back");
-            break;
-        default:
-            break;
-        }
-    }
-    CUDA_TRY(cudaMemcpyAsync(c->next_host, c->next_dev, (size_t)p->n_seqs * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                             c->stream),
-             "token copy back");
+    if (x->B > 0 || x->c->device_tokens)
+        OG_TRY(og_sample_batch_cuda(x->c->stream, x->rs->logits, m->vocab, (int32_t)out_rows,
+                                    (const og_sample_cuda_row *)(const void *)(x->rs->block_dev + x->rs->layout.samplers),
+                                    x->rs->next_dev));
     return OG_OK;
 }
 
-static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
-    int32_t n_host = 0;
-    for (int32_t i = 0; i < p->n_seqs; i++) n_host += p->seqs[i].item->output == OG_OUTPUT_SAMPLE;
-    CUDA_TRY(cudaSetDevice(cm_of(m)->device), "cudaSetDevice");
-    OG_TRY(ctx_reserve(m, c, p->n_rows > p->n_seqs ? p->n_rows : p->n_seqs, p->n_tail_rows, n_host));
-    /* the pinned block is free: the previous step ended with a synchronization */
-    int32_t *tok = block_array(c->block_host, c->rows_cap, BLOCK_TOKENS);
-    int32_t *pos = block_array(c->block_host, c->rows_cap, BLOCK_POSITIONS);
-    int32_t *ttok = block_array(c->block_host, c->rows_cap, BLOCK_TAIL_TOKENS);
-    int32_t *tpos = block_array(c->block_host, c->rows_cap, BLOCK_TAIL_POSITIONS);
+/* The forbidden-token bitmap of a session's sampler on the device, uploaded
+ * when it changed. */
+static og_status forbidden_dev(og_model *m, og_step_ctx *c, og_session *s, const og_sampler *sampler,
+                               const uint32_t **out) {
+    cuda_session *cs = s->be;
+    const uint32_t *forbidden = og_sampler_forbidden(sampler);
+    *out = NULL;
+    if (!forbidden) return OG_OK;
+    const size_t bytes = og_sample_cuda_marks_bytes(m->vocab);
+    if (!cs->forbidden_dev) CUDA_TRY(cudaMalloc((void **)&cs->forbidden_dev, bytes), "forbidden tokens");
+    if (!cs->forbidden_seen && !(cs->forbidden_seen = og_malloc(bytes)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the forbidden tokens");
+    if (!cs->forbidden_valid || memcmp(forbidden, cs->forbidden_seen, bytes)) {
+        memcpy(cs->forbidden_seen, forbidden, bytes);
+        cs->forbidden_valid = false;
+        /* from pageable memory: the copy has read forbidden_seen when this returns */
+        CUDA_TRY(cudaMemcpyAsync(cs->forbidden_dev, cs->forbidden_seen, bytes, cudaMemcpyHostToDevice, c->stream),
+                 "forbidden tokens upload");
+        cs->forbidden_valid = true;
+    }
+    *out = cs->forbidden_dev;
+    return OG_OK;
+}
+
+/* Writes the step block: the rows' tokens and positions (and the tail's),
+ * every attention layer's table of one-token sessions (B entries, padding
+ * past the sessions), the samplers' rows and their recent tokens. Counts the
+ * rows sampled on the host (their sampler asks for more than the device
+ * sampler keeps) in *n_host. */
+static og_status fill_block(step_run *x, int32_t *n_host) {
+    og_model *m = x->m;
+    og_step_ctx *c = x->c;
+    row_set *r = x->rs;
+    const og_step_plan *p = x->plan;
+    int32_t *blk = (int32_t *)(void *)r->block_host;
+    int32_t *tok = block_array(blk, r->cap, BLOCK_TOKENS), *pos = block_array(blk, r->cap, BLOCK_POSITIONS);
+    int32_t *ttok = block_array(blk, r->cap, BLOCK_TAIL_TOKENS), *tpos = block_array(blk, r->cap, BLOCK_TAIL_POSITIONS);
+    const int32_t rows = x->B > 0 ? x->B : p->n_rows, out_rows = x->B > 0 ? x->B : p->n_tail_rows;
     memcpy(tok, p->tokens, (size_t)p->n_rows * sizeof *tok);
     memcpy(pos, p->positions, (size_t)p->n_rows * sizeof *pos);
+    for (int32_t j = p->n_rows; j < rows; j++) tok[j] = pos[j] = 0; /* a graph's padding */
     for (int32_t j = 0; j < p->n_tail_rows; j++) {
         ttok[j] = p->tokens[p->tail_src[j]];
         tpos[j] = p->positions[p->tail_src[j]];
     }
+    const og_kv_config *kv = og_program_kv_config(m->prog);
+    og_attend_cuda_seq *table = (og_attend_cuda_seq *)(void *)(r->block_host + r->layout.table);
+    const int32_t entries = x->B > 0 ? x->B : p->n_single;
+    for (int32_t l = 0; l < kv->n_layers; l++) {
+        og_attend_cuda_seq *t = table + (size_t)l * (size_t)r->cap;
+        for (int32_t i = 0; i < entries; i++) {
+            if (i >= p->n_single) {
+                t[i] = (og_attend_cuda_seq){0};
+                continue;
+            }
+            og_kv_layer_view v;
+            OG_TRY(og_kv_session_layer_view(p->seqs[i].s->kv, l, &v));
+            t[i] = (og_attend_cuda_seq){.k = v.k, .v = v.v, .row_stride = og_kv_layer_view_row_stride(&v),
+                                        .length = v.length, .rows = v.rows, .window = v.window, .T = 1};
+        }
+    }
+    og_sample_cuda_row *srow = (og_sample_cuda_row *)(void *)(r->block_host + r->layout.samplers);
+    for (int32_t j = 0; j < out_rows; j++) srow[j] = (og_sample_cuda_row){.mode = OG_SAMPLE_ROW_NONE};
+    int64_t recent = 0;
+    c->device_tokens = false;
+    *n_host = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        const og_batch_item *it = q->item;
+        if (it->output == OG_OUTPUT_ARGMAX) {
+            srow[out_row(x, q)].mode = OG_SAMPLE_ROW_ARGMAX;
+            c->device_tokens = true;
+        }
+        if (it->output != OG_OUTPUT_SAMPLE) continue;
+        const og_sampler_params *sp = og_sampler_get_params(it->sampler);
+        if (!og_sample_cuda_supported(sp->temperature, sp->top_k, m->vocab)) {
+            (*n_host)++;
+            continue;
+        }
+        const int32_t *ids;
+        const int32_t n_recent = sp->repeat_penalty != 1.0f ? og_sampler_recent(it->sampler, &ids) : 0;
+        OG_TRY(reserve_recent(c, recent + n_recent + p->n_seqs)); /* grows before any id is written */
+        recent += n_recent;
+    }
+    recent = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        const og_batch_item *it = q->item;
+        if (it->output != OG_OUTPUT_SAMPLE) continue;
+        const og_sampler_params *sp = og_sampler_get_params(it->sampler);
+        if (!og_sample_cuda_supported(sp->temperature, sp->top_k, m->vocab)) continue;
+        const int32_t *ids;
+        const int32_t n_recent = sp->repeat_penalty != 1.0f ? og_sampler_recent(it->sampler, &ids) : 0;
+        if (n_recent > 0) memcpy(c->recent_host + recent, ids, (size_t)n_recent * sizeof(int32_t));
+        const uint32_t *forbidden;
+        OG_TRY(forbidden_dev(m, c, q->s, it->sampler, &forbidden));
+        srow[out_row(x, q)] = (og_sample_cuda_row){
+            .mode = OG_SAMPLE_ROW_SAMPLE,
+            .step = {.uniform = og_sampler_peek_uniform(it->sampler), .temperature = sp->temperature,
+                     .top_p = sp->top_p, .min_p = sp->min_p, .repeat_penalty = sp->repeat_penalty,
+                     .top_k = sp->top_k, .n_recent = n_recent, .use_forbidden = forbidden != NULL},
+            .recent = n_recent > 0 ? c->recent_dev + recent : NULL,
+            .forbidden = forbidden,
+            .marks = (uint32_t *)(void *)((unsigned char *)r->marks +
+                                          (size_t)out_row(x, q) * og_sample_cuda_marks_bytes(m->vocab)),
+        };
+        recent += n_recent;
+        c->device_tokens = true;
+    }
+    c->recent_used = recent;
+    return OG_OK;
+}
+
+/* The bucket of a decode step of n sessions (2^b >= n), or -1 when the step
+ * does not replay a graph. */
+static int32_t graph_bucket(const og_model *m, const og_step_ctx *c, const og_step_plan *p) {
+    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
+    for (int32_t i = 0; i < p->n_seqs; i++)
+        if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype) return -1;
+    int32_t b = 0;
+    while ((1 << b) < p->n_seqs) b++;
+    return b;
+}
+
+static og_status capture(step_run *x, int32_t bucket, int32_t *failed) {
+    og_step_ctx *c = x->c;
+    CUDA_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    og_status st = enqueue_compute(x, failed);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (st != OG_OK) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+    }
+    if (e != cudaSuccess) return cuda_fail(e, "cudaStreamEndCapture");
+    e = cudaGraphInstantiate(&c->graph[bucket], g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        c->graph[bucket] = NULL;
+        return cuda_fail(e, "cudaGraphInstantiate");
+    }
+    return OG_OK;
+}
+
+/* Enqueues the whole step: the block upload, the compute (a graph replay
+ * for decode steps), and the copies back. */
+static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *failed) {
+    og_model *m = x->m;
+    og_step_ctx *c = x->c;
+    row_set *r = x->rs;
+    const og_step_plan *p = x->plan;
+    const int64_t V = m->vocab;
+    *failed = -1;
+    bool captured = false;
+    if (bucket >= 0 && !c->graph[bucket]) {
+        OG_TRY(capture(x, bucket, failed));
+        captured = true;
+    }
+    CUDA_TRY(cudaMemcpyAsync(r->block_dev, r->block_host, r->layout.bytes, cudaMemcpyHostToDevice, c->stream),
+             "step block upload");
+    if (c->recent_used > 0)
+        CUDA_TRY(cudaMemcpyAsync(c->recent_dev, c->recent_host, (size_t)c->recent_used * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, c->stream),
+                 "recent tokens upload");
+    if (bucket >= 0) {
+        CUDA_TRY(cudaGraphLaunch(c->graph[bucket], c->stream), "cudaGraphLaunch");
+        og_model_note_graph(m, p, bucket, captured);
+    } else {
+        step_run eager = *x;
+        OG_TRY(enqueue_compute(&eager, failed));
+    }
+    OG_TRY(reserve_host_rows(m, c, n_host));
+    int32_t host = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        const float *row = r->logits + (size_t)out_row(x, q) * (size_t)V;
+        const og_step_output out = q->item->output;
+        const bool on_host = out == OG_OUTPUT_SAMPLE &&
+                             !og_sample_cuda_supported(og_sampler_get_params(q->item->sampler)->temperature,
+                                                       og_sampler_get_params(q->item->sampler)->top_k, V);
+        if (out == OG_OUTPUT_LOGITS || out == OG_OUTPUT_LOGITS_ALL)
+            CUDA_TRY(cudaMemcpyAsync(q->item->logits, row, (size_t)q->tail_rows * (size_t)V * sizeof(float),
+                                     cudaMemcpyDeviceToHost, c->stream),
+                     "logits copy back");
+        if (on_host)
+            CUDA_TRY(cudaMemcpyAsync(c->host_rows + (size_t)host++ * (size_t)V, row, (size_t)V * sizeof(float),
+                                     cudaMemcpyDeviceToHost, c->stream),
+                     "logits copy back");
+    }
+    const int64_t out_rows = x->B > 0 ? x->B : p->n_tail_rows;
+    if (bucket >= 0 || c->device_tokens)
+        CUDA_TRY(cudaMemcpyAsync(r->next_host, r->next_dev, (size_t)out_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                 c->stream),
+                 "token copy back");
+    return OG_OK;
+}
+
+static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
+    CUDA_TRY(cudaSetDevice(cm_of(m)->device), "cudaSetDevice");
+    if (!c->kv_dtype_set) { /* the table kernels of this context serve one kv dtype */
+        c->kv_dtype = p->seqs[0].s->cfg.kv_dtype;
+        c->kv_dtype_set = true;
+    }
+    const int32_t bucket = graph_bucket(m, c, p);
+    step_run x = {.m = m, .c = c, .plan = p, .B = bucket >= 0 ? 1 << bucket : 0};
+    x.rows = x.B > 0 ? x.B : p->n_rows;
+    for (int32_t i = 0; i < p->n_single && x.B == 0; i++) /* table entries serve one dtype */
+        if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype)
+            return og_set_error(OG_ERR_UNSUPPORTED, "a step of sessions whose KV storage dtypes differ (%s and %s) "
+                                                    "cannot share the CUDA decode table",
+                                og_dtype_name(c->kv_dtype), og_dtype_name(p->seqs[i].s->cfg.kv_dtype));
+    OG_TRY(pick_set(m, c, x.rows, x.B > 0 ? x.B : p->n_tail_rows, &x.rs));
+    int32_t n_host = 0;
+    /* the pinned block is free: the previous step ended with a synchronization */
+    OG_TRY(fill_block(&x, &n_host));
     CUDA_TRY(cudaStreamSynchronize(cm_of(m)->store), "KV storage copies");
-    step_run x = {m, c, p, false, p->n_rows};
     int32_t failed = -1;
-    og_status st = enqueue(&x, &failed);
+    og_status st = enqueue(&x, bucket, n_host, &failed);
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (st == OG_OK && e != cudaSuccess) st = cuda_fail(e, "step");
     if (st != OG_OK) {
@@ -901,12 +1214,32 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
         }
         return st;
     }
-    n_host = 0;
+    const int64_t V = m->vocab;
+    int32_t host = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) { /* every token is checked before any sampler moves */
+        const og_step_seq *q = &p->seqs[i];
+        const og_step_output out = q->item->output;
+        if (out != OG_OUTPUT_ARGMAX && out != OG_OUTPUT_SAMPLE) continue;
+        const int32_t t = x.rs->next_host[out_row(&x, q)];
+        const bool dev = out == OG_OUTPUT_ARGMAX ||
+                         og_sample_cuda_supported(og_sampler_get_params(q->item->sampler)->temperature,
+                                                  og_sampler_get_params(q->item->sampler)->top_k, V);
+        if (dev && (t < 0 || t >= V))
+            return og_set_error(OG_ERR_BACKEND, "the device sampler returned token %d for item of row %d (vocabulary %lld)",
+                                (int)t, q->row0, (long long)V);
+    }
     for (int32_t i = 0; i < p->n_seqs; i++) {
-        og_batch_item *it = p->seqs[i].item;
-        if (it->output == OG_OUTPUT_ARGMAX) it->token = c->next_host[i];
-        if (it->output == OG_OUTPUT_SAMPLE)
-            it->token = og_sampler_sample(it->sampler, c->host_rows + (size_t)n_host++ * (size_t)m->vocab);
+        const og_step_seq *q = &p->seqs[i];
+        og_batch_item *it = q->item;
+        if (it->output == OG_OUTPUT_ARGMAX) it->token = x.rs->next_host[out_row(&x, q)];
+        if (it->output != OG_OUTPUT_SAMPLE) continue;
+        const og_sampler_params *sp = og_sampler_get_params(it->sampler);
+        if (og_sample_cuda_supported(sp->temperature, sp->top_k, V)) {
+            it->token = x.rs->next_host[out_row(&x, q)];
+            og_sampler_commit(it->sampler, it->token);
+        } else {
+            it->token = og_sampler_sample(it->sampler, c->host_rows + (size_t)host++ * (size_t)V);
+        }
     }
     return OG_OK;
 }

@@ -397,7 +397,7 @@ static og_status begin_session(og_session *s, int32_t T) {
     st = og_program_bind_kv(s->bind, s->kv);
     if (st == OG_OK) st = og_program_bindings_check(s->bind);
     if (st != OG_OK) {
-        og_kv_session_abort(s->kv);
+        og_kv_session_rollback(s->kv);
         return og_errbuf_set(&s->err, st, "step refused: %s", og_program_bindings_last_error(s->bind));
     }
     return OG_OK;
@@ -431,7 +431,7 @@ og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
     og_step_plan plan;
     if (st == OG_OK) st = plan_build(items, n, &plan);
     if (st != OG_OK) {
-        for (int32_t i = 0; i < prepared; i++) og_kv_session_abort(items[i].session->kv);
+        for (int32_t i = 0; i < prepared; i++) og_kv_session_rollback(items[i].session->kv);
         release(items, n);
         return st;
     }
@@ -445,7 +445,7 @@ og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
         char cause[OG_ERRMSG_CAP];
         snprintf(cause, sizeof cause, "%s", og_last_error());
         for (int32_t i = 0; i < n; i++) {
-            og_kv_session_abort(items[i].session->kv);
+            og_kv_session_rollback(items[i].session->kv);
             og_errbuf_set(&items[i].session->err, st, "step at length %lld: %s",
                           (long long)og_kv_session_length(items[i].session->kv), cause);
         }

@@ -71,6 +71,16 @@ struct og_kv_session {
     kv_pack pack;               /* packed mode only                         */
     kv_storage *store;          /* [n_layers], owned: what views show       */
     kv_storage *fresh;          /* [n_layers] scratch for a dense prepare's new blocks */
+    /* What the prepared step changed, so that og_kv_session_rollback can undo
+     * it: dense layers' blocks before the prepare (a replaced block is freed
+     * at commit or abort, not before), the packed blocks' state, counters. */
+    kv_storage *before;         /* [n_layers] dense only                   */
+    struct {
+        void *base, *ring;
+        size_t asked;
+        int64_t rows;
+    } pack_before;
+    int64_t growth_before, rebinds_before;
     og_kv_plan *plans;          /* [n_layers], meaningful while prepared > 0 */
     int64_t length;             /* L                                        */
     int32_t prepared;           /* T of the prepared step, 0 = none         */
@@ -143,10 +153,11 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
         s->layers = og_calloc(n, sizeof *s->layers);
         s->store = og_calloc(n, sizeof *s->store);
         s->fresh = og_calloc(n, sizeof *s->fresh);
+        s->before = og_calloc(n, sizeof *s->before);
         s->plans = og_calloc(n, sizeof *s->plans);
         s->pack.offset = og_calloc(2 * n, sizeof *s->pack.offset);
     }
-    if (!s || !s->layers || !s->store || !s->fresh || !s->plans || !s->pack.offset) {
+    if (!s || !s->layers || !s->store || !s->fresh || !s->before || !s->plans || !s->pack.offset) {
         og_kv_session_destroy(s);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_kv_session_create: no host memory for %zu layers", n);
     }
@@ -165,6 +176,7 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
 
 void og_kv_session_destroy(og_kv_session *s) {
     if (!s) return;
+    og_kv_session_abort(s); /* frees blocks a prepared step replaced */
     if (s->packed) {
         if (s->pack.base) s->alloc.free(s->alloc.ctx, s->pack.base);
         if (s->pack.ring) s->alloc.free(s->alloc.ctx, s->pack.ring);
@@ -177,6 +189,7 @@ void og_kv_session_destroy(og_kv_session *s) {
     og_free(s->layers);
     og_free(s->store);
     og_free(s->fresh);
+    og_free(s->before);
     og_free(s->plans);
     og_free(s->pack.offset);
     og_free(s);
@@ -329,13 +342,13 @@ static og_status dense_prepare(og_kv_session *s, int32_t T, const char *ctx) {
         }
     }
 
-    /* 4. Swap: nothing can fail from here on. */
+    /* 4. Swap: nothing can fail from here on. The replaced blocks stay (in
+     * s->before) until the step commits or aborts, so a rollback can restore
+     * them. */
     int moved = 0;
     for (int32_t i = 0; i < cfg->n_layers; i++) {
         if (!s->fresh[i].k) continue;
         if (s->store[i].k) {
-            s->alloc.free(s->alloc.ctx, s->store[i].k);
-            s->alloc.free(s->alloc.ctx, s->store[i].v);
             s->growth_count++;
             moved = 1;
         }
@@ -368,11 +381,33 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
     }
 
     /* 2.-4. Allocate or grow storage, all or nothing. */
+    if (s->packed) {
+        s->pack_before.base = s->pack.base;
+        s->pack_before.ring = s->pack.ring;
+        s->pack_before.asked = s->pack.asked;
+        s->pack_before.rows = s->pack.rows;
+    } else {
+        memcpy(s->before, s->store, (size_t)cfg->n_layers * sizeof *s->before);
+    }
+    s->growth_before = s->growth_count;
+    s->rebinds_before = s->rebinds;
     og_status st = s->packed ? pack_prepare(s, T, ctx) : dense_prepare(s, T, ctx);
     if (st != OG_OK) return st;
     s->prepared = T;
     return OG_OK;
 }
+/* Frees the dense blocks the prepared step replaced (kept for a rollback). */
+static void free_replaced(og_kv_session *s) {
+    if (s->packed) return;
+    for (int32_t i = 0; i < s->cfg.n_layers; i++) {
+        if (s->before[i].k && s->before[i].k != s->store[i].k) {
+            s->alloc.free(s->alloc.ctx, s->before[i].k);
+            s->alloc.free(s->alloc.ctx, s->before[i].v);
+        }
+        s->before[i] = s->store[i];
+    }
+}
+
 og_status og_kv_session_commit(og_kv_session *s, int32_t T) {
     if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_commit: session is NULL");
     if (!s->prepared)
@@ -382,6 +417,7 @@ og_status og_kv_session_commit(og_kv_session *s, int32_t T) {
         return og_errbuf_set(&s->err, OG_ERR_STATE,
                              "kv session commit(T=%d) at L=%lld: the prepared step has T=%d (still prepared)",
                              (int)T, (long long)s->length, (int)s->prepared);
+    free_replaced(s);
     s->length += T;
     s->steps++;
     s->prepared = 0;
@@ -389,7 +425,46 @@ og_status og_kv_session_commit(og_kv_session *s, int32_t T) {
 }
 
 void og_kv_session_abort(og_kv_session *s) {
-    if (s) s->prepared = 0;
+    if (!s || !s->prepared) return;
+    free_replaced(s);
+    s->prepared = 0;
+}
+
+void og_kv_session_rollback(og_kv_session *s) {
+    if (!s || !s->prepared) return;
+    if (s->packed) {
+        kv_pack *pk = &s->pack;
+        if (pk->ring && !s->pack_before.ring) {
+            s->alloc.free(s->alloc.ctx, pk->ring);
+            pk->ring = NULL;
+        }
+        if (pk->base && !s->pack_before.base) {
+            s->alloc.free(s->alloc.ctx, pk->base);
+            pk->base = NULL;
+            pk->asked = 0;
+            pk->rows = 0;
+        } else if (pk->base && pk->asked != s->pack_before.asked &&
+                   s->alloc.resize(s->alloc.ctx, pk->base, s->pack_before.asked) == OG_OK) {
+            /* a shrink that fails leaves the block backed further: harmless */
+            pk->asked = s->pack_before.asked;
+            pk->rows = s->pack_before.rows;
+        }
+        if (pk->base || pk->ring) pack_bind(s);
+        for (int32_t i = 0; i < s->cfg.n_layers; i++) {
+            const bool flat = s->layers[i].policy == OG_KV_FLAT;
+            if (!(flat ? pk->base : pk->ring)) s->store[i] = (kv_storage){0};
+        }
+    } else {
+        for (int32_t i = 0; i < s->cfg.n_layers; i++) {
+            if (s->store[i].k == s->before[i].k) continue;
+            s->alloc.free(s->alloc.ctx, s->store[i].k);
+            s->alloc.free(s->alloc.ctx, s->store[i].v);
+            s->store[i] = s->before[i];
+        }
+    }
+    s->growth_count = s->growth_before;
+    s->rebinds = s->rebinds_before;
+    s->prepared = 0;
 }
 
 og_status og_kv_session_plan(const og_kv_session *s, int32_t index, og_kv_plan *out) {

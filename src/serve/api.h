@@ -1,0 +1,55 @@
+/* The OpenAI request bodies the server takes (/v1/completions and
+ * /v1/chat/completions), parsed and checked into what a request needs, and
+ * the error object every refusal is answered with. */
+#ifndef OG_SERVE_API_H
+#define OG_SERVE_API_H
+
+#include "model/tokenizer.h"
+#include "offgraph.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OG_API_MAX_STOPS 4
+#define OG_API_MAX_TOP_LOGPROBS 20
+
+/* What parsing needs to know of the served model. */
+typedef struct og_serve_ctx {
+    const og_tokenizer *tok;
+    const char *model_id;
+    int64_t vocab;
+    int64_t ctx;      /* the most tokens a session holds */
+    int chat_format;  /* og_chat_format */
+} og_serve_ctx;
+
+/* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
+typedef struct og_api_error {
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", "server_error", ... */
+    const char *code; /* NULL or e.g. "model_not_found" */
+    char param[64];   /* "" when none */
+    char message[512];
+} og_api_error;
+
+typedef struct og_api_request {
+    int32_t *prompt;  /* [n_prompt], owned: og_api_request_free */
+    int64_t n_prompt;
+    og_sampler_params sampling; /* the library's defaults where a field is absent */
+    bool has_seed;
+    int64_t max_tokens;         /* given, or the default (16; chat: to the context) */
+    bool max_tokens_given;
+    char *stops[OG_API_MAX_STOPS]; /* owned */
+    int32_t n_stops;
+    int32_t logprobs;           /* -1: none; else top alternatives (0..20) */
+    bool stream, include_usage;
+} og_api_request;
+
+/* Parses a body. False with *e set (400 for bad input, 404 for an unknown
+ * model, 500 when out of memory); *q then holds nothing. */
+bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat, og_api_request *q,
+                  og_api_error *e);
+void og_api_request_free(og_api_request *q);
+
+#endif /* OG_SERVE_API_H */

@@ -1,0 +1,64 @@
+/* offgraph serve: an OpenAI-compatible HTTP server over one model, with
+ * continuous batching (the command line's `offgraph serve` only parses its
+ * options and runs this).
+ *
+ * One scheduler thread owns the model's sessions. Each iteration it steps
+ * every running request together through og_model_step: one decode row per
+ * request that is generating, and prompt chunks of newly admitted requests
+ * beside them, under a row budget. A request joins at the next step and
+ * leaves when it finishes; nothing waits for a batch to drain. Admission
+ * bounds the running requests by --max-sessions and their KV bytes by
+ * --kv-budget; a request that does not fit waits in a bounded queue, and
+ * past it is answered 429 with Retry-After.
+ *
+ * The HTTP side (libmicrohttpd, a thread per connection) parses requests,
+ * tokenizes, submits them, and streams what the scheduler produces. */
+#ifndef OG_SERVE_H
+#define OG_SERVE_H
+
+#include "offgraph.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct og_serve_params {
+    const char *model_path;     /* the program file (required)              */
+    const char *model_id;       /* the name clients use; NULL: the file's
+                                   base name without its extension          */
+    og_model_params model;      /* back end, threads                        */
+    og_session_params session;  /* KV dtype                                 */
+    const char *host;           /* address to listen on (default 127.0.0.1) */
+    int32_t port;               /* 0 picks a free port (og_server_port)     */
+    int32_t max_sessions;       /* requests generating at once (default 64) */
+    int64_t kv_budget;          /* KV bytes all sessions may hold; 0: no bound */
+    int32_t max_queue;          /* requests waiting to start (default 256)  */
+    const char *api_key;        /* NULL: no auth; else Bearer on all but /health */
+    size_t max_body;            /* request body limit in bytes (default 1 MiB) */
+    int32_t chunk;              /* prompt tokens per step of one request (256) */
+    int32_t step_rows;          /* rows (tokens) per step, all requests (512)  */
+    double shutdown_grace_s;    /* og_server_stop: time running requests get
+                                   to finish before they are cancelled (5)  */
+    int32_t max_connections;    /* open connections at once (512)           */
+    int log_requests;           /* one line per request on stderr           */
+} og_serve_params;
+
+og_serve_params og_serve_default_params(void);
+
+typedef struct og_server og_server;
+
+/* Loads the model and its tokenizer, starts the scheduler and listens. On
+ * success *out is owned by the caller: og_server_stop, then
+ * og_server_destroy. On failure og_last_error() says why. */
+og_status og_server_start(const og_serve_params *p, og_server **out);
+/* The port it listens on (the one picked, for port 0). */
+int32_t og_server_port(const og_server *s);
+/* The model id clients name. Borrowed from s. */
+const char *og_server_model_id(const og_server *s);
+/* Stops accepting requests (waiting ones get 503), gives running ones
+ * shutdown_grace_s to finish, cancels the rest (a stream ends with an error
+ * event and [DONE]), then closes every connection. */
+void og_server_stop(og_server *s);
+/* Stops it if needed and frees everything. NULL is a no-op. */
+void og_server_destroy(og_server *s);
+
+#endif /* OG_SERVE_H */

@@ -1,0 +1,168 @@
+/* The server's life: start (model, tokenizer, scheduler, listening), stop
+ * (drain, cancel, close), destroy. */
+#include "serve/sched.h"
+
+#include "core/core.h"
+#include "model/chat_template.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+og_serve_params og_serve_default_params(void) {
+    og_serve_params p;
+    memset(&p, 0, sizeof p);
+    p.model = og_model_default_params();
+    p.session = og_session_default_params();
+    p.host = "127.0.0.1";
+    p.port = 8080;
+    p.max_sessions = 64;
+    p.kv_budget = 0;
+    p.max_queue = 256;
+    p.max_body = 1 << 20;
+    p.chunk = 256;
+    p.step_rows = 512;
+    p.shutdown_grace_s = 5;
+    p.max_connections = 512;
+    return p;
+}
+
+static char *model_id_of(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char *id = og_strdup(*base ? base : "model");
+    if (!id) return NULL;
+    char *dot = strrchr(id, '.');
+    if (dot && dot != id) *dot = 0;
+    return id;
+}
+
+static void timed_wait(og_server *s, double until) {
+    double left = until - og_time_now();
+    if (left <= 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double wait = left < 0.1 ? left : 0.1;
+    ts.tv_nsec += (long)(wait * 1e9);
+    while (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->idle_cond, &s->lock, &ts);
+}
+
+void og_server_stop(og_server *s) {
+    if (!s || s->stopped) return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    og_sched_fail_waiting_locked(s, 503, "the server is shutting down");
+    pthread_mutex_unlock(&s->lock);
+    og_http_quiesce(s);
+    pthread_mutex_lock(&s->lock);
+    const double grace_end = og_time_now() + s->p.shutdown_grace_s;
+    while (s->n_running > 0 && og_time_now() < grace_end) timed_wait(s, grace_end);
+    if (s->n_running > 0) og_sched_cancel_running_locked(s, "the server is shutting down");
+    const double cancel_end = og_time_now() + 10;
+    while (s->n_running > 0 && og_time_now() < cancel_end) timed_wait(s, cancel_end);
+    /* let the last responses reach their clients */
+    const double flush_end = og_time_now() + 2;
+    while (s->active_responses > 0 && og_time_now() < flush_end) timed_wait(s, flush_end);
+    pthread_mutex_unlock(&s->lock);
+    og_http_stop(s);
+    og_sched_stop(s);
+    s->stopped = true;
+}
+
+void og_server_destroy(og_server *s) {
+    if (!s) return;
+    og_server_stop(s);
+    if (s->slots)
+        for (int32_t i = 0; i < s->p.max_sessions; i++) og_session_destroy(s->slots[i].session);
+    og_free(s->slots);
+    og_free(s->running);
+    og_session_destroy(s->probe);
+    og_free(s->forbidden);
+    og_tokenizer_free(s->tok);
+    og_model_free(s->model);
+    og_free(s->model_path);
+    og_free(s->model_id);
+    og_free(s->host);
+    og_free(s->api_key);
+    pthread_cond_destroy(&s->sched_cond);
+    pthread_cond_destroy(&s->idle_cond);
+    pthread_mutex_destroy(&s->lock);
+    og_free(s);
+}
+
+og_status og_server_start(const og_serve_params *p, og_server **out) {
+    if (!p || !out || !p->model_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_server_start: no model path");
+    if (p->max_sessions < 1 || p->max_queue < 0 || p->chunk < 1 || p->step_rows < 1 || p->max_body < 1 ||
+        p->kv_budget < 0 || p->port < 0 || p->port > 65535 || p->max_connections < 1)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_server_start: a parameter is out of range");
+    og_server *s = og_calloc(1, sizeof *s);
+    if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->sched_cond, NULL);
+    pthread_cond_init(&s->idle_cond, NULL);
+    s->stopped = true; /* nothing to stop until it runs */
+    s->p = *p;
+    og_status st = OG_OK;
+    s->model_path = og_strdup(p->model_path);
+    s->model_id = p->model_id ? og_strdup(p->model_id) : model_id_of(p->model_path);
+    s->host = og_strdup(p->host ? p->host : "127.0.0.1");
+    s->api_key = p->api_key && *p->api_key ? og_strdup(p->api_key) : NULL;
+    s->slots = og_calloc((size_t)p->max_sessions, sizeof *s->slots);
+    s->running = og_calloc((size_t)p->max_sessions, sizeof *s->running);
+    if (!s->model_path || !s->model_id || !s->host || (p->api_key && *p->api_key && !s->api_key) || !s->slots ||
+        !s->running) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
+        goto fail;
+    }
+    if ((st = og_model_load(p->model_path, &p->model, &s->model)) != OG_OK) {
+        og_set_error(st, "cannot load %s: %s", p->model_path, og_last_error());
+        goto fail;
+    }
+    const char *json = og_model_tokenizer_json(s->model);
+    if (!json) {
+        st = og_set_error(OG_ERR_UNSUPPORTED, "%s has no tokenizer: export it from a checkpoint folder that has "
+                                              "tokenizer.json", p->model_path);
+        goto fail;
+    }
+    if ((st = og_tokenizer_load_json(json, &s->tok)) != OG_OK ||
+        (st = og_tokenizer_load_config(s->tok, og_model_tokenizer_config(s->model))) != OG_OK) {
+        og_set_error(st, "the tokenizer of %s: %s", p->model_path, og_last_error());
+        goto fail;
+    }
+    const og_kv_config *kv = og_model_kv_config(s->model);
+    s->ctx = kv->max_capacity;
+    s->max_write = kv->max_write;
+    s->vocab = og_model_vocab_size(s->model);
+    const int32_t *eos;
+    int32_t n_eos = og_tokenizer_eos_ids(s->tok, &eos);
+    for (int32_t i = 0; i < n_eos && s->n_eos < 8; i++) s->eos[s->n_eos++] = eos[i];
+    s->chat_format = og_chat_format_detect(og_tokenizer_chat_template(s->tok));
+    const char *eot = og_chat_end_of_turn((og_chat_format)s->chat_format);
+    s->end_of_turn = eot ? og_tokenizer_token_id(s->tok, eot) : -1;
+    for (int64_t i = 0; i < s->vocab; i++) {
+        if (og_tokenizer_token_text(s->tok, (int32_t)i)) continue;
+        if (!s->forbidden && !(s->forbidden = og_calloc((size_t)s->vocab, sizeof *s->forbidden))) {
+            st = og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
+            goto fail;
+        }
+        s->forbidden[s->n_forbidden++] = (int32_t)i;
+    }
+    if ((st = og_session_create(s->model, &p->session, &s->probe)) != OG_OK) goto fail;
+    s->api = (og_serve_ctx){.tok = s->tok, .model_id = s->model_id, .vocab = s->vocab, .ctx = s->ctx,
+                            .chat_format = s->chat_format};
+    s->created = (int64_t)time(NULL);
+    s->stopped = false;
+    if ((st = og_sched_start(s)) != OG_OK || (st = og_http_start(s)) != OG_OK) goto fail;
+    *out = s;
+    return OG_OK;
+fail: {
+    char why[OG_ERRMSG_CAP];
+    snprintf(why, sizeof why, "%s", og_last_error());
+    og_server_destroy(s);
+    return og_set_error(st, "%s", why);
+}
+}
+
+int32_t og_server_port(const og_server *s) { return s ? s->port : 0; }
+const char *og_server_model_id(const og_server *s) { return s ? s->model_id : NULL; }

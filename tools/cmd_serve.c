@@ -1,0 +1,153 @@
+/* offgraph serve: the OpenAI-compatible HTTP server (src/serve). This file
+ * only reads the options, starts the server and waits for SIGINT/SIGTERM. */
+#include "cli.h"
+#include "commands.h"
+#include "generate.h"
+#include "serve/serve.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: offgraph serve [-m <program>] [--host 127.0.0.1] [--port 8080] [--max-sessions N]\n"
+            "                      [--kv-budget BYTES] [--api-key KEY] [options]\n\n"
+            "An OpenAI-compatible HTTP server with continuous batching: every running request\n"
+            "steps together in one batched model step; new ones join at the next step.\n\n"
+            "Endpoints: POST /v1/completions, POST /v1/chat/completions (\"stream\": true for\n"
+            "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+            "SIGINT or SIGTERM stops it: no new requests, running ones get --shutdown-grace\n"
+            "seconds to finish, then it exits 0.\n\n"
+            "  -m, --model <file>       program file (default: the demo model the build exports)\n"
+            "  --model-id <name>        the model name clients use (default: the file's name)\n"
+            "  --host <addr>            address to listen on (default 127.0.0.1)\n"
+            "  --port <N>               port (default 8080; 0 picks a free one, printed at start)\n"
+            "  --max-sessions <N>       requests generating at once (default 64)\n"
+            "  --kv-budget <BYTES>      KV bytes all sessions together may hold, e.g. 512M or 2G\n"
+            "                           (default 0: no bound); a request that does not fit waits\n"
+            "  --max-queue <N>          requests that may wait; past it: 429 (default 256)\n"
+            "  --api-key <KEY>          require 'Authorization: Bearer KEY' (all but /health);\n"
+            "                           also read from OFFGRAPH_API_KEY\n"
+            "  --max-body <BYTES>       request body limit (default 1M)\n"
+            "  --chunk <N>              prompt tokens of one request per step (default 256)\n"
+            "  --step-rows <N>          tokens per batched step, all requests (default 512)\n"
+            "  --shutdown-grace <S>     seconds running requests get at shutdown (default 5)\n"
+            "  --log-requests           one line per request on stderr\n"
+            "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
+            "  --backend <cpu|cuda|auto> back end (default auto: cuda when a GPU is present)\n"
+            "  --threads <N>            CPU threads (default: all)\n");
+}
+
+/* "512", "64K", "512M", "2G" (binary units). */
+static bool parse_bytes(const char *flag, const char *v, int64_t *out) {
+    char *end = NULL;
+    double x = strtod(v, &end);
+    int64_t unit = 1;
+    if (end && *end) {
+        switch (*end) {
+        case 'k': case 'K': unit = 1 << 10; break;
+        case 'm': case 'M': unit = 1 << 20; break;
+        case 'g': case 'G': unit = 1 << 30; break;
+        default: unit = 0;
+        }
+        if (unit && end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB") && strcmp(end + 1, "b")) unit = 0;
+    }
+    if (end == v || !unit || !(x >= 0) || x * (double)unit > 9e18) {
+        fprintf(stderr, "offgraph serve: %s expects a byte count (e.g. 1048576, 512M, 2G), got \"%s\"\n", flag, v);
+        return false;
+    }
+    *out = (int64_t)(x * (double)unit);
+    return true;
+}
+
+int og_cmd_serve(int argc, char **argv) {
+    og_serve_params p = og_serve_default_params();
+    og_cli_model_opts mo;
+    og_cli_model_opts_default(&mo);
+    p.api_key = getenv("OFFGRAPH_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        int64_t n;
+        int r = og_cli_model_option("serve", argc, argv, &i, &mo);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--log-requests")) {
+            p.log_requests = 1;
+        } else if (!strcmp(a, "--host") || !strcmp(a, "--api-key") || !strcmp(a, "--model-id")) {
+            if (!(v = og_cli_value("serve", argc, argv, &i))) return 2;
+            if (!strcmp(a, "--host")) p.host = v;
+            else if (!strcmp(a, "--api-key")) p.api_key = v;
+            else p.model_id = v;
+        } else if (!strcmp(a, "--kv-budget") || !strcmp(a, "--max-body")) {
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !parse_bytes(a, v, &n)) return 2;
+            if (!strcmp(a, "--kv-budget")) p.kv_budget = n;
+            else if (n < 1) {
+                fprintf(stderr, "offgraph serve: --max-body must be at least 1 byte\n");
+                return 2;
+            } else p.max_body = (size_t)n;
+        } else if (!strcmp(a, "--shutdown-grace")) {
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, 0, 3600, &n)) return 2;
+            p.shutdown_grace_s = (double)n;
+        } else if (!strcmp(a, "--port") || !strcmp(a, "--max-sessions") || !strcmp(a, "--max-queue") ||
+                   !strcmp(a, "--chunk") || !strcmp(a, "--step-rows")) {
+            const bool port = !strcmp(a, "--port"), queue = !strcmp(a, "--max-queue");
+            if (!(v = og_cli_value("serve", argc, argv, &i)) ||
+                !og_cli_int("serve", a, v, port || queue ? 0 : 1, port ? 65535 : 1 << 20, &n))
+                return 2;
+            if (port) p.port = (int32_t)n;
+            else if (queue) p.max_queue = (int32_t)n;
+            else if (!strcmp(a, "--max-sessions")) p.max_sessions = (int32_t)n;
+            else if (!strcmp(a, "--chunk")) p.chunk = (int32_t)n;
+            else p.step_rows = (int32_t)n;
+        } else {
+            fprintf(stderr, "offgraph serve: unknown option \"%s\"\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    p.model_path = mo.model ? mo.model : og_default_model_path;
+    if (!p.model_path) {
+        fprintf(stderr, "offgraph serve: no -m given and no default model\n");
+        return 2;
+    }
+    if (!mo.model && access(p.model_path, R_OK) != 0) {
+        fprintf(stderr, "offgraph serve: no -m given and the default model %s is missing: `make` exports it from "
+                        "models/kjv-tiny\n", p.model_path);
+        return 1;
+    }
+    p.model.backend = mo.backend;
+    p.model.n_threads = mo.threads;
+    p.session = mo.session;
+
+    /* SIGINT/SIGTERM are taken by sigwait below: blocked in every thread
+     * the server starts (they inherit this mask) */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    og_server *srv = NULL;
+    og_status st = og_server_start(&p, &srv);
+    if (st != OG_OK) {
+        fprintf(stderr, "offgraph serve: %s (%s)\n", og_last_error(), og_status_str(st));
+        return 1;
+    }
+    const char *host = p.host ? p.host : "127.0.0.1";
+    fprintf(stderr, "offgraph serve: model %s (%s), listening on http://%s%s%s:%d\n", og_server_model_id(srv),
+            p.model_path, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", (int)og_server_port(srv));
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "offgraph serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    og_server_destroy(srv);
+    fprintf(stderr, "offgraph serve: stopped\n");
+    return 0;
+}
