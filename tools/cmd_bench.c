@@ -1,5 +1,6 @@
-/* offgraph bench: prefill and decode speed of a program on random tokens,
- * and what the KV storage costs against what the tokens need. */
+/* offgraph bench: prefill and decode speed of a program on random tokens for
+ * K sessions stepped together (og_model_step) or one after another, and what
+ * the KV storage costs against what the tokens need. */
 #include "cli.h"
 #include "commands.h"
 #include "core/core.h"
@@ -10,20 +11,102 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: offgraph bench -m <program> [options]\n\n"
-            "Prefills a random prompt in every session, then decodes greedily, stepping the\n"
-            "sessions in turn; prints tokens per second for each phase and the KV bytes\n"
-            "allocated against the bytes the tokens occupy.\n\n"
+            "Prefills a random prompt in each of K sessions, then decodes greedily. By default\n"
+            "the sessions step together (og_model_step): the prefill packs prompt chunks of\n"
+            "several sessions into steps of at most --rows rows (each chunk at most the\n"
+            "program's max_write tokens), and each decode step advances all K sessions by one\n"
+            "token. One untimed decode step runs first (on CUDA it captures the graph of the\n"
+            "batch's bucket). Prints prefill tokens/s, aggregate decode tokens/s (K x gen over\n"
+            "the decode time) and per session, the KV bytes allocated against the bytes the\n"
+            "tokens occupy (summed over sessions), and the graph captures of each bucket\n"
+            "(bucket b holds up to 2^b sessions; more than 1 capture in a bucket is a re-capture).\n\n"
             "  --prompt <N>             prompt tokens per session (default 128)\n"
-            "  --gen <N>                generated tokens per session (default 32)\n"
+            "  --gen <N>                timed decode tokens per session (default 32)\n"
             "  --sessions <K>           sessions on the one model (default 1)\n"
+            "  --rows <N>               most rows in one prefill step (default 2048)\n"
+            "  --sequential             step the sessions one after another instead\n"
+            "                           (og_session_eval_next per session), for comparison\n"
             "  --seed <N>               random prompt seed (default 1)\n"
             "  --json                   one line of JSON instead of the table\n");
     og_cli_model_opts_usage(f);
 }
 
+typedef struct bench {
+    og_model *m;
+    og_session **ss;
+    int64_t K, prompt, rows;
+    int32_t *ids;          /* [K, prompt] */
+    int32_t *next;         /* [K]: each session's next input token */
+    og_batch_item *items;  /* [K] */
+    int64_t *who;          /* [K]: the session of each item */
+    int64_t *fed;          /* [K]: prompt tokens each session has taken */
+} bench;
+
+static bool step(bench *b, int32_t n, const char *phase) {
+    if (og_model_step(b->m, b->items, n) == OG_OK) {
+        for (int32_t i = 0; i < n; i++)
+            if (b->items[i].output == OG_OUTPUT_ARGMAX) b->next[b->who[i]] = b->items[i].token;
+        return true;
+    }
+    fprintf(stderr, "offgraph bench: %s step of %d sessions: %s\n", phase, n, og_last_error());
+    return false;
+}
+
+/* Every step takes the next chunk (at most max_write tokens) of each session's
+ * prompt in turn while the step has rows left (at most b->rows); a session's
+ * last chunk yields its first generated token. */
+static bool prefill_batched(bench *b) {
+    const int64_t max_write = og_model_kv_config(b->m)->max_write;
+    for (int64_t first = 0; first < b->K;) {
+        int32_t n = 0;
+        for (int64_t k = first, budget = b->rows; k < b->K && budget > 0; k++) {
+            int64_t c = b->prompt - b->fed[k];
+            c = c < max_write ? c : max_write;
+            c = c < budget ? c : budget;
+            budget -= c;
+            b->who[n] = k;
+            b->items[n++] = (og_batch_item){.session = b->ss[k], .tokens = b->ids + k * b->prompt + b->fed[k],
+                                            .n_tokens = (int32_t)c,
+                                            .output = b->fed[k] + c == b->prompt ? OG_OUTPUT_ARGMAX : OG_OUTPUT_NONE};
+            b->fed[k] += c;
+        }
+        if (!step(b, n, "prefill")) return false;
+        while (first < b->K && b->fed[first] == b->prompt) first++;
+    }
+    return true;
+}
+
+/* One token for every session, in one step. */
+static bool decode_batched(bench *b) {
+    for (int64_t k = 0; k < b->K; k++) {
+        b->who[k] = k;
+        b->items[k] = (og_batch_item){.session = b->ss[k], .tokens = &b->next[k], .n_tokens = 1,
+                                      .output = OG_OUTPUT_ARGMAX};
+    }
+    return step(b, (int32_t)b->K, "decode");
+}
+
+/* The prompt (phase 0) or one token (phase 1) of every session in turn. */
+static bool run_sequential(bench *b, int phase) {
+    for (int64_t k = 0; k < b->K; k++) {
+        og_status st = phase == 0 ? og_session_eval_next(b->ss[k], b->ids + k * b->prompt, b->prompt, 0, &b->next[k])
+                                  : og_session_eval_next(b->ss[k], &b->next[k], 1, 0, &b->next[k]);
+        if (st != OG_OK) {
+            fprintf(stderr, "offgraph bench: %s of session %lld: %s\n", phase == 0 ? "prefill" : "decode",
+                    (long long)k, og_session_last_error(b->ss[k]));
+            return false;
+        }
+    }
+    return true;
+}
+
+static void print_buckets(const int64_t *v) {
+    for (int i = 0; i < OG_BATCH_BUCKETS; i++) printf("%s%lld", i ? "," : "", (long long)v[i]);
+}
+
 int og_cmd_bench(int argc, char **argv) {
-    int64_t prompt = 128, gen = 32, sessions = 1, seed = 1;
-    bool json = false;
+    int64_t prompt = 128, gen = 32, sessions = 1, seed = 1, rows = 2048;
+    bool json = false, sequential = false;
     og_cli_model_opts mo;
     og_cli_model_opts_default(&mo);
     for (int i = 1; i < argc; i++) {
@@ -40,8 +123,12 @@ int og_cmd_bench(int argc, char **argv) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 0, INT32_MAX, &gen)) return 2;
         } else if (!strcmp(a, "--sessions")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, 4096, &sessions)) return 2;
+        } else if (!strcmp(a, "--rows")) {
+            if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, INT32_MAX, &rows)) return 2;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 0, INT32_MAX, &seed)) return 2;
+        } else if (!strcmp(a, "--sequential")) {
+            sequential = true;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {
@@ -56,81 +143,93 @@ int og_cmd_bench(int argc, char **argv) {
         return 2;
     }
     int rc = 1;
-    og_model *m = og_cli_load_model("bench", mo.model, mo.backend, mo.threads);
-    if (!m) return 1;
-    const int64_t V = og_model_vocab_size(m);
-    og_session **ss = calloc((size_t)sessions, sizeof *ss);
-    int32_t *ids = malloc((size_t)prompt * sizeof *ids);
-    int32_t *next = calloc((size_t)sessions, sizeof *next);
-    if (!ss || !ids || !next) {
+    bench b = {.K = sessions, .prompt = prompt, .rows = rows};
+    if (!(b.m = og_cli_load_model("bench", mo.model, mo.backend, mo.threads))) return 1;
+    const int64_t V = og_model_vocab_size(b.m);
+    b.ss = calloc((size_t)sessions, sizeof *b.ss);
+    b.ids = malloc((size_t)(prompt * sessions) * sizeof *b.ids);
+    b.next = calloc((size_t)sessions, sizeof *b.next);
+    b.items = calloc((size_t)sessions, sizeof *b.items);
+    b.who = calloc((size_t)sessions, sizeof *b.who);
+    b.fed = calloc((size_t)sessions, sizeof *b.fed);
+    if (!b.ss || !b.ids || !b.next || !b.items || !b.who || !b.fed) {
         fprintf(stderr, "offgraph bench: no memory\n");
         goto done;
     }
     uint64_t r = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
-    double t_prefill = 0, t_decode = 0;
-    for (int64_t k = 0; k < sessions; k++) {
-        og_status st = og_session_create(m, &mo.session, &ss[k]);
-        if (st != OG_OK) {
+    for (int64_t t = 0; t < prompt * sessions; t++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        b.ids[t] = (int32_t)(r % (uint64_t)V);
+    }
+    for (int64_t k = 0; k < sessions; k++)
+        if (og_session_create(b.m, &mo.session, &b.ss[k]) != OG_OK) {
             fprintf(stderr, "offgraph bench: session %lld: %s\n", (long long)k, og_last_error());
             goto done;
         }
-        for (int64_t t = 0; t < prompt; t++) {
-            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-            ids[t] = (int32_t)(r % (uint64_t)V);
-        }
-        double t0 = og_time_now();
-        st = og_session_eval_next(ss[k], ids, prompt, 0, &next[k]);
-        t_prefill += og_time_now() - t0;
-        if (st != OG_OK) {
-            fprintf(stderr, "offgraph bench: prefill of session %lld: %s\n", (long long)k, og_session_last_error(ss[k]));
-            goto done;
-        }
-    }
-    for (int64_t g = 0; g < gen; g++) {
-        for (int64_t k = 0; k < sessions; k++) {
-            double t0 = og_time_now();
-            og_status st = og_session_eval_next(ss[k], &next[k], 1, 0, &next[k]);
-            t_decode += og_time_now() - t0;
-            if (st != OG_OK) {
-                fprintf(stderr, "offgraph bench: decode of session %lld at token %lld: %s\n", (long long)k,
-                        (long long)g, og_session_last_error(ss[k]));
-                goto done;
-            }
-        }
-    }
+    double t0 = og_time_now();
+    if (!(sequential ? run_sequential(&b, 0) : prefill_batched(&b))) goto done;
+    const double t_prefill = og_time_now() - t0;
+    if (gen > 0 && !(sequential ? run_sequential(&b, 1) : decode_batched(&b))) goto done; /* untimed */
+    t0 = og_time_now();
+    for (int64_t g = 0; g < gen; g++)
+        if (!(sequential ? run_sequential(&b, 1) : decode_batched(&b))) goto done;
+    const double t_decode = og_time_now() - t0;
+
     og_kv_metrics tot = {0};
     for (int64_t k = 0; k < sessions; k++) {
         og_kv_metrics mk;
-        og_session_metrics(ss[k], &mk);
+        og_session_metrics(b.ss[k], &mk);
         tot.bytes_allocated += mk.bytes_allocated;
         tot.bytes_live += mk.bytes_live;
         tot.growth_count += mk.growth_count;
-        tot.length += mk.length;
+        tot.graph_captures += mk.graph_captures;
     }
-    double pf = (double)(prompt * sessions) / t_prefill;
-    double dc = gen ? (double)(gen * sessions) / t_decode : 0;
+    og_model_metrics mm;
+    og_model_metrics_get(b.m, &mm);
+    int64_t recaptures = 0;
+    for (int i = 0; i < OG_BATCH_BUCKETS; i++) recaptures += mm.bucket_captures[i] > 1 ? mm.bucket_captures[i] - 1 : 0;
+    const double pf = (double)(prompt * sessions) / t_prefill;
+    const double dc = gen ? (double)(gen * sessions) / t_decode : 0;
+    const char *mode = sequential ? "sequential" : "batched";
     if (json) {
-        printf("{\"prompt\":%lld,\"gen\":%lld,\"sessions\":%lld,\"prefill_tokens_per_s\":%.2f,"
-               "\"decode_tokens_per_s\":%.2f,\"kv_bytes_allocated\":%lld,\"kv_bytes_live\":%lld,"
-               "\"growth_events\":%lld}\n",
-               (long long)prompt, (long long)gen, (long long)sessions, pf, dc, (long long)tot.bytes_allocated,
-               (long long)tot.bytes_live, (long long)tot.growth_count);
+        printf("{\"mode\":\"%s\",\"prompt\":%lld,\"gen\":%lld,\"sessions\":%lld,\"prefill_tokens_per_s\":%.2f,"
+               "\"decode_tokens_per_s\":%.2f,\"decode_tokens_per_s_per_session\":%.2f,\"decode_s\":%.6f,"
+               "\"kv_bytes_allocated\":%lld,\"kv_bytes_live\":%lld,\"growth_events\":%lld,\"steps\":%lld,"
+               "\"graph_captures\":%lld,\"session_graph_captures\":%lld,\"recaptures\":%lld,\"bucket_captures\":[",
+               mode, (long long)prompt, (long long)gen, (long long)sessions, pf, dc, dc / (double)sessions, t_decode,
+               (long long)tot.bytes_allocated, (long long)tot.bytes_live, (long long)tot.growth_count,
+               (long long)mm.steps, (long long)mm.graph_captures, (long long)tot.graph_captures, (long long)recaptures);
+        print_buckets(mm.bucket_captures);
+        printf("],\"bucket_replays\":[");
+        print_buckets(mm.bucket_replays);
+        printf("]}\n");
     } else {
-        printf("sessions %lld, prompt %lld, generated %lld tokens each\n", (long long)sessions, (long long)prompt,
-               (long long)gen);
+        printf("%lld sessions (%s), prompt %lld, generated %lld tokens each\n", (long long)sessions, mode,
+               (long long)prompt, (long long)gen);
         printf("  prefill          %10.1f tokens/s\n", pf);
-        printf("  decode           %10.1f tokens/s\n", dc);
+        printf("  decode, all      %10.1f tokens/s\n", dc);
+        printf("  decode, each     %10.1f tokens/s\n", dc / (double)sessions);
         printf("  KV allocated     %10.2f MiB\n", (double)tot.bytes_allocated / 1048576.0);
         printf("  KV live          %10.2f MiB\n", (double)tot.bytes_live / 1048576.0);
         printf("  growth events    %10lld\n", (long long)tot.growth_count);
+        printf("  batched steps    %10lld\n", (long long)mm.steps);
+        printf("  graph captures   %10lld (%lld re-captures); by bucket [", (long long)mm.graph_captures,
+               (long long)recaptures);
+        print_buckets(mm.bucket_captures);
+        printf("], replays [");
+        print_buckets(mm.bucket_replays);
+        printf("]\n");
     }
     rc = 0;
 done:
-    if (ss)
-        for (int64_t k = 0; k < sessions; k++) og_session_destroy(ss[k]);
-    free(ss);
-    free(ids);
-    free(next);
-    og_model_free(m);
+    if (b.ss)
+        for (int64_t k = 0; k < sessions; k++) og_session_destroy(b.ss[k]);
+    free(b.ss);
+    free(b.ids);
+    free(b.next);
+    free(b.items);
+    free(b.who);
+    free(b.fed);
+    og_model_free(b.m);
     return rc;
 }

@@ -6,6 +6,12 @@
                                     Hq=32, Hkv=8, D=128, bf16, histories 4k/32k/128k
   peer.py generate DIR CTX GEN      transformers generate, static cache, greedy,
                                     decode tokens/s at context CTX
+  peer.py batch DIR CTX GEN B...    transformers batched generate, static cache, greedy:
+                                    B random prompts of CTX tokens, aggregate decode
+                                    tokens/s = B x (GEN - 1) / (time of GEN new tokens -
+                                    time of 1); PEER_COMPILE=off disables the automatic
+                                    torch.compile of the forward (default: transformers'
+                                    own choice, which compiles with a static cache)
   peer.py floor DIR CTX COPY_GBPS   bytes floor of one decode step: weights read
                                     once plus the KV of CTX tokens, at the copy rate
 
@@ -92,6 +98,37 @@ def generate(path, ctx, gen):
                       "decode_tokens_per_s": (gen - 1) / (tn - t1)}))
 
 
+def batch(path, ctx, gen, sizes):
+    import os
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+    compiled = os.environ.get("PEER_COMPILE", "auto") != "off"
+    if not compiled:
+        model.generation_config.disable_compile = True
+    for b in sizes:
+        ids = torch.randint(0, 151936, (b, ctx), device="cuda")
+        mask = torch.ones_like(ids)
+
+        def run(n):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           cache_implementation="static", pad_token_id=0)
+            torch.cuda.synchronize()
+            return time.perf_counter() - t
+
+        with torch.no_grad():
+            run(gen), run(1)  # warm-up (and compilation, where it happens)
+            t1 = min(run(1) for _ in range(2))
+            tn = min(run(gen) for _ in range(2))
+        agg = b * (gen - 1) / (tn - t1)
+        print(json.dumps({"bench": "batch_decode", "impl": "transformers_static_cache", "compiled": compiled,
+                          "sessions": b, "context": ctx, "gen": gen, "decode_tokens_per_s": agg,
+                          "decode_tokens_per_s_per_session": agg / b}))
+        del ids, mask
+        torch.cuda.empty_cache()
+
+
 def floor(path, ctx, copy_gbps):
     from safetensors import safe_open
     wbytes = 0
@@ -117,6 +154,8 @@ if __name__ == "__main__":
         sdpa()
     elif cmd == "generate":
         generate(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif cmd == "batch":
+        batch(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), [int(b) for b in sys.argv[5:]])
     elif cmd == "floor":
         floor(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:

@@ -9,6 +9,8 @@
 #      contexts 128 and 4096: offgraph bench, transformers generate with a static
 #      cache, and the bytes floor (weights + KV read once per token at copy rate).
 #   3. prefill tokens/s of a 4096-token prompt.
+#   4. aggregate decode of K sessions in one batched step at context 512, against
+#      transformers batched generate (bench/gpu/batch.sh; its table comes last).
 set -u
 B=$(cd "${1:?usage: bench/gpu/run.sh <build-dir>}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,7 +39,6 @@ for ctx in 128 4096; do
     run $PEER generate "$WORK/qwen3" $ctx 128
     run $PEER floor "$WORK/qwen3" $ctx "${copy:-4200}"
 done
-rm -rf "$WORK"
 
 python3 - "$J" <<'PY'
 import json, sys
@@ -55,3 +56,5 @@ for r in rows:
         pre = f"{r['prefill_tokens_per_s']:.0f}" if "prefill_tokens_per_s" in r else ""
         print(f"{r['context']:>7} {r['impl']:<28} {r['decode_tokens_per_s']:>12.0f} {pre:>13}")
 PY
+WORK=$WORK bash "$SRC/bench/gpu/batch.sh" "$B"
+rm -rf "$WORK"
