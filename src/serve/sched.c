@@ -459,7 +459,7 @@ static void *sched_main(void *arg) {
             continue;
         }
         /* decode rows first, then prompt chunks under the row budget */
-        int32_t n = 0, rows = 0;
+        int32_t n = 0, rows = 0, prefills = 0;
         for (int32_t i = 0; i < s->n_running; i++) {
             og_req *r = s->running[i];
             if (r->fed < r->n_prompt) continue;
@@ -474,7 +474,9 @@ static void *sched_main(void *arg) {
             og_req *r = s->running[i];
             if (r->fed >= r->n_prompt) continue;
             int64_t T = r->n_prompt - r->fed, room = s->p.step_rows - rows;
-            if (room <= 0 && rows > 0) break;
+            if (room <= 0 && prefills > 0) break;
+            if (room <= 0) room = 32; /* decodes fill the budget: one small chunk still goes, so no prompt starves */
+            prefills++;
             if (T > s->p.chunk) T = s->p.chunk;
             if (T > s->max_write) T = s->max_write;
             if (room > 0 && T > room) T = room;
