@@ -10,6 +10,7 @@
  *
  * Letter legend (shape comments on buffers):
  *   T  tokens of the step (rows of activations)
+ *   R  independent decode rows (one per session of a batched step)
  *   K  in features of a matmul          N  out features / row width
  *   V  vocabulary size                  H  hidden size
  *   F  ffn (intermediate) size          D  head dim
@@ -75,6 +76,28 @@ og_status og_matmul_cpu(og_threadpool *pool, const float *x /* [T, K] */,
                         const void *weight /* [N, K] */, const void *bias /* [N] or NULL */,
                         og_dtype weight_dtype, int64_t T, int64_t K, int64_t N,
                         float *out /* [T, N] */);
+
+/* ---- matmul_rows: R independent decode rows, each exactly as
+ * og_matmul_cpu computes a single row ----
+ * Row r of out is bit for bit og_matmul_cpu(pool', x + r*K, weight, bias,
+ * weight_dtype, 1, K, N, out + r*N) on this machine at the same ISA level,
+ * for any pools (the GEMV's per-feature summation order depends on neither
+ * the thread count nor the task split). It is the batched decode step's
+ * matmul: the sessions' rows against one pass over the weights, which are read
+ * from memory once per call and from cache for the other rows (decode is
+ * bound by that read). Same argument rules as og_matmul_cpu with T = R; the
+ * reference is og_matmul_ref (T = R), within the same tolerance.
+ * AVX-512: a blocked kernel (tiles of features x rows sharing each load;
+ * with bf16 weights the rows of x are split into even/odd halves once per
+ * call and K >= 2048 is swept in chunks: scratch of R * K floats plus 32 KiB
+ * per thread per 64 panel features, OG_ERR_OUT_OF_MEMORY if it cannot be
+ * had). AVX2 and scalar:
+ * the GEMV's own single-row loop runs once per row over each task's panel
+ * of weights (the panel stays in cache), which keeps the bits equal. */
+og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x /* [R, K] */,
+                             const void *weight /* [N, K] */, const void *bias /* [N] or NULL */,
+                             og_dtype weight_dtype, int64_t R, int64_t K, int64_t N,
+                             float *out /* [R, N] */);
 
 /* ---- matmul with bf16 activations: out = bf16(x) @ weight^T (+ bias) ----
  * What a bf16 program computes (and transformers in bf16): x is first rounded

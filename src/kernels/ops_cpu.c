@@ -164,19 +164,114 @@ static void gemv_task(void *ctx, int64_t task, int thread) {
         for (int64_t r = 0; r < rows; r++) o[r] += og_load_f32(j->bias, j->dt, (size_t)(n0 + r));
 }
 
-static void gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
-                     og_dtype dt, int64_t K, int64_t N, float *out) {
-    /* About 256 KiB of weights per task (the atomic hand-out costs far less
-     * than streaming that, and each task's prefetches run past its end only
-     * once), but at least 4 tasks per thread for balance. */
+/* Output features per task: about 256 KiB of weights (the atomic hand-out
+ * costs far less than streaming that, and each task's prefetches run past
+ * its end only once), but at least 4 tasks per thread for balance. Always a
+ * multiple of 4, so the SIMD GEMVs' groups of 4 features start at multiples
+ * of 4 whatever the thread count: with bf16 weights on AVX-512, features
+ * [0, N & ~3) take the even/odd scheme and the rest the 16-wide one, which
+ * og_matmul_rows_cpu reproduces. */
+static int64_t gemv_task_rows(og_threadpool *pool, og_dtype dt, int64_t K, int64_t N) {
     int64_t row_bytes = K * (int64_t)og_dtype_size(dt);
     int64_t rows = 262144 / row_bytes;
     int64_t balance = N / (4 * (int64_t)og_threadpool_size(pool));
     if (rows > balance) rows = balance;
     rows = (rows + 3) & ~(int64_t)3;
     if (rows < 4) rows = 4;
+    return rows;
+}
+
+static void gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
+                     og_dtype dt, int64_t K, int64_t N, float *out) {
+    int64_t rows = gemv_task_rows(pool, dt, K, N);
     gemv_job j = {x, w, bias, dt, K, N, rows, og_cpu_isa_active(), out};
     og_parallel_for(pool, (N + rows - 1) / rows, gemv_task, &j);
+}
+
+/* ---- matmul_rows: R decode rows, one pass over the weights ----
+ * Tasks are panels of output features as in gemv_run; a task runs all R
+ * rows over its panel, so the panel comes from memory once and from cache
+ * for the other rows. */
+typedef struct {
+    const float *x;    /* [R, K]                                         */
+    const float *xp;   /* [R, K] x split even/odd (AVX-512 + bf16), or x */
+    float *split;      /* [R, K] where the split is written, or NULL     */
+    float *scratch;    /* [threads, acc] the AVX-512 kernel's sums, or NULL */
+    size_t acc;        /* floats of scratch per thread                   */
+    const void *w;     /* [N, K]                                         */
+    const void *bias;  /* [N]                                            */
+    og_dtype dt;
+    int64_t R, K, N, rows;
+    int64_t n_eo;      /* features [0, n_eo) take the even/odd scheme    */
+    og_cpu_isa isa;
+    float *out;        /* [R, N]                                         */
+} rows_job;
+
+static void split_task(void *ctx, int64_t r, int thread) {
+    const rows_job *j = ctx;
+    og_split_even_odd_avx512(j->x + r * j->K, j->K, j->split + r * j->K);
+}
+
+static void rows_task(void *ctx, int64_t task, int thread) {
+    const rows_job *j = ctx;
+    int64_t n0 = task * j->rows;
+    int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
+    const void *w = (const char *)j->w + (size_t)n0 * (size_t)j->K * og_dtype_size(j->dt);
+    if (j->isa == OG_CPU_ISA_AVX512) {
+        int64_t eo = j->n_eo - n0;
+        eo = eo < 0 ? 0 : eo > rows ? rows : eo;
+        float *scratch = j->scratch ? j->scratch + (size_t)thread * j->acc : NULL;
+        og_matmul_rows_avx512(j->x, j->xp, w, j->dt, j->R, j->K, rows, eo, scratch, j->out + n0,
+                              j->N);
+    } else {
+        /* The single-row loops, once per row; the panel stays in cache. */
+        for (int64_t r = 0; r < j->R; r++) {
+            const float *x = j->x + r * j->K;
+            float *o = j->out + r * j->N + n0;
+            if (j->isa == OG_CPU_ISA_AVX2)
+                og_gemv_rows_avx2(x, w, j->dt, j->K, rows, o);
+            else
+                gemv_rows_scalar(x, w, j->dt, j->K, rows, o);
+        }
+    }
+    if (j->bias)
+        for (int64_t r = 0; r < j->R; r++) {
+            float *o = j->out + r * j->N + n0;
+            for (int64_t c = 0; c < rows; c++)
+                o[c] += og_load_f32(j->bias, j->dt, (size_t)(n0 + c));
+        }
+}
+
+og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x, const void *weight,
+                             const void *bias, og_dtype weight_dtype, int64_t R, int64_t K,
+                             int64_t N, float *out) {
+    OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, R, K, N, out));
+    rows_job j = {x, x, NULL, NULL, 0, weight, bias, weight_dtype, R, K, N,
+                  gemv_task_rows(pool, weight_dtype, K, N), 0, og_cpu_isa_active(), out};
+    /* [R, K] split x, then [threads, acc] sums: one block of scratch */
+    float *scratch = NULL;
+    if (j.isa == OG_CPU_ISA_AVX512 && weight_dtype == OG_DTYPE_BF16) {
+        j.n_eo = N & ~(int64_t)3;
+        if (j.n_eo > 0 && K >= 32) { /* below 32 the split is x itself */
+            j.acc = og_matmul_rows_avx512_scratch(K, j.rows);
+            size_t floats = (size_t)(R * K), threads = (size_t)og_threadpool_size(pool);
+            if (j.acc > (SIZE_MAX / sizeof(float) - floats) / threads)
+                return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                    "matmul_rows: scratch for R %lld x K %lld overflows",
+                                    (long long)R, (long long)K);
+            scratch = og_malloc((floats + threads * j.acc) * sizeof(float));
+            if (!scratch)
+                return og_set_error(OG_ERR_OUT_OF_MEMORY,
+                                    "matmul_rows: no memory for %lld x %lld split rows",
+                                    (long long)R, (long long)K);
+            j.xp = j.split = scratch;
+            if (j.acc) j.scratch = scratch + floats;
+            og_parallel_for(pool, R, split_task, &j);
+        }
+    }
+    og_parallel_for(pool, (N + j.rows - 1) / j.rows, rows_task, &j);
+    og_free(scratch);
+    return OG_OK;
 }
 
 /* Prefill (T > 1): each task takes a panel of PANEL output features, widens

@@ -49,6 +49,27 @@ void og_gemv_rows_avx512(const float *x /* [K] */, const void *w /* [rows, K] */
 void og_gemv_rows_avx2(const float *x /* [K] */, const void *w /* [rows, K] */, og_dtype dt,
                        int64_t K, int64_t rows, float *out /* [rows] */);
 
+/* og_matmul_rows_cpu's AVX-512 inner loop: out[r * ldo + f] for R rows of x
+ * and the `rows` weight rows of w, each bit for bit what
+ * og_gemv_rows_avx512 gives row r of x on a block of weights holding them.
+ * The first rows_eo weight rows (bf16 only; 0 for f32) take the GEMV's
+ * even/odd scheme (its groups of 4) and read xp, x split by
+ * og_split_even_odd_avx512; the rest take the GEMV's 16-wide scheme (its
+ * leftover rows, and every f32 row) and read x. */
+void og_matmul_rows_avx512(const float *x /* [R, K] */, const float *xp /* [R, K] */,
+                           const void *w /* [rows, K] */, og_dtype dt, int64_t R, int64_t K,
+                           int64_t rows, int64_t rows_eo,
+                           float *scratch /* [og_matmul_rows_avx512_scratch(K, rows)] */,
+                           float *out /* [R, ldo] */, int64_t ldo);
+/* Floats of scratch og_matmul_rows_avx512 needs for a block of `rows`
+ * weight rows (0: none, scratch may be NULL); long rows of K are swept in
+ * chunks, the sums resting in scratch between them. */
+size_t og_matmul_rows_avx512_scratch(int64_t K, int64_t rows);
+/* xp = x with every whole 32-element chunk split into its 16 even then its
+ * 16 odd elements (the order the bf16 GEMV pairs them with the weights);
+ * the tail of K (< 32) is copied as is. */
+void og_split_even_odd_avx512(const float *x /* [K] */, int64_t K, float *xp /* [K] */);
+
 void og_bf16_to_f32_avx512(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
 void og_bf16_to_f32_avx2(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
 void og_f32_to_bf16_avx512(const float *src /* [n] */, og_bf16 *dst /* [n] */, size_t n);

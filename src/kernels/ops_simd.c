@@ -152,6 +152,237 @@ OG_AVX512 void og_gemv_rows_avx512(const float *x, const void *w, og_dtype dt, i
         gemv_avx512(x, w, OG_DTYPE_F32, K, rows, out);
 }
 
+/* ---- many activation rows against one weight panel (og_matmul_rows_cpu) ----
+ * Each output feature keeps the accumulation order the GEMV above gives it,
+ * so a row's results are bit for bit those of og_gemv_rows_avx512:
+ *  - even/odd features (bf16, inside a group of 4 of the GEMV): per 32-chunk
+ *    of K, e += even(w) * x[k + 2i], o += odd(w) * x[k + 2i + 1]; then the
+ *    tail of K in masked 16-wide steps into e; result reduce(e + o);
+ *  - plain features (f32 weights, and bf16 rows left over by the GEMV's
+ *    groups of 4): one accumulator, 16-wide steps, masked tail, reduce.
+ * FMA products commute, so w * x and x * w round alike; everything else
+ * (the order of the adds, the reduction) is the same code.
+ * A tile is nf features x nr activation rows: one load of a weight line
+ * (widened once) feeds nr rows, one load of x feeds nf features. */
+
+OG_AVX512 void og_split_even_odd_avx512(const float *x, int64_t K, float *xp) {
+    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                               26, 28, 30);
+    const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
+    const size_t k32 = (size_t)(K & ~(int64_t)31);
+    for (size_t k = 0; k < k32; k += 32) {
+        const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+        _mm512_storeu_ps(xp + k, _mm512_permutex2var_ps(x0, even_idx, x1));
+        _mm512_storeu_ps(xp + k + 16, _mm512_permutex2var_ps(x0, odd_idx, x1));
+    }
+    for (size_t k = k32; k < (size_t)K; k++) xp[k] = x[k];
+}
+
+enum { EO_NF = 2, EO_NR = 4, PLAIN_NF = 4, PLAIN_NR = 4 };
+/* K is swept in chunks of EO_KC so that a block's x (EO_NR rows of EO_KC
+ * floats, 16 KiB) stays in L1 while the panel streams past it; between
+ * chunks a tile's accumulators rest in the caller's scratch (stored and
+ * reloaded unchanged, so the sums are those of one sweep). */
+enum { EO_KC = 1024 };
+
+size_t og_matmul_rows_avx512_scratch(int64_t K, int64_t rows) {
+    return K >= 2 * EO_KC ? (size_t)rows * EO_NR * 32 : 0;
+}
+
+/* nf (<= EO_NF) bf16 weight rows w [nf, K] times nr (<= EO_NR) split rows
+ * xp [nr, K] over the 32-chunks in [k0, k1); first: the sums start at zero,
+ * else from acc [nf, EO_NR, 2, 16]; last: then the tail of K and the
+ * results out[r * ldo + f], else the sums go back to acc. prefetch 1: the
+ * same lines of the next nf weight rows, non-temporal (the panel is read
+ * once); 2: into the cache levels (later row blocks read it again); 0: none. */
+static OG_INLINE OG_AVX512 void rows_eo_tile(const float *xp, const og_bf16 *w, int64_t K,
+                                             size_t k0, size_t k1, bool first, bool last,
+                                             const int nf, const int nr, int prefetch,
+                                             float *acc, float *out, int64_t ldo) {
+    __m512 e[EO_NF][EO_NR], o[EO_NF][EO_NR];
+#pragma GCC unroll 4
+    for (int f = 0; f < nf; f++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            if (first) {
+                e[f][r] = o[f][r] = _mm512_setzero_ps();
+            } else {
+                e[f][r] = _mm512_loadu_ps(acc + (f * EO_NR + r) * 32);
+                o[f][r] = _mm512_loadu_ps(acc + (f * EO_NR + r) * 32 + 16);
+            }
+        }
+    const size_t k32 = (size_t)(K & ~(int64_t)31), ahead = (size_t)nf * (size_t)K;
+    for (size_t k = k0; k < k1; k += 32) {
+        __m512 we[EO_NF], wo[EO_NF];
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++) {
+            const og_bf16 *wf = w + (size_t)f * (size_t)K + k;
+            if (prefetch == 1)
+                _mm_prefetch((const char *)(wf + ahead), _MM_HINT_NTA);
+            else if (prefetch == 2)
+                _mm_prefetch((const char *)(wf + ahead), _MM_HINT_T0);
+            const __m512i p = _mm512_loadu_si512((const void *)wf);
+            we[f] = bf16_even_512(p);
+            wo[f] = bf16_odd_512(p);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m512 xe = _mm512_loadu_ps(xp + (size_t)r * (size_t)K + k);
+            const __m512 xo = _mm512_loadu_ps(xp + (size_t)r * (size_t)K + k + 16);
+#pragma GCC unroll 4
+            for (int f = 0; f < nf; f++) {
+                e[f][r] = _mm512_fmadd_ps(we[f], xe, e[f][r]);
+                o[f][r] = _mm512_fmadd_ps(wo[f], xo, o[f][r]);
+            }
+        }
+    }
+    if (!last) {
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++)
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                _mm512_storeu_ps(acc + (f * EO_NR + r) * 32, e[f][r]);
+                _mm512_storeu_ps(acc + (f * EO_NR + r) * 32 + 16, o[f][r]);
+            }
+        return;
+    }
+    for (size_t k = k32; k < (size_t)K; k += 16) {
+        const size_t left = (size_t)K - k;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        __m512 wv[EO_NF];
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++) wv[f] = maskload16_bf16_512(w + (size_t)f * (size_t)K + k, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(m, xp + (size_t)r * (size_t)K + k);
+#pragma GCC unroll 4
+            for (int f = 0; f < nf; f++) e[f][r] = _mm512_fmadd_ps(wv[f], xv, e[f][r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++)
+            out[(size_t)r * (size_t)ldo + (size_t)f] =
+                _mm512_reduce_add_ps(_mm512_add_ps(e[f][r], o[f][r]));
+}
+
+/* nf (<= PLAIN_NF) weight rows w [nf, K] of dt times nr (<= PLAIN_NR) rows
+ * x [nr, K]; out[r * ldo + f]. */
+static OG_INLINE OG_AVX512 void rows_plain_tile(const float *x, const void *w, og_dtype dt,
+                                                int64_t K, const int nf, const int nr,
+                                                float *out, int64_t ldo) {
+    const size_t k_main = (size_t)(K & ~(int64_t)15);
+    const __mmask16 tail = (__mmask16)((1u << (K & 15)) - 1u);
+    __m512 a[PLAIN_NF][PLAIN_NR];
+#pragma GCC unroll 4
+    for (int f = 0; f < nf; f++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) a[f][r] = _mm512_setzero_ps();
+    for (size_t k = 0; k < k_main; k += 16) {
+        __m512 wv[PLAIN_NF];
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++) wv[f] = load_w_512(w, dt, (size_t)f * (size_t)K + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m512 xv = _mm512_loadu_ps(x + (size_t)r * (size_t)K + k);
+#pragma GCC unroll 4
+            for (int f = 0; f < nf; f++) a[f][r] = _mm512_fmadd_ps(wv[f], xv, a[f][r]);
+        }
+    }
+    if (tail) {
+        __m512 wv[PLAIN_NF];
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++)
+            wv[f] = maskload_w_512(w, dt, (size_t)f * (size_t)K + k_main, tail);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(tail, x + (size_t)r * (size_t)K + k_main);
+#pragma GCC unroll 4
+            for (int f = 0; f < nf; f++) a[f][r] = _mm512_fmadd_ps(wv[f], xv, a[f][r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++)
+            out[(size_t)r * (size_t)ldo + (size_t)f] = _mm512_reduce_add_ps(a[f][r]);
+}
+
+/* One instance per (nf, nr): the tiles' loops unroll into registers only
+ * with constant bounds. */
+#define OG_EO_CASE(NF, NR)                                                                   \
+    case NF * 8 + NR:                                                                        \
+        rows_eo_tile(xp, w, K, k0, k1, first, last, NF, NR, prefetch, acc, out, ldo);        \
+        return;
+static OG_AVX512 void rows_eo_block(const float *xp, const og_bf16 *w, int64_t K, size_t k0,
+                                    size_t k1, bool first, bool last, int nf, int nr,
+                                    int prefetch, float *acc, float *out, int64_t ldo) {
+    switch (nf * 8 + nr) {
+        OG_EO_CASE(1, 1) OG_EO_CASE(1, 2) OG_EO_CASE(1, 3) OG_EO_CASE(1, 4)
+        OG_EO_CASE(2, 1) OG_EO_CASE(2, 2) OG_EO_CASE(2, 3) OG_EO_CASE(2, 4)
+    default: return; /* unreachable: nf <= EO_NF, nr <= EO_NR */
+    }
+}
+#undef OG_EO_CASE
+
+#define OG_PLAIN_CASE(NF, NR)                                                                \
+    case NF * 8 + NR:                                                                        \
+        if (dt == OG_DTYPE_BF16)                                                             \
+            rows_plain_tile(x, w, OG_DTYPE_BF16, K, NF, NR, out, ldo);                       \
+        else                                                                                 \
+            rows_plain_tile(x, w, OG_DTYPE_F32, K, NF, NR, out, ldo);                        \
+        return;
+static OG_AVX512 void rows_plain_block(const float *x, const void *w, og_dtype dt, int64_t K, int nf,
+                                 int nr, float *out, int64_t ldo) {
+    switch (nf * 8 + nr) {
+        OG_PLAIN_CASE(1, 1) OG_PLAIN_CASE(1, 2) OG_PLAIN_CASE(1, 3) OG_PLAIN_CASE(1, 4)
+        OG_PLAIN_CASE(2, 1) OG_PLAIN_CASE(2, 2) OG_PLAIN_CASE(2, 3) OG_PLAIN_CASE(2, 4)
+        OG_PLAIN_CASE(3, 1) OG_PLAIN_CASE(3, 2) OG_PLAIN_CASE(3, 3) OG_PLAIN_CASE(3, 4)
+        OG_PLAIN_CASE(4, 1) OG_PLAIN_CASE(4, 2) OG_PLAIN_CASE(4, 3) OG_PLAIN_CASE(4, 4)
+    default: return; /* unreachable: nf <= PLAIN_NF, nr <= PLAIN_NR */
+    }
+}
+#undef OG_PLAIN_CASE
+
+/* Blocks of EO_NR (PLAIN_NR) activation rows outside, then chunks of K,
+ * then tiles of features: a block's x stays in L1 while the panel's weights
+ * stream through, from memory on the first block and from L2 on the later
+ * ones. */
+OG_AVX512 void og_matmul_rows_avx512(const float *x, const float *xp, const void *w, og_dtype dt,
+                                     int64_t R, int64_t K, int64_t rows, int64_t rows_eo,
+                                     float *scratch, float *out, int64_t ldo) {
+    const size_t es = og_dtype_size(dt);
+    const size_t k32 = (size_t)(K & ~(int64_t)31);
+    /* one sweep unless the scratch is there (K >= 2 EO_KC) */
+    const size_t kc = og_matmul_rows_avx512_scratch(K, rows) ? EO_KC : k32;
+    for (int64_t r0 = 0; r0 < R; r0 += EO_NR) {
+        const int nr = R - r0 < EO_NR ? (int)(R - r0) : EO_NR;
+        const int prefetch = r0 > 0 ? 0 : R <= EO_NR ? 1 : 2;
+        for (size_t k0 = 0, k1;; k0 = k1) {
+            k1 = k32 - k0 > kc ? k0 + kc : k32;
+            const bool last = k1 == k32;
+            for (int64_t f0 = 0; f0 < rows_eo; f0 += EO_NF) {
+                const int nf = rows_eo - f0 < EO_NF ? (int)(rows_eo - f0) : EO_NF;
+                rows_eo_block(xp + r0 * K, (const og_bf16 *)w + (size_t)f0 * (size_t)K, K, k0,
+                              k1, k0 == 0, last, nf, nr, prefetch,
+                              scratch ? scratch + (size_t)f0 * EO_NR * 32 : NULL,
+                              out + r0 * ldo + f0, ldo);
+            }
+            if (last) break;
+        }
+    }
+    if (rows_eo == rows) return;
+    for (int64_t r0 = 0; r0 < R; r0 += PLAIN_NR) {
+        const int nr = R - r0 < PLAIN_NR ? (int)(R - r0) : PLAIN_NR;
+        for (int64_t f0 = rows_eo; f0 < rows; f0 += PLAIN_NF) {
+            const int nf = rows - f0 < PLAIN_NF ? (int)(rows - f0) : PLAIN_NF;
+            rows_plain_block(x + r0 * K, (const char *)w + (size_t)f0 * (size_t)K * es, dt, K, nf, nr,
+                       out + r0 * ldo + f0, ldo);
+        }
+    }
+}
+
 OG_AVX512 void og_bf16_to_f32_avx512(const og_bf16 *src, float *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_bf16_512(src + i));
