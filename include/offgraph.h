@@ -176,6 +176,30 @@ typedef struct og_kv_allocator {
      * holds bytes rounded up to a multiple of it (metrics count that). 0
      * means exact. Meaningful only with reserve/resize. */
     size_t granularity;
+    /* Optional sharing, for og_kv_session_fork (NULL: a fork copies rows).
+     * share reserves a new block as reserve(max_bytes, bytes) does, except
+     * that its first shared_bytes are the very memory of the first
+     * shared_bytes of src: a block reserved (or shared) by an allocator with
+     * this same share function, whose ctx is src_ctx (it may be ctx).
+     * shared_bytes is a multiple of granularity, at most `bytes` and at most
+     * what src backs; the rest up to `bytes` is new memory. Nothing is
+     * copied. Memory is counted by the blocks that map it and given back
+     * when the last of them lets it go (free, or a resize below it). Neither
+     * block may ever write the shared bytes (sessions never do: the flat
+     * rows below a fork point were written once and stay as they are). A
+     * failed share leaves nothing behind. */
+    og_status (*share)(void *ctx, void *src_ctx, void *src, size_t shared_bytes, size_t max_bytes,
+                       size_t bytes, void **out);
+    /* Optional, both or neither, for storage the host cannot address
+     * (device memory); NULL means storage is host memory, copied with
+     * memcpy. Each copies `rows` rows of `width` bytes, consecutive rows
+     * src_pitch bytes apart in src and dst_pitch bytes apart in dst, between
+     * the host (dst of to_host, src of from_host) and storage of this
+     * allocator, and returns when the copy is complete. */
+    og_status (*to_host)(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                         size_t width, size_t rows);
+    og_status (*from_host)(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                           size_t width, size_t rows);
 } og_kv_allocator;
 
 /* The host-heap allocator. Returned by value; needs no cleanup. */
@@ -186,7 +210,9 @@ og_kv_allocator og_kv_allocator_cpu(void);
  * up to whole pages) readable and writable; resize makes more pages of it
  * accessible, or gives the pages wholly past the new size back to the
  * system (their contents are lost). Addresses never change. granularity is
- * the page size. alloc/free/copy of other blocks use the host heap; free
+ * the page size. Blocks are backed by anonymous shared-memory files
+ * (memfd), so share maps the same pages of one block into another without
+ * copying (fork); pages go back to the system when no block maps them. alloc/free/copy of other blocks use the host heap; free
  * tells the two apart. Touching a page past what is backed faults.
  * OG_ERR_UNSUPPORTED where the system cannot reserve address space. On
  * success *out must be released with og_kv_allocator_paged_release after
@@ -202,7 +228,10 @@ void og_kv_allocator_paged_release(og_kv_allocator *a);
  * fail_at-th allocation (1-based, counted since the last arm) with
  * OG_ERR_OUT_OF_MEMORY. When inner grows in place, so does the returned
  * allocator, and every reserve and resize counts as an allocation (a resize
- * that shrinks too, so that rollbacks meet failures as well).
+ * that shrinks too, so that rollbacks meet failures as well); so does every
+ * share when inner shares (a share's source must be a block of another
+ * fault-injecting allocator over the same kind of inner allocator).
+ * to_host / from_host are forwarded as they are.
  * fail_at == 0 never fails. `state` is owned by the
  * caller and must outlive every session that uses the returned allocator. */
 typedef struct og_kv_fault_state {
@@ -315,12 +344,47 @@ typedef struct og_kv_metrics {
     int64_t rebinds;         /* prepares whose bound addresses changed    */
     int64_t graph_captures;  /* CUDA graph captures (exec increments)     */
     int64_t steps;           /* committed steps                           */
+    /* Of bytes_allocated, the bytes mapped from the storage of the session
+     * this one was forked from (og_kv_session_fork): the same memory, held
+     * once; 0 when nothing is shared. */
+    int64_t bytes_shared;
 } og_kv_metrics;
 og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out);
 /* Allocated rows of one manifest layer (index into cfg->layers), -1 if out of range. */
 int64_t og_kv_session_layer_rows(const og_kv_session *s, int32_t index);
 /* Counts one graph capture (called by the executor). */
 void og_kv_session_note_capture(og_kv_session *s);
+
+/* Fork: a new session holding the parent's first at_length positions, that
+ * diverges from there (its steps and the parent's never see each other's
+ * rows). alloc NULL means the parent's allocator (copied by value, its ctx
+ * must outlive the child); another allocator must grow in place exactly
+ * when the parent's does (same layout). On success *out is owned by the
+ * caller: og_kv_session_destroy; parent and child may be destroyed in any
+ * order.
+ *
+ * Storage. Ring layers copy their ring (R rows each, whatever the length).
+ * Packed flat rows (see og_kv_session_create) are shared without copying
+ * when both allocators have the same share function: the child's block maps
+ * the parent's memory for every whole granule below row at_length and gets
+ * a copy of the one partial granule, so the host cost does not grow with
+ * the length; neither session writes those shared granules again (a reset
+ * of either gives its packed block back instead, and its next step reserves
+ * a new one). Otherwise the rows below at_length are copied (O(length)).
+ *
+ * Refused: NULL arguments, at_length outside [0, L] (OG_ERR_INVALID_ARGUMENT),
+ * a parent with a step prepared (OG_ERR_STATE), at_length below
+ * og_kv_session_fork_floor (OG_ERR_UNSUPPORTED, naming the ring layer), an
+ * allocator of the other layout (OG_ERR_INVALID_ARGUMENT); an allocation
+ * failure (OG_ERR_OUT_OF_MEMORY) leaves nothing behind. The parent is not
+ * changed, except that it remembers which of its bytes are shared. */
+og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_kv_allocator *alloc,
+                             og_kv_session **out);
+/* The smallest length the session can be forked at: 0 without ring layers;
+ * a ring layer of window W holds only the last R positions, and a fork at a
+ * needs positions a - W + 1 .. a - 1, so once L > R the floor is
+ * L - R + W - 1 = L - max_write (0 while L <= R). */
+int64_t og_kv_session_fork_floor(const og_kv_session *s);
 
 /* Capacity estimate against a memory budget in bytes (what the caller has
  * left for KV storage beyond what this session already holds). */
@@ -466,6 +530,125 @@ og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, 
  * the host samples them. */
 og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
                                  og_sampler *sampler, int32_t *next);
+/* A new session of the parent's model holding the parent's first at_length
+ * tokens (0 <= at_length <= og_session_length(parent)), that diverges from
+ * there: what either session feeds afterwards is never seen by the other.
+ * The child has the parent's KV dtype and storage kind (CPU: the parent's
+ * allocator; CUDA: device memory of its own); its KV storage is made by
+ * og_kv_session_fork: packed flat rows below the fork point are shared, not
+ * copied, and ring layers copy their ring, so the cost does not grow with
+ * at_length; storage that cannot share is copied. On success *out is owned
+ * by the caller: og_session_destroy (parent and child in any order; every
+ * session before the model). Refused, changing nothing: NULL arguments,
+ * at_length outside [0, length] (OG_ERR_INVALID_ARGUMENT), a parent in a step
+ * on another thread (OG_ERR_STATE), at_length below the ring layers' floor
+ * (og_kv_session_fork_floor: OG_ERR_UNSUPPORTED); an allocation failure
+ * (OG_ERR_OUT_OF_MEMORY) leaves no child. og_last_error() and the parent's
+ * og_session_last_error() say why. */
+og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out);
+
+/* Saves the session's KV rows to a file at path, crash-safe: the rows are
+ * written to a temp file <path>.tmp.XXXXXX in the same directory, its
+ * header last, then it is fsync'd and renamed onto path and the directory
+ * fsync'd, so path is either the old file (or none) or the complete new
+ * one, whatever moment the process dies at (a leftover temp file is never
+ * accepted by restore unless complete, and may be deleted). Only live rows
+ * are written (flat layers: every committed position; ring layers: the last
+ * min(length, R)), with a header holding the program's identity (a hash of
+ * the program file's bytes before the weights, and a hash of every weight
+ * tensor's name, dtype and shape and of its bytes, all of them up to 64 KiB,
+ * else 16 windows of 4 KiB), the geometry (kv dtype, layers with policy,
+ * window, heads and head dim, max_write, max_capacity), the length and a
+ * checksum per layer. Works on every back end (device rows come to the
+ * host through the session's storage). The session is not changed.
+ * Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT), a session in a step on
+ * another thread (OG_ERR_STATE); a failure to write, fsync or rename is
+ * OG_ERR_IO, and leaves path as it was and no temp file. */
+og_status og_session_save(og_session *s, const char *path);
+/* Creates a session of model m (default parameters, the file's kv dtype)
+ * holding what the file at path holds: the next steps give what the saved
+ * session's would have given, bit for bit. On success *out is owned by the
+ * caller: og_session_destroy. Refused, with og_last_error() naming which:
+ * a file that cannot be read (OG_ERR_IO); OG_ERR_FORMAT for a file that is
+ * not a saved session (magic) or of an unknown version, from another
+ * program (manifest hash or weights hash), of another geometry (kv dtype,
+ * layer count, a layer's layer_id, policy, window, heads or head dim,
+ * max_write, max_capacity), a length out of range, a layer table that
+ * disagrees with the length, a header whose checksum fails, a truncated
+ * file (or one with trailing bytes), a layer whose rows fail their checksum
+ * (naming the layer). */
+og_status og_session_restore(og_model *m, const char *path, og_session **out);
+/* The same into an existing session of the file's model, created by the
+ * caller with any parameters (e.g. a kv_allocator); its kv dtype must be
+ * the file's. The session's conversation is replaced: refused before any
+ * change when the header is refused; a failure after that (allocation,
+ * a layer's checksum) leaves the session empty (length 0). OG_ERR_STATE
+ * for a session in a step. */
+og_status og_session_restore_into(og_session *s, const char *path);
+
+/* ------------------------------------------------------- prefix reuse */
+
+/* A cache of idle sessions keyed by the tokens their KV holds. A new prompt
+ * that starts with a cached prefix starts from a fork of the cached session
+ * (og_session_fork: shared rows, nothing recomputed) and feeds only the rest.
+ * Keys are a hash chain over blocks of block_tokens tokens (a key names a
+ * whole prefix of blocks); tokens are compared before anything is reused, so
+ * a hash collision never reuses a wrong row. Least recently used entries are
+ * evicted while the entries' KV bytes (bytes_allocated of their sessions,
+ * shared bytes counted in full) exceed the budget. Safe to call from several
+ * threads. */
+typedef struct og_prefix_cache og_prefix_cache;
+
+typedef struct og_prefix_cache_params {
+    int64_t budget_bytes; /* KV bytes the cached sessions may hold (>= 0)  */
+    int32_t block_tokens; /* tokens in a key block (>= 1)                  */
+} og_prefix_cache_params;
+/* budget 1 GiB, blocks of 64 tokens. */
+og_prefix_cache_params og_prefix_cache_default_params(void);
+
+typedef struct og_prefix_cache_metrics {
+    int64_t lookups;       /* og_prefix_cache_lookup calls                     */
+    int64_t hits;          /* lookups that returned a fork                     */
+    int64_t tokens_reused; /* tokens those forks held: prefill not recomputed  */
+    int64_t bytes_shared;  /* KV bytes those forks mapped rather than copied   */
+    int64_t puts;          /* og_prefix_cache_put calls that took a session    */
+    int64_t evictions;     /* entries evicted for the budget                   */
+    int64_t entries;       /* entries held now                                 */
+    int64_t bytes_held;    /* their KV bytes                                   */
+} og_prefix_cache_metrics;
+
+/* params NULL: the defaults. On success *out is owned by the caller:
+ * og_prefix_cache_destroy. Refuses a negative budget or block_tokens < 1. */
+og_status og_prefix_cache_create(const og_prefix_cache_params *params, og_prefix_cache **out);
+/* Destroys every cached session and the cache; call it before freeing the
+ * models of the sessions it holds. NULL is a no-op. */
+void og_prefix_cache_destroy(og_prefix_cache *c);
+/* Destroys every cached session; the cache stays usable. */
+void og_prefix_cache_clear(og_prefix_cache *c);
+/* Puts an idle session whose KV holds exactly tokens [n] (n must equal
+ * og_session_length(s)). The cache takes ownership of s in every case,
+ * also on failure (then s is destroyed): the caller must not use it again
+ * (keep a fork of it, og_session_fork, to go on with the conversation).
+ * Entries of the same model that this one can stand in for (their tokens a
+ * prefix of these and every fork point of theirs reachable from it) are
+ * dropped; an entry holding the same tokens stays and s is destroyed. Then
+ * least recently used entries are evicted while over the budget (s itself
+ * when it alone exceeds it). Refused: NULL arguments or n != the session's
+ * length (OG_ERR_INVALID_ARGUMENT), a session in a step (OG_ERR_STATE),
+ * no memory (OG_ERR_OUT_OF_MEMORY). */
+og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *tokens, int64_t n);
+/* Finds the cached session of model m sharing the longest prefix with
+ * tokens [n] (at least one whole block; at most n - 1 tokens, so that the
+ * caller feeds at least the last token and gets its logits; at least the
+ * entry's fork floor). On a hit *out is a new session (owned by the caller:
+ * og_session_destroy) holding the first *reused tokens of the prompt; the
+ * caller feeds tokens [*reused, n). On a miss *out is NULL and *reused 0,
+ * and the call still returns OG_OK. Errors (OG_ERR_INVALID_ARGUMENT, or a
+ * failed fork: OG_ERR_OUT_OF_MEMORY) leave *out NULL. */
+og_status og_prefix_cache_lookup(og_prefix_cache *c, og_model *m, const int32_t *tokens, int64_t n,
+                                 og_session **out, int64_t *reused);
+og_status og_prefix_cache_metrics_get(og_prefix_cache *c, og_prefix_cache_metrics *out);
+
 /* ------------------------------------------- many sessions in one step */
 
 /* What a session of a batched step gets back from its step. */

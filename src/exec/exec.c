@@ -530,3 +530,37 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
     if (st == OG_OK) *next = s->last_token;
     return st;
 }
+
+/* ------------------------------------------------------------ fork */
+
+#include "kv/kv.h"
+
+og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out) {
+    if (!parent || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_fork: NULL argument");
+    *out = NULL;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&parent->stepping, &expected, 1))
+        return og_set_error(OG_ERR_STATE, "og_session_fork: the parent is in a step");
+    og_session_params p = og_session_default_params();
+    p.kv_dtype = parent->cfg.kv_dtype;
+    /* the CPU back end takes the parent's allocator, so that the child can
+     * map the parent's memory; CUDA sessions each have a VMM allocator of
+     * their own, which shares across sessions */
+    if (parent->m->backend != OG_BACKEND_CUDA) p.kv_allocator = og_kv_session_allocator(parent->kv);
+    og_session *c = NULL;
+    og_kv_session *kv = NULL;
+    og_status st = og_session_create(parent->m, &p, &c);
+    if (st == OG_OK) st = og_kv_session_fork(parent->kv, at_length, og_kv_session_allocator(c->kv), &kv);
+    atomic_store(&parent->stepping, 0);
+    if (st != OG_OK) {
+        char cause[OG_ERRMSG_CAP];
+        snprintf(cause, sizeof cause, "%s", og_last_error());
+        og_session_destroy(c);
+        og_errbuf_set(&parent->err, st, "og_session_fork at %lld: %s", (long long)at_length, cause);
+        return og_set_error(st, "og_session_fork at %lld: %s", (long long)at_length, cause);
+    }
+    og_kv_session_destroy(c->kv);
+    c->kv = kv;
+    *out = c;
+    return OG_OK;
+}

@@ -44,6 +44,27 @@ static og_status cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) 
     return e == cudaSuccess ? OG_OK : cuda_status(e, "cudaMemcpyAsync device to device", bytes);
 }
 
+/* Rows between the host and device memory, ordered on the stream, waited for. */
+static og_status cuda_copy_2d(cudaStream_t stream, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                              size_t width, size_t rows, enum cudaMemcpyKind kind) {
+    if (rows == 0 || width == 0) return OG_OK;
+    if (!dst || !src) return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv cuda allocator: copy with a NULL pointer");
+    const char *what = kind == cudaMemcpyDeviceToHost ? "cudaMemcpy2DAsync device to host" : "cudaMemcpy2DAsync host to device";
+    cudaError_t e = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, kind, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    return e == cudaSuccess ? OG_OK : cuda_status(e, what, width * rows);
+}
+
+static og_status cuda_to_host(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                              size_t rows) {
+    return cuda_copy_2d((cudaStream_t)ctx, dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost);
+}
+
+static og_status cuda_from_host(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                size_t width, size_t rows) {
+    return cuda_copy_2d((cudaStream_t)ctx, dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyHostToDevice);
+}
+
 og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out) {
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_allocator_cuda: out is NULL");
     int count = 0, device = 0, pools = 0;
@@ -60,7 +81,8 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out) {
     if (!pools)
         return og_set_error(OG_ERR_UNSUPPORTED, "og_kv_allocator_cuda: device %d has no stream-ordered memory pools",
                             device);
-    *out = (og_kv_allocator){.alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy, .ctx = stream};
+    *out = (og_kv_allocator){.alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy, .ctx = stream,
+                             .to_host = cuda_to_host, .from_host = cuda_from_host};
     return OG_OK;
 }
 
@@ -77,6 +99,14 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out) {
  * as does freeing a reservation, so no queued kernel reads unmapped memory.
  * Ring layers and everything else that does not grow in place take
  * stream-ordered blocks (cudaMallocAsync), as the plain allocator does.
+ *
+ * share (fork) reserves a new block and maps into it the very chunks of the
+ * source block that lie wholly below the shared bytes: each mapping holds
+ * its own reference to the chunk's physical memory
+ * (cuMemRetainAllocationHandle), released when that block unmaps it, so the
+ * memory goes when the last block mapping it does. The part of the shared
+ * bytes in a chunk that straddles the boundary is copied into the block's
+ * first new chunk (at most one chunk of the source: one growth's worth).
  *
  * The driver functions come through the runtime
  * (cudaGetDriverEntryPointByVersion), so nothing links libcuda at build time. */
@@ -96,6 +126,7 @@ typedef struct vmm_driver {
     PFN_cuMemMap_v10020 map;
     PFN_cuMemUnmap_v10020 unmap;
     PFN_cuMemSetAccess_v10020 set_access;
+    PFN_cuMemRetainAllocationHandle_v11000 retain;
 } vmm_driver;
 
 typedef struct vmm_chunk {
@@ -242,6 +273,107 @@ static og_status vmm_reserve(void *ctx, size_t max_bytes, size_t bytes, void **o
     return OG_OK;
 }
 
+/* Maps a retained handle of `bytes` at `offset` of b as its next chunk; on
+ * failure the handle is released. */
+static og_status vmm_map_handle(vmm_ctx *c, vmm_block *b, CUmemGenericAllocationHandle h, size_t offset, size_t bytes) {
+    if (b->n == b->cap) {
+        int32_t cap = b->cap ? 2 * b->cap : 4;
+        vmm_chunk *grown = og_realloc(b->chunks, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            c->drv.release(h);
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "kv cuda vmm allocator: no host memory for chunks");
+        }
+        b->chunks = grown;
+        b->cap = cap;
+    }
+    const CUdeviceptr at = b->base + offset;
+    CUresult r = c->drv.map(at, bytes, 0, h, 0);
+    if (r != CUDA_SUCCESS) {
+        c->drv.release(h);
+        return vmm_status(c, r, "cuMemMap (shared chunk)", bytes);
+    }
+    if ((r = c->drv.set_access(at, bytes, &c->access, 1)) != CUDA_SUCCESS) {
+        og_status st = vmm_status(c, r, "cuMemSetAccess (shared chunk)", bytes);
+        c->drv.unmap(at, bytes);
+        c->drv.release(h);
+        return st;
+    }
+    b->chunks[b->n++] = (vmm_chunk){.offset = offset, .bytes = bytes, .handle = h};
+    b->backed = offset + bytes;
+    return OG_OK;
+}
+
+static og_status vmm_share(void *ctx, void *src_ctx, void *src, size_t shared_bytes, size_t max_bytes, size_t bytes,
+                           void **out) {
+    vmm_ctx *c = ctx, *sc = src_ctx;
+    if (!out || !sc || bytes == 0 || bytes > max_bytes || shared_bytes > bytes || shared_bytes % c->granularity)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "kv cuda vmm allocator: share of %zu bytes into a reserve of %zu backing %zu: %s",
+                            shared_bytes, max_bytes, bytes, !out || !sc ? "NULL argument" : "bad sizes");
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaSetDevice", bytes);
+    /* the source's rows are complete before they are mapped or copied */
+    if (sc->stream != c->stream && (e = cudaStreamSynchronize(sc->stream)) != cudaSuccess)
+        return cuda_status(e, "cudaStreamSynchronize of the source's stream", shared_bytes);
+    vmm_block *b = og_calloc(1, sizeof *b);
+    if (!b) return og_set_error(OG_ERR_OUT_OF_MEMORY, "kv cuda vmm allocator: no host memory");
+    b->max_bytes = max_bytes;
+    b->reserved = round_up(max_bytes, c->granularity);
+    CUresult r = c->drv.address_reserve(&b->base, b->reserved, c->granularity, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        og_free(b);
+        return vmm_status(c, r, "cuMemAddressReserve", max_bytes);
+    }
+    og_status st = OG_OK;
+    CUdeviceptr src_base = 0;
+    pthread_mutex_lock(&sc->lock);
+    vmm_block *s = vmm_find(sc, src, NULL);
+    if (!s || shared_bytes > s->backed) {
+        st = og_set_error(OG_ERR_INVALID_ARGUMENT, "kv cuda vmm allocator: share of %zu bytes of %p: %s", shared_bytes,
+                          src, !s ? "not a reservation of the source allocator" : "more than the source backs");
+    } else {
+        src_base = s->base;
+        for (int32_t i = 0; i < s->n && st == OG_OK; i++) {
+            const vmm_chunk *ch = &s->chunks[i];
+            if (ch->offset + ch->bytes > shared_bytes) break;
+            CUmemGenericAllocationHandle h;
+            r = c->drv.retain(&h, (void *)(uintptr_t)(s->base + ch->offset));
+            st = r == CUDA_SUCCESS ? vmm_map_handle(c, b, h, ch->offset, ch->bytes)
+                                   : vmm_status(c, r, "cuMemRetainAllocationHandle", ch->bytes);
+        }
+    }
+    pthread_mutex_unlock(&sc->lock);
+    const size_t whole = b->backed; /* shared by mapping; [whole, shared_bytes) is copied */
+    const size_t target = round_up(bytes, c->granularity);
+    if (st == OG_OK && target > b->backed) st = vmm_map_to(c, b, target);
+    if (st == OG_OK && shared_bytes > whole) {
+        e = cudaMemcpyAsync((void *)(uintptr_t)(b->base + whole), (const void *)(uintptr_t)(src_base + whole),
+                            shared_bytes - whole, cudaMemcpyDeviceToDevice, c->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); /* complete before any stream reads it */
+        if (e != cudaSuccess) st = cuda_status(e, "copy of the boundary chunk", shared_bytes - whole);
+    }
+    if (st != OG_OK) {
+        vmm_block_destroy(c, b);
+        return st;
+    }
+    pthread_mutex_lock(&c->lock);
+    b->next = c->blocks;
+    c->blocks = b;
+    pthread_mutex_unlock(&c->lock);
+    *out = (void *)(uintptr_t)b->base;
+    return OG_OK;
+}
+
+static og_status vmm_to_host(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                             size_t rows) {
+    return cuda_copy_2d(((vmm_ctx *)ctx)->stream, dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost);
+}
+
+static og_status vmm_from_host(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                               size_t rows) {
+    return cuda_copy_2d(((vmm_ctx *)ctx)->stream, dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyHostToDevice);
+}
+
 static og_status vmm_resize(void *ctx, void *ptr, size_t bytes) {
     vmm_ctx *c = ctx;
     pthread_mutex_lock(&c->lock);
@@ -295,6 +427,7 @@ static bool vmm_load_driver(vmm_driver *d) {
         {"cuMemMap", (void **)&d->map},
         {"cuMemUnmap", (void **)&d->unmap},
         {"cuMemSetAccess", (void **)&d->set_access},
+        {"cuMemRetainAllocationHandle", (void **)&d->retain},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
@@ -358,7 +491,8 @@ og_status og_kv_allocator_cuda_vmm(void *stream, og_kv_allocator *out) {
         return og_set_error(OG_ERR_BACKEND, "og_kv_allocator_cuda_vmm: pthread_mutex_init failed");
     }
     *out = (og_kv_allocator){.alloc = vmm_alloc, .free = vmm_free, .copy = vmm_copy, .ctx = c,
-                             .reserve = vmm_reserve, .resize = vmm_resize, .granularity = c->granularity};
+                             .reserve = vmm_reserve, .resize = vmm_resize, .granularity = c->granularity,
+                             .share = vmm_share, .to_host = vmm_to_host, .from_host = vmm_from_host};
     return OG_OK;
 }
 

@@ -18,4 +18,25 @@ og_status og_kv_session_plan(const og_kv_session *s, int32_t index, og_kv_plan *
  * valid until og_kv_session_destroy. */
 const og_kv_config *og_kv_session_config(const og_kv_session *s);
 
+/* The session's allocator (its own copy). Borrowed; valid until destroy. */
+const og_kv_allocator *og_kv_session_allocator(const og_kv_session *s);
+
+/* Copies positions [pos0, pos0 + n) of manifest layer `index`'s k (part 0)
+ * or v (part 1) between the storage and host memory [n, Hkv, D] (through
+ * the allocator's to_host / from_host when it has them). Refuses positions
+ * the storage does not hold (flat: rows; ring: n > R). For save/restore;
+ * nothing else of the session changes. */
+og_status og_kv_session_rows_to_host(const og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
+                                     void *dst);
+og_status og_kv_session_rows_from_host(og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
+                                       const void *src);
+
+/* Restore, part 1: storage for `length` positions in an empty session with
+ * nothing prepared (flat layers: length rows; ring layers: R), all or
+ * nothing; the length stays 0. Then the rows are written
+ * (og_kv_session_rows_from_host) and og_kv_session_restore_end sets the
+ * length. */
+og_status og_kv_session_restore_begin(og_kv_session *s, int64_t length);
+void og_kv_session_restore_end(og_kv_session *s, int64_t length);
+
 #endif /* OG_KV_KV_H */

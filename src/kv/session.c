@@ -61,6 +61,12 @@ typedef struct kv_pack {
     void *ring;         /* the ring block, NULL until the first prepare      */
     int64_t *offset;    /* [n_layers, 2] byte offsets of k and v: in the packed row (flat)
                            or in the ring block (ring) */
+    size_t shared;      /* bytes at the start of `base` mapped from the block of the
+                           session this one was forked from (never written)  */
+    size_t frozen;      /* bytes at the start of `base` that another session may map
+                           (>= shared): never written again; a reset gives the
+                           block back rather than write them                 */
+    bool moved;         /* the block was given back: the next binding is a rebind */
 } kv_pack;
 
 struct og_kv_session {
@@ -79,6 +85,7 @@ struct og_kv_session {
         void *base, *ring;
         size_t asked;
         int64_t rows;
+        bool moved;
     } pack_before;
     int64_t growth_before, rebinds_before;
     og_kv_plan *plans;          /* [n_layers], meaningful while prepared > 0 */
@@ -195,10 +202,26 @@ void og_kv_session_destroy(og_kv_session *s) {
     og_free(s);
 }
 
+/* Gives the packed block back (a reset of a session whose rows are shared
+ * must not write them); the next prepare reserves a new one. */
+static void pack_release(og_kv_session *s) {
+    kv_pack *pk = &s->pack;
+    if (!pk->base) return;
+    s->alloc.free(s->alloc.ctx, pk->base);
+    pk->base = NULL;
+    pk->asked = 0;
+    pk->rows = 0;
+    pk->shared = pk->frozen = 0;
+    pk->moved = true;
+    for (int32_t i = 0; i < s->cfg.n_layers; i++)
+        if (s->layers[i].policy == OG_KV_FLAT) s->store[i] = (kv_storage){0};
+}
+
 void og_kv_session_reset(og_kv_session *s) {
     if (!s) return;
     s->length = 0;
     s->prepared = 0;
+    if (s->packed && s->pack.frozen) pack_release(s);
 }
 
 int64_t og_kv_session_length(const og_kv_session *s) { return s ? s->length : 0; }
@@ -246,9 +269,8 @@ static void pack_bind(og_kv_session *s) {
 
 /* Step 2 of a packed prepare: the ring block (first prepare only), then one
  * reserve or resize of the packed block. All or nothing. */
-static og_status pack_prepare(og_kv_session *s, int32_t T, const char *ctx) {
+static og_status pack_prepare(og_kv_session *s, int64_t need, const char *ctx) {
     kv_pack *pk = &s->pack;
-    const int64_t need = s->length + T;
     void *ring = NULL, *base = pk->base;
     og_status st = OG_OK;
     char where[320];
@@ -285,6 +307,8 @@ static og_status pack_prepare(og_kv_session *s, int32_t T, const char *ctx) {
         pk->base = base;
         pk->asked = asked;
         pk->rows = pack_rows_in(s, asked);
+        if (pk->moved) s->rebinds++;
+        pk->moved = false;
     }
     pack_bind(s);
     return OG_OK;
@@ -386,12 +410,13 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
         s->pack_before.ring = s->pack.ring;
         s->pack_before.asked = s->pack.asked;
         s->pack_before.rows = s->pack.rows;
+        s->pack_before.moved = s->pack.moved;
     } else {
         memcpy(s->before, s->store, (size_t)cfg->n_layers * sizeof *s->before);
     }
     s->growth_before = s->growth_count;
     s->rebinds_before = s->rebinds;
-    og_status st = s->packed ? pack_prepare(s, T, ctx) : dense_prepare(s, T, ctx);
+    og_status st = s->packed ? pack_prepare(s, s->length + T, ctx) : dense_prepare(s, T, ctx);
     if (st != OG_OK) return st;
     s->prepared = T;
     return OG_OK;
@@ -449,6 +474,7 @@ void og_kv_session_rollback(og_kv_session *s) {
             pk->asked = s->pack_before.asked;
             pk->rows = s->pack_before.rows;
         }
+        pk->moved = s->pack_before.moved;
         if (pk->base || pk->ring) pack_bind(s);
         for (int32_t i = 0; i < s->cfg.n_layers; i++) {
             const bool flat = s->layers[i].policy == OG_KV_FLAT;
@@ -525,6 +551,7 @@ og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out) {
     if (s->packed) {
         if (s->pack.base) m.bytes_allocated += (int64_t)backed_size(s->pack.asked, s->alloc.granularity);
         if (s->pack.ring) m.bytes_allocated += (int64_t)s->pack.ring_bytes;
+        m.bytes_shared = (int64_t)s->pack.shared;
     }
     m.growth_count = s->growth_count;
     m.rebinds = s->rebinds;
@@ -627,4 +654,217 @@ og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes, o
     out->bytes_per_token = per_token;
     out->fresh_session_bytes = fresh;
     return OG_OK;
+}
+
+/* ------------------------------------------------------------ fork */
+
+int64_t og_kv_session_fork_floor(const og_kv_session *s) {
+    if (!s) return 0;
+    int64_t floor = 0;
+    for (int32_t i = 0; i < s->cfg.n_layers; i++) {
+        const og_kv_layer_config *l = &s->layers[i];
+        if (l->policy != OG_KV_RING) continue;
+        const int64_t R = og_kv_layer_slots(&s->cfg, l);
+        /* the ring holds positions [L - R, L); a session at length a reads
+         * back to a - W + 1 */
+        if (s->length > R && s->length - R + l->window - 1 > floor) floor = s->length - R + l->window - 1;
+    }
+    return floor;
+}
+
+const og_kv_allocator *og_kv_session_allocator(const og_kv_session *s) { return s ? &s->alloc : NULL; }
+
+/* Gives the child c (packed, new) the parent's rows below a: the ring block
+ * copied, the flat block shared where the allocators can (whole granules
+ * below a * P; the granule holding row a is copied), else copied. */
+static og_status fork_packed(og_kv_session *c, og_kv_session *p, int64_t a) {
+    kv_pack *pk = &c->pack;
+    og_status st = OG_OK;
+    if (pk->ring_bytes) {
+        st = c->alloc.alloc(c->alloc.ctx, pk->ring_bytes, &pk->ring);
+        if (st == OG_OK) st = c->alloc.copy(c->alloc.ctx, pk->ring, p->pack.ring, pk->ring_bytes);
+        if (st != OG_OK) return fail_with_last(c, st, "kv session fork: ring block");
+    }
+    if (!pk->row_bytes) return OG_OK;
+    const size_t live = (size_t)a * (size_t)pk->row_bytes, asked = pack_ask(c, a);
+    const size_t g = c->alloc.granularity;
+    size_t shared = 0;
+    if (c->alloc.share && c->alloc.share == p->alloc.share && g) {
+        shared = live / g * g;
+        st = c->alloc.share(c->alloc.ctx, p->alloc.ctx, p->pack.base, shared, pk->max_bytes, asked, &pk->base);
+    } else {
+        st = c->alloc.reserve(c->alloc.ctx, pk->max_bytes, asked, &pk->base);
+    }
+    if (st == OG_OK && live > shared)
+        st = c->alloc.copy(c->alloc.ctx, (unsigned char *)pk->base + shared,
+                           (const unsigned char *)p->pack.base + shared, live - shared);
+    if (st != OG_OK) return fail_with_last(c, st, "kv session fork: packed flat rows");
+    pk->asked = asked;
+    pk->rows = pack_rows_in(c, asked);
+    pk->shared = pk->frozen = shared;
+    if (shared > p->pack.frozen) p->pack.frozen = shared;
+    return OG_OK;
+}
+
+/* Copies the parent's rows below a into new dense blocks of the child. */
+static og_status fork_dense(og_kv_session *c, const og_kv_session *p, int64_t a) {
+    const og_kv_config *cfg = &c->cfg;
+    for (int32_t i = 0; i < cfg->n_layers; i++) {
+        const og_kv_layer_config *l = &c->layers[i];
+        const bool ring = l->policy == OG_KV_RING;
+        const int64_t rows = ring ? og_kv_layer_slots(cfg, l) : flat_grow_rows(cfg, 0, 1, a);
+        const int64_t row = og_kv_row_bytes(cfg, l);
+        const size_t bytes = (size_t)(rows * row), copied = (size_t)((ring ? rows : a) * row);
+        kv_storage *d = &c->store[i];
+        og_status st = c->alloc.alloc(c->alloc.ctx, bytes, &d->k);
+        if (st == OG_OK) st = c->alloc.alloc(c->alloc.ctx, bytes, &d->v);
+        if (st == OG_OK) d->rows = rows;
+        if (st == OG_OK) st = c->alloc.copy(c->alloc.ctx, d->k, p->store[i].k, copied);
+        if (st == OG_OK) st = c->alloc.copy(c->alloc.ctx, d->v, p->store[i].v, copied);
+        if (st != OG_OK) {
+            char where[160];
+            snprintf(where, sizeof where, "kv session fork: layer %d (layer_id %d)", (int)i, (int)l->layer_id);
+            return fail_with_last(c, st, where);
+        }
+    }
+    return OG_OK;
+}
+
+og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_kv_allocator *alloc,
+                             og_kv_session **out) {
+    if (!parent || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_fork: NULL argument");
+    *out = NULL;
+    if (parent->prepared)
+        return og_set_error(OG_ERR_STATE, "og_kv_session_fork: the parent has a step of T=%d prepared",
+                            (int)parent->prepared);
+    if (at_length < 0 || at_length > parent->length)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_fork: at_length %lld is outside [0, %lld]",
+                            (long long)at_length, (long long)parent->length);
+    const int64_t floor = og_kv_session_fork_floor(parent);
+    if (at_length < floor) {
+        for (int32_t i = 0; i < parent->cfg.n_layers; i++) {
+            const og_kv_layer_config *l = &parent->layers[i];
+            const int64_t R = og_kv_layer_slots(&parent->cfg, l);
+            if (l->policy == OG_KV_RING && parent->length - R + l->window - 1 > at_length)
+                return og_set_error(OG_ERR_UNSUPPORTED,
+                                    "og_kv_session_fork: at_length %lld: ring layer %d (layer_id %d, window %d) keeps "
+                                    "only positions [%lld, %lld); a fork needs the %d before it (fork at >= %lld)",
+                                    (long long)at_length, (int)i, (int)l->layer_id, (int)l->window,
+                                    (long long)(parent->length - R), (long long)parent->length, (int)l->window - 1,
+                                    (long long)floor);
+        }
+    }
+    const og_kv_allocator *a = alloc ? alloc : &parent->alloc;
+    if (!a->reserve != !parent->alloc.reserve)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "og_kv_session_fork: the child's allocator %s in place and the parent's %s",
+                            a->reserve ? "grows" : "does not grow", parent->alloc.reserve ? "does" : "does not");
+    og_kv_session *c = NULL;
+    og_status st = og_kv_session_create(&parent->cfg, a, &c);
+    if (st != OG_OK) return st;
+    if (at_length > 0) {
+        st = c->packed ? fork_packed(c, parent, at_length) : fork_dense(c, parent, at_length);
+        if (st != OG_OK) {
+            og_set_error(st, "%s", c->err.msg);
+            og_kv_session_destroy(c);
+            return st;
+        }
+        if (c->packed) pack_bind(c);
+    }
+    c->length = at_length;
+    *out = c;
+    return OG_OK;
+}
+
+/* ------------------------------------------------- rows to and from the host */
+
+/* The slot runs (at most two) that hold positions [pos0, pos0 + n) of layer
+ * i; false when the storage does not hold them. */
+static bool rows_runs(const og_kv_session *s, int32_t i, int64_t pos0, int64_t n, og_kv_run run[2], int *n_run) {
+    const og_kv_layer_config *l = &s->layers[i];
+    const int64_t rows = s->store[i].rows;
+    *n_run = 0;
+    if (pos0 < 0 || n < 0) return false;
+    if (n == 0) return true;
+    if (!s->store[i].k) return false;
+    if (l->policy == OG_KV_FLAT) {
+        if (pos0 > rows - n) return false;
+        run[0] = (og_kv_run){pos0, pos0, n};
+        *n_run = 1;
+        return true;
+    }
+    if (n > rows) return false;
+    const int64_t slot = pos0 % rows, first = n < rows - slot ? n : rows - slot;
+    run[0] = (og_kv_run){slot, pos0, first};
+    run[1] = (og_kv_run){0, pos0 + first, n - first};
+    *n_run = n > first ? 2 : 1;
+    return true;
+}
+
+/* Copies positions [pos0, pos0 + n) of layer i's k (part 0) or v (part 1)
+ * between the storage and host memory [n, Hkv, D]; to_host picks the way. */
+static og_status rows_copy(const og_kv_session *s, int32_t i, int part, int64_t pos0, int64_t n, void *host,
+                           bool to_host) {
+    og_kv_run run[2];
+    int n_run = 0;
+    if (!s || !host || i < 0 || i >= s->cfg.n_layers || (part != 0 && part != 1))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv session rows: bad argument");
+    if (!rows_runs(s, i, pos0, n, run, &n_run))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv session rows: positions [%lld, %lld) of layer %d are not held",
+                            (long long)pos0, (long long)(pos0 + n), (int)i);
+    og_kv_layer_view v;
+    og_status st = og_kv_session_layer_view(s, i, &v);
+    if (st != OG_OK) return st;
+    const size_t width = (size_t)og_kv_row_bytes(&s->cfg, &s->layers[i]);
+    const size_t pitch = (size_t)og_kv_layer_view_row_stride(&v) * og_dtype_size(v.dtype);
+    unsigned char *base = part ? v.v : v.k, *h = host;
+    for (int r = 0; r < n_run && st == OG_OK; r++) {
+        unsigned char *dev = base + (size_t)run[r].slot * pitch, *hp = h + (size_t)(run[r].pos - pos0) * width;
+        const size_t count = (size_t)run[r].count;
+        if (to_host && s->alloc.to_host) {
+            st = s->alloc.to_host(s->alloc.ctx, hp, width, dev, pitch, width, count);
+        } else if (!to_host && s->alloc.from_host) {
+            st = s->alloc.from_host(s->alloc.ctx, dev, pitch, hp, width, width, count);
+        } else if (pitch == width) {
+            if (to_host) memcpy(hp, dev, count * width);
+            else memcpy(dev, hp, count * width);
+        } else {
+            for (size_t k = 0; k < count; k++) {
+                if (to_host) memcpy(hp + k * width, dev + k * pitch, width);
+                else memcpy(dev + k * pitch, hp + k * width, width);
+            }
+        }
+    }
+    return st;
+}
+
+og_status og_kv_session_rows_to_host(const og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
+                                     void *dst) {
+    return rows_copy(s, index, part, pos0, n, dst, true);
+}
+
+og_status og_kv_session_rows_from_host(og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
+                                       const void *src) {
+    return rows_copy(s, index, part, pos0, n, (void *)src, false);
+}
+
+og_status og_kv_session_restore_begin(og_kv_session *s, int64_t length) {
+    if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_restore_begin: session is NULL");
+    if (s->prepared || s->length)
+        return og_errbuf_set(&s->err, OG_ERR_STATE, "kv session restore: the session %s",
+                             s->prepared ? "has a step prepared" : "is not empty (reset it first)");
+    if (length < 0 || length > s->cfg.max_capacity)
+        return og_errbuf_set(&s->err, OG_ERR_CAPACITY, "kv session restore: length %lld is outside [0, %lld]",
+                             (long long)length, (long long)s->cfg.max_capacity);
+    if (length == 0) return OG_OK;
+    if (s->packed && s->pack.frozen) pack_release(s);
+    if (s->packed) return pack_prepare(s, length, "kv session restore");
+    for (int32_t i = 0; i < s->cfg.n_layers; i++)
+        s->plans[i].rows_needed =
+            s->layers[i].policy == OG_KV_RING ? og_kv_layer_slots(&s->cfg, &s->layers[i]) : length;
+    return dense_prepare(s, 1, "kv session restore");
+}
+
+void og_kv_session_restore_end(og_kv_session *s, int64_t length) {
+    if (s) s->length = length;
 }

@@ -1,0 +1,509 @@
+/* Sessions saved to files and restored (og_session_save, og_session_restore).
+ *
+ * The file (every field little-endian, as this machine writes them):
+ *   header, 128 bytes:
+ *     0  magic "OGKVSES\n"          8  u32 version (1)      12 u32 header_bytes
+ *     16 u64 manifest hash          24 u64 weights hash
+ *     32 u32 kv_dtype               36 i32 n_layers         40 i32 max_write
+ *     44 u32 reserved (0)           48 i64 max_capacity     56 i64 length L
+ *     64 u64 file_bytes             72 u64 header check     80..127 zero
+ *   one 64-byte entry per manifest layer:
+ *     0 i32 layer_id  4 i32 policy  8 i32 window  12 i32 n_kv_heads
+ *     16 i32 head_dim 20 u32 0      24 i64 first position  32 i64 rows
+ *     40 u64 payload offset  48 u64 payload bytes  56 u64 payload check
+ *   payload: per layer, its rows' k [rows, Hkv, D] then v [rows, Hkv, D].
+ * Only live rows are written: flat layers positions [0, L), ring layers the
+ * last min(L, R) positions (restore puts position p in slot p mod R).
+ * header_bytes = 128 + 64 * n_layers. The header check is the hash (hash.h)
+ * of the header and the entries with the check field zero; a payload check
+ * is the hash of that layer's payload bytes.
+ *
+ * The program's identity: the manifest hash is the hash of the program
+ * file's bytes before the weight payload (header, manifest JSON with the
+ * tokenizer, instructions); the weights hash covers every weight tensor's
+ * name, dtype, shape and byte count, and its bytes sampled: all of them for
+ * tensors up to 64 KiB, else 16 windows of 4 KiB spread evenly from the
+ * first byte to the last. It is computed at each save and restore from the
+ * mapped program (a few MB read at most).
+ *
+ * A save writes a temp file <path>.tmp.XXXXXX in the same directory: the
+ * payload first, the header last (a torn temp file has no valid header),
+ * fsync, rename onto path, fsync of the directory. */
+#include "cache/hash.h"
+#include "exec/exec.h"
+#include "kv/kv.h"
+#include "program/program_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SAVE_MAGIC "OGKVSES\n"
+#define SAVE_VERSION 1u
+#define HDR_BYTES 128
+#define ENTRY_BYTES 64
+#define HDR_CHECK_AT 72
+#define SAVE_SEED 0x6f6773657373ull
+#define CHUNK_BYTES ((size_t)1 << 20) /* rows are moved and hashed through a buffer this big */
+
+typedef struct save_layer {
+    int32_t layer_id, policy, window, n_kv_heads, head_dim;
+    int64_t first, rows;
+    uint64_t offset, bytes, check;
+} save_layer;
+
+typedef struct save_header {
+    uint64_t manifest_hash, weights_hash;
+    uint32_t kv_dtype;
+    int32_t n_layers, max_write;
+    int64_t max_capacity, length;
+    uint64_t file_bytes, check;
+    save_layer *layers; /* [n_layers] */
+} save_header;
+
+/* ------------------------------------------------------------ identity */
+
+static void program_identity(const og_program *p, uint64_t *manifest, uint64_t *weights) {
+    *manifest = og_hash64(p->data, (size_t)p->payload_offset, SAVE_SEED);
+    og_hash h;
+    og_hash_init(&h, SAVE_SEED);
+    for (int32_t i = 0; i < p->n_tensors; i++) {
+        const og_program_tensor *t = &p->tensors[i];
+        if (t->binding != OG_BINDING_WEIGHT) continue;
+        og_hash_update(&h, t->name, strlen(t->name) + 1);
+        int64_t meta[2 + OG_PROGRAM_MAX_RANK] = {(int64_t)t->dtype, (int64_t)t->nbytes};
+        for (int32_t d = 0; d < t->rank; d++) meta[2 + d] = t->shape[d];
+        og_hash_update(&h, meta, sizeof meta);
+        const unsigned char *b = t->data;
+        const size_t n = (size_t)t->nbytes, win = 4096, k = 16;
+        if (!b) continue;
+        if (n <= k * win) {
+            og_hash_update(&h, b, n);
+        } else {
+            for (size_t j = 0; j < k; j++) og_hash_update(&h, b + (n - win) / (k - 1) * j, win);
+        }
+    }
+    *weights = og_hash_final(&h);
+}
+
+/* ------------------------------------------------------------ header bytes */
+
+static void put32(unsigned char *b, uint32_t v) { og_put_le32(b, v); }
+static void put64(unsigned char *b, uint64_t v) { og_put_le64(b, v); }
+
+static size_t header_size(int32_t n_layers) { return HDR_BYTES + (size_t)n_layers * ENTRY_BYTES; }
+
+/* Writes h into b [header_size], with its check computed (h->check set). */
+static void header_encode(save_header *h, unsigned char *b) {
+    const size_t size = header_size(h->n_layers);
+    memset(b, 0, size);
+    memcpy(b, SAVE_MAGIC, 8);
+    put32(b + 8, SAVE_VERSION);
+    put32(b + 12, (uint32_t)size);
+    put64(b + 16, h->manifest_hash);
+    put64(b + 24, h->weights_hash);
+    put32(b + 32, h->kv_dtype);
+    put32(b + 36, (uint32_t)h->n_layers);
+    put32(b + 40, (uint32_t)h->max_write);
+    put64(b + 48, (uint64_t)h->max_capacity);
+    put64(b + 56, (uint64_t)h->length);
+    put64(b + 64, h->file_bytes);
+    for (int32_t i = 0; i < h->n_layers; i++) {
+        unsigned char *e = b + HDR_BYTES + (size_t)i * ENTRY_BYTES;
+        const save_layer *l = &h->layers[i];
+        put32(e, (uint32_t)l->layer_id);
+        put32(e + 4, (uint32_t)l->policy);
+        put32(e + 8, (uint32_t)l->window);
+        put32(e + 12, (uint32_t)l->n_kv_heads);
+        put32(e + 16, (uint32_t)l->head_dim);
+        put64(e + 24, (uint64_t)l->first);
+        put64(e + 32, (uint64_t)l->rows);
+        put64(e + 40, l->offset);
+        put64(e + 48, l->bytes);
+        put64(e + 56, l->check);
+    }
+    h->check = og_hash64(b, size, SAVE_SEED);
+    put64(b + HDR_CHECK_AT, h->check);
+}
+
+/* ------------------------------------------------------------ geometry */
+
+/* The layers' saved positions and payload places for a session of length L. */
+static void plan_layers(const og_kv_config *cfg, int64_t L, save_header *h) {
+    uint64_t off = header_size(cfg->n_layers);
+    for (int32_t i = 0; i < cfg->n_layers; i++) {
+        const og_kv_layer_config *l = &cfg->layers[i];
+        save_layer *s = &h->layers[i];
+        const int64_t R = og_kv_layer_slots(cfg, l);
+        s->layer_id = l->layer_id;
+        s->policy = (int32_t)l->policy;
+        s->window = l->window;
+        s->n_kv_heads = l->n_kv_heads;
+        s->head_dim = l->head_dim;
+        s->first = l->policy == OG_KV_RING && L > R ? L - R : 0;
+        s->rows = L - s->first;
+        s->offset = off;
+        s->bytes = 2 * (uint64_t)s->rows * (uint64_t)og_kv_row_bytes(cfg, l);
+        off += s->bytes;
+    }
+    h->file_bytes = off;
+}
+
+/* ------------------------------------------------------------ i/o */
+
+static og_status write_all(int fd, const void *buf, size_t n, const char *path) {
+    const unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return og_set_error(errno == ENOSPC ? OG_ERR_IO : OG_ERR_IO, "og_session_save: writing %s: %s", path,
+                                w < 0 ? strerror(errno) : "nothing written");
+        p += w;
+        n -= (size_t)w;
+    }
+    return OG_OK;
+}
+
+/* Reads exactly n bytes; OG_ERR_FORMAT naming truncation at EOF. */
+static og_status read_all(int fd, void *buf, size_t n, const char *path, const char *what) {
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return og_set_error(OG_ERR_IO, "og_session_restore: %s: reading %s: %s", path, what, strerror(errno));
+        if (r == 0) return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: truncated: the file ends inside %s", path, what);
+        p += r;
+        n -= (size_t)r;
+    }
+    return OG_OK;
+}
+
+/* Marks s as in a step (so nothing steps it meanwhile); OG_ERR_STATE if it is. */
+static og_status hold(og_session *s, const char *fn) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->stepping, &expected, 1))
+        return og_errbuf_set(&s->err, OG_ERR_STATE, "%s: the session is in a step", fn);
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ save */
+
+/* Writes layer i's payload (k rows, then v rows) to fd, hashing it. */
+static og_status save_layer_rows(const og_session *s, int32_t i, save_layer *l, unsigned char *buf, int fd,
+                                 const char *path) {
+    const int64_t row = og_kv_row_bytes(&s->cfg, &s->cfg.layers[i]);
+    const int64_t per = (int64_t)(CHUNK_BYTES / (size_t)row) > 0 ? (int64_t)(CHUNK_BYTES / (size_t)row) : 1;
+    og_hash h;
+    og_hash_init(&h, SAVE_SEED);
+    for (int part = 0; part < 2; part++)
+        for (int64_t done = 0; done < l->rows;) {
+            const int64_t n = l->rows - done < per ? l->rows - done : per;
+            og_status st = og_kv_session_rows_to_host(s->kv, i, part, l->first + done, n, buf);
+            if (st != OG_OK) return st;
+            og_hash_update(&h, buf, (size_t)(n * row));
+            if ((st = write_all(fd, buf, (size_t)(n * row), path)) != OG_OK) return st;
+            done += n;
+        }
+    l->check = og_hash_final(&h);
+    return OG_OK;
+}
+
+static og_status fsync_dir_of(const char *path) {
+    char *copy = og_malloc(strlen(path) + 1);
+    if (!copy) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
+    strcpy(copy, path);
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    og_status st = OG_OK;
+    if (fd < 0 || fsync(fd) != 0)
+        st = og_set_error(OG_ERR_IO, "og_session_save: fsync of the directory %s: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    og_free(copy);
+    return st;
+}
+
+static og_status save_to(og_session *s, const char *path) {
+    const og_kv_config *cfg = &s->cfg;
+    save_header h = {0};
+    h.layers = og_calloc((size_t)cfg->n_layers, sizeof *h.layers);
+    const size_t hsize = header_size(cfg->n_layers);
+    unsigned char *hdr = og_malloc(hsize), *buf = og_malloc(CHUNK_BYTES);
+    char *tmp = og_malloc(strlen(path) + 16);
+    og_status st = OG_OK;
+    int fd = -1;
+    if (!h.layers || !hdr || !buf || !tmp) {
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
+        goto done;
+    }
+    program_identity(s->m->prog, &h.manifest_hash, &h.weights_hash);
+    h.kv_dtype = (uint32_t)cfg->kv_dtype;
+    h.n_layers = cfg->n_layers;
+    h.max_write = cfg->max_write;
+    h.max_capacity = cfg->max_capacity;
+    h.length = og_kv_session_length(s->kv);
+    plan_layers(cfg, h.length, &h);
+    sprintf(tmp, "%s.tmp.XXXXXX", path);
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        st = og_set_error(OG_ERR_IO, "og_session_save: cannot create a temp file %s: %s", tmp, strerror(errno));
+        tmp[0] = 0;
+        goto done;
+    }
+    /* the header's place stays zero until every row is written */
+    memset(hdr, 0, hsize);
+    if ((st = write_all(fd, hdr, hsize, tmp)) != OG_OK) goto done;
+    for (int32_t i = 0; i < cfg->n_layers && st == OG_OK; i++) st = save_layer_rows(s, i, &h.layers[i], buf, fd, tmp);
+    if (st != OG_OK) goto done;
+    header_encode(&h, hdr);
+    if (pwrite(fd, hdr, hsize, 0) != (ssize_t)hsize) {
+        st = og_set_error(OG_ERR_IO, "og_session_save: writing the header of %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    if (fsync(fd) != 0) {
+        st = og_set_error(OG_ERR_IO, "og_session_save: fsync of %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        st = og_set_error(OG_ERR_IO, "og_session_save: close of %s: %s", tmp, strerror(errno));
+        goto done;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        st = og_set_error(OG_ERR_IO, "og_session_save: rename of %s to %s: %s", tmp, path, strerror(errno));
+        goto done;
+    }
+    tmp[0] = 0; /* renamed: nothing to remove */
+    st = fsync_dir_of(path);
+done:
+    if (fd >= 0) close(fd);
+    if (tmp && tmp[0]) unlink(tmp);
+    og_free(tmp);
+    og_free(buf);
+    og_free(hdr);
+    og_free(h.layers);
+    return st;
+}
+
+og_status og_session_save(og_session *s, const char *path) {
+    if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_save: NULL argument");
+    og_status st = hold(s, "og_session_save");
+    if (st != OG_OK) return og_set_error(st, "%s", s->err.msg);
+    st = save_to(s, path);
+    atomic_store(&s->stepping, 0);
+    if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_last_error());
+    return st;
+}
+
+/* ------------------------------------------------------------ restore */
+
+static uint32_t get32(const unsigned char *b) { return og_le32(b); }
+static uint64_t get64(const unsigned char *b) { return og_le64(b); }
+
+/* Reads and checks the header of the file open at fd against model m's
+ * program and manifest (kv_dtype: the session's, or OG_DTYPE_COUNT to take
+ * the file's if it is bf16 or f32). Fills h (h->layers owned by the caller). */
+static og_status read_header(int fd, const char *path, const og_model *m, og_dtype kv_dtype, save_header *h) {
+    const og_kv_config *cfg = og_program_kv_config(m->prog);
+    unsigned char fixed[HDR_BYTES];
+    og_status st = read_all(fd, fixed, HDR_BYTES, path, "the header");
+    if (st != OG_OK) return st;
+    if (memcmp(fixed, SAVE_MAGIC, 8) != 0)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: bad magic: not a saved offgraph session (or an "
+                                           "incomplete save)", path);
+    const uint32_t version = get32(fixed + 8);
+    if (version != SAVE_VERSION)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: version %u is not one this build reads (%u)", path,
+                            version, SAVE_VERSION);
+    h->manifest_hash = get64(fixed + 16);
+    h->weights_hash = get64(fixed + 24);
+    h->kv_dtype = get32(fixed + 32);
+    h->n_layers = (int32_t)get32(fixed + 36);
+    h->max_write = (int32_t)get32(fixed + 40);
+    h->max_capacity = (int64_t)get64(fixed + 48);
+    h->length = (int64_t)get64(fixed + 56);
+    h->file_bytes = get64(fixed + 64);
+    h->check = get64(fixed + HDR_CHECK_AT);
+    uint64_t manifest, weights;
+    program_identity(m->prog, &manifest, &weights);
+    if (h->manifest_hash != manifest)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another program: its manifest hash %016llx is not "
+                                           "this program's %016llx", path, (unsigned long long)h->manifest_hash,
+                            (unsigned long long)manifest);
+    if (h->weights_hash != weights)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another program: its weights hash %016llx is not "
+                                           "this program's %016llx", path, (unsigned long long)h->weights_hash,
+                            (unsigned long long)weights);
+    if (h->kv_dtype != (uint32_t)OG_DTYPE_F32 && h->kv_dtype != (uint32_t)OG_DTYPE_BF16)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: kv_dtype %u is not bf16 or f32",
+                            path, h->kv_dtype);
+    if (kv_dtype != OG_DTYPE_COUNT && h->kv_dtype != (uint32_t)kv_dtype)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: kv_dtype %s, the session's is %s",
+                            path, og_dtype_name((og_dtype)h->kv_dtype), og_dtype_name(kv_dtype));
+    if (h->n_layers != cfg->n_layers)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: %d layers, the program has %d",
+                            path, (int)h->n_layers, (int)cfg->n_layers);
+    if (h->max_write != cfg->max_write)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: max_write %d, the program's is %d",
+                            path, (int)h->max_write, (int)cfg->max_write);
+    if (h->max_capacity != cfg->max_capacity)
+        return og_set_error(OG_ERR_FORMAT,
+                            "og_session_restore: %s: another geometry: max_capacity %lld, the program's is %lld", path,
+                            (long long)h->max_capacity, (long long)cfg->max_capacity);
+    if (h->length < 0 || h->length > cfg->max_capacity)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: length %lld is outside [0, %lld]", path,
+                            (long long)h->length, (long long)cfg->max_capacity);
+    const size_t hsize = header_size(h->n_layers);
+    if (get32(fixed + 12) != hsize)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: header_bytes %u, want %zu for %d layers", path,
+                            get32(fixed + 12), hsize, (int)h->n_layers);
+    unsigned char *all = og_malloc(hsize);
+    h->layers = og_calloc((size_t)h->n_layers, sizeof *h->layers);
+    if (!all || !h->layers) {
+        og_free(all);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
+    }
+    memcpy(all, fixed, HDR_BYTES);
+    st = read_all(fd, all + HDR_BYTES, hsize - HDR_BYTES, path, "the layer table");
+    /* the geometry of every layer, and where its rows must be */
+    save_header want = {.layers = og_calloc((size_t)h->n_layers, sizeof *want.layers)};
+    if (st == OG_OK && !want.layers) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
+    og_kv_config geo = *cfg;
+    geo.kv_dtype = (og_dtype)h->kv_dtype;
+    if (st == OG_OK) plan_layers(&geo, h->length, &want);
+    for (int32_t i = 0; i < h->n_layers && st == OG_OK; i++) {
+        const unsigned char *e = all + HDR_BYTES + (size_t)i * ENTRY_BYTES;
+        save_layer *l = &h->layers[i];
+        const save_layer *w = &want.layers[i];
+        l->layer_id = (int32_t)get32(e);
+        l->policy = (int32_t)get32(e + 4);
+        l->window = (int32_t)get32(e + 8);
+        l->n_kv_heads = (int32_t)get32(e + 12);
+        l->head_dim = (int32_t)get32(e + 16);
+        l->first = (int64_t)get64(e + 24);
+        l->rows = (int64_t)get64(e + 32);
+        l->offset = get64(e + 40);
+        l->bytes = get64(e + 48);
+        l->check = get64(e + 56);
+        const char *field = l->layer_id != w->layer_id     ? "layer_id"
+                            : l->policy != w->policy       ? "policy"
+                            : l->window != w->window       ? "window"
+                            : l->n_kv_heads != w->n_kv_heads ? "n_kv_heads"
+                            : l->head_dim != w->head_dim   ? "head_dim"
+                                                           : NULL;
+        if (field) {
+            st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: layer %d's %s differs from the "
+                                             "program's", path, (int)i, field);
+            break;
+        }
+        field = l->first != w->first     ? "first position"
+                : l->rows != w->rows     ? "row count"
+                : l->offset != w->offset ? "payload offset"
+                : l->bytes != w->bytes   ? "payload bytes"
+                                         : NULL;
+        if (field)
+            st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: layer %d (layer_id %d): the %s disagrees with the "
+                                             "length %lld", path, (int)i, (int)l->layer_id, field, (long long)h->length);
+    }
+    if (st == OG_OK && h->file_bytes != want.file_bytes)
+        st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: file_bytes %llu disagrees with the layers (%llu)", path,
+                          (unsigned long long)h->file_bytes, (unsigned long long)want.file_bytes);
+    if (st == OG_OK) {
+        put64(all + HDR_CHECK_AT, 0);
+        if (og_hash64(all, hsize, SAVE_SEED) != h->check)
+            st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: header checksum mismatch (the header is corrupt)",
+                              path);
+    }
+    struct stat sb;
+    if (st == OG_OK && fstat(fd, &sb) != 0)
+        st = og_set_error(OG_ERR_IO, "og_session_restore: %s: fstat: %s", path, strerror(errno));
+    if (st == OG_OK && (uint64_t)sb.st_size != h->file_bytes)
+        st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: %s: the file has %lld bytes, its header says %llu",
+                          path, (uint64_t)sb.st_size < h->file_bytes ? "truncated" : "trailing bytes",
+                          (long long)sb.st_size, (unsigned long long)h->file_bytes);
+    og_free(want.layers);
+    og_free(all);
+    return st;
+}
+
+/* Reads layer i's rows into s, checking its payload. */
+static og_status restore_layer_rows(og_session *s, int32_t i, const save_layer *l, unsigned char *buf, int fd,
+                                    const char *path) {
+    const int64_t row = og_kv_row_bytes(&s->cfg, &s->cfg.layers[i]);
+    const int64_t per = (int64_t)(CHUNK_BYTES / (size_t)row) > 0 ? (int64_t)(CHUNK_BYTES / (size_t)row) : 1;
+    og_hash h;
+    og_hash_init(&h, SAVE_SEED);
+    char what[96];
+    snprintf(what, sizeof what, "the rows of layer %d", (int)i);
+    for (int part = 0; part < 2; part++)
+        for (int64_t done = 0; done < l->rows;) {
+            const int64_t n = l->rows - done < per ? l->rows - done : per;
+            og_status st = read_all(fd, buf, (size_t)(n * row), path, what);
+            if (st != OG_OK) return st;
+            og_hash_update(&h, buf, (size_t)(n * row));
+            if ((st = og_kv_session_rows_from_host(s->kv, i, part, l->first + done, n, buf)) != OG_OK) return st;
+            done += n;
+        }
+    if (og_hash_final(&h) != l->check)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: layer %d (layer_id %d): checksum mismatch (its rows "
+                                           "are corrupt)", path, (int)i, (int)l->layer_id);
+    return OG_OK;
+}
+
+static og_status restore_into(og_session *s, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return og_set_error(OG_ERR_IO, "og_session_restore: cannot open %s: %s", path, strerror(errno));
+    save_header h = {0};
+    unsigned char *buf = NULL;
+    og_status st = read_header(fd, path, s->m, s->cfg.kv_dtype, &h);
+    if (st == OG_OK && (buf = og_malloc(CHUNK_BYTES)) == NULL)
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
+    if (st == OG_OK) og_kv_session_reset(s->kv);
+    if (st == OG_OK && (st = og_kv_session_restore_begin(s->kv, h.length)) != OG_OK)
+        og_set_error(st, "og_session_restore: %s: %s", path, og_kv_session_last_error(s->kv));
+    for (int32_t i = 0; i < h.n_layers && st == OG_OK; i++) st = restore_layer_rows(s, i, &h.layers[i], buf, fd, path);
+    if (st == OG_OK) og_kv_session_restore_end(s->kv, h.length);
+    close(fd);
+    og_free(buf);
+    og_free(h.layers);
+    return st;
+}
+
+og_status og_session_restore_into(og_session *s, const char *path) {
+    if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_restore_into: NULL argument");
+    og_status st = hold(s, "og_session_restore_into");
+    if (st != OG_OK) return og_set_error(st, "%s", s->err.msg);
+    st = restore_into(s, path);
+    atomic_store(&s->stepping, 0);
+    if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_last_error());
+    return st;
+}
+
+og_status og_session_restore(og_model *m, const char *path, og_session **out) {
+    if (!m || !path || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_restore: NULL argument");
+    *out = NULL;
+    /* the file's kv dtype decides the session's */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return og_set_error(OG_ERR_IO, "og_session_restore: cannot open %s: %s", path, strerror(errno));
+    save_header h = {0};
+    og_status st = read_header(fd, path, m, OG_DTYPE_COUNT, &h);
+    close(fd);
+    og_free(h.layers);
+    if (st != OG_OK) return st;
+    og_session_params p = og_session_default_params();
+    p.kv_dtype = (og_dtype)h.kv_dtype;
+    og_session *s = NULL;
+    if ((st = og_session_create(m, &p, &s)) != OG_OK) return st;
+    if ((st = og_session_restore_into(s, path)) != OG_OK) {
+        og_session_destroy(s);
+        return st;
+    }
+    *out = s;
+    return OG_OK;
+}
