@@ -21,6 +21,8 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 PID=
 PORT=
+# a server left by a failure or a timeout never outlives the test
+trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null' EXIT
 
 # start_server NAME [options]: runs offgraph serve in the background and
 # reads the port it picked from its first line
@@ -173,7 +175,7 @@ expect_error 405 "True" "GET on completions" GET /v1/completions
     fail "max_tokens past the context: $(head -c 300 "$WORK/out")"
 
 # 32 concurrent streaming clients, each text equal to its greedy text alone
-python3 - "$PORT" "$WORK/expect.json" <<'PY' || fail "expected texts for the concurrent clients"
+timeout 300 python3 - "$PORT" "$WORK/expect.json" <<'PY' || fail "expected texts for the concurrent clients"
 import http.client, json, sys
 port, out = int(sys.argv[1]), sys.argv[2]
 words = ["beginning", "king", "LORD", "people", "land", "house", "son", "day"]
@@ -212,7 +214,7 @@ stop_server a
 start_server b --max-sessions 4 --kv-budget 1M --max-queue 0 || exit 1
 expect_error 400 "'kv-budget' in j['error']['message']" "a request larger than the whole budget" POST /v1/completions \
     '{"prompt":"x","max_tokens":1000}'
-python3 - "$PORT" >"$WORK/b.out" <<'PY' || fail "429 under the budget: $(cat "$WORK/b.out")"
+timeout 300 python3 - "$PORT" >"$WORK/b.out" <<'PY' || fail "429 under the budget: $(cat "$WORK/b.out")"
 import http.client, json, sys, threading
 port = int(sys.argv[1])
 res = []
@@ -239,7 +241,7 @@ stop_server b
 
 # one session and a queue: every request waits its turn and succeeds
 start_server c --max-sessions 1 --max-queue 8 || exit 1
-python3 - "$PORT" >"$WORK/c.out" <<'PY' || fail "queued requests: $(cat "$WORK/c.out")"
+timeout 300 python3 - "$PORT" >"$WORK/c.out" <<'PY' || fail "queued requests: $(cat "$WORK/c.out")"
 import http.client, json, sys, threading
 port = int(sys.argv[1])
 res = []
