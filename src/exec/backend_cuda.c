@@ -57,6 +57,7 @@
 #include <cuda_runtime_api.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
@@ -93,6 +94,10 @@ typedef struct cuda_model {
     int32_t max_heads, max_head_dim;
     int64_t max_keys;
     bool batch_scratch_per_row; /* the program attends at all */
+    /* products of more than OG_GEMV_CUDA_MAX_T rows round bf16 programs'
+     * activations to bf16 (one tensor-core product instead of hi + lo);
+     * OG_CUDA_PRODUCTS=bf16 in the environment, for measurements */
+    bool bf16_products;
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
 
@@ -428,6 +433,8 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     m->be = cm;
     CUDA_TRY(cudaGetDevice(&cm->device), "cudaGetDevice");
     CUDA_TRY(cudaStreamCreateWithFlags(&cm->store, cudaStreamNonBlocking), "cudaStreamCreate");
+    const char *products_env = getenv("OG_CUDA_PRODUCTS");
+    cm->bf16_products = products_env && !strcmp(products_env, "bf16");
     const int32_t n_tensors = og_program_n_tensors(m->prog);
     cm->weights = og_calloc((size_t)n_tensors, sizeof *cm->weights);
     if (!cm->weights) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
@@ -716,36 +723,55 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
     return slot >= 0 ? r->slots[slot] : NULL; /* NULL: a fused step's unwritten value */
 }
 
+/* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
+ * one dtype (the q, k, v projections, or gate and up): up to
+ * OG_GEMV_CUDA_MAX_T rows stream the weights once in a gemv; wider steps go
+ * to cuBLAS, f32 weights by SGEMM, bf16 weights by two tensor-core products
+ * of x split once into bf16 hi + lo parts (or, with bf16_products, one
+ * product of x rounded to bf16). */
+static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
+                          const og_gemv_cuda_part *parts, int n) {
+    og_step_ctx *c = x->c;
+    if (T <= OG_GEMV_CUDA_MAX_T) return og_gemv_multi_cuda(c->stream, in, dt, T, K, parts, n);
+    for (int k = 0; k < n; k++)
+        if (T > INT32_MAX || K > INT32_MAX || parts[k].N > INT32_MAX || K > cm_of(x->m)->max_k)
+            return og_set_error(OG_ERR_UNSUPPORTED, "matmul: %lld x %lld x %lld exceeds the cuBLAS path",
+                                (long long)T, (long long)K, (long long)parts[k].N);
+    uint16_t *hi = x->rs->split_hi, *lo = x->rs->split_lo;
+    if (dt != OG_DTYPE_F32) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, lo));
+    const float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < n; k++) {
+        const og_gemv_cuda_part *pt = &parts[k];
+        const int N = (int)pt->N;
+        const float *beta = &zero;
+        if (pt->bias) {
+            OG_TRY(og_fill_rows_cuda(c->stream, pt->bias, dt, T, pt->N, pt->out));
+            beta = &one;
+        }
+        cublasStatus_t bs;
+        if (dt == OG_DTYPE_F32) {
+            bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, (int)K, in,
+                             (int)K, beta, pt->out, N);
+            if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSgemm");
+            continue;
+        }
+        /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
+        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF,
+                          (int)K, hi, CUDA_R_16BF, (int)K, beta, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+        if (bs == CUBLAS_STATUS_SUCCESS && !cm_of(x->m)->bf16_products)
+            bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF,
+                              (int)K, lo, CUDA_R_16BF, (int)K, &one, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasGemmEx bf16");
+    }
+    return OG_OK;
+}
+
 static og_status matmul(const step_run *x, const float *in, const void *w, const void *bias, og_dtype dt,
                         int64_t T, int64_t K, int64_t N, float *out) {
-    og_step_ctx *c = x->c;
-    if (T <= OG_GEMV_CUDA_MAX_T) return og_gemv_cuda(c->stream, in, w, bias, dt, T, K, N, out);
-    if (T > INT32_MAX || K > INT32_MAX || N > INT32_MAX || K > cm_of(x->m)->max_k)
-        return og_set_error(OG_ERR_UNSUPPORTED, "matmul: %lld x %lld x %lld exceeds the cuBLAS path", (long long)T,
-                            (long long)K, (long long)N);
-    const float one = 1.0f, zero = 0.0f;
-    const float *beta = &zero;
-    if (bias) {
-        OG_TRY(og_fill_rows_cuda(c->stream, bias, dt, T, N, out));
-        beta = &one;
-    }
-    cublasStatus_t bs;
-    if (dt == OG_DTYPE_F32) {
-        bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, (int)K, in, (int)K, beta,
-                         out, (int)N);
-        return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasSgemm");
-    }
-    uint16_t *hi = x->rs->split_hi, *lo = x->rs->split_lo;
-    OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, lo));
-    /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
-    bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
-                      hi, CUDA_R_16BF, (int)K, beta, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
-                      CUBLAS_GEMM_DEFAULT);
-    if (bs == CUBLAS_STATUS_SUCCESS)
-        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, w, CUDA_R_16BF, (int)K,
-                          lo, CUDA_R_16BF, (int)K, &one, out, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F,
-                          CUBLAS_GEMM_DEFAULT);
-    return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasGemmEx bf16");
+    const og_gemv_cuda_part part = {w, bias, N, out};
+    return products(x, in, dt, T, K, &part, 1);
 }
 
 /* The device operands of instruction i, its output, and the rows it runs
@@ -899,17 +925,33 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
     }
     case STEP_GATE_UP: {
         const int64_t T = instr_operands(x, i, &a);
-        if (T > OG_GEMV_CUDA_MAX_T) break;
         instr_operands(x, mi[1], &b);
         instr_io sw;
         instr_operands(x, mi[2], &sw);
         const og_program_instr *g = og_program_instr_at(m->prog, i);
+        if (T > OG_GEMV_CUDA_MAX_T && a.out && b.out) { /* one split of x for both products */
+            const og_gemv_cuda_part parts[2] = {{a.v[1], g->n_in > 2 ? a.v[2] : NULL, g->out_width, a.out},
+                                                {b.v[1], g->n_in > 2 ? b.v[2] : NULL, g->out_width, b.out}};
+            OG_TRY(products(x, a.v[0], a.dt[1], T, a.w[0], parts, 2));
+            *failed = mi[2];
+            return og_swiglu_cuda(c->stream, a.out, b.out, T * g->out_width, sw.out);
+        }
+        if (T > OG_GEMV_CUDA_MAX_T) break;
         return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
                                         b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
     }
     case STEP_GEMVS:
     case STEP_ONE: {
         const int64_t T = instr_operands(x, i, &a);
+        if (T > OG_GEMV_CUDA_MAX_T && sp->kind == STEP_GEMVS) { /* one split of x for every product */
+            og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
+            for (int32_t k = 0; k < n; k++) {
+                const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
+                instr_operands(x, mi[k], &b);
+                parts[k] = (og_gemv_cuda_part){b.v[1], in->n_in > 2 ? b.v[2] : NULL, in->out_width, b.out};
+            }
+            return products(x, a.v[0], a.dt[1], T, a.w[0], parts, n);
+        }
         if (T > OG_GEMV_CUDA_MAX_T || (sp->kind == STEP_ONE && !pro)) break;
         og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
         for (int32_t k = 0; k < n; k++) {
@@ -1144,8 +1186,25 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
         OG_TRY(capture(x, bucket, failed));
         captured = true;
     }
-    CUDA_TRY(cudaMemcpyAsync(r->block_dev, r->block_host, r->layout.bytes, cudaMemcpyHostToDevice, c->stream),
+    /* the parts of the step block this step wrote: the rows' arrays, each
+     * layer's first table entries, the first sampler rows */
+    const int32_t rows = x->B > 0 ? x->B : p->n_rows, out_rows = x->B > 0 ? x->B : p->n_tail_rows;
+    const int32_t entries = x->B > 0 ? x->B : p->n_single;
+    const size_t pitch = (size_t)r->cap * sizeof(int32_t);
+    CUDA_TRY(cudaMemcpy2DAsync(r->block_dev, pitch, r->block_host, pitch, (size_t)rows * sizeof(int32_t), BLOCK_ARRAYS,
+                               cudaMemcpyHostToDevice, c->stream),
              "step block upload");
+    const size_t tpitch = (size_t)r->cap * sizeof(og_attend_cuda_seq);
+    const int32_t n_layers = og_program_kv_config(m->prog)->n_layers;
+    if (entries > 0)
+        CUDA_TRY(cudaMemcpy2DAsync(r->block_dev + r->layout.table, tpitch, r->block_host + r->layout.table, tpitch,
+                                   (size_t)entries * sizeof(og_attend_cuda_seq), (size_t)n_layers,
+                                   cudaMemcpyHostToDevice, c->stream),
+                 "attention table upload");
+    if (out_rows > 0)
+        CUDA_TRY(cudaMemcpyAsync(r->block_dev + r->layout.samplers, r->block_host + r->layout.samplers,
+                                 (size_t)out_rows * sizeof(og_sample_cuda_row), cudaMemcpyHostToDevice, c->stream),
+                 "sampler rows upload");
     if (c->recent_used > 0)
         CUDA_TRY(cudaMemcpyAsync(c->recent_dev, c->recent_host, (size_t)c->recent_used * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, c->stream),
@@ -1175,7 +1234,6 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
                                      cudaMemcpyDeviceToHost, c->stream),
                      "logits copy back");
     }
-    const int64_t out_rows = x->B > 0 ? x->B : p->n_tail_rows;
     if (bucket >= 0 || c->device_tokens)
         CUDA_TRY(cudaMemcpyAsync(r->next_host, r->next_dev, (size_t)out_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                  c->stream),
