@@ -14,7 +14,9 @@ static void usage(FILE *f) {
                "Reads one user message a line from standard input and prints the model's reply,\n"
                "with the chat template of the model (ChatML, Llama-3, Mistral; otherwise plain\n"
                "text). Commands: /reset forgets the conversation, /stats prints one line of JSON\n"
-               "about the last turn and the session, /quit (or Ctrl-D) ends. -n limits one reply.\n\n");
+               "about the last turn and the session, /save <file> writes the conversation's KV cache\n"
+               "to a file (crash-safe), /load <file> goes on from a saved conversation of the same\n"
+               "model, /quit (or Ctrl-D) ends. -n limits one reply.\n\n");
     og_gen_options_usage(f);
 }
 
@@ -83,6 +85,26 @@ int og_cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/quit")) break;
         if (!strcmp(line, "/stats")) {
             print_stats(&g, &last);
+            continue;
+        }
+        if (!strncmp(line, "/save ", 6) || !strncmp(line, "/load ", 6)) {
+            const char *file = line + 6;
+            while (*file == ' ') file++;
+            og_session *loaded = NULL;
+            og_status st = line[1] == 's' ? og_session_save(g.session, file) : og_session_restore(g.model, file, &loaded);
+            if (st != OG_OK) {
+                fprintf(stderr, "offgraph chat: %s\n", og_last_error());
+                continue;
+            }
+            if (loaded) { /* the saved conversation replaces this one */
+                og_session_destroy(g.session);
+                g.session = loaded;
+                og_sampler_reset(g.sampler);
+                first = og_session_length(loaded) == 0;
+                last = (turn_stats){0};
+            }
+            fprintf(stderr, "offgraph chat: %s %s (%lld tokens)\n", line[1] == 's' ? "saved to" : "loaded", file,
+                    (long long)og_session_length(g.session));
             continue;
         }
         if (!strcmp(line, "/reset")) {

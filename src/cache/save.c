@@ -29,6 +29,7 @@
  * A save writes a temp file <path>.tmp.XXXXXX in the same directory: the
  * payload first, the header last (a torn temp file has no valid header),
  * fsync, rename onto path, fsync of the directory. */
+#include "cache/cache.h"
 #include "cache/hash.h"
 #include "exec/exec.h"
 #include "kv/kv.h"
@@ -195,16 +196,17 @@ static og_status hold(og_session *s, const char *fn) {
 /* ------------------------------------------------------------ save */
 
 /* Writes layer i's payload (k rows, then v rows) to fd, hashing it. */
-static og_status save_layer_rows(const og_session *s, int32_t i, save_layer *l, unsigned char *buf, int fd,
+static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char *buf, int fd,
                                  const char *path) {
-    const int64_t row = og_kv_row_bytes(&s->cfg, &s->cfg.layers[i]);
+    const og_kv_config *cfg = og_kv_session_config(kv);
+    const int64_t row = og_kv_row_bytes(cfg, &cfg->layers[i]);
     const int64_t per = (int64_t)(CHUNK_BYTES / (size_t)row) > 0 ? (int64_t)(CHUNK_BYTES / (size_t)row) : 1;
     og_hash h;
     og_hash_init(&h, SAVE_SEED);
     for (int part = 0; part < 2; part++)
         for (int64_t done = 0; done < l->rows;) {
             const int64_t n = l->rows - done < per ? l->rows - done : per;
-            og_status st = og_kv_session_rows_to_host(s->kv, i, part, l->first + done, n, buf);
+            og_status st = og_kv_session_rows_to_host(kv, i, part, l->first + done, n, buf);
             if (st != OG_OK) return st;
             og_hash_update(&h, buf, (size_t)(n * row));
             if ((st = write_all(fd, buf, (size_t)(n * row), path)) != OG_OK) return st;
@@ -228,8 +230,8 @@ static og_status fsync_dir_of(const char *path) {
     return st;
 }
 
-static og_status save_to(og_session *s, const char *path) {
-    const og_kv_config *cfg = &s->cfg;
+og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint64_t weights_hash, const char *path) {
+    const og_kv_config *cfg = og_kv_session_config(kv);
     save_header h = {0};
     h.layers = og_calloc((size_t)cfg->n_layers, sizeof *h.layers);
     const size_t hsize = header_size(cfg->n_layers);
@@ -241,12 +243,13 @@ static og_status save_to(og_session *s, const char *path) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
         goto done;
     }
-    program_identity(s->m->prog, &h.manifest_hash, &h.weights_hash);
+    h.manifest_hash = manifest_hash;
+    h.weights_hash = weights_hash;
     h.kv_dtype = (uint32_t)cfg->kv_dtype;
     h.n_layers = cfg->n_layers;
     h.max_write = cfg->max_write;
     h.max_capacity = cfg->max_capacity;
-    h.length = og_kv_session_length(s->kv);
+    h.length = og_kv_session_length(kv);
     plan_layers(cfg, h.length, &h);
     sprintf(tmp, "%s.tmp.XXXXXX", path);
     fd = mkostemp(tmp, O_CLOEXEC);
@@ -258,7 +261,7 @@ static og_status save_to(og_session *s, const char *path) {
     /* the header's place stays zero until every row is written */
     memset(hdr, 0, hsize);
     if ((st = write_all(fd, hdr, hsize, tmp)) != OG_OK) goto done;
-    for (int32_t i = 0; i < cfg->n_layers && st == OG_OK; i++) st = save_layer_rows(s, i, &h.layers[i], buf, fd, tmp);
+    for (int32_t i = 0; i < cfg->n_layers && st == OG_OK; i++) st = save_layer_rows(kv, i, &h.layers[i], buf, fd, tmp);
     if (st != OG_OK) goto done;
     header_encode(&h, hdr);
     if (pwrite(fd, hdr, hsize, 0) != (ssize_t)hsize) {
@@ -295,7 +298,9 @@ og_status og_session_save(og_session *s, const char *path) {
     if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_save: NULL argument");
     og_status st = hold(s, "og_session_save");
     if (st != OG_OK) return og_set_error(st, "%s", s->err.msg);
-    st = save_to(s, path);
+    uint64_t manifest, weights;
+    program_identity(s->m->prog, &manifest, &weights);
+    st = og_kv_save_file(s->kv, manifest, weights, path);
     atomic_store(&s->stepping, 0);
     if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_last_error());
     return st;
@@ -309,8 +314,8 @@ static uint64_t get64(const unsigned char *b) { return og_le64(b); }
 /* Reads and checks the header of the file open at fd against model m's
  * program and manifest (kv_dtype: the session's, or OG_DTYPE_COUNT to take
  * the file's if it is bf16 or f32). Fills h (h->layers owned by the caller). */
-static og_status read_header(int fd, const char *path, const og_model *m, og_dtype kv_dtype, save_header *h) {
-    const og_kv_config *cfg = og_program_kv_config(m->prog);
+static og_status read_header(int fd, const char *path, const og_kv_config *cfg, uint64_t manifest, uint64_t weights,
+                             og_dtype kv_dtype, save_header *h) {
     unsigned char fixed[HDR_BYTES];
     og_status st = read_all(fd, fixed, HDR_BYTES, path, "the header");
     if (st != OG_OK) return st;
@@ -330,8 +335,6 @@ static og_status read_header(int fd, const char *path, const og_model *m, og_dty
     h->length = (int64_t)get64(fixed + 56);
     h->file_bytes = get64(fixed + 64);
     h->check = get64(fixed + HDR_CHECK_AT);
-    uint64_t manifest, weights;
-    program_identity(m->prog, &manifest, &weights);
     if (h->manifest_hash != manifest)
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another program: its manifest hash %016llx is not "
                                            "this program's %016llx", path, (unsigned long long)h->manifest_hash,
@@ -433,9 +436,10 @@ static og_status read_header(int fd, const char *path, const og_model *m, og_dty
 }
 
 /* Reads layer i's rows into s, checking its payload. */
-static og_status restore_layer_rows(og_session *s, int32_t i, const save_layer *l, unsigned char *buf, int fd,
+static og_status restore_layer_rows(og_kv_session *kv, int32_t i, const save_layer *l, unsigned char *buf, int fd,
                                     const char *path) {
-    const int64_t row = og_kv_row_bytes(&s->cfg, &s->cfg.layers[i]);
+    const og_kv_config *cfg = og_kv_session_config(kv);
+    const int64_t row = og_kv_row_bytes(cfg, &cfg->layers[i]);
     const int64_t per = (int64_t)(CHUNK_BYTES / (size_t)row) > 0 ? (int64_t)(CHUNK_BYTES / (size_t)row) : 1;
     og_hash h;
     og_hash_init(&h, SAVE_SEED);
@@ -447,7 +451,7 @@ static og_status restore_layer_rows(og_session *s, int32_t i, const save_layer *
             og_status st = read_all(fd, buf, (size_t)(n * row), path, what);
             if (st != OG_OK) return st;
             og_hash_update(&h, buf, (size_t)(n * row));
-            if ((st = og_kv_session_rows_from_host(s->kv, i, part, l->first + done, n, buf)) != OG_OK) return st;
+            if ((st = og_kv_session_rows_from_host(kv, i, part, l->first + done, n, buf)) != OG_OK) return st;
             done += n;
         }
     if (og_hash_final(&h) != l->check)
@@ -456,19 +460,20 @@ static og_status restore_layer_rows(og_session *s, int32_t i, const save_layer *
     return OG_OK;
 }
 
-static og_status restore_into(og_session *s, const char *path) {
+og_status og_kv_restore_file(og_kv_session *kv, uint64_t manifest_hash, uint64_t weights_hash, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return og_set_error(OG_ERR_IO, "og_session_restore: cannot open %s: %s", path, strerror(errno));
     save_header h = {0};
     unsigned char *buf = NULL;
-    og_status st = read_header(fd, path, s->m, s->cfg.kv_dtype, &h);
+    const og_kv_config *cfg = og_kv_session_config(kv);
+    og_status st = read_header(fd, path, cfg, manifest_hash, weights_hash, cfg->kv_dtype, &h);
     if (st == OG_OK && (buf = og_malloc(CHUNK_BYTES)) == NULL)
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
-    if (st == OG_OK) og_kv_session_reset(s->kv);
-    if (st == OG_OK && (st = og_kv_session_restore_begin(s->kv, h.length)) != OG_OK)
-        og_set_error(st, "og_session_restore: %s: %s", path, og_kv_session_last_error(s->kv));
-    for (int32_t i = 0; i < h.n_layers && st == OG_OK; i++) st = restore_layer_rows(s, i, &h.layers[i], buf, fd, path);
-    if (st == OG_OK) og_kv_session_restore_end(s->kv, h.length);
+    if (st == OG_OK) og_kv_session_reset(kv);
+    if (st == OG_OK && (st = og_kv_session_restore_begin(kv, h.length)) != OG_OK)
+        og_set_error(st, "og_session_restore: %s: %s", path, og_kv_session_last_error(kv));
+    for (int32_t i = 0; i < h.n_layers && st == OG_OK; i++) st = restore_layer_rows(kv, i, &h.layers[i], buf, fd, path);
+    if (st == OG_OK) og_kv_session_restore_end(kv, h.length);
     close(fd);
     og_free(buf);
     og_free(h.layers);
@@ -479,7 +484,9 @@ og_status og_session_restore_into(og_session *s, const char *path) {
     if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_restore_into: NULL argument");
     og_status st = hold(s, "og_session_restore_into");
     if (st != OG_OK) return og_set_error(st, "%s", s->err.msg);
-    st = restore_into(s, path);
+    uint64_t manifest, weights;
+    program_identity(s->m->prog, &manifest, &weights);
+    st = og_kv_restore_file(s->kv, manifest, weights, path);
     atomic_store(&s->stepping, 0);
     if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_last_error());
     return st;
@@ -492,7 +499,9 @@ og_status og_session_restore(og_model *m, const char *path, og_session **out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return og_set_error(OG_ERR_IO, "og_session_restore: cannot open %s: %s", path, strerror(errno));
     save_header h = {0};
-    og_status st = read_header(fd, path, m, OG_DTYPE_COUNT, &h);
+    uint64_t manifest, weights;
+    program_identity(m->prog, &manifest, &weights);
+    og_status st = read_header(fd, path, og_program_kv_config(m->prog), manifest, weights, OG_DTYPE_COUNT, &h);
     close(fd);
     og_free(h.layers);
     if (st != OG_OK) return st;
