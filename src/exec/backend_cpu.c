@@ -190,13 +190,6 @@ static const void *operand_ptr(const step_run *r, og_program_operand o, int64_t 
     return r->c->slots[cm_of(m)->slot_of[o.index]];
 }
 
-/* One-token rows, each with the bits og_matmul_cpu gives it alone. */
-static og_status matmul_rows(og_threadpool *pool, const float *x, const void *w, const void *bias, og_dtype dt,
-                             int64_t R, int64_t K, int64_t N, float *out) {
-    for (int64_t r = 0; r < R; r++) OG_TRY(og_matmul_cpu(pool, x + r * K, w, bias, dt, 1, K, N, out + r * N));
-    return OG_OK;
-}
-
 /* x [rows, K] @ w^T over the phase's rows: one-token rows together, each
  * wider step's rows as a call of their own (see the file comment). */
 static og_status matmul(const step_run *r, const float *x, const void *w, const void *bias, og_dtype dt, int64_t K,
@@ -204,7 +197,7 @@ static og_status matmul(const step_run *r, const float *x, const void *w, const 
     const og_step_plan *p = r->plan;
     og_threadpool *pool = r->m->pool;
     const int64_t singles = r->tail ? p->n_tail_single : p->n_single;
-    if (singles > 0) OG_TRY(matmul_rows(pool, x, w, bias, dt, singles, K, N, out));
+    if (singles > 0) OG_TRY(og_matmul_rows_cpu(pool, x, w, bias, dt, singles, K, N, out));
     for (int32_t i = 0; i < p->n_seqs; i++) {
         const og_step_seq *q = &p->seqs[i];
         const int64_t rows = r->tail ? q->tail_rows : q->T;
