@@ -98,6 +98,7 @@ typedef struct cuda_model {
      * activations to bf16 (one tensor-core product instead of hi + lo);
      * OG_CUDA_PRODUCTS=bf16 in the environment, for measurements */
     bool bf16_products;
+    int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
 
@@ -435,6 +436,9 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     CUDA_TRY(cudaStreamCreateWithFlags(&cm->store, cudaStreamNonBlocking), "cudaStreamCreate");
     const char *products_env = getenv("OG_CUDA_PRODUCTS");
     cm->bf16_products = products_env && !strcmp(products_env, "bf16");
+    const char *gemv_env = getenv("OG_CUDA_GEMV_ROWS");
+    cm->gemv_max_t = OG_GEMV_CUDA_MAX_T;
+    if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
     const int32_t n_tensors = og_program_n_tensors(m->prog);
     cm->weights = og_calloc((size_t)n_tensors, sizeof *cm->weights);
     if (!cm->weights) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
@@ -723,6 +727,11 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
     return slot >= 0 ? r->slots[slot] : NULL; /* NULL: a fused step's unwritten value */
 }
 
+/* Rows up to which products stream the weights in a gemv (at most
+ * OG_GEMV_CUDA_MAX_T; OG_CUDA_GEMV_ROWS in the environment lowers it, for
+ * measurements). */
+static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
+
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to
  * OG_GEMV_CUDA_MAX_T rows stream the weights once in a gemv; wider steps go
@@ -732,7 +741,7 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
     og_step_ctx *c = x->c;
-    if (T <= OG_GEMV_CUDA_MAX_T) return og_gemv_multi_cuda(c->stream, in, dt, T, K, parts, n);
+    if (T <= gemv_rows(x)) return og_gemv_multi_cuda(c->stream, in, dt, T, K, parts, n);
     for (int k = 0; k < n; k++)
         if (T > INT32_MAX || K > INT32_MAX || parts[k].N > INT32_MAX || K > cm_of(x->m)->max_k)
             return og_set_error(OG_ERR_UNSUPPORTED, "matmul: %lld x %lld x %lld exceeds the cuBLAS path",
@@ -879,7 +888,7 @@ static bool norm_prologue(const step_run *x, const cuda_step *sp, og_gemv_cuda_n
     if (!sp->n_pre) return false;
     instr_io a, b;
     const int64_t T = instr_operands(x, sp->instr[0], &a);
-    if (T > OG_GEMV_CUDA_MAX_T || !og_gemv_cuda_norm_fits(T, a.w[0])) return false;
+    if (T > gemv_rows(x) || !og_gemv_cuda_norm_fits(T, a.w[0])) return false;
     instr_operands(x, sp->instr[1], &b);
     const og_program_instr *norm = og_program_instr_at(x->m->prog, sp->instr[1]);
     *nm = (og_gemv_cuda_norm){a.v[0], a.v[1], b.v[1], b.dt[1], (float)norm->attrs.eps, a.out};
@@ -929,21 +938,21 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
         instr_io sw;
         instr_operands(x, mi[2], &sw);
         const og_program_instr *g = og_program_instr_at(m->prog, i);
-        if (T > OG_GEMV_CUDA_MAX_T && a.out && b.out) { /* one split of x for both products */
+        if (T > gemv_rows(x) && a.out && b.out) { /* one split of x for both products */
             const og_gemv_cuda_part parts[2] = {{a.v[1], g->n_in > 2 ? a.v[2] : NULL, g->out_width, a.out},
                                                 {b.v[1], g->n_in > 2 ? b.v[2] : NULL, g->out_width, b.out}};
             OG_TRY(products(x, a.v[0], a.dt[1], T, a.w[0], parts, 2));
             *failed = mi[2];
             return og_swiglu_cuda(c->stream, a.out, b.out, T * g->out_width, sw.out);
         }
-        if (T > OG_GEMV_CUDA_MAX_T) break;
+        if (T > gemv_rows(x)) break;
         return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
                                         b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
     }
     case STEP_GEMVS:
     case STEP_ONE: {
         const int64_t T = instr_operands(x, i, &a);
-        if (T > OG_GEMV_CUDA_MAX_T && sp->kind == STEP_GEMVS) { /* one split of x for every product */
+        if (T > gemv_rows(x) && sp->kind == STEP_GEMVS) { /* one split of x for every product */
             og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
             for (int32_t k = 0; k < n; k++) {
                 const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
@@ -952,7 +961,7 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
             }
             return products(x, a.v[0], a.dt[1], T, a.w[0], parts, n);
         }
-        if (T > OG_GEMV_CUDA_MAX_T || (sp->kind == STEP_ONE && !pro)) break;
+        if (T > gemv_rows(x) || (sp->kind == STEP_ONE && !pro)) break;
         og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
         for (int32_t k = 0; k < n; k++) {
             const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
