@@ -294,16 +294,31 @@ done:
     return st;
 }
 
-og_status og_session_save(og_session *s, const char *path) {
-    if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_save: NULL argument");
-    og_status st = hold(s, "og_session_save");
+/* Runs a save or restore of a session's KV storage against path, with the
+ * session held (no step may run meanwhile) and the program's identity. */
+typedef og_status (*kv_file_fn)(og_kv_session *kv, uint64_t manifest, uint64_t weights, const char *path);
+static og_status with_session_file(og_session *s, const char *path, const char *what, kv_file_fn fn) {
+    if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: NULL argument", what);
+    og_status st = hold(s, what);
     if (st != OG_OK) return og_set_error(st, "%s", s->err.msg);
     uint64_t manifest, weights;
     program_identity(s->m->prog, &manifest, &weights);
-    st = og_kv_save_file(s->kv, manifest, weights, path);
+    st = fn(s->kv, manifest, weights, path);
     atomic_store(&s->stepping, 0);
-    if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_last_error());
+    if (st != OG_OK) {
+        char cause[OG_ERRMSG_CAP];
+        snprintf(cause, sizeof cause, "%s", og_last_error());
+        og_errbuf_set(&s->err, st, "%s", cause);
+    }
     return st;
+}
+
+static og_status save_kv(og_kv_session *kv, uint64_t manifest, uint64_t weights, const char *path) {
+    return og_kv_save_file(kv, manifest, weights, path);
+}
+
+og_status og_session_save(og_session *s, const char *path) {
+    return with_session_file(s, path, "og_session_save", save_kv);
 }
 
 /* ------------------------------------------------------------ restore */
@@ -481,15 +496,7 @@ og_status og_kv_restore_file(og_kv_session *kv, uint64_t manifest_hash, uint64_t
 }
 
 og_status og_session_restore_into(og_session *s, const char *path) {
-    if (!s || !path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_restore_into: NULL argument");
-    og_status st = hold(s, "og_session_restore_into");
-    if (st != OG_OK) return og_set_error(st, "%s", s->err.msg);
-    uint64_t manifest, weights;
-    program_identity(s->m->prog, &manifest, &weights);
-    st = og_kv_restore_file(s->kv, manifest, weights, path);
-    atomic_store(&s->stepping, 0);
-    if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_last_error());
-    return st;
+    return with_session_file(s, path, "og_session_restore_into", og_kv_restore_file);
 }
 
 og_status og_session_restore(og_model *m, const char *path, og_session **out) {
