@@ -28,6 +28,7 @@
 #include "kernels/attend.h"
 #include "model/sample.h"
 
+#include <stdio.h>
 #include <string.h>
 
 typedef struct cpu_model {
@@ -211,21 +212,58 @@ static og_status matmul(const step_run *r, const float *x, const void *w, const 
     return OG_OK;
 }
 
+/* update_and_attend of session i of the step over its own storage. */
+typedef struct attend_job {
+    const step_run *r;
+    const og_program_instr *in;
+    const float *q, *k, *v; /* the step's [N, ...] rows */
+    float *out;
+    og_status *status;      /* [K] when sessions run in parallel */
+    char (*why)[OG_ERRMSG_CAP];
+} attend_job;
+
+static og_status attend_one(const attend_job *j, int32_t i, og_threadpool *pool) {
+    const step_run *r = j->r;
+    const og_step_seq *s = &r->plan->seqs[i];
+    const int64_t qw = j->in->out_width, kw = og_program_instr_at(r->m->prog, j->in->in[1].index)->out_width;
+    og_attend_args aa = {
+        .q = j->q + s->row0 * qw, .k = j->k + s->row0 * kw, .v = j->v + s->row0 * kw,
+        .positions = r->c->positions + s->row0, .out = j->out + s->row0 * qw,
+        .T = s->T, .n_heads = (int32_t)j->in->attrs.n_heads, .scale = (float)j->in->attrs.scale,
+    };
+    OG_TRY(og_kv_session_layer_view(s->s->kv, j->in->kv_index, &aa.kv));
+    return og_update_and_attend_cpu(&aa, pool, NULL);
+}
+
+static void attend_task(void *ctx, int64_t i, int thread) {
+    const attend_job *j = ctx;
+    j->status[i] = attend_one(j, (int32_t)i, NULL);
+    if (j->status[i] != OG_OK) snprintf(j->why[i], OG_ERRMSG_CAP, "%s", og_last_error());
+}
+
+/* Sessions of a decode step (one row each) run in parallel, each on one
+ * thread; otherwise each session's attention spreads over the threads. The
+ * kernel's results do not depend on its threads, so both give every
+ * session the bits it gets alone. */
 static og_status attend(const step_run *r, const og_program_instr *in, const float *q, const float *k,
                         const float *v, float *out) {
     const og_step_plan *p = r->plan;
-    const int64_t qw = in->out_width, kw = og_program_instr_at(r->m->prog, in->in[1].index)->out_width;
-    for (int32_t i = 0; i < p->n_seqs; i++) {
-        const og_step_seq *s = &p->seqs[i];
-        og_attend_args aa = {
-            .q = q + s->row0 * qw, .k = k + s->row0 * kw, .v = v + s->row0 * kw,
-            .positions = r->c->positions + s->row0, .out = out + s->row0 * qw,
-            .T = s->T, .n_heads = (int32_t)in->attrs.n_heads, .scale = (float)in->attrs.scale,
-        };
-        OG_TRY(og_kv_session_layer_view(s->s->kv, in->kv_index, &aa.kv));
-        OG_TRY(og_update_and_attend_cpu(&aa, r->m->pool, NULL));
+    attend_job j = {r, in, q, k, v, out, NULL, NULL};
+    og_threadpool *pool = r->m->pool;
+    if (!p->decode_only || p->n_seqs < 2 || p->n_seqs < og_threadpool_size(pool)) {
+        for (int32_t i = 0; i < p->n_seqs; i++) OG_TRY(attend_one(&j, i, pool));
+        return OG_OK;
     }
-    return OG_OK;
+    j.status = og_malloc((size_t)p->n_seqs * sizeof *j.status);
+    j.why = og_malloc((size_t)p->n_seqs * sizeof *j.why);
+    og_status st = OG_OK;
+    if (!j.status || !j.why) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "attention of %d sessions: no memory", p->n_seqs);
+    if (st == OG_OK) og_parallel_for(pool, p->n_seqs, attend_task, &j);
+    for (int32_t i = 0; st == OG_OK && i < p->n_seqs; i++)
+        if (j.status[i] != OG_OK) st = og_set_error(j.status[i], "session of row %d: %s", p->seqs[i].row0, j.why[i]);
+    og_free(j.status);
+    og_free(j.why);
+    return st;
 }
 
 static og_status run_instr(const step_run *r, int32_t i) {
