@@ -5,11 +5,12 @@
 
 BUILD      ?= build
 SAN_BUILD  ?= build-sanitize
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-sanitize fuzz fuzz-replay bench clean
+.PHONY: all deps build run test test-sanitize test-tsan fuzz fuzz-replay bench clean
 
 all: build
 
@@ -33,6 +34,15 @@ test-sanitize: deps
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS)
 
+# The tests that share one model between threads (test_threads, test_batch),
+# built with ThreadSanitizer (gcc, CPU only); any report fails the run.
+TSAN_TESTS = test_threads test_batch
+test-tsan: deps
+	@CC=gcc cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DOG_SANITIZE=thread -DOG_CUDA=OFF >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
+	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '^test_(threads|batch)$$'
+
 # libFuzzer harnesses (clang). FUZZ_SECONDS per harness.
 FUZZ_SECONDS ?= 60
 fuzz:
@@ -41,8 +51,15 @@ fuzz:
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
+# Installs into PREFIX (default /usr/local), staged under DESTDIR when set:
+# lib/liboffgraph.so.<major> (and .a), include/offgraph.h, bin/offgraph,
+# lib/pkgconfig/offgraph.pc and lib/cmake/offgraph (find_package(offgraph)).
+PREFIX ?= /usr/local
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+
 bench: build
 	@ls $(BUILD)/bench_* 2>/dev/null || true
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -866,8 +866,10 @@ typedef struct th_job {
 static void *th_run(void *arg) {
     th_job *j = arg;
     og_session *s[2] = {0};
-    og_sampler *smp = new_sampler(2, (uint64_t)j->id + 10);
-    j->st = OG_OK;
+    /* no CHECK here: the harness's counters belong to the main thread */
+    og_sampler_params sp = sampler_params(2, (uint64_t)j->id + 10);
+    og_sampler *smp = NULL;
+    j->st = og_sampler_create(&sp, V, &smp);
     for (int k = 0; k < 2 && j->st == OG_OK; k++) j->st = og_session_create(j->m, NULL, &s[k]);
     int32_t prompt[2][MAX_WRITE];
     for (int k = 0; k < 2; k++)
