@@ -51,13 +51,6 @@ fuzz:
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-# Installs into PREFIX (default /usr/local), staged under DESTDIR when set:
-# lib/liboffgraph.so.<major> (and .a), include/offgraph.h, bin/offgraph,
-# lib/pkgconfig/offgraph.pc and lib/cmake/offgraph (find_package(offgraph)).
-PREFIX ?= /usr/local
-install: build
-	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
-
 bench: build
 	@ls $(BUILD)/bench_* 2>/dev/null || true
 
