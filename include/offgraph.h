@@ -719,6 +719,112 @@ const og_kv_session *og_session_kv(const og_session *s);
 /* Message of the last failure on this session; never NULL. */
 const char *og_session_last_error(const og_session *s);
 
+
+/* ----------------------------------------------------------- tokenizer */
+
+/* Text <-> token ids, as Hugging Face `tokenizers` does it for a
+ * tokenizer.json with a BPE model, and the special tokens a
+ * tokenizer_config.json names. A tokenizer is never changed after it is
+ * made: any number of threads may use one at once (each decode stream
+ * belongs to one thread at a time). Text in and out is UTF-8; input that is
+ * not valid UTF-8 has each maximal ill-formed subpart read as U+FFFD. */
+typedef struct og_tokenizer og_tokenizer;
+
+/* Frees an array or a string that a tokenizer call gave the caller (ids,
+ * text, pieces), through the host allocator. NULL is a no-op. */
+void og_free(void *ptr);
+
+/* The tokenizer of a model: the tokenizer.json and tokenizer_config.json
+ * its program embeds (see og_model_tokenizer_json). The tokenizer copies
+ * what it needs: it does not borrow m, which may be freed first. On success
+ * *out is owned by the caller: og_tokenizer_free. Refused: NULL arguments
+ * (OG_ERR_INVALID_ARGUMENT); a program exported without a tokenizer
+ * (OG_ERR_UNSUPPORTED); a file that is malformed (OG_ERR_FORMAT) or asks
+ * for what this build does not support (OG_ERR_UNSUPPORTED), with
+ * og_last_error() naming the file and what in it. *out is NULL on failure. */
+og_status og_tokenizer_from_model(const og_model *m, og_tokenizer **out);
+/* The same from files: tokenizer_json_path, and config_path (a
+ * tokenizer_config.json; NULL for none: then no bos and no eos). A file
+ * that cannot be read is OG_ERR_IO, naming the path. */
+og_status og_tokenizer_from_file(const char *tokenizer_json_path, const char *config_path, og_tokenizer **out);
+/* Frees the tokenizer; every decode stream of it must be destroyed first.
+ * NULL is a no-op. */
+void og_tokenizer_free(og_tokenizer *t);
+
+/* Flags of og_tokenize. */
+#define OG_TOKENIZE_ADD_SPECIAL 1u   /* add the tokens tokenizer.json's post_processor adds
+                                        around a text (e.g. a bos token)              */
+#define OG_TOKENIZE_PARSE_SPECIAL 2u /* special tokens written in the text ("<|im_end|>")
+                                        become their ids; without it they are text    */
+
+/* Encodes len bytes of text (NUL bytes included; text may be NULL when len
+ * is 0). flags: OG_TOKENIZE_* or'ed (0: the text alone, special tokens in
+ * it encoded as plain text; Hugging Face's encode(text) is ADD_SPECIAL |
+ * PARSE_SPECIAL). On success *ids is owned by the caller: og_free (NULL
+ * when *n is 0). Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT),
+ * ADD_SPECIAL with a post_processor other than TemplateProcessing,
+ * ByteLevel or a Sequence of them (OG_ERR_UNSUPPORTED, naming it). On
+ * failure *ids is NULL and *n 0. */
+og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                      int64_t *n);
+/* Decodes n ids into NUL-terminated UTF-8, special tokens kept as their
+ * text, exactly as Hugging Face's decode(ids) does. On success *text is
+ * owned by the caller: og_free; *len (if non-NULL) gets its length in
+ * bytes. An id that is not a token is OG_ERR_INVALID_ARGUMENT, naming it
+ * and its index; *text is NULL on failure. */
+og_status og_detokenize(const og_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
+
+/* One past the largest token id (vocabulary and added tokens); 0 for NULL.
+ * Ids below it may still be holes that are no token (og_token_piece says). */
+int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
+/* The id of the token whose stored piece is exactly `piece` (added tokens
+ * first, then the vocabulary, e.g. "<|im_end|>" or "\u0120the" of a byte-level
+ * vocabulary), or -1 when there is none or an argument is NULL. */
+int32_t og_tokenizer_token_id(const og_tokenizer *t, const char *piece);
+/* The token's piece as the vocabulary stores it (e.g. "\u0120the"), or NULL
+ * for an id that is no token; borrowed from t, valid until og_tokenizer_free. */
+const char *og_tokenizer_token_text(const og_tokenizer *t, int32_t id);
+/* The text of the token decoded on its own (" the"; a byte of a character
+ * cut between tokens comes out as U+FFFD). On success *text is owned by the
+ * caller: og_free; *len (if non-NULL) gets its length. OG_ERR_INVALID_ARGUMENT
+ * for an id that is no token. */
+og_status og_token_piece(const og_tokenizer *t, int32_t id, char **text, size_t *len);
+/* Whether id is an added token marked special (0 for anything else). */
+int og_tokenizer_is_special(const og_tokenizer *t, int32_t id);
+
+/* Special ids, -1 when there is none. bos: tokenizer_config.json's
+ * bos_token. eos: its eos_token. End of turn: the token that ends an
+ * assistant's reply in the chat format of the config's chat_template
+ * ("<|im_end|>", "<|eot_id|>", "</s>"); -1 without a recognised template. */
+int32_t og_tokenizer_bos(const og_tokenizer *t);
+int32_t og_tokenizer_eos(const og_tokenizer *t);
+int32_t og_tokenizer_eot(const og_tokenizer *t);
+
+/* Streaming decode, for text generated one token at a time: each push gives
+ * out the text that token completes. Bytes that begin a UTF-8 character not
+ * yet complete (at most 3) are held back until a later token completes it
+ * or og_decode_stream_finish; everything else goes out at once. The pieces
+ * of a stream joined equal og_detokenize of all its ids (except a run of
+ * byte-fallback tokens that is not valid UTF-8: the stream replaces each
+ * maximal ill-formed subpart with one U+FFFD, decode every byte of the run).
+ * A push costs the same however long the stream is: a stream is linear in
+ * its tokens. */
+typedef struct og_decode_stream og_decode_stream;
+/* Borrows t, which must outlive the stream. On success *out is owned by the
+ * caller: og_decode_stream_destroy. OG_ERR_INVALID_ARGUMENT for NULL
+ * arguments, OG_ERR_OUT_OF_MEMORY. */
+og_status og_decode_stream_new(const og_tokenizer *t, og_decode_stream **out);
+/* NULL is a no-op. */
+void og_decode_stream_destroy(og_decode_stream *s);
+/* Adds token id. *text gets the newly complete text and *len its length
+ * (possibly 0); *text is borrowed from s, NUL-terminated, valid until the
+ * next call on s. An id that is no token is OG_ERR_INVALID_ARGUMENT and
+ * leaves the stream as it was. */
+og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **text, size_t *len);
+/* Gives out what is held back (an incomplete character as U+FFFD) and
+ * starts the stream over; *text as for push. */
+og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,5 +15,7 @@ int og_cmd_demo(int argc, char **argv);
 int og_cmd_run(int argc, char **argv);
 int og_cmd_chat(int argc, char **argv);
 int og_cmd_serve(int argc, char **argv);
+int og_cmd_tokenize(int argc, char **argv);
+int og_cmd_detokenize(int argc, char **argv);
 
 #endif

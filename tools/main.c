@@ -21,6 +21,8 @@ static const command k_commands[] = {
     {"run", og_cmd_run, "generate text from a prompt, streamed as it comes"},
     {"chat", og_cmd_chat, "an interactive conversation in one session"},
     {"serve", og_cmd_serve, "an OpenAI-compatible HTTP server with continuous batching"},
+    {"tokenize", og_cmd_tokenize, "text to token ids, with the model's tokenizer"},
+    {"detokenize", og_cmd_detokenize, "token ids to text"},
     {"version", og_cmd_version, "print the version"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

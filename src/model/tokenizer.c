@@ -206,6 +206,12 @@ struct og_tokenizer {
     int32_t *eos;
     int32_t n_eos, bos;
     char *chat_template;
+    /* post_processor: ids added before and after a single sequence when
+     * special tokens are added; post_unsupported names a post-processor
+     * that adds tokens in a way this tokenizer does not follow */
+    int32_t post_pre[8], post_suf[8];
+    int n_post_pre, n_post_suf;
+    char post_unsupported[64];
 };
 
 static int32_t map_get(const og_tokenizer *t, const char *s, size_t n) {
@@ -577,6 +583,51 @@ static og_status load_added(og_tokenizer *t, const cJSON *arr) {
     return OG_OK;
 }
 
+/* TemplateProcessing's "single" template: the ids of its special tokens
+ * before and after sequence A. */
+static og_status load_template(og_tokenizer *t, const cJSON *o) {
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(o, "single"),
+                *specials = cJSON_GetObjectItemCaseSensitive(o, "special_tokens"), *it;
+    if (!cJSON_IsArray(single)) return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing has no \"single\" list");
+    int seen_a = 0;
+    cJSON_ArrayForEach(it, single) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
+        if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) {
+            seen_a = 1;
+            continue;
+        }
+        const char *name = json_str(sp, "id");
+        if (!name) return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing: an entry of \"single\" is neither Sequence nor SpecialToken");
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, name), "ids"), *v;
+        if (!cJSON_IsArray(ids))
+            return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing: special token \"%s\" has no ids", name);
+        cJSON_ArrayForEach(v, ids) {
+            int *n = seen_a ? &t->n_post_suf : &t->n_post_pre;
+            int32_t *dst = seen_a ? t->post_suf : t->post_pre;
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
+                return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing: special token \"%s\" has a bad id", name);
+            if (*n == 8) return TOK_ERR(OG_ERR_UNSUPPORTED, "post_processor TemplateProcessing adds more than 8 tokens on a side");
+            dst[(*n)++] = (int32_t)v->valuedouble;
+        }
+    }
+    return OG_OK;
+}
+
+static og_status load_post_processor(og_tokenizer *t, const cJSON *o) {
+    const char *type = json_str(o, "type");
+    if (!type) return TOK_ERR(OG_ERR_FORMAT, "post_processor has no type");
+    if (!strcmp(type, "TemplateProcessing")) return load_template(t, o);
+    if (!strcmp(type, "ByteLevel")) return OG_OK; /* offsets only: adds no token */
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "processors")) OG_TRY(load_post_processor(t, it));
+        return OG_OK;
+    }
+    /* loaded, but encoding with special tokens added is refused by name */
+    snprintf(t->post_unsupported, sizeof t->post_unsupported, "%s", type);
+    return OG_OK;
+}
+
 og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     if (!json || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_load_json: NULL argument");
     *out = NULL;
@@ -604,6 +655,8 @@ og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     if (rc == OG_OK && cJSON_IsObject(dec)) rc = load_decoder(t, dec);
     else t->n_dec = -1;
     if (rc == OG_OK) rc = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"));
+    const cJSON *post = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
+    if (rc == OG_OK && cJSON_IsObject(post)) rc = load_post_processor(t, post);
     cJSON_Delete(root);
     if (rc != OG_OK) {
         og_tokenizer_free(t);
@@ -611,6 +664,13 @@ og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     }
     /* the id table ends at the largest id in use */
     while (t->n_ids > 0 && !t->text[t->n_ids - 1]) t->n_ids--;
+    for (int i = 0; i < t->n_post_pre + t->n_post_suf; i++) {
+        int32_t id = i < t->n_post_pre ? t->post_pre[i] : t->post_suf[i - t->n_post_pre];
+        if (id >= t->n_ids || !t->text[id]) {
+            og_tokenizer_free(t);
+            return TOK_ERR(OG_ERR_FORMAT, "post_processor adds id %d, which is not a token", id);
+        }
+    }
     *out = t;
     return OG_OK;
 }
@@ -1116,19 +1176,33 @@ static og_status encode_segment(const og_tokenizer *t, const char *s, size_t n, 
 }
 
 og_status og_tokenizer_encode(const og_tokenizer *t, const char *text, size_t len, int32_t **out, int64_t *n) {
+    return og_tokenizer_encode_ex(t, text, len, 0, 1, out, n);
+}
+
+og_status og_tokenizer_encode_ex(const og_tokenizer *t, const char *text, size_t len, int add_special,
+                                 int parse_special, int32_t **out, int64_t *n) {
     if (!t || (!text && len) || !out || !n)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_encode: NULL argument");
+    if (add_special && t->post_unsupported[0]) {
+        *out = NULL;
+        *n = 0;
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "tokenizer.json: post_processor %s is not supported: encode without special tokens added",
+                            t->post_unsupported);
+    }
     *out = NULL;
     *n = 0;
     buf clean = {0};
     ids v = {0};
     og_status rc = buf_put(&clean, "", 0);
     if (rc == OG_OK) rc = buf_put_lossy(&clean, text, len);
+    for (int i = 0; add_special && i < t->n_post_pre && rc == OG_OK; i++) rc = ids_push(&v, t->post_pre[i]);
     size_t seg = 0;
     for (size_t i = 0; i < clean.n && rc == OG_OK;) {
         const added_token *hit = NULL;
         for (int32_t k = 0; k < t->n_added && !hit; k++)
-            if (t->added[k].len <= clean.n - i && !memcmp(clean.p + i, t->added[k].text, t->added[k].len))
+            if ((parse_special || !t->added[k].special) && t->added[k].len <= clean.n - i &&
+                !memcmp(clean.p + i, t->added[k].text, t->added[k].len))
                 hit = &t->added[k];
         if (!hit) {
             i++;
@@ -1140,6 +1214,7 @@ og_status og_tokenizer_encode(const og_tokenizer *t, const char *text, size_t le
         seg = i;
     }
     if (rc == OG_OK && seg < clean.n) rc = encode_segment(t, clean.p + seg, clean.n - seg, seg == 0, &v);
+    for (int i = 0; add_special && i < t->n_post_suf && rc == OG_OK; i++) rc = ids_push(&v, t->post_suf[i]);
     og_free(clean.p);
     if (rc != OG_OK) {
         og_free(v.p);
@@ -1187,7 +1262,10 @@ static int byte_token(const buf *s) {
     return v;
 }
 
-static og_status dec_apply(const dec_op *op, strlist *in) {
+/* raw: the bytes as decoded, without making them valid UTF-8 (ByteLevel's
+ * lossy step, ByteFallback's U+FFFD per byte of a bad run): what the stream
+ * works on, replacing ill-formed bytes itself once they are complete. */
+static og_status dec_apply(const dec_op *op, strlist *in, int raw) {
     strlist out = {0};
     buf acc = {0};
     og_status rc = OG_OK;
@@ -1212,7 +1290,9 @@ static og_status dec_apply(const dec_op *op, strlist *in) {
                 rc = buf_put(&acc, in->s[i].p, in->s[i].n);
             }
         }
-        if (rc == OG_OK) {
+        if (rc == OG_OK && raw)
+            rc = strlist_add(&out, acc.p ? acc.p : "", acc.n);
+        else if (rc == OG_OK) {
             buf lossy = {0};
             rc = buf_put_lossy(&lossy, acc.p ? acc.p : "", acc.n);
             if (rc == OG_OK) rc = strlist_add(&out, lossy.p ? lossy.p : "", lossy.n);
@@ -1233,7 +1313,7 @@ static og_status dec_apply(const dec_op *op, strlist *in) {
             if (acc.n) { /* a run of byte tokens: its text, or one U+FFFD per byte */
                 size_t bad;
                 int ok = 1;
-                for (size_t j = 0; j < acc.n && ok;) {
+                for (size_t j = 0; j < acc.n && ok && !raw;) {
                     size_t l = utf8_seq((const unsigned char *)acc.p + j, acc.n - j, &bad);
                     ok = l > 0;
                     j += l;
@@ -1277,9 +1357,8 @@ static og_status dec_apply(const dec_op *op, strlist *in) {
     return OG_OK;
 }
 
-og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int64_t n, char **text, size_t *len) {
-    if (!t || (!ids_in && n) || n < 0 || !text)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: NULL argument");
+static og_status decode_ids(const og_tokenizer *t, const int32_t *ids_in, int64_t n, int raw, char **text,
+                            size_t *len) {
     *text = NULL;
     strlist l = {0};
     buf out = {0};
@@ -1292,7 +1371,7 @@ og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int6
         else
             rc = strlist_add(&l, t->text[id], strlen(t->text[id]));
     }
-    for (int i = 0; i < t->n_dec && rc == OG_OK; i++) rc = dec_apply(&t->dec[i], &l);
+    for (int i = 0; i < t->n_dec && rc == OG_OK; i++) rc = dec_apply(&t->dec[i], &l, raw);
     for (size_t i = 0; i < l.n && rc == OG_OK; i++) {
         if (t->n_dec < 0 && i) rc = buf_putc(&out, ' ');
         if (rc == OG_OK) rc = buf_put(&out, l.s[i].p, l.s[i].n);
@@ -1307,13 +1386,31 @@ og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int6
     return OG_OK;
 }
 
+og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int64_t n, char **text, size_t *len) {
+    if (!t || (!ids_in && n) || n < 0 || !text)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: NULL argument");
+    return decode_ids(t, ids_in, n, 0, text, len);
+}
+
 /* ------------------------------------------------------------ streaming */
+
+/* Each token's bytes are found by decoding it after its context (the last
+ * tokens that gave bytes, at most STREAM_CONTEXT of them: decoders that look
+ * at the first token, Metaspace and Strip, then treat it as a full decode
+ * would) and taking what it adds. The bytes wait in `pend` until they are
+ * complete UTF-8: only a tail that is the start of a well-formed character
+ * (at most 3 bytes) is held back, everything before it goes out with its
+ * ill-formed subparts replaced by U+FFFD as a full decode replaces them.
+ * Each push costs the decode of a bounded window, so a stream is linear in
+ * its tokens, whatever its text ends in. */
+#define STREAM_CONTEXT 16
 
 struct og_decode_stream {
     const og_tokenizer *t;
-    ids v;              /* ids since the stream started */
-    int64_t prefix, read; /* v[prefix..read) is given out; its text is the reference */
-    char *out;          /* the last text given out */
+    ids v;              /* the context and the newest token */
+    int64_t read;       /* v[0..read) is the context */
+    buf pend;           /* decoded bytes not given out yet */
+    buf out;            /* the last text given out */
 };
 
 og_decode_stream *og_decode_stream_create(const og_tokenizer *t) {
@@ -1325,34 +1422,64 @@ og_decode_stream *og_decode_stream_create(const og_tokenizer *t) {
 void og_decode_stream_destroy(og_decode_stream *s) {
     if (!s) return;
     og_free(s->v.p);
-    og_free(s->out);
+    og_free(s->pend.p);
+    og_free(s->out.p);
     og_free(s);
 }
 
-/* Text of v[prefix..) minus the text of v[prefix..read): what the new
- * tokens add, decoded in context so that decoders which look at the first
- * token (Metaspace, Strip) treat it as they would in a full decode. */
+/* Length of the tail of p[0..n) that is an incomplete but so far
+ * well-formed UTF-8 character (0 when there is none). */
+static size_t incomplete_tail(const unsigned char *p, size_t n) {
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = p[n - back];
+        if (c >= 0x80 && c < 0xC0) continue; /* a continuation byte: look further back */
+        size_t bad;
+        if (c < 0xC2 || c > 0xF4 || utf8_seq(p + n - back, back, &bad)) return 0;
+        return bad == back ? back : 0; /* ran out of bytes rather than into a bad one */
+    }
+    return 0;
+}
+
+/* Moves the complete part of pend (all of it when `all`) to out. */
+static og_status stream_emit(og_decode_stream *s, int all, const char **text, size_t *len) {
+    size_t keep = all ? 0 : incomplete_tail((const unsigned char *)s->pend.p, s->pend.n);
+    s->out.n = 0;
+    og_status rc = buf_put(&s->out, "", 0);
+    if (rc == OG_OK) rc = buf_put_lossy(&s->out, s->pend.p ? s->pend.p : "", s->pend.n - keep);
+    if (rc != OG_OK) return rc;
+    memmove(s->pend.p, s->pend.p + s->pend.n - keep, keep);
+    s->pend.n = keep;
+    *text = s->out.p;
+    *len = s->out.n;
+    return OG_OK;
+}
+
 og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **text, size_t *len) {
     if (!s || !text || !len) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_push: NULL argument");
     *text = "";
     *len = 0;
-    og_free(s->out);
-    s->out = NULL;
+    const og_tokenizer *t = s->t;
+    if (id < 0 || id >= t->n_ids || !t->text[id])
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_push: id %d is not a token", id);
     og_status rc = ids_push(&s->v, id);
     if (rc) return rc;
     char *before = NULL, *after = NULL;
     size_t nb = 0, na = 0;
-    rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->read - s->prefix, &before, &nb);
-    if (rc == OG_OK) rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->v.n - s->prefix, &after, &na);
-    if (rc != OG_OK) s->v.n--; /* a bad id is not kept */
-    if (rc == OG_OK && na > nb && !(na >= 3 && !memcmp(after + na - 3, "\xEF\xBF\xBD", 3))) {
-        memmove(after, after + nb, na - nb + 1);
-        s->out = after;
-        after = NULL;
-        *text = s->out;
-        *len = na - nb;
-        s->prefix = s->read;
+    rc = decode_ids(t, s->v.p, s->read, 1, &before, &nb);
+    if (rc == OG_OK) rc = decode_ids(t, s->v.p, s->v.n, 1, &after, &na);
+    if (rc == OG_OK && na > nb) rc = buf_put(&s->pend, after + nb, na - nb);
+    if (rc != OG_OK) {
+        s->v.n--; /* the token is not kept */
+    } else {
+        if (na > nb) { /* the newest token gave bytes: it alone is the next context */
+            s->v.p[0] = s->v.p[s->v.n - 1];
+            s->v.n = 1;
+        } else if (s->v.n > STREAM_CONTEXT) { /* tokens without text: keep the last few */
+            memmove(s->v.p, s->v.p + s->v.n - STREAM_CONTEXT, STREAM_CONTEXT * sizeof *s->v.p);
+            s->v.n = STREAM_CONTEXT;
+        }
         s->read = s->v.n;
+        rc = stream_emit(s, 0, text, len);
     }
     og_free(before);
     og_free(after);
@@ -1363,21 +1490,8 @@ og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t
     if (!s || !text || !len) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_finish: NULL argument");
     *text = "";
     *len = 0;
-    og_free(s->out);
-    s->out = NULL;
-    char *before = NULL, *after = NULL;
-    size_t nb = 0, na = 0;
-    og_status rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->read - s->prefix, &before, &nb);
-    if (rc == OG_OK) rc = og_tokenizer_decode(s->t, s->v.p + s->prefix, s->v.n - s->prefix, &after, &na);
-    if (rc == OG_OK && na > nb) {
-        memmove(after, after + nb, na - nb + 1);
-        s->out = after;
-        after = NULL;
-        *text = s->out;
-        *len = na - nb;
-    }
-    og_free(before);
-    og_free(after);
-    s->v.n = s->prefix = s->read = 0;
+    og_status rc = stream_emit(s, 1, text, len);
+    s->v.n = s->read = 0;
+    s->pend.n = 0;
     return rc;
 }

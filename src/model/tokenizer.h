@@ -49,6 +49,13 @@ void og_tokenizer_use_reference_bpe(og_tokenizer *t, bool on);
 og_status og_tokenizer_encode(const og_tokenizer *t, const char *text, size_t len, int32_t **ids,
                               int64_t *n);
 
+/* The same, with the post_processor's special tokens added around the text
+ * when add_special (OG_ERR_UNSUPPORTED for a post_processor this tokenizer
+ * does not follow), and special added tokens written in the text matched
+ * only when parse_special (otherwise they are encoded as plain text). */
+og_status og_tokenizer_encode_ex(const og_tokenizer *t, const char *text, size_t len, int add_special,
+                                 int parse_special, int32_t **ids, int64_t *n);
+
 /* Decodes n ids (special tokens kept) into NUL-terminated UTF-8. *text is
  * owned by the caller: og_free; *len (if non-NULL) gets its length. An id
  * out of range is OG_ERR_INVALID_ARGUMENT. */
