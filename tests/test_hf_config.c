@@ -3,7 +3,9 @@
  * and its value. Expected values are written by hand from the JSON. */
 #include "harness.h"
 #include "model/hf_config.h"
+#include "program/program.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static og_status parse(const char *json, og_hf_config *c) {
@@ -155,9 +157,52 @@ static void test_refusals(void) {
     CHECK(strstr(og_last_error(), "bad-rope-type/config.json") && strstr(og_last_error(), "\"yarn\""));
 }
 
+/* Committed configs (tests/data/hf-synthetic/huge-*) that declare one
+ * dimension far over this build's limits: refused at parse, naming the
+ * field, so that nothing is ever sized from it. */
+static void test_limits(void) {
+    og_test_section("dimensions over this build's limits");
+    static const struct {
+        const char *dir, *field;
+        og_status st;
+    } cases[] = {
+        {"huge-vocab", "\"vocab_size\" = 1099511627776", OG_ERR_FORMAT},
+        {"huge-hidden", "\"hidden_size\" = 2147483648", OG_ERR_FORMAT},
+        {"huge-intermediate", "\"intermediate_size\"", OG_ERR_FORMAT},
+        {"huge-layers", "\"num_hidden_layers\" = 1048576", OG_ERR_UNSUPPORTED},
+        {"huge-heads", "\"num_attention_heads\" = 2147483647", OG_ERR_FORMAT},
+        {"huge-kv-heads", "\"num_key_value_heads\"", OG_ERR_FORMAT},
+        {"huge-head-dim", "\"head_dim\"", OG_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/hf-synthetic/%s/config.json", OG_TEST_DATA_DIR, cases[i].dir);
+        og_hf_config c;
+        og_status st = og_hf_config_load(path, &c);
+        const char *m = og_last_error();
+        CHECK_MSG(st == cases[i].st, "%s: got %s want %s (%s)", cases[i].dir, og_status_str(st),
+                  og_status_str(cases[i].st), m);
+        CHECK_MSG(strstr(m, cases[i].dir) && strstr(m, cases[i].field), "%s: message \"%s\" lacks %s",
+                  cases[i].dir, m, cases[i].field);
+    }
+    /* at the limits: accepted */
+    og_hf_config c;
+    CHECK_OK(parse("{\"model_type\":\"llama\",\"vocab_size\":16777216,\"hidden_size\":1048576,"
+                   "\"intermediate_size\":4194304,\"num_hidden_layers\":1024,\"num_attention_heads\":64,"
+                   "\"head_dim\":65536}",
+                   &c));
+    CHECK(c.vocab_size == OG_MAX_VOCAB && c.hidden_size == OG_MAX_HIDDEN && c.num_hidden_layers == OG_MAX_LAYERS &&
+          c.head_dim == OG_MAX_HEAD_DIM);
+    /* one over the product of heads and head_dim */
+    refused("{\"model_type\":\"llama\",\"vocab_size\":64,\"hidden_size\":32,\"intermediate_size\":48,"
+            "\"num_hidden_layers\":2,\"num_attention_heads\":128,\"head_dim\":65536}",
+            OG_ERR_FORMAT, "\"num_attention_heads\" = 128", "head_dim");
+}
+
 int main(void) {
     test_dialects();
     test_layers();
     test_refusals();
+    test_limits();
     return og_test_finish();
 }

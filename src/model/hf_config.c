@@ -3,6 +3,7 @@
 
 #include "core/core.h"
 #include "model/textfile.h"
+#include "program/program.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -61,9 +62,9 @@ static og_status get_int(const ctx *c, const cJSON *obj, const char *key, const 
     return OG_OK;
 }
 
-static og_status get_i32(const ctx *c, const char *key, bool required, int64_t def, int32_t *out) {
+static og_status get_i32(const ctx *c, const char *key, bool required, int64_t def, int64_t hi, int32_t *out) {
     int64_t v;
-    og_status rc = get_int(c, c->root, key, key, required, def, 1, INT32_MAX, &v);
+    og_status rc = get_int(c, c->root, key, key, required, def, 1, hi, &v);
     if (rc == OG_OK) *out = (int32_t)v;
     return rc;
 }
@@ -256,17 +257,21 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
         return bad(c, OG_ERR_UNSUPPORTED, "hidden_act", act, "not supported (silu)");
     int64_t v;
-    if ((rc = get_int(c, c->root, "vocab_size", "vocab_size", true, 0, 1, INT32_MAX, &cfg->vocab_size)) ||
-        (rc = get_int(c, c->root, "hidden_size", "hidden_size", true, 0, 1, INT32_MAX, &cfg->hidden_size)) ||
-        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size", true, 0, 1, INT32_MAX,
+    /* dimensions within this build's limits (program/program.h), checked
+     * before anything is sized from them */
+    if ((rc = get_int(c, c->root, "vocab_size", "vocab_size", true, 0, 1, OG_MAX_VOCAB, &cfg->vocab_size)) ||
+        (rc = get_int(c, c->root, "hidden_size", "hidden_size", true, 0, 1, OG_MAX_HIDDEN, &cfg->hidden_size)) ||
+        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size", true, 0, 1, OG_MAX_INTERMEDIATE,
                       &cfg->intermediate_size)) ||
-        (rc = get_i32(c, "num_hidden_layers", true, 0, &cfg->num_hidden_layers)) ||
-        (rc = get_i32(c, "num_attention_heads", true, 0, &cfg->num_attention_heads)) ||
-        (rc = get_i32(c, "num_key_value_heads", false, cfg->num_attention_heads, &cfg->num_key_value_heads)))
+        (rc = get_i32(c, "num_hidden_layers", true, 0, INT32_MAX, &cfg->num_hidden_layers)))
         return rc;
     if (cfg->num_hidden_layers > OG_HF_MAX_LAYERS)
         return bad(c, OG_ERR_UNSUPPORTED, "num_hidden_layers", item(c->root, "num_hidden_layers"),
                    "more layers than this build supports (1024)");
+    if ((rc = get_i32(c, "num_attention_heads", true, 0, OG_MAX_HEADS, &cfg->num_attention_heads)) ||
+        (rc = get_i32(c, "num_key_value_heads", false, cfg->num_attention_heads, OG_MAX_HEADS,
+                      &cfg->num_key_value_heads)))
+        return rc;
     if (cfg->num_attention_heads % cfg->num_key_value_heads)
         return bad(c, OG_ERR_FORMAT, "num_key_value_heads", item(c->root, "num_key_value_heads"),
                    "must divide num_attention_heads");
@@ -274,8 +279,18 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if (!hd && cfg->hidden_size % cfg->num_attention_heads)
         return bad(c, OG_ERR_FORMAT, "num_attention_heads", item(c->root, "num_attention_heads"),
                    "must divide hidden_size when head_dim is not given");
-    if ((rc = get_i32(c, "head_dim", false, cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim)))
+    if ((rc = get_i32(c, "head_dim", false, cfg->hidden_size / cfg->num_attention_heads, OG_MAX_HEAD_DIM,
+                      &cfg->head_dim)))
         return rc;
+    if (cfg->head_dim > OG_MAX_HEAD_DIM) /* only when derived: a given head_dim is bounded above */
+        return bad(c, OG_ERR_FORMAT, "num_attention_heads", item(c->root, "num_attention_heads"),
+                   "gives hidden_size / num_attention_heads over this build's head_dim limit 65536");
+    if ((int64_t)cfg->num_attention_heads * cfg->head_dim > OG_MAX_ATTN_WIDTH) {
+        char why[96];
+        snprintf(why, sizeof why, "times head_dim %d is over this build's limit %lld", cfg->head_dim,
+                 (long long)OG_MAX_ATTN_WIDTH);
+        return bad(c, OG_ERR_FORMAT, "num_attention_heads", item(c->root, "num_attention_heads"), why);
+    }
     if (cfg->head_dim % 2) return bad(c, OG_ERR_FORMAT, "head_dim", hd, "must be even for rotary embeddings");
     if ((rc = get_pos_double(c, c->root, "rms_norm_eps", "rms_norm_eps", false, 1e-6, &cfg->rms_norm_eps)) ||
         (rc = get_bool(c, "tie_word_embeddings", false, &cfg->tie_word_embeddings)))

@@ -80,6 +80,20 @@ typedef struct og_program_rope {
     int64_t original_max_position_embeddings;
 } og_program_rope;
 
+/* Dimension limits of this build, for the manifest's "model" object and for
+ * config.json (model/hf_config.c): a file that declares more is refused at
+ * parse time, naming the field, before anything is sized from it. Each is
+ * far above any released model's (vocabularies of 262144, hidden sizes of
+ * 18432, 128 heads of 256), yet keeps every product the executor forms
+ * (rows x width, heads x head_dim, max_write x vocab) well inside int64. */
+#define OG_MAX_VOCAB ((int64_t)1 << 24)        /* vocab_size                 */
+#define OG_MAX_HIDDEN ((int64_t)1 << 20)       /* hidden_size                */
+#define OG_MAX_INTERMEDIATE ((int64_t)1 << 22) /* intermediate_size          */
+#define OG_MAX_LAYERS 1024                     /* num_hidden_layers          */
+#define OG_MAX_HEADS 65536                     /* attention and KV heads     */
+#define OG_MAX_HEAD_DIM 65536                  /* head_dim                   */
+#define OG_MAX_ATTN_WIDTH ((int64_t)1 << 22)   /* heads x head_dim           */
+
 /* Model hyper-parameters (the manifest's "model" object). */
 typedef struct og_program_model {
     char family[32];          /* e.g. "llama", "qwen3"                 */

@@ -246,13 +246,23 @@ static og_status parse_model(og_program *p) {
     if (mo->activation_dtype != OG_DTYPE_F32 && mo->activation_dtype != OG_DTYPE_BF16 &&
         mo->activation_dtype != OG_DTYPE_F16)
         return refuse(OG_PROGRAM_RULE_FIELD_VALUE, "model: \"activation_dtype\" must be f32, bf16 or f16");
-    TRY(field_int(m, "vocab_size", w, 1, INT32_MAX, &mo->vocab_size));
-    TRY(field_int(m, "hidden_size", w, 1, INT32_MAX, &mo->hidden_size));
-    TRY(field_int(m, "intermediate_size", w, 1, INT32_MAX, &mo->intermediate_size));
-    TRY(field_i32(m, "num_hidden_layers", w, 1, &mo->num_hidden_layers));
-    TRY(field_i32(m, "num_attention_heads", w, 1, &mo->num_attention_heads));
-    TRY(field_i32(m, "num_key_value_heads", w, 1, &mo->num_key_value_heads));
-    TRY(field_i32(m, "head_dim", w, 1, &mo->head_dim));
+    /* bounded by this build's limits (program.h) before anything is sized */
+    int64_t v;
+    TRY(field_int(m, "vocab_size", w, 1, OG_MAX_VOCAB, &mo->vocab_size));
+    TRY(field_int(m, "hidden_size", w, 1, OG_MAX_HIDDEN, &mo->hidden_size));
+    TRY(field_int(m, "intermediate_size", w, 1, OG_MAX_INTERMEDIATE, &mo->intermediate_size));
+    TRY(field_int(m, "num_hidden_layers", w, 1, OG_MAX_LAYERS, &v));
+    mo->num_hidden_layers = (int32_t)v;
+    TRY(field_int(m, "num_attention_heads", w, 1, OG_MAX_HEADS, &v));
+    mo->num_attention_heads = (int32_t)v;
+    TRY(field_int(m, "num_key_value_heads", w, 1, OG_MAX_HEADS, &v));
+    mo->num_key_value_heads = (int32_t)v;
+    TRY(field_int(m, "head_dim", w, 1, OG_MAX_HEAD_DIM, &v));
+    mo->head_dim = (int32_t)v;
+    if ((int64_t)mo->num_attention_heads * mo->head_dim > OG_MAX_ATTN_WIDTH)
+        return refuse(OG_PROGRAM_RULE_FIELD_VALUE,
+                      "model: \"num_attention_heads\" x \"head_dim\" = %d x %d is over this build's limit %lld",
+                      mo->num_attention_heads, mo->head_dim, (long long)OG_MAX_ATTN_WIDTH);
     TRY(field_pos(m, "rms_norm_eps", w, false, &mo->rms_norm_eps));
     const cJSON *tie = NULL;
     TRY(field(m, "tie_word_embeddings", w, &tie));

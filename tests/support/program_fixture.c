@@ -232,6 +232,14 @@ static void m_manifest_json(file_parts *f) { (void)f; /* handled in build: trunc
 static void m_required(file_parts *f) { cJSON_DeleteItemFromObjectCaseSensitive(get(f->root, "model"), "vocab_size"); }
 static void m_field_type(file_parts *f) { set_str(get(f->root, "model"), "hidden_size", "16"); }
 static void m_field_value(file_parts *f) { set_str(layer(f, 0), "policy", "sliding"); }
+/* a dimension far over this build's limits (program.h), one per field */
+static void m_huge_vocab(file_parts *f) { set_num(get(f->root, "model"), "vocab_size", 1099511627776.0); }
+static void m_huge_hidden(file_parts *f) { set_num(get(f->root, "model"), "hidden_size", 2147483648.0); }
+static void m_huge_ffn(file_parts *f) { set_num(get(f->root, "model"), "intermediate_size", 1099511627776.0); }
+static void m_huge_layers(file_parts *f) { set_num(get(f->root, "model"), "num_hidden_layers", 1048576.0); }
+static void m_huge_heads(file_parts *f) { set_num(get(f->root, "model"), "num_attention_heads", 2147483647.0); }
+static void m_huge_kv_heads(file_parts *f) { set_num(get(f->root, "model"), "num_key_value_heads", 1048576.0); }
+static void m_huge_head_dim(file_parts *f) { set_num(get(f->root, "model"), "head_dim", 1073741824.0); }
 static void m_name_unique(file_parts *f) { set_str(tensor(f, "l0.wq"), "name", "l0.attn_norm"); }
 static void m_dtype(file_parts *f) { set_str(tensor(f, "embed"), "dtype", "f8"); }
 static void m_rank(file_parts *f) { cJSON_ReplaceItemInObjectCaseSensitive(tensor(f, "embed"), "shape", cJSON_CreateArray()); }
@@ -289,6 +297,13 @@ static const mutation k_mutations[] = {
     {{"required_field.ogp", R(REQUIRED_FIELD), KV(NONE)}, m_required},
     {{"field_type.ogp", R(FIELD_TYPE), KV(NONE)}, m_field_type},
     {{"field_value.ogp", R(FIELD_VALUE), KV(NONE)}, m_field_value},
+    {{"model.vocab_size.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_vocab},
+    {{"model.hidden_size.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_hidden},
+    {{"model.intermediate_size.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_ffn},
+    {{"model.num_hidden_layers.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_layers},
+    {{"model.num_attention_heads.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_heads},
+    {{"model.num_key_value_heads.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_kv_heads},
+    {{"model.head_dim.ogp", R(FIELD_VALUE), KV(NONE)}, m_huge_head_dim},
     {{"tensor_name_unique.ogp", R(TENSOR_NAME_UNIQUE), KV(NONE)}, m_name_unique},
     {{"dtype_known.ogp", R(DTYPE_KNOWN), KV(NONE)}, m_dtype},
     {{"shape_rank.ogp", R(SHAPE_RANK), KV(NONE)}, m_rank},
