@@ -10,7 +10,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-sanitize test-tsan fuzz fuzz-replay bench clean
+.PHONY: all deps build run test test-sanitize test-tsan fuzz fuzz-replay bench install clean
 
 all: build
 
@@ -50,6 +50,13 @@ fuzz:
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DOG_FUZZ=ON -DOG_CUDA=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Installs into PREFIX (default /usr/local), staged under DESTDIR when set:
+# lib/liboffgraph.so.<major> (and .a), include/offgraph.h, bin/offgraph,
+# lib/pkgconfig/offgraph.pc and lib/cmake/offgraph (find_package(offgraph)).
+PREFIX ?= /usr/local
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 bench: build
 	@ls $(BUILD)/bench_* 2>/dev/null || true

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The installed library, as a program that uses it sees it: `cmake --install`
+# (what `make install PREFIX=...` runs) into a scratch prefix, and staged
+# under DESTDIR; examples/generate.c compiled against that prefix once with
+# pkg-config and once as a CMake project with find_package(offgraph); both
+# run on the demo model, and their greedy continuation equals what
+# `offgraph run --temp 0` prints after the prompt. Every step is bounded.
+# Args: the built offgraph, a scratch folder.
+set -u
+BIN=$1
+WORK=$2
+SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+BUILD=$(cd "$(dirname "$BIN")" && pwd)
+DEMO=$BUILD/kjv-tiny.ogp
+rm -rf "$WORK" && mkdir -p "$WORK"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# A sanitizer build's library needs its runtime loaded first: not for plain programs.
+if grep -qE '^OG_SANITIZE:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+    echo "skipped: sanitizer build"
+    exit 77
+fi
+command -v cc >/dev/null && command -v pkg-config >/dev/null || { echo "skipped: no cc or pkg-config"; exit 77; }
+[ -f "$DEMO" ] || { echo "FAIL: no demo model at $DEMO"; exit 1; }
+
+PREFIX=$WORK/prefix
+timeout 120 cmake --install "$BUILD" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 || fail "install: $(tail -5 "$WORK/install.log")"
+for f in lib/liboffgraph.a lib/liboffgraph.so lib/liboffgraph.so.0 include/offgraph.h bin/offgraph \
+         lib/pkgconfig/offgraph.pc lib/cmake/offgraph/offgraphConfig.cmake lib/cmake/offgraph/offgraphConfigVersion.cmake; do
+    [ -e "$PREFIX/$f" ] || fail "not installed: $f"
+done
+soname=$(readelf -d "$PREFIX/lib/liboffgraph.so" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+major=$(sed -n 's/^#define OG_VERSION_MAJOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
+[ "$soname" = "liboffgraph.so.$major" ] || fail "SONAME is '$soname', want liboffgraph.so.$major"
+"$PREFIX/bin/offgraph" --version >/dev/null 2>&1 || fail "the installed tool does not run"
+
+# DESTDIR stages the same tree under another root.
+DESTDIR="$WORK/stage" timeout 120 cmake --install "$BUILD" --prefix /opt/offgraph >/dev/null 2>&1 ||
+    fail "install with DESTDIR"
+[ -e "$WORK/stage/opt/offgraph/lib/pkgconfig/offgraph.pc" ] || fail "DESTDIR: nothing staged under $WORK/stage/opt/offgraph"
+
+PROMPT="In the beginning"
+N=24
+want=$(timeout 120 "$BIN" run -m "$DEMO" -p "$PROMPT" -n $N --temp 0 2>"$WORK/run.err") || fail "offgraph run: $(cat "$WORK/run.err")"
+
+# Checks one build of the example: runs it and compares session 1's text.
+check_example() {
+    local exe=$1 how=$2
+    timeout 120 "$exe" "$DEMO" "$PROMPT" $N >"$WORK/$how.out" 2>"$WORK/$how.err" ||
+        { fail "$how: the example failed: $(cat "$WORK/$how.err")"; return; }
+    grep -q '^--- session 2' "$WORK/$how.out" || fail "$how: no second session"
+    local greedy
+    greedy=$(sed -n '/^--- session 1/,/^--- session 2/{/^--- session/d;p}' "$WORK/$how.out")
+    [ -n "$greedy" ] || fail "$how: session 1 printed nothing"
+    [ "$PROMPT$greedy" = "$want" ] || fail "$how: session 1 gave '$greedy'; offgraph run gave '$want'"
+}
+
+# 1. pkg-config (the shared library; the rpath finds it in the scratch prefix)
+export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
+if timeout 300 cc -std=c11 -Wall -Wextra -Werror "$SRC/examples/generate.c" -o "$WORK/generate_pc" \
+        $(pkg-config --cflags --libs offgraph) -Wl,-rpath,"$PREFIX/lib" >"$WORK/cc.log" 2>&1; then
+    readelf -d "$WORK/generate_pc" | grep -q "NEEDED.*liboffgraph.so.$major" || fail "pkg-config: not linked to the shared library"
+    check_example "$WORK/generate_pc" pkg-config
+else
+    fail "cc with pkg-config: $(head -20 "$WORK/cc.log")"
+fi
+
+# 2. CMake: find_package(offgraph), target offgraph::offgraph
+mkdir -p "$WORK/cmake-project"
+cat >"$WORK/cmake-project/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.16)
+project(og_example LANGUAGES C)
+find_package(offgraph 0 REQUIRED)
+add_executable(generate $SRC/examples/generate.c)
+target_link_libraries(generate PRIVATE offgraph::offgraph)
+CM
+if timeout 300 cmake -S "$WORK/cmake-project" -B "$WORK/cmake-build" -DCMAKE_PREFIX_PATH="$PREFIX" \
+        -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 &&
+   timeout 300 cmake --build "$WORK/cmake-build" >>"$WORK/cmake.log" 2>&1; then
+    check_example "$WORK/cmake-build/generate" cmake
+else
+    fail "the CMake project: $(tail -20 "$WORK/cmake.log")"
+fi
+
+if [ $fails -gt 0 ]; then
+    echo "$fails failure(s)"
+    exit 1
+fi
+echo "ok: installed library built with pkg-config and with CMake, example output checked"
