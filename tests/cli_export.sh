@@ -44,7 +44,7 @@ for name in llama-gqa qwen3-mixed qwen2-bias mistral-sw llama-v4-sharded; do
     # the KV storage is declared, never stored: same size at 128 and 32768 tokens
     for ctx in 128 32768; do
         "$BIN" export "$dir" -o "$WORK/$name.$ctx.ogp" --max-context $ctx --initial-capacity 64 --max-write 64 \
-            2>/dev/null || fail "$name: export --max-context $ctx"
+            --force-max-context 2>/dev/null || fail "$name: export --max-context $ctx"
     done
     s1=$(stat -c %s "$WORK/$name.128.ogp" 2>/dev/null || echo 0)
     s2=$(stat -c %s "$WORK/$name.32768.ogp" 2>/dev/null || echo 1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # offgraph run end to end on every test checkpoint that has a tokenizer: the
-# text starts with the prompt, a seed repeats a run, --stats ends with one
-# line of JSON with every key and sane values; without -m it runs the demo
+# text starts with the prompt, a seed repeats a run, --stats writes one
+# line of JSON with every key and sane values to stderr (never to stdout); without -m it runs the demo
 # model the build exported; on a program exported without a tokenizer, run
 # says what is missing (eval still works).
 # Args: the built offgraph, a scratch folder.
@@ -18,24 +18,25 @@ for name in llama-gqa mistral-sw qwen2-bias qwen3-mixed; do
     prog=$WORK/$name.ogp
     "$BIN" export "$HF/$name" -o "$prog" 2>/dev/null || { fail "$name: export"; continue; }
     for i in 1 2; do
-        "$BIN" run -m "$prog" -p "The cache lives" -n 12 --seed 42 --stats >"$WORK/$name.$i.out" 2>"$WORK/$name.err" ||
-            fail "$name: run exit status: $(cat "$WORK/$name.err")"
+        "$BIN" run -m "$prog" -p "The cache lives" -n 12 --seed 42 --stats >"$WORK/$name.$i.out" 2>"$WORK/$name.$i.err" ||
+            fail "$name: run exit status: $(cat "$WORK/$name.$i.err")"
     done
-    # the text (all but the --stats line, whose speeds vary) is the same
-    [ "$(sed '$d' "$WORK/$name.1.out")" = "$(sed '$d' "$WORK/$name.2.out")" ] ||
-        fail "$name: the same seed gave two different runs"
+    # the text is the same, and holds no --stats line
+    cmp -s "$WORK/$name.1.out" "$WORK/$name.2.out" || fail "$name: the same seed gave two different runs"
+    grep -q prompt_tokens "$WORK/$name.1.out" && fail "$name: --stats went to stdout"
     "$BIN" run -m "$prog" -p "The cache lives" -n 12 --seed 43 >"$WORK/$name.3.out" 2>/dev/null
-    [ "$(sed '$d' "$WORK/$name.1.out")" != "$(cat "$WORK/$name.3.out")" ] || fail "$name: another seed, the same run"
+    cmp -s "$WORK/$name.1.out" "$WORK/$name.3.out" && fail "$name: another seed, the same run"
     head -c 15 "$WORK/$name.1.out" | grep -q "^The cache lives" || fail "$name: output does not start with the prompt"
-    python3 - "$WORK/$name.1.out" <<'PY' || fail "$name: --stats line"
+    python3 - "$WORK/$name.1.err" <<'PY' || fail "$name: --stats line"
 import json, sys
 lines = open(sys.argv[1], encoding="utf-8", errors="replace").read().splitlines()
 s = json.loads(lines[-1])
 keys = ["prompt_tokens", "generated_tokens", "prefill_tokens_per_s", "decode_tokens_per_s",
-        "kv_bytes_allocated", "kv_bytes_live", "growth_events"]
+        "kv_bytes_allocated", "kv_bytes_live", "growth_events", "context_limit", "finish_reason"]
 assert sorted(s) == sorted(keys), s
 assert s["prompt_tokens"] >= 3 and 0 <= s["generated_tokens"] <= 12, s
 assert s["prefill_tokens_per_s"] > 0 and s["growth_events"] >= 0, s
+assert s["finish_reason"] in ("stop", "length") and s["context_limit"] > 0, s
 assert 0 < s["kv_bytes_live"] <= s["kv_bytes_allocated"], s
 PY
     # greedy is repeatable without a seed

@@ -3,8 +3,10 @@
 #include "core/core.h"
 #include "model/export.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static void export_usage(FILE *f) {
@@ -23,6 +25,8 @@ static void export_usage(FILE *f) {
             "  --dtype bf16|f32          weights and activations (default: the checkpoint's;\n"
             "                            float16 checkpoints become f32)\n"
             "  --kv-dtype bf16|f32       KV storage (default bf16)\n"
+            "  --force-max-context       allow a --max-context beyond the positions the model was\n"
+            "                            trained for (max_position_embeddings, or its rope scaling)\n"
             "  -h, --help                this text\n",
             OG_EXPORT_DEFAULT_MAX_CONTEXT, OG_EXPORT_DEFAULT_INITIAL_CAPACITY, OG_EXPORT_DEFAULT_MAX_WRITE);
 }
@@ -48,10 +52,29 @@ static bool parse_float_dtype(const char *opt, const char *s, og_dtype *out) {
 typedef struct progress_state {
     double start;
     int last_pct;
+    bool draw;       /* stderr is a terminal          */
+    int stall_pct;   /* test hook: pause there; -1 never */
 } progress_state;
+
+/* The temp file of the export under way, removed when a signal ends it
+ * (unlink is async-signal-safe); the signal then does what it would have. */
+static char temp_path[4096];
+
+static void on_fatal_signal(int sig) {
+    if (temp_path[0]) unlink(temp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
 
 static og_status draw_progress(void *ctx, uint64_t done, uint64_t total) {
     progress_state *p = ctx;
+    /* OFFGRAPH_TEST_EXPORT_STALL=<pct>: the tests' way to kill an export
+     * while its temp file is being written, whatever the machine's speed */
+    if (p->stall_pct >= 0 && total && done * 100 / total >= (uint64_t)p->stall_pct) {
+        p->stall_pct = -1;
+        for (int i = 0; i < 600; i++) nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    if (!p->draw) return OG_OK;
     int pct = total ? (int)(done * 100 / total) : 100;
     if (pct == p->last_pct) return OG_OK;
     p->last_pct = pct;
@@ -69,6 +92,7 @@ int og_cmd_export(int argc, char **argv) {
     og_export_options o;
     og_export_default_options(&o);
     const char *in = NULL, *out = NULL;
+    bool force = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t n;
@@ -93,6 +117,8 @@ int og_cmd_export(int argc, char **argv) {
         } else if (!strcmp(a, "--dtype")) {
             if (!parse_float_dtype(a, val, &o.dtype)) return 2;
             i++;
+        } else if (!strcmp(a, "--force-max-context")) {
+            force = true;
         } else if (!strcmp(a, "--kv-dtype")) {
             if (!parse_float_dtype(a, val, &o.kv_dtype)) return 2;
             i++;
@@ -112,17 +138,42 @@ int og_cmd_export(int argc, char **argv) {
         export_usage(stderr);
         return 2;
     }
-    progress_state ps = {og_time_now(), -1};
-    if (isatty(STDERR_FILENO)) {
+    o.check_max_context = !force;
+    progress_state ps = {og_time_now(), -1, isatty(STDERR_FILENO), -1};
+    const char *stall = getenv("OFFGRAPH_TEST_EXPORT_STALL");
+    if (stall && *stall) ps.stall_pct = atoi(stall);
+    if (ps.draw || ps.stall_pct >= 0) {
         o.progress = draw_progress;
         o.progress_ctx = &ps;
     }
+    if (snprintf(temp_path, sizeof temp_path, "%s" OG_EXPORT_TEMP_SUFFIX, out) >= (int)sizeof temp_path) {
+        fprintf(stderr, "offgraph export: output path too long\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    /* a signal the shell has us ignore (a background job's SIGINT) stays ignored */
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction old[3];
+    for (size_t k = 0; k < 3; k++) {
+        sigaction(sigs[k], NULL, &old[k]);
+        if (old[k].sa_handler != SIG_IGN) sigaction(sigs[k], &sa, NULL);
+    }
     og_export_summary s;
     og_status rc = og_export_hf(in, out, &o, &s);
+    for (size_t k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
+    temp_path[0] = 0;
     if (rc != OG_OK) {
         fprintf(stderr, "offgraph export: %s\n", og_last_error());
         return 1;
     }
+    if (s.max_context > s.trained_context)
+        fprintf(stderr,
+                "offgraph export: warning: max-context %lld is beyond the %lld positions the model was trained "
+                "for; expect poor output past them\n",
+                (long long)s.max_context, (long long)s.trained_context);
     fprintf(stderr,
             "exported %s -> %s: %s, %d layers (%d ring), %lld parameters, %.1f MB of %s weights, "
             "kv %s, max-context %lld, initial-capacity %lld, max-write %d, tokenizer %s, %.2f s\n",

@@ -3,26 +3,67 @@
 #include "core/core.h"
 #include "generate.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_STOP_STRINGS 16
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: offgraph run [-m <program>] -p <prompt> [-n N] [sampling options] [--stats]\n\n"
-               "Continues the prompt (as plain text: no chat template, no special tokens added)\n"
-               "and prints the generated text as it is produced, stopping at N tokens or at the\n"
-               "model's end-of-sequence token.\n\n"
-               "  -p, --prompt <text>      the prompt\n"
-               "  --stats                  end with one line of JSON: token counts, speeds, KV bytes\n");
+    fprintf(f, "usage: offgraph run [-m <program>] (-p <prompt> | -p - | -f <file>) [-n N] [--stop S]...\n"
+               "                    [sampling options] [--stats]\n\n"
+               "Continues the prompt (as plain text: no chat template; the special tokens the\n"
+               "tokenizer's post-processor adds, such as BOS, are added unless --no-special) and\n"
+               "prints the generated text as it is produced, stopping at N tokens, at the model's\n"
+               "end-of-sequence token, at a --stop string or at the model's context limit.\n\n"
+               "  -p, --prompt <text>      the prompt; - reads it from standard input\n"
+               "  -f, --file <file>        read the prompt from a file (as it is, newline included)\n"
+               "  --stop <string>          end before this text (never printed); repeatable, up to %d\n"
+               "  --stats                  end with one line of JSON on standard error: token counts,\n"
+               "                           speeds, KV bytes, finish reason (stop or length)\n",
+            MAX_STOP_STRINGS);
     og_gen_options_usage(f);
+}
+
+/* All of f (a prompt read from a file or standard input); NULL after a
+ * message. */
+static char *read_stream(FILE *f, const char *what) {
+    size_t cap = 4096, len = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            } else
+                buf = nb;
+        }
+    }
+    if (!buf || ferror(f)) {
+        fprintf(stderr, "offgraph run: cannot read %s\n", what);
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    if (strlen(buf) != len) {
+        fprintf(stderr, "offgraph run: %s holds a NUL byte: not a text prompt\n", what);
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 int og_cmd_run(int argc, char **argv) {
     og_gen_options o;
     og_gen_default_options(&o);
-    const char *prompt = NULL;
+    const char *prompt_arg = NULL, *file = NULL;
+    const char *stops[MAX_STOP_STRINGS];
+    int32_t n_stops = 0;
     bool stats = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v;
         int r = og_gen_parse_option("run", argc, argv, &i, &o);
         if (r < 0) return 2;
         if (r > 0) continue;
@@ -30,11 +71,18 @@ int og_cmd_run(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "offgraph run: %s needs a value\n", a);
+            if (!(v = og_cli_value("run", argc, argv, &i))) return 2;
+            prompt_arg = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(v = og_cli_value("run", argc, argv, &i))) return 2;
+            file = v;
+        } else if (!strcmp(a, "--stop")) {
+            if (!(v = og_cli_value("run", argc, argv, &i))) return 2;
+            if (n_stops == MAX_STOP_STRINGS) {
+                fprintf(stderr, "offgraph run: more than %d --stop strings\n", MAX_STOP_STRINGS);
                 return 2;
             }
-            prompt = argv[++i];
+            if (*v) stops[n_stops++] = v;
         } else if (!strcmp(a, "--stats")) {
             stats = true;
         } else {
@@ -43,47 +91,70 @@ int og_cmd_run(int argc, char **argv) {
             return 2;
         }
     }
-    if (!prompt) {
-        fprintf(stderr, "offgraph run: -p <prompt> is required\n");
+    if (!prompt_arg == !file) {
+        fprintf(stderr, "offgraph run: %s\n",
+                file ? "-p and -f both give the prompt: use one" : "a prompt is required: -p <text>, -p - or -f <file>");
         usage(stderr);
         return 2;
     }
+    char *prompt = NULL;
+    if (file) {
+        FILE *f = fopen(file, "rb");
+        if (!f) {
+            fprintf(stderr, "offgraph run: cannot open %s: %s\n", file, strerror(errno));
+            return 1;
+        }
+        prompt = read_stream(f, file);
+        fclose(f);
+    } else if (!strcmp(prompt_arg, "-")) {
+        prompt = read_stream(stdin, "standard input");
+    } else {
+        prompt = strdup(prompt_arg);
+    }
+    if (!prompt) return 1;
     og_gen g;
     int rc = 1;
     int32_t *ids = NULL;
-    int64_t n = 0, generated = 0;
+    int64_t n = 0;
+    og_gen_result res = {0};
     if (!og_gen_open("run", &o, &g)) goto done;
-    if (og_tokenizer_encode(g.tok, prompt, strlen(prompt), &ids, &n) != OG_OK) {
-        fprintf(stderr, "offgraph run: %s\n", og_last_error());
-        goto done;
-    }
+    g.stop_strings = stops;
+    g.n_stop_strings = n_stops;
+    if (!og_gen_encode("run", &g, prompt, true, &ids, &n)) goto done;
     if (n == 0) {
         fprintf(stderr, "offgraph run: the prompt is empty (it gives no tokens)\n");
         goto done;
     }
+    if (!og_gen_prompt_fits("run", &g, n)) goto done;
     double t0 = og_time_now();
     if (!og_gen_prefill("run", &g, ids, n, o.max_tokens > 0)) goto done;
     double t1 = og_time_now();
     fwrite(prompt, 1, strlen(prompt), stdout);
-    if (!og_gen_decode("run", &g, o.max_tokens, false, stdout, &generated)) goto done;
+    if (!og_gen_decode("run", &g, o.max_tokens, false, stdout, false, &res)) goto done;
     double t2 = og_time_now();
     putchar('\n');
+    fflush(stdout);
+    if (res.context_full)
+        fprintf(stderr, "offgraph run: stopped at the model's context limit (%lld tokens)\n", (long long)g.max_ctx);
     if (stats) {
         og_kv_metrics km;
         if (og_session_metrics(g.session, &km) != OG_OK) {
             fprintf(stderr, "offgraph run: %s\n", og_last_error());
             goto done;
         }
-        printf("{\"prompt_tokens\": %lld, \"generated_tokens\": %lld, \"prefill_tokens_per_s\": %.2f, "
-               "\"decode_tokens_per_s\": %.2f, \"kv_bytes_allocated\": %lld, \"kv_bytes_live\": %lld, "
-               "\"growth_events\": %lld}\n",
-               (long long)n, (long long)generated, (double)n / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
-               generated ? (double)generated / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, (long long)km.bytes_allocated,
-               (long long)km.bytes_live, (long long)km.growth_count);
+        fprintf(stderr,
+                "{\"prompt_tokens\": %lld, \"generated_tokens\": %lld, \"prefill_tokens_per_s\": %.2f, "
+                "\"decode_tokens_per_s\": %.2f, \"kv_bytes_allocated\": %lld, \"kv_bytes_live\": %lld, "
+                "\"growth_events\": %lld, \"context_limit\": %lld, \"finish_reason\": \"%s\"}\n",
+                (long long)n, (long long)res.generated, (double)n / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
+                res.generated ? (double)res.generated / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0,
+                (long long)km.bytes_allocated, (long long)km.bytes_live, (long long)km.growth_count,
+                (long long)g.max_ctx, og_finish_name(res.finish) ? og_finish_name(res.finish) : "length");
     }
     rc = 0;
 done:
     og_gen_close(&g);
     og_free(ids);
+    free(prompt);
     return rc;
 }

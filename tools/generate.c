@@ -2,6 +2,9 @@
 #include "generate.h"
 
 #include "cli.h"
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,10 @@ int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_o
         if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT32_MAX, &o->max_tokens)) return -1;
         return 1;
     }
+    if (!strcmp(a, "--no-special")) {
+        o->no_special = true;
+        return 1;
+    }
     if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
         return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0, 100, &o->sampling.temperature) ? 1 : -1;
     if (!strcmp(a, "--top-p"))
@@ -75,7 +82,9 @@ void og_gen_options_usage(FILE *f) {
                "  --min-p <P>              drop tokens below P x the most likely (default 0.05)\n"
                "  --repeat-penalty <R>     discourage the last --repeat-last-n tokens (default 1, off)\n"
                "  --repeat-last-n <N>      (default 64)\n"
-               "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n");
+               "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n"
+               "  --no-special             add no BOS (or other special tokens of the tokenizer's\n"
+               "                           post-processor) to the prompt\n");
 }
 
 void og_gen_add_stop(og_gen *g, int32_t id) {
@@ -83,6 +92,71 @@ void og_gen_add_stop(og_gen *g, int32_t id) {
     for (int32_t i = 0; i < g->n_stop; i++)
         if (g->stop[i] == id) return;
     g->stop[g->n_stop++] = id;
+}
+
+/* The ids of the special tokens a TemplateProcessing step puts before
+ * (*pre) and after (*post) sequence A of its "single" template. */
+static void template_tokens(const og_tokenizer *tok, const cJSON *pp, int32_t *pre, int32_t *n_pre, int32_t *post,
+                            int32_t *n_post) {
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
+    bool after = false;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, single) {
+        if (cJSON_GetObjectItemCaseSensitive(item, "Sequence")) {
+            after = true;
+            continue;
+        }
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(item, "SpecialToken");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
+        if (!cJSON_IsString(name)) continue;
+        /* the ids the special_tokens map gives it, else the token of that text */
+        const cJSON *ent = cJSON_GetObjectItemCaseSensitive(specials, name->valuestring);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(ent, "ids");
+        int32_t got[4], n = 0;
+        const cJSON *id;
+        cJSON_ArrayForEach(id, ids) if (cJSON_IsNumber(id) && n < 4) got[n++] = (int32_t)id->valuedouble;
+        if (!n && (got[0] = og_tokenizer_token_id(tok, name->valuestring)) >= 0) n = 1;
+        for (int32_t i = 0; i < n; i++) {
+            if (after && *n_post < 4) post[(*n_post)++] = got[i];
+            else if (!after && *n_pre < 4) pre[(*n_pre)++] = got[i];
+        }
+    }
+}
+
+/* What the tokenizer's post-processor adds to a single sequence: the
+ * special tokens of a TemplateProcessing (alone or in a Sequence of
+ * processors), with BOS forced on or off by tokenizer_config.json's
+ * add_bos_token when it says (as transformers' fast tokenizers do). */
+static void special_tokens(og_gen *g, const char *tok_json, const char *cfg_json) {
+    cJSON *root = cJSON_Parse(tok_json);
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(pp, "type");
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "TemplateProcessing"))
+        template_tokens(g->tok, pp, g->prefix, &g->n_prefix, g->suffix, &g->n_suffix);
+    else if (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence")) {
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(pp, "processors")) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type");
+            if (cJSON_IsString(t) && !strcmp(t->valuestring, "TemplateProcessing"))
+                template_tokens(g->tok, p, g->prefix, &g->n_prefix, g->suffix, &g->n_suffix);
+        }
+    }
+    cJSON_Delete(root);
+    const int32_t bos = og_tokenizer_bos_id(g->tok);
+    cJSON *cfg = cfg_json ? cJSON_Parse(cfg_json) : NULL;
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+    if (bos >= 0 && cJSON_IsBool(add)) {
+        bool has = g->n_prefix > 0 && g->prefix[0] == bos;
+        if (cJSON_IsTrue(add) && !has && g->n_prefix < 4) {
+            memmove(g->prefix + 1, g->prefix, (size_t)g->n_prefix * sizeof g->prefix[0]);
+            g->prefix[0] = bos;
+            g->n_prefix++;
+        } else if (cJSON_IsFalse(add) && has) {
+            memmove(g->prefix, g->prefix + 1, (size_t)--g->n_prefix * sizeof g->prefix[0]);
+        }
+    }
+    cJSON_Delete(cfg);
 }
 
 bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
@@ -115,7 +189,9 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     const int32_t *eos;
     int32_t n_eos = og_tokenizer_eos_ids(g->tok, &eos);
     for (int32_t i = 0; i < n_eos; i++) og_gen_add_stop(g, eos[i]);
+    if (!o->no_special) special_tokens(g, json, og_model_tokenizer_config(g->model));
     g->vocab = og_model_vocab_size(g->model);
+    g->max_ctx = og_model_kv_config(g->model)->max_capacity;
     if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
         (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
@@ -150,15 +226,78 @@ static bool feed(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool
     return true;
 }
 
+bool og_gen_prompt_fits(const char *cmd, const og_gen *g, int64_t n) {
+    if (n <= g->max_ctx) return true;
+    fprintf(stderr,
+            "offgraph %s: the prompt is %lld tokens, more than the model's context limit of %lld tokens: shorten "
+            "it, or export the checkpoint again with a larger --max-context (offgraph export <hf_dir> -o <file> "
+            "--max-context N)\n",
+            cmd, (long long)n, (long long)g->max_ctx);
+    return false;
+}
+
+bool og_gen_encode(const char *cmd, const og_gen *g, const char *text, bool special, int32_t **ids, int64_t *n) {
+    int32_t *body = NULL;
+    int64_t nb = 0;
+    *ids = NULL;
+    *n = 0;
+    if (og_tokenizer_encode(g->tok, text, strlen(text), &body, &nb) != OG_OK) {
+        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
+        return false;
+    }
+    const int32_t pre = special ? g->n_prefix : 0, post = special ? g->n_suffix : 0;
+    if (!pre && !post) {
+        *ids = body;
+        *n = nb;
+        return true;
+    }
+    int32_t *all = og_malloc((size_t)(nb + pre + post) * sizeof *all);
+    if (!all) {
+        og_free(body);
+        fprintf(stderr, "offgraph %s: out of memory\n", cmd);
+        return false;
+    }
+    memcpy(all, g->prefix, (size_t)pre * sizeof *all);
+    if (nb) memcpy(all + pre, body, (size_t)nb * sizeof *all);
+    memcpy(all + pre + nb, g->suffix, (size_t)post * sizeof *all);
+    og_free(body);
+    *ids = all;
+    *n = nb + pre + post;
+    return true;
+}
+
 bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw) {
     for (int64_t i = 0; i < n; i++) og_sampler_accept(g->sampler, ids[i]);
     return feed(cmd, g, ids, n, draw);
 }
 
-bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated) {
-    *generated = 0;
+/* Appends text to r->text (when kept). */
+static bool keep(og_gen_result *r, size_t *cap, size_t *len, const char *text, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*len + n + 1) * 2;
+        char *p = og_realloc(r->text, nc);
+        if (!p) return false;
+        r->text = p;
+        *cap = nc;
+    }
+    memcpy(r->text + *len, text, n);
+    *len += n;
+    r->text[*len] = 0;
+    return true;
+}
+
+bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, bool keep_text,
+                   og_gen_result *r) {
+    memset(r, 0, sizeof *r);
+    r->finish = OG_FINISH_LENGTH;
+    size_t cap = 0, kept = 0;
+    if (keep_text && !keep(r, &cap, &kept, "", 0)) return false;
     if (max <= 0) return true; /* nothing was drawn (og_gen_prefill without draw) */
-    og_textgen_params tp = {.max_tokens = max, .stop_ids = g->stop, .n_stop_ids = g->n_stop};
+    og_textgen_params tp = {.max_tokens = max,
+                            .stop_ids = g->stop,
+                            .n_stop_ids = g->n_stop,
+                            .stop_strings = g->stop_strings,
+                            .n_stop_strings = g->n_stop_strings};
     og_textgen *tg = NULL;
     if (og_textgen_create(g->tok, &tp, &tg) != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
@@ -167,22 +306,50 @@ bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE
     bool ok = true;
     for (og_finish fin = OG_FINISH_NONE; ok && fin == OG_FINISH_NONE;) {
         const int32_t t = g->next;
-        const int64_t before = og_textgen_tokens(tg);
-        const char *text;
-        size_t len;
-        if (og_textgen_push(tg, t, &text, &len, &fin) != OG_OK) {
+        const char *text = "";
+        size_t len = 0;
+        og_status st = OG_OK;
+        /* the session is full: t cannot be fed. Where the reply must stay in
+         * the cache it is not given out; otherwise it is the last one. */
+        const bool full = og_session_length(g->session) >= g->max_ctx;
+        if (g->interrupt && *g->interrupt) {
+            r->interrupted = true;
+            st = og_textgen_end(tg, OG_FINISH_STOP, &text, &len);
+        } else if (full && feed_last) {
+            r->context_full = true;
+            st = og_textgen_end(tg, OG_FINISH_LENGTH, &text, &len);
+        } else {
+            const int64_t before = og_textgen_tokens(tg);
+            st = og_textgen_push(tg, t, &text, &len, &fin);
+            if (st == OG_OK) {
+                fwrite(text, 1, len, out);
+                if (keep_text && !keep(r, &cap, &kept, text, len)) ok = false;
+                len = 0;
+                if (fin == OG_FINISH_NONE && full) {
+                    r->context_full = true;
+                    st = og_textgen_end(tg, OG_FINISH_LENGTH, &text, &len);
+                } else if (ok && og_textgen_tokens(tg) > before && (fin == OG_FINISH_NONE || feed_last)) {
+                    /* a generated token (not a stop token) is fed: drawing the
+                     * next one while generation goes on, and the last one only
+                     * when feed_last */
+                    ok = feed(cmd, g, &t, 1, fin == OG_FINISH_NONE);
+                }
+            }
+        }
+        if (st != OG_OK) {
             fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
             ok = false;
             break;
         }
-        fwrite(text, 1, len, out);
+        if (len) {
+            fwrite(text, 1, len, out);
+            if (keep_text && !keep(r, &cap, &kept, text, len)) ok = false;
+        }
         fflush(out);
-        /* a generated token (not a stop token) is fed: drawing the next one
-         * while generation goes on, and the last one only when feed_last */
-        if (og_textgen_tokens(tg) > before && (fin == OG_FINISH_NONE || feed_last))
-            ok = feed(cmd, g, &t, 1, fin == OG_FINISH_NONE);
+        fin = og_textgen_finish_reason(tg);
     }
-    *generated = og_textgen_tokens(tg);
+    r->generated = og_textgen_tokens(tg);
+    r->finish = og_textgen_finish_reason(tg);
     og_textgen_destroy(tg);
     return ok;
 }

@@ -10,6 +10,7 @@
 #include "model/tokenizer.h"
 #include "offgraph.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,16 @@ typedef struct og_gen {
     int64_t vocab;
     int32_t stop[8]; /* tokens that end generation */
     int32_t n_stop;
+    int64_t max_ctx; /* the most tokens a session holds (the program's max-context) */
+    /* the special tokens the tokenizer's post-processor puts around a
+     * single sequence (TemplateProcessing; BOS as tokenizer_config.json's
+     * add_bos_token says); none with --no-special */
+    int32_t prefix[4], n_prefix, suffix[4], n_suffix;
+    const char *const *stop_strings; /* ends generation, never written */
+    int32_t n_stop_strings;
+    /* when set (by a signal handler), og_gen_decode ends the reply at the
+     * next token; NULL: never */
+    volatile sig_atomic_t *interrupt;
 } og_gen;
 
 /* Options every generating command takes. */
@@ -34,6 +45,7 @@ typedef struct og_gen_options {
     og_cli_model_opts run;      /* -m, --backend, --threads, --kv-dtype */
     og_sampler_params sampling;
     int64_t max_tokens;
+    bool no_special;            /* --no-special: no BOS or other post-processor tokens */
 } og_gen_options;
 
 void og_gen_default_options(og_gen_options *o);
@@ -53,16 +65,36 @@ void og_gen_close(og_gen *g);
 /* Adds a stop token (ignored when the table is full or id < 0). */
 void og_gen_add_stop(og_gen *g, int32_t id);
 
+/* Whether n prompt tokens fit the context (false after a message naming
+ * the prompt's tokens, the limit and export --max-context): checked before
+ * any step. */
+bool og_gen_prompt_fits(const char *cmd, const og_gen *g, int64_t n);
+/* Encodes text with the post-processor's special tokens around it (none
+ * when !special): *ids owned by the caller (og_free). */
+bool og_gen_encode(const char *cmd, const og_gen *g, const char *text, bool special, int32_t **ids, int64_t *n);
+
 /* Feeds n prompt tokens and, when draw (og_gen_decode will generate at
  * least one token), draws the token that follows them. */
 bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw);
+/* How a generation ended. */
+typedef struct og_gen_result {
+    int64_t generated;  /* tokens written                                    */
+    og_finish finish;   /* stop (token, string, interrupt) or length         */
+    bool context_full;  /* it ended because the session reached max_ctx      */
+    bool interrupted;   /* *g->interrupt ended it                            */
+    char *text;         /* when asked: the text written (og_free)            */
+} og_gen_result;
+
 /* Generates up to max tokens, writing their text to out as it completes
  * (og_textgen: the library's generation loop), until a stop token (not
- * written, not fed). Each written token is fed to
+ * written, not fed), a stop string (g->stop_strings; cut, never written),
+ * the context limit (finish length: the session cannot take another
+ * token) or an interrupt. Each written token is fed to
  * the session, which draws the next one (og_session_eval_sample: on a GPU
  * only the token comes back), the last one only when feed_last (chat keeps
- * its reply in the cache; run does not need it). *generated gets the tokens
- * written. */
-bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, int64_t *generated);
+ * its reply in the cache; run does not need it). With keep_text, r->text
+ * gets the text written. */
+bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, bool keep_text,
+                   og_gen_result *r);
 
 #endif

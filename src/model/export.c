@@ -189,12 +189,32 @@ static int32_t build_kv(const og_hf_config *c, const og_export_options *o, og_kv
 }
 
 /* Fills defaults and checks the options against each other. */
+/* The positions a config covers: max_position_embeddings, or with a rope
+ * scaling the original context times its factor when that is more. */
+static int64_t trained_context(const og_hf_config *c) {
+    int64_t n = c->max_position_embeddings;
+    if (c->rope.type != OG_ROPE_DEFAULT && c->rope.factor > 1) {
+        int64_t orig = c->rope.original_max_position_embeddings > 0 ? c->rope.original_max_position_embeddings : n;
+        double scaled = (double)orig * c->rope.factor;
+        if (scaled > (double)n) n = scaled < (double)INT64_MAX / 2 ? (int64_t)scaled : INT64_MAX / 2;
+    }
+    return n;
+}
+
 static og_status resolve_options(const og_hf_config *c, const og_st_tensor *embed, og_export_options *o) {
     if (o->max_context < 0 || o->initial_capacity < 0 || o->max_write < 0)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: max-context, initial-capacity and max-write must be positive");
     if (o->max_context == 0)
         o->max_context = c->max_position_embeddings < OG_EXPORT_DEFAULT_MAX_CONTEXT ? c->max_position_embeddings
                                                                                      : OG_EXPORT_DEFAULT_MAX_CONTEXT;
+    const int64_t trained = trained_context(c);
+    if (o->max_context > trained && o->check_max_context)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "export: max-context %lld exceeds the %lld positions the model was trained for "
+                            "(config.json max_position_embeddings%s): RoPE positions it never saw give poor "
+                            "output; --force-max-context exports anyway",
+                            (long long)o->max_context, (long long)trained,
+                            c->rope.type != OG_ROPE_DEFAULT ? ", with its rope scaling" : "");
     if (o->initial_capacity == 0)
         o->initial_capacity = o->max_context < OG_EXPORT_DEFAULT_INITIAL_CAPACITY ? o->max_context
                                                                                   : OG_EXPORT_DEFAULT_INITIAL_CAPACITY;
@@ -350,6 +370,10 @@ og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export
         e.dtype = o.dtype;
         if (!e.srcs) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
     }
+    if (rc == OG_OK) { /* a temp file left by a killed export of the same target goes */
+        char tmp[4096];
+        if (snprintf(tmp, sizeof tmp, "%s" OG_EXPORT_TEMP_SUFFIX, out_path) < (int)sizeof tmp) unlink(tmp);
+    }
     if (rc == OG_OK) rc = og_program_writer_create(out_path, &e.w);
     if (rc == OG_OK) rc = lower(&e, hf_dir, &o, &sum);
     if (rc == OG_OK && summary) {
@@ -362,6 +386,7 @@ og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export
         sum.max_context = o.max_context;
         sum.initial_capacity = o.initial_capacity;
         sum.max_write = o.max_write;
+        sum.trained_context = trained_context(cfg);
         *summary = sum;
     }
     og_program_writer_destroy(e.w);

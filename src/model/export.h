@@ -37,6 +37,10 @@ typedef struct og_export_options {
      * checkpoint's (f16 checkpoints become f32, which holds them exactly) */
     og_dtype dtype;
     og_dtype kv_dtype;        /* f32 or bf16; default bf16                   */
+    /* refuse a max_context beyond the positions the model was trained for
+     * (the config's max_position_embeddings, or what its rope scaling
+     * covers); `offgraph export` sets it unless --force-max-context */
+    bool check_max_context;
     og_program_progress_fn progress; /* may be NULL                          */
     void *progress_ctx;
 } og_export_options;
@@ -54,7 +58,12 @@ typedef struct og_export_summary {
     int64_t max_context, initial_capacity;
     int32_t max_write;
     bool has_tokenizer;
+    int64_t trained_context; /* positions the config covers (see check_max_context) */
 } og_export_summary;
+
+/* The temp file an export writes before renaming it onto out_path:
+ * out_path.tmp (og_export_hf removes a stale one first). */
+#define OG_EXPORT_TEMP_SUFFIX ".tmp"
 
 /* Exports the checkpoint folder hf_dir to out_path. Nothing is left at
  * out_path (nor out_path.tmp) on failure. og_last_error() names the file,
