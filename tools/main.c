@@ -3,7 +3,9 @@
 #include "offgraph.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -40,7 +42,22 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", k_commands[i].name, k_commands[i].summary);
 }
 
+/* OpenBLAS's pthread build starts its worker threads when it is loaded,
+ * before main, and each takes a 128 MB buffer; where that allocation fails
+ * (an address-space limit: ulimit -v) the thread retries forever and exit
+ * waits for it, so the process hangs instead of reporting. The library runs
+ * BLAS single-threaded anyway (its own pool supplies the parallelism), so
+ * when OPENBLAS_NUM_THREADS is unset the tool runs itself again with it set
+ * to 1, and OpenBLAS then starts no threads. */
+static void blas_without_threads(char **argv) {
+    if (getenv("OPENBLAS_NUM_THREADS")) return;
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with OpenBLAS's threads */
+}
+
 int main(int argc, char **argv) {
+    blas_without_threads(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;
