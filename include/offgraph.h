@@ -422,7 +422,12 @@ og_model_params og_model_default_params(void);
 
 /* Loads and validates the program at path. On success *out is owned by the
  * caller: og_model_free. On failure og_last_error() says why (a program
- * file error names its rule). */
+ * file error names its rule).
+ * The file is mapped, not copied: it must not be truncated or rewritten in
+ * place while the model is loaded (pages lost under the mapping read as
+ * SIGBUS or other bytes). Replace it by writing a new file and renaming it
+ * over the path, as `offgraph export` and the program writer do; the loaded
+ * model keeps reading the old file. */
 og_status og_model_load(const char *path, const og_model_params *params, og_model **out);
 /* Frees the model. Every session of it must be destroyed first. NULL is a no-op. */
 void og_model_free(og_model *m);
