@@ -1447,7 +1447,7 @@ static og_status stream_emit(og_decode_stream *s, int all, const char **text, si
     og_status rc = buf_put(&s->out, "", 0);
     if (rc == OG_OK) rc = buf_put_lossy(&s->out, s->pend.p ? s->pend.p : "", s->pend.n - keep);
     if (rc != OG_OK) return rc;
-    memmove(s->pend.p, s->pend.p + s->pend.n - keep, keep);
+    if (keep) memmove(s->pend.p, s->pend.p + s->pend.n - keep, keep);
     s->pend.n = keep;
     *text = s->out.p;
     *len = s->out.n;
