@@ -39,7 +39,7 @@ int og_cmd_version(int argc, char **argv) {
 static void usage(FILE *f) {
     fprintf(f, "usage: offgraph <command> [options]   (offgraph <command> --help for its options)\n\n"
                "commands:\n");
-    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", k_commands[i].name, k_commands[i].summary);
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].summary);
 }
 
 /* OpenBLAS's pthread build starts its worker threads when it is loaded,
