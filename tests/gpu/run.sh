@@ -42,6 +42,7 @@ check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
+check test_fork_cuda "$B/tests/test_fork_cuda"
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
@@ -53,6 +54,7 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
+    check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"
     # the test provokes out-of-memory on purpose: API errors are expected there
     check memcheck_kv_alloc compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/test_gpu_kv_alloc"
     unset OG_CUDA_TEST_QUICK
