@@ -108,9 +108,6 @@ int og_threadpool_size(const og_threadpool *p);
  * Calls from different threads on one pool are serialized. */
 typedef void (*og_task_fn)(void *ctx, int64_t i, int thread);
 void og_parallel_for(og_threadpool *p, int64_t n, og_task_fn fn, void *ctx);
-/* A process-wide pool sized to the online CPUs, created on first use;
- * owned by the library. NULL if threads cannot be started. */
-og_threadpool *og_threadpool_default(void);
 
 /* Monotonic clock in seconds. */
 double og_time_now(void);

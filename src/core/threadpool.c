@@ -209,12 +209,3 @@ void og_parallel_for(og_threadpool *p, int64_t n, og_task_fn fn, void *ctx) {
     }
     pthread_mutex_unlock(&p->run_lock);
 }
-
-static og_threadpool *g_default;
-static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
-static void make_default(void) { g_default = og_threadpool_create(0); }
-
-og_threadpool *og_threadpool_default(void) {
-    pthread_once(&g_default_once, make_default);
-    return g_default;
-}
