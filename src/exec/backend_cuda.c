@@ -805,7 +805,9 @@ static int64_t instr_operands(const step_run *x, int32_t i, instr_io *io) {
 /* update_and_attend of every session of the step over its own storage: the
  * one-token sessions (rows 0 .. n_single-1, or a graph's B padded rows) in one
  * launch that reads their storage, lengths and rings from the step block's
- * table; each wider step on its own. */
+ * table; each wider step on its own, and so does a one-token session whose
+ * KV dtype is not the one the context's table kernels serve (a graph's
+ * sessions all have that dtype: graph_bucket). */
 static og_status attend(const step_run *x, const og_program_instr *in, const instr_io *io) {
     const og_model *m = x->m;
     const og_step_plan *p = x->plan;
@@ -823,8 +825,9 @@ static og_status attend(const step_run *x, const og_program_instr *in, const ins
         };
         OG_TRY(og_update_and_attend_batch_cuda(x->c->stream, &ba));
     }
-    for (int32_t i = x->B > 0 ? p->n_seqs : p->n_single; i < p->n_seqs; i++) {
+    for (int32_t i = 0; i < p->n_seqs; i++) { /* wider steps, and one-token ones the table left out */
         const og_step_seq *s = &p->seqs[i];
+        if (i < p->n_single && (x->B > 0 || s->s->cfg.kv_dtype == x->c->kv_dtype)) continue;
         og_attend_cuda_args aa = {
             .q = (const float *)io->v[0] + s->row0 * qw, .k = (const float *)io->v[1] + s->row0 * kw,
             .v = (const float *)io->v[2] + s->row0 * kw, .out = io->out + s->row0 * qw, .T = s->T,
@@ -1088,8 +1091,8 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
     for (int32_t l = 0; l < kv->n_layers; l++) {
         og_attend_cuda_seq *t = table + (size_t)l * (size_t)r->cap;
         for (int32_t i = 0; i < entries; i++) {
-            if (i >= p->n_single) {
-                t[i] = (og_attend_cuda_seq){0};
+            if (i >= p->n_single || p->seqs[i].s->cfg.kv_dtype != c->kv_dtype) {
+                t[i] = (og_attend_cuda_seq){0}; /* padding, or a session of another kv dtype (attends alone) */
                 continue;
             }
             og_kv_layer_view v;
@@ -1259,11 +1262,6 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
     const int32_t bucket = graph_bucket(m, c, p);
     step_run x = {.m = m, .c = c, .plan = p, .B = bucket >= 0 ? 1 << bucket : 0};
     x.rows = x.B > 0 ? x.B : p->n_rows;
-    for (int32_t i = 0; i < p->n_single && x.B == 0; i++) /* table entries serve one dtype */
-        if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype)
-            return og_set_error(OG_ERR_UNSUPPORTED, "a step of sessions whose KV storage dtypes differ (%s and %s) "
-                                                    "cannot share the CUDA decode table",
-                                og_dtype_name(c->kv_dtype), og_dtype_name(p->seqs[i].s->cfg.kv_dtype));
     OG_TRY(pick_set(m, c, x.rows, x.B > 0 ? x.B : p->n_tail_rows, &x.rs));
     int32_t n_host = 0;
     /* the pinned block is free: the previous step ended with a synchronization */
