@@ -301,12 +301,10 @@ static og_status check_items(og_model *m, og_batch_item *items, int32_t n) {
                                     "og_model_step: item %d: the sampler is for a vocabulary of %lld, the model has %lld",
                                     i, (long long)og_sampler_vocab(it->sampler), (long long)m->vocab);
         }
-        for (int32_t j = 0; j < i; j++) {
-            if (items[j].session == s)
-                return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: items %d and %d are the same session", j, i);
-            if (it->output == OG_OUTPUT_SAMPLE && items[j].output == OG_OUTPUT_SAMPLE && items[j].sampler == it->sampler)
+        /* the same session twice is found when its stepping flag is taken */
+        for (int32_t j = 0; j < i && it->output == OG_OUTPUT_SAMPLE; j++)
+            if (items[j].output == OG_OUTPUT_SAMPLE && items[j].sampler == it->sampler)
                 return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: items %d and %d share one sampler", j, i);
-        }
     }
     return OG_OK;
 }
@@ -416,6 +414,10 @@ og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
         int expected = 0;
         if (!atomic_compare_exchange_strong(&items[i].session->stepping, &expected, 1)) {
             release(items, i);
+            for (int32_t j = 0; j < i; j++) /* taken by this call: an item repeats it */
+                if (items[j].session == items[i].session)
+                    return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: items %d and %d are the same session",
+                                        j, i);
             return og_set_error(OG_ERR_STATE, "og_model_step: item %d: the session is already in a step", i);
         }
     }
