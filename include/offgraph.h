@@ -653,6 +653,11 @@ og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *
 og_status og_prefix_cache_lookup(og_prefix_cache *c, og_model *m, const int32_t *tokens, int64_t n,
                                  og_session **out, int64_t *reused);
 og_status og_prefix_cache_metrics_get(og_prefix_cache *c, og_prefix_cache_metrics *out);
+/* Evicts least recently used entries while the entries' KV bytes exceed
+ * max_bytes (a negative max_bytes counts as 0), each counted in
+ * metrics.evictions, e.g. when a server needs their memory for a new
+ * request. Returns the bytes held afterwards (0 for NULL c). */
+int64_t og_prefix_cache_trim(og_prefix_cache *c, int64_t max_bytes);
 
 /* ------------------------------------------- many sessions in one step */
 

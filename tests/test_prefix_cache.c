@@ -188,6 +188,20 @@ static void test_partial_and_eviction(og_model *flat, og_model *ring) {
     CHECK_OK(og_prefix_cache_lookup(c, flat, t3[0], 60, &s, &reused));
     CHECK(s != NULL);
     og_session_destroy(s);
+    /* trim (a server wanting the memory back): t3[2] is least recent now */
+    CHECK(og_prefix_cache_trim(c, pm.bytes_held) == pm.bytes_held);
+    const int64_t left = og_prefix_cache_trim(c, pm.bytes_held - 1);
+    og_prefix_cache_metrics pt;
+    CHECK_OK(og_prefix_cache_metrics_get(c, &pt));
+    CHECK_MSG(pt.entries == 1 && pt.evictions == 2 && left == pt.bytes_held && left < pm.bytes_held,
+              "trim: %lld entries, %lld evicted, %lld bytes left", (long long)pt.entries, (long long)pt.evictions,
+              (long long)left);
+    CHECK_OK(og_prefix_cache_lookup(c, flat, t3[2], 60, &s, &reused));
+    CHECK(s == NULL); /* trimmed */
+    CHECK_OK(og_prefix_cache_lookup(c, flat, t3[0], 60, &s, &reused));
+    CHECK(s != NULL && reused == 59);
+    og_session_destroy(s);
+    CHECK(og_prefix_cache_trim(c, -5) == 0 && og_prefix_cache_trim(NULL, 0) == 0);
     og_prefix_cache_clear(c);
     CHECK_OK(og_prefix_cache_metrics_get(c, &pm));
     CHECK(pm.entries == 0 && pm.bytes_held == 0);

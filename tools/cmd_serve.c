@@ -28,6 +28,10 @@ static void usage(FILE *f) {
             "  --max-sessions <N>       requests generating at once (default 64)\n"
             "  --kv-budget <BYTES>      KV bytes all sessions together may hold, e.g. 512M or 2G\n"
             "                           (default 0: no bound); a request that does not fit waits\n"
+            "  --prefix-cache-bytes <BYTES>  KV bytes of finished requests kept so that a prompt\n"
+            "                           starting with one (the history of a chat) forks it and\n"
+            "                           reads only the rest (default 1G; 0: off); part of\n"
+            "                           --kv-budget, evicted first when a request needs room\n"
             "  --max-queue <N>          requests that may wait; past it: 429 (default 256)\n"
             "  --api-key <KEY>          require 'Authorization: Bearer KEY' (all but /health);\n"
             "                           also read from OFFGRAPH_API_KEY\n"
@@ -84,9 +88,10 @@ int og_cmd_serve(int argc, char **argv) {
             if (!strcmp(a, "--host")) p.host = v;
             else if (!strcmp(a, "--api-key")) p.api_key = v;
             else p.model_id = v;
-        } else if (!strcmp(a, "--kv-budget") || !strcmp(a, "--max-body")) {
+        } else if (!strcmp(a, "--kv-budget") || !strcmp(a, "--max-body") || !strcmp(a, "--prefix-cache-bytes")) {
             if (!(v = og_cli_value("serve", argc, argv, &i)) || !parse_bytes(a, v, &n)) return 2;
             if (!strcmp(a, "--kv-budget")) p.kv_budget = n;
+            else if (!strcmp(a, "--prefix-cache-bytes")) p.prefix_cache_bytes = n;
             else if (n < 1) {
                 fprintf(stderr, "offgraph serve: --max-body must be at least 1 byte\n");
                 return 2;

@@ -309,6 +309,19 @@ og_status og_prefix_cache_metrics_get(og_prefix_cache *c, og_prefix_cache_metric
     return OG_OK;
 }
 
+int64_t og_prefix_cache_trim(og_prefix_cache *c, int64_t max_bytes) {
+    if (!c) return 0;
+    if (max_bytes < 0) max_bytes = 0;
+    pthread_mutex_lock(&c->lock);
+    while (c->tail && c->metrics.bytes_held > max_bytes) {
+        entry_drop(c, c->tail);
+        c->metrics.evictions++;
+    }
+    const int64_t held = c->metrics.bytes_held;
+    pthread_mutex_unlock(&c->lock);
+    return held;
+}
+
 void og_prefix_cache_clear(og_prefix_cache *c) {
     if (!c) return;
     pthread_mutex_lock(&c->lock);

@@ -95,19 +95,31 @@ static void slot_destroy(og_serve_slot *sl) {
 
 static void finish_locked(og_server *s, og_req *r, int http_error, const char *msg);
 
+/* KV bytes the prefix cache's sessions hold (0 without one). */
+static int64_t prefix_held(og_server *s) {
+    og_prefix_cache_metrics pm;
+    if (!s->prefix || og_prefix_cache_metrics_get(s->prefix, &pm) != OG_OK) return 0;
+    return pm.bytes_held;
+}
+
 /* Whether r fits the budget in slot k now, evicting idle sessions (their
- * storage) as needed. */
+ * storage) as needed, then prefix cache entries, least recently used first:
+ * the cache only ever holds memory no request asked for. */
 static bool fits_locked(og_server *s, og_req *r, int32_t k) {
     if (s->p.kv_budget <= 0) return true;
     for (;;) {
         const og_serve_slot *sl = &s->slots[k];
-        int64_t total = charge_locked(s) - sl->held + (sl->held > r->reserve_bytes ? sl->held : r->reserve_bytes);
-        if (total <= s->p.kv_budget) return true;
+        int64_t sessions = charge_locked(s) - sl->held + (sl->held > r->reserve_bytes ? sl->held : r->reserve_bytes);
+        int64_t cached = prefix_held(s);
+        if (sessions + cached <= s->p.kv_budget) return true;
         int32_t victim = -1;
         for (int32_t i = 0; i < s->p.max_sessions; i++)
             if (i != k && !s->slots[i].owner && s->slots[i].session &&
                 (victim < 0 || s->slots[i].held > s->slots[victim].held))
                 victim = i;
+        if (victim < 0 && cached > 0) {
+            if (og_prefix_cache_trim(s->prefix, s->p.kv_budget - sessions) < cached) continue;
+        }
         if (victim < 0) {
             /* the chosen slot's own storage may be what is in the way */
             if (sl->session && sl->held > r->reserve_bytes) {
@@ -118,6 +130,64 @@ static bool fits_locked(og_server *s, og_req *r, int32_t k) {
         }
         slot_destroy(&s->slots[victim]);
     }
+}
+
+/* r starts from a fork of the cached session sharing the longest prefix
+ * with its prompt (when there is one), in place of the slot's session, and
+ * feeds only the rest. A failed lookup only means a full prefill.
+ *
+ * Exactness: a step of one token computes its rows along another path than
+ * a wider step (on the CPU, f32 activations against bf16-rounded ones for a
+ * bf16 program), so the cache keeps only rows that prompt steps wrote, and
+ * at least two prompt tokens are left to feed: then every row the request
+ * reads is what a full prefill of its prompt would have written, and greedy
+ * output is the same with and without the cache. */
+static void reuse_prefix_locked(og_server *s, og_req *r, og_serve_slot *sl) {
+    if (!s->prefix || r->n_prompt < 3) return;
+    og_session *f = NULL;
+    int64_t reused = 0;
+    /* the lookup leaves at least one token of what it is given */
+    if (og_prefix_cache_lookup(s->prefix, s->model, r->prompt, r->n_prompt - 1, &f, &reused) != OG_OK) {
+        og_log(OG_LOG_WARN, "serve: prefix cache lookup: %s (the prompt is read in full)", og_last_error());
+        return;
+    }
+    if (!f) return;
+    slot_destroy(sl);
+    sl->session = f;
+    og_kv_metrics km;
+    if (og_session_metrics(f, &km) == OG_OK) {
+        sl->held = km.bytes_allocated;
+        sl->live = km.bytes_live;
+    }
+    r->fed = r->reused = reused;
+    s->prompt_tokens_reused += reused;
+}
+
+/* Hands the session of r's slot to the prefix cache with the tokens its
+ * prompt steps wrote (reuse_prefix_locked says why not the generated ones:
+ * past the prompt, the session is cut back by a fork). Returns false when
+ * it cannot (no cache, no prompt row held): the caller resets the session
+ * instead. */
+static bool cache_session_locked(og_server *s, og_req *r, og_serve_slot *sl) {
+    if (!s->prefix || !sl->session) return false;
+    const int64_t L = og_session_length(sl->session);
+    const int64_t n = L < r->fed ? L : r->fed;
+    if (n < 2) return false;
+    og_session *x = sl->session;
+    if (n < L) {
+        og_session *cut = NULL;
+        if (og_session_fork(x, n, &cut) != OG_OK) {
+            og_log(OG_LOG_WARN, "serve: prefix cache: %s", og_last_error());
+            return false;
+        }
+        og_session_destroy(x);
+        x = cut;
+    }
+    sl->session = NULL;
+    sl->held = sl->live = 0;
+    if (og_prefix_cache_put(s->prefix, x, r->prompt, n) != OG_OK) /* x is gone either way */
+        og_log(OG_LOG_WARN, "serve: prefix cache put: %s", og_last_error());
+    return true;
 }
 
 static bool start_locked(og_server *s, og_req *r, int32_t k) {
@@ -146,6 +216,7 @@ static bool start_locked(og_server *s, og_req *r, int32_t k) {
     r->slot = k;
     r->state = OG_REQ_RUNNING;
     r->fed = 0;
+    reuse_prefix_locked(s, r, sl);
     s->running[s->n_running++] = r;
     return true;
 }
@@ -253,12 +324,15 @@ static void finish_locked(og_server *s, og_req *r, int http_error, const char *m
             }
     }
     if (r->slot >= 0) {
+        /* a request that ended well leaves its session to the prefix cache */
         og_serve_slot *sl = &s->slots[r->slot];
-        og_session_reset(sl->session);
-        og_kv_metrics km;
-        if (og_session_metrics(sl->session, &km) == OG_OK) {
-            sl->held = km.bytes_allocated;
-            sl->live = km.bytes_live;
+        if (http_error || !cache_session_locked(s, r, sl)) {
+            og_session_reset(sl->session);
+            og_kv_metrics km;
+            if (og_session_metrics(sl->session, &km) == OG_OK) {
+                sl->held = km.bytes_allocated;
+                sl->live = km.bytes_live;
+            }
         }
         sl->owner = NULL;
         r->slot = -1;
@@ -645,6 +719,22 @@ char *og_sched_metrics_text(og_server *s) {
     metric(&b, "kv_budget_bytes", "gauge", "The --kv-budget bound (0: none).", (double)s->p.kv_budget);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens prefilled.", (double)s->prompt_tokens_total);
     metric(&b, "generation_tokens_total", "counter", "Tokens generated.", (double)s->generation_tokens_total);
+    og_prefix_cache_metrics pm = {0};
+    if (s->prefix) og_prefix_cache_metrics_get(s->prefix, &pm);
+    metric(&b, "prefix_cache_lookups_total", "counter", "Requests that looked their prompt up in the prefix cache.",
+           (double)pm.lookups);
+    metric(&b, "prefix_cache_hits_total", "counter", "Requests that started from a cached prefix.", (double)pm.hits);
+    metric(&b, "prompt_tokens_reused_total", "counter", "Prompt tokens taken from the prefix cache, not prefilled.",
+           (double)s->prompt_tokens_reused);
+    metric(&b, "prefix_cache_bytes_shared_total", "counter",
+           "KV bytes the sessions started from the cache shared with it rather than copied.", (double)pm.bytes_shared);
+    metric(&b, "prefix_cache_bytes_held", "gauge", "KV bytes the prefix cache's sessions hold (in the budget).",
+           (double)pm.bytes_held);
+    metric(&b, "prefix_cache_entries", "gauge", "Sessions the prefix cache holds.", (double)pm.entries);
+    metric(&b, "prefix_cache_evictions_total", "counter", "Prefix cache entries evicted (its bound or the budget).",
+           (double)pm.evictions);
+    metric(&b, "prefix_cache_bytes_max", "gauge", "The --prefix-cache-bytes bound (0: no cache).",
+           (double)(s->prefix ? s->p.prefix_cache_bytes : 0));
     metric(&b, "prompt_tokens_per_second", "gauge", "Prompt tokens a second, over the last 10 s.", prompt_rate);
     metric(&b, "generation_tokens_per_second", "gauge", "Generated tokens a second, over the last 10 s.", gen_rate);
     metric(&b, "steps_total", "counter", "Batched model steps.", (double)s->steps_total);

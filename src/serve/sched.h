@@ -62,6 +62,7 @@ struct og_req {
     og_textgen *tg;
     float *logits;              /* [vocab] when logprobs */
     int64_t fed;                /* prompt tokens fed */
+    int64_t reused;             /* prompt tokens a cached prefix gave */
     int32_t next;               /* the token drawn, to feed next */
 };
 
@@ -80,6 +81,7 @@ struct og_server {
     og_model *model;
     og_tokenizer *tok;
     og_session *probe;          /* never stepped: KV estimates */
+    og_prefix_cache *prefix;    /* finished sessions by their tokens; NULL: off */
     int64_t ctx;                /* max_capacity: the most tokens a session holds */
     int32_t max_write;
     int64_t vocab;
@@ -108,6 +110,7 @@ struct og_server {
 
     /* figures (lock) */
     int64_t prompt_tokens_total, generation_tokens_total;
+    int64_t prompt_tokens_reused;  /* prompt tokens taken from the prefix cache */
     int64_t requests_ok, requests_error, requests_cancelled, requests_rejected;
     int64_t steps_total, step_rows_total, step_failures;
     double rate_t[16];          /* samples for the rates: time, totals */

@@ -31,6 +31,10 @@ typedef struct og_serve_params {
     int32_t port;               /* 0 picks a free port (og_server_port)     */
     int32_t max_sessions;       /* requests generating at once (default 64) */
     int64_t kv_budget;          /* KV bytes all sessions may hold; 0: no bound */
+    int64_t prefix_cache_bytes; /* KV bytes of finished requests' sessions kept
+                                   for prefix reuse (default 1 GiB; 0: none);
+                                   counted in kv_budget, evicted before a
+                                   request waits for memory                 */
     int32_t max_queue;          /* requests waiting to start (default 256)  */
     const char *api_key;        /* NULL: no auth; else Bearer on all but /health */
     size_t max_body;            /* request body limit in bytes (default 1 MiB) */

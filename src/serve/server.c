@@ -18,6 +18,7 @@ og_serve_params og_serve_default_params(void) {
     p.port = 8080;
     p.max_sessions = 64;
     p.kv_budget = 0;
+    p.prefix_cache_bytes = og_prefix_cache_default_params().budget_bytes;
     p.max_queue = 256;
     p.max_body = 1 << 20;
     p.chunk = 256;
@@ -77,6 +78,7 @@ void og_server_destroy(og_server *s) {
         for (int32_t i = 0; i < s->p.max_sessions; i++) og_session_destroy(s->slots[i].session);
     og_free(s->slots);
     og_free(s->running);
+    og_prefix_cache_destroy(s->prefix); /* its sessions go before the model */
     og_session_destroy(s->probe);
     og_free(s->forbidden);
     og_tokenizer_free(s->tok);
@@ -94,7 +96,7 @@ void og_server_destroy(og_server *s) {
 og_status og_server_start(const og_serve_params *p, og_server **out) {
     if (!p || !out || !p->model_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_server_start: no model path");
     if (p->max_sessions < 1 || p->max_queue < 0 || p->chunk < 1 || p->step_rows < 1 || p->max_body < 1 ||
-        p->kv_budget < 0 || p->port < 0 || p->port > 65535 || p->max_connections < 1)
+        p->kv_budget < 0 || p->prefix_cache_bytes < 0 || p->port < 0 || p->port > 65535 || p->max_connections < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_server_start: a parameter is out of range");
     og_server *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
@@ -149,6 +151,12 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
         s->forbidden[s->n_forbidden++] = (int32_t)i;
     }
     if ((st = og_session_create(s->model, &p->session, &s->probe)) != OG_OK) goto fail;
+    if (p->prefix_cache_bytes > 0) {
+        /* blocks of 16 tokens: a chat's system prompt is often shorter than
+         * the library's default 64 */
+        og_prefix_cache_params cp = {.budget_bytes = p->prefix_cache_bytes, .block_tokens = 16};
+        if ((st = og_prefix_cache_create(&cp, &s->prefix)) != OG_OK) goto fail;
+    }
     s->api = (og_serve_ctx){.tok = s->tok, .model_id = s->model_id, .vocab = s->vocab, .ctx = s->ctx,
                             .chat_format = s->chat_format};
     s->created = (int64_t)time(NULL);
