@@ -1,0 +1,850 @@
+"""Python bindings of offgraph (include/offgraph.h) through ctypes.
+
+    import offgraph
+    with offgraph.Model("build/kjv-tiny.ogp", backend="cpu") as model:
+        for piece in model.generate("In the beginning", max_tokens=32, temperature=0):
+            print(piece, end="", flush=True)
+
+The shared library liboffgraph.so.<major> is looked for, in this order:
+the path in the environment variable OFFGRAPH_LIB; a copy next to this
+file; the system's dynamic loader (LD_LIBRARY_PATH, the ld.so cache, what
+ctypes.util.find_library finds); /usr/local/lib, where `make install` puts
+it by default.
+
+Every failing call raises OffgraphError, whose message is the library's
+(og_last_error() or the session's last error) and whose `status` is the
+og_status name ("OG_ERR_CAPACITY", ...). Handles (models, sessions,
+tokenizers, samplers, decode streams) are freed by close(), by leaving a
+`with` block, or when they are garbage collected; a model closes its live
+sessions first, a tokenizer its decode streams.
+"""
+
+import array
+import ctypes
+import ctypes.util
+import os
+import threading
+import weakref
+from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t,
+                    c_uint, c_uint64, c_void_p)
+
+__all__ = ["OffgraphError", "Model", "Session", "Tokenizer", "DecodeStream", "Sampler", "StepItem",
+           "library_path", "ABI_MAJOR"]
+
+__version__ = "0.1"
+
+# The SONAME's number: include/offgraph.h's OG_VERSION_MAJOR.
+ABI_MAJOR = 0
+
+# og_status, in the order of the enum
+_STATUS_NAMES = ["OG_OK", "OG_ERR_INVALID_ARGUMENT", "OG_ERR_OUT_OF_MEMORY", "OG_ERR_INVALID_CONFIG",
+                 "OG_ERR_WRITE_TOO_WIDE", "OG_ERR_CAPACITY", "OG_ERR_POSITION", "OG_ERR_UNBOUND", "OG_ERR_IO",
+                 "OG_ERR_FORMAT", "OG_ERR_UNSUPPORTED", "OG_ERR_STATE", "OG_ERR_BACKEND", "OG_ERR_NO_DEVICE"]
+
+_BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
+_BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
+_DTYPES = {"f32": 0, "bf16": 1}  # KV dtypes a session may choose
+_DTYPE_NAMES = {0: "f32", 1: "bf16", 2: "f16", 3: "i32", 4: "i64"}
+_DTYPE_KEEP = 5  # OG_DTYPE_COUNT: keep the program's kv_dtype
+_OUTPUTS = {"none": 0, "logits": 1, "logits_all": 2, "argmax": 3, "sample": 4}
+_ADD_SPECIAL = 1
+_PARSE_SPECIAL = 2
+
+
+class OffgraphError(Exception):
+    """A call into liboffgraph failed. `status` is the og_status name (None
+    for errors found by the bindings before any call), `code` its value."""
+
+    def __init__(self, message, status=None, code=None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+# ---------------------------------------------------------------- structs
+
+class _ModelParams(Structure):
+    _fields_ = [("backend", c_int), ("n_threads", c_int32), ("cuda_graphs", c_int32)]
+
+
+class _SessionParams(Structure):
+    _fields_ = [("kv_dtype", c_int), ("kv_allocator", c_void_p)]
+
+
+class _SamplerParams(Structure):
+    _fields_ = [("temperature", c_float), ("top_k", c_int32), ("top_p", c_float), ("min_p", c_float),
+                ("repeat_penalty", c_float), ("repeat_last_n", c_int32), ("seed", c_uint64)]
+
+
+class _KvConfig(Structure):
+    _fields_ = [("version", c_int32), ("kv_dtype", c_int), ("max_capacity", c_int64),
+                ("initial_capacity", c_int64), ("max_write", c_int32), ("n_model_layers", c_int32),
+                ("n_layers", c_int32), ("layers", c_void_p)]
+
+
+class _KvMetrics(Structure):
+    _fields_ = [("length", c_int64), ("n_layers", c_int32), ("rows_allocated", c_int64),
+                ("bytes_allocated", c_int64), ("bytes_live", c_int64), ("growth_count", c_int64),
+                ("rebinds", c_int64), ("graph_captures", c_int64), ("steps", c_int64),
+                ("bytes_shared", c_int64)]
+
+
+class _BatchItem(Structure):
+    _fields_ = [("session", c_void_p), ("tokens", POINTER(c_int32)), ("n_tokens", c_int32), ("output", c_int),
+                ("logits", POINTER(c_float)), ("sampler", c_void_p), ("token", c_int32)]
+
+
+# ------------------------------------------------------------ the library
+
+_P = c_void_p
+_PROTOTYPES = {
+    # core
+    "og_status_str": (c_char_p, [c_int]),
+    "og_last_error": (c_char_p, []),
+    "og_free": (None, [c_void_p]),
+    "og_log_set_level": (None, [c_int]),
+    # models
+    "og_model_default_params": (_ModelParams, []),
+    "og_model_load": (c_int, [c_char_p, POINTER(_ModelParams), POINTER(_P)]),
+    "og_model_free": (None, [_P]),
+    "og_model_vocab_size": (c_int64, [_P]),
+    "og_model_kv_config": (POINTER(_KvConfig), [_P]),
+    "og_model_backend": (c_int, [_P]),
+    "og_model_step": (c_int, [_P, POINTER(_BatchItem), c_int32]),
+    # sampling
+    "og_sampler_default_params": (_SamplerParams, []),
+    "og_sampler_create": (c_int, [POINTER(_SamplerParams), c_int64, POINTER(_P)]),
+    "og_sampler_destroy": (None, [_P]),
+    "og_sampler_accept": (None, [_P, c_int32]),
+    "og_sampler_forbid": (c_int, [_P, c_int32]),
+    "og_sampler_reset": (None, [_P]),
+    "og_sampler_sample": (c_int32, [_P, POINTER(c_float)]),
+    # sessions
+    "og_session_default_params": (_SessionParams, []),
+    "og_session_create": (c_int, [_P, POINTER(_SessionParams), POINTER(_P)]),
+    "og_session_destroy": (None, [_P]),
+    "og_session_reset": (None, [_P]),
+    "og_session_length": (c_int64, [_P]),
+    "og_session_eval": (c_int, [_P, POINTER(c_int32), c_int64, c_int32, POINTER(c_float), c_int]),
+    "og_session_eval_next": (c_int, [_P, POINTER(c_int32), c_int64, c_int32, POINTER(c_int32)]),
+    "og_session_eval_sample": (c_int, [_P, POINTER(c_int32), c_int64, c_int32, _P, POINTER(c_int32)]),
+    "og_session_fork": (c_int, [_P, c_int64, POINTER(_P)]),
+    "og_session_save": (c_int, [_P, c_char_p]),
+    "og_session_restore": (c_int, [_P, c_char_p, POINTER(_P)]),
+    "og_session_restore_into": (c_int, [_P, c_char_p]),
+    "og_session_metrics": (c_int, [_P, POINTER(_KvMetrics)]),
+    "og_session_last_error": (c_char_p, [_P]),
+    # tokenizer
+    "og_tokenizer_from_model": (c_int, [_P, POINTER(_P)]),
+    "og_tokenizer_from_file": (c_int, [c_char_p, c_char_p, POINTER(_P)]),
+    "og_tokenizer_free": (None, [_P]),
+    "og_tokenize": (c_int, [_P, c_char_p, c_size_t, c_uint, POINTER(POINTER(c_int32)), POINTER(c_int64)]),
+    "og_detokenize": (c_int, [_P, POINTER(c_int32), c_int64, POINTER(c_void_p), POINTER(c_size_t)]),
+    "og_tokenizer_vocab_size": (c_int32, [_P]),
+    "og_tokenizer_token_id": (c_int32, [_P, c_char_p]),
+    "og_tokenizer_token_text": (c_char_p, [_P, c_int32]),
+    "og_token_piece": (c_int, [_P, c_int32, POINTER(c_void_p), POINTER(c_size_t)]),
+    "og_tokenizer_is_special": (c_int, [_P, c_int32]),
+    "og_tokenizer_bos": (c_int32, [_P]),
+    "og_tokenizer_eos": (c_int32, [_P]),
+    "og_tokenizer_eot": (c_int32, [_P]),
+    "og_decode_stream_new": (c_int, [_P, POINTER(_P)]),
+    "og_decode_stream_destroy": (None, [_P]),
+    "og_decode_stream_push": (c_int, [_P, c_int32, POINTER(c_void_p), POINTER(c_size_t)]),
+    "og_decode_stream_finish": (c_int, [_P, POINTER(c_void_p), POINTER(c_size_t)]),
+}
+
+_lib_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    """(what, name or path) pairs to try, in order."""
+    soname = "liboffgraph.so.%d" % ABI_MAJOR
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [("next to the package", os.path.join(here, soname)),
+           ("next to the package", os.path.join(here, "liboffgraph.so")),
+           ("the dynamic loader", soname)]
+    found = ctypes.util.find_library("offgraph")
+    if found and found != soname:
+        out.append(("ctypes.util.find_library", found))
+    out.append(("make install's default prefix", os.path.join("/usr/local/lib", soname)))
+    return out
+
+
+def _open():
+    env = os.environ.get("OFFGRAPH_LIB")
+    if env:
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise OffgraphError("OFFGRAPH_LIB=%s cannot be loaded: %s" % (env, e)) from None
+    tried = []
+    for what, name in _candidates():
+        if os.sep in name and not os.path.exists(name):
+            tried.append("%s (%s): no such file" % (name, what))
+            continue
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            tried.append("%s (%s): %s" % (name, what, e))
+    raise OffgraphError("liboffgraph.so.%d was not found; set OFFGRAPH_LIB to its path, or install it "
+                        "(make install, then ldconfig). Tried: %s" % (ABI_MAJOR, "; ".join(tried)))
+
+
+def _L():
+    """The loaded library, with every prototype declared (loaded on first use)."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is None:
+            lib, path = _open()
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                try:
+                    fn = getattr(lib, name)
+                except AttributeError:
+                    raise OffgraphError("%s has no symbol %s: a library older than these bindings" %
+                                        (path, name)) from None
+                fn.restype = restype
+                fn.argtypes = argtypes
+            _lib_path = path
+            _lib = lib
+    return _lib
+
+
+def library_path():
+    """The path or name the shared library was loaded from (loads it)."""
+    _L()
+    return _lib_path
+
+
+def _status_name(code):
+    return _STATUS_NAMES[code] if 0 <= code < len(_STATUS_NAMES) else "og_status %d" % code
+
+
+def _text(b):
+    return b.decode("utf-8", errors="replace") if b is not None else ""
+
+
+def _check(st, what, message=None):
+    """Raises OffgraphError for a status other than OG_OK. message: a
+    function giving the library's message (default og_last_error)."""
+    if st == 0:
+        return
+    msg = message() if message else _text(_L().og_last_error())
+    name = _status_name(st)
+    raise OffgraphError("%s: %s (%s)" % (what, msg or name, name), name, st)
+
+
+def _path(p):
+    return os.fsencode(p)
+
+
+def _ids(tokens, what="tokens"):
+    """tokens (an int or an iterable of ints) as a ctypes int32 array."""
+    if isinstance(tokens, int):
+        tokens = [tokens]
+    try:
+        seq = [int(t) for t in tokens]
+    except (TypeError, ValueError):
+        raise OffgraphError("%s must be token ids (ints), not %r" % (what, tokens)) from None
+    for i, t in enumerate(seq):
+        if not -2 ** 31 <= t < 2 ** 31:
+            raise OffgraphError("%s[%d] = %d is not a 32-bit token id" % (what, i, t))
+    return (c_int32 * len(seq))(*seq), len(seq)
+
+
+def _floats(n):
+    """A zeroed array.array('f') of n floats and a pointer to its buffer."""
+    buf = array.array("f", bytes(4 * n))
+    return buf, ctypes.cast(buf.buffer_info()[0], POINTER(c_float))
+
+
+def _take_string(ptr, length):
+    """The bytes of a string the library gave (og_free'd here)."""
+    try:
+        return ctypes.string_at(ptr.value, length.value) if ptr.value else b""
+    finally:
+        _L().og_free(ptr)
+
+
+class _Handle:
+    """An owned pointer to a library object, freed once."""
+
+    _free = None  # name of the library function that frees it
+
+    def __init__(self):
+        self._h = None
+
+    def _ptr(self):
+        if self._h is None:
+            raise OffgraphError("%s is closed" % type(self).__name__)
+        return self._h
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def close(self):
+        h, self._h = self._h, None
+        if h is not None and _lib is not None:
+            getattr(_lib, self._free)(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# -------------------------------------------------------------- sampling
+
+class Sampler(_Handle):
+    """Picks tokens from logits (og_sampler): forbidden tokens out, the
+    repetition penalty, then greedy (temperature <= 0) or top-k, softmax at
+    the temperature, top-p, min-p and a draw. The same seed, parameters and
+    logits give the same tokens. Defaults are the library's (temperature 0.8,
+    top_k 40, top_p 0.95, min_p 0.05, no repetition penalty); seed None
+    draws one from os.urandom."""
+
+    _free = "og_sampler_destroy"
+
+    def __init__(self, vocab_size, temperature=None, top_k=None, top_p=None, min_p=None, repeat_penalty=None,
+                 repeat_last_n=None, seed=None):
+        super().__init__()
+        L = _L()
+        p = L.og_sampler_default_params()
+        for name, v in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
+                        ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n)):
+            if v is not None:
+                setattr(p, name, v)
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        if not 0 <= int(seed) < 2 ** 64:
+            raise OffgraphError("seed %d is outside [0, 2^64)" % seed)
+        p.seed = int(seed)
+        self.vocab_size = int(vocab_size)
+        h = c_void_p()
+        _check(L.og_sampler_create(byref(p), self.vocab_size, byref(h)), "sampler")
+        self._h = h.value
+        self.params = {f: getattr(p, f) for f, _ in _SamplerParams._fields_}
+
+    def accept(self, token):
+        """Adds a token to the history the repetition penalty looks at."""
+        _L().og_sampler_accept(self._ptr(), int(token))
+
+    def forbid(self, token):
+        """Rules a token out for good."""
+        _check(_L().og_sampler_forbid(self._ptr(), int(token)), "forbid %d" % token)
+
+    def reset(self):
+        """Forgets the history and reseeds (forbidden tokens stay)."""
+        _L().og_sampler_reset(self._ptr())
+
+    def sample(self, logits):
+        """The next token from one row of vocab_size logits (any buffer of
+        float32, e.g. what Session.eval returns, or a sequence of floats)."""
+        if isinstance(logits, array.array) and logits.typecode == "f":
+            row = logits
+        else:
+            row = array.array("f", logits)
+        if len(row) != self.vocab_size:
+            raise OffgraphError("sample: %d logits for a vocabulary of %d" % (len(row), self.vocab_size))
+        return _L().og_sampler_sample(self._ptr(), ctypes.cast(row.buffer_info()[0], POINTER(c_float)))
+
+
+# -------------------------------------------------------------- tokenizer
+
+class DecodeStream(_Handle):
+    """Text of tokens generated one at a time: push(id) gives the text that
+    token completes (bytes of an incomplete UTF-8 character wait for the
+    next tokens), finish() what is held back. Belongs to one thread at a
+    time; its tokenizer must stay open."""
+
+    _free = "og_decode_stream_destroy"
+
+    def __init__(self, tokenizer):
+        super().__init__()
+        h = c_void_p()
+        _check(_L().og_decode_stream_new(tokenizer._ptr(), byref(h)), "decode stream")
+        self._h = h.value
+        self.tokenizer = tokenizer
+        tokenizer._streams.add(self)
+
+    def push(self, token):
+        text, n = c_void_p(), c_size_t()
+        _check(_L().og_decode_stream_push(self._ptr(), int(token), byref(text), byref(n)),
+               "decode stream push %d" % token)
+        return _text(ctypes.string_at(text.value, n.value)) if n.value else ""
+
+    def finish(self):
+        text, n = c_void_p(), c_size_t()
+        _check(_L().og_decode_stream_finish(self._ptr(), byref(text), byref(n)), "decode stream finish")
+        return _text(ctypes.string_at(text.value, n.value)) if n.value else ""
+
+
+class Tokenizer(_Handle):
+    """Text <-> token ids as Hugging Face tokenizers does it (og_tokenizer).
+    Model.tokenizer is the model's own; Tokenizer.from_files reads a
+    tokenizer.json (and optionally a tokenizer_config.json)."""
+
+    _free = "og_tokenizer_free"
+
+    def __init__(self, _handle):
+        super().__init__()
+        self._h = _handle
+        self._streams = weakref.WeakSet()
+
+    @classmethod
+    def from_files(cls, tokenizer_json, tokenizer_config=None):
+        h = c_void_p()
+        _check(_L().og_tokenizer_from_file(_path(tokenizer_json),
+                                           _path(tokenizer_config) if tokenizer_config is not None else None,
+                                           byref(h)), "tokenizer %s" % tokenizer_json)
+        return cls(h.value)
+
+    def close(self):
+        for s in list(self._streams):
+            s.close()
+        super().close()
+
+    def encode(self, text, add_special=True, parse_special=True):
+        """Token ids of text (str, or bytes of UTF-8). add_special: the
+        tokens the tokenizer's post-processor adds (e.g. a BOS);
+        parse_special: special tokens written in the text become their ids.
+        Both True is Hugging Face's encode(text)."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        flags = (_ADD_SPECIAL if add_special else 0) | (_PARSE_SPECIAL if parse_special else 0)
+        ids, n = POINTER(c_int32)(), c_int64()
+        _check(_L().og_tokenize(self._ptr(), data, len(data), flags, byref(ids), byref(n)), "encode")
+        try:
+            return ids[:n.value] if n.value else []
+        finally:
+            _L().og_free(ids)
+
+    def decode_bytes(self, ids):
+        arr, n = _ids(ids, "ids")
+        text, length = c_void_p(), c_size_t()
+        _check(_L().og_detokenize(self._ptr(), arr, n, byref(text), byref(length)), "decode")
+        return _take_string(text, length)
+
+    def decode(self, ids):
+        """The text of ids, special tokens kept, as Hugging Face's decode(ids)."""
+        return _text(self.decode_bytes(ids))
+
+    def decode_stream(self):
+        return DecodeStream(self)
+
+    @property
+    def vocab_size(self):
+        """One past the largest token id."""
+        return _L().og_tokenizer_vocab_size(self._ptr())
+
+    def token_to_id(self, piece):
+        """The id whose stored piece is exactly `piece` (e.g. "<|endoftext|>",
+        or "\u0120the" of a byte-level vocabulary), or None."""
+        i = _L().og_tokenizer_token_id(self._ptr(), piece.encode("utf-8") if isinstance(piece, str) else piece)
+        return i if i >= 0 else None
+
+    def id_to_token(self, token):
+        """The stored piece of a token ("\u0120the"), or None for an id that is no token."""
+        s = _L().og_tokenizer_token_text(self._ptr(), int(token))
+        return _text(s) if s is not None else None
+
+    def piece(self, token):
+        """The text of the token decoded on its own (" the")."""
+        text, length = c_void_p(), c_size_t()
+        _check(_L().og_token_piece(self._ptr(), int(token), byref(text), byref(length)), "piece")
+        return _text(_take_string(text, length))
+
+    def is_special(self, token):
+        return bool(_L().og_tokenizer_is_special(self._ptr(), int(token)))
+
+    def _special(self, fn):
+        i = fn(self._ptr())
+        return i if i >= 0 else None
+
+    @property
+    def bos_id(self):
+        return self._special(_L().og_tokenizer_bos)
+
+    @property
+    def eos_id(self):
+        return self._special(_L().og_tokenizer_eos)
+
+    @property
+    def eot_id(self):
+        """The token that ends an assistant's turn in the chat format, or None."""
+        return self._special(_L().og_tokenizer_eot)
+
+
+# ----------------------------------------------------------------- models
+
+class StepItem:
+    """One session's part of Model.step: its tokens and what it gets back.
+    output: "none", "logits" (the last token's row), "logits_all" (a row a
+    token), "argmax", or "sample" (drawn by `sampler`)."""
+
+    __slots__ = ("session", "tokens", "output", "sampler")
+
+    def __init__(self, session, tokens, output="argmax", sampler=None):
+        self.session = session
+        self.tokens = tokens
+        self.output = output
+        self.sampler = sampler
+
+
+class Model(_Handle):
+    """A loaded program file (og_model). backend: "cpu", "cuda" or "auto"
+    (CUDA when the library was built with it and a GPU is present).
+    n_threads: CPU threads, 0 for every online CPU."""
+
+    _free = "og_model_free"
+
+    def __init__(self, path, backend="auto", n_threads=0, cuda_graphs=True):
+        super().__init__()
+        if backend not in _BACKENDS:
+            raise OffgraphError("backend must be one of %s, not %r" % (", ".join(sorted(_BACKENDS)), backend))
+        L = _L()
+        p = L.og_model_default_params()
+        p.backend = _BACKENDS[backend]
+        p.n_threads = int(n_threads)
+        p.cuda_graphs = 1 if cuda_graphs else 0
+        h = c_void_p()
+        _check(L.og_model_load(_path(path), byref(p), byref(h)), "load %s" % path)
+        self._h = h.value
+        self.path = path
+        self._sessions = weakref.WeakSet()
+        self._tokenizer = None
+        self._unknown_ids = None
+
+    def close(self):
+        """Closes every live session of the model, its tokenizer, then the model."""
+        for s in list(self._sessions):
+            s.close()
+        if self._tokenizer is not None:
+            self._tokenizer.close()
+        super().close()
+
+    @property
+    def backend(self):
+        """"cpu" or "cuda": where the model runs."""
+        return _BACKEND_NAMES.get(_L().og_model_backend(self._ptr()), "unknown")
+
+    @property
+    def vocab_size(self):
+        """Width of a logits row."""
+        return _L().og_model_vocab_size(self._ptr())
+
+    def _kv(self):
+        return _L().og_model_kv_config(self._ptr()).contents
+
+    @property
+    def max_context(self):
+        """The most tokens a session can hold (the KV manifest's max_capacity)."""
+        return self._kv().max_capacity
+
+    @property
+    def max_write(self):
+        """The most tokens one item of a batched step may carry."""
+        return self._kv().max_write
+
+    @property
+    def kv_dtype(self):
+        return _DTYPE_NAMES.get(self._kv().kv_dtype, "unknown")
+
+    @property
+    def tokenizer(self):
+        """The tokenizer the program embeds (made on first use)."""
+        if self._tokenizer is None or self._tokenizer.closed:
+            h = c_void_p()
+            _check(_L().og_tokenizer_from_model(self._ptr(), byref(h)), "tokenizer of %s" % self.path)
+            self._tokenizer = Tokenizer(h.value)
+        return self._tokenizer
+
+    def session(self, kv_dtype=None):
+        """A new session (one conversation). kv_dtype: None keeps the
+        program's, "f32" or "bf16" overrides it."""
+        return Session(self, kv_dtype)
+
+    def restore(self, path):
+        """A new session holding what Session.save wrote to path."""
+        h = c_void_p()
+        _check(_L().og_session_restore(self._ptr(), _path(path), byref(h)), "restore %s" % path)
+        return Session(self, _handle=h.value)
+
+    def sampler(self, **params):
+        """A Sampler over this model's vocabulary, the ids the tokenizer does
+        not know forbidden (as `offgraph run` does). params: see Sampler."""
+        s = Sampler(self.vocab_size, **params)
+        try:
+            for i in self._unknown():
+                s.forbid(i)
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    def _unknown(self):
+        if self._unknown_ids is None:
+            tok = self.tokenizer
+            fn, h = _L().og_tokenizer_token_text, tok._ptr()
+            self._unknown_ids = [i for i in range(self.vocab_size) if fn(h, i) is None]
+        return self._unknown_ids
+
+    def step(self, items):
+        """Advances several sessions of this model in one batched step
+        (og_model_step). items: StepItem objects or tuples (session, tokens
+        [, output [, sampler]]); output as StepItem says, default "argmax".
+        Returns one result per item: None ("none"), the token ("argmax",
+        "sample"), an array.array('f') of vocab_size logits ("logits"), or a
+        list of them, one a token ("logits_all"). The step is one
+        transaction: on an error nothing changes in any session and
+        OffgraphError names the item and the rule."""
+        items = [it if isinstance(it, StepItem) else StepItem(*it) for it in items]
+        if not items:
+            raise OffgraphError("step: no items")
+        L = _L()
+        vocab = self.vocab_size
+        c_items = (_BatchItem * len(items))()
+        keep = []  # the token arrays and logits buffers, alive for the call
+        outs = []
+        for k, it in enumerate(items):
+            if not isinstance(it.session, Session):
+                raise OffgraphError("step: item %d: %r is not a Session" % (k, it.session))
+            if it.session.model is not self:
+                raise OffgraphError("step: item %d: its session is of another model" % k)
+            if it.output not in _OUTPUTS:
+                raise OffgraphError("step: item %d: output must be one of %s, not %r" %
+                                    (k, ", ".join(_OUTPUTS), it.output))
+            toks, n = _ids(it.tokens, "step: item %d: tokens" % k)
+            ci = c_items[k]
+            ci.session = it.session._ptr()
+            ci.tokens = ctypes.cast(toks, POINTER(c_int32))
+            ci.n_tokens = n
+            ci.output = _OUTPUTS[it.output]
+            buf = None
+            if it.output in ("logits", "logits_all"):
+                buf, ptr = _floats(vocab * (n if it.output == "logits_all" else 1))
+                ci.logits = ptr
+            if it.output == "sample":
+                if not isinstance(it.sampler, Sampler):
+                    raise OffgraphError("step: item %d: output \"sample\" needs a Sampler" % k)
+                ci.sampler = it.sampler._ptr()
+            keep.append(toks)
+            outs.append(buf)
+        _check(L.og_model_step(self._ptr(), c_items, len(items)), "step")
+        results = []
+        for k, it in enumerate(items):
+            if it.output in ("argmax", "sample"):
+                results.append(c_items[k].token)
+            elif it.output == "logits":
+                results.append(outs[k])
+            elif it.output == "logits_all":
+                results.append([outs[k][i * vocab:(i + 1) * vocab] for i in range(c_items[k].n_tokens)])
+            else:
+                results.append(None)
+        return results
+
+    def generate(self, prompt, kv_dtype=None, **kw):
+        """Session.generate (text pieces) in a session of its own (kv_dtype:
+        as Model.session), closed when the generator ends or is closed."""
+        s = self.session(kv_dtype)
+        try:
+            return (yield from s.generate(prompt, **kw))
+        finally:
+            s.close()
+
+
+class Session(_Handle):
+    """One conversation of a model: its own KV storage. Sessions are closed
+    before their model (Model.close does it)."""
+
+    _free = "og_session_destroy"
+
+    def __init__(self, model, kv_dtype=None, _handle=None):
+        super().__init__()
+        self.model = model
+        self.last_finish_reason = None
+        if _handle is None:
+            L = _L()
+            p = L.og_session_default_params()
+            if kv_dtype is None:
+                p.kv_dtype = _DTYPE_KEEP
+            elif kv_dtype in _DTYPES:
+                p.kv_dtype = _DTYPES[kv_dtype]
+            else:
+                raise OffgraphError("kv_dtype must be None, \"f32\" or \"bf16\", not %r" % (kv_dtype,))
+            h = c_void_p()
+            _check(L.og_session_create(model._ptr(), byref(p), byref(h)), "session")
+            _handle = h.value
+        self._h = _handle
+        model._sessions.add(self)
+
+    def _error(self):
+        return _text(_L().og_session_last_error(self._h)) if self._h else _text(_L().og_last_error())
+
+    def _check(self, st, what):
+        _check(st, what, self._error)
+
+    @property
+    def length(self):
+        """Tokens the session holds."""
+        return _L().og_session_length(self._ptr())
+
+    def __len__(self):
+        return self.length
+
+    def reset(self):
+        """Forgets the conversation (length 0), keeping storage."""
+        _L().og_session_reset(self._ptr())
+
+    def eval(self, tokens, logits="last", chunk=0):
+        """Feeds tokens (split in steps of at most chunk tokens; 0: as the
+        executor splits them). logits: "last" returns the last position's
+        row (array.array('f') of vocab_size), "all" a list of rows, one a
+        token, None nothing."""
+        toks, n = _ids(tokens)
+        if n == 0:
+            raise OffgraphError("eval: no tokens")
+        vocab = self.model.vocab_size
+        if logits is None:
+            self._check(_L().og_session_eval(self._ptr(), toks, n, int(chunk), None, 0), "eval")
+            return None
+        if logits not in ("last", "all"):
+            raise OffgraphError("eval: logits must be \"last\", \"all\" or None, not %r" % (logits,))
+        rows = n if logits == "all" else 1
+        buf, ptr = _floats(rows * vocab)
+        self._check(_L().og_session_eval(self._ptr(), toks, n, int(chunk), ptr, 1 if logits == "all" else 0),
+                    "eval")
+        if logits == "last":
+            return buf
+        return [buf[i * vocab:(i + 1) * vocab] for i in range(n)]
+
+    def eval_next(self, tokens, chunk=0):
+        """Feeds tokens and returns the arg-max token of the last position."""
+        toks, n = _ids(tokens)
+        out = c_int32()
+        self._check(_L().og_session_eval_next(self._ptr(), toks, n, int(chunk), byref(out)), "eval_next")
+        return out.value
+
+    def eval_sample(self, tokens, sampler, chunk=0):
+        """Feeds tokens and returns a token drawn by sampler from the last position's logits."""
+        if not isinstance(sampler, Sampler):
+            raise OffgraphError("eval_sample: %r is not a Sampler" % (sampler,))
+        toks, n = _ids(tokens)
+        out = c_int32()
+        self._check(_L().og_session_eval_sample(self._ptr(), toks, n, int(chunk), sampler._ptr(), byref(out)),
+                    "eval_sample")
+        return out.value
+
+    def fork(self, at_length=None):
+        """A new session holding this one's first at_length tokens (default:
+        all), that goes its own way from there (rows below are shared, not
+        copied, where the storage allows)."""
+        at = self.length if at_length is None else int(at_length)
+        h = c_void_p()
+        self._check(_L().og_session_fork(self._ptr(), at, byref(h)), "fork at %d" % at)
+        return Session(self.model, _handle=h.value)
+
+    def save(self, path):
+        """Writes the session's KV rows to path (crash-safe: a temp file renamed over it)."""
+        self._check(_L().og_session_save(self._ptr(), _path(path)), "save %s" % path)
+
+    def restore(self, path):
+        """Replaces this session's conversation with what path holds."""
+        self._check(_L().og_session_restore_into(self._ptr(), _path(path)), "restore %s" % path)
+
+    def metrics(self):
+        """KV figures (og_kv_metrics) as a dict."""
+        m = _KvMetrics()
+        self._check(_L().og_session_metrics(self._ptr(), byref(m)), "metrics")
+        return {f: getattr(m, f) for f, _ in _KvMetrics._fields_}
+
+    def generate_tokens(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                        repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop_ids=None,
+                        sampler=None):
+        """A generator of the token ids of a continuation of prompt (a str,
+        encoded with the model's tokenizer, add_special adding e.g. a BOS as
+        `offgraph run` does; or a list of token ids fed as they are), after
+        what the session already holds. temperature 0 is greedy; the other
+        arguments are Sampler's, and the ids the tokenizer does not know are
+        never drawn. It stops after max_tokens tokens, before an end token
+        (the tokenizer's eos and end of turn, and stop_ids: never given out),
+        or when the session is full; the reason ("length" or "stop") is the
+        generator's return value and last_finish_reason. The last token given
+        out is not fed back (as `offgraph run`), so the session then holds
+        the prompt and every generated token but that one. sampler: a Sampler
+        to use instead of the sampling arguments (it is not closed)."""
+        model = self.model
+        tok = model.tokenizer
+        ids = tok.encode(prompt, add_special=add_special) if isinstance(prompt, (str, bytes)) else list(prompt)
+        if not ids:
+            raise OffgraphError("generate: the prompt gives no tokens")
+        if self.length + len(ids) > model.max_context:
+            raise OffgraphError("generate: the prompt is %d tokens and the session holds %d: more than the "
+                                "model's context limit of %d" % (len(ids), self.length, model.max_context))
+        stops = {i for i in (tok.eos_id, tok.eot_id) if i is not None}
+        stops.update(int(i) for i in (stop_ids or ()))
+        own = sampler is None
+        if own:
+            sampler = model.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                    repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed)
+        self.last_finish_reason = None
+        try:
+            for t in ids:
+                sampler.accept(t)
+            if max_tokens <= 0:
+                self.eval(ids, logits=None)
+                self.last_finish_reason = "length"
+                return "length"
+            nxt = self.eval_sample(ids, sampler)
+            produced = 0
+            reason = "length"
+            while True:
+                if nxt in stops:
+                    reason = "stop"
+                    break
+                produced += 1
+                yield nxt
+                if produced >= max_tokens or self.length >= model.max_context:
+                    break
+                nxt = self.eval_sample([nxt], sampler)
+            self.last_finish_reason = reason
+            return reason
+        finally:
+            if own:
+                sampler.close()
+
+    def generate(self, prompt, **kw):
+        """A generator of the text pieces of generate_tokens(prompt, **kw),
+        each given out as soon as its UTF-8 characters are complete; its
+        return value is the finish reason."""
+        stream = self.model.tokenizer.decode_stream()
+        gen = self.generate_tokens(prompt, **kw)
+        try:
+            while True:
+                try:
+                    t = next(gen)
+                except StopIteration as stop:
+                    reason = stop.value
+                    break
+                text = stream.push(t)
+                if text:
+                    yield text
+            tail = stream.finish()
+            if tail:
+                yield tail
+            return reason
+        finally:
+            gen.close()
+            stream.close()

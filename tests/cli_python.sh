@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The Python bindings (python/offgraph, pyproject.toml) as a user installs
+# them: a copy of the package sources is installed with pip into a fresh
+# venv, offline (--no-build-isolation --no-index: Debian's setuptools and
+# wheel, nothing from PyPI), and tests/python/check_bindings.py runs against
+# this build's liboffgraph.so and the demo model: ids and greedy text against
+# Hugging Face's (models/kjv-tiny/golden.json) and against `offgraph
+# tokenize`/`detokenize`/`run` (greedy and sampled), two sessions in one
+# batched step against each stepped alone, fork/save/restore, errors. Then
+# the three ways the package finds the library: OFFGRAPH_LIB, a copy next
+# to the package, the dynamic loader (LD_LIBRARY_PATH).
+# The interpreter: $OG_PYTHON if set, else Debian's /usr/bin/python3, else
+# python3 on PATH: the first that makes a venv with pip, setuptools and wheel.
+# Args: the built offgraph, a scratch folder.
+set -u
+BIN=$1
+WORK=$2
+SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+BUILD=$(cd "$(dirname "$BIN")" && pwd)
+BIN=$BUILD/$(basename "$BIN")
+DEMO=$BUILD/kjv-tiny.ogp
+rm -rf "$WORK" && mkdir -p "$WORK"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PYTHONDONTWRITEBYTECODE=1
+
+# A sanitizer build's library needs its runtime loaded first: not for a plain interpreter.
+if grep -qE '^OG_SANITIZE:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+    echo "skipped: sanitizer build"
+    exit 77
+fi
+major=$(sed -n 's/^#define OG_VERSION_MAJOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
+minor=$(sed -n 's/^#define OG_VERSION_MINOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
+LIB=$BUILD/liboffgraph.so.$major
+[ -f "$DEMO" ] || { echo "FAIL: no demo model at $DEMO"; exit 1; }
+[ -f "$LIB" ] || { echo "FAIL: no shared library at $LIB"; exit 1; }
+
+VENV=$WORK/venv
+PY=
+for cand in ${OG_PYTHON:-} /usr/bin/python3 "$(command -v python3 2>/dev/null)"; do
+    [ -n "$cand" ] && [ -x "$cand" ] || continue
+    rm -rf "$VENV"
+    if timeout 120 "$cand" -m venv --system-site-packages "$VENV" >"$WORK/venv.log" 2>&1 &&
+       timeout 60 "$VENV/bin/python" -c 'import setuptools, wheel' >>"$WORK/venv.log" 2>&1 &&
+       timeout 60 "$VENV/bin/python" -m pip --version >>"$WORK/venv.log" 2>&1; then
+        PY=$cand
+        break
+    fi
+done
+if [ -z "$PY" ]; then
+    echo "skipped: no python3 makes a venv with pip, setuptools and wheel (scripts/install-deps.sh installs" \
+         "python3-venv python3-setuptools python3-wheel): $(tail -3 "$WORK/venv.log" 2>/dev/null)"
+    exit 77
+fi
+echo "python: $PY ($("$VENV/bin/python" --version 2>&1))"
+
+# A copy of what the repository holds for the package (as a fresh clone
+# would), so that the build leaves nothing in the source tree.
+mkdir -p "$WORK/src"
+cp "$SRC/pyproject.toml" "$WORK/src/" && cp -r "$SRC/python" "$WORK/src/" || fail "copying the package sources"
+rm -rf "$WORK/src/python/"*.egg-info "$WORK/src/python/offgraph/__pycache__"
+if ! (cd "$WORK/src" && timeout 300 "$VENV/bin/python" -m pip install --no-build-isolation --no-index --no-cache-dir . \
+        >"$WORK/pip.log" 2>&1); then
+    fail "pip install: $(tail -20 "$WORK/pip.log")"
+    echo "$fails failure(s)"
+    exit 1
+fi
+site=$(cd "$WORK" && "$VENV/bin/python" -c 'import offgraph, os; print(os.path.dirname(offgraph.__file__))')
+case "$site" in "$VENV"/*) ;; *) fail "offgraph is imported from '$site', not the venv" ;; esac
+ver=$(cd "$WORK" && "$VENV/bin/python" -c 'import offgraph; print(offgraph.__version__, offgraph.ABI_MAJOR)')
+[ "$ver" = "$major.$minor $major" ] || fail "the package says '$ver'; offgraph.h is $major.$minor"
+
+# the checks against the references
+(cd "$WORK" && OFFGRAPH_LIB=$LIB timeout 600 "$VENV/bin/python" "$SRC/tests/python/check_bindings.py" "$BIN" "$DEMO" \
+    "$SRC/models/kjv-tiny/golden.json" "$WORK") || fail "tests/python/check_bindings.py"
+
+# where the library is found
+where() { (cd "$WORK" && env -u OFFGRAPH_LIB "$@" timeout 60 "$VENV/bin/python" -c \
+    'import offgraph; m = offgraph.Model("'"$DEMO"'", backend="cpu"); print(offgraph.library_path()); m.close()' 2>&1); }
+got=$(where LD_LIBRARY_PATH="$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+[ "$got" = "liboffgraph.so.$major" ] || fail "with LD_LIBRARY_PATH: loaded '$got', want the loader's liboffgraph.so.$major"
+cp "$LIB" "$site/" || fail "copying the library next to the package"
+got=$(where)
+[ "$got" = "$site/liboffgraph.so.$major" ] || fail "next to the package: loaded '$got'"
+got=$(cd "$WORK" && OFFGRAPH_LIB=$WORK/none.so timeout 60 "$VENV/bin/python" -c 'import offgraph; offgraph.library_path()' 2>&1)
+printf '%s' "$got" | grep -q "OffgraphError: OFFGRAPH_LIB=$WORK/none.so cannot be loaded" ||
+    fail "a bad OFFGRAPH_LIB: '$got'"
+
+if [ $fails -gt 0 ]; then
+    echo "$fails failure(s)"
+    exit 1
+fi
+echo "ok: pip install into a venv ($PY), bindings checked, library found three ways"

@@ -1,0 +1,211 @@
+"""The Python bindings (python/offgraph) against independent references:
+Hugging Face's own ids and greedy continuations of the demo model
+(models/kjv-tiny/golden.json, made with tokenizers and transformers by
+scripts/train_demo_model.py) and the C tool (`offgraph tokenize`,
+`offgraph detokenize`, `offgraph run`), whose prompt handling, sampler set-up
+and generation loop are the tool's own code, not the bindings'.
+
+Run by tests/cli_python.sh with the installed package:
+    python check_bindings.py OFFGRAPH_TOOL DEMO.ogp GOLDEN.json WORK_DIR
+Prints one line a failed check and exits 1 when any failed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import offgraph
+
+TOOL, DEMO, GOLDEN, WORK = sys.argv[1:5]
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL: " + what, flush=True)
+
+
+def tool(*args):
+    """Standard output of the C tool (bytes), which must succeed."""
+    r = subprocess.run([TOOL] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    if r.returncode != 0:
+        raise SystemExit("offgraph %s failed: %s" % (" ".join(args), r.stderr.decode(errors="replace")))
+    return r.stdout
+
+
+def argmax(row):
+    best = 0
+    for i in range(1, len(row)):
+        if row[i] > row[best]:
+            best = i
+    return best
+
+
+golden = json.load(open(GOLDEN, encoding="utf-8"))["cases"]
+model = offgraph.Model(DEMO, backend="cpu")
+tok = model.tokenizer
+check(model.backend == "cpu", "backend is %r" % model.backend)
+check(model.vocab_size == 4096 and tok.vocab_size == 4096,
+      "vocab sizes %d / %d, want 4096 (models/kjv-tiny/config.json)" % (model.vocab_size, tok.vocab_size))
+
+# ---- tokenizer: Hugging Face's ids, the C tool's ids, and the round trip
+for case in golden:
+    ids = tok.encode(case["prompt"])
+    check(ids == case["prompt_ids"], "encode(%r) = %s; tokenizers gave %s" % (case["prompt"], ids, case["prompt_ids"]))
+    text = tok.decode(case["continuation_ids"])
+    check(text == case["continuation"], "decode of golden ids = %r; tokenizers gave %r" % (text, case["continuation"]))
+
+texts = ["In the beginning God created the heaven and the earth.",
+         "  two spaces, a tab\tand a new line\nend",
+         "na\u00efve caf\u00e9 \u2014 \u4f60\u597d \U0001F600!",
+         "before<|endoftext|>after",
+         ""]
+for text in texts:
+    ids = tok.encode(text)
+    want = [int(x) for x in tool("tokenize", "-m", DEMO, "-p", text).split()] if text else []
+    check(ids == want, "encode(%r) = %s; offgraph tokenize gave %s" % (text, ids, want))
+    check(tok.decode(ids) == text, "decode(encode(%r)) = %r" % (text, tok.decode(ids)))
+    if ids:
+        back = tool("detokenize", "-m", DEMO, *[str(i) for i in ids]).decode("utf-8")
+        check(back == tok.decode(ids) + "\n", "decode(%s) = %r; offgraph detokenize gave %r" % (ids, tok.decode(ids), back))
+    # streaming: the pieces joined are the text, and no piece splits a character
+    with tok.decode_stream() as stream:
+        pieces = [stream.push(i) for i in ids] + [stream.finish()]
+    check("".join(pieces) == text and "\ufffd" not in "".join(pieces), "decode stream of %r gave %r" % (text, pieces))
+
+eot = tok.encode("<|endoftext|>")
+check(eot == [0] and tok.eos_id == 0 and tok.bos_id is None,
+      "<|endoftext|> = %s, eos %s, bos %s (tokenizer_config.json: eos <|endoftext|> = id 0, no bos)" %
+      (eot, tok.eos_id, tok.bos_id))
+check(tok.encode("<|endoftext|>", parse_special=False) != [0], "parse_special=False still parsed <|endoftext|>")
+check(tok.is_special(0) and not tok.is_special(259), "is_special(0), is_special(259)")
+the = tok.encode(" the", add_special=False)
+check(len(the) == 1 and tok.piece(the[0]) == " the" and tok.id_to_token(the[0]) == "\u0120the" and
+      tok.token_to_id("\u0120the") == the[0], "pieces of ' the' (%s)" % the)
+check(tok.token_to_id("no such piece") is None and tok.id_to_token(99999) is None, "unknown piece / id")
+
+# ---- errors carry the library's message and status
+try:
+    tok.decode([5, 99999])
+    check(False, "decode of id 99999 did not raise")
+except offgraph.OffgraphError as e:
+    check(e.status == "OG_ERR_INVALID_ARGUMENT" and "99999" in str(e), "decode error: %s (%s)" % (e, e.status))
+try:
+    offgraph.Model(os.path.join(WORK, "missing.ogp"), backend="cpu")
+    check(False, "loading a missing file did not raise")
+except offgraph.OffgraphError as e:
+    check(e.status == "OG_ERR_IO" and "missing.ogp" in str(e), "load error: %s (%s)" % (e, e.status))
+try:
+    offgraph.Model(DEMO, backend="tpu")
+    check(False, "backend 'tpu' was accepted")
+except offgraph.OffgraphError as e:
+    check("tpu" in str(e), "backend error: %s" % e)
+
+# ---- greedy generation: transformers' continuations (f32 KV, as tests/test_golden.c) ...
+for case in golden:
+    with model.session(kv_dtype="f32") as s:
+        got = list(s.generate_tokens(case["prompt"], max_tokens=len(case["continuation_ids"]), temperature=0))
+        check(got == case["continuation_ids"], "greedy ids of %r: %s; transformers: %s" %
+              (case["prompt"], got, case["continuation_ids"]))
+        check(s.last_finish_reason == "length", "finish reason %r" % s.last_finish_reason)
+        check(s.length == len(case["prompt_ids"]) + len(got) - 1, "session length %d after generate" % s.length)
+
+# ... and `offgraph run --temp 0`, text for text (the program's own KV dtype)
+N = 40
+for prompt in ("In the beginning", "And the LORD said unto Moses,", "Blessed are the"):
+    want = tool("run", "-m", DEMO, "--backend", "cpu", "-p", prompt, "-n", str(N), "--temp", "0").decode("utf-8")
+    got = prompt + "".join(model.generate(prompt, max_tokens=N, temperature=0)) + "\n"
+    check(got == want, "greedy text of %r:\n  bindings: %r\n  run:      %r" % (prompt, got, want))
+
+# sampled: the same seed and parameters draw what `offgraph run` draws
+for seed, temp, top_k, top_p in ((7, 0.8, 40, 0.95), (123, 1.2, 0, 0.9)):
+    prompt = "And it came to pass"
+    want = tool("run", "-m", DEMO, "--backend", "cpu", "-p", prompt, "-n", str(N), "--temp", str(temp),
+                "--top-k", str(top_k), "--top-p", str(top_p), "--seed", str(seed)).decode("utf-8")
+    pieces = list(model.generate(prompt, max_tokens=N, temperature=temp, top_k=top_k, top_p=top_p, seed=seed))
+    got = prompt + "".join(pieces) + "\n"
+    check(got == want, "sampled text (seed %d):\n  bindings: %r\n  run:      %r" % (seed, got, want))
+    again = prompt + "".join(model.generate(prompt, max_tokens=N, temperature=temp, top_k=top_k, top_p=top_p,
+                                            seed=seed)) + "\n"
+    check(again == got, "seed %d does not repeat" % seed)
+    check(len(pieces) > 1, "generate gave %d pieces, want one a token or so" % len(pieces))
+
+# ---- batched step: two sessions in one step give what each gives alone
+K = 24
+cases = golden[:2]
+
+
+def alone(case):
+    with model.session(kv_dtype="f32") as s:
+        out = [s.eval_next(case["prompt_ids"])]
+        for _ in range(K - 1):
+            out.append(s.eval_next([out[-1]]))
+        return out
+
+
+ref = [alone(c) for c in cases]
+for c, r in zip(cases, ref):
+    check(r == c["continuation_ids"][:K], "eval_next alone for %r: %s; transformers: %s" %
+          (c["prompt"], r, c["continuation_ids"][:K]))
+a, b = model.session(kv_dtype="f32"), model.session(kv_dtype="f32")
+# a prompt chunk (logits out) and another prompt (arg-max) in one step, then decode rows
+first = model.step([(a, cases[0]["prompt_ids"], "logits"), offgraph.StepItem(b, cases[1]["prompt_ids"], "argmax")])
+check(len(first[0]) == model.vocab_size, "logits row of %d" % len(first[0]))
+toks = [[argmax(first[0])], [first[1]]]
+for _ in range(K - 1):
+    r = model.step([(a, [toks[0][-1]]), (b, [toks[1][-1]])])
+    toks[0].append(r[0])
+    toks[1].append(r[1])
+check(toks == ref, "batched tokens %s; alone %s" % (toks, ref))
+check(a.length == len(cases[0]["prompt_ids"]) + K - 1 and b.length == len(cases[1]["prompt_ids"]) + K - 1,
+      "lengths after the batch: %d, %d" % (a.length, b.length))
+# logits_all and a sampled item
+with model.sampler(temperature=0) as greedy:
+    r = model.step([(a, [toks[0][-1], 5], "logits_all"), (b, [toks[1][-1]], "sample", greedy)])
+check(len(r[0]) == 2 and all(len(row) == model.vocab_size for row in r[0]), "logits_all shape")
+# a failed step changes no session
+la, lb = a.length, b.length
+try:
+    model.step([(a, [1], "argmax"), (b, [model.vocab_size], "argmax")])
+    check(False, "a step with token %d did not raise" % model.vocab_size)
+except offgraph.OffgraphError as e:
+    check("item 1" in str(e) and e.status == "OG_ERR_INVALID_ARGUMENT", "step error: %s (%s)" % (e, e.status))
+check((a.length, b.length) == (la, lb), "a failed step moved the sessions")
+try:
+    model.step([(a, [1]), (a, [2])])
+    check(False, "the same session twice did not raise")
+except offgraph.OffgraphError as e:
+    check(e.status is not None, "same session twice: %s" % e)
+
+# ---- fork, save and restore continue as the session would have
+with model.session(kv_dtype="f32") as s:
+    nxt = s.eval_next(golden[0]["prompt_ids"])
+    child = s.fork()
+    path = os.path.join(WORK, "session.ogs")
+    s.save(path)
+    restored = model.restore(path)
+    for sess in (s, child, restored):
+        t, got = nxt, []
+        for _ in range(8):
+            t = sess.eval_next([t])
+            got.append(t)
+        check(got == golden[0]["continuation_ids"][1:9], "after fork/restore: %s" % got)
+    check(s.metrics()["length"] == s.length, "metrics length")
+    child.close()
+    restored.close()
+
+# the model closes what is still open; a closed handle refuses use
+left = model.session()
+model.close()
+check(left.closed, "Model.close left a session open")
+try:
+    left.length
+    check(False, "a closed session was used")
+except offgraph.OffgraphError:
+    pass
+
+if failures:
+    print("%d failure(s)" % len(failures))
+    sys.exit(1)
+print("ok: bindings checked against golden.json and the offgraph tool (%s)" % offgraph.library_path())
