@@ -29,7 +29,7 @@ from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32
                     c_uint, c_uint64, c_void_p)
 
 __all__ = ["OffgraphError", "Model", "Session", "Tokenizer", "DecodeStream", "Sampler", "StepItem",
-           "library_path", "ABI_MAJOR"]
+           "library_path", "set_log_level", "ABI_MAJOR"]
 
 __version__ = "0.1"
 
@@ -90,6 +90,11 @@ class _KvMetrics(Structure):
                 ("bytes_shared", c_int64)]
 
 
+class _ModelMetrics(Structure):
+    _fields_ = [("steps", c_int64), ("rows", c_int64), ("graph_captures", c_int64),
+                ("bucket_captures", c_int64 * 9), ("bucket_replays", c_int64 * 9)]
+
+
 class _BatchItem(Structure):
     _fields_ = [("session", c_void_p), ("tokens", POINTER(c_int32)), ("n_tokens", c_int32), ("output", c_int),
                 ("logits", POINTER(c_float)), ("sampler", c_void_p), ("token", c_int32)]
@@ -112,6 +117,7 @@ _PROTOTYPES = {
     "og_model_kv_config": (POINTER(_KvConfig), [_P]),
     "og_model_backend": (c_int, [_P]),
     "og_model_step": (c_int, [_P, POINTER(_BatchItem), c_int32]),
+    "og_model_metrics_get": (c_int, [_P, POINTER(_ModelMetrics)]),
     # sampling
     "og_sampler_default_params": (_SamplerParams, []),
     "og_sampler_create": (c_int, [POINTER(_SamplerParams), c_int64, POINTER(_P)]),
@@ -219,6 +225,17 @@ def library_path():
     """The path or name the shared library was loaded from (loads it)."""
     _L()
     return _lib_path
+
+
+_LOG_LEVELS = {"debug": 0, "info": 1, "warn": 2, "error": 3, "none": 4}
+
+
+def set_log_level(level):
+    """Which of the library's messages go to standard error: "debug",
+    "info", "warn" (the default), "error" or "none"."""
+    if level not in _LOG_LEVELS:
+        raise OffgraphError("log level must be one of %s, not %r" % (", ".join(_LOG_LEVELS), level))
+    _L().og_log_set_level(_LOG_LEVELS[level])
 
 
 def _status_name(code):
@@ -548,6 +565,15 @@ class Model(_Handle):
     def _kv(self):
         return _L().og_model_kv_config(self._ptr()).contents
 
+    def metrics(self):
+        """Figures of the model's batched steps (og_model_metrics) as a dict:
+        steps, rows, graph_captures, and captures and replays per batch
+        bucket (bucket b holds 2^b sessions; CUDA decode graphs)."""
+        m = _ModelMetrics()
+        _check(_L().og_model_metrics_get(self._ptr(), byref(m)), "metrics")
+        return {"steps": m.steps, "rows": m.rows, "graph_captures": m.graph_captures,
+                "bucket_captures": list(m.bucket_captures), "bucket_replays": list(m.bucket_replays)}
+
     @property
     def max_context(self):
         """The most tokens a session can hold (the KV manifest's max_capacity)."""
@@ -711,8 +737,9 @@ class Session(_Handle):
     def eval(self, tokens, logits="last", chunk=0):
         """Feeds tokens (split in steps of at most chunk tokens; 0: as the
         executor splits them). logits: "last" returns the last position's
-        row (array.array('f') of vocab_size), "all" a list of rows, one a
-        token, None nothing."""
+        row (array.array('f') of vocab_size; numpy.frombuffer(row,
+        dtype=numpy.float32) views it without a copy), "all" a list of rows,
+        one a token, None nothing."""
         toks, n = _ids(tokens)
         if n == 0:
             raise OffgraphError("eval: no tokens")
@@ -825,25 +852,58 @@ class Session(_Handle):
             if own:
                 sampler.close()
 
-    def generate(self, prompt, **kw):
+    def generate(self, prompt, stop=None, **kw):
         """A generator of the text pieces of generate_tokens(prompt, **kw),
-        each given out as soon as its UTF-8 characters are complete; its
-        return value is the finish reason."""
+        each given out as soon as its UTF-8 characters are complete. stop: a
+        string or a list of strings that end the text before them (matched
+        across tokens, never given out: text that may begin one is held back
+        until it cannot), as `offgraph run --stop`; the token that completes
+        a match is not fed. The return value is the finish reason ("stop" or
+        "length"), also in last_finish_reason."""
+        stops = [stop] if isinstance(stop, str) else [x for x in (stop or ()) if x]
+        if not all(isinstance(x, str) for x in stops):
+            raise OffgraphError("generate: stop must be a string or a list of strings, not %r" % (stop,))
         stream = self.model.tokenizer.decode_stream()
         gen = self.generate_tokens(prompt, **kw)
+        held = ""  # decoded text not given out yet: a tail that may begin a stop string
+
+        def release(last):
+            """(text that is final, whether a stop string was met)"""
+            nonlocal held
+            hits = [i for i in (held.find(x) for x in stops) if i >= 0]
+            if hits:
+                out, held = held[:min(hits)], ""
+                return out, True
+            keep = 0
+            if not last:
+                for x in stops:
+                    for t in range(min(len(x) - 1, len(held)), keep, -1):
+                        if held.endswith(x[:t]):
+                            keep = t
+                            break
+            out, held = held[:len(held) - keep], held[len(held) - keep:]
+            return out, False
+
         try:
             while True:
                 try:
                     t = next(gen)
-                except StopIteration as stop:
-                    reason = stop.value
+                except StopIteration as end:
+                    reason = end.value
                     break
-                text = stream.push(t)
+                held += stream.push(t)
+                text, met = release(False)
                 if text:
                     yield text
-            tail = stream.finish()
-            if tail:
-                yield tail
+                if met:
+                    self.last_finish_reason = reason = "stop"
+                    return reason
+            held += stream.finish()
+            text, met = release(True)
+            if text:
+                yield text
+            if met:
+                self.last_finish_reason = reason = "stop"
             return reason
         finally:
             gen.close()
