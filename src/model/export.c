@@ -20,11 +20,12 @@ void og_export_default_options(og_export_options *o) {
 typedef struct weight_src {
     const og_st_tensor *t;
     og_dtype dst;
+    const og_export_source *src;
 } weight_src;
 
 typedef struct exporter {
     const og_hf_config *cfg;
-    og_safetensors *st;
+    const og_export_source *src;
     og_program_writer *w;
     weight_src *srcs; /* one per weight added; fill contexts */
     int32_t n_srcs, cap_srcs;
@@ -41,6 +42,7 @@ static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
     if (nbytes != n * og_dtype_size(s->dst))
         return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": writer asked for %zu bytes, expected %zu",
                             t->name, nbytes, n * og_dtype_size(s->dst));
+    if (s->src->fill) return s->src->fill(s->src->ctx, t, s->dst, dst);
     if (t->dtype == s->dst) {
         memcpy(dst, t->data, nbytes);
         return OG_OK;
@@ -62,7 +64,7 @@ static og_status writer_error(const exporter *e, og_status rc) {
 
 /* Adds the checkpoint tensor `name`, which must have the given shape. */
 static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1) {
-    const og_st_tensor *t = og_safetensors_find(e->st, name);
+    const og_st_tensor *t = e->src->find(e->src->ctx, name);
     if (!t) return og_set_error(OG_ERR_FORMAT, "checkpoint: tensor \"%s\" is missing", name);
     int64_t want[2] = {d0, d1};
     bool ok = t->rank == rank;
@@ -74,14 +76,15 @@ static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t
         strncat(got, "]", sizeof got - strlen(got) - 1);
         if (rank == 1) snprintf(exp, sizeof exp, "[%lld]", (long long)d0);
         else snprintf(exp, sizeof exp, "[%lld, %lld]", (long long)d0, (long long)d1);
-        return og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"%s\" has shape %s, config.json implies %s",
-                            t->file, name, got, exp);
+        return og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"%s\" has shape %s, %s implies %s", t->file, name,
+                            got, e->src->config_name, exp);
     }
     if (e->n_srcs == e->cap_srcs)
         return og_set_error(OG_ERR_STATE, "export: more weights than planned (%d)", e->cap_srcs);
     weight_src *s = &e->srcs[e->n_srcs++];
     s->t = t;
     s->dst = e->dtype;
+    s->src = e->src;
     og_status rc = og_program_writer_add_weight(e->w, name, e->dtype, t->rank, t->shape, fill_weight, s);
     if (rc != OG_OK) return writer_error(e, rc);
     e->n_params += t->numel;
@@ -275,7 +278,7 @@ static og_status add_chat_template(const char *dir, char **cfg) {
     return rc;
 }
 
-static og_status lower(exporter *e, const char *dir, const og_export_options *o, og_export_summary *sum) {
+static og_status lower(exporter *e, const og_export_options *o, og_export_summary *sum) {
     const og_hf_config *c = e->cfg;
     og_status rc;
     og_kv_layer_config *layers = og_calloc((size_t)c->num_hidden_layers, sizeof *layers);
@@ -328,39 +331,28 @@ static og_status lower(exporter *e, const char *dir, const og_export_options *o,
         (rc = instr(e, OG_OP_MATMUL, "logits", NULL, IN("final_norm", head))))
         return rc;
 
-    char *tok = NULL, *tok_cfg = NULL;
-    if ((rc = read_optional(dir, "tokenizer.json", &tok)) == OG_OK &&
-        (rc = read_optional(dir, "tokenizer_config.json", &tok_cfg)) == OG_OK &&
-        (rc = add_chat_template(dir, &tok_cfg)) == OG_OK && tok) {
-        rc = og_program_writer_set_tokenizer(e->w, tok, tok_cfg);
-        if (rc != OG_OK) rc = writer_error(e, rc);
+    if (e->src->tokenizer_json) {
+        rc = og_program_writer_set_tokenizer(e->w, e->src->tokenizer_json, e->src->tokenizer_config);
+        if (rc != OG_OK) return writer_error(e, rc);
     }
-    sum->has_tokenizer = tok != NULL;
-    og_free(tok);
-    og_free(tok_cfg);
-    if (rc != OG_OK) return rc;
+    sum->has_tokenizer = e->src->tokenizer_json != NULL;
     rc = og_program_writer_finish(e->w, o->progress, o->progress_ctx);
     return rc == OG_OK ? OG_OK : writer_error(e, rc);
 }
 
-og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export_options *opts,
-                       og_export_summary *summary) {
-    if (!hf_dir || !out_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: NULL path");
+og_status og_export_program(const og_hf_config *cfg, const og_export_source *src, const char *out_path,
+                            const og_export_options *opts, og_export_summary *summary) {
+    if (!cfg || !src || !src->find || !out_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: NULL argument");
     og_export_options o;
     if (opts) o = *opts;
     else og_export_default_options(&o);
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/config.json", hf_dir) >= (int)sizeof path)
-        return og_set_error(OG_ERR_IO, "export: path too long: %s", hf_dir);
-    og_hf_config *cfg = og_malloc(sizeof *cfg);
-    if (!cfg) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
-    exporter e = {.cfg = cfg};
+    exporter e = {.cfg = cfg, .src = src};
     og_export_summary sum = {0};
-    og_status rc = og_hf_config_load(path, cfg);
-    if (rc == OG_OK) rc = og_safetensors_open_dir(hf_dir, &e.st);
-    const og_st_tensor *embed = e.st ? og_safetensors_find(e.st, "model.embed_tokens.weight") : NULL;
-    if (rc == OG_OK && !embed)
-        rc = og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"model.embed_tokens.weight\" is missing", hf_dir);
+    og_status rc = OG_OK;
+    const og_st_tensor *embed = src->find(src->ctx, "model.embed_tokens.weight");
+    if (!embed)
+        rc = og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"model.embed_tokens.weight\" is missing",
+                          src->origin);
     if (rc == OG_OK) rc = resolve_options(cfg, embed, &o);
     if (rc == OG_OK) {
         /* embed, final norm, lm_head, and per layer: 2 norms, 7 matrices,
@@ -375,7 +367,7 @@ og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export
         if (snprintf(tmp, sizeof tmp, "%s" OG_EXPORT_TEMP_SUFFIX, out_path) < (int)sizeof tmp) unlink(tmp);
     }
     if (rc == OG_OK) rc = og_program_writer_create(out_path, &e.w);
-    if (rc == OG_OK) rc = lower(&e, hf_dir, &o, &sum);
+    if (rc == OG_OK) rc = lower(&e, &o, &sum);
     if (rc == OG_OK && summary) {
         sum.family = cfg->family;
         sum.n_layers = cfg->num_hidden_layers;
@@ -390,8 +382,39 @@ og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export
         *summary = sum;
     }
     og_program_writer_destroy(e.w);
-    og_safetensors_close(e.st);
     og_free(e.srcs);
+    return rc;
+}
+
+static const og_st_tensor *find_st(void *ctx, const char *name) { return og_safetensors_find(ctx, name); }
+
+og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export_options *opts,
+                       og_export_summary *summary) {
+    if (!hf_dir || !out_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: NULL path");
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", hf_dir) >= (int)sizeof path)
+        return og_set_error(OG_ERR_IO, "export: path too long: %s", hf_dir);
+    og_hf_config *cfg = og_malloc(sizeof *cfg);
+    if (!cfg) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    og_safetensors *st = NULL;
+    char *tok = NULL, *tok_cfg = NULL;
+    og_status rc = og_hf_config_load(path, cfg);
+    if (rc == OG_OK) rc = og_safetensors_open_dir(hf_dir, &st);
+    if (rc == OG_OK && (rc = read_optional(hf_dir, "tokenizer.json", &tok)) == OG_OK &&
+        (rc = read_optional(hf_dir, "tokenizer_config.json", &tok_cfg)) == OG_OK)
+        rc = add_chat_template(hf_dir, &tok_cfg);
+    if (rc == OG_OK) {
+        og_export_source src = {.find = find_st,
+                                .ctx = st,
+                                .origin = hf_dir,
+                                .config_name = "config.json",
+                                .tokenizer_json = tok,
+                                .tokenizer_config = tok ? tok_cfg : NULL};
+        rc = og_export_program(cfg, &src, out_path, opts, summary);
+    }
+    og_free(tok);
+    og_free(tok_cfg);
+    og_safetensors_close(st);
     og_free(cfg);
     return rc;
 }

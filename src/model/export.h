@@ -14,7 +14,9 @@
 #ifndef OG_MODEL_EXPORT_H
 #define OG_MODEL_EXPORT_H
 
+#include "model/gguf.h"
 #include "model/hf_config.h"
+#include "model/safetensors.h"
 #include "offgraph.h"
 #include "program/program.h"
 
@@ -70,5 +72,39 @@ typedef struct og_export_summary {
  * field or tensor and the value that was wrong. summary may be NULL. */
 og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export_options *opts,
                        og_export_summary *summary);
+
+/* Where the lowering takes its weights from: the Hugging Face path gives
+ * safetensors tensors, the GGUF path (export_gguf.c) tensors it maps to
+ * the same names and shapes. */
+typedef struct og_export_source {
+    /* The tensor of that Hugging Face name (rank, row-major shape, numel,
+     * dtype: f32, bf16 or f16 as it will be read), or NULL. */
+    const og_st_tensor *(*find)(void *ctx, const char *name);
+    /* Writes t's numel elements as dst into out; NULL: t->data converted
+     * element by element. */
+    og_status (*fill)(void *ctx, const og_st_tensor *t, og_dtype dst, void *out);
+    void *ctx;
+    const char *origin;      /* the checkpoint, in messages             */
+    const char *config_name; /* what declares the shapes, in messages    */
+    const char *tokenizer_json;   /* embedded when non-NULL             */
+    const char *tokenizer_config; /* may be NULL                        */
+} og_export_source;
+
+/* Lowers the model cfg describes, with weights from src, to out_path (the
+ * common part of og_export_hf and og_export_gguf). */
+og_status og_export_program(const og_hf_config *cfg, const og_export_source *src, const char *out_path,
+                            const og_export_options *opts, og_export_summary *summary);
+
+/* Exports a GGUF file (llama, qwen2, qwen3; f32, f16, bf16 and q8_0
+ * weights, q8_0 dequantized to bf16) to out_path; see export_gguf.c. */
+og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_export_options *opts,
+                         og_export_summary *summary);
+
+/* The tokenizer.json and tokenizer_config.json texts equivalent to the
+ * tokenizer.ggml.* metadata of g (owned by the caller: og_free); both NULL
+ * when g has no tokenizer. Byte-level BPE ("gpt2") only; SentencePiece
+ * ("llama") and pre-tokenizers other than default, gpt-2, llama-bpe and
+ * qwen2 are refused by name. */
+og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config);
 
 #endif

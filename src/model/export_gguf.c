@@ -1,0 +1,683 @@
+/* GGUF import: a llama.cpp model file mapped onto the model the Hugging
+ * Face path lowers (export.c), so that both give the same program.
+ *
+ *   hyperparameters  <arch>.block_count, embedding_length, feed_forward_length,
+ *                    attention.head_count, head_count_kv, key_length,
+ *                    attention.layer_norm_rms_epsilon, context_length,
+ *                    rope.freq_base, rope.scaling.type/factor (none, linear),
+ *                    attention.sliding_window (+ _pattern, one bool a layer)
+ *   weights          token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
+ *                    attn_output, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate,
+ *                    ffn_up, ffn_down}.weight (+ .bias), output_norm, output
+ *                    (absent: tied embeddings); rope_freqs (llama3 scaling)
+ *   tokenizer        tokenizer.ggml.* (byte-level BPE) rebuilt as the
+ *                    tokenizer.json / tokenizer_config.json texts the
+ *                    tokenizer loader reads
+ *
+ * ne[] is reversed relative to the Hugging Face shape (ne[0] is a row). The
+ * llama.cpp converter reorders the rows of llama q and k (per head, the two
+ * rotary halves interleaved: row 2i+s of a head holds row s*D/2+i); the
+ * exporter puts them back. q8_0 (blocks of 32: an f16 scale and 32 int8)
+ * is dequantized: scale * q, exact in f32, rounded once to bf16. */
+#include "core/core.h"
+#include "model/export.h"
+#include "model/gguf.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OG_PI 3.14159265358979323846
+
+/* Token types of tokenizer.ggml.token_type. */
+enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
+
+typedef struct gmap {
+    og_st_tensor t;            /* Hugging Face name and shape; data in the mapping */
+    const og_gguf_tensor *g;
+    int32_t permute_heads;     /* > 0: undo the q/k row interleave, per head    */
+    char hf_name[96];
+} gmap;
+
+typedef struct gsrc {
+    og_gguf *g;
+    const char *path;
+    gmap *maps; /* sorted by Hugging Face name once built */
+    int32_t n, cap;
+} gsrc;
+
+static int cmp_gmap(const void *a, const void *b) {
+    return strcmp(((const gmap *)a)->hf_name, ((const gmap *)b)->hf_name);
+}
+
+static const og_st_tensor *gsrc_find(void *ctx, const char *name) {
+    gsrc *s = ctx;
+    gmap key;
+    snprintf(key.hf_name, sizeof key.hf_name, "%s", name);
+    gmap *m = bsearch(&key, s->maps, (size_t)s->n, sizeof key, cmp_gmap);
+    return m ? &m->t : NULL;
+}
+
+/* Element k of row r of a tensor of type `type` with rows of `cols`. */
+static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *out) {
+    const uint8_t *base = g->data;
+    switch (g->type) {
+    case OG_GGML_F32: memcpy(out, base + (size_t)(r * cols) * 4, (size_t)cols * 4); break;
+    case OG_GGML_F16:
+        for (int64_t k = 0; k < cols; k++) {
+            og_f16 h;
+            memcpy(&h, base + (size_t)(r * cols + k) * 2, 2);
+            out[k] = og_f32_from_f16(h);
+        }
+        break;
+    case OG_GGML_BF16:
+        for (int64_t k = 0; k < cols; k++) {
+            og_bf16 h;
+            memcpy(&h, base + (size_t)(r * cols + k) * 2, 2);
+            out[k] = og_f32_from_bf16(h);
+        }
+        break;
+    case OG_GGML_Q8_0: {
+        const uint8_t *row = base + (size_t)r * (size_t)(cols / 32) * 34;
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + b * 34;
+            og_f16 d;
+            memcpy(&d, blk, 2);
+            const float scale = og_f32_from_f16(d);
+            for (int k = 0; k < 32; k++) out[b * 32 + k] = scale * (float)(int8_t)blk[2 + k];
+        }
+        break;
+    }
+    default: break; /* refused before */
+    }
+}
+
+/* The writer's fill: rows in Hugging Face order, converted to dst. */
+static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void *out) {
+    (void)ctx;
+    const gmap *m = (const gmap *)t; /* t is the first member */
+    const og_gguf_tensor *g = m->g;
+    const int64_t cols = g->ne[0], rows = t->numel / cols;
+    const int64_t half = m->permute_heads ? rows / m->permute_heads / 2 : 0;
+    float *row = og_malloc((size_t)cols * sizeof *row);
+    if (!row) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t src = r;
+        if (half) { /* r = head h, half s, index i; stored at h*2*half + 2i + s */
+            int64_t h = r / (2 * half), s = (r % (2 * half)) / half, i = r % half;
+            src = h * 2 * half + 2 * i + s;
+        }
+        if (g->type == OG_GGML_F32 && dst == OG_DTYPE_F32) {
+            memcpy((float *)out + r * cols, (const float *)g->data + src * cols, (size_t)cols * 4);
+            continue;
+        }
+        if (g->type == OG_GGML_BF16 && dst == OG_DTYPE_BF16) {
+            memcpy((og_bf16 *)out + r * cols, (const og_bf16 *)g->data + src * cols, (size_t)cols * 2);
+            continue;
+        }
+        load_row(g, src, cols, row);
+        for (int64_t k = 0; k < cols; k++) og_store_f32(out, dst, (size_t)(r * cols + k), row[k]);
+    }
+    og_free(row);
+    return OG_OK;
+}
+
+/* Maps GGUF tensor gname (must exist unless optional) to hf_name with the
+ * Hugging Face shape [d0] or [d0, d1]. *present tells whether it was found. */
+static og_status map_tensor(gsrc *s, const char *gname, const char *hf_name, int32_t rank, int64_t d0, int64_t d1,
+                            int32_t permute_heads, bool optional, bool *present) {
+    const og_gguf_tensor *g = og_gguf_find_tensor(s->g, gname);
+    if (present) *present = g != NULL;
+    if (!g) {
+        if (optional) return OG_OK;
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\" is missing", s->path, gname);
+    }
+    const int64_t want_ne0 = rank == 1 ? d0 : d1, want_ne1 = rank == 1 ? 1 : d0;
+    if (g->ne[0] != want_ne0 || g->ne[1] != want_ne1 || g->ne[2] != 1 || g->ne[3] != 1)
+        return og_set_error(OG_ERR_FORMAT,
+                            "gguf %s: tensor \"%s\" has ne [%lld, %lld, %lld, %lld], the metadata implies [%lld, %lld]",
+                            s->path, gname, (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2],
+                            (long long)g->ne[3], (long long)want_ne0, (long long)want_ne1);
+    og_dtype dt;
+    switch (g->type) {
+    case OG_GGML_F32: dt = OG_DTYPE_F32; break;
+    case OG_GGML_F16: dt = OG_DTYPE_F16; break;
+    case OG_GGML_BF16: dt = OG_DTYPE_BF16; break;
+    case OG_GGML_Q8_0: dt = OG_DTYPE_BF16; break; /* dequantized to bf16 by default */
+    default:
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "gguf %s: tensor \"%s\" has type %s: not supported (f32, f16, bf16, q8_0)", s->path, gname,
+                            og_ggml_type_name(g->type));
+    }
+    if (permute_heads && d0 % (2 * permute_heads))
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\": %lld rows do not split into %d heads of rotary halves",
+                            s->path, gname, (long long)d0, permute_heads);
+    if (s->n == s->cap) return og_set_error(OG_ERR_STATE, "export: more GGUF tensors than planned (%d)", s->cap);
+    gmap *m = &s->maps[s->n++];
+    memset(m, 0, sizeof *m);
+    snprintf(m->hf_name, sizeof m->hf_name, "%s", hf_name);
+    m->g = g;
+    m->permute_heads = permute_heads;
+    m->t.name = m->hf_name;
+    m->t.dtype = dt;
+    m->t.rank = rank;
+    m->t.shape[0] = d0;
+    m->t.shape[1] = rank == 2 ? d1 : 0;
+    m->t.numel = rank == 2 ? d0 * d1 : d0;
+    m->t.data = g->data;
+    m->t.nbytes = g->nbytes;
+    m->t.file = s->path;
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ hyperparameters */
+
+typedef struct arch_info {
+    const char *name;
+    og_hf_family family;
+} arch_info;
+
+static const arch_info k_archs[] = {{"llama", OG_HF_LLAMA}, {"qwen2", OG_HF_QWEN2}, {"qwen3", OG_HF_QWEN3}};
+
+static og_status arch_int(const og_gguf *g, const char *arch, const char *key, bool required, int64_t lo, int64_t hi,
+                          int64_t def, int64_t *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    *out = def;
+    return og_gguf_get_int(g, full, required, lo, hi, out, NULL);
+}
+
+static og_status arch_float(const og_gguf *g, const char *arch, const char *key, double def, double *out) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    *out = def;
+    og_status rc = og_gguf_get_float(g, full, false, out, NULL);
+    if (rc == OG_OK && !(isfinite(*out) && *out > 0))
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s\" = %g: must be a positive number", og_gguf_origin(g),
+                            full, *out);
+    return rc;
+}
+
+/* llama3 rope scaling as llama.cpp's converter stores it: one factor per
+ * rotary frequency (rope_freqs.weight, f32). The factors depend on the
+ * original context only through original/low and original/high; with the
+ * low 1 / high 4 every Llama 3 model uses, original follows from any factor
+ * strictly between 1 and factor, and every factor is checked against the
+ * formula. */
+static og_status rope_from_freqs(const og_gguf *g, const og_gguf_tensor *t, og_hf_config *c) {
+    const char *path = og_gguf_origin(g);
+    const int64_t n = c->head_dim / 2;
+    if (t->type != OG_GGML_F32 || t->n_dims != 1 || t->ne[0] != n)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"rope_freqs.weight\" must be f32 [%lld]", path,
+                            (long long)n);
+    const float *r = t->data;
+    double factor = 1;
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, &r[i], 4);
+        if (!(isfinite(v) && v >= 1.0f))
+            return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: tensor \"rope_freqs.weight\"[%lld] = %g: factors below 1 "
+                                "are not llama3 rope scaling (not supported)", path, (long long)i, (double)v);
+        if (v > factor) factor = v;
+    }
+    if (factor == 1) return OG_OK; /* no scaling at all */
+    const double low = 1, high = 4;
+    double orig = 0;
+    for (int64_t i = 0; i < n && orig == 0; i++) {
+        float v;
+        memcpy(&v, &r[i], 4);
+        if (v > 1.0f && v < (float)factor) {
+            double freq = 1.0 / pow(c->rope.theta, (double)(2 * i) / (double)c->head_dim);
+            double wavelen = 2 * OG_PI / freq;
+            double smooth = (1.0 / v - 1.0 / factor) / (1.0 - 1.0 / factor);
+            orig = nearbyint(wavelen * (smooth * (high - low) + low));
+        }
+    }
+    if (orig == 0) orig = (double)c->max_position_embeddings / factor; /* every factor 1 or factor */
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, &r[i], 4);
+        double freq = 1.0 / pow(c->rope.theta, (double)(2 * i) / (double)c->head_dim);
+        double wavelen = 2 * OG_PI / freq, want;
+        if (wavelen < orig / high) want = 1;
+        else if (wavelen > orig / low) want = factor;
+        else {
+            double smooth = (orig / wavelen - low) / (high - low);
+            want = 1 / ((1 - smooth) / factor + smooth);
+        }
+        if (fabs(want - v) > 1e-5 * want)
+            return og_set_error(OG_ERR_UNSUPPORTED,
+                                "gguf %s: tensor \"rope_freqs.weight\"[%lld] = %.9g, llama3 rope scaling with factor "
+                                "%g, low_freq_factor 1, high_freq_factor 4 and original context %.0f gives %.9g: "
+                                "other per-frequency rope factors are not supported",
+                                path, (long long)i, (double)v, factor, orig, want);
+    }
+    c->rope.type = OG_ROPE_LLAMA3;
+    c->rope.factor = factor;
+    c->rope.low_freq_factor = low;
+    c->rope.high_freq_factor = high;
+    c->rope.original_max_position_embeddings = (int64_t)orig;
+    return OG_OK;
+}
+
+static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, size_t arch_cap) {
+    const char *path = og_gguf_origin(g);
+    char *a = NULL;
+    og_status rc = og_gguf_get_str(g, "general.architecture", true, &a, NULL);
+    if (rc != OG_OK) return rc;
+    snprintf(arch, arch_cap, "%s", a);
+    og_free(a);
+    memset(c, 0, sizeof *c);
+    size_t k = 0;
+    while (k < sizeof k_archs / sizeof k_archs[0] && strcmp(k_archs[k].name, arch)) k++;
+    if (k == sizeof k_archs / sizeof k_archs[0])
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"general.architecture\" = \"%s\": not supported (llama, qwen2, qwen3)",
+                            path, arch);
+    c->family = k_archs[k].family;
+    int64_t v;
+    if ((rc = arch_int(g, arch, "embedding_length", true, 1, OG_MAX_HIDDEN, 0, &c->hidden_size)) ||
+        (rc = arch_int(g, arch, "feed_forward_length", true, 1, OG_MAX_INTERMEDIATE, 0, &c->intermediate_size)) ||
+        (rc = arch_int(g, arch, "block_count", true, 1, OG_HF_MAX_LAYERS, 0, &v)))
+        return rc;
+    c->num_hidden_layers = (int32_t)v;
+    if ((rc = arch_int(g, arch, "attention.head_count", true, 1, OG_MAX_HEADS, 0, &v))) return rc;
+    c->num_attention_heads = (int32_t)v;
+    if ((rc = arch_int(g, arch, "attention.head_count_kv", false, 1, OG_MAX_HEADS, c->num_attention_heads, &v)))
+        return rc;
+    c->num_key_value_heads = (int32_t)v;
+    if (c->num_attention_heads % c->num_key_value_heads)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s.attention.head_count_kv\" = %d: must divide head_count %d",
+                            path, arch, c->num_key_value_heads, c->num_attention_heads);
+    int64_t def_hd = c->hidden_size / c->num_attention_heads, vd;
+    if ((rc = arch_int(g, arch, "attention.key_length", false, 2, OG_MAX_HEAD_DIM, def_hd, &v)) ||
+        (rc = arch_int(g, arch, "attention.value_length", false, 2, OG_MAX_HEAD_DIM, v, &vd)))
+        return rc;
+    if (v != vd)
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key_length %lld != value_length %lld: not supported", path,
+                            (long long)v, (long long)vd);
+    if (v < 2 || v % 2 || v > OG_MAX_HEAD_DIM)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: head dimension %lld must be even and in [2, %d]", path,
+                            (long long)v, OG_MAX_HEAD_DIM);
+    c->head_dim = (int32_t)v;
+    if ((int64_t)c->num_attention_heads * c->head_dim > OG_MAX_ATTN_WIDTH)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: head_count %d x head dimension %d is over this build's limit %lld",
+                            path, c->num_attention_heads, c->head_dim, (long long)OG_MAX_ATTN_WIDTH);
+    if ((rc = arch_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-6, &c->rms_norm_eps)) ||
+        (rc = arch_int(g, arch, "context_length", true, 1, INT32_MAX, 0, &c->max_position_embeddings)))
+        return rc;
+    c->rope.type = OG_ROPE_DEFAULT;
+    c->rope.factor = 1;
+    if ((rc = arch_float(g, arch, "rope.freq_base", 10000.0, &c->rope.theta))) return rc;
+    char key[128], *st = NULL;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if ((rc = og_gguf_get_str(g, key, false, &st, NULL))) return rc;
+    if (st && strcmp(st, "none")) {
+        bool linear = !strcmp(st, "linear");
+        if (!linear)
+            rc = og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"%s\" = \"%s\": not supported (none, linear)", path,
+                              key, st);
+        og_free(st);
+        if (rc) return rc;
+        c->rope.type = OG_ROPE_LINEAR;
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        if ((rc = og_gguf_get_float(g, key, true, &c->rope.factor, NULL))) return rc;
+        if (!(isfinite(c->rope.factor) && c->rope.factor > 0))
+            return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s\" = %g: must be a positive number", path, key,
+                                c->rope.factor);
+    } else {
+        og_free(st);
+    }
+    const og_gguf_tensor *rf = og_gguf_find_tensor(g, "rope_freqs.weight");
+    if (rf) {
+        if (c->rope.type != OG_ROPE_DEFAULT)
+            return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: both rope_freqs.weight and %s.rope.scaling.type: not supported",
+                                path, arch);
+        if ((rc = rope_from_freqs(g, rf, c))) return rc;
+    }
+    /* sliding window: <arch>.attention.sliding_window with a per-layer
+     * pattern (bool array, true = sliding); without a pattern every layer */
+    int64_t window = 0;
+    if ((rc = arch_int(g, arch, "attention.sliding_window", false, 0, INT32_MAX, 0, &window))) return rc;
+    c->sliding_window = (int32_t)window;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const og_gguf_kv *pat = og_gguf_find_kv(g, key);
+    if (pat && (pat->type != OG_GGUF_ARRAY || pat->elem_type != OG_GGUF_BOOL ||
+                pat->count != (uint64_t)c->num_hidden_layers))
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"%s\" must be an array of %d bools (other forms are not "
+                            "supported)", path, key, c->num_hidden_layers);
+    for (int32_t i = 0; i < c->num_hidden_layers; i++)
+        c->layer_sliding[i] = window > 0 && (!pat || pat->elems[i]);
+    c->qk_norm = c->family == OG_HF_QWEN3;
+    return OG_OK;
+}
+
+/* ------------------------------------------------------------ tokenizer */
+
+/* The pre-tokenizer regexes of tokenizer.ggml.pre names, as the Hugging
+ * Face tokenizer.json files of those model families write them. */
+#define RE_LLAMA3                                                                                             \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_QWEN2                                                                                          \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+static cJSON *byte_level(bool use_regex) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "ByteLevel");
+    cJSON_AddBoolToObject(o, "add_prefix_space", false);
+    cJSON_AddBoolToObject(o, "trim_offsets", true);
+    cJSON_AddBoolToObject(o, "use_regex", use_regex);
+    return o;
+}
+
+static cJSON *split_then_bytes(const char *regex) {
+    cJSON *seq = cJSON_CreateObject(), *list = cJSON_CreateArray(), *split = cJSON_CreateObject(),
+          *pat = cJSON_CreateObject();
+    cJSON_AddStringToObject(seq, "type", "Sequence");
+    cJSON_AddStringToObject(split, "type", "Split");
+    cJSON_AddStringToObject(pat, "Regex", regex);
+    cJSON_AddItemToObject(split, "pattern", pat);
+    cJSON_AddStringToObject(split, "behavior", "Isolated");
+    cJSON_AddBoolToObject(split, "invert", false);
+    cJSON_AddItemToArray(list, split);
+    cJSON_AddItemToArray(list, byte_level(false));
+    cJSON_AddItemToObject(seq, "pretokenizers", list);
+    return seq;
+}
+
+/* The token text of id, NUL-terminated in buf-sized storage it allocates. */
+static og_status token_text(const og_gguf *g, const og_gguf_kv *tokens, uint64_t id, char **out) {
+    og_gguf_str s = tokens->strs[id];
+    if (memchr(s.p, 0, (size_t)s.len))
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: token %llu contains a NUL byte: not supported",
+                            og_gguf_origin(g), (unsigned long long)id);
+    *out = og_malloc((size_t)s.len + 1);
+    if (!*out) return og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+    memcpy(*out, s.p, (size_t)s.len);
+    (*out)[s.len] = 0;
+    return OG_OK;
+}
+
+static og_status special_id(const og_gguf *g, const char *key, uint64_t n_tokens, int64_t *id) {
+    *id = -1;
+    return og_gguf_get_int(g, key, false, 0, (int64_t)n_tokens - 1, id, NULL);
+}
+
+og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config) {
+    const char *path = og_gguf_origin(g);
+    *tok_json = *tok_config = NULL;
+    char *model = NULL, *pre = NULL;
+    bool found = false;
+    og_status rc = og_gguf_get_str(g, "tokenizer.ggml.model", false, &model, &found);
+    if (rc != OG_OK || !found) return rc; /* no tokenizer */
+    if (strcmp(model, "gpt2")) {
+        rc = og_set_error(OG_ERR_UNSUPPORTED,
+                          "gguf %s: key \"tokenizer.ggml.model\" = \"%s\": not supported (gpt2: byte-level BPE%s)", path,
+                          model,
+                          !strcmp(model, "llama") ? "; SentencePiece vocabularies are scored pieces, which this "
+                                                    "tokenizer cannot reproduce exactly"
+                                                  : "");
+        og_free(model);
+        return rc;
+    }
+    og_free(model);
+    if ((rc = og_gguf_get_str(g, "tokenizer.ggml.pre", false, &pre, &found))) return rc;
+    const og_gguf_kv *tokens = og_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    const og_gguf_kv *merges = og_gguf_find_kv(g, "tokenizer.ggml.merges");
+    const og_gguf_kv *types = og_gguf_find_kv(g, "tokenizer.ggml.token_type");
+    const char *which = NULL;
+    if (!tokens || tokens->type != OG_GGUF_ARRAY || tokens->elem_type != OG_GGUF_STRING || tokens->count == 0)
+        which = "tokenizer.ggml.tokens\" must be a non-empty array of strings";
+    else if (tokens->count > OG_MAX_VOCAB)
+        which = "tokenizer.ggml.tokens\" has more tokens than this build supports";
+    else if (!merges || merges->type != OG_GGUF_ARRAY || merges->elem_type != OG_GGUF_STRING)
+        which = "tokenizer.ggml.merges\" must be an array of strings";
+    else if (types && (types->type != OG_GGUF_ARRAY || types->elem_type != OG_GGUF_I32 || types->count != tokens->count))
+        which = "tokenizer.ggml.token_type\" must be an array of i32, one per token";
+    if (which) {
+        og_free(pre);
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s", path, which);
+    }
+    cJSON *pt = NULL, *norm = NULL;
+    const char *pname = pre ? pre : "default";
+    if (!strcmp(pname, "default") || !strcmp(pname, "gpt-2")) {
+        pt = byte_level(true);
+    } else if (!strcmp(pname, "llama-bpe") || !strcmp(pname, "llama3")) {
+        pt = split_then_bytes(RE_LLAMA3);
+    } else if (!strcmp(pname, "qwen2")) {
+        pt = split_then_bytes(RE_QWEN2);
+        norm = cJSON_CreateObject();
+        cJSON_AddStringToObject(norm, "type", "NFC");
+    } else {
+        rc = og_set_error(OG_ERR_UNSUPPORTED,
+                          "gguf %s: key \"tokenizer.ggml.pre\" = \"%s\": pre-tokenizer not supported (default, gpt-2, "
+                          "llama-bpe, qwen2)", path, pname);
+        og_free(pre);
+        return rc;
+    }
+    og_free(pre);
+
+    cJSON *root = cJSON_CreateObject(), *added = cJSON_CreateArray(), *bpe = cJSON_CreateObject(),
+          *vocab = cJSON_CreateObject(), *mlist = cJSON_CreateArray(), *cfg = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddItemToObject(root, "added_tokens", added);
+    cJSON_AddItemToObject(root, "normalizer", norm ? norm : cJSON_CreateNull());
+    cJSON_AddItemToObject(root, "pre_tokenizer", pt);
+    cJSON_AddItemToObject(root, "post_processor", cJSON_CreateNull());
+    cJSON_AddItemToObject(root, "decoder", byte_level(true));
+    cJSON_AddStringToObject(bpe, "type", "BPE");
+    cJSON_AddItemToObject(bpe, "unk_token", cJSON_CreateNull());
+    cJSON_AddBoolToObject(bpe, "fuse_unk", false);
+    cJSON_AddBoolToObject(bpe, "byte_fallback", false);
+    cJSON_AddBoolToObject(bpe, "ignore_merges", false);
+    cJSON_AddItemToObject(bpe, "vocab", vocab);
+    cJSON_AddItemToObject(bpe, "merges", mlist);
+    cJSON_AddItemToObject(root, "model", bpe);
+    for (uint64_t i = 0; i < tokens->count && rc == OG_OK; i++) {
+        int32_t type = TOK_NORMAL;
+        if (types) memcpy(&type, types->elems + i * 4, 4);
+        if (type == TOK_UNUSED) continue; /* padding rows of the embedding */
+        char *text = NULL;
+        if ((rc = token_text(g, tokens, i, &text))) break;
+        cJSON_AddNumberToObject(vocab, text, (double)i);
+        if (type == TOK_CONTROL || type == TOK_USER_DEFINED) {
+            cJSON *a = cJSON_CreateObject();
+            cJSON_AddNumberToObject(a, "id", (double)i);
+            cJSON_AddStringToObject(a, "content", text);
+            cJSON_AddBoolToObject(a, "single_word", false);
+            cJSON_AddBoolToObject(a, "lstrip", false);
+            cJSON_AddBoolToObject(a, "rstrip", false);
+            cJSON_AddBoolToObject(a, "normalized", false);
+            cJSON_AddBoolToObject(a, "special", type == TOK_CONTROL);
+            cJSON_AddItemToArray(added, a);
+        } else if (type != TOK_NORMAL && type != TOK_BYTE && type != TOK_UNKNOWN) {
+            rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.token_type\"[%llu] = %d: not a token type",
+                              path, (unsigned long long)i, type);
+        }
+        og_free(text);
+    }
+    for (uint64_t i = 0; i < merges->count && rc == OG_OK; i++) {
+        og_gguf_str m = merges->strs[i];
+        const char *sp = memchr(m.p, ' ', (size_t)m.len);
+        if (!sp || memchr(m.p, 0, (size_t)m.len) || memchr(sp + 1, ' ', (size_t)(m.p + m.len - sp - 1))) {
+            rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.merges\"[%llu] is not two tokens separated "
+                              "by one space", path, (unsigned long long)i);
+            break;
+        }
+        char *text = og_malloc((size_t)m.len + 1);
+        if (!text) {
+            rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+            break;
+        }
+        memcpy(text, m.p, (size_t)m.len);
+        text[m.len] = 0;
+        cJSON_AddItemToArray(mlist, cJSON_CreateString(text));
+        og_free(text);
+    }
+    /* tokenizer_config.json: special tokens by text, add_bos/eos, template */
+    static const struct {
+        const char *key, *field;
+    } specials[] = {{"tokenizer.ggml.bos_token_id", "bos_token"},
+                    {"tokenizer.ggml.eos_token_id", "eos_token"},
+                    {"tokenizer.ggml.unknown_token_id", "unk_token"},
+                    {"tokenizer.ggml.padding_token_id", "pad_token"}};
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0] && rc == OG_OK; k++) {
+        int64_t id;
+        if ((rc = special_id(g, specials[k].key, tokens->count, &id)) || id < 0) continue;
+        char *text = NULL;
+        if ((rc = token_text(g, tokens, (uint64_t)id, &text))) break;
+        cJSON_AddStringToObject(cfg, specials[k].field, text);
+        og_free(text);
+    }
+    static const char *const flags[2][2] = {{"tokenizer.ggml.add_bos_token", "add_bos_token"},
+                                            {"tokenizer.ggml.add_eos_token", "add_eos_token"}};
+    for (int k = 0; k < 2 && rc == OG_OK; k++) {
+        bool on = false;
+        if ((rc = og_gguf_get_bool(g, flags[k][0], false, &on, &found)) == OG_OK && found)
+            cJSON_AddBoolToObject(cfg, flags[k][1], on);
+    }
+    char *tpl = NULL;
+    if (rc == OG_OK && (rc = og_gguf_get_str(g, "tokenizer.chat_template", false, &tpl, &found)) == OG_OK && found)
+        cJSON_AddStringToObject(cfg, "chat_template", tpl);
+    og_free(tpl);
+    if (rc == OG_OK) {
+        char *j = cJSON_PrintUnformatted(root), *c = cJSON_PrintUnformatted(cfg);
+        if (j && c) {
+            *tok_json = og_strdup(j);
+            *tok_config = og_strdup(c);
+        }
+        if (!*tok_json || !*tok_config) {
+            og_free(*tok_json);
+            og_free(*tok_config);
+            *tok_json = *tok_config = NULL;
+            rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+        }
+        cJSON_free(j);
+        cJSON_free(c);
+    }
+    cJSON_Delete(root);
+    cJSON_Delete(cfg);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the export */
+
+static og_status map_all(gsrc *s, og_hf_config *c) {
+    const int64_t H = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
+    const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const og_gguf_tensor *embd = og_gguf_find_tensor(s->g, "token_embd.weight");
+    if (!embd) return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"token_embd.weight\" is missing", s->path);
+    if (embd->ne[1] < 1 || embd->ne[1] > OG_MAX_VOCAB)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"token_embd.weight\": %lld rows is not a vocabulary size "
+                            "this build supports", s->path, (long long)embd->ne[1]);
+    c->vocab_size = embd->ne[1];
+    const bool llama = c->family == OG_HF_LLAMA;
+    og_status rc;
+    bool has_output;
+    if ((rc = map_tensor(s, "token_embd.weight", "model.embed_tokens.weight", 2, c->vocab_size, H, 0, false, NULL)) ||
+        (rc = map_tensor(s, "output_norm.weight", "model.norm.weight", 1, H, 0, 0, false, NULL)) ||
+        (rc = map_tensor(s, "output.weight", "lm_head.weight", 2, c->vocab_size, H, 0, true, &has_output)))
+        return rc;
+    c->tie_word_embeddings = !has_output;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        char gn[96], hn[96];
+        const char *p = "model.layers";
+#define G(suffix) (snprintf(gn, sizeof gn, "blk.%d.%s", i, suffix), gn)
+#define HF(suffix) (snprintf(hn, sizeof hn, "%s.%d.%s", p, i, suffix), hn)
+        bool qb = false, ob = false, mb = false, qn = false;
+        if ((rc = map_tensor(s, G("attn_norm.weight"), HF("input_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("attn_q.weight"), HF("self_attn.q_proj.weight"), 2, Hq * D, H, llama ? (int32_t)Hq : 0,
+                             false, NULL)) ||
+            (rc = map_tensor(s, G("attn_k.weight"), HF("self_attn.k_proj.weight"), 2, Hkv * D, H,
+                             llama ? (int32_t)Hkv : 0, false, NULL)) ||
+            (rc = map_tensor(s, G("attn_v.weight"), HF("self_attn.v_proj.weight"), 2, Hkv * D, H, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("attn_output.weight"), HF("self_attn.o_proj.weight"), 2, H, Hq * D, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("attn_q.bias"), HF("self_attn.q_proj.bias"), 1, Hq * D, 0, llama ? (int32_t)Hq : 0,
+                             c->family != OG_HF_QWEN2, &qb)) ||
+            (rc = map_tensor(s, G("attn_output.bias"), HF("self_attn.o_proj.bias"), 1, H, 0, 0, true, &ob)) ||
+            (rc = map_tensor(s, G("ffn_norm.weight"), HF("post_attention_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("ffn_gate.weight"), HF("mlp.gate_proj.weight"), 2, F, H, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("ffn_up.weight"), HF("mlp.up_proj.weight"), 2, F, H, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("ffn_down.weight"), HF("mlp.down_proj.weight"), 2, H, F, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("ffn_gate.bias"), HF("mlp.gate_proj.bias"), 1, F, 0, 0, true, &mb)) ||
+            (rc = map_tensor(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), 1, D, 0, 0,
+                             c->family != OG_HF_QWEN3, &qn)))
+            return rc;
+        if (i == 0) {
+            c->qkv_bias = qb;
+            c->o_bias = ob;
+            c->mlp_bias = mb;
+        } else if (qb != c->qkv_bias || ob != c->o_bias || mb != c->mlp_bias) {
+            return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: layer %d has biases layer 0 has not (or the reverse): not "
+                                "supported", s->path, i);
+        }
+        if (c->qkv_bias &&
+            ((rc = map_tensor(s, G("attn_k.bias"), HF("self_attn.k_proj.bias"), 1, Hkv * D, 0, llama ? (int32_t)Hkv : 0,
+                              false, NULL)) ||
+             (rc = map_tensor(s, G("attn_v.bias"), HF("self_attn.v_proj.bias"), 1, Hkv * D, 0, 0, false, NULL))))
+            return rc;
+        if (c->mlp_bias &&
+            ((rc = map_tensor(s, G("ffn_up.bias"), HF("mlp.up_proj.bias"), 1, F, 0, 0, false, NULL)) ||
+             (rc = map_tensor(s, G("ffn_down.bias"), HF("mlp.down_proj.bias"), 1, H, 0, 0, false, NULL))))
+            return rc;
+        if (c->qk_norm &&
+            (rc = map_tensor(s, G("attn_k_norm.weight"), HF("self_attn.k_norm.weight"), 1, D, 0, 0, false, NULL)))
+            return rc;
+#undef G
+#undef HF
+    }
+    /* every tensor of the file must have been used: an unknown one means a
+     * model this mapping does not describe */
+    const int64_t nt = og_gguf_n_tensors(s->g);
+    uint8_t *used = og_calloc((size_t)nt, 1);
+    if (!used) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    for (int32_t k = 0; k < s->n; k++) used[s->maps[k].g - og_gguf_tensor_at(s->g, 0)] = 1;
+    for (int64_t i = 0; i < nt && rc == OG_OK; i++) {
+        const og_gguf_tensor *t = og_gguf_tensor_at(s->g, i);
+        if (!used[i] && strcmp(t->name, "rope_freqs.weight"))
+            rc = og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: tensor \"%s\" is not part of a %s model this exporter "
+                              "knows: not supported", s->path, t->name, og_hf_family_name(c->family));
+    }
+    og_free(used);
+    if (rc != OG_OK) return rc;
+    qsort(s->maps, (size_t)s->n, sizeof *s->maps, cmp_gmap);
+    return OG_OK;
+}
+
+og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_export_options *opts,
+                         og_export_summary *summary) {
+    if (!gguf_path || !out_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: NULL path");
+    og_hf_config *cfg = og_malloc(sizeof *cfg);
+    if (!cfg) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    gsrc s = {.path = gguf_path};
+    char arch[64], *tok = NULL, *tok_cfg = NULL;
+    og_status rc = og_gguf_open_file(gguf_path, &s.g);
+    if (rc == OG_OK) rc = read_hparams(s.g, cfg, arch, sizeof arch);
+    if (rc == OG_OK) {
+        /* 3 + per layer: 2 norms, 7 matrices, 7 biases, 2 q/k norms */
+        s.cap = 3 + cfg->num_hidden_layers * 18;
+        s.maps = og_calloc((size_t)s.cap, sizeof *s.maps);
+        if (!s.maps) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
+    if (rc == OG_OK) rc = map_all(&s, cfg);
+    if (rc == OG_OK) rc = og_gguf_tokenizer(s.g, &tok, &tok_cfg);
+    if (rc == OG_OK) {
+        og_export_source src = {.find = gsrc_find,
+                                .fill = gsrc_fill,
+                                .ctx = &s,
+                                .origin = gguf_path,
+                                .config_name = "the GGUF metadata",
+                                .tokenizer_json = tok,
+                                .tokenizer_config = tok_cfg};
+        rc = og_export_program(cfg, &src, out_path, opts, summary);
+    }
+    og_free(tok);
+    og_free(tok_cfg);
+    og_free(s.maps);
+    og_gguf_close(s.g);
+    og_free(cfg);
+    return rc;
+}
