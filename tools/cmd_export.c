@@ -1,4 +1,5 @@
-/* offgraph export: a Hugging Face checkpoint folder to a program file. */
+/* offgraph export: a Hugging Face checkpoint folder or a GGUF file to a
+ * program file. */
 #include "commands.h"
 #include "core/core.h"
 #include "model/export.h"
@@ -11,11 +12,15 @@
 
 static void export_usage(FILE *f) {
     fprintf(f,
-            "usage: offgraph export <hf_dir> -o <file> [options]\n\n"
+            "usage: offgraph export <hf_dir | model.gguf> -o <file> [options]\n\n"
             "Converts a Hugging Face checkpoint (config.json, model.safetensors or a sharded\n"
             "model.safetensors.index.json, tokenizer.json) of the llama, mistral, qwen2 or qwen3\n"
             "family into a program file. KV storage is declared, never stored: the file size\n"
             "does not depend on --max-context.\n\n"
+            "A GGUF file (llama.cpp's format, version 2 or 3, little-endian) of the llama, qwen2\n"
+            "or qwen3 architecture is read too: f32, f16 and bf16 weights as they are, q8_0\n"
+            "dequantized (to bf16 unless --dtype f32), other quantizations refused; the\n"
+            "tokenizer from its metadata (byte-level BPE only).\n\n"
             "options:\n"
             "  -o, --output <file>       the program file to write (required)\n"
             "  --max-context N           most tokens a session may hold (default: the config's\n"
@@ -88,6 +93,17 @@ static og_status draw_progress(void *ctx, uint64_t done, uint64_t total) {
     return OG_OK;
 }
 
+/* A regular file that starts with the GGUF magic (a folder is a Hugging
+ * Face checkpoint). */
+static bool is_gguf(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char magic[4] = {0};
+    bool yes = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    fclose(f);
+    return yes;
+}
+
 int og_cmd_export(int argc, char **argv) {
     og_export_options o;
     og_export_default_options(&o);
@@ -129,12 +145,12 @@ int og_cmd_export(int argc, char **argv) {
         } else if (!in) {
             in = a;
         } else {
-            fprintf(stderr, "offgraph export: more than one checkpoint folder (\"%s\", \"%s\")\n", in, a);
+            fprintf(stderr, "offgraph export: more than one checkpoint (\"%s\", \"%s\")\n", in, a);
             return 2;
         }
     }
     if (!in || !out) {
-        fprintf(stderr, "offgraph export: %s\n\n", !in ? "no checkpoint folder given" : "no output file (-o) given");
+        fprintf(stderr, "offgraph export: %s\n\n", !in ? "no checkpoint folder or GGUF file given" : "no output file (-o) given");
         export_usage(stderr);
         return 2;
     }
@@ -162,7 +178,7 @@ int og_cmd_export(int argc, char **argv) {
         if (old[k].sa_handler != SIG_IGN) sigaction(sigs[k], &sa, NULL);
     }
     og_export_summary s;
-    og_status rc = og_export_hf(in, out, &o, &s);
+    og_status rc = is_gguf(in) ? og_export_gguf(in, out, &o, &s) : og_export_hf(in, out, &o, &s);
     for (size_t k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
     temp_path[0] = 0;
     if (rc != OG_OK) {
