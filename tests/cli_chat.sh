@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # offgraph chat driven through a pipe for three turns on every test
-# checkpoint with a tokenizer: turns 2 and 3 prefill only their own tokens
-# (fewer than the session already holds, and the session grows by exactly
-# the new turn and its reply); /reset starts over; a ChatML model is
-# recognised, one without a template gets a warning; end of input ends
+# checkpoint with a tokenizer: every turn renders the whole conversation and
+# turns 2 and 3 prefill only what the session does not hold (fewer tokens
+# than it already holds; it keeps reused_tokens of them, forking back where
+# the new text's tokens differ, and grows by exactly the new tokens and the
+# reply); /reset starts over; a ChatML model is recognised, one without a
+# template gets a warning; published Jinja templates (Qwen3 with
+# enable_thinking, Gemma) drive a chat, and a template's refusal
+# (raise_exception) is reported without ending the chat; end of input ends
 # cleanly.
 # Args: the built offgraph, a scratch folder.
 set -u
@@ -36,10 +40,12 @@ t1, t2, t3, again = stats
 assert [t["turn"] for t in stats] == [1, 2, 3, 1], stats
 assert t1["session_length"] == t1["prefill_tokens"] + t1["generated_tokens"], t1
 for prev, cur in ((t1, t2), (t2, t3)):
-    # only the new turn is prefilled: fewer tokens than the session already
-    # holds, and the session grows by exactly that turn and its reply
+    # only what is new is prefilled: fewer tokens than the session already
+    # holds; it keeps a prefix of what it held (all of it unless the reply's
+    # text reads back as other tokens) and grows by the new tokens and reply
     assert 0 < cur["prefill_tokens"] < prev["session_length"], (prev, cur)
-    assert cur["session_length"] == prev["session_length"] + cur["prefill_tokens"] + cur["generated_tokens"], (prev, cur)
+    assert prev["session_length"] // 2 < cur["reused_tokens"] <= prev["session_length"], (prev, cur)
+    assert cur["session_length"] == cur["reused_tokens"] + cur["prefill_tokens"] + cur["generated_tokens"], (prev, cur)
 assert again["session_length"] == again["prefill_tokens"] + again["generated_tokens"], again
 assert 0 < t3["kv_bytes_live"] <= t3["kv_bytes_allocated"], t3
 PY
@@ -47,6 +53,41 @@ done
 grep -q "warning" "$WORK/qwen2-bias.err" && fail "qwen2-bias (ChatML) got a warning: $(cat "$WORK/qwen2-bias.err")"
 grep -q "warning: the model has no chat template" "$WORK/mistral-sw.err" ||
     fail "mistral-sw (no template) got no warning: $(cat "$WORK/mistral-sw.err")"
+
+# published templates, rendered as written: Qwen3 (thinking off through
+# --chat-flag) and Gemma on the qwen3-mixed checkpoint
+for tpl in qwen3 gemma; do
+    mkdir -p "$WORK/$tpl-src"
+    cp "$HF/qwen3-mixed/"* "$WORK/$tpl-src/"
+    cp "$SRC/tests/data/chat_templates/$tpl.jinja" "$WORK/$tpl-src/chat_template.jinja"
+    "$BIN" export "$WORK/$tpl-src" -o "$WORK/$tpl.ogp" 2>/dev/null || { fail "$tpl: export"; continue; }
+done
+printf 'Hello\n/stats\nWhy?\n/stats\nThanks\n/stats\n' |
+    "$BIN" chat -m "$WORK/qwen3.ogp" -n 6 --seed 3 --chat-flag enable_thinking=false --system "Be brief." \
+    >"$WORK/qwen3.out" 2>"$WORK/qwen3.err" || fail "qwen3 template: exit status: $(cat "$WORK/qwen3.err")"
+python3 - "$WORK/qwen3.out" <<'PY' || fail "qwen3 template: per-turn stats"
+import json, sys
+stats = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8", errors="replace") if l.startswith('{"turn"')]
+assert [t["turn"] for t in stats] == [1, 2, 3], stats
+for prev, cur in zip(stats, stats[1:]):
+    assert 0 < cur["reused_tokens"] <= prev["session_length"], (prev, cur)
+    assert cur["session_length"] == cur["reused_tokens"] + cur["prefill_tokens"] + cur["generated_tokens"], (prev, cur)
+PY
+grep -q "warning" "$WORK/qwen3.err" && fail "qwen3 template got a warning: $(cat "$WORK/qwen3.err")"
+"$BIN" chat -m "$WORK/qwen3.ogp" --chat-flag enable_thinking </dev/null >/dev/null 2>&1 && fail "--chat-flag without a value accepted"
+# Gemma's template refuses a system message: the turn is refused with the
+# template's message, and the chat goes on after /system without one
+printf 'Hello\n/stats\n/system\nHello\n/stats\n' |
+    "$BIN" chat -m "$WORK/gemma.ogp" -n 4 --seed 3 --system "Be brief." >"$WORK/gemma.out" 2>"$WORK/gemma.err" ||
+    fail "gemma template: exit status: $(cat "$WORK/gemma.err")"
+grep -q "raise_exception: System role not supported" "$WORK/gemma.err" ||
+    fail "gemma template: no refusal: $(cat "$WORK/gemma.err")"
+python3 - "$WORK/gemma.out" <<'PY' || fail "gemma template: stats"
+import json, sys
+stats = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8", errors="replace") if l.startswith('{"turn"')]
+assert [t["turn"] for t in stats] == [0, 1], stats
+assert stats[1]["prefill_tokens"] > 0, stats
+PY
 
 # /quit ends before later input is read
 printf 'Hi\n/quit\nnot read\n/stats\n' | "$BIN" chat -m "$WORK/qwen2-bias.ogp" -n 3 >"$WORK/quit.out" 2>&1 ||

@@ -1,6 +1,10 @@
-/* offgraph chat: a conversation in one session. Each user turn prefills
- * only its own tokens; the earlier turns and replies stay in the KV cache.
- * When the conversation reaches the model's context limit it stops there
+/* offgraph chat: a conversation in one session. Every turn renders the whole
+ * conversation with the model's chat template (src/model/chat_template.h)
+ * and feeds the session only what it does not hold yet: the tokens past
+ * the longest prefix the new text shares with the session's. Where the
+ * template rewrote an earlier turn (Qwen3 drops the thinking of past
+ * replies) the session is forked back to that prefix first. When the
+ * conversation reaches the model's context limit it stops there
  * (--context-policy stop) or drops its oldest turns, keeping the system
  * prompt, and reads what is left again (drop). */
 #include "commands.h"
@@ -20,16 +24,18 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: offgraph chat [-m <program>] [--system <text>] [--context-policy stop|drop] [-n N]\n"
-               "                     [sampling options]\n\n"
+               "                     [--chat-flag NAME=true|false] [sampling options]\n\n"
                "Reads user messages from standard input (with line editing and history on a\n"
                "terminal; a line ending in \\ goes on on the next line) and prints the model's\n"
-               "replies, with the chat template of the model (ChatML, Llama-3, Mistral; otherwise\n"
-               "plain text). Ctrl-C stops a reply; Ctrl-C twice at the prompt (or Ctrl-D) ends.\n"
+               "replies, with the model's own chat template (plain text when it has none).\n"
+               "Ctrl-C stops a reply; Ctrl-C twice at the prompt (or Ctrl-D) ends.\n"
                "Type /help for the commands. -n limits one reply.\n\n"
                "  --system <text>          the system prompt\n"
                "  --context-policy P       at the model's context limit: stop (default) refuses\n"
                "                           further turns until /reset; drop forgets the oldest\n"
-               "                           turns (never the system prompt) and reads the rest again\n");
+               "                           turns (never the system prompt) and reads the rest again\n"
+               "  --chat-flag NAME=BOOL    a variable of the chat template, e.g. enable_thinking=false\n"
+               "                           (up to 8)\n");
     og_gen_options_usage(f);
 }
 
@@ -47,7 +53,7 @@ static void commands_help(FILE *f) {
 }
 
 typedef struct turn_stats {
-    int64_t turn, prefill_tokens, generated_tokens;
+    int64_t turn, reused_tokens, prefill_tokens, generated_tokens;
     double prefill_s, decode_s;
 } turn_stats;
 
@@ -59,12 +65,12 @@ static void print_stats(og_gen *g, const turn_stats *t) {
     }
     printf("{\"turn\": %lld, \"prefill_tokens\": %lld, \"generated_tokens\": %lld, \"session_length\": %lld, "
            "\"context_limit\": %lld, \"prefill_tokens_per_s\": %.2f, \"decode_tokens_per_s\": %.2f, "
-           "\"kv_bytes_allocated\": %lld, \"kv_bytes_live\": %lld, \"growth_events\": %lld}\n",
+           "\"kv_bytes_allocated\": %lld, \"kv_bytes_live\": %lld, \"growth_events\": %lld, \"reused_tokens\": %lld}\n",
            (long long)t->turn, (long long)t->prefill_tokens, (long long)t->generated_tokens,
            (long long)og_session_length(g->session), (long long)g->max_ctx,
            t->prefill_s > 0 ? (double)t->prefill_tokens / t->prefill_s : 0.0,
            t->decode_s > 0 ? (double)t->generated_tokens / t->decode_s : 0.0, (long long)km.bytes_allocated,
-           (long long)km.bytes_live, (long long)km.growth_count);
+           (long long)km.bytes_live, (long long)km.growth_count, (long long)t->reused_tokens);
     fflush(stdout);
 }
 
@@ -241,17 +247,24 @@ static input_kind read_message(input *in, char **msg) {
     return IN_LINE;
 }
 
-/* ---- the conversation, as text, for re-reading after a drop ----------------- */
+/* ---- the conversation, rendered whole ----------------------------------- */
 
 typedef struct chat_turn {
     char *user, *reply;
 } chat_turn;
 
 typedef struct conversation {
-    og_chat_format fmt;
-    char *system;      /* NULL: none */
-    chat_turn *turns;  /* what the session holds, oldest first */
+    og_chat_template *tpl;
+    const char *bos, *eos; /* the tokenizer's, as the template sees them (NULL: none) */
+    og_chat_flag flags[8]; /* --chat-flag */
+    size_t n_flags;
+    char *system;          /* NULL: none */
+    chat_turn *turns;      /* what the session holds, oldest first */
     int32_t n, cap;
+    /* the tokens the session holds, after `opaque` tokens it holds but
+     * whose text is unknown (a conversation loaded with /load) */
+    int32_t *held;
+    int64_t n_held, cap_held, opaque;
 } conversation;
 
 static void conv_clear(conversation *c) {
@@ -260,6 +273,8 @@ static void conv_clear(conversation *c) {
         og_free(c->turns[i].reply);
     }
     c->n = 0;
+    c->n_held = 0;
+    c->opaque = 0;
 }
 
 static void conv_drop(conversation *c, int32_t k) {
@@ -271,76 +286,51 @@ static void conv_drop(conversation *c, int32_t k) {
     c->n -= k;
 }
 
-/* Appends s to a growing string; false when out of memory. */
-static bool cat(char **out, size_t *len, const char *s) {
-    size_t n = strlen(s);
-    char *p = realloc(*out, *len + n + 1);
-    if (!p) return false;
-    memcpy(p + *len, s, n + 1);
-    *out = p;
-    *len += n;
+static bool held_append(conversation *c, const int32_t *ids, int64_t n) {
+    if (c->n_held + n > c->cap_held) {
+        int64_t cap = (c->n_held + n) * 2;
+        int32_t *p = realloc(c->held, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        c->held = p;
+        c->cap_held = cap;
+    }
+    memcpy(c->held + c->n_held, ids, (size_t)n * sizeof *ids);
+    c->n_held += n;
     return true;
 }
 
-/* The text of a user turn: with first, the start of the conversation and
- * the system prompt. Owned by the caller: free. */
-static char *render_user(const conversation *c, bool first, const char *user) {
-    char *t = NULL, *out = NULL;
-    size_t len = 0;
-    const char *sys = first ? c->system : NULL;
-    bool ok = true;
-    if (sys && c->fmt == OG_CHAT_MISTRAL) { /* Mistral's template puts it before the first message */
-        size_t n = strlen(sys) + strlen(user) + 3;
-        char *u = malloc(n);
-        if (!u) return NULL;
-        snprintf(u, n, "%s\n\n%s", sys, user);
-        ok = og_chat_render_turn(c->fmt, 1, u, &t) == OG_OK;
-        free(u);
-        sys = NULL;
-    } else
-        ok = og_chat_render_turn(c->fmt, first, user, &t) == OG_OK;
-    if (!ok) return NULL;
-    const char *rest = t;
-    if (sys) {
-        switch (c->fmt) {
-        case OG_CHAT_CHATML:
-            ok = cat(&out, &len, "<|im_start|>system\n") && cat(&out, &len, sys) && cat(&out, &len, "<|im_end|>\n");
-            break;
-        case OG_CHAT_LLAMA3: {
-            const char *bot = "<|begin_of_text|>";
-            if (!strncmp(rest, bot, strlen(bot))) rest += strlen(bot);
-            ok = cat(&out, &len, bot) && cat(&out, &len, "<|start_header_id|>system<|end_header_id|>\n\n") &&
-                 cat(&out, &len, sys) && cat(&out, &len, "<|eot_id|>");
-            break;
-        }
-        default:
-            ok = cat(&out, &len, sys) && cat(&out, &len, "\n");
-            break;
-        }
+/* The conversation from turn `from` on (after the system prompt), then the
+ * new user message, rendered with what opens the assistant's reply. Owned by
+ * the caller: og_free; NULL after a message. */
+static char *render_from(const conversation *c, int32_t from, const char *user) {
+    size_t n = 0, cap = (size_t)(c->n - from) * 2 + 2;
+    og_chat_message *m = malloc(cap * sizeof *m);
+    if (!m) return NULL;
+    /* after /load the loaded text comes first: it holds the start of the
+     * conversation and its system prompt */
+    if (c->system && !c->opaque) m[n++] = (og_chat_message){"system", c->system};
+    for (int32_t i = from; i < c->n; i++) {
+        m[n++] = (og_chat_message){"user", c->turns[i].user};
+        m[n++] = (og_chat_message){"assistant", c->turns[i].reply};
     }
-    ok = ok && cat(&out, &len, rest);
-    og_free(t);
-    if (!ok) {
-        free(out);
-        return NULL;
-    }
+    m[n++] = (og_chat_message){"user", user};
+    og_chat_request req = {.messages = m, .n_messages = n, .add_generation_prompt = true,
+                           .bos_token = c->opaque ? NULL : c->bos,
+                           .eos_token = c->eos, .flags = c->flags, .n_flags = c->n_flags};
+    char *out = NULL;
+    if (og_chat_template_render(c->tpl, &req, &out) != OG_OK)
+        fprintf(stderr, "offgraph chat: %s\n", og_last_error());
+    free(m);
     return out;
 }
 
-/* The whole conversation from turn `from` on, then the new user message. */
-static char *render_from(const conversation *c, int32_t from, const char *user) {
-    char *out = NULL;
-    size_t len = 0;
-    for (int32_t i = from; i <= c->n; i++) {
-        char *u = render_user(c, i == from, i < c->n ? c->turns[i].user : user);
-        bool ok = u && cat(&out, &len, u) && (i == c->n || cat(&out, &len, c->turns[i].reply));
-        free(u);
-        if (!ok) {
-            free(out);
-            return NULL;
-        }
-    }
-    return out;
+/* How much of ids (the whole conversation's tokens) the session already
+ * holds after its opaque tokens: the longest common prefix, less one so that
+ * at least one token is fed (its step draws the reply's first token). */
+static int64_t held_prefix(const conversation *c, const int32_t *ids, int64_t n) {
+    int64_t k = 0;
+    while (k < c->n_held && k < n && c->held[k] == ids[k]) k++;
+    return k < n ? k : n - 1;
 }
 
 /* ---- the command ------------------------------------------------------------ */
@@ -352,6 +342,9 @@ int og_cmd_chat(int argc, char **argv) {
     og_gen_default_options(&o);
     const char *system = NULL;
     context_policy policy = POLICY_STOP;
+    og_chat_flag flags[8];
+    const char *flag_names[8];
+    size_t n_flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = og_gen_parse_option("chat", argc, argv, &i, &o);
@@ -363,6 +356,20 @@ int og_cmd_chat(int argc, char **argv) {
         } else if (!strcmp(a, "--system")) {
             if (!(v = og_cli_value("chat", argc, argv, &i))) return 2;
             system = v;
+        } else if (!strcmp(a, "--chat-flag")) {
+            if (!(v = og_cli_value("chat", argc, argv, &i))) return 2;
+            const char *eq = strchr(v, '=');
+            bool val = eq && (!strcmp(eq + 1, "true") || !strcmp(eq + 1, "1"));
+            if (!eq || eq == v || (!val && strcmp(eq + 1, "false") && strcmp(eq + 1, "0"))) {
+                fprintf(stderr, "offgraph chat: --chat-flag expects NAME=true or NAME=false, got \"%s\"\n", v);
+                return 2;
+            }
+            if (n_flags == sizeof flags / sizeof *flags) {
+                fprintf(stderr, "offgraph chat: at most %zu --chat-flag options\n", sizeof flags / sizeof *flags);
+                return 2;
+            }
+            flag_names[n_flags] = v;
+            flags[n_flags++] = (og_chat_flag){NULL, val};
         } else if (!strcmp(a, "--context-policy")) {
             if (!(v = og_cli_value("chat", argc, argv, &i))) return 2;
             if (!strcmp(v, "stop")) policy = POLICY_STOP;
@@ -382,14 +389,39 @@ int og_cmd_chat(int argc, char **argv) {
         og_gen_close(&g);
         return 1;
     }
-    conversation conv = {.fmt = og_chat_format_detect(og_tokenizer_chat_template(g.tok))};
+    const char *tpl_text = og_tokenizer_chat_template(g.tok);
+    conversation conv = {0};
+    if (og_chat_template_new(tpl_text, OG_CHAT_PLAIN, &conv.tpl) != OG_OK) {
+        fprintf(stderr, "offgraph chat: the model's %s\n", og_last_error());
+        og_gen_close(&g);
+        return 1;
+    }
+    /* the flags' names, without "=value", as the template sees them */
+    char *names = NULL;
+    size_t names_len = 0;
+    for (size_t k = 0; k < n_flags; k++) names_len += strlen(flag_names[k]) + 1;
+    if (n_flags && !(names = malloc(names_len))) {
+        og_chat_template_free(conv.tpl);
+        og_gen_close(&g);
+        return 1;
+    }
+    for (size_t k = 0, at = 0; k < n_flags; k++) {
+        size_t len = (size_t)(strchr(flag_names[k], '=') - flag_names[k]);
+        memcpy(names + at, flag_names[k], len);
+        names[at + len] = 0;
+        conv.flags[k] = (og_chat_flag){names + at, flags[k].value};
+        at += len + 1;
+    }
+    conv.n_flags = n_flags;
+    int32_t bos = og_tokenizer_bos_id(g.tok);
+    const int32_t *eos_ids;
+    conv.bos = bos >= 0 ? og_tokenizer_token_text(g.tok, bos) : NULL;
+    conv.eos = og_tokenizer_eos_ids(g.tok, &eos_ids) > 0 ? og_tokenizer_token_text(g.tok, eos_ids[0]) : NULL;
     if (system && *system) conv.system = strdup(system);
-    if (conv.fmt == OG_CHAT_PLAIN)
-        fprintf(stderr, "offgraph chat: warning: %s; turns are plain text\n",
-                og_tokenizer_chat_template(g.tok) ? "the model's chat template is not one offgraph knows"
-                                                  : "the model has no chat template");
-    og_gen_add_stop(&g, og_chat_end_of_turn(conv.fmt) ? og_tokenizer_token_id(g.tok, og_chat_end_of_turn(conv.fmt))
-                                                      : -1);
+    if (!tpl_text) fprintf(stderr, "offgraph chat: warning: the model has no chat template; turns are plain text\n");
+    /* the end of a reply: the template's end-of-turn token (eos is a stop already) */
+    const char *eot = og_chat_template_end_marker(tpl_text);
+    og_gen_add_stop(&g, eot ? og_tokenizer_token_id(g.tok, eot) : -1);
     /* Ctrl-C: no SA_RESTART, so that a read waiting at the prompt returns */
     struct sigaction sa, old_sa;
     memset(&sa, 0, sizeof sa);
@@ -440,6 +472,7 @@ int og_cmd_chat(int argc, char **argv) {
                         g.session = loaded;
                         og_sampler_reset(g.sampler);
                         conv_clear(&conv);
+                        conv.opaque = og_session_length(g.session);
                         last = (turn_stats){0};
                     }
                     fprintf(stderr, "offgraph chat: %s %s (%lld tokens)\n", line[1] == 's' ? "saved to" : "loaded",
@@ -472,21 +505,33 @@ int og_cmd_chat(int argc, char **argv) {
             free(msg);
             continue;
         }
-        /* the new turn, alone after what the session holds */
+        /* the whole conversation, rendered; the session is fed only what it
+         * does not hold yet */
         const bool first = og_session_length(g.session) == 0;
         int32_t *ids = NULL;
         int64_t n = 0;
-        char *text = render_user(&conv, first, line);
-        bool ok = text && og_gen_encode("chat", &g, text, false, &ids, &n);
-        free(text);
+        char *text = render_from(&conv, 0, line);
+        if (!text) { /* the template refused the conversation (said above) */
+            free(msg);
+            continue;
+        }
+        bool ok = og_gen_encode("chat", &g, text, false, &ids, &n);
+        og_free(text);
         if (!ok) {
             free(msg);
             rc = 1;
             break;
         }
+        if (n == 0) {
+            fprintf(stderr, "offgraph chat: the chat template rendered nothing for this turn\n");
+            og_free(ids);
+            free(msg);
+            continue;
+        }
         const int64_t held = og_session_length(g.session);
+        int64_t keep = held_prefix(&conv, ids, n);
         bool refill = false;
-        if (held + n + (policy == POLICY_DROP ? reserve : 1) > g.max_ctx) {
+        if (conv.opaque + n + (policy == POLICY_DROP ? reserve : 1) > g.max_ctx) {
             if (policy == POLICY_STOP || first) {
                 if (first) og_gen_prompt_fits("chat", &g, n);
                 if (!first || n <= g.max_ctx)
@@ -494,19 +539,21 @@ int og_cmd_chat(int argc, char **argv) {
                             "offgraph chat: the conversation is full: it holds %lld tokens, this turn needs %lld "
                             "more and the context limit is %lld. /reset starts over (--context-policy drop "
                             "forgets the oldest turns instead)\n",
-                            (long long)held, (long long)n, (long long)g.max_ctx);
+                            (long long)held, (long long)(conv.opaque + n - held), (long long)g.max_ctx);
                 og_free(ids);
                 free(msg);
                 continue;
             }
-            /* drop: the oldest turns go until the rest and a reply fit */
+            /* drop: the oldest turns go until the rest and a reply fit (a
+             * loaded conversation's unknown text goes first) */
+            conv.opaque = 0;
             int32_t from = 0;
             for (; from <= conv.n; from++) {
                 char *all = render_from(&conv, from, line);
                 int32_t *all_ids = NULL;
                 int64_t m = 0;
                 ok = all && og_gen_encode("chat", &g, all, false, &all_ids, &m);
-                free(all);
+                og_free(all);
                 if (!ok) break;
                 if (m + reserve <= g.max_ctx || (from == conv.n && m + 1 <= g.max_ctx)) {
                     og_free(ids);
@@ -534,12 +581,33 @@ int og_cmd_chat(int argc, char **argv) {
                     (long long)n);
             conv_drop(&conv, from);
             og_session_reset(g.session);
+            conv.n_held = 0;
+            keep = 0;
+        } else if (conv.opaque + keep < held) {
+            /* the template rewrote what the session holds past the shared
+             * prefix (or the reply's text reads as other tokens): go back to
+             * the prefix, sharing its rows */
+            og_session *child = NULL;
+            if (og_session_fork(g.session, conv.opaque + keep, &child) == OG_OK) {
+                og_session_destroy(g.session);
+                g.session = child;
+            } else { /* e.g. below a sliding window's floor: read it all again */
+                og_session_reset(g.session);
+                keep = 0;
+                conv.opaque = 0;
+            }
+            conv.n_held = keep;
         }
+        const int64_t reused = conv.opaque + keep;
+        const int32_t *fresh = ids + keep;
+        n -= keep;
         double t0 = og_time_now();
-        ok = og_gen_prefill("chat", &g, ids, n, o.max_tokens > 0);
+        ok = og_gen_prefill("chat", &g, fresh, n, o.max_tokens > 0) && held_append(&conv, fresh, n);
         double t1 = og_time_now();
         og_gen_result res = {0};
-        ok = ok && og_gen_decode("chat", &g, o.max_tokens, true, stdout, true, &res);
+        ok = ok && og_gen_decode("chat", &g, o.max_tokens, true, stdout, true, &res) &&
+             held_append(&conv, res.ids, res.n_ids);
+        og_free(res.ids);
         double t2 = og_time_now();
         putchar('\n');
         fflush(stdout);
@@ -574,13 +642,16 @@ int og_cmd_chat(int argc, char **argv) {
         } else
             og_free(res.text);
         free(msg);
-        last = (turn_stats){last.turn + 1, n, res.generated, t1 - t0, t2 - t1};
+        last = (turn_stats){last.turn + 1, reused, n, res.generated, t1 - t0, t2 - t1};
     }
     input_close(&in);
     sigaction(SIGINT, &old_sa, NULL);
     conv_clear(&conv);
     free(conv.turns);
     free(conv.system);
+    free(conv.held);
+    free(names);
+    og_chat_template_free(conv.tpl);
     og_gen_close(&g);
     return rc;
 }

@@ -333,6 +333,14 @@ bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE
                      * next one while generation goes on, and the last one only
                      * when feed_last */
                     ok = feed(cmd, g, &t, 1, fin == OG_FINISH_NONE);
+                    if (ok && keep_text) {
+                        int32_t *p = og_realloc(r->ids, (size_t)(r->n_ids + 1) * sizeof *p);
+                        if (!p) ok = false;
+                        else {
+                            r->ids = p;
+                            r->ids[r->n_ids++] = t;
+                        }
+                    }
                 }
             }
         }

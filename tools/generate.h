@@ -83,6 +83,8 @@ typedef struct og_gen_result {
     bool context_full;  /* it ended because the session reached max_ctx      */
     bool interrupted;   /* *g->interrupt ended it                            */
     char *text;         /* when asked: the text written (og_free)            */
+    int32_t *ids;       /* when text is asked: the tokens fed to the session (og_free) */
+    int64_t n_ids;
 } og_gen_result;
 
 /* Generates up to max tokens, writing their text to out as it completes

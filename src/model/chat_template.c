@@ -1,8 +1,10 @@
-/* Chat formats (see chat_template.h). */
+/* Chat templates (see chat_template.h). */
 #include "model/chat_template.h"
 
 #include "core/core.h"
+#include "model/jinja.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,34 +36,110 @@ const char *og_chat_end_of_turn(og_chat_format f) {
     return NULL;
 }
 
-og_status og_chat_render_turn(og_chat_format f, int first_turn, const char *user, char **out) {
-    if (!user || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_render_turn: NULL argument");
-    /* printf formats: the close of the previous reply (later turns), or the
-     * start of the conversation (first turn); then the turn around %s */
-    const char *open = "", *turn = "%s\n";
-    switch (f) {
-    case OG_CHAT_CHATML:
-        open = first_turn ? "" : "<|im_end|>\n";
-        turn = "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n";
-        break;
-    case OG_CHAT_LLAMA3:
-        open = first_turn ? "<|begin_of_text|>" : "<|eot_id|>";
-        turn = "<|start_header_id|>user<|end_header_id|>\n\n%s<|eot_id|>"
-               "<|start_header_id|>assistant<|end_header_id|>\n\n";
-        break;
-    case OG_CHAT_MISTRAL:
-        open = first_turn ? "<s>" : "</s>";
-        turn = "[INST] %s [/INST]";
-        break;
-    case OG_CHAT_PLAIN:
-        open = first_turn ? "" : "\n";
-        break;
+const char *og_chat_template_end_marker(const char *t) {
+    if (!t) return NULL;
+    const char *eot = og_chat_end_of_turn(og_chat_format_detect(t));
+    if (eot) return eot;
+    if (strstr(t, "<end_of_turn>")) return "<end_of_turn>";
+    if (strstr(t, "<|end|>")) return "<|end|>";
+    return NULL;
+}
+
+/* The fallback formats, as templates of the same language. */
+static const char *const fallback_text[] = {
+    [OG_CHAT_PLAIN] =
+        "{% for m in messages %}"
+        "{% if m.role == 'assistant' %}{{ m.content }}"
+        "{% else %}{% if not loop.first and messages[loop.index0 - 1].role == 'assistant' %}{{ '\\n' }}{% endif %}"
+        "{{ m.content ~ '\\n' }}{% endif %}"
+        "{% endfor %}",
+    [OG_CHAT_CHATML] =
+        "{% for m in messages %}{{ '<|im_start|>' ~ m.role ~ '\\n' ~ m.content ~ '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    [OG_CHAT_LLAMA3] =
+        "{{ '<|begin_of_text|>' }}"
+        "{% for m in messages %}"
+        "{{ '<|start_header_id|>' ~ m.role ~ '<|end_header_id|>\\n\\n' ~ m.content ~ '<|eot_id|>' }}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+    /* no system turn: the system prompt goes before the first user message */
+    [OG_CHAT_MISTRAL] =
+        "{{ '<s>' }}{% set ns = namespace(system='') %}"
+        "{% for m in messages %}"
+        "{% if m.role == 'system' %}{% set ns.system = ns.system ~ m.content ~ '\\n\\n' %}"
+        "{% elif m.role == 'assistant' %}{{ m.content ~ '</s>' }}"
+        "{% else %}{{ '[INST] ' ~ ns.system ~ m.content ~ ' [/INST]' }}{% set ns.system = '' %}{% endif %}"
+        "{% endfor %}",
+};
+
+struct og_chat_template {
+    og_jinja *jinja;
+    bool own_text;
+};
+
+og_status og_chat_template_new(const char *text, og_chat_format fallback, og_chat_template **out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_new: NULL argument");
+    *out = NULL;
+    if ((unsigned)fallback > OG_CHAT_MISTRAL)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_new: unknown fallback format %d", (int)fallback);
+    og_chat_template *t = og_calloc(1, sizeof *t);
+    if (!t) return og_set_error(OG_ERR_OUT_OF_MEMORY, "chat template: out of memory");
+    t->own_text = text != NULL;
+    const char *src = text ? text : fallback_text[fallback];
+    og_status st = og_jinja_parse(src, strlen(src), &t->jinja);
+    if (st != OG_OK) {
+        og_set_error(st, "chat template: %s", og_last_error());
+        og_free(t);
+        return st;
     }
-    size_t n = strlen(open) + strlen(turn) + strlen(user) + 1;
-    char *s = og_malloc(n);
-    if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "chat: out of memory");
-    size_t k = (size_t)snprintf(s, n, "%s", open);
-    snprintf(s + k, n - k, turn, user);
-    *out = s;
+    *out = t;
+    return OG_OK;
+}
+
+void og_chat_template_free(og_chat_template *t) {
+    if (!t) return;
+    og_jinja_free(t->jinja);
+    og_free(t);
+}
+
+bool og_chat_template_is_jinja(const og_chat_template *t) { return t && t->own_text; }
+
+og_status og_chat_template_render(const og_chat_template *t, const og_chat_request *req, char **out) {
+    if (!t || !req || !out || (req->n_messages && !req->messages))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_render: NULL argument");
+    *out = NULL;
+    cJSON *vars = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(vars, "messages");
+    bool ok = vars && msgs;
+    for (size_t i = 0; ok && i < req->n_messages; i++) {
+        const og_chat_message *m = &req->messages[i];
+        if (!m->role || !m->content) {
+            cJSON_Delete(vars);
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_render: message %zu has no %s", i,
+                                m->role ? "content" : "role");
+        }
+        cJSON *o = cJSON_CreateObject();
+        ok = o && cJSON_AddItemToArray(msgs, o) && cJSON_AddStringToObject(o, "role", m->role) &&
+             cJSON_AddStringToObject(o, "content", m->content);
+    }
+    /* as transformers: a token the tokenizer does not have is not defined */
+    ok = ok && cJSON_AddBoolToObject(vars, "add_generation_prompt", req->add_generation_prompt) &&
+         (!req->bos_token || cJSON_AddStringToObject(vars, "bos_token", req->bos_token)) &&
+         (!req->eos_token || cJSON_AddStringToObject(vars, "eos_token", req->eos_token)) &&
+         cJSON_AddNullToObject(vars, "tools") && cJSON_AddNullToObject(vars, "documents");
+    for (size_t i = 0; ok && i < req->n_flags; i++) {
+        if (!req->flags[i].name) {
+            cJSON_Delete(vars);
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_render: flag %zu has no name", i);
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(vars, req->flags[i].name);
+        ok = cJSON_AddBoolToObject(vars, req->flags[i].name, req->flags[i].value) != NULL;
+    }
+    if (!ok) {
+        cJSON_Delete(vars);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "chat template: out of memory");
+    }
+    og_status st = og_jinja_render(t->jinja, vars, NULL, out, NULL);
+    cJSON_Delete(vars);
+    if (st != OG_OK) return og_set_error(st, "chat template: %s", og_last_error());
     return OG_OK;
 }

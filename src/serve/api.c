@@ -113,16 +113,35 @@ static bool content_text(const cJSON *msg, int i, char **out, og_api_error *e) {
     return true;
 }
 
-/* The conversation as the model's chat format writes it, ending with what
- * opens the assistant's reply. System (and developer) messages go before
- * the first user message's text, as the formats offgraph knows have no
- * system turn of their own. */
-static bool render_chat(const og_serve_ctx *c, const cJSON *messages, char **out, og_api_error *e) {
+/* The whole conversation rendered with the model's chat template (plain
+ * text without one), ending with what opens the assistant's reply. Developer
+ * messages are system messages. chat_template_kwargs, when given, holds
+ * boolean variables of the template (e.g. {"enable_thinking": false}). A
+ * template's own refusal (raise_exception) is a 400 with its message. */
+static bool render_chat(const og_serve_ctx *c, const cJSON *messages, const cJSON *kwargs, char **out,
+                        og_api_error *e) {
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) < 1)
         return BAD(e, "messages", "'messages' must be a non-empty array");
-    char *s = NULL, *system = NULL;
-    size_t n = 0, cap = 0, sn = 0, scap = 0;
-    bool first = true, ok = cat(&s, &n, &cap, ""), any_user = false;
+    int n = cJSON_GetArraySize(messages);
+    og_chat_flag flags[16];
+    size_t n_flags = 0;
+    if (kwargs) {
+        if (!cJSON_IsObject(kwargs)) return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        const cJSON *k;
+        cJSON_ArrayForEach(k, kwargs) {
+            if (!cJSON_IsBool(k))
+                return BAD(e, "chat_template_kwargs", "'chat_template_kwargs': only boolean values are supported "
+                           "('%s' is not one)", k->string);
+            if (n_flags == sizeof flags / sizeof *flags)
+                return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' has more than %zu entries",
+                           sizeof flags / sizeof *flags);
+            flags[n_flags++] = (og_chat_flag){k->string, cJSON_IsTrue(k)};
+        }
+    }
+    og_chat_message *msgs = og_calloc((size_t)n, sizeof *msgs);
+    char **texts = og_calloc((size_t)n, sizeof *texts);
+    bool ok = msgs && texts, any_user = false;
+    if (!ok) fail(e, 500, "server_error", NULL, NULL, "out of memory");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
@@ -134,42 +153,38 @@ static bool render_chat(const og_serve_ctx *c, const cJSON *messages, char **out
             ok = BAD(e, param, "each message must be an object with a string 'role'");
             break;
         }
-        char *text = NULL;
-        if (!(ok = content_text(m, i, &text, e))) break;
+        if (!(ok = content_text(m, i, &texts[i], e))) break;
         const char *r = role->valuestring;
-        if (!strcmp(r, "system") || !strcmp(r, "developer")) {
-            ok = (!sn || cat(&system, &sn, &scap, "\n\n")) && cat(&system, &sn, &scap, text);
-        } else if (!strcmp(r, "user")) {
-            char *turn = NULL, *joined = NULL;
-            size_t jn = 0, jcap = 0;
-            if (system && first)
-                ok = cat(&joined, &jn, &jcap, system) && cat(&joined, &jn, &jcap, "\n\n") && cat(&joined, &jn, &jcap, text);
-            if (ok && og_chat_render_turn((og_chat_format)c->chat_format, first, joined ? joined : text, &turn) != OG_OK)
-                ok = false;
-            ok = ok && cat(&s, &n, &cap, turn);
-            og_free(turn);
-            og_free(joined);
-            first = false;
-            any_user = true;
-        } else if (!strcmp(r, "assistant")) {
-            ok = cat(&s, &n, &cap, text); /* the next user turn closes it */
-        } else {
-            og_free(text);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
             ok = BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant)", r);
             break;
         }
-        og_free(text);
-        if (!ok && !e->status) fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        any_user |= !strcmp(r, "user");
+        msgs[i] = (og_chat_message){r, texts[i]};
         i++;
     }
-    og_free(system);
     if (ok && !any_user) ok = BAD(e, "messages", "'messages' has no user message");
-    if (!ok) {
-        og_free(s);
-        return false;
+    og_chat_template *t = NULL;
+    if (ok && og_chat_template_new(og_tokenizer_chat_template(c->tok), OG_CHAT_PLAIN, &t) != OG_OK)
+        ok = fail(e, 500, "server_error", NULL, NULL, "the model's %s", og_last_error());
+    if (ok) {
+        int32_t bos = og_tokenizer_bos_id(c->tok);
+        const int32_t *eos;
+        og_chat_request req = {
+            .messages = msgs, .n_messages = (size_t)i, .add_generation_prompt = true,
+            .bos_token = bos >= 0 ? og_tokenizer_token_text(c->tok, bos) : NULL,
+            .eos_token = og_tokenizer_eos_ids(c->tok, &eos) > 0 ? og_tokenizer_token_text(c->tok, eos[0]) : NULL,
+            .flags = flags, .n_flags = n_flags};
+        og_status st = og_chat_template_render(t, &req, out);
+        if (st == OG_ERR_OUT_OF_MEMORY) ok = fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        else if (st != OG_OK) ok = BAD(e, "messages", "%s", og_last_error());
     }
-    *out = s;
-    return true;
+    og_chat_template_free(t);
+    for (int k = 0; texts && k < n; k++) og_free(texts[k]);
+    og_free(texts);
+    og_free(msgs);
+    return ok;
 }
 
 /* The prompt of /v1/completions: a string, one string in an array, token
@@ -323,7 +338,7 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
     }
     if (chat) {
         char *text = NULL;
-        if (!render_chat(c, field(root, "messages"), &text, e)) goto done;
+        if (!render_chat(c, field(root, "messages"), field(root, "chat_template_kwargs"), &text, e)) goto done;
         bool enc = encode(c, text, q, e, "messages");
         og_free(text);
         if (!enc) goto done;
