@@ -190,17 +190,24 @@ static void unsupported(void) {
     og_test_section("unsupported and broken files are refused by name");
 #define M "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}"
     refuses("[]", OG_ERR_FORMAT, "not a JSON object");
-    refuses("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", OG_ERR_UNSUPPORTED, "WordPiece");
-    refuses("{" M ", \"normalizer\": {\"type\": \"Lowercase\"}}", OG_ERR_UNSUPPORTED, "Lowercase");
+    refuses("{\"model\": {\"type\": \"WordLevel\", \"vocab\": {}}}", OG_ERR_UNSUPPORTED, "WordLevel");
+    refuses("{" M ", \"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}}", OG_ERR_UNSUPPORTED,
+            "Precompiled");
     refuses("{" M ", \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}]}}",
             OG_ERR_UNSUPPORTED, "Digits");
-    refuses("{" M ", \"decoder\": {\"type\": \"WordPiece\"}}", OG_ERR_UNSUPPORTED, "WordPiece");
+    refuses("{" M ", \"decoder\": {\"type\": \"CTC\"}}", OG_ERR_UNSUPPORTED, "CTC");
     refuses("{" M ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}}}", OG_ERR_UNSUPPORTED,
             "regex");
     refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a c\"]}}", OG_ERR_FORMAT,
             "merges[0]");
-    refuses("{" M ", \"added_tokens\": [{\"id\": 3, \"content\": \"<x>\", \"lstrip\": true}]}", OG_ERR_UNSUPPORTED,
-            "lstrip");
+    /* a normalized added token the normalizer erases could never match */
+    refuses("{" M ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"x\"}, \"content\": \"\"},"
+            " \"added_tokens\": [{\"id\": 3, \"content\": \"x\", \"normalized\": true}]}",
+            OG_ERR_UNSUPPORTED, "added_tokens[0] \"x\"");
+    refuses("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 2, \"vocab\": [[\"a\", -1.0], [\"b\", -2.0]]}}",
+            OG_ERR_FORMAT, "unk_id");
+    refuses("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", \"x\"]]}}", OG_ERR_FORMAT, "model.vocab[0]");
+    refuses("{\"model\": {\"type\": \"WordPiece\", \"vocab\": [\"a\"]}}", OG_ERR_FORMAT, "vocab");
     /* a minimal file works, and merges apply */
     og_tokenizer *t = NULL;
     CHECK_OK(og_tokenizer_load_json("{" M "}", &t));

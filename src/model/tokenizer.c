@@ -8,6 +8,7 @@
 #include "core/core.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,67 @@ static uint32_t utf8_cp(const unsigned char *s, size_t *len) {
 /* Length of the UTF-8 character starting with byte c (1 for a stray byte). */
 static size_t utf8_len(unsigned char c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
+/* ------------------------------------------------------------ character classes
+ * As Hugging Face `tokenizers` (Rust) sees them; categories come from
+ * utf8proc, whose Unicode version may differ from Rust's for characters
+ * assigned recently. */
+
+/* Rust's char::is_whitespace, regex \s: the White_Space property. */
+static int is_white_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static utf8proc_category_t category(uint32_t c) { return utf8proc_category((utf8proc_int32_t)c); }
+
+static int is_mark(uint32_t c) {
+    utf8proc_category_t k = category(c);
+    return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+}
+
+/* Regex \w in Rust (Unicode): Alphabetic, marks, decimal digits, connector
+ * punctuation, Join_Control. Alphabetic is the letters, letter numbers and
+ * Other_Alphabetic, whose members outside the marks are the circled and
+ * squared Latin letters below. */
+static int is_word_char(uint32_t c) {
+    switch (category(c)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
+               (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
+    }
+}
+
+/* BertNormalizer's control characters: category C* except tab, LF, CR. */
+static int is_bert_control(uint32_t c) {
+    if (c == '\t' || c == '\n' || c == '\r') return 0;
+    utf8proc_category_t k = category(c);
+    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CN ||
+           k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CS;
+}
+
+static int is_chinese_char(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* BertPreTokenizer's punctuation: ASCII punctuation (symbols included) or
+ * category P*. */
+static int is_bert_punct(uint32_t c) {
+    if (c < 0x80) return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+                         (c >= 0x7B && c <= 0x7E);
+    utf8proc_category_t k = category(c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+/* Rust's char::to_lowercase: the simple mapping, except U+0130, whose
+ * lowercase is two characters. */
+static og_status put_lower(buf *b, uint32_t c);
+
 /* ------------------------------------------------------------ hash maps */
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -154,14 +216,28 @@ typedef struct pair_map {
 
 /* ------------------------------------------------------------ the pipeline */
 
-typedef enum { NORM_NFC, NORM_NFKC, NORM_PREPEND, NORM_REPLACE } norm_kind;
+typedef enum {
+    NORM_NFC,
+    NORM_NFKC,
+    NORM_NFD,
+    NORM_NFKD,
+    NORM_PREPEND,
+    NORM_REPLACE,
+    NORM_LOWERCASE,
+    NORM_STRIP,
+    NORM_STRIP_ACCENTS,
+    NORM_BERT
+} norm_kind;
 typedef struct norm_op {
     norm_kind kind;
     char *a, *b; /* prepend text; replace pattern and content */
+    /* Strip: left, right; BertNormalizer: clean_text, chinese chars, strip
+     * accents, lowercase */
+    int left, right, clean, chinese, accents, lower;
 } norm_op;
 
 typedef enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT } split_behavior;
-typedef enum { PRE_BYTELEVEL, PRE_SPLIT, PRE_METASPACE } pre_kind;
+typedef enum { PRE_BYTELEVEL, PRE_SPLIT, PRE_METASPACE, PRE_BERT, PRE_WHITESPACE_SPLIT } pre_kind;
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } prepend_scheme;
 typedef struct pre_op {
     pre_kind kind;
@@ -172,20 +248,41 @@ typedef struct pre_op {
     char *literal;  /* Split with a String pattern; Metaspace replacement */
 } pre_op;
 
-typedef enum { DEC_BYTELEVEL, DEC_METASPACE, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP } dec_kind;
+typedef enum { DEC_BYTELEVEL, DEC_METASPACE, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_WORDPIECE } dec_kind;
 typedef struct dec_op {
     dec_kind kind;
-    char *a, *b; /* replace pattern/content; metaspace/strip character */
-    int start, stop;
+    char *a, *b; /* replace pattern/content; metaspace/strip character; wordpiece prefix */
+    int start, stop, cleanup;
     prepend_scheme prepend;
 } dec_op;
 
 typedef struct added_token {
-    char *text;
+    char *text;      /* the content (borrowed from the id table) */
     size_t len;
     int32_t id;
-    int special;
+    int special, lstrip, rstrip, single_word, normalized;
+    char *pat;       /* what is matched: the content, or for a normalized
+                      * token the content through the normalizer (owned) */
+    size_t pat_len;
 } added_token;
+
+/* Added tokens matched in one pass (those matched in the raw text, or those
+ * matched in normalized text): leftmost match, longest at that position. */
+typedef struct added_set {
+    int32_t *by_byte[256]; /* indexes into added, longest pattern first */
+    int32_t n_by_byte[256];
+} added_set;
+
+typedef enum { MODEL_BPE, MODEL_UNIGRAM, MODEL_WORDPIECE } model_kind;
+
+/* A byte trie over the Unigram pieces: node, byte -> child in a hash table. */
+typedef struct trie {
+    uint64_t *key;  /* [cap] node << 8 | byte; UINT64_MAX when empty */
+    int32_t *child; /* [cap] */
+    size_t cap;
+    int32_t *term;  /* [n_nodes] the piece that ends here, or -1 */
+    int32_t n_nodes;
+} trie;
 
 struct og_tokenizer {
     char **text;       /* [n_ids] token text by id (NULL for a hole) */
@@ -194,8 +291,22 @@ struct og_tokenizer {
     pair_map merges;
     added_token *added; /* [n_added], longest first */
     int32_t n_added;
+    added_set added_raw, added_norm; /* not normalized / normalized tokens */
+    /* normalized added tokens whose normalized form differs from their
+     * content decode as that form (as HF 0.23 does): their ids, ascending,
+     * and indexes into added */
+    int32_t *norm_dec_id, *norm_dec_tok;
+    int32_t n_norm_dec;
+    model_kind model;
     int32_t unk, byte_id[256];
     int byte_fallback, fuse_unk, ignore_merges;
+    /* Unigram: score by id, the lowest score, the pieces' trie */
+    double *score, min_score;
+    trie pieces;
+    /* WordPiece */
+    char *wp_prefix;
+    int64_t wp_max_chars;
+    size_t max_token_len; /* longest vocabulary entry, in bytes */
     bool reference_bpe; /* og_tokenizer_use_reference_bpe */
     norm_op *norm;
     int n_norm;
@@ -338,6 +449,22 @@ static og_status load_normalizer(og_tokenizer *t, const cJSON *o) {
         norm_op *op = &t->norm[i];
         if (!strcmp(type, "NFC")) op->kind = NORM_NFC;
         else if (!strcmp(type, "NFKC")) op->kind = NORM_NFKC;
+        else if (!strcmp(type, "NFD")) op->kind = NORM_NFD;
+        else if (!strcmp(type, "NFKD")) op->kind = NORM_NFKD;
+        else if (!strcmp(type, "Lowercase")) op->kind = NORM_LOWERCASE;
+        else if (!strcmp(type, "StripAccents")) op->kind = NORM_STRIP_ACCENTS;
+        else if (!strcmp(type, "Strip")) {
+            op->kind = NORM_STRIP;
+            op->left = json_bool(items[i], "strip_left", 1);
+            op->right = json_bool(items[i], "strip_right", 1);
+        } else if (!strcmp(type, "BertNormalizer")) {
+            op->kind = NORM_BERT;
+            op->clean = json_bool(items[i], "clean_text", 1);
+            op->chinese = json_bool(items[i], "handle_chinese_chars", 1);
+            op->lower = json_bool(items[i], "lowercase", 1);
+            /* strip_accents null follows lowercase */
+            op->accents = json_bool(items[i], "strip_accents", op->lower);
+        }
         else if (!strcmp(type, "Prepend")) {
             op->kind = NORM_PREPEND;
             const char *p = json_str(items[i], "prepend");
@@ -391,7 +518,9 @@ static og_status load_pre_tokenizer(og_tokenizer *t, const cJSON *o) {
             op->split = json_bool(it, "split", 1);
             rc = parse_prepend(it, "pre_tokenizer Metaspace", &op->prepend);
             if (rc == OG_OK) rc = dup(r ? r : "\xE2\x96\x81", &op->literal);
-        } else
+        } else if (!strcmp(type, "BertPreTokenizer")) op->kind = PRE_BERT;
+        else if (!strcmp(type, "WhitespaceSplit")) op->kind = PRE_WHITESPACE_SPLIT;
+        else
             rc = TOK_ERR(OG_ERR_UNSUPPORTED, "pre_tokenizer type \"%s\" is not supported", type);
     }
     og_free(items);
@@ -434,6 +563,11 @@ static og_status load_decoder(og_tokenizer *t, const cJSON *o) {
                 op->stop = e->valueint;
                 rc = dup(c, &op->a);
             }
+        } else if (!strcmp(type, "WordPiece")) {
+            op->kind = DEC_WORDPIECE;
+            const char *p = json_str(it, "prefix");
+            op->cleanup = json_bool(it, "cleanup", 1);
+            rc = dup(p ? p : "##", &op->a);
         } else
             rc = TOK_ERR(OG_ERR_UNSUPPORTED, "decoder type \"%s\" is not supported", type);
     }
@@ -459,10 +593,161 @@ static og_status set_token(og_tokenizer *t, int64_t id, const char *s, const cha
     return OG_OK;
 }
 
+/* Sizes the vocabulary map for n entries. */
+static og_status map_init(og_tokenizer *t, size_t n) {
+    t->vocab.cap = 16;
+    while (t->vocab.cap < n * 2) t->vocab.cap *= 2;
+    if (!(t->vocab.slot = og_malloc(t->vocab.cap * sizeof *t->vocab.slot)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    memset(t->vocab.slot, 0xff, t->vocab.cap * sizeof *t->vocab.slot);
+    return OG_OK;
+}
+
+/* The byte tokens <0x00>..<0xFF> of the vocabulary (-1 where absent). */
+static void find_byte_tokens(og_tokenizer *t) {
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_id[b] = map_get(t, name, 6);
+    }
+}
+
+static int32_t trie_child(const trie *tr, int32_t node, unsigned char c) {
+    uint64_t k = ((uint64_t)node << 8) | c;
+    size_t mask = tr->cap - 1;
+    for (size_t i = (k * 0x9E3779B97F4A7C15ull >> 17) & mask;; i = (i + 1) & mask) {
+        if (tr->key[i] == k) return tr->child[i];
+        if (tr->key[i] == UINT64_MAX) return -1;
+    }
+}
+
+/* Builds the trie of the pieces text[0..n) (total_bytes of text in all). A
+ * piece given twice ends at its last id, as Hugging Face's map from piece to
+ * id keeps the last. */
+static og_status trie_build(og_tokenizer *t, int32_t n, size_t total_bytes) {
+    trie *tr = &t->pieces;
+    tr->cap = 16;
+    while (tr->cap < total_bytes * 2 + 2) tr->cap *= 2;
+    tr->key = og_malloc(tr->cap * sizeof *tr->key);
+    tr->child = og_malloc(tr->cap * sizeof *tr->child);
+    tr->term = og_malloc((total_bytes + 1) * sizeof *tr->term);
+    if (!tr->key || !tr->child || !tr->term) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    memset(tr->key, 0xff, tr->cap * sizeof *tr->key);
+    tr->term[0] = -1;
+    tr->n_nodes = 1;
+    for (int32_t id = 0; id < n; id++) {
+        const unsigned char *p = (const unsigned char *)t->text[id];
+        int32_t node = 0;
+        for (; *p; p++) {
+            int32_t c = trie_child(tr, node, *p);
+            if (c < 0) {
+                uint64_t k = ((uint64_t)node << 8) | *p;
+                size_t mask = tr->cap - 1, i = (k * 0x9E3779B97F4A7C15ull >> 17) & mask;
+                while (tr->key[i] != UINT64_MAX) i = (i + 1) & mask;
+                c = tr->n_nodes++;
+                tr->key[i] = k;
+                tr->child[i] = c;
+                tr->term[c] = -1;
+            }
+            node = c;
+        }
+        if (node) tr->term[node] = id; /* the empty piece matches nothing */
+    }
+    return OG_OK;
+}
+
+/* model.type "Unigram": "vocab" [[piece, score], ...] (the id is the index),
+ * "unk_id", "byte_fallback". */
+static og_status load_unigram(og_tokenizer *t, const cJSON *m) {
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *unk = cJSON_GetObjectItemCaseSensitive(m, "unk_id"),
+                *it;
+    if (!cJSON_IsArray(vocab)) return TOK_ERR(OG_ERR_FORMAT, "model (Unigram) has no \"vocab\" array");
+    int n = cJSON_GetArraySize(vocab);
+    t->byte_fallback = json_bool(m, "byte_fallback", 0);
+    t->unk = -1;
+    if (unk && !cJSON_IsNull(unk)) {
+        if (!cJSON_IsNumber(unk) || unk->valuedouble < 0 || unk->valuedouble >= n || unk->valuedouble != (int)unk->valuedouble)
+            return TOK_ERR(OG_ERR_FORMAT, "model.unk_id is not the index of a piece of model.vocab (%d pieces)", n);
+        t->unk = (int32_t)unk->valuedouble;
+    }
+    if (n > (1 << 24)) return TOK_ERR(OG_ERR_FORMAT, "model.vocab has %d pieces (at most 2^24)", n);
+    if (n && !(t->score = og_malloc((size_t)n * sizeof *t->score)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    t->min_score = INFINITY;
+    size_t total = 0;
+    int32_t id = 0;
+    cJSON_ArrayForEach(it, vocab) {
+        const cJSON *piece = cJSON_GetArrayItem(it, 0), *score = cJSON_GetArrayItem(it, 1);
+        if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2 || !cJSON_IsString(piece) || !cJSON_IsNumber(score))
+            return TOK_ERR(OG_ERR_FORMAT, "model.vocab[%d] is not [\"piece\", score]", id);
+        OG_TRY(set_token(t, id, piece->valuestring, "model.vocab"));
+        t->score[id] = score->valuedouble;
+        if (score->valuedouble < t->min_score) t->min_score = score->valuedouble;
+        size_t len = strlen(piece->valuestring);
+        total += len;
+        if (len > t->max_token_len) t->max_token_len = len;
+        id++;
+    }
+    OG_TRY(map_init(t, (size_t)n));
+    for (int32_t i = n - 1; i >= 0; i--) /* the last of a repeated piece wins */
+        if (map_get(t, t->text[i], strlen(t->text[i])) < 0) map_put(t, i);
+    find_byte_tokens(t);
+    return trie_build(t, n, total);
+}
+
+/* model.type "WordPiece": "vocab" {token: id}, "unk_token",
+ * "continuing_subword_prefix", "max_input_chars_per_word". */
+static og_status load_wordpiece(og_tokenizer *t, const cJSON *m) {
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *it,
+                *maxc = cJSON_GetObjectItemCaseSensitive(m, "max_input_chars_per_word");
+    if (!cJSON_IsObject(vocab)) return TOK_ERR(OG_ERR_FORMAT, "model (WordPiece) has no \"vocab\" object");
+    const char *unk = json_str(m, "unk_token"), *prefix = json_str(m, "continuing_subword_prefix");
+    t->wp_max_chars = 100;
+    if (maxc && !cJSON_IsNull(maxc)) {
+        if (!cJSON_IsNumber(maxc) || maxc->valuedouble < 0)
+            return TOK_ERR(OG_ERR_FORMAT, "model.max_input_chars_per_word is not a count");
+        t->wp_max_chars = maxc->valuedouble > 1e15 ? (int64_t)1e15 : (int64_t)maxc->valuedouble;
+    }
+    OG_TRY(dup(prefix ? prefix : "##", &t->wp_prefix));
+    int n = cJSON_GetArraySize(vocab);
+    cJSON_ArrayForEach(it, vocab) {
+        if (!cJSON_IsNumber(it)) return TOK_ERR(OG_ERR_FORMAT, "model.vocab[\"%s\"] is not a number", it->string);
+        OG_TRY(set_token(t, (int64_t)it->valuedouble, it->string, "model.vocab"));
+        size_t len = strlen(it->string);
+        if (len > t->max_token_len) t->max_token_len = len;
+    }
+    OG_TRY(map_init(t, (size_t)n));
+    cJSON_ArrayForEach(it, vocab) {
+        int32_t id = (int32_t)it->valuedouble;
+        if (map_get(t, it->string, strlen(it->string)) < 0) map_put(t, id);
+    }
+    /* a missing unk token is an error only when a word needs it, as in HF */
+    const char *u = unk ? unk : "[UNK]";
+    t->unk = map_get(t, u, strlen(u));
+    return OG_OK;
+}
+
+static og_status load_bpe(og_tokenizer *t, const cJSON *m);
+
 static og_status load_model(og_tokenizer *t, const cJSON *m) {
     const char *type = json_str(m, "type");
-    if (!type || strcmp(type, "BPE"))
-        return TOK_ERR(OG_ERR_UNSUPPORTED, "model type \"%s\" is not supported (only BPE)", type ? type : "(none)");
+    if (type && !strcmp(type, "BPE")) {
+        t->model = MODEL_BPE;
+        return load_bpe(t, m);
+    }
+    if (type && !strcmp(type, "Unigram")) {
+        t->model = MODEL_UNIGRAM;
+        return load_unigram(t, m);
+    }
+    if (type && !strcmp(type, "WordPiece")) {
+        t->model = MODEL_WORDPIECE;
+        return load_wordpiece(t, m);
+    }
+    return TOK_ERR(OG_ERR_UNSUPPORTED, "model type \"%s\" is not supported (BPE, Unigram and WordPiece are)",
+                   type ? type : "(none)");
+}
+
+static og_status load_bpe(og_tokenizer *t, const cJSON *m) {
     const char *cont = json_str(m, "continuing_subword_prefix"), *eow = json_str(m, "end_of_word_suffix");
     if ((cont && *cont) || (eow && *eow))
         return TOK_ERR(OG_ERR_UNSUPPORTED, "model: continuing_subword_prefix / end_of_word_suffix are not supported");
@@ -481,11 +766,7 @@ static og_status load_model(og_tokenizer *t, const cJSON *m) {
         og_status rc = set_token(t, (int64_t)it->valuedouble, it->string, "model.vocab");
         if (rc) return rc;
     }
-    t->vocab.cap = 16;
-    while (t->vocab.cap < (size_t)n * 2) t->vocab.cap *= 2;
-    if (!(t->vocab.slot = og_malloc(t->vocab.cap * sizeof *t->vocab.slot)))
-        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-    memset(t->vocab.slot, 0xff, t->vocab.cap * sizeof *t->vocab.slot);
+    OG_TRY(map_init(t, (size_t)n));
     cJSON_ArrayForEach(it, vocab) {
         int32_t id = (int32_t)it->valuedouble;
         if (map_get(t, it->string, strlen(it->string)) < 0) map_put(t, id);
@@ -494,11 +775,7 @@ static og_status load_model(og_tokenizer *t, const cJSON *m) {
     const char *unk = json_str(m, "unk_token");
     t->unk = unk ? map_get(t, unk, strlen(unk)) : -1;
     if (unk && t->unk < 0) return TOK_ERR(OG_ERR_FORMAT, "model.unk_token \"%s\" is not in the vocabulary", unk);
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        t->byte_id[b] = map_get(t, name, 6);
-    }
+    find_byte_tokens(t);
 
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
     if (!cJSON_IsArray(merges)) return TOK_ERR(OG_ERR_FORMAT, "model has no \"merges\" array");
@@ -554,6 +831,31 @@ static int added_cmp(const void *a, const void *b) {
     return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
 }
 
+static og_status normalize(const og_tokenizer *t, buf *b);
+
+/* Indexes the added tokens (normalized or not) by their pattern's first
+ * byte, longest pattern first. */
+static og_status added_set_build(og_tokenizer *t, added_set *set, int normalized) {
+    for (int32_t k = 0; k < t->n_added; k++) {
+        const added_token *a = &t->added[k];
+        if (a->normalized != normalized) continue;
+        unsigned char c = (unsigned char)a->pat[0];
+        int32_t *p = og_realloc(set->by_byte[c], (size_t)(set->n_by_byte[c] + 1) * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        set->by_byte[c] = p;
+        int32_t j = set->n_by_byte[c]++;
+        while (j > 0 && t->added[p[j - 1]].pat_len < a->pat_len) { /* insertion: longest first, stable */
+            p[j] = p[j - 1];
+            j--;
+        }
+        p[j] = k;
+    }
+    return OG_OK;
+}
+
+/* "added_tokens": [{"id", "content", "special", "lstrip", "rstrip",
+ * "single_word", "normalized"}]. A normalized token is matched after the
+ * normalizer, as its content through the normalizer. */
 static og_status load_added(og_tokenizer *t, const cJSON *arr) {
     if (!arr || cJSON_IsNull(arr)) return OG_OK;
     if (!cJSON_IsArray(arr)) return TOK_ERR(OG_ERR_FORMAT, "\"added_tokens\" is not an array");
@@ -567,20 +869,43 @@ static og_status load_added(og_tokenizer *t, const cJSON *arr) {
         int k = t->n_added;
         if (!content || !*content || !cJSON_IsNumber(id))
             return TOK_ERR(OG_ERR_FORMAT, "added_tokens[%d] needs a non-empty \"content\" and an \"id\"", k);
-        if (json_bool(it, "single_word", 0) || json_bool(it, "lstrip", 0) || json_bool(it, "rstrip", 0))
-            return TOK_ERR(OG_ERR_UNSUPPORTED, "added_tokens[%d] \"%s\": single_word/lstrip/rstrip are not supported",
-                           k, content);
-        if (json_bool(it, "normalized", 0) && t->n_norm)
-            return TOK_ERR(OG_ERR_UNSUPPORTED,
-                           "added_tokens[%d] \"%s\": normalized=true with a normalizer is not supported", k, content);
-        og_status rc = set_token(t, (int64_t)id->valuedouble, content, "added_tokens");
-        if (rc) return rc;
-        t->added[k] = (added_token){t->text[(int64_t)id->valuedouble], strlen(content), (int32_t)id->valuedouble,
-                                    json_bool(it, "special", 0)};
+        OG_TRY(set_token(t, (int64_t)id->valuedouble, content, "added_tokens"));
+        int special = json_bool(it, "special", 0);
+        added_token *a = &t->added[k];
+        *a = (added_token){t->text[(int64_t)id->valuedouble], strlen(content), (int32_t)id->valuedouble, special,
+                           json_bool(it, "lstrip", 0), json_bool(it, "rstrip", 0), json_bool(it, "single_word", 0),
+                           json_bool(it, "normalized", !special), NULL, 0};
         t->n_added++;
+        buf pat = {0};
+        og_status rc = buf_put(&pat, content, a->len);
+        if (rc == OG_OK && a->normalized) rc = normalize(t, &pat);
+        a->pat = pat.p;
+        a->pat_len = pat.n;
+        if (rc != OG_OK) return rc;
+        if (!a->pat_len)
+            return TOK_ERR(OG_ERR_UNSUPPORTED, "added_tokens[%d] \"%s\" is normalized and the normalizer leaves nothing of it", k,
+                           content);
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_cmp);
-    return OG_OK;
+    for (int32_t k = 0; k < t->n_added; k++) {
+        const added_token *a = &t->added[k];
+        if (!a->normalized || (a->pat_len == a->len && !memcmp(a->pat, a->text, a->len))) continue;
+        if (!t->norm_dec_id) {
+            t->norm_dec_id = og_malloc((size_t)t->n_added * sizeof *t->norm_dec_id);
+            t->norm_dec_tok = og_malloc((size_t)t->n_added * sizeof *t->norm_dec_tok);
+            if (!t->norm_dec_id || !t->norm_dec_tok) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        }
+        int32_t j = t->n_norm_dec++; /* insertion by id */
+        while (j > 0 && t->norm_dec_id[j - 1] > a->id) {
+            t->norm_dec_id[j] = t->norm_dec_id[j - 1];
+            t->norm_dec_tok[j] = t->norm_dec_tok[j - 1];
+            j--;
+        }
+        t->norm_dec_id[j] = a->id;
+        t->norm_dec_tok[j] = k;
+    }
+    OG_TRY(added_set_build(t, &t->added_raw, 0));
+    return added_set_build(t, &t->added_norm, 1);
 }
 
 /* TemplateProcessing's "single" template: the ids of its special tokens
@@ -681,7 +1006,19 @@ void og_tokenizer_free(og_tokenizer *t) {
     og_free(t->text);
     og_free(t->vocab.slot);
     og_free(t->merges.slot);
+    for (int32_t i = 0; i < t->n_added; i++) og_free(t->added[i].pat);
     og_free(t->added);
+    for (int c = 0; c < 256; c++) {
+        og_free(t->added_raw.by_byte[c]);
+        og_free(t->added_norm.by_byte[c]);
+    }
+    og_free(t->norm_dec_id);
+    og_free(t->norm_dec_tok);
+    og_free(t->score);
+    og_free(t->pieces.key);
+    og_free(t->pieces.child);
+    og_free(t->pieces.term);
+    og_free(t->wp_prefix);
     for (int i = 0; i < t->n_norm; i++) {
         og_free(t->norm[i].a);
         og_free(t->norm[i].b);
@@ -925,6 +1262,19 @@ static og_status pre_apply(const pre_op *op, pieces *ps) {
         } else if (op->kind == PRE_SPLIT) {
             rc = find_matches(op, op->literal, s, n, &m, &nm);
             if (rc == OG_OK) rc = split_piece(&out, s, n, at_start, m, nm, op->behavior);
+        } else if (op->kind == PRE_BERT || op->kind == PRE_WHITESPACE_SPLIT) {
+            /* whitespace removed; for BERT each punctuation character alone */
+            const unsigned char *u = (const unsigned char *)s;
+            size_t word = 0, cl;
+            for (size_t j = 0; j < n && rc == OG_OK; j += cl) {
+                uint32_t c = utf8_cp(u + j, &cl);
+                int white = is_white_space(c), punct = !white && op->kind == PRE_BERT && is_bert_punct(c);
+                if (!white && !punct) continue;
+                rc = pieces_add(&out, s + word, j - word, at_start && word == 0);
+                if (rc == OG_OK && punct) rc = pieces_add(&out, s + j, cl, at_start && j == 0);
+                word = j + cl;
+            }
+            if (rc == OG_OK) rc = pieces_add(&out, s + word, n - word, at_start && word == 0);
         } else { /* PRE_METASPACE */
             const char *rep = op->literal;
             size_t rn = strlen(rep);
@@ -978,19 +1328,90 @@ static og_status replace_all(buf *b, const char *pat, const char *rep) {
     return OG_OK;
 }
 
+static og_status put_lower(buf *b, uint32_t c) {
+    if (c == 0x130) return buf_put(b, "i\xCC\x87", 3);
+    return buf_put_cp(b, (uint32_t)utf8proc_tolower((utf8proc_int32_t)c));
+}
+
+/* One of the Unicode normal forms (utf8proc options), in place. */
+static og_status unicode_form(buf *b, int opt) {
+    utf8proc_uint8_t *res = NULL;
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->n, &res, UTF8PROC_STABLE | opt);
+    if (n < 0) return og_set_error(OG_ERR_INVALID_ARGUMENT, "tokenizer: normalization failed: %s", utf8proc_errmsg(n));
+    b->n = 0;
+    og_status rc = buf_put(b, res, (size_t)n);
+    free(res);
+    return rc;
+}
+
+/* The code-point-wise normalizers (Lowercase, Strip, StripAccents,
+ * BertNormalizer's steps) from b into out. b is valid UTF-8. */
+static og_status map_chars(const norm_op *op, int step, const buf *b, buf *out) {
+    const unsigned char *u = (const unsigned char *)b->p;
+    size_t a = 0, e = b->n, cl;
+    og_status rc = OG_OK;
+    if (op->kind == NORM_STRIP) { /* White_Space at either end */
+        while (op->left && a < e && is_white_space(utf8_cp(u + a, &cl))) a += cl;
+        while (op->right && e > a) {
+            size_t s = e - 1;
+            while (s > a && (u[s] & 0xC0) == 0x80) s--;
+            if (!is_white_space(utf8_cp(u + s, &cl))) break;
+            e = s;
+        }
+        return buf_put(out, b->p + a, e - a);
+    }
+    for (size_t i = a; i < e && rc == OG_OK; i += cl) {
+        uint32_t c = utf8_cp(u + i, &cl);
+        if (op->kind == NORM_LOWERCASE || (op->kind == NORM_BERT && step == 3)) rc = put_lower(out, c);
+        else if (op->kind == NORM_STRIP_ACCENTS) {
+            if (!is_mark(c)) rc = buf_put(out, b->p + i, cl);
+        } else if (step == 0) { /* clean text: drop NUL, U+FFFD and controls; whitespace becomes a space */
+            if (c == 0 || c == 0xFFFD || is_bert_control(c)) continue;
+            rc = is_white_space(c) ? buf_putc(out, ' ') : buf_put(out, b->p + i, cl);
+        } else if (step == 1) { /* a space either side of CJK ideographs */
+            if (is_chinese_char(c)) {
+                rc = buf_putc(out, ' ');
+                if (rc == OG_OK) rc = buf_put(out, b->p + i, cl);
+                if (rc == OG_OK) rc = buf_putc(out, ' ');
+            } else
+                rc = buf_put(out, b->p + i, cl);
+        } else { /* step 2, after NFD: drop nonspacing marks */
+            if (category(c) != UTF8PROC_CATEGORY_MN) rc = buf_put(out, b->p + i, cl);
+        }
+    }
+    return rc;
+}
+
+/* Runs map_chars into a new buffer that replaces *b. */
+static og_status map_in_place(const norm_op *op, int step, buf *b) {
+    buf out = {0};
+    og_status rc = buf_put(&out, "", 0);
+    if (rc == OG_OK) rc = map_chars(op, step, b, &out);
+    if (rc != OG_OK) {
+        og_free(out.p);
+        return rc;
+    }
+    og_free(b->p);
+    *b = out;
+    return OG_OK;
+}
+
 static og_status normalize(const og_tokenizer *t, buf *b) {
     og_status rc = OG_OK;
     for (int i = 0; i < t->n_norm && rc == OG_OK && b->n; i++) {
         const norm_op *op = &t->norm[i];
-        if (op->kind == NORM_NFC || op->kind == NORM_NFKC) {
-            utf8proc_uint8_t *res = NULL;
-            int opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (op->kind == NORM_NFKC ? UTF8PROC_COMPAT : 0);
-            utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->n, &res, opt);
-            if (n < 0) return og_set_error(OG_ERR_INVALID_ARGUMENT, "tokenizer: normalization failed: %s",
-                                           utf8proc_errmsg(n));
-            b->n = 0;
-            rc = buf_put(b, res, (size_t)n);
-            free(res);
+        if (op->kind == NORM_NFC || op->kind == NORM_NFKC || op->kind == NORM_NFD || op->kind == NORM_NFKD) {
+            int opt = op->kind == NORM_NFC || op->kind == NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+            if (op->kind == NORM_NFKC || op->kind == NORM_NFKD) opt |= UTF8PROC_COMPAT;
+            rc = unicode_form(b, opt);
+        } else if (op->kind == NORM_LOWERCASE || op->kind == NORM_STRIP || op->kind == NORM_STRIP_ACCENTS) {
+            rc = map_in_place(op, 0, b);
+        } else if (op->kind == NORM_BERT) {
+            if (op->clean) rc = map_in_place(op, 0, b);
+            if (rc == OG_OK && op->chinese) rc = map_in_place(op, 1, b);
+            if (rc == OG_OK && op->accents) rc = unicode_form(b, UTF8PROC_DECOMPOSE);
+            if (rc == OG_OK && op->accents) rc = map_in_place(op, 2, b);
+            if (rc == OG_OK && op->lower) rc = map_in_place(op, 3, b);
         } else if (op->kind == NORM_PREPEND) {
             buf out = {0};
             rc = buf_put(&out, op->a, strlen(op->a));
@@ -1160,18 +1581,230 @@ static og_status bpe_word(const og_tokenizer *t, const char *s, size_t n, ids *o
     return rc;
 }
 
-/* Normalizes, pre-tokenizes and BPE-encodes one stretch of text between
- * added tokens. */
-static og_status encode_segment(const og_tokenizer *t, const char *s, size_t n, int at_start, ids *out) {
-    buf b = {0};
+/* Pushes the id of piece s[0..n) of a Unigram path: the piece, or its
+ * bytes' <0xXX> tokens under byte_fallback, or unk. */
+static og_status unigram_push(const og_tokenizer *t, const char *s, size_t n, ids *out) {
+    int32_t id = map_get(t, s, n);
+    if (id >= 0) return ids_push(out, id);
+    int all = t->byte_fallback;
+    for (size_t k = 0; k < n && all; k++) all = t->byte_id[(unsigned char)s[k]] >= 0;
+    og_status rc = OG_OK;
+    for (size_t k = 0; all && k < n && rc == OG_OK; k++) rc = ids_push(out, t->byte_id[(unsigned char)s[k]]);
+    if (all) return rc;
+    if (t->unk < 0) return og_set_error(OG_ERR_INVALID_ARGUMENT, "tokenizer: \"%.*s\" is not in the Unigram vocabulary and the model has no unk_id", (int)n, s);
+    return ids_push(out, t->unk);
+}
+
+/* Unigram over one pre-tokenized piece: the path of pieces with the highest
+ * total score (Viterbi over the byte positions where characters start), a
+ * character no piece starts with costing the lowest score minus 10 as unk;
+ * ties keep the first candidate (shorter pieces are tried first); runs of
+ * unk are fused into one piece. As Hugging Face's optimized encode. */
+static og_status unigram_word(const og_tokenizer *t, const char *s, size_t n, ids *out) {
+    if (!n) return OG_OK;
+    double *best = og_malloc((n + 1) * sizeof *best);
+    int64_t *from = og_malloc((n + 1) * sizeof *from);
+    int32_t *node_id = og_malloc((n + 1) * sizeof *node_id);
+    og_status rc = OG_OK;
+    if (!best || !from || !node_id) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    const double unk_score = t->min_score - 10.0;
+    for (size_t i = 0; i <= n && rc == OG_OK; i++) {
+        best[i] = 0.0;
+        from[i] = -1;
+        node_id[i] = 0;
+    }
+    const trie *tr = &t->pieces;
+    for (size_t pos = 0; pos < n && rc == OG_OK;) {
+        size_t mblen = utf8_len((unsigned char)s[pos]);
+        if (mblen > n - pos) mblen = n - pos;
+        double here = best[pos];
+        int single = 0;
+        int32_t node = 0;
+        for (size_t k = pos; k < n && tr->n_nodes; k++) {
+            if ((node = trie_child(tr, node, (unsigned char)s[k])) < 0) break;
+            int32_t id = tr->term[node];
+            if (id < 0) continue;
+            size_t end = k + 1;
+            double cand = t->score[id] + here;
+            if (from[end] < 0 || cand > best[end]) {
+                best[end] = cand;
+                from[end] = (int64_t)pos;
+                node_id[end] = id;
+            }
+            if (end - pos == mblen) single = 1;
+        }
+        if (!single) {
+            size_t end = pos + mblen;
+            double cand = unk_score + here;
+            if (t->unk < 0)
+                rc = og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                  "tokenizer: no Unigram piece covers the character at byte %zu of \"%.*s\" and the model has no unk_id",
+                                  pos, (int)(n > 64 ? 64 : n), s);
+            else if (from[end] < 0 || cand > best[end]) {
+                best[end] = cand;
+                from[end] = (int64_t)pos;
+                node_id[end] = t->unk;
+            }
+        }
+        pos += mblen;
+    }
+    /* back from the end: the path's pieces in reverse, consecutive unk
+     * pieces fused into one (their ranges are adjacent); cut[k] is the end
+     * of the k-th piece from the end, its start is from[cut[k]] */
+    size_t *cut = rc == OG_OK ? og_malloc((n + 1) * sizeof *cut) : NULL;
+    size_t nc = 0;
+    if (rc == OG_OK && !cut) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    for (size_t end = n, prev_unk = 0; rc == OG_OK && end > 0;) {
+        size_t start = (size_t)from[end];
+        int unk = t->unk >= 0 && node_id[end] == t->unk;
+        if (unk && prev_unk) from[cut[nc - 1]] = (int64_t)start;
+        else cut[nc++] = end;
+        prev_unk = (size_t)unk;
+        end = start;
+    }
+    for (size_t k = nc; k-- > 0 && rc == OG_OK;) rc = unigram_push(t, s + from[cut[k]], cut[k] - (size_t)from[cut[k]], out);
+    og_free(cut);
+    og_free(best);
+    og_free(from);
+    og_free(node_id);
+    return rc;
+}
+
+/* WordPiece over one pre-tokenized word: longest vocabulary entry first,
+ * continuations with the prefix; a word with a part no entry covers, or
+ * longer than max_input_chars_per_word characters, is unk. */
+static og_status wordpiece_word(const og_tokenizer *t, const char *s, size_t n, ids *out) {
+    size_t chars = 0;
+    for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    int64_t mark = out->n;
+    size_t pn = strlen(t->wp_prefix);
+    buf sub = {0};
+    og_status rc = OG_OK;
+    int bad = (int64_t)chars > t->wp_max_chars;
+    for (size_t start = 0; start < n && !bad && rc == OG_OK;) {
+        size_t pre = start ? pn : 0, end = n;
+        /* longer than any entry: cannot match, so start below (at a character start) */
+        if (t->max_token_len < pre) end = start;
+        else if (end - start > t->max_token_len - pre) end = start + (t->max_token_len - pre);
+        while (end > start && end < n && ((unsigned char)s[end] & 0xC0) == 0x80) end--;
+        int32_t id = -1;
+        while (end > start) {
+            sub.n = 0;
+            if (start) rc = buf_put(&sub, t->wp_prefix, pn);
+            if (rc == OG_OK) rc = buf_put(&sub, s + start, end - start);
+            if (rc != OG_OK || (id = map_get(t, sub.p, sub.n)) >= 0) break;
+            do end--;
+            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80);
+        }
+        if (rc != OG_OK) break;
+        if (id < 0) bad = 1;
+        else {
+            rc = ids_push(out, id);
+            start = end;
+        }
+    }
+    og_free(sub.p);
+    if (rc != OG_OK || !bad) return rc;
+    out->n = mark;
+    if (t->unk < 0)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "tokenizer: WordPiece needs its unk_token for \"%.*s\" but the vocabulary lacks it",
+                            (int)(n > 64 ? 64 : n), s);
+    return ids_push(out, t->unk);
+}
+
+/* Pre-tokenizes and encodes with the model one stretch of normalized text
+ * between added tokens. */
+static og_status encode_piece(const og_tokenizer *t, const char *s, size_t n, int at_start, ids *out) {
     pieces ps = {0};
-    og_status rc = buf_put(&b, s, n);
-    if (rc == OG_OK) rc = normalize(t, &b);
-    if (rc == OG_OK) rc = pieces_add(&ps, b.p, b.n, at_start);
+    og_status rc = pieces_add(&ps, s, n, at_start);
     for (int i = 0; i < t->n_pre && rc == OG_OK; i++) rc = pre_apply(&t->pre[i], &ps);
-    for (size_t i = 0; i < ps.n && rc == OG_OK; i++) rc = bpe_word(t, ps.arena.p + ps.p[i].off, ps.p[i].len, out);
-    og_free(b.p);
+    for (size_t i = 0; i < ps.n && rc == OG_OK; i++) {
+        const char *w = ps.arena.p + ps.p[i].off;
+        size_t wn = ps.p[i].len;
+        rc = t->model == MODEL_UNIGRAM     ? unigram_word(t, w, wn, out)
+             : t->model == MODEL_WORDPIECE ? wordpiece_word(t, w, wn, out)
+                                           : bpe_word(t, w, wn, out);
+    }
     pieces_free(&ps);
+    return rc;
+}
+
+/* A stretch of text, or an added token, found by added_split. */
+typedef struct span {
+    size_t start, stop;
+    int32_t tok; /* index into t->added, or -1 for text */
+} span;
+
+typedef struct spans {
+    span *p;
+    size_t n, cap;
+} spans;
+
+static og_status spans_push(spans *v, size_t start, size_t stop, int32_t tok) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 16;
+        span *p = og_realloc(v->p, cap * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        v->p = p;
+        v->cap = cap;
+    }
+    v->p[v->n++] = (span){start, stop, tok};
+    return OG_OK;
+}
+
+/* The code point that ends s[0..n) (n > 0, valid UTF-8). */
+static uint32_t last_cp(const unsigned char *s, size_t n) {
+    size_t i = n - 1, cl;
+    while (i > 0 && (s[i] & 0xC0) == 0x80) i--;
+    return utf8_cp(s + i, &cl);
+}
+
+/* Splits s[0..n) at the added tokens of one set as Hugging Face's
+ * AddedVocabulary does: the leftmost match, longest there, the search going
+ * on after it; a special token when !parse_special, or a single_word token
+ * with a word character (regex \w) touching either side, is passed over as
+ * text; lstrip takes the whitespace before the token (not past the previous
+ * match), rstrip the whitespace after it. */
+static og_status added_split(const og_tokenizer *t, const added_set *set, const char *s, size_t n, int parse_special,
+                             spans *out) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t start_offset = 0, cl;
+    out->n = 0;
+    og_status rc = OG_OK;
+    for (size_t pos = 0; pos < n && rc == OG_OK;) {
+        const int32_t *cand = set->by_byte[u[pos]];
+        int32_t hit = -1;
+        for (int32_t k = 0; k < set->n_by_byte[u[pos]] && hit < 0; k++) {
+            const added_token *a = &t->added[cand[k]];
+            if (a->pat_len <= n - pos && !memcmp(s + pos, a->pat, a->pat_len)) hit = cand[k];
+        }
+        if (hit < 0) {
+            pos++;
+            continue;
+        }
+        const added_token *a = &t->added[hit];
+        size_t start = pos, stop = pos + a->pat_len;
+        pos = stop;
+        if (a->special && !parse_special) continue;
+        if (a->single_word && ((start > 0 && is_word_char(last_cp(u, start))) ||
+                               (stop < n && is_word_char(utf8_cp(u + stop, &cl)))))
+            continue;
+        if (a->lstrip) {
+            size_t ns = start;
+            while (ns > 0 && is_white_space(last_cp(u, ns))) {
+                size_t back = ns - 1;
+                while (back > 0 && (u[back] & 0xC0) == 0x80) back--;
+                ns = back;
+            }
+            start = ns > start_offset ? ns : start_offset;
+        }
+        if (a->rstrip)
+            while (stop < n && is_white_space(utf8_cp(u + stop, &cl))) stop += cl;
+        if (start_offset < start) rc = spans_push(out, start_offset, start, -1);
+        if (rc == OG_OK) rc = spans_push(out, start, stop, hit);
+        start_offset = stop;
+    }
+    if (rc == OG_OK && start_offset != n) rc = spans_push(out, start_offset, n, -1);
     return rc;
 }
 
@@ -1179,43 +1812,49 @@ og_status og_tokenizer_encode(const og_tokenizer *t, const char *text, size_t le
     return og_tokenizer_encode_ex(t, text, len, 0, 1, out, n);
 }
 
+/* Added tokens that are not normalized are split off the raw text first;
+ * each stretch between them is normalized, split at the normalized added
+ * tokens, and each stretch left is pre-tokenized and given to the model. */
 og_status og_tokenizer_encode_ex(const og_tokenizer *t, const char *text, size_t len, int add_special,
                                  int parse_special, int32_t **out, int64_t *n) {
     if (!t || (!text && len) || !out || !n)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_encode: NULL argument");
-    if (add_special && t->post_unsupported[0]) {
-        *out = NULL;
-        *n = 0;
+    *out = NULL;
+    *n = 0;
+    if (add_special && t->post_unsupported[0])
         return og_set_error(OG_ERR_UNSUPPORTED,
                             "tokenizer.json: post_processor %s is not supported: encode without special tokens added",
                             t->post_unsupported);
-    }
-    *out = NULL;
-    *n = 0;
-    buf clean = {0};
+    buf clean = {0}, norm = {0};
     ids v = {0};
+    spans raw = {0}, inner = {0};
     og_status rc = buf_put(&clean, "", 0);
     if (rc == OG_OK) rc = buf_put_lossy(&clean, text, len);
     for (int i = 0; add_special && i < t->n_post_pre && rc == OG_OK; i++) rc = ids_push(&v, t->post_pre[i]);
-    size_t seg = 0;
-    for (size_t i = 0; i < clean.n && rc == OG_OK;) {
-        const added_token *hit = NULL;
-        for (int32_t k = 0; k < t->n_added && !hit; k++)
-            if ((parse_special || !t->added[k].special) && t->added[k].len <= clean.n - i &&
-                !memcmp(clean.p + i, t->added[k].text, t->added[k].len))
-                hit = &t->added[k];
-        if (!hit) {
-            i++;
+    if (rc == OG_OK) rc = added_split(t, &t->added_raw, clean.p, clean.n, parse_special, &raw);
+    for (size_t i = 0; i < raw.n && rc == OG_OK; i++) {
+        const span *r = &raw.p[i];
+        if (r->tok >= 0) {
+            rc = ids_push(&v, t->added[r->tok].id);
             continue;
         }
-        rc = encode_segment(t, clean.p + seg, i - seg, seg == 0, &v);
-        if (rc == OG_OK) rc = ids_push(&v, hit->id);
-        i += hit->len;
-        seg = i;
+        if (r->stop <= r->start) continue;
+        norm.n = 0;
+        rc = buf_put(&norm, clean.p + r->start, r->stop - r->start);
+        if (rc == OG_OK) rc = normalize(t, &norm);
+        if (rc == OG_OK) rc = added_split(t, &t->added_norm, norm.p, norm.n, parse_special, &inner);
+        for (size_t k = 0; k < inner.n && rc == OG_OK; k++) {
+            const span *q = &inner.p[k];
+            if (q->tok >= 0) rc = ids_push(&v, t->added[q->tok].id);
+            else if (q->stop > q->start)
+                rc = encode_piece(t, norm.p + q->start, q->stop - q->start, r->start == 0 && q->start == 0, &v);
+        }
     }
-    if (rc == OG_OK && seg < clean.n) rc = encode_segment(t, clean.p + seg, clean.n - seg, seg == 0, &v);
     for (int i = 0; add_special && i < t->n_post_suf && rc == OG_OK; i++) rc = ids_push(&v, t->post_suf[i]);
     og_free(clean.p);
+    og_free(norm.p);
+    og_free(raw.p);
+    og_free(inner.p);
     if (rc != OG_OK) {
         og_free(v.p);
         return rc;
@@ -1227,34 +1866,90 @@ og_status og_tokenizer_encode_ex(const og_tokenizer *t, const char *text, size_t
 
 /* ------------------------------------------------------------ decoding */
 
+/* A list of strings kept end to end in one arena: string i is
+ * arena[off[i], off[i + 1]). Decoding reuses two of these (and two byte
+ * buffers) from a scratch, so that a decode allocates nothing once the
+ * scratch has grown to its size: a stream decodes a small window per token,
+ * and per-token allocations dominated its cost. */
 typedef struct strlist {
-    buf *s;
-    size_t n;
+    buf arena;
+    size_t *off; /* [cap]; off[0] == 0 */
+    size_t n, cap;
 } strlist;
 
+static const char *sl_str(const strlist *l, size_t i) { return l->arena.p + l->off[i]; }
+static size_t sl_len(const strlist *l, size_t i) { return l->off[i + 1] - l->off[i]; }
+
 static void strlist_free(strlist *l) {
-    for (size_t i = 0; i < l->n; i++) og_free(l->s[i].p);
-    og_free(l->s);
-    l->s = NULL;
+    og_free(l->arena.p);
+    og_free(l->off);
+    *l = (strlist){0};
+}
+
+static og_status strlist_reset(strlist *l) {
     l->n = 0;
+    l->arena.n = 0;
+    if (!l->off) {
+        l->cap = 16;
+        if (!(l->off = og_malloc(l->cap * sizeof *l->off)))
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    }
+    l->off[0] = 0;
+    return buf_put(&l->arena, "", 0);
+}
+
+/* Ends string n at the arena's current end (what was appended since the
+ * previous string ended). */
+static og_status strlist_close(strlist *l) {
+    if (l->n + 2 > l->cap) {
+        size_t cap = l->cap * 2;
+        size_t *p = og_realloc(l->off, cap * sizeof *p);
+        if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+        l->off = p;
+        l->cap = cap;
+    }
+    l->off[++l->n] = l->arena.n;
+    return OG_OK;
 }
 
 static og_status strlist_add(strlist *l, const char *s, size_t n) {
-    buf *p = og_realloc(l->s, (l->n + 1) * sizeof *p);
-    if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-    l->s = p;
-    p[l->n] = (buf){0};
-    og_status rc = buf_put(&p[l->n], s, n);
-    l->n++;
-    return rc;
+    og_status rc = buf_put(&l->arena, s, n);
+    return rc == OG_OK ? strlist_close(l) : rc;
+}
+
+/* Appends s[0..n) to dst with every occurrence of pat replaced by rep
+ * (left to right, not overlapping). */
+static og_status replace_into(buf *dst, const char *s, size_t n, const char *pat, const char *rep) {
+    size_t pn = strlen(pat), rn = strlen(rep), pos = 0;
+    og_status rc = OG_OK;
+    while (rc == OG_OK && pn) {
+        const char *f = memmem(s + pos, n - pos, pat, pn);
+        if (!f) break;
+        rc = buf_put(dst, s + pos, (size_t)(f - s) - pos);
+        if (rc == OG_OK) rc = buf_put(dst, rep, rn);
+        pos = (size_t)(f - s) + pn;
+    }
+    return rc == OG_OK ? buf_put(dst, s + pos, n - pos) : rc;
+}
+
+typedef struct dec_scratch {
+    strlist l[2];
+    buf acc, tmp;
+} dec_scratch;
+
+static void dec_scratch_free(dec_scratch *sc) {
+    strlist_free(&sc->l[0]);
+    strlist_free(&sc->l[1]);
+    og_free(sc->acc.p);
+    og_free(sc->tmp.p);
 }
 
 /* Parses "<0xHH>"; -1 when s is not a byte token. */
-static int byte_token(const buf *s) {
-    if (s->n != 6 || memcmp(s->p, "<0x", 3) || s->p[5] != '>') return -1;
+static int byte_token(const char *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
     int v = 0;
     for (int i = 3; i < 5; i++) {
-        char c = s->p[i];
+        char c = s[i];
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
@@ -1262,121 +1957,164 @@ static int byte_token(const buf *s) {
     return v;
 }
 
-/* raw: the bytes as decoded, without making them valid UTF-8 (ByteLevel's
+/* The WordPiece decoder's cleanup, in its order (each a plain replace). */
+static const char *const k_wp_cleanup[][2] = {
+    {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},   {" ' ", "'"},           {" n't", "n't"},
+    {" 'm", "'m"},   {" do not", " don't"},         {" 's", "'s"}, {" 've", "'ve"},        {" 're", "'re"},
+};
+
+/* One decoder over the strings of *in, into *out (reset first).
+ * raw: the bytes as decoded, without making them valid UTF-8 (ByteLevel's
  * lossy step, ByteFallback's U+FFFD per byte of a bad run): what the stream
  * works on, replacing ill-formed bytes itself once they are complete. */
-static og_status dec_apply(const dec_op *op, strlist *in, int raw) {
-    strlist out = {0};
-    buf acc = {0};
-    og_status rc = OG_OK;
+static og_status dec_apply(const dec_op *op, const strlist *in, strlist *out, dec_scratch *sc, int raw) {
+    buf *acc = &sc->acc;
+    og_status rc = strlist_reset(out);
+    acc->n = 0;
     switch (op->kind) {
     case DEC_BYTELEVEL: /* every character back to its byte; tokens with others stay as they are */
         for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
-            const unsigned char *u = (const unsigned char *)in->s[i].p;
-            size_t mark = acc.n, j = 0;
+            const unsigned char *u = (const unsigned char *)sl_str(in, i);
+            size_t mark = acc->n, j = 0, n = sl_len(in, i);
             int mapped = 1;
-            while (j < in->s[i].n && rc == OG_OK) {
+            while (j < n && rc == OG_OK) {
                 size_t cl;
                 uint32_t cp = utf8_cp(u + j, &cl);
                 if (cp >= 324 || k_cp_byte[cp] < 0) {
                     mapped = 0;
                     break;
                 }
-                rc = buf_putc(&acc, (char)k_cp_byte[cp]);
+                rc = buf_putc(acc, (char)k_cp_byte[cp]);
                 j += cl;
             }
             if (!mapped) {
-                acc.n = mark;
-                rc = buf_put(&acc, in->s[i].p, in->s[i].n);
+                acc->n = mark;
+                rc = buf_put(acc, sl_str(in, i), n);
             }
         }
-        if (rc == OG_OK && raw)
-            rc = strlist_add(&out, acc.p ? acc.p : "", acc.n);
-        else if (rc == OG_OK) {
-            buf lossy = {0};
-            rc = buf_put_lossy(&lossy, acc.p ? acc.p : "", acc.n);
-            if (rc == OG_OK) rc = strlist_add(&out, lossy.p ? lossy.p : "", lossy.n);
-            og_free(lossy.p);
-        }
+        if (rc == OG_OK && raw) rc = buf_put(&out->arena, acc->p ? acc->p : "", acc->n);
+        else if (rc == OG_OK) rc = buf_put_lossy(&out->arena, acc->p ? acc->p : "", acc->n);
+        if (rc == OG_OK) rc = strlist_close(out);
         break;
-    case DEC_FUSE:
-        for (size_t i = 0; i < in->n && rc == OG_OK; i++) rc = buf_put(&acc, in->s[i].p, in->s[i].n);
-        if (rc == OG_OK) rc = strlist_add(&out, acc.p ? acc.p : "", acc.n);
+    case DEC_FUSE: /* the strings lie end to end already */
+        rc = strlist_add(out, in->arena.p, in->arena.n);
         break;
     case DEC_BYTEFALLBACK:
         for (size_t i = 0; i <= in->n && rc == OG_OK; i++) {
-            int b = i < in->n ? byte_token(&in->s[i]) : -1;
+            int b = i < in->n ? byte_token(sl_str(in, i), sl_len(in, i)) : -1;
             if (b >= 0) {
-                rc = buf_putc(&acc, (char)b);
+                rc = buf_putc(acc, (char)b);
                 continue;
             }
-            if (acc.n) { /* a run of byte tokens: its text, or one U+FFFD per byte */
+            if (acc->n) { /* a run of byte tokens: its text, or one U+FFFD per byte */
                 size_t bad;
                 int ok = 1;
-                for (size_t j = 0; j < acc.n && ok && !raw;) {
-                    size_t l = utf8_seq((const unsigned char *)acc.p + j, acc.n - j, &bad);
+                for (size_t j = 0; j < acc->n && ok && !raw;) {
+                    size_t l = utf8_seq((const unsigned char *)acc->p + j, acc->n - j, &bad);
                     ok = l > 0;
                     j += l;
                 }
-                if (ok) rc = strlist_add(&out, acc.p, acc.n);
-                for (size_t j = 0; !ok && j < acc.n && rc == OG_OK; j++) rc = strlist_add(&out, "\xEF\xBF\xBD", 3);
-                acc.n = 0;
+                if (ok) rc = strlist_add(out, acc->p, acc->n);
+                for (size_t j = 0; !ok && j < acc->n && rc == OG_OK; j++) rc = strlist_add(out, "\xEF\xBF\xBD", 3);
+                acc->n = 0;
             }
-            if (i < in->n && rc == OG_OK) rc = strlist_add(&out, in->s[i].p, in->s[i].n);
+            if (i < in->n && rc == OG_OK) rc = strlist_add(out, sl_str(in, i), sl_len(in, i));
         }
         break;
     case DEC_REPLACE:
     case DEC_METASPACE:
         for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
-            buf b = {0};
-            rc = buf_put(&b, in->s[i].p, in->s[i].n);
-            if (rc == OG_OK && op->kind == DEC_REPLACE) rc = replace_all(&b, op->a, op->b);
-            else if (rc == OG_OK) /* the first token loses its replacement characters */
-                rc = replace_all(&b, op->a, i == 0 && op->prepend != PREPEND_NEVER ? "" : " ");
-            if (rc == OG_OK) rc = strlist_add(&out, b.p, b.n);
-            og_free(b.p);
+            /* Metaspace: the first token loses its replacement characters */
+            const char *rep = op->kind == DEC_REPLACE ? op->b : i == 0 && op->prepend != PREPEND_NEVER ? "" : " ";
+            rc = replace_into(&out->arena, sl_str(in, i), sl_len(in, i), op->a, rep);
+            if (rc == OG_OK) rc = strlist_close(out);
         }
         break;
     case DEC_STRIP:
         for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
-            const char *s = in->s[i].p;
-            size_t n = in->s[i].n, cn = strlen(op->a), a = 0, e = n;
+            const char *s = sl_str(in, i);
+            size_t n = sl_len(in, i), cn = strlen(op->a), a = 0, e = n;
             for (int k = 0; k < op->start && cn && e - a >= cn && !memcmp(s + a, op->a, cn); k++) a += cn;
             for (int k = 0; k < op->stop && cn && e - a >= cn && !memcmp(s + e - cn, op->a, cn); k++) e -= cn;
-            rc = strlist_add(&out, s + a, e - a);
+            rc = strlist_add(out, s + a, e - a);
+        }
+        break;
+    case DEC_WORDPIECE:
+        for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
+            const char *s = sl_str(in, i);
+            size_t n = sl_len(in, i), pn = strlen(op->a);
+            acc->n = 0;
+            if (i && n >= pn && !memcmp(s, op->a, pn)) rc = buf_put(acc, s + pn, n - pn);
+            else if (i) {
+                rc = buf_putc(acc, ' ');
+                if (rc == OG_OK) rc = buf_put(acc, s, n);
+            } else
+                rc = buf_put(acc, s, n);
+            for (size_t k = 0; op->cleanup && k < sizeof k_wp_cleanup / sizeof *k_wp_cleanup && rc == OG_OK; k++) {
+                if (!memmem(acc->p, acc->n, k_wp_cleanup[k][0], strlen(k_wp_cleanup[k][0]))) continue;
+                sc->tmp.n = 0;
+                rc = replace_into(&sc->tmp, acc->p, acc->n, k_wp_cleanup[k][0], k_wp_cleanup[k][1]);
+                buf swap = *acc;
+                *acc = sc->tmp;
+                sc->tmp = swap;
+            }
+            if (rc == OG_OK) rc = strlist_add(out, acc->p ? acc->p : "", acc->n);
         }
         break;
     }
-    og_free(acc.p);
-    if (rc != OG_OK) {
-        strlist_free(&out);
-        return rc;
-    }
-    strlist_free(in);
-    *in = out;
-    return OG_OK;
+    return rc;
 }
 
-static og_status decode_ids(const og_tokenizer *t, const int32_t *ids_in, int64_t n, int raw, char **text,
-                            size_t *len) {
-    *text = NULL;
-    strlist l = {0};
-    buf out = {0};
-    og_status rc = buf_put(&out, "", 0);
+/* Decodes n ids into out (reset first), through the decoder chain. */
+static og_status decode_ids(const og_tokenizer *t, const int32_t *ids_in, int64_t n, int raw, dec_scratch *sc,
+                            buf *out) {
+    out->n = 0;
+    og_status rc = buf_put(out, "", 0);
+    strlist *in = &sc->l[0], *next = &sc->l[1];
+    if (rc == OG_OK) rc = strlist_reset(in);
     for (int64_t i = 0; i < n && rc == OG_OK; i++) {
         int32_t id = ids_in[i];
         if (id < 0 || id >= t->n_ids || !t->text[id])
             rc = og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: id %d (at %lld) is not a token", id,
                               (long long)i);
-        else
-            rc = strlist_add(&l, t->text[id], strlen(t->text[id]));
+        else {
+            const char *txt = t->text[id];
+            size_t len = 0;
+            int32_t lo = 0, hi = t->n_norm_dec; /* a normalized added token decodes as its normalized form */
+            while (lo < hi) {
+                int32_t mid = (lo + hi) / 2;
+                if (t->norm_dec_id[mid] < id) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo < t->n_norm_dec && t->norm_dec_id[lo] == id) {
+                txt = t->added[t->norm_dec_tok[lo]].pat;
+                len = t->added[t->norm_dec_tok[lo]].pat_len;
+            } else
+                len = strlen(txt);
+            rc = strlist_add(in, txt, len);
+        }
     }
-    for (int i = 0; i < t->n_dec && rc == OG_OK; i++) rc = dec_apply(&t->dec[i], &l, raw);
-    for (size_t i = 0; i < l.n && rc == OG_OK; i++) {
-        if (t->n_dec < 0 && i) rc = buf_putc(&out, ' ');
-        if (rc == OG_OK) rc = buf_put(&out, l.s[i].p, l.s[i].n);
+    for (int i = 0; i < t->n_dec && rc == OG_OK; i++) {
+        rc = dec_apply(&t->dec[i], in, next, sc, raw);
+        strlist *swap = in;
+        in = next;
+        next = swap;
     }
-    strlist_free(&l);
+    for (size_t i = 0; i < in->n && rc == OG_OK; i++) {
+        if (t->n_dec < 0 && i) rc = buf_putc(out, ' ');
+        if (rc == OG_OK) rc = buf_put(out, sl_str(in, i), sl_len(in, i));
+    }
+    return rc;
+}
+
+og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int64_t n, char **text, size_t *len) {
+    if (!t || (!ids_in && n) || n < 0 || !text)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: NULL argument");
+    *text = NULL;
+    dec_scratch sc = {0};
+    buf out = {0};
+    og_status rc = decode_ids(t, ids_in, n, 0, &sc, &out);
+    dec_scratch_free(&sc);
     if (rc != OG_OK) {
         og_free(out.p);
         return rc;
@@ -1384,12 +2122,6 @@ static og_status decode_ids(const og_tokenizer *t, const int32_t *ids_in, int64_
     *text = out.p;
     if (len) *len = out.n;
     return OG_OK;
-}
-
-og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int64_t n, char **text, size_t *len) {
-    if (!t || (!ids_in && n) || n < 0 || !text)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_decode: NULL argument");
-    return decode_ids(t, ids_in, n, 0, text, len);
 }
 
 /* ------------------------------------------------------------ streaming */
@@ -1411,6 +2143,8 @@ struct og_decode_stream {
     int64_t read;       /* v[0..read) is the context */
     buf pend;           /* decoded bytes not given out yet */
     buf out;            /* the last text given out */
+    buf before, after;  /* decodes of the context, and of it with the newest token */
+    dec_scratch sc;
 };
 
 og_decode_stream *og_decode_stream_create(const og_tokenizer *t) {
@@ -1424,6 +2158,9 @@ void og_decode_stream_destroy(og_decode_stream *s) {
     og_free(s->v.p);
     og_free(s->pend.p);
     og_free(s->out.p);
+    og_free(s->before.p);
+    og_free(s->after.p);
+    dec_scratch_free(&s->sc);
     og_free(s);
 }
 
@@ -1463,27 +2200,23 @@ og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **te
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_push: id %d is not a token", id);
     og_status rc = ids_push(&s->v, id);
     if (rc) return rc;
-    char *before = NULL, *after = NULL;
-    size_t nb = 0, na = 0;
-    rc = decode_ids(t, s->v.p, s->read, 1, &before, &nb);
-    if (rc == OG_OK) rc = decode_ids(t, s->v.p, s->v.n, 1, &after, &na);
-    if (rc == OG_OK && na > nb) rc = buf_put(&s->pend, after + nb, na - nb);
+    rc = decode_ids(t, s->v.p, s->read, 1, &s->sc, &s->before);
+    if (rc == OG_OK) rc = decode_ids(t, s->v.p, s->v.n, 1, &s->sc, &s->after);
+    size_t nb = s->before.n, na = s->after.n;
+    if (rc == OG_OK && na > nb) rc = buf_put(&s->pend, s->after.p + nb, na - nb);
     if (rc != OG_OK) {
         s->v.n--; /* the token is not kept */
-    } else {
-        if (na > nb) { /* the newest token gave bytes: it alone is the next context */
-            s->v.p[0] = s->v.p[s->v.n - 1];
-            s->v.n = 1;
-        } else if (s->v.n > STREAM_CONTEXT) { /* tokens without text: keep the last few */
-            memmove(s->v.p, s->v.p + s->v.n - STREAM_CONTEXT, STREAM_CONTEXT * sizeof *s->v.p);
-            s->v.n = STREAM_CONTEXT;
-        }
-        s->read = s->v.n;
-        rc = stream_emit(s, 0, text, len);
+        return rc;
     }
-    og_free(before);
-    og_free(after);
-    return rc;
+    if (na > nb) { /* the newest token gave bytes: it alone is the next context */
+        s->v.p[0] = s->v.p[s->v.n - 1];
+        s->v.n = 1;
+    } else if (s->v.n > STREAM_CONTEXT) { /* tokens without text: keep the last few */
+        memmove(s->v.p, s->v.p + s->v.n - STREAM_CONTEXT, STREAM_CONTEXT * sizeof *s->v.p);
+        s->v.n = STREAM_CONTEXT;
+    }
+    s->read = s->v.n;
+    return stream_emit(s, 0, text, len);
 }
 
 og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len) {
