@@ -189,11 +189,26 @@ static og_status arch_int(const og_gguf *g, const char *arch, const char *key, b
     return og_gguf_get_int(g, full, required, lo, hi, out, NULL);
 }
 
+/* An f32 value as the decimal number it was most likely written from: the
+ * shortest decimal form that reads back as the same float (1e-5f -> 1e-5),
+ * so that values a config gave in decimal (rms eps, rope theta) come out
+ * as the double the Hugging Face config holds. */
+static double f32_decimal(double f) {
+    char buf[64];
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, f);
+        if ((float)strtod(buf, NULL) == (float)f) return strtod(buf, NULL);
+    }
+    return f;
+}
+
 static og_status arch_float(const og_gguf *g, const char *arch, const char *key, double def, double *out) {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", arch, key);
     *out = def;
     og_status rc = og_gguf_get_float(g, full, false, out, NULL);
+    const og_gguf_kv *kv = og_gguf_find_kv(g, full);
+    if (rc == OG_OK && kv && kv->type == OG_GGUF_F32) *out = f32_decimal(*out);
     if (rc == OG_OK && !(isfinite(*out) && *out > 0))
         return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s\" = %g: must be a positive number", og_gguf_origin(g),
                             full, *out);
@@ -322,7 +337,7 @@ static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, siz
         if (rc) return rc;
         c->rope.type = OG_ROPE_LINEAR;
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-        if ((rc = og_gguf_get_float(g, key, true, &c->rope.factor, NULL))) return rc;
+        if ((rc = arch_float(g, arch, "rope.scaling.factor", 1.0, &c->rope.factor))) return rc;
         if (!(isfinite(c->rope.factor) && c->rope.factor > 0))
             return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s\" = %g: must be a positive number", path, key,
                                 c->rope.factor);
