@@ -24,10 +24,25 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PYTHONDONTWRITEBYTECODE=1
 
-# A sanitizer build's library needs its runtime loaded first: not for a plain interpreter.
-if grep -qE '^OG_SANITIZE:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
-    echo "skipped: sanitizer build"
-    exit 77
+# A sanitizer build's library needs its runtime loaded first: the
+# interpreter runs with the compiler's ASan (and UBSan) runtime preloaded and
+# Python's allocator off, so that LeakSanitizer sees every block the library
+# hands out and the bindings must give back (a leak fails the run).
+SAN=$(sed -n 's/^OG_SANITIZE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+RUN=(env)
+if [ -n "$SAN" ]; then
+    cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+    pre=
+    for rt in asan:address ubsan:undefined; do
+        case ",$SAN," in *",${rt#*:},"*) ;; *) continue ;; esac
+        f=$("${cc:-cc}" -print-file-name="lib${rt%%:*}.so" 2>/dev/null)
+        case "$f" in /*) [ -f "$f" ] && pre="$pre $f" && continue ;; esac
+        echo "skipped: sanitizer build ($SAN) whose lib${rt%%:*}.so runtime ${cc:-cc} does not name"
+        exit 77
+    done
+    RUN=(env LD_PRELOAD="${pre# }" PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=1:${ASAN_OPTIONS:-}
+         UBSAN_OPTIONS=print_stacktrace=1:${UBSAN_OPTIONS:-})
+    echo "sanitizer build ($SAN): python runs with LD_PRELOAD=${pre# }"
 fi
 major=$(sed -n 's/^#define OG_VERSION_MAJOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
 minor=$(sed -n 's/^#define OG_VERSION_MINOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
@@ -71,18 +86,18 @@ ver=$(cd "$WORK" && "$VENV/bin/python" -c 'import offgraph; print(offgraph.__ver
 [ "$ver" = "$major.$minor $major" ] || fail "the package says '$ver'; offgraph.h is $major.$minor"
 
 # the checks against the references
-(cd "$WORK" && OFFGRAPH_LIB=$LIB timeout 600 "$VENV/bin/python" "$SRC/tests/python/check_bindings.py" "$BIN" "$DEMO" \
+(cd "$WORK" && OFFGRAPH_LIB=$LIB timeout 600 "${RUN[@]}" "$VENV/bin/python" "$SRC/tests/python/check_bindings.py" "$BIN" "$DEMO" \
     "$SRC/models/kjv-tiny/golden.json" "$WORK") || fail "tests/python/check_bindings.py"
 
 # where the library is found
-where() { (cd "$WORK" && env -u OFFGRAPH_LIB "$@" timeout 60 "$VENV/bin/python" -c \
+where() { (cd "$WORK" && env -u OFFGRAPH_LIB "$@" timeout 60 "${RUN[@]}" "$VENV/bin/python" -c \
     'import offgraph; m = offgraph.Model("'"$DEMO"'", backend="cpu"); print(offgraph.library_path()); m.close()' 2>&1); }
 got=$(where LD_LIBRARY_PATH="$BUILD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 [ "$got" = "liboffgraph.so.$major" ] || fail "with LD_LIBRARY_PATH: loaded '$got', want the loader's liboffgraph.so.$major"
 cp "$LIB" "$site/" || fail "copying the library next to the package"
 got=$(where)
 [ "$got" = "$site/liboffgraph.so.$major" ] || fail "next to the package: loaded '$got'"
-got=$(cd "$WORK" && OFFGRAPH_LIB=$WORK/none.so timeout 60 "$VENV/bin/python" -c 'import offgraph; offgraph.library_path()' 2>&1)
+got=$(cd "$WORK" && OFFGRAPH_LIB=$WORK/none.so timeout 60 "${RUN[@]}" "$VENV/bin/python" -c 'import offgraph; offgraph.library_path()' 2>&1)
 printf '%s' "$got" | grep -q "OffgraphError: OFFGRAPH_LIB=$WORK/none.so cannot be loaded" ||
     fail "a bad OFFGRAPH_LIB: '$got'"
 
