@@ -333,6 +333,38 @@ static int64_t held_prefix(const conversation *c, const int32_t *ids, int64_t n)
     return k < n ? k : n - 1;
 }
 
+/* ---- prefix reuse across conversations --------------------------------------
+ * Before a conversation is forgotten (/reset, /system, --context-policy drop),
+ * a fork of its session goes into a prefix cache with the tokens it holds;
+ * a conversation that starts again empty takes the longest cached prefix of
+ * its first turn (the system prompt, often more) instead of reading it again. */
+
+static void park_session(og_prefix_cache *pc, og_gen *g, const conversation *c) {
+    if (!pc || c->opaque || c->n_held < 2 || c->n_held != og_session_length(g->session)) return;
+    og_session *copy = NULL;
+    if (og_session_fork(g->session, c->n_held, &copy) == OG_OK) og_prefix_cache_put(pc, copy, c->held, c->n_held);
+}
+
+/* In an empty session: the longest cached prefix of ids [n] becomes the
+ * session (and what the conversation holds). At least two tokens are left
+ * to read: a step of one token computes along another path than a wider
+ * one, so a conversation started again from the cache reads its first turn
+ * as a fresh process does, and replies the same. */
+static void reuse_parked(og_prefix_cache *pc, og_gen *g, conversation *c, const int32_t *ids, int64_t n) {
+    og_session *f = NULL;
+    int64_t reused = 0;
+    if (!pc || n < 3 || og_session_length(g->session) != 0 || c->opaque ||
+        og_prefix_cache_lookup(pc, g->model, ids, n - 1, &f, &reused) != OG_OK || !f)
+        return;
+    c->n_held = 0;
+    if (!held_append(c, ids, reused)) {
+        og_session_destroy(f);
+        return;
+    }
+    og_session_destroy(g->session);
+    g->session = f;
+}
+
 /* ---- the command ------------------------------------------------------------ */
 
 typedef enum { POLICY_STOP, POLICY_DROP } context_policy;
@@ -436,6 +468,10 @@ int og_cmd_chat(int argc, char **argv) {
     int rc = 0;
     bool interrupted_at_prompt = false;
     const int64_t reserve = o.max_tokens < g.max_ctx / 4 ? (o.max_tokens > 1 ? o.max_tokens : 1) : g.max_ctx / 4 + 1;
+    og_prefix_cache_params pcp = og_prefix_cache_default_params();
+    pcp.block_tokens = 16;
+    og_prefix_cache *pc = NULL;
+    if (og_prefix_cache_create(&pcp, &pc) != OG_OK) pc = NULL; /* no reuse across conversations, that is all */
     for (;;) {
         char *msg = NULL;
         input_kind k = read_message(&in, &msg);
@@ -485,6 +521,7 @@ int og_cmd_chat(int argc, char **argv) {
                     fprintf(stderr, "offgraph chat: %s; the conversation starts over\n",
                             conv.system ? "system prompt set" : "no system prompt");
                 }
+                park_session(pc, &g, &conv);
                 og_session_reset(g.session);
                 og_sampler_reset(g.sampler);
                 conv_clear(&conv);
@@ -528,6 +565,7 @@ int og_cmd_chat(int argc, char **argv) {
             free(msg);
             continue;
         }
+        reuse_parked(pc, &g, &conv, ids, n);
         const int64_t held = og_session_length(g.session);
         int64_t keep = held_prefix(&conv, ids, n);
         bool refill = false;
@@ -580,9 +618,11 @@ int og_cmd_chat(int argc, char **argv) {
                     (long long)g.max_ctx, from, from == 1 ? "" : "s", conv.system ? " (the system prompt kept)" : "",
                     (long long)n);
             conv_drop(&conv, from);
+            park_session(pc, &g, &conv);
             og_session_reset(g.session);
             conv.n_held = 0;
-            keep = 0;
+            reuse_parked(pc, &g, &conv, ids, n);
+            keep = held_prefix(&conv, ids, n);
         } else if (conv.opaque + keep < held) {
             /* the template rewrote what the session holds past the shared
              * prefix (or the reply's text reads as other tokens): go back to
@@ -646,6 +686,7 @@ int og_cmd_chat(int argc, char **argv) {
     }
     input_close(&in);
     sigaction(SIGINT, &old_sa, NULL);
+    og_prefix_cache_destroy(pc); /* its sessions before the model */
     conv_clear(&conv);
     free(conv.turns);
     free(conv.system);
