@@ -6,7 +6,9 @@
  *            copies); host time, best and median of repeats; and the child's
  *            first pass over its rows (page faults of the shared mapping).
  *   save:    og_session_save's file format (temp file, fsync, rename,
- *            directory fsync) of L tokens, GB/s of live rows.
+ *            directory fsync) of L tokens, GB/s of live rows: the whole
+ *            save, and its hashing and writing into the page cache alone
+ *            (what comes before fsync, whose time is the disk's).
  *   restore: from the page cache (the file just written) into a new
  *            packed session, GB/s.
  *
@@ -128,11 +130,13 @@ static void bench_save(const og_kv_config *cfg, const og_kv_allocator *a, const 
     og_kv_metrics km;
     og_kv_session_metrics(s, &km);
     const double gb = (double)km.bytes_live / 1e9;
-    double best_save = 1e9, best_restore = 1e9;
+    double best_save = 1e9, best_restore = 1e9, best_write = 1e9;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = now_s();
-        og_status st = og_kv_save_file(s, 1, 2, path);
+        og_kv_save_times times = {0};
+        og_status st = og_kv_save_file(s, 1, 2, path, &times);
         const double ts = now_s() - t0;
+        if (times.write_s < best_write) best_write = times.write_s;
         if (st != OG_OK) {
             fprintf(stderr, "bench_fork: save: %s\n", og_last_error());
             break;
@@ -148,9 +152,10 @@ static void bench_save(const og_kv_config *cfg, const og_kv_allocator *a, const 
         if (ts < best_save) best_save = ts;
         if (tr < best_restore) best_restore = tr;
     }
-    printf("save    L=%6lld (%7.3f GB live): %7.1f ms, %5.2f GB/s (temp file, fsync, rename, dir fsync); restore "
-           "from page cache %7.1f ms, %5.2f GB/s\n",
-           (long long)L, gb, best_save * 1e3, gb / best_save, best_restore * 1e3, gb / best_restore);
+    printf("save    L=%6lld (%7.3f GB live): %7.1f ms, %5.2f GB/s (temp file, fsync, rename, dir fsync), of which "
+           "hashing and writing to the page cache %7.1f ms, %5.2f GB/s; restore from page cache %7.1f ms, %5.2f GB/s\n",
+           (long long)L, gb, best_save * 1e3, gb / best_save, best_write * 1e3, gb / best_write, best_restore * 1e3,
+           gb / best_restore);
     remove(path);
     og_kv_session_destroy(s);
     og_kv_session_destroy(r);

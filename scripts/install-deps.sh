@@ -3,7 +3,7 @@
 # Usage: scripts/install-deps.sh [--fuzz]   (--fuzz adds clang and libFuzzer)
 set -euo pipefail
 # python3-venv, -setuptools and -wheel: `pip install --no-build-isolation .` of the Python bindings (python/)
-pkgs=(cmake make gcc pkg-config libcjson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev python3
+pkgs=(cmake make gcc pkg-config libcjson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev libxxhash-dev python3
       python3-venv python3-setuptools python3-wheel)
 if [[ "${1:-}" == "--fuzz" ]]; then pkgs+=(clang libclang-rt-dev); fi
 missing=()

@@ -3,6 +3,11 @@
  *   - save -> restore -> the next 32 tokens' logits equal the saved
  *     session's own, bit for bit (memcmp); into dense and packed storage,
  *     from either; an empty session; the saved file holds only live rows;
+ *   - the payload checks are XXH3-64 of each layer's bytes (computed here
+ *     with libxxhash from the file's own layer table); a version 1 file
+ *     (the same bytes with hash.h payload checks, made here from a version
+ *     2 one) restores bit for bit; a version 2 file relabelled 1 fails its
+ *     checks;
  *   - every corrupt header field is refused with a message naming it; a
  *     truncated file at many lengths, trailing bytes, a flipped payload byte
  *     (naming the layer), another program, another kv dtype;
@@ -10,6 +15,7 @@
  *     never leaves at the path a file that restore accepts unless it is
  *     complete (the old save or the new one, each giving its own logits),
  *     and leftover temp files are refused unless complete. */
+#include "cache/hash.h"
 #include "harness.h"
 #include "model/export.h"
 
@@ -22,8 +28,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define N_NEXT 32
+#define SAVE_SEED 0x6f6773657373ull /* docs/program-format.md, saved sessions */
 #define N_PROMPT 70
 
 static og_model *g_model;
@@ -158,7 +166,8 @@ static void test_corruption(void) {
     const size_t e0 = 128, e1 = 128 + 64; /* layer 0's and layer 1's entries */
     const field_case cases[] = {
         {0, 8, 0x4141414141414141ull, "magic"},
-        {8, 4, 2, "version"},
+        {8, 4, 3, "version"},
+        {8, 4, 0, "version"},
         {12, 4, 129, "header_bytes"},
         {16, 8, 12345, "manifest hash"},
         {24, 8, 12345, "weights hash"},
@@ -230,6 +239,82 @@ static void test_corruption(void) {
     remove(path);
     free(valid);
     free(b);
+}
+
+/* Writes b [n] to path. */
+static void write_whole(const char *path, const unsigned char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(b, 1, n, f) == n);
+    fclose(f);
+}
+
+static void test_versions(void) {
+    og_test_section("payload checks: XXH3 (version 2); version 1 files (hash.h checks) still restore");
+    char path[256], v1path[256];
+    snprintf(path, sizeof path, "%s/v2.ogs", g_dir);
+    snprintf(v1path, sizeof v1path, "%s/v1.ogs", g_dir);
+    og_session *s = fed_session(NULL, N_PROMPT);
+    CHECK_OK(og_session_save(s, path));
+    const int64_t V = g_vocab;
+    float *want = malloc(sizeof(float) * (size_t)(V * N_NEXT)), *got = malloc(sizeof(float) * (size_t)(V * N_NEXT));
+    CHECK_OK(next_logits(s, want));
+    og_session_destroy(s);
+    size_t n = 0;
+    unsigned char *b = read_whole(path, &n);
+    if (!b || !want || !got) {
+        free(b), free(want), free(got);
+        return;
+    }
+    uint32_t version, hbytes;
+    int32_t n_layers;
+    memcpy(&version, b + 8, 4);
+    memcpy(&hbytes, b + 12, 4);
+    memcpy(&n_layers, b + 36, 4);
+    CHECK_MSG(version == 2, "a save writes version %u", version);
+    /* every layer's check is XXH3-64 of its payload; the v1 file gets hash.h's */
+    for (int32_t i = 0; i < n_layers; i++) {
+        unsigned char *e = b + 128 + 64 * (size_t)i;
+        uint64_t off, bytes, check;
+        memcpy(&off, e + 40, 8);
+        memcpy(&bytes, e + 48, 8);
+        memcpy(&check, e + 56, 8);
+        CHECK(off + bytes <= n);
+        if (off + bytes > n) break;
+        CHECK_MSG(check == (uint64_t)XXH3_64bits_withSeed(b + off, bytes, SAVE_SEED), "layer %d's check", (int)i);
+        put64(e + 56, og_hash64(b + off, bytes, SAVE_SEED));
+    }
+    /* relabelled 1 without new checks: every layer fails; with them: restores */
+    put32(b + 8, 1);
+    put64(b + 72, 0);
+    const uint64_t header_check = og_hash64(b, hbytes, SAVE_SEED);
+    put64(b + 72, header_check);
+    write_whole(v1path, b, n);
+    og_session *r = NULL;
+    CHECK_OK(og_session_restore(g_model, v1path, &r));
+    if (r) {
+        CHECK(og_session_length(r) == N_PROMPT);
+        CHECK_OK(next_logits(r, got));
+        CHECK_MSG(!memcmp(got, want, sizeof(float) * (size_t)(V * N_NEXT)), "a version 1 file's next logits");
+        og_session_destroy(r);
+    }
+    unsigned char *v2 = read_whole(path, &n);
+    if (v2) {
+        put32(v2 + 8, 1);
+        put64(v2 + 72, 0);
+        put64(v2 + 72, og_hash64(v2, hbytes, SAVE_SEED));
+        write_whole(v1path, v2, n);
+        r = NULL;
+        CHECK_STATUS(og_session_restore(g_model, v1path, &r), OG_ERR_FORMAT);
+        CHECK(r == NULL && strstr(og_last_error(), "layer 0 ") && strstr(og_last_error(), "checksum"));
+        free(v2);
+    }
+    remove(path);
+    remove(v1path);
+    free(b);
+    free(want);
+    free(got);
 }
 
 static void test_other_program(const char *other_path) {
@@ -379,6 +464,7 @@ int main(void) {
             test_roundtrip(&paged, &paged, "packed -> packed");
         }
         test_corruption();
+        test_versions();
         test_other_program(other);
         test_kill();
         og_model_free(g_model);

@@ -2,7 +2,7 @@
  *
  * The file (every field little-endian, as this machine writes them):
  *   header, 128 bytes:
- *     0  magic "OGKVSES\n"          8  u32 version (1)      12 u32 header_bytes
+ *     0  magic "OGKVSES\n"          8  u32 version (2)      12 u32 header_bytes
  *     16 u64 manifest hash          24 u64 weights hash
  *     32 u32 kv_dtype               36 i32 n_layers         40 i32 max_write
  *     44 u32 reserved (0)           48 i64 max_capacity     56 i64 length L
@@ -16,7 +16,9 @@
  * last min(L, R) positions (restore puts position p in slot p mod R).
  * header_bytes = 128 + 64 * n_layers. The header check is the hash (hash.h)
  * of the header and the entries with the check field zero; a payload check
- * is the hash of that layer's payload bytes.
+ * is XXH3-64 (libxxhash, seeded with SAVE_SEED) of that layer's payload
+ * bytes. Version 1 files, which differ only in their payload checks (the
+ * hash of hash.h, several times slower), are still read.
  *
  * The program's identity: the manifest hash is the hash of the program
  * file's bytes before the weight payload (header, manifest JSON with the
@@ -28,7 +30,14 @@
  *
  * A save writes a temp file <path>.tmp.XXXXXX in the same directory: the
  * payload first, the header last (a torn temp file has no valid header),
- * fsync, rename onto path, fsync of the directory. */
+ * fsync, rename onto path, fsync of the directory.
+ *
+ * Speed: rows in this process's memory (CPU sessions) are hashed and
+ * written in place, and read in place and hashed, a run of about 1 MiB at a
+ * time (one write/read when the layer's rows are contiguous, writev/readv
+ * of its rows when they are strided, as in packed storage), so each byte is
+ * hashed while still in cache and never copied by this code; device rows
+ * go through a host buffer (og_kv_session_rows_to_host / _from_host). */
 #include "cache/cache.h"
 #include "cache/hash.h"
 #include "exec/exec.h"
@@ -41,16 +50,26 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
+#include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h> /* the AVX2 / AVX-512 code the CPU has, picked at run time */
+#endif
 
 #define SAVE_MAGIC "OGKVSES\n"
-#define SAVE_VERSION 1u
+#define SAVE_VERSION 2u
+#define SAVE_VERSION_OG_HASH 1u /* payload checks by hash.h: read, no longer written */
 #define HDR_BYTES 128
 #define ENTRY_BYTES 64
 #define HDR_CHECK_AT 72
 #define SAVE_SEED 0x6f6773657373ull
-#define CHUNK_BYTES ((size_t)1 << 20) /* rows are moved and hashed through a buffer this big */
+#define CHUNK_BYTES ((size_t)4 << 20) /* device rows are moved and hashed through a buffer this big */
+#define RUN_BYTES ((size_t)1 << 20)   /* host rows hashed and written (read and hashed) at a time */
+#define RUN_IOV 1024                  /* at most this many strided rows a run (<= IOV_MAX) */
 
 typedef struct save_layer {
     int32_t layer_id, policy, window, n_kv_heads, head_dim;
@@ -59,6 +78,7 @@ typedef struct save_layer {
 } save_layer;
 
 typedef struct save_header {
+    uint32_t version; /* read from a file; a save writes SAVE_VERSION */
     uint64_t manifest_hash, weights_hash;
     uint32_t kv_dtype;
     int32_t n_layers, max_write;
@@ -185,6 +205,95 @@ static og_status read_all(int fd, void *buf, size_t n, const char *path, const c
     return OG_OK;
 }
 
+/* A layer's payload check: XXH3-64 (version 2) or hash.h (version 1). */
+typedef struct payload_hash {
+    XXH3_state_t *x; /* NULL for version 1 */
+    og_hash h;
+} payload_hash;
+
+static og_status payload_hash_init(payload_hash *p, uint32_t version) {
+    p->x = NULL;
+    og_hash_init(&p->h, SAVE_SEED);
+    if (version == SAVE_VERSION_OG_HASH) return OG_OK;
+    if (!(p->x = XXH3_createState()) || XXH3_64bits_reset_withSeed(p->x, SAVE_SEED) != XXH_OK) {
+        XXH3_freeState(p->x);
+        p->x = NULL;
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "saved session: no memory for a checksum state");
+    }
+    return OG_OK;
+}
+
+static void payload_hash_update(payload_hash *p, const void *data, size_t n) {
+    if (p->x) XXH3_64bits_update(p->x, data, n);
+    else og_hash_update(&p->h, data, n);
+}
+
+/* The check, and the state freed. */
+static uint64_t payload_hash_final(payload_hash *p) {
+    uint64_t v = p->x ? (uint64_t)XXH3_64bits_digest(p->x) : og_hash_final(&p->h);
+    XXH3_freeState(p->x);
+    p->x = NULL;
+    return v;
+}
+
+/* writev of every byte of iov [n] (which it advances past what was written). */
+static og_status writev_all(int fd, struct iovec *iov, int n, const char *path) {
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return og_set_error(OG_ERR_IO, "og_session_save: writing %s: %s", path,
+                                w < 0 ? strerror(errno) : "nothing written");
+        for (size_t left = (size_t)w; left > 0;) {
+            const size_t take = left < iov->iov_len ? left : iov->iov_len;
+            iov->iov_base = (unsigned char *)iov->iov_base + take;
+            iov->iov_len -= take;
+            left -= take;
+            if (iov->iov_len == 0) iov++, n--;
+        }
+        while (n > 0 && iov->iov_len == 0) iov++, n--;
+    }
+    return OG_OK;
+}
+
+/* readv filling every byte of iov [n]; OG_ERR_FORMAT naming truncation at EOF. */
+static og_status readv_all(int fd, struct iovec *iov, int n, const char *path, const char *what) {
+    while (n > 0) {
+        ssize_t r = readv(fd, iov, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return og_set_error(OG_ERR_IO, "og_session_restore: %s: reading %s: %s", path, what, strerror(errno));
+        if (r == 0)
+            return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: truncated: the file ends inside %s", path, what);
+        for (size_t left = (size_t)r; left > 0;) {
+            const size_t take = left < iov->iov_len ? left : iov->iov_len;
+            iov->iov_base = (unsigned char *)iov->iov_base + take;
+            iov->iov_len -= take;
+            left -= take;
+            if (iov->iov_len == 0) iov++, n--;
+        }
+        while (n > 0 && iov->iov_len == 0) iov++, n--;
+    }
+    return OG_OK;
+}
+
+/* The rows of one run of host rows: one iovec when contiguous, one a row
+ * when strided. Returns the count. */
+static int run_iov(unsigned char *p, size_t pitch, size_t row, int64_t n, struct iovec *iov) {
+    if (pitch == row) {
+        iov[0] = (struct iovec){p, (size_t)n * row};
+        return 1;
+    }
+    for (int64_t k = 0; k < n; k++) iov[k] = (struct iovec){p + (size_t)k * pitch, row};
+    return (int)n;
+}
+
+/* Rows of a run: about RUN_BYTES, at most RUN_IOV when strided. */
+static int64_t run_rows(size_t row, bool strided) {
+    int64_t per = (int64_t)(RUN_BYTES / row);
+    if (strided && per > RUN_IOV) per = RUN_IOV;
+    return per > 0 ? per : 1;
+}
+
 /* Marks s as in a step (so nothing steps it meanwhile); OG_ERR_STATE if it is. */
 static og_status hold(og_session *s, const char *fn) {
     int expected = 0;
@@ -195,25 +304,45 @@ static og_status hold(og_session *s, const char *fn) {
 
 /* ------------------------------------------------------------ save */
 
-/* Writes layer i's payload (k rows, then v rows) to fd, hashing it. */
-static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char *buf, int fd,
-                                 const char *path) {
+/* Writes layer i's payload (k rows, then v rows) to fd, hashing it: host
+ * rows in place, a run at a time; device rows through buf [CHUNK_BYTES]. */
+static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char **buf,
+                                 struct iovec *iov, int fd, const char *path) {
     const og_kv_config *cfg = og_kv_session_config(kv);
-    const int64_t row = og_kv_row_bytes(cfg, &cfg->layers[i]);
-    const int64_t per = (int64_t)(CHUNK_BYTES / (size_t)row) > 0 ? (int64_t)(CHUNK_BYTES / (size_t)row) : 1;
-    og_hash h;
-    og_hash_init(&h, SAVE_SEED);
-    for (int part = 0; part < 2; part++)
-        for (int64_t done = 0; done < l->rows;) {
-            const int64_t n = l->rows - done < per ? l->rows - done : per;
-            og_status st = og_kv_session_rows_to_host(kv, i, part, l->first + done, n, buf);
-            if (st != OG_OK) return st;
-            og_hash_update(&h, buf, (size_t)(n * row));
-            if ((st = write_all(fd, buf, (size_t)(n * row), path)) != OG_OK) return st;
+    const size_t row = (size_t)og_kv_row_bytes(cfg, &cfg->layers[i]);
+    const int64_t per_buf = (int64_t)(CHUNK_BYTES / row) > 0 ? (int64_t)(CHUNK_BYTES / row) : 1;
+    payload_hash h;
+    og_status st = payload_hash_init(&h, SAVE_VERSION);
+    for (int part = 0; part < 2 && st == OG_OK; part++)
+        for (int64_t done = 0; done < l->rows && st == OG_OK;) {
+            unsigned char *p;
+            size_t pitch;
+            int64_t n = l->rows - done;
+            bool host = og_kv_session_rows_in_host(kv, i, part, l->first + done, 1, &p, &pitch);
+            if (host) {
+                const int64_t per = run_rows(row, pitch != row);
+                if (n > per) n = per;
+                host = og_kv_session_rows_in_host(kv, i, part, l->first + done, n, &p, &pitch); /* not across a ring's end */
+            }
+            if (host) {
+                const int k = run_iov(p, pitch, row, n, iov);
+                for (int j = 0; j < k; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
+                st = writev_all(fd, iov, k, path);
+            } else {
+                if (n > per_buf) n = per_buf;
+                if (!*buf && !(*buf = og_malloc(CHUNK_BYTES))) {
+                    st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
+                    break;
+                }
+                if ((st = og_kv_session_rows_to_host(kv, i, part, l->first + done, n, *buf)) != OG_OK) break;
+                payload_hash_update(&h, *buf, (size_t)n * row);
+                st = write_all(fd, *buf, (size_t)n * row, path);
+            }
             done += n;
         }
-    l->check = og_hash_final(&h);
-    return OG_OK;
+    const uint64_t check = payload_hash_final(&h);
+    if (st == OG_OK) l->check = check;
+    return st;
 }
 
 static og_status fsync_dir_of(const char *path) {
@@ -230,16 +359,19 @@ static og_status fsync_dir_of(const char *path) {
     return st;
 }
 
-og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint64_t weights_hash, const char *path) {
+og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint64_t weights_hash, const char *path,
+                          og_kv_save_times *times) {
+    const double t0 = og_time_now();
     const og_kv_config *cfg = og_kv_session_config(kv);
     save_header h = {0};
     h.layers = og_calloc((size_t)cfg->n_layers, sizeof *h.layers);
     const size_t hsize = header_size(cfg->n_layers);
-    unsigned char *hdr = og_malloc(hsize), *buf = og_malloc(CHUNK_BYTES);
+    unsigned char *hdr = og_malloc(hsize), *buf = NULL;
+    struct iovec *iov = og_malloc(RUN_IOV * sizeof *iov);
     char *tmp = og_malloc(strlen(path) + 16);
     og_status st = OG_OK;
     int fd = -1;
-    if (!h.layers || !hdr || !buf || !tmp) {
+    if (!h.layers || !hdr || !iov || !tmp) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
         goto done;
     }
@@ -261,13 +393,16 @@ og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint6
     /* the header's place stays zero until every row is written */
     memset(hdr, 0, hsize);
     if ((st = write_all(fd, hdr, hsize, tmp)) != OG_OK) goto done;
-    for (int32_t i = 0; i < cfg->n_layers && st == OG_OK; i++) st = save_layer_rows(kv, i, &h.layers[i], buf, fd, tmp);
+    for (int32_t i = 0; i < cfg->n_layers && st == OG_OK; i++)
+        st = save_layer_rows(kv, i, &h.layers[i], &buf, iov, fd, tmp);
     if (st != OG_OK) goto done;
     header_encode(&h, hdr);
     if (pwrite(fd, hdr, hsize, 0) != (ssize_t)hsize) {
         st = og_set_error(OG_ERR_IO, "og_session_save: writing the header of %s: %s", tmp, strerror(errno));
         goto done;
     }
+    const double t1 = og_time_now();
+    if (times) times->write_s = t1 - t0;
     if (fsync(fd) != 0) {
         st = og_set_error(OG_ERR_IO, "og_session_save: fsync of %s: %s", tmp, strerror(errno));
         goto done;
@@ -284,10 +419,12 @@ og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint6
     }
     tmp[0] = 0; /* renamed: nothing to remove */
     st = fsync_dir_of(path);
+    if (times) times->sync_s = og_time_now() - t1;
 done:
     if (fd >= 0) close(fd);
     if (tmp && tmp[0]) unlink(tmp);
     og_free(tmp);
+    og_free(iov);
     og_free(buf);
     og_free(hdr);
     og_free(h.layers);
@@ -314,7 +451,7 @@ static og_status with_session_file(og_session *s, const char *path, const char *
 }
 
 static og_status save_kv(og_kv_session *kv, uint64_t manifest, uint64_t weights, const char *path) {
-    return og_kv_save_file(kv, manifest, weights, path);
+    return og_kv_save_file(kv, manifest, weights, path, NULL);
 }
 
 og_status og_session_save(og_session *s, const char *path) {
@@ -338,9 +475,10 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: bad magic: not a saved offgraph session (or an "
                                            "incomplete save)", path);
     const uint32_t version = get32(fixed + 8);
-    if (version != SAVE_VERSION)
-        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: version %u is not one this build reads (%u)", path,
-                            version, SAVE_VERSION);
+    if (version != SAVE_VERSION && version != SAVE_VERSION_OG_HASH)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: version %u is not one this build reads (%u or %u)",
+                            path, version, SAVE_VERSION_OG_HASH, SAVE_VERSION);
+    h->version = version;
     h->manifest_hash = get64(fixed + 16);
     h->weights_hash = get64(fixed + 24);
     h->kv_dtype = get32(fixed + 32);
@@ -450,29 +588,87 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
     return st;
 }
 
-/* Reads layer i's rows into s, checking its payload. */
-static og_status restore_layer_rows(og_kv_session *kv, int32_t i, const save_layer *l, unsigned char *buf, int fd,
-                                    const char *path) {
+/* Reads layer i's rows into s, checking its payload: host rows read in
+ * place, a run at a time, then hashed; device rows through buf. */
+static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t i, const save_layer *l,
+                                    unsigned char **buf, struct iovec *iov, int fd, const char *path) {
     const og_kv_config *cfg = og_kv_session_config(kv);
-    const int64_t row = og_kv_row_bytes(cfg, &cfg->layers[i]);
-    const int64_t per = (int64_t)(CHUNK_BYTES / (size_t)row) > 0 ? (int64_t)(CHUNK_BYTES / (size_t)row) : 1;
-    og_hash h;
-    og_hash_init(&h, SAVE_SEED);
+    const size_t row = (size_t)og_kv_row_bytes(cfg, &cfg->layers[i]);
+    const int64_t per_buf = (int64_t)(CHUNK_BYTES / row) > 0 ? (int64_t)(CHUNK_BYTES / row) : 1;
+    payload_hash h;
+    og_status st = payload_hash_init(&h, version);
     char what[96];
     snprintf(what, sizeof what, "the rows of layer %d", (int)i);
-    for (int part = 0; part < 2; part++)
-        for (int64_t done = 0; done < l->rows;) {
-            const int64_t n = l->rows - done < per ? l->rows - done : per;
-            og_status st = read_all(fd, buf, (size_t)(n * row), path, what);
-            if (st != OG_OK) return st;
-            og_hash_update(&h, buf, (size_t)(n * row));
-            if ((st = og_kv_session_rows_from_host(kv, i, part, l->first + done, n, buf)) != OG_OK) return st;
+    for (int part = 0; part < 2 && st == OG_OK; part++)
+        for (int64_t done = 0; done < l->rows && st == OG_OK;) {
+            unsigned char *p;
+            size_t pitch;
+            int64_t n = l->rows - done;
+            bool host = og_kv_session_rows_in_host(kv, i, part, l->first + done, 1, &p, &pitch);
+            if (host) {
+                const int64_t per = run_rows(row, pitch != row);
+                if (n > per) n = per;
+                host = og_kv_session_rows_in_host(kv, i, part, l->first + done, n, &p, &pitch);
+            }
+            if (host) {
+                const int k = run_iov(p, pitch, row, n, iov);
+                if ((st = readv_all(fd, iov, k, path, what)) != OG_OK) break;
+                /* readv_all moved the iovecs past their rows: hash them again from the start */
+                const int k2 = run_iov(p, pitch, row, n, iov);
+                for (int j = 0; j < k2; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
+            } else {
+                if (n > per_buf) n = per_buf;
+                if (!*buf && !(*buf = og_malloc(CHUNK_BYTES))) {
+                    st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
+                    break;
+                }
+                if ((st = read_all(fd, *buf, (size_t)n * row, path, what)) != OG_OK) break;
+                payload_hash_update(&h, *buf, (size_t)n * row);
+                st = og_kv_session_rows_from_host(kv, i, part, l->first + done, n, *buf);
+            }
             done += n;
         }
-    if (og_hash_final(&h) != l->check)
+    const uint64_t check = payload_hash_final(&h);
+    if (st != OG_OK) return st;
+    if (check != l->check)
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: layer %d (layer_id %d): checksum mismatch (its rows "
                                            "are corrupt)", path, (int)i, (int)l->layer_id);
     return OG_OK;
+}
+
+/* Backs the host pages that the rows of every layer will be read into
+ * before reading them (MADV_POPULATE_WRITE: one call per span, rather than
+ * a page fault every 4 KiB inside read). Spans that overlap what was
+ * already populated (packed layers share their pages) are cut to the rest.
+ * Best effort: a kernel without it, or a span it refuses, only means the
+ * faults come one by one. */
+static void populate_rows(const og_kv_session *kv, const save_header *h) {
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = 0, hi = 0; /* populated: [lo, hi) */
+    for (int32_t i = 0; i < h->n_layers; i++)
+        for (int part = 0; part < 2; part++) {
+            const save_layer *l = &h->layers[i];
+            unsigned char *p;
+            size_t pitch;
+            if (l->rows < 1 || !og_kv_session_rows_in_host(kv, i, part, l->first, l->rows, &p, &pitch)) continue;
+            const uintptr_t a = (uintptr_t)p / page * page,
+                            b = ((uintptr_t)p + (size_t)(l->rows - 1) * pitch + (size_t)l->bytes / 2 /
+                                 (size_t)l->rows + page - 1) / page * page;
+            if (hi > lo && a < hi && b > lo) { /* overlaps: the parts outside */
+                if (a < lo) madvise((void *)a, lo - a, MADV_POPULATE_WRITE);
+                if (b > hi) madvise((void *)hi, b - hi, MADV_POPULATE_WRITE);
+                lo = a < lo ? a : lo;
+                hi = b > hi ? b : hi;
+            } else {
+                madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+                if (b - a > hi - lo) lo = a, hi = b;
+            }
+        }
+#else
+    (void)kv;
+    (void)h;
+#endif
 }
 
 og_status og_kv_restore_file(og_kv_session *kv, uint64_t manifest_hash, uint64_t weights_hash, const char *path) {
@@ -482,14 +678,18 @@ og_status og_kv_restore_file(og_kv_session *kv, uint64_t manifest_hash, uint64_t
     unsigned char *buf = NULL;
     const og_kv_config *cfg = og_kv_session_config(kv);
     og_status st = read_header(fd, path, cfg, manifest_hash, weights_hash, cfg->kv_dtype, &h);
-    if (st == OG_OK && (buf = og_malloc(CHUNK_BYTES)) == NULL)
+    struct iovec *iov = NULL;
+    if (st == OG_OK && (iov = og_malloc(RUN_IOV * sizeof *iov)) == NULL)
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
     if (st == OG_OK) og_kv_session_reset(kv);
     if (st == OG_OK && (st = og_kv_session_restore_begin(kv, h.length)) != OG_OK)
         og_set_error(st, "og_session_restore: %s: %s", path, og_kv_session_last_error(kv));
-    for (int32_t i = 0; i < h.n_layers && st == OG_OK; i++) st = restore_layer_rows(kv, i, &h.layers[i], buf, fd, path);
+    if (st == OG_OK) populate_rows(kv, &h);
+    for (int32_t i = 0; i < h.n_layers && st == OG_OK; i++)
+        st = restore_layer_rows(kv, h.version, i, &h.layers[i], &buf, iov, fd, path);
     if (st == OG_OK) og_kv_session_restore_end(kv, h.length);
     close(fd);
+    og_free(iov);
     og_free(buf);
     og_free(h.layers);
     return st;

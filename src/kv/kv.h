@@ -30,6 +30,16 @@ og_status og_kv_session_rows_to_host(const og_kv_session *s, int32_t index, int 
                                      void *dst);
 og_status og_kv_session_rows_from_host(og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
                                        const void *src);
+/* Where positions [pos0, pos0 + n) of layer `index`'s k (part 0) or v
+ * (part 1) live in this process's memory, when they do: *rows points at
+ * the first, *pitch is the bytes from one row to the next (the row's own
+ * bytes when they are contiguous). False, changing nothing, when the
+ * storage is reached only through the allocator's to_host / from_host
+ * (device memory), when the positions are not held, or when they wrap
+ * around a ring; then og_kv_session_rows_to_host / _from_host copy them.
+ * For save/restore, which read and write the rows in place. */
+bool og_kv_session_rows_in_host(const og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
+                                unsigned char **rows, size_t *pitch);
 
 /* Restore, part 1: storage for `length` positions in an empty session with
  * nothing prepared (flat layers: length rows; ring layers: R), all or

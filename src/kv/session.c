@@ -838,6 +838,20 @@ static og_status rows_copy(const og_kv_session *s, int32_t i, int part, int64_t 
     return st;
 }
 
+bool og_kv_session_rows_in_host(const og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
+                                unsigned char **rows, size_t *pitch) {
+    og_kv_run run[2];
+    int n_run = 0;
+    if (!s || !rows || !pitch || index < 0 || index >= s->cfg.n_layers || (part != 0 && part != 1) || n < 1 ||
+        s->alloc.to_host || s->alloc.from_host || !rows_runs(s, index, pos0, n, run, &n_run) || n_run != 1)
+        return false;
+    og_kv_layer_view v;
+    if (og_kv_session_layer_view(s, index, &v) != OG_OK) return false;
+    *pitch = (size_t)og_kv_layer_view_row_stride(&v) * og_dtype_size(v.dtype);
+    *rows = (unsigned char *)(part ? v.v : v.k) + (size_t)run[0].slot * *pitch;
+    return true;
+}
+
 og_status og_kv_session_rows_to_host(const og_kv_session *s, int32_t index, int part, int64_t pos0, int64_t n,
                                      void *dst) {
     return rows_copy(s, index, part, pos0, n, dst, true);
