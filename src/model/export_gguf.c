@@ -547,12 +547,50 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
         cJSON_AddStringToObject(cfg, specials[k].field, text);
         og_free(text);
     }
-    static const char *const flags[2][2] = {{"tokenizer.ggml.add_bos_token", "add_bos_token"},
-                                            {"tokenizer.ggml.add_eos_token", "add_eos_token"}};
+    /* add_bos/add_eos: said in the config, and done by a TemplateProcessing
+     * post-processor around the sequence (what encoding with special
+     * tokens follows): [bos] A [eos] */
+    static const char *const flags[2][3] = {{"tokenizer.ggml.add_bos_token", "add_bos_token", "bos_token"},
+                                            {"tokenizer.ggml.add_eos_token", "add_eos_token", "eos_token"}};
+    cJSON *single = cJSON_CreateArray(), *specials_obj = cJSON_CreateObject();
+    bool any = false;
     for (int k = 0; k < 2 && rc == OG_OK; k++) {
+        if (k == 1) { /* the sequence, between bos and eos */
+            cJSON *seq = cJSON_CreateObject(), *a = cJSON_CreateObject();
+            cJSON_AddStringToObject(a, "id", "A");
+            cJSON_AddNumberToObject(a, "type_id", 0);
+            cJSON_AddItemToObject(seq, "Sequence", a);
+            cJSON_AddItemToArray(single, seq);
+        }
         bool on = false;
-        if ((rc = og_gguf_get_bool(g, flags[k][0], false, &on, &found)) == OG_OK && found)
-            cJSON_AddBoolToObject(cfg, flags[k][1], on);
+        if ((rc = og_gguf_get_bool(g, flags[k][0], false, &on, &found)) != OG_OK || !found) continue;
+        cJSON_AddBoolToObject(cfg, flags[k][1], on);
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(cfg, flags[k][2]);
+        const cJSON *id = cJSON_IsString(text) ? cJSON_GetObjectItemCaseSensitive(vocab, text->valuestring) : NULL;
+        if (!on || !id) continue;
+        any = true;
+        cJSON *st = cJSON_CreateObject(), *ref = cJSON_CreateObject(), *desc = cJSON_CreateObject(),
+              *ids = cJSON_CreateArray(), *toks = cJSON_CreateArray();
+        cJSON_AddStringToObject(ref, "id", text->valuestring);
+        cJSON_AddNumberToObject(ref, "type_id", 0);
+        cJSON_AddItemToObject(st, "SpecialToken", ref);
+        cJSON_AddItemToArray(single, st);
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber(id->valuedouble));
+        cJSON_AddItemToArray(toks, cJSON_CreateString(text->valuestring));
+        cJSON_AddStringToObject(desc, "id", text->valuestring);
+        cJSON_AddItemToObject(desc, "ids", ids);
+        cJSON_AddItemToObject(desc, "tokens", toks);
+        cJSON_AddItemToObject(specials_obj, text->valuestring, desc);
+    }
+    if (any) {
+        cJSON *pp = cJSON_CreateObject();
+        cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+        cJSON_AddItemToObject(pp, "single", single);
+        cJSON_AddItemToObject(pp, "special_tokens", specials_obj);
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "post_processor", pp);
+    } else {
+        cJSON_Delete(single);
+        cJSON_Delete(specials_obj);
     }
     char *tpl = NULL;
     if (rc == OG_OK && (rc = og_gguf_get_str(g, "tokenizer.chat_template", false, &tpl, &found)) == OG_OK && found)
