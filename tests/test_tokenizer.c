@@ -265,6 +265,117 @@ static void fast_bpe_equals_reference(const char *name) {
     og_tokenizer_free(t);
 }
 
+/* Unigram against a naive oracle: the best total score over every
+ * segmentation of short strings over a small vocabulary with random scores,
+ * a character no piece covers ('x' here) costing the lowest score minus 10
+ * as unk. Equal totals are common (a + aa, aa + a) and are broken by
+ * rounding in the order the sums are formed, so the check is that the ids
+ * spell the string and score the best total, not which of the equals. */
+typedef struct uni_oracle {
+    const char *const *piece;
+    const double *score;
+    int n;
+    double unk_score;
+} uni_oracle;
+
+static double uni_best(const uni_oracle *o, const char *s, int n, int i, double *memo) {
+    if (i == n) return 0.0;
+    if (memo[i] == memo[i]) return memo[i]; /* not NaN: known */
+    double best = -1e300;
+    int single = 0;
+    for (int k = 0; k < o->n; k++) {
+        int len = (int)strlen(o->piece[k]);
+        if (len > n - i || memcmp(s + i, o->piece[k], (size_t)len)) continue;
+        if (len == 1) single = 1;
+        double v = o->score[k] + uni_best(o, s, n, i + len, memo);
+        if (v > best) best = v;
+    }
+    if (!single) {
+        double v = o->unk_score + uni_best(o, s, n, i + 1, memo);
+        if (v > best) best = v;
+    }
+    return memo[i] = best;
+}
+
+static void unigram_oracle(void) {
+    og_test_section("Unigram: Viterbi scores the best of every segmentation");
+    static const char *const pieces[] = {"<unk>", "a", "b", "c", "ab", "bc", "abc", "ca", "aa", "bca", "cab", "aab"};
+    enum { NP = sizeof pieces / sizeof pieces[0] };
+    double score[NP];
+    og_rng r = og_rng_seed(5);
+    char json[4096];
+    size_t len = (size_t)snprintf(json, sizeof json, "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [");
+    double lowest = 0;
+    for (int k = 0; k < NP; k++) {
+        score[k] = k == 0 ? -2.5 : -1.0 - (double)(og_rng_next(&r) % 1000000) / 100000.0;
+        if (score[k] < lowest) lowest = score[k];
+        len += (size_t)snprintf(json + len, sizeof json - len, "%s[\"%s\", %.17g]", k ? ", " : "", pieces[k], score[k]);
+    }
+    snprintf(json + len, sizeof json - len, "]}}");
+    og_tokenizer *t = NULL;
+    CHECK_OK(og_tokenizer_load_json(json, &t));
+    if (!t) return;
+    uni_oracle o = {pieces, score, NP, lowest - 10.0};
+    static const char alphabet[] = "abcx";
+    int bad = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        char s[16];
+        int n = 1 + (int)(og_rng_next(&r) % 12);
+        for (int i = 0; i < n; i++) s[i] = alphabet[og_rng_next(&r) % 4];
+        double memo[16];
+        for (int i = 0; i < 16; i++) memo[i] = 0.0 / 0.0;
+        double want = uni_best(&o, s, n, 0, memo);
+        int32_t *got = NULL;
+        int64_t ng = 0;
+        CHECK_OK(og_tokenizer_encode(t, s, (size_t)n, &got, &ng));
+        /* the ids must spell s: a piece, or unk for a run of x */
+        double total = 0;
+        int pos = 0, ok = 1, prev_unk = 0;
+        for (int64_t q = 0; q < ng && ok; q++) {
+            if (got[q] == 0) {
+                ok = !prev_unk && pos < n && s[pos] == 'x';
+                while (pos < n && s[pos] == 'x') pos++, total += o.unk_score;
+                prev_unk = 1;
+                continue;
+            }
+            int pl = got[q] > 0 && got[q] < NP ? (int)strlen(pieces[got[q]]) : 0;
+            ok = pl && pl <= n - pos && !memcmp(s + pos, pieces[got[q]], (size_t)pl);
+            pos += pl;
+            total += ok ? score[got[q]] : 0;
+            prev_unk = 0;
+        }
+        ok = ok && pos == n && total > want - 1e-9 && total < want + 1e-9;
+        if (!ok && bad++ < 5) fprintf(stderr, "unigram oracle: \"%.*s\": %lld ids scoring %.17g, the best is %.17g\n", n, s,
+                                      (long long)ng, total, want);
+        og_free(got);
+    }
+    CHECK_MSG(bad == 0, "Unigram differs from the oracle on %d of 300 strings", bad);
+    og_tokenizer_free(t);
+}
+
+/* Errors that depend on the text: a model without its unknown token. */
+static void model_errors(void) {
+    og_test_section("Unigram without unk_id, WordPiece without its unk_token: the text that needs them is refused");
+    og_tokenizer *t = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CHECK_OK(og_tokenizer_load_json("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]}}", &t));
+    CHECK_OK(og_tokenizer_encode(t, "aa", 2, &ids, &n));
+    CHECK(n == 2 && ids[0] == 0 && ids[1] == 0);
+    og_free(ids);
+    CHECK_STATUS(og_tokenizer_encode(t, "ab", 2, &ids, &n), OG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(og_last_error(), "unk_id") != NULL);
+    og_tokenizer_free(t);
+    CHECK_OK(og_tokenizer_load_json("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0, \"##b\": 1}}}", &t));
+    CHECK_OK(og_tokenizer_encode(t, "ab", 2, &ids, &n));
+    CHECK(n == 2 && ids[0] == 0 && ids[1] == 1);
+    og_free(ids);
+    CHECK_STATUS(og_tokenizer_encode(t, "ba", 2, &ids, &n), OG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(og_last_error(), "unk_token") != NULL);
+    og_tokenizer_free(t);
+    refuses("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"\\u00ff\": 0}}, \"x\": \"\xff\"}", OG_ERR_FORMAT, "UTF-8");
+}
+
 int main(void) {
     const char *names[] = {"gpt2-style", "llama-gqa", "llama3-style", "mistral-sw", "qwen2-bias", "qwen3-mixed"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) parity(names[i]);
@@ -273,5 +384,7 @@ int main(void) {
     stream_holds_partial();
     config_and_lookup();
     unsupported();
+    unigram_oracle();
+    model_errors();
     return og_test_finish();
 }

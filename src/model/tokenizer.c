@@ -306,7 +306,6 @@ struct og_tokenizer {
     /* WordPiece */
     char *wp_prefix;
     int64_t wp_max_chars;
-    size_t max_token_len; /* longest vocabulary entry, in bytes */
     bool reference_bpe; /* og_tokenizer_use_reference_bpe */
     norm_op *norm;
     int n_norm;
@@ -621,9 +620,9 @@ static int32_t trie_child(const trie *tr, int32_t node, unsigned char c) {
     }
 }
 
-/* Builds the trie of the pieces text[0..n) (total_bytes of text in all). A
- * piece given twice ends at its last id, as Hugging Face's map from piece to
- * id keeps the last. */
+/* Builds the trie of the entries text[0..n) (total_bytes of text in all);
+ * an entry's node holds the id the vocabulary map gives its text (so an
+ * entry given twice ends where the map says). */
 static og_status trie_build(og_tokenizer *t, int32_t n, size_t total_bytes) {
     trie *tr = &t->pieces;
     tr->cap = 16;
@@ -637,6 +636,7 @@ static og_status trie_build(og_tokenizer *t, int32_t n, size_t total_bytes) {
     tr->n_nodes = 1;
     for (int32_t id = 0; id < n; id++) {
         const unsigned char *p = (const unsigned char *)t->text[id];
+        if (!p) continue;
         int32_t node = 0;
         for (; *p; p++) {
             int32_t c = trie_child(tr, node, *p);
@@ -651,7 +651,8 @@ static og_status trie_build(og_tokenizer *t, int32_t n, size_t total_bytes) {
             }
             node = c;
         }
-        if (node) tr->term[node] = id; /* the empty piece matches nothing */
+        if (node) tr->term[node] = map_get(t, t->text[id], (size_t)(p - (const unsigned char *)t->text[id]));
+        /* (the empty entry matches nothing) */
     }
     return OG_OK;
 }
@@ -683,9 +684,7 @@ static og_status load_unigram(og_tokenizer *t, const cJSON *m) {
         OG_TRY(set_token(t, id, piece->valuestring, "model.vocab"));
         t->score[id] = score->valuedouble;
         if (score->valuedouble < t->min_score) t->min_score = score->valuedouble;
-        size_t len = strlen(piece->valuestring);
-        total += len;
-        if (len > t->max_token_len) t->max_token_len = len;
+        total += strlen(piece->valuestring);
         id++;
     }
     OG_TRY(map_init(t, (size_t)n));
@@ -713,8 +712,6 @@ static og_status load_wordpiece(og_tokenizer *t, const cJSON *m) {
     cJSON_ArrayForEach(it, vocab) {
         if (!cJSON_IsNumber(it)) return TOK_ERR(OG_ERR_FORMAT, "model.vocab[\"%s\"] is not a number", it->string);
         OG_TRY(set_token(t, (int64_t)it->valuedouble, it->string, "model.vocab"));
-        size_t len = strlen(it->string);
-        if (len > t->max_token_len) t->max_token_len = len;
     }
     OG_TRY(map_init(t, (size_t)n));
     cJSON_ArrayForEach(it, vocab) {
@@ -724,7 +721,9 @@ static og_status load_wordpiece(og_tokenizer *t, const cJSON *m) {
     /* a missing unk token is an error only when a word needs it, as in HF */
     const char *u = unk ? unk : "[UNK]";
     t->unk = map_get(t, u, strlen(u));
-    return OG_OK;
+    size_t total = 0;
+    for (int32_t id = 0; id < t->n_ids; id++) total += t->text[id] ? strlen(t->text[id]) : 0;
+    return trie_build(t, t->n_ids, total);
 }
 
 static og_status load_bpe(og_tokenizer *t, const cJSON *m);
@@ -957,6 +956,14 @@ og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     if (!json || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_load_json: NULL argument");
     *out = NULL;
     byte_table_init();
+    /* every string must be valid UTF-8, as JSON (and HF's reader) requires:
+     * token texts, patterns and normalizer text are worked on as characters */
+    const unsigned char *u = (const unsigned char *)json;
+    for (size_t i = 0, n = strlen(json), bad; i < n;) {
+        size_t l = utf8_seq(u + i, n - i, &bad);
+        if (!l) return TOK_ERR(OG_ERR_FORMAT, "not valid UTF-8 (at byte %zu)", i);
+        i += l;
+    }
     cJSON *root = cJSON_Parse(json);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
@@ -1672,38 +1679,35 @@ static og_status unigram_word(const og_tokenizer *t, const char *s, size_t n, id
 
 /* WordPiece over one pre-tokenized word: longest vocabulary entry first,
  * continuations with the prefix; a word with a part no entry covers, or
- * longer than max_input_chars_per_word characters, is unk. */
+ * longer than max_input_chars_per_word characters, is unk. The longest entry
+ * is found by walking the vocabulary's trie (the prefix, then the word), so
+ * a word costs its length times the longest entry, not that squared. */
 static og_status wordpiece_word(const og_tokenizer *t, const char *s, size_t n, ids *out) {
     size_t chars = 0;
     for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
     int64_t mark = out->n;
-    size_t pn = strlen(t->wp_prefix);
-    buf sub = {0};
+    const trie *tr = &t->pieces;
+    int32_t after_prefix = 0; /* the node after the prefix, -1 when no entry starts with it */
+    for (const unsigned char *p = (const unsigned char *)t->wp_prefix; *p && after_prefix >= 0; p++)
+        after_prefix = tr->n_nodes ? trie_child(tr, after_prefix, *p) : -1;
     og_status rc = OG_OK;
     int bad = (int64_t)chars > t->wp_max_chars;
     for (size_t start = 0; start < n && !bad && rc == OG_OK;) {
-        size_t pre = start ? pn : 0, end = n;
-        /* longer than any entry: cannot match, so start below (at a character start) */
-        if (t->max_token_len < pre) end = start;
-        else if (end - start > t->max_token_len - pre) end = start + (t->max_token_len - pre);
-        while (end > start && end < n && ((unsigned char)s[end] & 0xC0) == 0x80) end--;
-        int32_t id = -1;
-        while (end > start) {
-            sub.n = 0;
-            if (start) rc = buf_put(&sub, t->wp_prefix, pn);
-            if (rc == OG_OK) rc = buf_put(&sub, s + start, end - start);
-            if (rc != OG_OK || (id = map_get(t, sub.p, sub.n)) >= 0) break;
-            do end--;
-            while (end > start && ((unsigned char)s[end] & 0xC0) == 0x80);
+        int32_t node = start ? after_prefix : 0, id = -1;
+        size_t end = start;
+        for (size_t k = start; k < n && node >= 0 && tr->n_nodes; k++) {
+            if ((node = trie_child(tr, node, (unsigned char)s[k])) < 0) break;
+            if (tr->term[node] >= 0) { /* an entry ends here (always at a character end) */
+                id = tr->term[node];
+                end = k + 1;
+            }
         }
-        if (rc != OG_OK) break;
         if (id < 0) bad = 1;
         else {
             rc = ids_push(out, id);
             start = end;
         }
     }
-    og_free(sub.p);
     if (rc != OG_OK || !bad) return rc;
     out->n = mark;
     if (t->unk < 0)

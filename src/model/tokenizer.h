@@ -1,18 +1,30 @@
-/* The tokenizer: Hugging Face tokenizer.json files with a BPE model.
+/* The tokenizer: Hugging Face tokenizer.json files with a BPE, Unigram or
+ * WordPiece model.
  *
  * Supported (anything else is refused with a message naming it):
- *   normalizer     NFC, NFKC, Prepend, Replace (string pattern), Sequence
+ *   normalizer     NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents,
+ *                  BertNormalizer, Prepend, Replace (string pattern), Sequence
+ *                  (Precompiled is refused)
  *   pre_tokenizer  ByteLevel, Split (regex or string, behaviour Isolated),
- *                  Metaspace, Sequence
+ *                  Metaspace, BertPreTokenizer, WhitespaceSplit, Sequence
  *   model          BPE (byte_fallback, unk_token, ignore_merges; merges as
- *                  ["a", "b"] pairs or "a b" strings)
+ *                  ["a", "b"] pairs or "a b" strings); Unigram (vocab of
+ *                  [piece, score], unk_id, byte_fallback; Viterbi as HF's
+ *                  optimized encode, unk runs fused); WordPiece (unk_token,
+ *                  continuing_subword_prefix, max_input_chars_per_word)
  *   decoder        ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip,
- *                  Sequence (no decoder: tokens joined by spaces)
- *   added_tokens   matched in the raw text before everything else, leftmost
- *                  and longest first
+ *                  WordPiece, Sequence (no decoder: tokens joined by spaces)
+ *   added_tokens   as HF's AddedVocabulary: those not normalized matched in
+ *                  the raw text, then those normalized in each stretch after
+ *                  the normalizer (as their content normalized); leftmost,
+ *                  longest there; single_word, lstrip and rstrip honoured; a
+ *                  normalized token decodes as its normalized form
  *
- * Input text that is not valid UTF-8 has each maximal ill-formed subpart
- * replaced by U+FFFD (what Python's errors="replace" does). */
+ * The file must be valid UTF-8. Input text that is not valid UTF-8 has each
+ * maximal ill-formed subpart replaced by U+FFFD (what Python's
+ * errors="replace" does). Character classes (whitespace, punctuation,
+ * controls, marks, \w) come from utf8proc's Unicode tables, which may differ
+ * from the Rust crates HF uses for characters assigned recently. */
 #ifndef OG_MODEL_TOKENIZER_H
 #define OG_MODEL_TOKENIZER_H
 
