@@ -23,6 +23,7 @@
 
 #define JMAX_DEPTH 200  /* nesting of expressions and blocks at parse */
 #define JMAX_CALLS 100  /* nesting of macro calls at render */
+#define JMAX_RDEPTH 2000 /* nesting of statements and expressions at render (macros add up) */
 
 /* ---- arena -------------------------------------------------------------- */
 
@@ -1192,6 +1193,7 @@ typedef struct render {
     frame *frames;
     size_t n_frames, cap_frames;
     int calls;
+    int depth;
     int brk; /* 1 break, 2 continue */
     jmp_buf jb;
     og_status st;
@@ -1342,7 +1344,12 @@ static double num_f(const jv *v) {
 }
 static int64_t num_i(const jv *v) { return v->t == JV_INT ? v->u.i : v->t == JV_BOOL ? (int64_t)v->u.b : 0; }
 
-static bool jv_eq(const jv *a, const jv *b) {
+static bool jv_eq_d(const jv *a, const jv *b, int depth);
+static bool jv_eq(const jv *a, const jv *b) { return jv_eq_d(a, b, 0); }
+
+/* Values nested deeper than JMAX_DEPTH compare unequal. */
+static bool jv_eq_d(const jv *a, const jv *b, int depth) {
+    if (depth > JMAX_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a->t != JV_FLOAT && b->t != JV_FLOAT) return num_i(a) == num_i(b);
         return num_f(a) == num_f(b);
@@ -1354,14 +1361,14 @@ static bool jv_eq(const jv *a, const jv *b) {
     case JV_LIST:
         if (a->u.l->n != b->u.l->n) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!jv_eq(&a->u.l->v[i], &b->u.l->v[i])) return false;
+            if (!jv_eq_d(&a->u.l->v[i], &b->u.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a->u.d == b->u.d) return true;
         if (a->u.d->kind != JD_DICT || b->u.d->kind != JD_DICT || a->u.d->n != b->u.d->n) return false;
         for (size_t i = 0; i < a->u.d->n; i++) {
             jv *o = dict_find(b->u.d, &a->u.d->k[i]);
-            if (!o || !jv_eq(&a->u.d->v[i], o)) return false;
+            if (!o || !jv_eq_d(&a->u.d->v[i], o, depth + 1)) return false;
         }
         return true;
     case JV_MACRO: return a->u.m == b->u.m;
@@ -1445,7 +1452,7 @@ static void fmt_float(double x, char *buf, size_t cap) {
     }
 }
 
-static void repr(sbuf *b, const jv *v);
+static void repr(sbuf *b, const jv *v, int level);
 
 static void repr_str(sbuf *b, const char *p, size_t n) {
     bool sq = false, dq = false;
@@ -1469,7 +1476,10 @@ static void repr_str(sbuf *b, const char *p, size_t n) {
 }
 
 /* str(v) */
-static void to_text(sbuf *b, const jv *v) {
+static void to_text_d(sbuf *b, const jv *v, int level);
+static void to_text(sbuf *b, const jv *v) { to_text_d(b, v, 0); }
+
+static void to_text_d(sbuf *b, const jv *v, int level) {
     char t[48];
     switch (v->t) {
     case JV_UNDEF: return;
@@ -1478,11 +1488,12 @@ static void to_text(sbuf *b, const jv *v) {
     case JV_INT: snprintf(t, sizeof t, "%lld", (long long)v->u.i); sb_z(b, t); return;
     case JV_FLOAT: fmt_float(v->u.f, t, sizeof t); sb_z(b, t); return;
     case JV_STR: sb_put(b, v->u.s.p, v->u.s.n); return;
-    default: repr(b, v); return;
+    default: repr(b, v, level); return;
     }
 }
 
-static void repr(sbuf *b, const jv *v) {
+static void repr(sbuf *b, const jv *v, int level) {
+    if (level > JMAX_DEPTH) rerr(b->R, 0, "a value nested deeper than %d cannot be printed", JMAX_DEPTH);
     switch (v->t) {
     case JV_STR: repr_str(b, v->u.s.p, v->u.s.n); return;
     case JV_UNDEF: return;
@@ -1490,7 +1501,7 @@ static void repr(sbuf *b, const jv *v) {
         sb_c(b, '[');
         for (size_t i = 0; i < v->u.l->n; i++) {
             if (i) sb_z(b, ", ");
-            repr(b, &v->u.l->v[i]);
+            repr(b, &v->u.l->v[i], level + 1);
         }
         sb_c(b, ']');
         return;
@@ -1499,16 +1510,16 @@ static void repr(sbuf *b, const jv *v) {
         sb_c(b, '{');
         for (size_t i = 0; i < v->u.d->n; i++) {
             if (i) sb_z(b, ", ");
-            repr(b, &v->u.d->k[i]);
+            repr(b, &v->u.d->k[i], level + 1);
             sb_z(b, ": ");
-            repr(b, &v->u.d->v[i]);
+            repr(b, &v->u.d->v[i], level + 1);
         }
         sb_c(b, '}');
         if (v->u.d->kind == JD_NAMESPACE) sb_c(b, '>');
         return;
     case JV_MACRO: sb_z(b, "<Macro>"); return;
     case JV_FUNC: sb_z(b, "<function>"); return;
-    default: to_text(b, v); return;
+    default: to_text_d(b, v, level); return;
     }
 }
 
@@ -2301,7 +2312,16 @@ overflow:
     rerr(R, line, "integer overflow");
 }
 
+static jv eval_node(render *R, const jnode *n);
+
 static jv eval(render *R, const jnode *n) {
+    if (++R->depth > JMAX_RDEPTH) rerr(R, n->line, "rendering nests deeper than %d", JMAX_RDEPTH);
+    jv v = eval_node(R, n);
+    R->depth--;
+    return v;
+}
+
+static jv eval_node(render *R, const jnode *n) {
     step(R, n->line);
     switch (n->kind) {
     case E_LIT: return n->lit;
@@ -2777,7 +2797,15 @@ static void exec_for(render *R, const jnode *n) {
     if (len == 0 && n->c) exec(R, n->c);
 }
 
+static void exec_node(render *R, const jnode *n);
+
 static void exec(render *R, const jnode *n) {
+    if (++R->depth > JMAX_RDEPTH) rerr(R, n->line, "rendering nests deeper than %d", JMAX_RDEPTH);
+    exec_node(R, n);
+    R->depth--;
+}
+
+static void exec_node(render *R, const jnode *n) {
     step(R, n->line);
     switch (n->kind) {
     case N_BLOCK:
