@@ -805,7 +805,8 @@ int og_tokenizer_is_special(const og_tokenizer *t, int32_t id);
 /* Special ids, -1 when there is none. bos: tokenizer_config.json's
  * bos_token. eos: its eos_token. End of turn: the token that ends an
  * assistant's reply in the chat format of the config's chat_template
- * ("<|im_end|>", "<|eot_id|>", "</s>"); -1 without a recognised template. */
+ * ("<|im_end|>", "<|eot_id|>", "</s>", "<end_of_turn>", "<|end|>"); -1
+ * without a recognised template. */
 int32_t og_tokenizer_bos(const og_tokenizer *t);
 int32_t og_tokenizer_eos(const og_tokenizer *t);
 int32_t og_tokenizer_eot(const og_tokenizer *t);

@@ -84,7 +84,7 @@ int32_t og_tokenizer_eos(const og_tokenizer *t) {
 
 int32_t og_tokenizer_eot(const og_tokenizer *t) {
     if (!t) return -1;
-    const char *eot = og_chat_end_of_turn(og_chat_format_detect(og_tokenizer_chat_template(t)));
+    const char *eot = og_chat_template_end_marker(og_tokenizer_chat_template(t));
     return eot ? og_tokenizer_token_id(t, eot) : -1;
 }
 

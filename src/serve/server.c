@@ -140,7 +140,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     int32_t n_eos = og_tokenizer_eos_ids(s->tok, &eos);
     for (int32_t i = 0; i < n_eos && s->n_eos < 8; i++) s->eos[s->n_eos++] = eos[i];
     s->chat_format = og_chat_format_detect(og_tokenizer_chat_template(s->tok));
-    const char *eot = og_chat_end_of_turn((og_chat_format)s->chat_format);
+    const char *eot = og_chat_template_end_marker(og_tokenizer_chat_template(s->tok));
     s->end_of_turn = eot ? og_tokenizer_token_id(s->tok, eot) : -1;
     for (int64_t i = 0; i < s->vocab; i++) {
         if (og_tokenizer_token_text(s->tok, (int32_t)i)) continue;
