@@ -310,7 +310,7 @@ static og_status parse_tensor_info(cursor *c, og_gguf *g, uint64_t i) {
     for (int d = 0; d < OG_GGUF_MAX_DIMS; d++) {
         uint64_t ne = 1;
         if ((uint32_t)d < nd && (rc = rd_u64(c, t->name, &ne)) != OG_OK) return rc;
-        if (ne == 0 || ne > (uint64_t)INT64_MAX || og_mul_overflow_i64(t->numel, (int64_t)ne, &t->numel))
+        if (ne == 0 || ne > (uint64_t)INT64_MAX || !og_mul_overflow_i64(t->numel, (int64_t)ne, &t->numel))
             return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\": ne[%d] = %llu: zero, or too many elements",
                                 g->origin, t->name, d, (unsigned long long)ne);
         t->ne[d] = (int64_t)ne;
@@ -324,7 +324,7 @@ static og_status parse_tensor_info(cursor *c, og_gguf *g, uint64_t i) {
         return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\": ne[0] = %lld is not a multiple of the %s block of %u",
                             g->origin, t->name, (long long)t->ne[0], tn, ti->block);
     int64_t nbytes = 0;
-    if (ti->bytes && og_mul_overflow_i64(t->numel / ti->block, ti->bytes, &nbytes))
+    if (ti->bytes && !og_mul_overflow_i64(t->numel / ti->block, ti->bytes, &nbytes))
         return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\": size overflows", g->origin, t->name);
     t->nbytes = (uint64_t)nbytes;
     return OG_OK;
