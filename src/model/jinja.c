@@ -103,6 +103,7 @@ typedef struct jv {
 typedef struct jlist {
     jv *v;
     size_t n, cap;
+    bool tuple; /* printed as Python prints a tuple */
 } jlist;
 
 typedef struct jdict {
@@ -597,6 +598,7 @@ static jnode *parse_primary(parser *P) {
         if (is_op(cur(P), ")")) {
             advance(P);
             n = mk(P, E_LIST, line);
+            n->op = 1; /* () is an empty tuple */
         } else {
             jnode *first = parse_expr(P, true);
             if (is_op(cur(P), ",")) {
@@ -608,6 +610,7 @@ static jnode *parse_primary(parser *P) {
                     kid_push(P, &b, parse_expr(P, true), (jstr){0});
                 }
                 n = mk(P, E_LIST, line);
+                n->op = 1;
                 n->kids = b.v;
                 n->n_kids = b.n;
             } else
@@ -1033,6 +1036,7 @@ static jnode *parse_tag(parser *P) {
                 kid_push(P, &v, parse_expr(P, true), (jstr){0});
             }
             n->a = mk(P, E_LIST, line);
+            n->a->op = 1;
             n->a->kids = v.v;
             n->a->n_kids = v.n;
         }
@@ -1245,6 +1249,7 @@ static jv str_copy(render *R, const char *p, size_t n) {
 static jlist *list_new(render *R, size_t cap) {
     jlist *l = ralloc(R, sizeof *l);
     l->n = 0;
+    l->tuple = false;
     l->cap = cap ? cap : 4;
     if (l->cap > (SIZE_MAX / 2) / sizeof(jv)) room(R);
     l->v = ralloc(R, l->cap * sizeof *l->v);
@@ -1498,12 +1503,13 @@ static void repr(sbuf *b, const jv *v, int level) {
     case JV_STR: repr_str(b, v->u.s.p, v->u.s.n); return;
     case JV_UNDEF: return;
     case JV_LIST:
-        sb_c(b, '[');
+        sb_c(b, v->u.l->tuple ? '(' : '[');
         for (size_t i = 0; i < v->u.l->n; i++) {
             if (i) sb_z(b, ", ");
             repr(b, &v->u.l->v[i], level + 1);
         }
-        sb_c(b, ']');
+        if (v->u.l->tuple && v->u.l->n == 1) sb_c(b, ',');
+        sb_c(b, v->u.l->tuple ? ')' : ']');
         return;
     case JV_DICT:
         if (v->u.d->kind == JD_NAMESPACE) sb_z(b, "<Namespace ");
@@ -2031,6 +2037,7 @@ static jv dict_items(render *R, jdict *d) {
         jlist *p = list_new(R, 2);
         list_push(R, p, d->k[i]);
         list_push(R, p, d->v[i]);
+        p->tuple = true;
         list_push(R, l, mklist(p));
     }
     return mklist(l);
@@ -2382,6 +2389,7 @@ static jv eval_node(render *R, const jnode *n) {
     case E_LIST: {
         jlist *l = list_new(R, n->n_kids);
         for (size_t i = 0; i < n->n_kids; i++) list_push(R, l, eval(R, n->kids[i]));
+        l->tuple = n->op == 1;
         return mklist(l);
     }
     case E_DICT: {
