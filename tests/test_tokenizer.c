@@ -377,8 +377,12 @@ static void model_errors(void) {
 }
 
 int main(void) {
-    const char *names[] = {"gpt2-style", "llama-gqa", "llama3-style", "mistral-sw", "qwen2-bias", "qwen3-mixed"};
+    const char *names[] = {"gpt2-style", "llama-gqa", "llama3-style", "mistral-sw", "qwen2-bias", "qwen3-mixed",
+                           "added-flags"};
+    /* Unigram and WordPiece models, with added tokens using every flag */
+    const char *others[] = {"unigram-metaspace", "unigram-bytefallback", "bert-uncased", "wordpiece-cased"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) parity(names[i]);
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) parity(others[i]);
     og_test_section("heap BPE equals the plain merge loop");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) fast_bpe_equals_reference(names[i]);
     stream_holds_partial();
