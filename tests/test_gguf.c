@@ -465,24 +465,25 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
 /* ------------------------------------------------------------ exporter refusals */
 
 enum {
-    M_OK, M_ARCH, M_Q4 /* a type the exporter does not read */, M_MISSING, M_SHAPE, M_EXTRA, M_SPM, M_PRE, M_ROPE, M_HEADS, M_NO_CTX, M_COUNT
+    M_OK, M_ARCH, M_Q4 /* a type the exporter does not read */, M_MISSING, M_SHAPE, M_EXTRA, M_SPM, M_PRE, M_ROPE, M_HEADS, M_NO_CTX,
+    M_VOCAB, M_COUNT
 };
 
 /* A llama GGUF of hidden 4, ffn 4, 1 layer, 2 heads / 1 KV head (head dim
- * 2), vocab 3, f32 weights, a 3-token byte-level vocabulary; or one
- * variant of it. */
+ * 2), vocab 4, f32 weights, a 4-token byte-level vocabulary (one control
+ * token, the eos); or one variant of it. */
 static void build_model(gb *b, int v) {
     static const char *const names[] = {"token_embd.weight",       "output_norm.weight",     "blk.0.attn_norm.weight",
                                         "blk.0.attn_q.weight",     "blk.0.attn_k.weight",    "blk.0.attn_v.weight",
                                         "blk.0.attn_output.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight",
                                         "blk.0.ffn_up.weight",     "blk.0.ffn_down.weight",  "blk.0.extra.weight"};
-    static const int64_t ne[][2] = {{4, 3}, {4, 1}, {4, 1}, {4, 4}, {4, 2}, {4, 2}, {4, 4}, {4, 1}, {4, 4}, {4, 4}, {4, 4}, {4, 1}};
+    static const int64_t ne[][2] = {{4, 4}, {4, 1}, {4, 1}, {4, 4}, {4, 2}, {4, 2}, {4, 4}, {4, 1}, {4, 4}, {4, 4}, {4, 4}, {4, 1}};
     int nt = v == M_EXTRA ? 12 : v == M_MISSING ? 10 : 11;
     b->n = 0;
     put(b, "GGUF", 4);
     u32(b, 3);
     u64(b, (uint64_t)nt);
-    u64(b, v == M_NO_CTX ? 15 : 16);
+    u64(b, v == M_NO_CTX ? 16 : 17);
     str(b, "general.architecture"), u32(b, OG_GGUF_STRING), str(b, v == M_ARCH ? "gpt2" : "llama");
     str(b, "llama.block_count"), u32(b, OG_GGUF_U32), u32(b, 1);
     str(b, "llama.embedding_length"), u32(b, OG_GGUF_U32), u32(b, 4);
@@ -494,10 +495,14 @@ static void build_model(gb *b, int v) {
     str(b, "llama.attention.layer_norm_rms_epsilon"), u32(b, OG_GGUF_F32), put(b, &(float){1e-5f}, 4);
     str(b, "tokenizer.ggml.model"), u32(b, OG_GGUF_STRING), str(b, v == M_SPM ? "llama" : "gpt2");
     str(b, "tokenizer.ggml.pre"), u32(b, OG_GGUF_STRING), str(b, v == M_PRE ? "falcon" : "gpt-2");
-    str(b, "tokenizer.ggml.tokens"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, 3);
-    str(b, "a"), str(b, "b"), str(b, "ab");
+    str(b, "tokenizer.ggml.tokens"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, v == M_VOCAB ? 5 : 4);
+    str(b, "a"), str(b, "b"), str(b, "ab"), str(b, "<e>");
+    if (v == M_VOCAB) str(b, "abab");
+    str(b, "tokenizer.ggml.token_type"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_I32), u64(b, v == M_VOCAB ? 5 : 4);
+    u32(b, 1), u32(b, 1), u32(b, 1), u32(b, 3);
+    if (v == M_VOCAB) u32(b, 1);
     str(b, "tokenizer.ggml.merges"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, 1), str(b, "a b");
-    str(b, "tokenizer.ggml.eos_token_id"), u32(b, OG_GGUF_U32), u32(b, 2);
+    str(b, "tokenizer.ggml.eos_token_id"), u32(b, OG_GGUF_U32), u32(b, 3);
     str(b, "tokenizer.ggml.bos_token_id"), u32(b, OG_GGUF_U32), u32(b, 0);
     str(b, "tokenizer.ggml.add_bos_token"), u32(b, OG_GGUF_BOOL), u8(b, 1);
     uint64_t off = 0;
@@ -532,6 +537,7 @@ static void exporter_refuses(void) {
         {M_ROPE, OG_ERR_UNSUPPORTED, "\"llama.rope.scaling.type\" = \"yarn\": not supported"},
         {M_HEADS, OG_ERR_FORMAT, "head_count_kv\" = 3: must divide head_count 2"},
         {M_NO_CTX, OG_ERR_FORMAT, "required key \"llama.context_length\" is missing"},
+        {M_VOCAB, OG_ERR_FORMAT, "5 tokens, more than the 4 rows of token_embd.weight"},
     };
     char dir[] = "/tmp/og_gguf_bad_XXXXXX";
     if (!mkdtemp(dir)) return;

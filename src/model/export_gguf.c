@@ -717,6 +717,11 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
     }
     if (rc == OG_OK) rc = map_all(&s, cfg);
     if (rc == OG_OK) rc = og_gguf_tokenizer(s.g, &tok, &tok_cfg);
+    const og_gguf_kv *tokens = og_gguf_find_kv(s.g, "tokenizer.ggml.tokens");
+    if (rc == OG_OK && tok && tokens->count > (uint64_t)cfg->vocab_size)
+        rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.tokens\" has %llu tokens, more than the %lld rows "
+                          "of token_embd.weight", gguf_path, (unsigned long long)tokens->count,
+                          (long long)cfg->vocab_size);
     if (rc == OG_OK) {
         og_export_source src = {.find = gsrc_find,
                                 .fill = gsrc_fill,
