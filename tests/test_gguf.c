@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "model/export.h"
 #include "model/gguf.h"
+#include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "program/program.h"
@@ -382,6 +383,40 @@ static void parity(const char *file, const char *hf, og_dtype dtype, int mode, d
     remove(ga), remove(ha);
 }
 
+/* The fixtures as the gguf package wrote them: the hyperparameters of the
+ * Hugging Face config.json they came from, reversed dims, alignment. */
+static void fixture_metadata(const char *file, const char *hf, uint64_t alignment, int32_t n_tensors) {
+    char title[160], path[512];
+    snprintf(title, sizeof title, "reader: %s has hf/%s's hyperparameters", file, hf);
+    og_test_section(title);
+    snprintf(path, sizeof path, "%s/gguf/%s", OG_TEST_DATA_DIR, file);
+    og_gguf *g = NULL;
+    CHECK_OK(og_gguf_open_file(path, &g));
+    og_hf_config *c = malloc(sizeof *c);
+    snprintf(path, sizeof path, "%s/hf/%s/config.json", OG_TEST_DATA_DIR, hf);
+    CHECK_OK(og_hf_config_load(path, c));
+    if (g) {
+        const char *arch = og_hf_family_name(c->family);
+        char key[96];
+        int64_t v = -1;
+        CHECK(og_gguf_version(g) == 3 && og_gguf_alignment(g) == alignment && og_gguf_n_tensors(g) == n_tensors);
+        snprintf(key, sizeof key, "%s.block_count", arch);
+        CHECK(og_gguf_get_int(g, key, true, 0, 1 << 20, &v, NULL) == OG_OK && v == c->num_hidden_layers);
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+        CHECK(og_gguf_get_int(g, key, true, 0, 1 << 20, &v, NULL) == OG_OK && v == c->num_key_value_heads);
+        snprintf(key, sizeof key, "%s.context_length", arch);
+        CHECK(og_gguf_get_int(g, key, true, 0, 1 << 30, &v, NULL) == OG_OK && v == c->max_position_embeddings);
+        const og_gguf_tensor *t = og_gguf_find_tensor(g, "blk.0.ffn_down.weight");
+        CHECK(t && t->n_dims == 2 && t->ne[0] == c->intermediate_size && t->ne[1] == c->hidden_size);
+        t = og_gguf_find_tensor(g, "token_embd.weight");
+        CHECK(t && t->ne[0] == c->hidden_size && t->ne[1] == c->vocab_size);
+        const og_gguf_kv *tok = og_gguf_find_kv(g, "tokenizer.ggml.tokens");
+        CHECK(tok && tok->count == (uint64_t)c->vocab_size);
+    }
+    free(c);
+    og_gguf_close(g);
+}
+
 /* ------------------------------------------------------------ tokenizer */
 
 static int32_t *json_ids(const cJSON *arr, int64_t *n) {
@@ -603,6 +638,9 @@ int main(void) {
     reader_refuses();
     exporter_refuses();
     tokenizer_adds_bos();
+    fixture_metadata("llama-gqa-f32.gguf", "llama-gqa", 32, 3 + 2 * 9 + 1);
+    fixture_metadata("qwen2-bias-f16.gguf", "qwen2-bias", 64, 2 + 2 * 12);
+    fixture_metadata("qwen3-mixed-bf16.gguf", "qwen3-mixed", 32, 2 + 4 * 11);
     parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_F32, 0, -1, false);
     parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_BF16, 0, -1, false);
     parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_BF16, 0, -1, false);
