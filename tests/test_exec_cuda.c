@@ -401,6 +401,54 @@ static void check_batch_decode_graphs(const char *prog, og_model *cpu, const int
     og_model_free(gpu);
 }
 
+/* One batch holding sessions of both KV dtypes (f32 and bf16 storage): the
+ * sessions whose dtype the batched attention does not serve step alone
+ * inside the same step. Each session's logits and arg-max equal its twin's
+ * (same dtype) stepped alone on the device, within the CUDA tolerance. */
+static void check_mixed_kv_dtypes(og_model *gpu, const int32_t *ids, const char *name) {
+    enum { KM = 5, STEPS = 6, L0 = 12 };
+    const int64_t V = og_model_vocab_size(gpu);
+    og_session *g[KM] = {0}, *t[KM] = {0};
+    bool ok = true;
+    for (int k = 0; k < KM && ok; k++) {
+        og_session_params sp = og_session_default_params();
+        sp.kv_dtype = k % 2 ? OG_DTYPE_BF16 : OG_DTYPE_F32;
+        ok = og_session_create(gpu, &sp, &g[k]) == OG_OK && og_session_create(gpu, &sp, &t[k]) == OG_OK;
+        CHECK_MSG(ok, "%s: session %d: %s", name, k, og_last_error());
+        if (ok) {
+            CHECK_OK(og_session_eval(g[k], ids + k, L0, 0, NULL, 0));
+            CHECK_OK(og_session_eval(t[k], ids + k, L0, 0, NULL, 0));
+        }
+    }
+    float *lg = malloc((size_t)KM * (size_t)V * sizeof *lg), *want = malloc((size_t)V * sizeof *want);
+    double worst = 0;
+    for (int step = 0; ok && step < STEPS; step++) {
+        og_batch_item items[KM];
+        int32_t tok[KM];
+        for (int k = 0; k < KM; k++) {
+            tok[k] = ids[(L0 + k + step * 7) % N_TOK];
+            items[k] = (og_batch_item){.session = g[k], .tokens = &tok[k], .n_tokens = 1,
+                                       .output = OG_OUTPUT_LOGITS, .logits = lg + (size_t)k * (size_t)V};
+        }
+        og_status st = og_model_step(gpu, items, KM);
+        CHECK_MSG(st == OG_OK, "%s mixed KV dtypes step %d: %s", name, step, og_last_error());
+        if (st != OG_OK) break;
+        for (int k = 0; k < KM; k++) {
+            og_batch_item one = {.session = t[k], .tokens = &tok[k], .n_tokens = 1, .output = OG_OUTPUT_LOGITS,
+                                 .logits = want};
+            CHECK_OK(og_model_step(gpu, &one, 1));
+            size_t at = 0;
+            const double r = og_tol_ratio(items[k].logits, want, (size_t)V, 1e-3, 1e-3, &at);
+            CHECK_MSG(r <= 1.0, "%s mixed KV dtypes step %d session %d (%s KV): batch vs alone ratio %.3g at %zu", name,
+                      step, k, k % 2 ? "bf16" : "f32", r, at);
+            if (r > worst) worst = r;
+        }
+    }
+    printf("  %s: a batch of f32-KV and bf16-KV sessions vs each alone: worst %.3g of the tolerance\n", name, worst);
+    for (int k = 0; k < KM; k++) og_session_destroy(g[k]), og_session_destroy(t[k]);
+    free(lg), free(want);
+}
+
 static void check_fixture(const char *src, const char *name) {
     char dir[1024], prog[1024];
     snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
@@ -483,6 +531,7 @@ static void check_fixture(const char *src, const char *name) {
     og_session_destroy(b);
     check_sampling(gpu, nog, ids, name);
     check_batch_sizes(cpu, gpu, ids, name);
+    check_mixed_kv_dtypes(gpu, ids, name);
     /* every step above of one session decoding replayed the one-session
      * graph, captured once for the model; the batches captured one per bucket */
     og_model_metrics gm, nm;

@@ -1,4 +1,5 @@
-/* One model serving sessions on different threads (CPU back end), the
+/* One model serving sessions on different threads (CPU back end, or CUDA
+ * with the argument `cuda`: tests/gpu/run.sh runs it so), the
  * header's promise, checked so that a ThreadSanitizer build (make
  * test-tsan) sees every shared path: 4 threads each own 2 sessions of one
  * model whose thread pool has 2 workers, and alternate between a batched
@@ -10,6 +11,9 @@
  * from one file, so that steps of two models' per-model state interleave. */
 #include "harness.h"
 #include "program_fixture.h"
+
+#include "kernels/cuda/ops_cuda.h"
+#include "model/export.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -84,26 +88,46 @@ static void compare(const char *what, og_model **m, int n_models) {
     CHECK_MSG(varied, "%s: thread 0 decodes a single token throughout", what);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    bool cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    if (cuda && !og_cuda_device_present()) {
+        printf("skipped: no CUDA device\n");
+        return OG_TEST_SKIP;
+    }
     char dir[] = "/tmp/og_test_threads_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     og_model_params mp = og_model_default_params();
-    mp.backend = OG_BACKEND_CPU;
+    mp.backend = cuda ? OG_BACKEND_CUDA : OG_BACKEND_CPU;
     mp.n_threads = 2;
     char path[2][600];
     og_model *m[2] = {0}, *twin = NULL;
+    /* the CPU runs the synthetic program (head dim 4) as f32 and bf16; the
+     * CUDA kernels take head dims from 8, so there two of the Hugging Face
+     * fixtures exported small (a flat and a sliding-window model) */
+    const char *hf[2] = {"qwen3-mixed", "mistral-sw"};
     for (int p = 0; p < 2; p++) {
-        snprintf(path[p], sizeof path[p], "%s/threads_%s.ogp", dir, p ? "bf16" : "f32");
-        og_fixture_opts o = {.activation_dtype = p ? OG_DTYPE_BF16 : OG_DTYPE_F32, .initial_capacity = 4,
-                             .max_write = MAX_WRITE, .window = 3, .well_scaled = true};
-        CHECK_OK(og_fixture_write_program(path[p], &o));
+        snprintf(path[p], sizeof path[p], "%s/threads_%s.ogp", dir, cuda ? hf[p] : p ? "bf16" : "f32");
+        if (cuda) {
+            const char *src = getenv("OG_SOURCE_DIR") ? getenv("OG_SOURCE_DIR") : OG_SOURCE_DIR;
+            char ckpt[512];
+            snprintf(ckpt, sizeof ckpt, "%s/tests/data/hf/%s", src, hf[p]);
+            og_export_options o;
+            og_export_default_options(&o);
+            o.max_write = MAX_WRITE;
+            o.initial_capacity = 4;
+            CHECK_OK(og_export_hf(ckpt, path[p], &o, NULL));
+        } else {
+            og_fixture_opts o = {.activation_dtype = p ? OG_DTYPE_BF16 : OG_DTYPE_F32, .initial_capacity = 4,
+                                 .max_write = MAX_WRITE, .window = 3, .well_scaled = true};
+            CHECK_OK(og_fixture_write_program(path[p], &o));
+        }
         CHECK_OK(og_model_load(path[p], &mp, &m[p]));
     }
     CHECK_OK(og_model_load(path[0], &mp, &twin));
     if (m[0] && m[1] && twin) {
         og_test_section("4 threads x 2 sessions of one model");
-        compare("f32 program", &m[0], 1);
-        compare("bf16 program", &m[1], 1);
+        compare(cuda ? hf[0] : "f32 program", &m[0], 1);
+        compare(cuda ? hf[1] : "bf16 program", &m[1], 1);
         og_test_section("4 threads over two models of one file");
         og_model *pair[2] = {m[0], twin};
         compare("two models", pair, 2);

@@ -2,6 +2,11 @@
 """Peers timed side by side with offgraph (bench/gpu/run.sh):
 
   peer.py make-qwen3 DIR            Qwen3-0.6B-shaped checkpoint, random bf16 weights
+  peer.py qwen3-tokenizer DIR TEMPLATE_DIR
+                                    gives DIR a tokenizer of the model's whole vocabulary
+                                    (for offgraph serve): TEMPLATE_DIR's byte-level BPE
+                                    (a small test tokenizer), its vocabulary padded with
+                                    unique filler pieces up to the config's vocab_size
   peer.py sdpa                      torch SDPA (enable_gqa=True) decode attention,
                                     Hq=32, Hkv=8, D=128, bf16, histories 4k/32k/128k
   peer.py generate DIR CTX GEN      transformers generate, static cache, greedy,
@@ -39,6 +44,41 @@ def make_qwen3(out):
         model = Qwen3ForCausalLM(qwen3_config()).to(torch.bfloat16)
     model.save_pretrained(out)
     print(json.dumps({"made": out, "params": sum(p.numel() for p in model.parameters())}))
+
+
+def qwen3_tokenizer(out, template_dir):
+    """Pads a small byte-level BPE to the model's vocabulary: random weights
+    sample any of the vocab_size ids, and a server must turn each into text."""
+    import os
+    import shutil
+    vocab_size = json.load(open(os.path.join(out, "config.json")))["vocab_size"]
+    tok = json.load(open(os.path.join(template_dir, "tokenizer.json")))
+    vocab = tok["model"]["vocab"]
+    taken = set(vocab) | {a["content"] for a in tok["added_tokens"]}
+    used = set(vocab.values()) | {a["id"] for a in tok["added_tokens"]}
+    # the byte-level alphabet: the characters single bytes map to
+    alphabet = [chr(b) for b in range(33, 127)] + [chr(b) for b in range(161, 173)] + [chr(b) for b in range(174, 256)]
+    alphabet += [chr(256 + i) for i in range(256 - len(alphabet))]
+    def fillers():
+        for a in alphabet:
+            for b in alphabet:
+                yield a + b
+        for a in alphabet:
+            for b in alphabet:
+                for c in alphabet:
+                    yield a + b + c
+    gen = fillers()
+    for i in range(vocab_size):
+        if i in used:
+            continue
+        piece = next(gen)
+        while piece in taken:
+            piece = next(gen)
+        vocab[piece] = i
+        taken.add(piece)
+    json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"), ensure_ascii=False)
+    shutil.copy(os.path.join(template_dir, "tokenizer_config.json"), os.path.join(out, "tokenizer_config.json"))
+    print(json.dumps({"tokenizer": out, "vocab": len(vocab) + len(tok["added_tokens"])}))
 
 
 def median_ms(fn, reps=200, warm=10):
@@ -150,6 +190,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make-qwen3":
         make_qwen3(sys.argv[2])
+    elif cmd == "qwen3-tokenizer":
+        qwen3_tokenizer(sys.argv[2], sys.argv[3])
     elif cmd == "sdpa":
         sdpa()
     elif cmd == "generate":

@@ -43,6 +43,7 @@ check test_sample_cuda "$B/tests/test_sample_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check test_fork_cuda "$B/tests/test_fork_cuda"
+check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
