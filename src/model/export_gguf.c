@@ -22,6 +22,7 @@
 #include "core/core.h"
 #include "model/export.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -250,7 +251,10 @@ static og_status rope_from_freqs(const og_gguf *g, const og_gguf_tensor *t, og_h
             orig = nearbyint(wavelen * (smooth * (high - low) + low));
         }
     }
-    if (orig == 0) orig = (double)c->max_position_embeddings / factor; /* every factor 1 or factor */
+    if (orig == 0) orig = nearbyint((double)c->max_position_embeddings / factor); /* every factor 1 or factor */
+    if (!(orig >= 1 && orig <= INT32_MAX))
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: tensor \"rope_freqs.weight\": no llama3 original context "
+                            "fits its factors", path);
     for (int64_t i = 0; i < n; i++) {
         float v;
         memcpy(&v, &r[i], 4);
@@ -494,6 +498,7 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
     for (uint64_t i = 0; i < tokens->count && rc == OG_OK; i++) {
         int32_t type = TOK_NORMAL;
         if (types) memcpy(&type, types->elems + i * 4, 4);
+        if (type == 0) type = TOK_NORMAL; /* "undefined" in llama.cpp: an ordinary token */
         if (type == TOK_UNUSED) continue; /* padding rows of the embedding */
         char *text = NULL;
         if ((rc = token_text(g, tokens, i, &text))) break;
@@ -717,6 +722,17 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
     }
     if (rc == OG_OK) rc = map_all(&s, cfg);
     if (rc == OG_OK) rc = og_gguf_tokenizer(s.g, &tok, &tok_cfg);
+    if (rc == OG_OK && tok) { /* the rebuilt tokenizer must load, or the export fails here, not at run */
+        og_tokenizer *t = NULL;
+        rc = og_tokenizer_load_json(tok, &t);
+        if (rc == OG_OK) rc = og_tokenizer_load_config(t, tok_cfg);
+        if (rc != OG_OK) {
+            char msg[OG_ERRMSG_CAP];
+            snprintf(msg, sizeof msg, "%s", og_last_error());
+            rc = og_set_error(rc, "gguf %s: the tokenizer rebuilt from its metadata does not load: %s", gguf_path, msg);
+        }
+        og_tokenizer_free(t);
+    }
     const og_gguf_kv *tokens = og_gguf_find_kv(s.g, "tokenizer.ggml.tokens");
     if (rc == OG_OK && tok && tokens->count > (uint64_t)cfg->vocab_size)
         rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.tokens\" has %llu tokens, more than the %lld rows "
