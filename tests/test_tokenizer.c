@@ -196,6 +196,13 @@ static void unsupported(void) {
     refuses("{" M ", \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}]}}",
             OG_ERR_UNSUPPORTED, "Digits");
     refuses("{" M ", \"decoder\": {\"type\": \"CTC\"}}", OG_ERR_UNSUPPORTED, "CTC");
+    /* Strip after Fuse beyond one leading character: a stream could not match a whole decode */
+    refuses("{" M ", \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": "
+            "\"Strip\", \"content\": \" \", \"start\": 2, \"stop\": 0}]}}",
+            OG_ERR_UNSUPPORTED, "Strip after Fuse");
+    refuses("{" M ", \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": "
+            "\"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 1}]}}",
+            OG_ERR_UNSUPPORTED, "Strip after Fuse");
     refuses("{" M ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}}}", OG_ERR_UNSUPPORTED,
             "regex");
     refuses("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a c\"]}}", OG_ERR_FORMAT,

@@ -562,6 +562,17 @@ static og_status load_decoder(og_tokenizer *t, const cJSON *o) {
                 op->stop = e->valueint;
                 rc = dup(c, &op->a);
             }
+            /* After Fuse (or ByteLevel, which joins the tokens too) Strip
+             * acts on the whole text: a stream cannot know where the text
+             * ends (stop) nor strip more than the one leading character its
+             * context repeats (start), so its text would differ from a whole
+             * decode. Published tokenizers strip one leading space. */
+            bool joined = false;
+            for (int j = 0; j < i; j++) joined = joined || t->dec[j].kind == DEC_FUSE || t->dec[j].kind == DEC_BYTELEVEL;
+            if (rc == OG_OK && joined && (op->start > 1 || op->stop > 0))
+                rc = TOK_ERR(OG_ERR_UNSUPPORTED,
+                             "decoder Strip after Fuse with start %d, stop %d (only start 0 or 1 and stop 0)",
+                             op->start, op->stop);
         } else if (!strcmp(type, "WordPiece")) {
             op->kind = DEC_WORDPIECE;
             const char *p = json_str(it, "prefix");
