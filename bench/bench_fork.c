@@ -10,7 +10,10 @@
  *            save, and its hashing and writing into the page cache alone
  *            (what comes before fsync, whose time is the disk's).
  *   restore: from the page cache (the file just written) into a new
- *            packed session, GB/s.
+ *            session of the same storage, GB/s.
+ * Save and restore run on packed storage (the paged allocator: every row
+ * strided) and on dense storage (the heap, what CPU sessions use: each
+ * layer's rows contiguous).
  *
  * Usage: bench_fork [dir for the files (default /tmp)] [lengths...] */
 #include "cache/cache.h"
@@ -118,7 +121,8 @@ static void bench_fork(const og_kv_config *cfg, const og_kv_allocator *a, const 
     og_kv_session_destroy(p);
 }
 
-static void bench_save(const og_kv_config *cfg, const og_kv_allocator *a, const char *dir, int64_t L) {
+static void bench_save(const og_kv_config *cfg, const og_kv_allocator *a, const char *name, const char *dir,
+                       int64_t L) {
     og_kv_session *s = filled(cfg, a, L), *r = NULL;
     char path[512];
     snprintf(path, sizeof path, "%s/bench_fork.ogs", dir);
@@ -152,10 +156,10 @@ static void bench_save(const og_kv_config *cfg, const og_kv_allocator *a, const 
         if (ts < best_save) best_save = ts;
         if (tr < best_restore) best_restore = tr;
     }
-    printf("save    L=%6lld (%7.3f GB live): %7.1f ms, %5.2f GB/s (temp file, fsync, rename, dir fsync), of which "
+    printf("save %-6s L=%6lld (%7.3f GB live): %7.1f ms, %5.2f GB/s (temp file, fsync, rename, dir fsync), of which "
            "hashing and writing to the page cache %7.1f ms, %5.2f GB/s; restore from page cache %7.1f ms, %5.2f GB/s\n",
-           (long long)L, gb, best_save * 1e3, gb / best_save, best_write * 1e3, gb / best_write, best_restore * 1e3,
-           gb / best_restore);
+           name, (long long)L, gb, best_save * 1e3, gb / best_save, best_write * 1e3, gb / best_write,
+           best_restore * 1e3, gb / best_restore);
     remove(path);
     og_kv_session_destroy(s);
     og_kv_session_destroy(r);
@@ -180,7 +184,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_lens; i++) bench_fork(&cfg, &paged, "packed", lens[i]);
     for (int i = 0; i < n_lens; i++)
         if (lens[i] <= 8192) bench_fork(&cfg, &heap, "dense", lens[i]);
-    for (int i = 0; i < n_lens; i++) bench_save(&cfg, &paged, dir, lens[i]);
+    for (int i = 0; i < n_lens; i++) bench_save(&cfg, &paged, "packed", dir, lens[i]);
+    for (int i = 0; i < n_lens; i++) bench_save(&cfg, &heap, "dense", dir, lens[i]);
     og_kv_allocator_paged_release(&paged);
     return 0;
 }

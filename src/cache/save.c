@@ -34,10 +34,12 @@
  *
  * Speed: rows in this process's memory (CPU sessions) are hashed and
  * written in place, and read in place and hashed, a run of about 1 MiB at a
- * time (one write/read when the layer's rows are contiguous, writev/readv
- * of its rows when they are strided, as in packed storage), so each byte is
- * hashed while still in cache and never copied by this code; device rows
- * go through a host buffer (og_kv_session_rows_to_host / _from_host). */
+ * time (one pwrite/pread when the layer's rows are contiguous, of its rows
+ * by pwritev/preadv when they are strided, as in packed storage), so each
+ * byte is hashed while still in cache and never copied by this code; the
+ * layers go to up to 4 threads (OG_SAVE_THREADS), each at the layer's own
+ * offset; restore prefaults the pages it reads into. Device rows go through
+ * a host buffer (og_kv_session_rows_to_host / _from_host) on one thread. */
 #include "cache/cache.h"
 #include "cache/hash.h"
 #include "exec/exec.h"
@@ -51,6 +53,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -236,14 +240,15 @@ static uint64_t payload_hash_final(payload_hash *p) {
     return v;
 }
 
-/* writev of every byte of iov [n] (which it advances past what was written). */
-static og_status writev_all(int fd, struct iovec *iov, int n, const char *path) {
+/* pwritev of every byte of iov [n] at *off (both advanced past what was written). */
+static og_status pwritev_all(int fd, struct iovec *iov, int n, uint64_t *off, const char *path) {
     while (n > 0) {
-        ssize_t w = writev(fd, iov, n);
+        ssize_t w = pwritev(fd, iov, n, (off_t)*off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0)
             return og_set_error(OG_ERR_IO, "og_session_save: writing %s: %s", path,
                                 w < 0 ? strerror(errno) : "nothing written");
+        *off += (uint64_t)w;
         for (size_t left = (size_t)w; left > 0;) {
             const size_t take = left < iov->iov_len ? left : iov->iov_len;
             iov->iov_base = (unsigned char *)iov->iov_base + take;
@@ -256,14 +261,16 @@ static og_status writev_all(int fd, struct iovec *iov, int n, const char *path) 
     return OG_OK;
 }
 
-/* readv filling every byte of iov [n]; OG_ERR_FORMAT naming truncation at EOF. */
-static og_status readv_all(int fd, struct iovec *iov, int n, const char *path, const char *what) {
+/* preadv filling every byte of iov [n] from *off (both advanced); OG_ERR_FORMAT
+ * naming truncation at EOF. */
+static og_status preadv_all(int fd, struct iovec *iov, int n, uint64_t *off, const char *path, const char *what) {
     while (n > 0) {
-        ssize_t r = readv(fd, iov, n);
+        ssize_t r = preadv(fd, iov, n, (off_t)*off);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return og_set_error(OG_ERR_IO, "og_session_restore: %s: reading %s: %s", path, what, strerror(errno));
         if (r == 0)
             return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: truncated: the file ends inside %s", path, what);
+        *off += (uint64_t)r;
         for (size_t left = (size_t)r; left > 0;) {
             const size_t take = left < iov->iov_len ? left : iov->iov_len;
             iov->iov_base = (unsigned char *)iov->iov_base + take;
@@ -302,6 +309,178 @@ static og_status hold(og_session *s, const char *fn) {
     return OG_OK;
 }
 
+/* ------------------------------------------------------------ layers in parallel */
+
+/* Layers are independent (each has its own place in the file and its own
+ * check), so a save or restore of rows in this process's memory hands them
+ * to a few threads: the page cache copies and the hashing of one thread run
+ * at a few GB/s, and several scale with the memory. Device rows (through
+ * the allocator's to_host / from_host) stay on the calling thread. */
+
+#define SAVE_THREADS 4 /* OG_SAVE_THREADS overrides (1..64) */
+
+typedef struct page_span {
+    uintptr_t a, b;
+} page_span;
+
+typedef struct layer_jobs {
+    og_kv_session *kv;
+    save_header *h;
+    bool save;
+    int fd;
+    const char *path;
+    int n_workers;
+    atomic_int next;   /* the next layer to take */
+    atomic_int failed; /* a worker failed: the others stop */
+    pthread_mutex_t lock;
+    og_status st;      /* the first failure */
+    char msg[OG_ERRMSG_CAP];
+    page_span *spans;  /* restore: pages the rows go to, merged, for MADV_POPULATE_WRITE */
+    int n_spans;
+    size_t span_bytes;
+} layer_jobs;
+
+typedef struct layer_worker {
+    layer_jobs *j;
+    int index;
+    pthread_t thread;
+} layer_worker;
+
+/* Backs this worker's share of the restore's pages before reading into them
+ * (one madvise per span rather than a fault every 4 KiB inside read). Best
+ * effort: without it the faults only come one by one. */
+static void populate_share(const layer_jobs *j, int w) {
+#ifdef MADV_POPULATE_WRITE
+    if (!j->n_spans) return;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t share = j->span_bytes / (size_t)j->n_workers / page * page;
+    size_t from = share * (size_t)w, to = w + 1 == j->n_workers ? j->span_bytes : share * (size_t)(w + 1);
+    size_t at = 0; /* bytes of the spans before span k */
+    for (int k = 0; k < j->n_spans && from < to; k++) {
+        const size_t len = j->spans[k].b - j->spans[k].a;
+        if (from < at + len) {
+            const size_t a = from - at, b = to - at < len ? to - at : len;
+            madvise((void *)(j->spans[k].a + a), b - a, MADV_POPULATE_WRITE);
+            from = at + b;
+        }
+        at += len;
+    }
+#else
+    (void)j;
+    (void)w;
+#endif
+}
+
+static int span_cmp(const void *x, const void *y) {
+    const page_span *a = x, *b = y;
+    return a->a < b->a ? -1 : a->a > b->a;
+}
+
+/* The pages every layer's host rows lie in, sorted and merged (packed
+ * layers share their pages). Leaves none when memory is short. */
+static void restore_spans(layer_jobs *j) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    page_span *sp = og_malloc((size_t)(2 * j->h->n_layers + 1) * sizeof *sp);
+    if (!sp) return;
+    int n = 0;
+    for (int32_t i = 0; i < j->h->n_layers; i++)
+        for (int part = 0; part < 2; part++) {
+            const save_layer *l = &j->h->layers[i];
+            unsigned char *p;
+            size_t pitch;
+            if (l->rows < 1 || !og_kv_session_rows_in_host(j->kv, i, part, l->first, l->rows, &p, &pitch)) continue;
+            const size_t row = (size_t)l->bytes / 2 / (size_t)l->rows;
+            sp[n].a = (uintptr_t)p / page * page;
+            sp[n].b = ((uintptr_t)p + (size_t)(l->rows - 1) * pitch + row + page - 1) / page * page;
+            n++;
+        }
+    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+    int m = 0;
+    for (int k = 0; k < n; k++) {
+        if (m && sp[k].a <= sp[m - 1].b) {
+            if (sp[k].b > sp[m - 1].b) sp[m - 1].b = sp[k].b;
+        } else {
+            sp[m++] = sp[k];
+        }
+    }
+    j->spans = sp;
+    j->n_spans = m;
+    j->span_bytes = 0;
+    for (int k = 0; k < m; k++) j->span_bytes += sp[k].b - sp[k].a;
+}
+
+static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char **buf,
+                                 struct iovec *iov, int fd, const char *path);
+static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t i, const save_layer *l,
+                                    unsigned char **buf, struct iovec *iov, int fd, const char *path);
+
+static void *layer_worker_main(void *arg) {
+    layer_worker *w = arg;
+    layer_jobs *j = w->j;
+    struct iovec *iov = og_malloc(RUN_IOV * sizeof *iov);
+    unsigned char *buf = NULL;
+    og_status st = iov ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "%s: no memory",
+                                              j->save ? "og_session_save" : "og_session_restore");
+    if (st == OG_OK && !j->save) populate_share(j, w->index);
+    while (st == OG_OK && !atomic_load(&j->failed)) {
+        const int i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->h->n_layers) break;
+        st = j->save ? save_layer_rows(j->kv, i, &j->h->layers[i], &buf, iov, j->fd, j->path)
+                     : restore_layer_rows(j->kv, j->h->version, i, &j->h->layers[i], &buf, iov, j->fd, j->path);
+    }
+    if (st != OG_OK) {
+        pthread_mutex_lock(&j->lock);
+        if (!atomic_load(&j->failed)) {
+            j->st = st;
+            snprintf(j->msg, sizeof j->msg, "%s", og_last_error());
+            atomic_store(&j->failed, 1);
+        }
+        pthread_mutex_unlock(&j->lock);
+    }
+    og_free(iov);
+    og_free(buf);
+    return NULL;
+}
+
+/* Saves (or restores) every layer's rows of h, on up to SAVE_THREADS
+ * threads when every row is in this process's memory. */
+static og_status run_layers(og_kv_session *kv, save_header *h, bool save, int fd, const char *path) {
+    layer_jobs j = {.kv = kv, .h = h, .save = save, .fd = fd, .path = path, .st = OG_OK};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.failed, 0);
+    int n = SAVE_THREADS;
+    const char *env = getenv("OG_SAVE_THREADS");
+    if (env && atoi(env) >= 1 && atoi(env) <= 64) n = atoi(env);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus >= 1 && n > cpus) n = (int)cpus;
+    if (n > h->n_layers) n = h->n_layers > 0 ? h->n_layers : 1;
+    for (int32_t i = 0; i < h->n_layers && n > 1; i++) {
+        unsigned char *p;
+        size_t pitch;
+        if (h->layers[i].rows > 0 && !og_kv_session_rows_in_host(kv, i, 0, h->layers[i].first, 1, &p, &pitch))
+            n = 1; /* device rows: one thread */
+    }
+    if (!save) restore_spans(&j);
+    pthread_mutex_init(&j.lock, NULL);
+    layer_worker *w = og_calloc((size_t)n, sizeof *w);
+    int started = 1;
+    if (!w) n = 1;
+    j.n_workers = n;
+    for (int k = 1; w && k < n; k++) {
+        w[k] = (layer_worker){.j = &j, .index = k};
+        if (pthread_create(&w[k].thread, NULL, layer_worker_main, &w[k]) != 0) break; /* fewer workers */
+        started++;
+    }
+    layer_worker self = {.j = &j, .index = 0};
+    layer_worker_main(&self);
+    for (int k = 1; k < started; k++) pthread_join(w[k].thread, NULL);
+    og_free(w);
+    og_free(j.spans);
+    pthread_mutex_destroy(&j.lock);
+    if (atomic_load(&j.failed)) return og_set_error(j.st, "%s", j.msg);
+    return OG_OK;
+}
+
 /* ------------------------------------------------------------ save */
 
 /* Writes layer i's payload (k rows, then v rows) to fd, hashing it: host
@@ -309,6 +488,7 @@ static og_status hold(og_session *s, const char *fn) {
 static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char **buf,
                                  struct iovec *iov, int fd, const char *path) {
     const og_kv_config *cfg = og_kv_session_config(kv);
+    uint64_t off = l->offset;
     const size_t row = (size_t)og_kv_row_bytes(cfg, &cfg->layers[i]);
     const int64_t per_buf = (int64_t)(CHUNK_BYTES / row) > 0 ? (int64_t)(CHUNK_BYTES / row) : 1;
     payload_hash h;
@@ -327,7 +507,7 @@ static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer 
             if (host) {
                 const int k = run_iov(p, pitch, row, n, iov);
                 for (int j = 0; j < k; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
-                st = writev_all(fd, iov, k, path);
+                st = pwritev_all(fd, iov, k, &off, path);
             } else {
                 if (n > per_buf) n = per_buf;
                 if (!*buf && !(*buf = og_malloc(CHUNK_BYTES))) {
@@ -336,7 +516,8 @@ static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer 
                 }
                 if ((st = og_kv_session_rows_to_host(kv, i, part, l->first + done, n, *buf)) != OG_OK) break;
                 payload_hash_update(&h, *buf, (size_t)n * row);
-                st = write_all(fd, *buf, (size_t)n * row, path);
+                iov[0] = (struct iovec){*buf, (size_t)n * row};
+                st = pwritev_all(fd, iov, 1, &off, path);
             }
             done += n;
         }
@@ -366,12 +547,11 @@ og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint6
     save_header h = {0};
     h.layers = og_calloc((size_t)cfg->n_layers, sizeof *h.layers);
     const size_t hsize = header_size(cfg->n_layers);
-    unsigned char *hdr = og_malloc(hsize), *buf = NULL;
-    struct iovec *iov = og_malloc(RUN_IOV * sizeof *iov);
+    unsigned char *hdr = og_malloc(hsize);
     char *tmp = og_malloc(strlen(path) + 16);
     og_status st = OG_OK;
     int fd = -1;
-    if (!h.layers || !hdr || !iov || !tmp) {
+    if (!h.layers || !hdr || !tmp) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
         goto done;
     }
@@ -393,9 +573,7 @@ og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint6
     /* the header's place stays zero until every row is written */
     memset(hdr, 0, hsize);
     if ((st = write_all(fd, hdr, hsize, tmp)) != OG_OK) goto done;
-    for (int32_t i = 0; i < cfg->n_layers && st == OG_OK; i++)
-        st = save_layer_rows(kv, i, &h.layers[i], &buf, iov, fd, tmp);
-    if (st != OG_OK) goto done;
+    if ((st = run_layers((og_kv_session *)kv, &h, true, fd, tmp)) != OG_OK) goto done;
     header_encode(&h, hdr);
     if (pwrite(fd, hdr, hsize, 0) != (ssize_t)hsize) {
         st = og_set_error(OG_ERR_IO, "og_session_save: writing the header of %s: %s", tmp, strerror(errno));
@@ -424,8 +602,6 @@ done:
     if (fd >= 0) close(fd);
     if (tmp && tmp[0]) unlink(tmp);
     og_free(tmp);
-    og_free(iov);
-    og_free(buf);
     og_free(hdr);
     og_free(h.layers);
     return st;
@@ -593,6 +769,7 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
 static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t i, const save_layer *l,
                                     unsigned char **buf, struct iovec *iov, int fd, const char *path) {
     const og_kv_config *cfg = og_kv_session_config(kv);
+    uint64_t off = l->offset;
     const size_t row = (size_t)og_kv_row_bytes(cfg, &cfg->layers[i]);
     const int64_t per_buf = (int64_t)(CHUNK_BYTES / row) > 0 ? (int64_t)(CHUNK_BYTES / row) : 1;
     payload_hash h;
@@ -612,7 +789,7 @@ static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t
             }
             if (host) {
                 const int k = run_iov(p, pitch, row, n, iov);
-                if ((st = readv_all(fd, iov, k, path, what)) != OG_OK) break;
+                if ((st = preadv_all(fd, iov, k, &off, path, what)) != OG_OK) break;
                 /* readv_all moved the iovecs past their rows: hash them again from the start */
                 const int k2 = run_iov(p, pitch, row, n, iov);
                 for (int j = 0; j < k2; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
@@ -622,7 +799,8 @@ static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t
                     st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
                     break;
                 }
-                if ((st = read_all(fd, *buf, (size_t)n * row, path, what)) != OG_OK) break;
+                iov[0] = (struct iovec){*buf, (size_t)n * row};
+                if ((st = preadv_all(fd, iov, 1, &off, path, what)) != OG_OK) break;
                 payload_hash_update(&h, *buf, (size_t)n * row);
                 st = og_kv_session_rows_from_host(kv, i, part, l->first + done, n, *buf);
             }
@@ -636,61 +814,18 @@ static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t
     return OG_OK;
 }
 
-/* Backs the host pages that the rows of every layer will be read into
- * before reading them (MADV_POPULATE_WRITE: one call per span, rather than
- * a page fault every 4 KiB inside read). Spans that overlap what was
- * already populated (packed layers share their pages) are cut to the rest.
- * Best effort: a kernel without it, or a span it refuses, only means the
- * faults come one by one. */
-static void populate_rows(const og_kv_session *kv, const save_header *h) {
-#ifdef MADV_POPULATE_WRITE
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = 0, hi = 0; /* populated: [lo, hi) */
-    for (int32_t i = 0; i < h->n_layers; i++)
-        for (int part = 0; part < 2; part++) {
-            const save_layer *l = &h->layers[i];
-            unsigned char *p;
-            size_t pitch;
-            if (l->rows < 1 || !og_kv_session_rows_in_host(kv, i, part, l->first, l->rows, &p, &pitch)) continue;
-            const uintptr_t a = (uintptr_t)p / page * page,
-                            b = ((uintptr_t)p + (size_t)(l->rows - 1) * pitch + (size_t)l->bytes / 2 /
-                                 (size_t)l->rows + page - 1) / page * page;
-            if (hi > lo && a < hi && b > lo) { /* overlaps: the parts outside */
-                if (a < lo) madvise((void *)a, lo - a, MADV_POPULATE_WRITE);
-                if (b > hi) madvise((void *)hi, b - hi, MADV_POPULATE_WRITE);
-                lo = a < lo ? a : lo;
-                hi = b > hi ? b : hi;
-            } else {
-                madvise((void *)a, b - a, MADV_POPULATE_WRITE);
-                if (b - a > hi - lo) lo = a, hi = b;
-            }
-        }
-#else
-    (void)kv;
-    (void)h;
-#endif
-}
-
 og_status og_kv_restore_file(og_kv_session *kv, uint64_t manifest_hash, uint64_t weights_hash, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return og_set_error(OG_ERR_IO, "og_session_restore: cannot open %s: %s", path, strerror(errno));
     save_header h = {0};
-    unsigned char *buf = NULL;
     const og_kv_config *cfg = og_kv_session_config(kv);
     og_status st = read_header(fd, path, cfg, manifest_hash, weights_hash, cfg->kv_dtype, &h);
-    struct iovec *iov = NULL;
-    if (st == OG_OK && (iov = og_malloc(RUN_IOV * sizeof *iov)) == NULL)
-        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
     if (st == OG_OK) og_kv_session_reset(kv);
     if (st == OG_OK && (st = og_kv_session_restore_begin(kv, h.length)) != OG_OK)
         og_set_error(st, "og_session_restore: %s: %s", path, og_kv_session_last_error(kv));
-    if (st == OG_OK) populate_rows(kv, &h);
-    for (int32_t i = 0; i < h.n_layers && st == OG_OK; i++)
-        st = restore_layer_rows(kv, h.version, i, &h.layers[i], &buf, iov, fd, path);
+    if (st == OG_OK) st = run_layers(kv, &h, false, fd, path);
     if (st == OG_OK) og_kv_session_restore_end(kv, h.length);
     close(fd);
-    og_free(iov);
-    og_free(buf);
     og_free(h.layers);
     return st;
 }
