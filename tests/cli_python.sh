@@ -87,7 +87,7 @@ ver=$(cd "$WORK" && "$VENV/bin/python" -c 'import offgraph; print(offgraph.__ver
 
 # the checks against the references
 (cd "$WORK" && OFFGRAPH_LIB=$LIB timeout 600 "${RUN[@]}" "$VENV/bin/python" "$SRC/tests/python/check_bindings.py" "$BIN" "$DEMO" \
-    "$SRC/models/kjv-tiny/golden.json" "$WORK") || fail "tests/python/check_bindings.py"
+    "$SRC/models/kjv-tiny/golden.json" "$WORK" "$SRC") || fail "tests/python/check_bindings.py"
 
 # where the library is found
 where() { (cd "$WORK" && env -u OFFGRAPH_LIB "$@" timeout 60 "${RUN[@]}" "$VENV/bin/python" -c \

@@ -22,6 +22,7 @@ sessions first, a tokenizer its decode streams.
 import array
 import ctypes
 import ctypes.util
+import json
 import os
 import threading
 import weakref
@@ -116,6 +117,7 @@ _PROTOTYPES = {
     "og_model_vocab_size": (c_int64, [_P]),
     "og_model_kv_config": (POINTER(_KvConfig), [_P]),
     "og_model_backend": (c_int, [_P]),
+    "og_model_tokenizer_config": (c_char_p, [_P]),
     "og_model_step": (c_int, [_P, POINTER(_BatchItem), c_int32]),
     "og_model_metrics_get": (c_int, [_P, POINTER(_ModelMetrics)]),
     # sampling
@@ -543,6 +545,7 @@ class Model(_Handle):
         self._sessions = weakref.WeakSet()
         self._tokenizer = None
         self._unknown_ids = None
+        self._add_bos = ()  # not read yet
 
     def close(self):
         """Closes every live session of the model, its tokenizer, then the model."""
@@ -607,6 +610,49 @@ class Model(_Handle):
         h = c_void_p()
         _check(_L().og_session_restore(self._ptr(), _path(path), byref(h)), "restore %s" % path)
         return Session(self, _handle=h.value)
+
+    def _add_bos_token(self):
+        """tokenizer_config.json's add_bos_token (True, False, or None when
+        it does not say or the program has no config)."""
+        if self._add_bos == ():
+            text = _L().og_model_tokenizer_config(self._ptr())
+            try:
+                cfg = json.loads(text.decode("utf-8")) if text else {}
+            except ValueError:
+                cfg = {}
+            add = cfg.get("add_bos_token") if isinstance(cfg, dict) else None
+            self._add_bos = add if isinstance(add, bool) else None
+        return self._add_bos
+
+    def prompt_ids(self, text, add_special=True):
+        """The ids a text prompt is fed as, as `offgraph run` makes them: the
+        text's tokens (special tokens written in it parsed) and, with
+        add_special, the special tokens the tokenizer's post-processor puts
+        around it, with the BOS forced on or off where tokenizer_config.json's
+        add_bos_token says (as transformers' tokenizers do)."""
+        tok = self.tokenizer
+        if not add_special:
+            return tok.encode(text, add_special=False)
+        ids = tok.encode(text)
+        bos, add = tok.bos_id, self._add_bos_token()
+        if bos is None or add is None:
+            return ids
+        plain = tok.encode(text, add_special=False)
+        # what the post-processor put before and after the text (all of it
+        # before an empty text)
+        if not plain:
+            pre, post = ids, []
+        else:
+            at = next((k for k in range(len(ids) - len(plain) + 1) if ids[k:k + len(plain)] == plain), None)
+            if at is None:
+                return ids
+            pre, post = ids[:at], ids[at + len(plain):]
+        has = pre[:1] == [bos]
+        if add and not has:
+            pre = [bos] + pre
+        elif not add and has:
+            pre = pre[1:]
+        return pre + plain + post
 
     def sampler(self, **params):
         """A Sampler over this model's vocabulary, the ids the tokenizer does
@@ -801,8 +847,8 @@ class Session(_Handle):
                         repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop_ids=None,
                         sampler=None):
         """A generator of the token ids of a continuation of prompt (a str,
-        encoded with the model's tokenizer, add_special adding e.g. a BOS as
-        `offgraph run` does; or a list of token ids fed as they are), after
+        made into ids by Model.prompt_ids(prompt, add_special), e.g. with a
+        BOS, as `offgraph run` does; or a list of token ids fed as they are), after
         what the session already holds. temperature 0 is greedy; the other
         arguments are Sampler's, and the ids the tokenizer does not know are
         never drawn. It stops after max_tokens tokens, before an end token
@@ -814,7 +860,7 @@ class Session(_Handle):
         to use instead of the sampling arguments (it is not closed)."""
         model = self.model
         tok = model.tokenizer
-        ids = tok.encode(prompt, add_special=add_special) if isinstance(prompt, (str, bytes)) else list(prompt)
+        ids = model.prompt_ids(prompt, add_special) if isinstance(prompt, (str, bytes)) else list(prompt)
         if not ids:
             raise OffgraphError("generate: the prompt gives no tokens")
         if self.length + len(ids) > model.max_context:

@@ -6,17 +6,18 @@ scripts/train_demo_model.py) and the C tool (`offgraph tokenize`,
 and generation loop are the tool's own code, not the bindings'.
 
 Run by tests/cli_python.sh with the installed package:
-    python check_bindings.py OFFGRAPH_TOOL DEMO.ogp GOLDEN.json WORK_DIR
+    python check_bindings.py OFFGRAPH_TOOL DEMO.ogp GOLDEN.json WORK_DIR SOURCE_DIR
 Prints one line a failed check and exits 1 when any failed.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import offgraph
 
-TOOL, DEMO, GOLDEN, WORK = sys.argv[1:5]
+TOOL, DEMO, GOLDEN, WORK, SRC = sys.argv[1:6]
 failures = []
 
 
@@ -162,6 +163,56 @@ with model.session() as s, model.session() as t, model.sampler(temperature=0) as
     check(len(rows) == 3 and all(len(r) == model.vocab_size for r in rows), "eval logits='all' shape")
     check(dist(rows[2], last) < 0.25 and dist(rows[1], last) > 1.0,
           "eval logits='all': last row %.4f from 'last', the row before %.4f" % (dist(rows[2], last), dist(rows[1], last)))
+
+# ---- a BOS where `offgraph run` puts one: the post-processor's, forced on or
+# off by tokenizer_config.json's add_bos_token. Variants of the Mistral
+# fixture (tests/data/hf/mistral-sw: bos <s>, a post-processor that adds
+# nothing), exported by the tool.
+HF = os.path.join(SRC, "tests", "data", "hf", "mistral-sw")
+
+
+def variant(name, add_bos_token, template_bos):
+    d = os.path.join(WORK, name)
+    shutil.copytree(HF, d)
+    path = os.path.join(d, "tokenizer_config.json")
+    cfg = json.load(open(path, encoding="utf-8"))
+    if add_bos_token is not None:
+        cfg["add_bos_token"] = add_bos_token
+    json.dump(cfg, open(path, "w", encoding="utf-8"))
+    if template_bos:
+        path = os.path.join(d, "tokenizer.json")
+        tj = json.load(open(path, encoding="utf-8"))
+        bos = [t["id"] for t in tj["added_tokens"] if t["content"] == "<s>"][0]
+        tj["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [bos], "tokens": ["<s>"]}}}
+        json.dump(tj, open(path, "w", encoding="utf-8"))
+    out = os.path.join(WORK, name + ".ogp")
+    tool("export", d, "-o", out)
+    return out
+
+
+prompt = "The quick brown fox"
+for name, add_bos_token, template_bos in (("plain", None, False), ("add-bos", True, False),
+                                          ("template-bos", None, True), ("template-no-bos", False, True)):
+    with offgraph.Model(variant(name, add_bos_token, template_bos), backend="cpu") as m:
+        bos = m.tokenizer.bos_id
+        ids = m.prompt_ids(prompt)
+        want_bos = add_bos_token if add_bos_token is not None else template_bos
+        check((ids[:1] == [bos]) == want_bos and ids[1 if want_bos else 0:] == m.tokenizer.encode(prompt, add_special=False),
+              "%s: prompt ids %s (bos %s)" % (name, ids, bos))
+        check(m.prompt_ids(prompt, add_special=False) == m.tokenizer.encode(prompt, add_special=False),
+              "%s: add_special=False" % name)
+        want = tool("run", "-m", m.path, "--backend", "cpu", "-p", prompt, "-n", "12", "--temp", "0").decode("utf-8")
+        got = prompt + "".join(m.generate(prompt, max_tokens=12, temperature=0)) + "\n"
+        check(got == want, "%s: greedy text:\n  bindings: %r\n  run:      %r" % (name, got, want))
+        with m.session() as s:
+            n = len(list(s.generate_tokens(prompt, max_tokens=12, temperature=0)))
+            check(s.length == len(ids) + n - 1, "%s: the session holds %d tokens, not the prompt's %d + %d - 1" %
+                  (name, s.length, len(ids), n))
 
 # ---- batched step: two sessions in one step give what each gives alone
 K = 24
