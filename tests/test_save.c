@@ -7,7 +7,8 @@
  *     with libxxhash from the file's own layer table); a version 1 file
  *     (the same bytes with hash.h payload checks, made here from a version
  *     2 one) restores bit for bit; a version 2 file relabelled 1 fails its
- *     checks;
+ *     checks; one thread or several (OG_SAVE_THREADS) write the same bytes
+ *     and restore the same logits, into dense and packed storage;
  *   - every corrupt header field is refused with a message naming it; a
  *     truncated file at many lengths, trailing bytes, a flipped payload byte
  *     (naming the layer), another program, another kv dtype;
@@ -317,6 +318,55 @@ static void test_versions(void) {
     free(got);
 }
 
+/* Saves with OG_SAVE_THREADS=threads ("" unset) and returns the file's bytes. */
+static unsigned char *save_with_threads(og_session *s, const char *path, const char *threads, size_t *n) {
+    if (*threads) setenv("OG_SAVE_THREADS", threads, 1);
+    else unsetenv("OG_SAVE_THREADS");
+    CHECK_OK(og_session_save(s, path));
+    unsetenv("OG_SAVE_THREADS");
+    return read_whole(path, n);
+}
+
+static void test_threads_same_bytes(const og_kv_allocator *paged) {
+    og_test_section("one thread or several: the same file, the same restore");
+    char path[256];
+    snprintf(path, sizeof path, "%s/threads.ogs", g_dir);
+    for (int k = 0; k < (paged ? 2 : 1); k++) {
+        og_session *s = fed_session(k ? paged : NULL, N_PROMPT);
+        size_t n1 = 0, n4 = 0;
+        unsigned char *one = save_with_threads(s, path, "1", &n1), *four = save_with_threads(s, path, "4", &n4);
+        CHECK_MSG(one && four && n1 == n4 && !memcmp(one, four, n1), "%s storage: the files differ",
+                  k ? "packed" : "dense");
+        const int64_t V = g_vocab;
+        float *want = malloc(sizeof(float) * (size_t)(V * N_NEXT)), *got = malloc(sizeof(float) * (size_t)(V * N_NEXT));
+        CHECK_OK(next_logits(s, want));
+        for (int t = 0; t < 2 && want && got; t++) {
+            setenv("OG_SAVE_THREADS", t ? "4" : "1", 1);
+            og_session *r = NULL;
+            CHECK_OK(og_session_create(g_model, NULL, &r));
+            if (r && k) { /* into packed storage too */
+                og_session_destroy(r);
+                r = NULL;
+                og_session_params sp = og_session_default_params();
+                sp.kv_allocator = paged;
+                CHECK_OK(og_session_create(g_model, &sp, &r));
+            }
+            if (r) CHECK_OK(og_session_restore_into(r, path));
+            unsetenv("OG_SAVE_THREADS");
+            if (r) CHECK_OK(next_logits(r, got));
+            CHECK_MSG(r && !memcmp(got, want, sizeof(float) * (size_t)(V * N_NEXT)), "restored with %s thread(s)",
+                      t ? "4" : "1");
+            og_session_destroy(r);
+        }
+        free(want);
+        free(got);
+        free(one);
+        free(four);
+        og_session_destroy(s);
+    }
+    remove(path);
+}
+
 static void test_other_program(const char *other_path) {
     og_test_section("a file of another program is refused");
     char path[256];
@@ -465,6 +515,7 @@ int main(void) {
         }
         test_corruption();
         test_versions();
+        test_threads_same_bytes(have_paged ? &paged : NULL);
         test_other_program(other);
         test_kill();
         og_model_free(g_model);
