@@ -206,7 +206,12 @@ for name, add_bos_token, template_bos in (("plain", None, False), ("add-bos", Tr
               "%s: prompt ids %s (bos %s)" % (name, ids, bos))
         check(m.prompt_ids(prompt, add_special=False) == m.tokenizer.encode(prompt, add_special=False),
               "%s: add_special=False" % name)
-        want = tool("run", "-m", m.path, "--backend", "cpu", "-p", prompt, "-n", "12", "--temp", "0").decode("utf-8")
+        r = subprocess.run([TOOL, "run", "-m", m.path, "--backend", "cpu", "-p", prompt, "-n", "12", "--temp", "0",
+                            "--stats"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        want = r.stdout.decode("utf-8")
+        stats = json.loads(r.stderr.decode("utf-8").strip().splitlines()[-1])
+        check(stats["prompt_tokens"] == len(ids), "%s: offgraph run fed %d prompt tokens, prompt_ids gave %d" %
+              (name, stats["prompt_tokens"], len(ids)))
         got = prompt + "".join(m.generate(prompt, max_tokens=12, temperature=0)) + "\n"
         check(got == want, "%s: greedy text:\n  bindings: %r\n  run:      %r" % (name, got, want))
         with m.session() as s:
