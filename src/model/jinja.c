@@ -317,12 +317,14 @@ static bool lex_tag(parser *P, size_t *i, int *line, bool block) {
             size_t j = k;
             bool flt = false;
             while (j < P->len && (is_digit(s[j]) || s[j] == '_')) j++;
-            if (j + 1 < P->len && s[j] == '.' && is_digit(s[j + 1])) {
+            /* after a '.', digits are an index (x.0.1), never a fraction */
+            bool after_dot = k > 0 && s[k - 1] == '.';
+            if (!after_dot && j + 1 < P->len && s[j] == '.' && is_digit(s[j + 1])) {
                 flt = true;
                 j++;
                 while (j < P->len && (is_digit(s[j]) || s[j] == '_')) j++;
             }
-            if (j < P->len && (s[j] == 'e' || s[j] == 'E')) {
+            if (!after_dot && j < P->len && (s[j] == 'e' || s[j] == 'E')) {
                 size_t e = j + 1;
                 if (e < P->len && (s[e] == '+' || s[e] == '-')) e++;
                 if (e < P->len && is_digit(s[e])) {
@@ -992,8 +994,10 @@ static jnode *parse_tag(parser *P) {
         return n;
     }
     if (jstr_is(k, "set")) {
+        bool paren = is_op(cur(P), "(");
+        if (paren) advance(P);
         jstr first = expect_name(P);
-        if (is_op(cur(P), ".")) {
+        if (!paren && is_op(cur(P), ".")) {
             advance(P);
             jnode *n = mk(P, N_SET_ATTR, line);
             n->names = palloc(P, sizeof *n->names);
@@ -1011,7 +1015,8 @@ static jnode *parse_tag(parser *P) {
             advance(P);
             kid_push(P, &b, NULL, expect_name(P));
         }
-        if (cur(P)->t == T_BEND && b.n == 1) {
+        if (paren) expect_op(P, ")");
+        if (cur(P)->t == T_BEND && b.n == 1 && !paren) {
             advance(P);
             jnode *n = mk(P, N_SET_BLOCK, line);
             n->names = b.names;
@@ -1537,8 +1542,18 @@ static jv text_of(render *R, const jv *v) {
 }
 
 /* json.dumps(v, ensure_ascii=False, indent=indent) */
-static void to_json(render *R, sbuf *b, const jv *v, int indent, int level, int line) {
+typedef struct jsonopt {
+    int indent;             /* -1: none */
+    jv item_sep, key_sep;   /* separators */
+    bool ensure_ascii, sort_keys;
+} jsonopt;
+
+static int cmp_values(render *R, const jv *a, const jv *b, bool case_sensitive, int line);
+static void sort_values(render *R, jv *v, size_t n, const jv *keys, bool reverse, bool case_sensitive, int line);
+
+static void to_json(render *R, sbuf *b, const jv *v, const jsonopt *o, int level, int line) {
     char t[48];
+    const int indent = o->indent;
     if (level > JMAX_DEPTH) rerr(R, line, "tojson: a value nested deeper than %d", JMAX_DEPTH);
     switch (v->t) {
     case JV_NONE: sb_z(b, "null"); return;
@@ -1561,7 +1576,19 @@ static void to_json(render *R, sbuf *b, const jv *v, int indent, int level, int 
             else if (c == '\b') sb_z(b, "\\b");
             else if (c == '\f') sb_z(b, "\\f");
             else if (c < 0x20) { snprintf(t, sizeof t, "\\u%04x", c); sb_z(b, t); }
-            else sb_c(b, (char)c);
+            else if (c < 0x80 || !o->ensure_ascii) sb_c(b, (char)c);
+            else { /* \\uXXXX, as surrogate pairs past the BMP */
+                utf8proc_int32_t cp;
+                utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)v->u.s.p + i,
+                                                      (utf8proc_ssize_t)(v->u.s.n - i), &cp);
+                if (k <= 0) { cp = 0xfffd; k = 1; }
+                if (cp >= 0x10000) {
+                    snprintf(t, sizeof t, "\\u%04x\\u%04x", 0xd800 + ((cp - 0x10000) >> 10), 0xdc00 + ((cp - 0x10000) & 0x3ff));
+                } else
+                    snprintf(t, sizeof t, "\\u%04x", (unsigned)cp);
+                sb_z(b, t);
+                i += (size_t)k - 1;
+            }
         }
         sb_c(b, '"');
         return;
@@ -1575,27 +1602,37 @@ static void to_json(render *R, sbuf *b, const jv *v, int indent, int level, int 
             sb_c(b, is_list ? ']' : '}');
             return;
         }
-        for (size_t i = 0; i < n; i++) {
-            if (i) sb_z(b, indent >= 0 ? "," : ", ");
+        /* the order of a dict's members: as inserted, or by key */
+        size_t *order = NULL;
+        if (!is_list && o->sort_keys) {
+            jv *idx = ralloc(R, n * sizeof *idx);
+            for (size_t i = 0; i < n; i++) idx[i] = mkint((int64_t)i);
+            sort_values(R, idx, n, v->u.d->k, false, true, line);
+            order = ralloc(R, n * sizeof *order);
+            for (size_t i = 0; i < n; i++) order[i] = (size_t)idx[i].u.i;
+        }
+        for (size_t q = 0; q < n; q++) {
+            size_t i = order ? order[q] : q;
+            if (q) sb_put(b, o->item_sep.u.s.p, o->item_sep.u.s.n);
             if (indent >= 0) {
                 sb_c(b, '\n');
                 for (int s = 0; s < indent * (level + 1); s++) sb_c(b, ' ');
             }
             if (!is_list) {
                 const jv *k = &v->u.d->k[i];
-                if (k->t == JV_STR) to_json(R, b, k, indent, level + 1, line);
+                if (k->t == JV_STR) to_json(R, b, k, o, level + 1, line);
                 else if (k->t == JV_INT || k->t == JV_FLOAT || k->t == JV_BOOL || k->t == JV_NONE) {
                     sbuf kb = {R, 0, 0, 0};
                     if (k->t == JV_BOOL) sb_z(&kb, k->u.b ? "true" : "false");
                     else if (k->t == JV_NONE) sb_z(&kb, "null");
                     else to_text(&kb, k);
                     jv ks = sb_val(&kb);
-                    to_json(R, b, &ks, indent, level + 1, line);
+                    to_json(R, b, &ks, o, level + 1, line);
                 } else
                     rerr(R, line, "tojson: keys must be strings, not %s", type_name(k));
-                sb_z(b, ": ");
+                sb_put(b, o->key_sep.u.s.p, o->key_sep.u.s.n);
             }
-            to_json(R, b, is_list ? &v->u.l->v[i] : &v->u.d->v[i], indent, level + 1, line);
+            to_json(R, b, is_list ? &v->u.l->v[i] : &v->u.d->v[i], o, level + 1, line);
         }
         if (indent >= 0) {
             sb_c(b, '\n');
@@ -1719,10 +1756,8 @@ static jv split(render *R, jv s, const jv *sep, int64_t maxsplit, int line) {
         for (;;) {
             while (i < n && py_space((unsigned char)p[i])) i++;
             if (i >= n) break;
-            if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) {
-                size_t e = n;
-                while (e > i && py_space((unsigned char)p[e - 1])) e--;
-                list_push(R, l, mkstr(p + i, e - i));
+            if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) { /* the rest, as it is */
+                list_push(R, l, mkstr(p + i, n - i));
                 break;
             }
             size_t j = i;
@@ -2443,6 +2478,49 @@ static jv attr_path(render *R, const jv *v, jv path, int line) {
     return cur_;
 }
 
+/* Python's ordering of two values (numbers, strings, None before nothing
+ * else is an error); strings lowered first unless case_sensitive. */
+static int cmp_values(render *R, const jv *a, const jv *b, bool case_sensitive, int line) {
+    step(R, line);
+    if (is_num(a) && is_num(b)) {
+        if (a->t != JV_FLOAT && b->t != JV_FLOAT) return num_i(a) < num_i(b) ? -1 : num_i(a) > num_i(b);
+        double x = num_f(a), y = num_f(b);
+        return x < y ? -1 : x > y;
+    }
+    if (a->t == JV_STR && b->t == JV_STR) {
+        jv x = *a, y = *b;
+        if (!case_sensitive) {
+            x = map_case(R, x, utf8proc_tolower, 0);
+            y = map_case(R, y, utf8proc_tolower, 0);
+        }
+        size_t m = x.u.s.n < y.u.s.n ? x.u.s.n : y.u.s.n;
+        int c = m ? memcmp(x.u.s.p, y.u.s.p, m) : 0;
+        return c ? (c < 0 ? -1 : 1) : x.u.s.n < y.u.s.n ? -1 : x.u.s.n > y.u.s.n;
+    }
+    if (a->t == b->t && (a->t == JV_NONE || a->t == JV_UNDEF)) return 0;
+    rerr(R, line, "cannot order %s and %s", type_name(a), type_name(b));
+}
+
+/* Sorts idx[n] (integer positions) by keys[position], stably (merge sort). */
+static void sort_values(render *R, jv *idx, size_t n, const jv *keys, bool reverse, bool case_sensitive, int line) {
+    if (n < 2) return;
+    jv *tmp = ralloc(R, n * sizeof *tmp);
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                int c = cmp_values(R, &keys[idx[j].u.i], &keys[idx[i].u.i], case_sensitive, line);
+                /* take from the right only when strictly before: stable */
+                tmp[k++] = (reverse ? c > 0 : c < 0) ? idx[j++] : idx[i++];
+            }
+            while (i < mid) tmp[k++] = idx[i++];
+            while (j < hi) tmp[k++] = idx[j++];
+        }
+        memcpy(idx, tmp, n * sizeof *idx);
+    }
+}
+
 static jv apply_filter(render *R, jstr name, const jv *v, const args *a, int line) {
 #define F(z) jstr_is(name, z)
     if (F("safe") || (F("string") && v->t == JV_STR)) return *v;
@@ -2460,17 +2538,59 @@ static jv apply_filter(render *R, jstr name, const jv *v, const args *a, int lin
         default: rerr(R, line, "length: a %s value has no length", type_name(v));
         }
     }
-    if (F("tojson")) {
-        const jv *ind = arg(a, 0, "indent");
-        int indent = -1;
+    if (F("tojson")) { /* transformers': json.dumps(x, ensure_ascii, indent, separators, sort_keys) */
+        const jv *ea = arg(a, 0, "ensure_ascii"), *ind = arg(a, 1, "indent"), *sep = arg(a, 2, "separators"),
+                 *sk = arg(a, 3, "sort_keys");
+        jsonopt o = {.indent = -1, .ensure_ascii = ea && truthy(ea), .sort_keys = sk && truthy(sk)};
         if (ind && ind->t != JV_NONE) {
-            indent = (int)need_int(R, ind, "tojson indent", line);
-            if (indent < 0) indent = 0;
-            if (indent > 64) rerr(R, line, "tojson: indent above 64");
+            o.indent = (int)need_int(R, ind, "tojson indent", line);
+            if (o.indent < 0) o.indent = 0;
+            if (o.indent > 64) rerr(R, line, "tojson: indent above 64");
+        }
+        o.item_sep = o.indent >= 0 ? mkstr(",", 1) : mkstr(", ", 2);
+        o.key_sep = mkstr(": ", 2);
+        if (sep && sep->t != JV_NONE) {
+            if (sep->t != JV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != JV_STR || sep->u.l->v[1].t != JV_STR)
+                rerr(R, line, "tojson: separators must be two strings");
+            o.item_sep = sep->u.l->v[0];
+            o.key_sep = sep->u.l->v[1];
         }
         sbuf b = {R, 0, 0, 0};
-        to_json(R, &b, v, indent, 0, line);
+        to_json(R, &b, v, &o, 0, line);
         return sb_val(&b);
+    }
+    if (F("sort")) { /* sort(reverse=false, case_sensitive=false, attribute=none) */
+        const jv *rev = arg(a, 0, "reverse"), *cs = arg(a, 1, "case_sensitive"), *at = arg(a, 2, "attribute");
+        jlist *src = iter_items(R, v, line, "sort");
+        jlist *l = list_new(R, src->n);
+        for (size_t i = 0; i < src->n; i++) list_push(R, l, src->v[i]);
+        jv *keys = l->v;
+        if (at && at->t != JV_NONE) {
+            jv path = need_str(R, at, "sort attribute", line);
+            keys = ralloc(R, (l->n + 1) * sizeof *keys);
+            for (size_t i = 0; i < l->n; i++) keys[i] = attr_path(R, &l->v[i], path, line);
+        }
+        jv *idx = ralloc(R, (l->n + 1) * sizeof *idx);
+        for (size_t i = 0; i < l->n; i++) idx[i] = mkint((int64_t)i);
+        sort_values(R, idx, l->n, keys, rev && truthy(rev), cs && truthy(cs), line);
+        jlist *out = list_new(R, l->n);
+        for (size_t i = 0; i < l->n; i++) list_push(R, out, l->v[idx[i].u.i]);
+        return mklist(out);
+    }
+    if (F("dictsort")) { /* dictsort(case_sensitive=false, by='key', reverse=false) */
+        const jv *cs = arg(a, 0, "case_sensitive"), *by = arg(a, 1, "by"), *rev = arg(a, 2, "reverse");
+        if (v->t != JV_DICT) rerr(R, line, "dictsort: expects a dict, not %s", type_name(v));
+        bool by_value = by && by->t == JV_STR && by->u.s.n == 5 && !memcmp(by->u.s.p, "value", 5);
+        jv items = dict_items(R, v->u.d);
+        jlist *l = items.u.l;
+        jv *keys = ralloc(R, (l->n + 1) * sizeof *keys);
+        for (size_t i = 0; i < l->n; i++) keys[i] = l->v[i].u.l->v[by_value ? 1 : 0];
+        jv *idx = ralloc(R, (l->n + 1) * sizeof *idx);
+        for (size_t i = 0; i < l->n; i++) idx[i] = mkint((int64_t)i);
+        sort_values(R, idx, l->n, keys, rev && truthy(rev), cs && truthy(cs), line);
+        jlist *out = list_new(R, l->n);
+        for (size_t i = 0; i < l->n; i++) list_push(R, out, l->v[idx[i].u.i]);
+        return mklist(out);
     }
     if (F("first") || F("last")) {
         if (v->t == JV_STR && v->u.s.n) {
