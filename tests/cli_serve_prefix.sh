@@ -7,7 +7,8 @@
 # gives the same replies every time (the oracle is B: every prompt read in
 # full); A's /metrics show hits and reused tokens, and its prefilled plus
 # reused prompt tokens add up to the prompt tokens the responses report; B
-# shows none. C: under a --kv-budget that holds one request's reservation
+# shows none; the responses' usage.prompt_tokens_details.cached_tokens add
+# up to the reused tokens (0 on B). C: under a --kv-budget that holds one request's reservation
 # but not that and the cache, requests still run (the cache is evicted
 # first) and /metrics count the evictions. Every call has a timeout.
 # Args: the built offgraph, a scratch folder.
@@ -103,6 +104,8 @@ with open(sys.argv[3], "a") as f:
     f.write(json.dumps(reply) + "\n")
 with open(sys.argv[3] + ".prompt", "a") as f:
     f.write("%d\n" % r["usage"]["prompt_tokens"])
+with open(sys.argv[3] + ".cached", "a") as f:
+    f.write("%d\n" % r["usage"]["prompt_tokens_details"]["cached_tokens"])
 PY
         done
     done
@@ -116,6 +119,7 @@ if start_server nocache --prefix-cache-bytes 0; then
     [ "$(metric prefix_cache_hits_total)" = 0 ] || fail "B: prefix cache hits without a cache"
     [ "$(metric prompt_tokens_reused_total)" = 0 ] || fail "B: tokens reused without a cache"
     [ "$(metric prefix_cache_bytes_max)" = 0 ] || fail "B: --prefix-cache-bytes 0 is not reported as 0"
+    [ "$(sum "$WORK/b.txt.cached")" = 0 ] || fail "B: usage reports cached tokens without a cache"
     stop_server nocache
 fi
 
@@ -136,6 +140,8 @@ if start_server cache; then
     # second pass: every turn
     [ "${hits:-0}" -ge $((hits1 + 9)) ] || fail "A: second pass: $((hits - hits1)) hits, want 9"
     [ $((reused + prefilled)) -eq "$total" ] || fail "A: reused $reused + prefilled $prefilled != $total prompt tokens"
+    cached=$(($(sum "$WORK/a1.txt.cached") + $(sum "$WORK/a2.txt.cached")))
+    [ "$cached" -eq "$reused" ] || fail "A: usage.prompt_tokens_details.cached_tokens add up to $cached, /metrics says $reused"
     [ "${reused:-0}" -gt $((total / 2)) ] || fail "A: only $reused of $total prompt tokens reused"
     [ "${held:-0}" -gt 0 ] || fail "A: the cache holds nothing"
     stop_server cache

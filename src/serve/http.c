@@ -155,6 +155,7 @@ typedef struct taken {
     int http_error;
     char error[256];
     int64_t completion_tokens;
+    int64_t cached_tokens; /* prompt tokens the prefix cache gave */
 } taken;
 
 static void take(og_server *s, og_req *r, taken *t) {
@@ -172,6 +173,7 @@ static void take(og_server *s, og_req *r, taken *t) {
     t->http_error = r->http_error;
     snprintf(t->error, sizeof t->error, "%s", r->error);
     t->completion_tokens = r->completion_tokens;
+    t->cached_tokens = r->reused; /* set at admission, under the lock */
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -193,11 +195,15 @@ typedef struct gen {
     taken t;
 } gen;
 
-static cJSON *usage_json(int64_t prompt, int64_t completion) {
+/* usage, with the prompt tokens taken from the prefix cache as OpenAI
+ * reports cached ones (prompt_tokens_details.cached_tokens). */
+static cJSON *usage_json(int64_t prompt, const taken *t) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)t->completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + t->completion_tokens));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+                            (double)t->cached_tokens);
     return u;
 }
 
@@ -304,7 +310,7 @@ static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_serve_logp
     else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    if (finish) cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, g->t.completion_tokens));
+    if (finish) cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, &g->t));
     return root;
 }
 
@@ -331,7 +337,7 @@ static void stream_format(gen *g) {
         if (g->include_usage) {
             cJSON *root = envelope(g, true);
             cJSON_AddArrayToObject(root, "choices");
-            cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, t->completion_tokens));
+            cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, t));
             buf_event(&g->out, root);
         }
     } else {
@@ -421,7 +427,7 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
         add_logprobs(g, ch, lps, n_lps);
         const char *fin = og_finish_name(g->t.finish);
         cJSON_AddStringToObject(ch, "finish_reason", fin ? fin : "stop");
-        cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, g->t.completion_tokens));
+        cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, &g->t));
         ret = respond_json(cn, c, 200, root, NULL);
     }
     og_free(text.p);

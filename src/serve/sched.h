@@ -62,7 +62,9 @@ struct og_req {
     og_textgen *tg;
     float *logits;              /* [vocab] when logprobs */
     int64_t fed;                /* prompt tokens fed */
-    int64_t reused;             /* prompt tokens a cached prefix gave */
+    int64_t reused;             /* prompt tokens a cached prefix gave (set at
+                                   admission; the HTTP side reads it under
+                                   the lock for usage) */
     int32_t next;               /* the token drawn, to feed next */
 };
 
