@@ -565,7 +565,10 @@ og_status og_session_fork(og_session *parent, int64_t at_length, og_session **ou
  * else 16 windows of 4 KiB), the geometry (kv dtype, layers with policy,
  * window, heads and head dim, max_write, max_capacity), the length and a
  * checksum per layer. Works on every back end (device rows come to the
- * host through the session's storage). The session is not changed.
+ * host through the session's storage). Rows in this process's memory are
+ * written (and restored) by up to 4 threads, one layer at a time each
+ * (environment OG_SAVE_THREADS, 1..64, changes the number); the file's
+ * bytes do not depend on it. The session is not changed.
  * Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT), a session in a step on
  * another thread (OG_ERR_STATE); a failure to write, fsync or rename is
  * OG_ERR_IO, and leaves path as it was and no temp file. */
