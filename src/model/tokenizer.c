@@ -2151,6 +2151,7 @@ og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int6
  * Each push costs the decode of a bounded window, so a stream is linear in
  * its tokens, whatever its text ends in. */
 #define STREAM_CONTEXT 16
+#define STREAM_ONE_CACHE 256
 
 struct og_decode_stream {
     const og_tokenizer *t;
@@ -2160,11 +2161,18 @@ struct og_decode_stream {
     buf out;            /* the last text given out */
     buf before, after;  /* decodes of the context, and of it with the newest token */
     dec_scratch sc;
+    /* the length of the decode of a context of one token, by id (direct
+     * mapped; -1 when empty): the common context, whose decode would
+     * otherwise be half of every push's work */
+    int32_t one_id[STREAM_ONE_CACHE];
+    size_t one_len[STREAM_ONE_CACHE];
 };
 
 og_decode_stream *og_decode_stream_create(const og_tokenizer *t) {
     og_decode_stream *s = og_calloc(1, sizeof *s);
-    if (s) s->t = t;
+    if (!s) return NULL;
+    s->t = t;
+    for (int i = 0; i < STREAM_ONE_CACHE; i++) s->one_id[i] = -1;
     return s;
 }
 
@@ -2215,9 +2223,18 @@ og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **te
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_push: id %d is not a token", id);
     og_status rc = ids_push(&s->v, id);
     if (rc) return rc;
-    rc = decode_ids(t, s->v.p, s->read, 1, &s->sc, &s->before);
+    size_t nb = 0, slot = s->read == 1 ? (size_t)s->v.p[0] % STREAM_ONE_CACHE : 0;
+    if (s->read == 1 && s->one_id[slot] == s->v.p[0]) nb = s->one_len[slot];
+    else if (s->read > 0) {
+        rc = decode_ids(t, s->v.p, s->read, 1, &s->sc, &s->before);
+        nb = s->before.n;
+        if (rc == OG_OK && s->read == 1) {
+            s->one_id[slot] = s->v.p[0];
+            s->one_len[slot] = nb;
+        }
+    }
     if (rc == OG_OK) rc = decode_ids(t, s->v.p, s->v.n, 1, &s->sc, &s->after);
-    size_t nb = s->before.n, na = s->after.n;
+    size_t na = s->after.n;
     if (rc == OG_OK && na > nb) rc = buf_put(&s->pend, s->after.p + nb, na - nb);
     if (rc != OG_OK) {
         s->v.n--; /* the token is not kept */
