@@ -90,7 +90,12 @@ static void compare(const char *what, og_model **m, int n_models) {
 
 int main(int argc, char **argv) {
     bool cuda = argc > 1 && !strcmp(argv[1], "cuda");
-    if (cuda && !og_cuda_device_present()) {
+#ifdef OG_HAVE_CUDA
+    const bool device = og_cuda_device_present();
+#else
+    const bool device = false;
+#endif
+    if (cuda && !device) {
         printf("skipped: no CUDA device\n");
         return OG_TEST_SKIP;
     }
