@@ -896,7 +896,7 @@ static og_status load_added(og_tokenizer *t, const cJSON *arr) {
             return TOK_ERR(OG_ERR_UNSUPPORTED, "added_tokens[%d] \"%s\" is normalized and the normalizer leaves nothing of it", k,
                            content);
     }
-    qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_cmp);
+    if (t->n_added) qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_cmp);
     for (int32_t k = 0; k < t->n_added; k++) {
         const added_token *a = &t->added[k];
         if (!a->normalized || (a->pat_len == a->len && !memcmp(a->pat, a->text, a->len))) continue;
