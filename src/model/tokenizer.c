@@ -237,7 +237,7 @@ typedef struct norm_op {
 } norm_op;
 
 typedef enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT } split_behavior;
-typedef enum { PRE_BYTELEVEL, PRE_SPLIT, PRE_METASPACE, PRE_BERT, PRE_WHITESPACE_SPLIT } pre_kind;
+typedef enum { PRE_BYTELEVEL, PRE_SPLIT, PRE_METASPACE, PRE_BERT, PRE_WHITESPACE_SPLIT, PRE_WHITESPACE } pre_kind;
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } prepend_scheme;
 typedef struct pre_op {
     pre_kind kind;
@@ -519,6 +519,7 @@ static og_status load_pre_tokenizer(og_tokenizer *t, const cJSON *o) {
             if (rc == OG_OK) rc = dup(r ? r : "\xE2\x96\x81", &op->literal);
         } else if (!strcmp(type, "BertPreTokenizer")) op->kind = PRE_BERT;
         else if (!strcmp(type, "WhitespaceSplit")) op->kind = PRE_WHITESPACE_SPLIT;
+        else if (!strcmp(type, "Whitespace")) op->kind = PRE_WHITESPACE;
         else
             rc = TOK_ERR(OG_ERR_UNSUPPORTED, "pre_tokenizer type \"%s\" is not supported", type);
     }
@@ -1293,6 +1294,21 @@ static og_status pre_apply(const pre_op *op, pieces *ps) {
                 word = j + cl;
             }
             if (rc == OG_OK) rc = pieces_add(&out, s + word, n - word, at_start && word == 0);
+        } else if (op->kind == PRE_WHITESPACE) {
+            /* the matches of \w+|[^\w\s]+: runs of word characters, runs of
+             * other characters that are not whitespace; whitespace removed */
+            const unsigned char *u = (const unsigned char *)s;
+            size_t run = 0, cl;
+            int kind = 0; /* of the current run: 0 none, 1 word, 2 other */
+            for (size_t j = 0; j < n && rc == OG_OK; j += cl) {
+                uint32_t c = utf8_cp(u + j, &cl);
+                int k = is_word_char(c) ? 1 : is_white_space(c) ? 0 : 2;
+                if (k == kind) continue;
+                if (kind) rc = pieces_add(&out, s + run, j - run, at_start && run == 0);
+                kind = k;
+                run = j;
+            }
+            if (rc == OG_OK && kind) rc = pieces_add(&out, s + run, n - run, at_start && run == 0);
         } else { /* PRE_METASPACE */
             const char *rep = op->literal;
             size_t rn = strlen(rep);

@@ -6,7 +6,8 @@
  *                  BertNormalizer, Prepend, Replace (string pattern), Sequence
  *                  (Precompiled is refused)
  *   pre_tokenizer  ByteLevel, Split (regex or string, behaviour Isolated),
- *                  Metaspace, BertPreTokenizer, WhitespaceSplit, Sequence
+ *                  Metaspace, BertPreTokenizer, WhitespaceSplit, Whitespace,
+ *                  Sequence
  *   model          BPE (byte_fallback, unk_token, ignore_merges; merges as
  *                  ["a", "b"] pairs or "a b" strings); Unigram (vocab of
  *                  [piece, score], unk_id, byte_fallback; Viterbi as HF's
