@@ -163,31 +163,23 @@ static void reuse_prefix_locked(og_server *s, og_req *r, og_serve_slot *sl) {
     s->prompt_tokens_reused += reused;
 }
 
-/* Hands the session of r's slot to the prefix cache with the tokens its
- * prompt steps wrote (reuse_prefix_locked says why not the generated ones:
- * past the prompt, the session is cut back by a fork). Returns false when
- * it cannot (no cache, no prompt row held): the caller resets the session
- * instead. */
-static bool cache_session_locked(og_server *s, og_req *r, og_serve_slot *sl) {
-    if (!s->prefix || !sl->session) return false;
+/* Puts into the prefix cache a fork of the session of r's slot holding the
+ * rows its prompt steps wrote (reuse_prefix_locked says why not the
+ * generated ones); the slot's session itself is reset and stays in the
+ * pool. Prompts shorter than a key block are not kept: no lookup could find
+ * them. */
+static void cache_prompt_rows_locked(og_server *s, og_req *r, og_serve_slot *sl) {
+    if (!s->prefix || !sl->session) return;
     const int64_t L = og_session_length(sl->session);
     const int64_t n = L < r->fed ? L : r->fed;
-    if (n < 2) return false;
-    og_session *x = sl->session;
-    if (n < L) {
-        og_session *cut = NULL;
-        if (og_session_fork(x, n, &cut) != OG_OK) {
-            og_log(OG_LOG_WARN, "serve: prefix cache: %s", og_last_error());
-            return false;
-        }
-        og_session_destroy(x);
-        x = cut;
+    if (n < OG_SERVE_PREFIX_BLOCK) return;
+    og_session *cut = NULL;
+    if (og_session_fork(sl->session, n, &cut) != OG_OK) {
+        og_log(OG_LOG_WARN, "serve: prefix cache: %s", og_last_error());
+        return;
     }
-    sl->session = NULL;
-    sl->held = sl->live = 0;
-    if (og_prefix_cache_put(s->prefix, x, r->prompt, n) != OG_OK) /* x is gone either way */
+    if (og_prefix_cache_put(s->prefix, cut, r->prompt, n) != OG_OK) /* cut is gone either way */
         og_log(OG_LOG_WARN, "serve: prefix cache put: %s", og_last_error());
-    return true;
 }
 
 static bool start_locked(og_server *s, og_req *r, int32_t k) {
@@ -324,15 +316,14 @@ static void finish_locked(og_server *s, og_req *r, int http_error, const char *m
             }
     }
     if (r->slot >= 0) {
-        /* a request that ended well leaves its session to the prefix cache */
+        /* a request that ended well leaves its prompt's rows to the prefix cache */
         og_serve_slot *sl = &s->slots[r->slot];
-        if (http_error || !cache_session_locked(s, r, sl)) {
-            og_session_reset(sl->session);
-            og_kv_metrics km;
-            if (og_session_metrics(sl->session, &km) == OG_OK) {
-                sl->held = km.bytes_allocated;
-                sl->live = km.bytes_live;
-            }
+        if (!http_error) cache_prompt_rows_locked(s, r, sl);
+        og_session_reset(sl->session);
+        og_kv_metrics km;
+        if (og_session_metrics(sl->session, &km) == OG_OK) {
+            sl->held = km.bytes_allocated;
+            sl->live = km.bytes_live;
         }
         sl->owner = NULL;
         r->slot = -1;

@@ -14,6 +14,9 @@
 
 #define OG_SERVE_MAX_TOP_LOGPROBS 20
 #define OG_SERVE_MAX_STOPS 4
+/* Tokens in a prefix cache key block: a chat's system prompt is often
+ * shorter than the library's default 64. */
+#define OG_SERVE_PREFIX_BLOCK 16
 
 /* One generated token's log-probabilities (requests that ask for them). */
 typedef struct og_serve_logprob {

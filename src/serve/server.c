@@ -152,9 +152,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     }
     if ((st = og_session_create(s->model, &p->session, &s->probe)) != OG_OK) goto fail;
     if (p->prefix_cache_bytes > 0) {
-        /* blocks of 16 tokens: a chat's system prompt is often shorter than
-         * the library's default 64 */
-        og_prefix_cache_params cp = {.budget_bytes = p->prefix_cache_bytes, .block_tokens = 16};
+        og_prefix_cache_params cp = {.budget_bytes = p->prefix_cache_bytes, .block_tokens = OG_SERVE_PREFIX_BLOCK};
         if ((st = og_prefix_cache_create(&cp, &s->prefix)) != OG_OK) goto fail;
     }
     s->api = (og_serve_ctx){.tok = s->tok, .model_id = s->model_id, .vocab = s->vocab, .ctx = s->ctx,
