@@ -95,7 +95,10 @@ typedef struct jv {
         } s;                   /* JV_STR, and JV_UNDEF's name */
         struct jlist *l;
         struct jdict *d;
-        const struct jnode *m; /* JV_MACRO */
+        struct {
+            const struct jnode *m;
+            long link; /* where its names are looked up after its own (see frame) */
+        } mac;                 /* JV_MACRO */
         int fn;                /* JV_FUNC */
     } u;
 } jv;
@@ -116,7 +119,7 @@ typedef struct jdict {
 
 typedef enum {
     /* statements */
-    N_BLOCK, N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SET_ATTR, N_SET_BLOCK, N_MACRO, N_BREAK, N_CONTINUE,
+    N_BLOCK, N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_SET_ATTR, N_SET_BLOCK, N_MACRO, N_CALL_BLOCK, N_BREAK, N_CONTINUE,
     /* expressions */
     E_LIT, E_NAME, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST, E_NOT, E_NEG, E_POS, E_BIN, E_AND, E_OR,
     E_COND, E_LIST, E_DICT
@@ -542,10 +545,12 @@ static void parse_args(parser *P, jnode *call) {
     kidbuf b = {0};
     while (!is_op(cur(P), ")")) {
         jstr nm = {0};
-        if (cur(P)->t == T_NAME && is_op(peek_at(P, 1), "=")) {
+        if (is_op(cur(P), "*")) { /* f(*list): its items as positional arguments */
+            nm = (jstr){advance(P)->p, 1};
+        } else if (cur(P)->t == T_NAME && is_op(peek_at(P, 1), "=")) {
             nm = expect_name(P);
             advance(P);
-        } else if (b.n && b.names[b.n - 1].p) {
+        } else if (b.n && b.names[b.n - 1].p && b.names[b.n - 1].p[0] != '*') {
             perr(P, cur(P)->line, "a positional argument after a keyword argument");
         }
         kid_push(P, &b, parse_expr(P, true), nm);
@@ -1077,6 +1082,40 @@ static jnode *parse_tag(parser *P) {
         expect_bend(P);
         return n;
     }
+    if (jstr_is(k, "call")) { /* {% call [(params)] macro(args) %}body{% endcall %} */
+        jnode *n = mk(P, N_CALL_BLOCK, line);
+        jnode *body = mk(P, N_MACRO, line); /* the body, as a macro named caller */
+        body->name = (jstr){"caller", 6};
+        if (is_op(cur(P), "(")) {
+            advance(P);
+            kidbuf b = {0};
+            while (!is_op(cur(P), ")")) {
+                jstr pn = expect_name(P);
+                jnode *def = NULL;
+                if (is_op(cur(P), "=")) {
+                    advance(P);
+                    def = parse_expr(P, true);
+                }
+                kid_push(P, &b, def, pn);
+                if (!is_op(cur(P), ",")) break;
+                advance(P);
+            }
+            expect_op(P, ")");
+            body->kids = b.v;
+            body->names = b.names;
+            body->n_kids = body->n_names = b.n;
+        }
+        n->a = parse_expr(P, true);
+        if (n->a->kind != E_CALL) perr(P, line, "{%% call %%} expects a macro call");
+        expect_bend(P);
+        static const char *const end[] = {"endcall", NULL};
+        body->a = parse_block(P, end, "call", line);
+        advance(P);
+        advance(P);
+        expect_bend(P);
+        n->b = body;
+        return n;
+    }
     if (jstr_is(k, "break") || jstr_is(k, "continue")) {
         jnode *n = mk(P, jstr_is(k, "break") ? N_BREAK : N_CONTINUE, line);
         expect_bend(P);
@@ -1124,7 +1163,7 @@ static jnode *parse_block(parser *P, const char *const *until, const char *opene
         } else if (t->t == T_BBEGIN) {
             tok *kw = peek_at(P, 1);
             static const char *const stray[] = {"endif", "endfor", "else", "elif", "endset", "endmacro",
-                                                "endgeneration", NULL};
+                                                "endgeneration", "endcall", NULL};
             for (size_t q = 0; stray[q]; q++)
                 if (is_name(kw, stray[q]))
                     perr(P, kw->line, "unexpected '%s'%s%s", stray[q], opener ? " inside " : "", opener ? opener : "");
@@ -1190,7 +1229,10 @@ void og_jinja_free(og_jinja *t) {
 
 typedef struct frame {
     jdict *vars;
-    bool barrier; /* a macro call: names not found here are looked up at the top level */
+    /* where lookup goes on after this frame: -1 the frame below; a macro's
+     * frame 0 (its arguments, then the top level); a {% call %} body's the
+     * frame that was on top where it was written */
+    long link;
 } frame;
 
 typedef struct render {
@@ -1381,7 +1423,7 @@ static bool jv_eq_d(const jv *a, const jv *b, int depth) {
             if (!o || !jv_eq_d(&a->u.d->v[i], o, depth + 1)) return false;
         }
         return true;
-    case JV_MACRO: return a->u.m == b->u.m;
+    case JV_MACRO: return a->u.mac.m == b->u.mac.m;
     case JV_FUNC: return a->u.fn == b->u.fn;
     default: return false;
     }
@@ -1817,7 +1859,7 @@ static jv replace(render *R, jv s, jv old, jv new_, int64_t count, int line) {
 
 /* ---- scopes ---- */
 
-static void push_frame(render *R, bool barrier) {
+static void push_frame(render *R, long link) {
     if (R->n_frames == R->cap_frames) {
         size_t cap = R->cap_frames ? R->cap_frames * 2 : 16;
         frame *nf = ralloc(R, cap * sizeof *nf);
@@ -1826,20 +1868,16 @@ static void push_frame(render *R, bool barrier) {
         R->cap_frames = cap;
     }
     R->frames[R->n_frames].vars = dict_new(R, JD_DICT);
-    R->frames[R->n_frames].barrier = barrier;
+    R->frames[R->n_frames].link = link;
     R->n_frames++;
 }
 
 static jv lookup(render *R, jstr name) {
-    for (size_t i = R->n_frames; i-- > 0;) {
+    for (long i = (long)R->n_frames - 1; i >= 0;) {
         jv *v = dict_find_z(R->frames[i].vars, name.p, name.n);
         if (v) return *v;
-        if (R->frames[i].barrier) {
-            /* a macro sees its arguments, then the top level */
-            v = dict_find_z(R->frames[0].vars, name.p, name.n);
-            if (v) return *v;
-            break;
-        }
+        long next = R->frames[i].link >= 0 ? R->frames[i].link : i - 1;
+        i = next < i ? next : i - 1; /* always downwards */
     }
     static const struct { const char *name; int fn; } globals[] = {
         {"raise_exception", JF_RAISE}, {"namespace", JF_NAMESPACE}, {"range", JF_RANGE},
@@ -1962,6 +2000,17 @@ static args eval_args(render *R, const jnode *call, size_t skip) {
     a.kwv = ralloc(R, (n + 1) * sizeof *a.kwv);
     for (size_t i = skip; i < n; i++) {
         jv v = eval(R, call->kids[i]);
+        if (call->names && call->names[i].n == 1 && call->names[i].p[0] == '*') { /* f(*list) */
+            if (v.t != JV_LIST) rerr(R, call->line, "'*' needs a list, not %s", type_name(&v));
+            if (v.u.l->n > 64) rerr(R, call->line, "'*' gives more than 64 arguments");
+            args b = a;
+            b.pos = ralloc(R, (a.n_pos + v.u.l->n + (n - i)) * sizeof *b.pos);
+            memcpy(b.pos, a.pos, a.n_pos * sizeof *b.pos);
+            memcpy(b.pos + a.n_pos, v.u.l->v, v.u.l->n * sizeof *b.pos);
+            b.n_pos += v.u.l->n;
+            a = b;
+            continue;
+        }
         if (call->names && call->names[i].p) {
             a.kw[a.n_kw] = call->names[i];
             a.kwv[a.n_kw++] = v;
@@ -2118,11 +2167,15 @@ static jv eval_call(render *R, const jnode *n) {
     return call_value(R, &fn, &a, n->line);
 }
 
-static jv call_macro(render *R, const jnode *m, const args *a, int line) {
+/* caller: the body of a {% call %} block, as a macro value (NULL: none);
+ * link: the frame lookup goes on at after the macro's own (0 for a macro,
+ * the call site's for a call block's body) */
+static jv call_macro(render *R, const jnode *m, const args *a, int line, const jv *caller, long link) {
     if (++R->calls > JMAX_CALLS) rerr(R, line, "macro calls nested deeper than %d", JMAX_CALLS);
     if (a->n_pos > m->n_names)
         rerr(R, line, "macro '%.*s' takes %zu arguments, %zu given", (int)m->name.n, m->name.p, m->n_names, a->n_pos);
-    push_frame(R, true);
+    push_frame(R, link);
+    if (caller) assign(R, (jstr){"caller", 6}, *caller); /* renders the block where it was written */
     for (size_t i = 0; i < m->n_names; i++) {
         const jv *v = i < a->n_pos ? &a->pos[i] : NULL;
         for (size_t k = 0; !v && k < a->n_kw; k++)
@@ -2150,7 +2203,7 @@ static jv call_macro(render *R, const jnode *m, const args *a, int line) {
 }
 
 static jv call_value(render *R, const jv *fn, const args *a, int line) {
-    if (fn->t == JV_MACRO) return call_macro(R, fn->u.m, a, line);
+    if (fn->t == JV_MACRO) return call_macro(R, fn->u.mac.m, a, line, NULL, fn->u.mac.link);
     if (fn->t == JV_UNDEF) undefined_err(R, line, fn);
     if (fn->t != JV_FUNC) rerr(R, line, "a %s value cannot be called", type_name(fn));
     switch (fn->u.fn) {
@@ -2876,7 +2929,7 @@ static void exec_for(render *R, const jnode *n) {
     if (n->b) {
         jlist *kept = list_new(R, items->n);
         for (size_t i = 0; i < items->n; i++) {
-            push_frame(R, false);
+            push_frame(R, -1);
             if (n->n_names == 1) assign(R, n->names[0], items->v[i]);
             else {
                 jv x = items->v[i];
@@ -2892,7 +2945,7 @@ static void exec_for(render *R, const jnode *n) {
     size_t len = items->n;
     for (size_t i = 0; i < len; i++) {
         step(R, n->line);
-        push_frame(R, false);
+        push_frame(R, -1);
         jv x = items->v[i];
         if (n->n_names == 1) assign(R, n->names[0], x);
         else {
@@ -2983,11 +3036,21 @@ static void exec_node(render *R, const jnode *n) {
         assign(R, n->names[0], s);
         return;
     }
-    case N_MACRO: assign(R, n->name, (jv){.t = JV_MACRO, .u.m = n}); return;
+    case N_MACRO: assign(R, n->name, (jv){.t = JV_MACRO, .u.mac = {n, 0}}); return;
+    case N_CALL_BLOCK: {
+        jv fn = eval(R, n->a->a);
+        if (fn.t != JV_MACRO) rerr(R, n->line, "{%% call %%} expects a macro, not %s", type_name(&fn));
+        args a = eval_args(R, n->a, 0);
+        /* the body sees its own arguments, then what is seen here */
+        jv body = {.t = JV_MACRO, .u.mac = {n->b, (long)R->n_frames - 1}};
+        jv out = call_macro(R, fn.u.mac.m, &a, n->line, &body, fn.u.mac.link);
+        emit(R, out.u.s.p, out.u.s.n, n->line);
+        return;
+    }
     case N_BREAK:
     case N_CONTINUE: {
         /* only inside a loop: a loop frame is above the top level */
-        if (R->n_frames <= 1 || R->frames[R->n_frames - 1].barrier)
+        if (R->n_frames <= 1 || R->frames[R->n_frames - 1].link >= 0)
             rerr(R, n->line, "'%s' outside a loop", n->kind == N_BREAK ? "break" : "continue");
         R->brk = n->kind == N_BREAK ? 1 : 2;
         return;
@@ -3045,7 +3108,7 @@ og_status og_jinja_render(const og_jinja *t, const cJSON *vars, const og_jinja_l
         og_free(R);
         return st;
     }
-    push_frame(R, false);
+    push_frame(R, -1);
     if (vars)
         for (const cJSON *c = vars->child; c; c = c->next)
             if (c->string) dict_set(R, R->frames[0].vars, mkstr(c->string, strlen(c->string)), from_json(R, c, 0));
