@@ -387,7 +387,8 @@ int main(void) {
     const char *names[] = {"gpt2-style", "llama-gqa", "llama3-style", "mistral-sw", "qwen2-bias", "qwen3-mixed",
                            "added-flags"};
     /* Unigram and WordPiece models, with added tokens using every flag */
-    const char *others[] = {"unigram-metaspace", "unigram-bytefallback", "bert-uncased", "wordpiece-cased"};
+    const char *others[] = {"unigram-metaspace", "unigram-bytefallback", "bert-uncased", "wordpiece-cased",
+                            "wordpiece-nfd"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) parity(names[i]);
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) parity(others[i]);
     og_test_section("heap BPE equals the plain merge loop");
