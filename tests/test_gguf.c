@@ -438,7 +438,15 @@ static size_t unhex(const char *h, unsigned char *out) {
     return n;
 }
 
-static void tokenizer_parity(const char *file, const char *cases_name, const char *eos) {
+/* spm: the file is a SentencePiece vocabulary made from a tokenizer.json
+ * that registers its <0xNN> byte pieces as added special tokens (the
+ * tokenizers library's trainer did), so Hugging Face matches "<0x41>"
+ * written in text as one token. A SentencePiece vocabulary never matches
+ * byte pieces in text (SentencePiece, llama.cpp, Hugging Face's converter
+ * alike), so for such a case only what follows the byte token must agree:
+ * the ids after the oracle's first one end the GGUF tokenizer's ids, and
+ * the first one is not the byte token. */
+static void tokenizer_parity(const char *file, const char *cases_name, const char *eos, bool spm) {
     char title[160], path[512];
     snprintf(title, sizeof title, "tokenizer: %s vs tokenizers/%s/cases.json", file, cases_name);
     og_test_section(title);
@@ -454,7 +462,7 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
     char *text = og_test_read_file(path);
     cJSON *cases = text ? cJSON_Parse(text) : NULL;
     CHECK(cases != NULL);
-    int n_enc = 0, enc_bad = 0, n_dec = 0, dec_bad = 0;
+    int n_enc = 0, enc_bad = 0, n_dec = 0, dec_bad = 0, n_byte_text = 0;
     if (t && cases) {
         const int32_t *eos_ids = NULL;
         CHECK(og_tokenizer_eos_ids(t, &eos_ids) == 1 && eos_ids && eos_ids[0] == og_tokenizer_token_id(t, eos));
@@ -466,7 +474,12 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
             int64_t nwant, ngot = 0;
             int32_t *want = json_ids(cJSON_GetObjectItem(c, "ids"), &nwant), *got = NULL;
             og_status rc = og_tokenizer_encode(t, (const char *)bytes, nb, &got, &ngot);
-            if (rc != OG_OK || ngot != nwant || (nwant && memcmp(got, want, (size_t)nwant * sizeof *want))) {
+            if (spm && nb >= 6 && !memcmp(bytes, "<0x", 3) && bytes[5] == '>' && rc == OG_OK && nwant > 1) {
+                n_byte_text++;
+                if (ngot < nwant || got[0] == want[0] ||
+                    memcmp(got + ngot - (nwant - 1), want + 1, (size_t)(nwant - 1) * sizeof *want))
+                    if (enc_bad++ < 5) fprintf(stderr, "%s: encode of %s: the text after the byte piece differs\n", title, hex);
+            } else if (rc != OG_OK || ngot != nwant || (nwant && memcmp(got, want, (size_t)nwant * sizeof *want))) {
                 if (enc_bad++ < 5) fprintf(stderr, "%s: encode of %s differs (%s)\n", title, hex, rc ? og_last_error() : "ok");
             }
             og_free(got);
@@ -488,6 +501,7 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
     }
     CHECK_MSG(n_enc > 30 && n_dec > 100, "%s: only %d encode and %d decode cases", title, n_enc, n_dec);
     CHECK_MSG(enc_bad == 0, "%s: %d of %d encodes differ", title, enc_bad, n_enc);
+    CHECK_MSG(n_byte_text == (spm ? 1 : 0), "%s: %d cases start with a byte piece's text", title, n_byte_text);
     CHECK_MSG(dec_bad == 0, "%s: %d of %d decodes differ", title, dec_bad, n_dec);
     cJSON_Delete(cases);
     free(text);
@@ -518,7 +532,7 @@ static void build_model(gb *b, int v) {
     put(b, "GGUF", 4);
     u32(b, 3);
     u64(b, (uint64_t)nt);
-    u64(b, v == M_NO_CTX ? 16 : 17);
+    u64(b, v == M_NO_CTX ? 16 : v == M_SPM ? 18 : 17);
     str(b, "general.architecture"), u32(b, OG_GGUF_STRING), str(b, v == M_ARCH ? "gpt2" : "llama");
     str(b, "llama.block_count"), u32(b, OG_GGUF_U32), u32(b, 1);
     str(b, "llama.embedding_length"), u32(b, OG_GGUF_U32), u32(b, 4);
@@ -537,6 +551,10 @@ static void build_model(gb *b, int v) {
     u32(b, 1), u32(b, 1), u32(b, 1), u32(b, 3);
     if (v == M_VOCAB) u32(b, 1);
     str(b, "tokenizer.ggml.merges"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, 1), str(b, "a b");
+    if (v == M_SPM) { /* a SentencePiece vocabulary with 3 scores for 4 tokens */
+        str(b, "tokenizer.ggml.scores"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_F32), u64(b, 3);
+        for (int k = 0; k < 3; k++) put(b, &(float){-1.0f * (float)k}, 4);
+    }
     str(b, "tokenizer.ggml.eos_token_id"), u32(b, OG_GGUF_U32), u32(b, 3);
     str(b, "tokenizer.ggml.bos_token_id"), u32(b, OG_GGUF_U32), u32(b, 0);
     str(b, "tokenizer.ggml.add_bos_token"), u32(b, OG_GGUF_BOOL), u8(b, 1);
@@ -567,7 +585,7 @@ static void exporter_refuses(void) {
         {M_MISSING, OG_ERR_FORMAT, "tensor \"blk.0.ffn_up.weight\" is missing"},
         {M_SHAPE, OG_ERR_FORMAT, "tensor \"blk.0.ffn_gate.weight\" has ne [8, 4, 1, 1], the metadata implies [4, 4]"},
         {M_EXTRA, OG_ERR_UNSUPPORTED, "tensor \"blk.0.extra.weight\" is not part of a llama model"},
-        {M_SPM, OG_ERR_UNSUPPORTED, "\"tokenizer.ggml.model\" = \"llama\": not supported"},
+        {M_SPM, OG_ERR_FORMAT, "\"tokenizer.ggml.scores\" must be an array of f32, one per token (4 tokens, scores has 3)"},
         {M_PRE, OG_ERR_UNSUPPORTED, "\"tokenizer.ggml.pre\" = \"falcon\": pre-tokenizer not supported"},
         {M_ROPE, OG_ERR_UNSUPPORTED, "\"llama.rope.scaling.type\" = \"yarn\": not supported"},
         {M_HEADS, OG_ERR_FORMAT, "head_count_kv\" = 3: must divide head_count 2"},
@@ -633,11 +651,132 @@ static void tokenizer_adds_bos(void) {
     free(b.p);
 }
 
+/* A SentencePiece ("llama") vocabulary built by hand, vocab only:
+ *
+ *   id  piece   type     score (variant 0)  (variant 1)
+ *    0  <unk>   unknown   0
+ *    1  <s>     control   0
+ *    2  </s>    control   0
+ *    3  \u2581  normal  -10
+ *    4  a       normal  -11
+ *    5  b       normal  -12
+ *    6  c       normal  -13
+ *    7  ab      normal   -2                 -1
+ *    8  bc      normal   -1                 -2
+ *    9  \u2581a normal   -3
+ *   10  <0x64>  byte      0                  ("d")
+ *
+ * Merges (normal piece = two normal pieces), best score first: variant 0
+ * b+c, a+b, \u2581+a; variant 1 a+b, b+c, \u2581+a. Worked by hand:
+ *   "abc" -> "\u2581abc" = \u2581 a b c. Variant 0: b+c (-1) beats a+b (-2) and
+ *   \u2581+a (-3): \u2581 a bc; then \u2581+a: [\u2581a, bc] = [9, 8]. Variant 1: a+b
+ *   first: \u2581 ab c; \u2581ab and abc are no pieces: [3, 7, 6].
+ *   "abd" (variant 0): d is no piece, its byte piece <0x64>; a+b, then
+ *   \u2581+ab is no piece: [3, 7, 10].
+ *   "<s>abc": the control token, then "abc" without a space in front
+ *   (prepended to the start of the text only): [1, 7, 6] in variant 1.
+ * With nscores != 11 the scores array is that long (a malformed file). */
+static void build_spm_vocab(gb *b, int variant, int nscores, bool charsmap) {
+    static const char *const pieces[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "ab", "bc",
+                                         "\xE2\x96\x81" "a", "<0x64>"};
+    static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6};
+    float scores[] = {0, 0, 0, -10, -11, -12, -13, -2, -1, -3, 0};
+    if (variant == 1) scores[7] = -1, scores[8] = -2;
+    b->n = 0;
+    put(b, "GGUF", 4);
+    u32(b, 3);
+    u64(b, 0);
+    u64(b, charsmap ? 8 : 7);
+    str(b, "general.architecture"), u32(b, OG_GGUF_STRING), str(b, "llama");
+    str(b, "tokenizer.ggml.model"), u32(b, OG_GGUF_STRING), str(b, "llama");
+    str(b, "tokenizer.ggml.tokens"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, 11);
+    for (int i = 0; i < 11; i++) str(b, pieces[i]);
+    str(b, "tokenizer.ggml.token_type"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_I32), u64(b, 11);
+    for (int i = 0; i < 11; i++) u32(b, (uint32_t)types[i]);
+    str(b, "tokenizer.ggml.scores"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_F32), u64(b, (uint64_t)nscores);
+    for (int i = 0; i < nscores; i++) put(b, &scores[i % 11], 4);
+    str(b, "tokenizer.ggml.bos_token_id"), u32(b, OG_GGUF_U32), u32(b, 1);
+    str(b, "tokenizer.ggml.eos_token_id"), u32(b, OG_GGUF_U32), u32(b, 2);
+    if (charsmap) str(b, "tokenizer.ggml.precompiled_charsmap"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_U8), u64(b, 2), u8(b, 1), u8(b, 2);
+}
+
+static void spm_expect(og_tokenizer *t, const char *text, const int32_t *want, int64_t nwant, const char *what) {
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CHECK_OK(og_tokenizer_encode(t, text, strlen(text), &ids, &n));
+    bool same = n == nwant && (n == 0 || !memcmp(ids, want, (size_t)n * sizeof *ids));
+    CHECK_MSG(same, "%s: \"%s\" gives %lld ids, first %d", what, text, (long long)n, n ? ids[0] : -1);
+    og_free(ids);
+}
+
+static void spm_tokenizer_by_scores(void) {
+    og_test_section("tokenizer: a SentencePiece vocabulary's merges follow its scores");
+    gb b = {0};
+    for (int variant = 0; variant < 2; variant++) {
+        build_spm_vocab(&b, variant, 11, false);
+        og_gguf *g = NULL;
+        CHECK_OK(og_gguf_open_memory(b.p, b.n, "built", &g));
+        char *json = NULL, *cfg = NULL;
+        if (g) CHECK_OK(og_gguf_tokenizer(g, &json, &cfg));
+        og_tokenizer *t = NULL;
+        if (json) CHECK_OK(og_tokenizer_load_json(json, &t));
+        if (t) CHECK_OK(og_tokenizer_load_config(t, cfg));
+        if (t && variant == 0) {
+            CHECK_MSG(strstr(json, "\"merges\":[[\"b\",\"c\"],[\"a\",\"b\"],[\"\xE2\x96\x81\",\"a\"]]"),
+                      "the merges, best score first: %s", strstr(json, "\"merges\""));
+            spm_expect(t, "abc", (const int32_t[]){9, 8}, 2, "b+c before a+b");
+            spm_expect(t, "abd", (const int32_t[]){3, 7, 10}, 3, "byte fallback");
+            spm_expect(t, "", NULL, 0, "empty");
+            char *out = NULL;
+            CHECK_OK(og_tokenizer_decode(t, (const int32_t[]){3, 7, 10, 3, 9}, 5, &out, NULL));
+            CHECK_MSG(out && !strcmp(out, "abd  a"), "decode: \"%s\"", out ? out : "");
+            og_free(out);
+            /* no add_bos_token key: bos added, as llama.cpp does */
+            int32_t *ids = NULL;
+            int64_t n = 0;
+            CHECK_OK(og_tokenizer_encode_ex(t, "abc", 3, 1, 1, &ids, &n));
+            CHECK_MSG(n == 3 && ids[0] == 1 && ids[1] == 9 && ids[2] == 8, "with special tokens: %lld ids", (long long)n);
+            og_free(ids);
+        }
+        if (t && variant == 1) {
+            spm_expect(t, "abc", (const int32_t[]){3, 7, 6}, 3, "a+b before b+c");
+            spm_expect(t, "<s>abc", (const int32_t[]){1, 7, 6}, 3, "control token, then no space prefix");
+            spm_expect(t, "<unk>", (const int32_t[]){0}, 1, "the unknown piece matched in text");
+        }
+        og_tokenizer_free(t);
+        og_free(json);
+        og_free(cfg);
+        og_gguf_close(g);
+    }
+    /* malformed or not representable: refused by name */
+    static const struct {
+        int nscores;
+        bool charsmap;
+        og_status st;
+        const char *needle;
+    } bad[] = {{10, false, OG_ERR_FORMAT, "\"tokenizer.ggml.scores\" must be an array of f32, one per token (11 tokens, scores has 10)"},
+               {12, false, OG_ERR_FORMAT, "(11 tokens, scores has 12)"},
+               {11, true, OG_ERR_UNSUPPORTED, "\"tokenizer.ggml.precompiled_charsmap\": a SentencePiece normalization table"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        build_spm_vocab(&b, 0, bad[k].nscores, bad[k].charsmap);
+        og_gguf *g = NULL;
+        CHECK_OK(og_gguf_open_memory(b.p, b.n, "built", &g));
+        char *json = NULL, *cfg = NULL;
+        og_status rc = g ? og_gguf_tokenizer(g, &json, &cfg) : OG_OK;
+        CHECK_MSG(rc == bad[k].st && strstr(og_last_error(), bad[k].needle), "case %zu: got %s \"%s\"", k,
+                  og_status_str(rc), rc ? og_last_error() : "");
+        CHECK(json == NULL && cfg == NULL);
+        og_gguf_close(g);
+    }
+    free(b.p);
+}
+
 int main(void) {
     reader_reads_back();
     reader_refuses();
     exporter_refuses();
     tokenizer_adds_bos();
+    spm_tokenizer_by_scores();
     fixture_metadata("llama-gqa-f32.gguf", "llama-gqa", 32, 3 + 2 * 9 + 1);
     fixture_metadata("qwen2-bias-f16.gguf", "qwen2-bias", 64, 2 + 2 * 12);
     fixture_metadata("qwen3-mixed-bf16.gguf", "qwen3-mixed", 32, 2 + 4 * 11);
@@ -650,9 +789,12 @@ int main(void) {
      * the logits measured within 0.12 of the checkpoint export's */
     parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, 0, 0.25, true);
     parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_BF16, 0, 0.25, true);
-    tokenizer_parity("llama-gqa-f32.gguf", "llama-gqa", "<|endoftext|>");
-    tokenizer_parity("qwen2-bias-f16.gguf", "qwen2-bias", "<|endoftext|>");
-    tokenizer_parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", "<|endoftext|>");
-    tokenizer_parity("llama3-style-vocab.gguf", "llama3-style", "<|end_of_text|>");
+    tokenizer_parity("llama-gqa-f32.gguf", "llama-gqa", "<|endoftext|>", false);
+    tokenizer_parity("qwen2-bias-f16.gguf", "qwen2-bias", "<|endoftext|>", false);
+    tokenizer_parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", "<|endoftext|>", false);
+    tokenizer_parity("llama3-style-vocab.gguf", "llama3-style", "<|end_of_text|>", false);
+    /* SentencePiece: merges derived from the scores, checked against the
+     * Hugging Face tokenizer the vocabulary was written from */
+    tokenizer_parity("mistral-sw-spm-vocab.gguf", "mistral-sw", "</s>", true);
     return og_test_finish();
 }

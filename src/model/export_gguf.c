@@ -10,7 +10,8 @@
  *                    attn_output, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate,
  *                    ffn_up, ffn_down}.weight (+ .bias), output_norm, output
  *                    (absent: tied embeddings); rope_freqs (llama3 scaling)
- *   tokenizer        tokenizer.ggml.* (byte-level BPE) rebuilt as the
+ *   tokenizer        tokenizer.ggml.* (byte-level BPE; SentencePiece BPE,
+ *                    its merges derived from the scores) rebuilt as the
  *                    tokenizer.json / tokenizer_config.json texts the
  *                    tokenizer loader reads
  *
@@ -425,6 +426,198 @@ static og_status special_id(const og_gguf *g, const char *key, uint64_t n_tokens
     return og_gguf_get_int(g, key, false, 0, (int64_t)n_tokens - 1, id, NULL);
 }
 
+/* ---- SentencePiece ("llama") vocabularies
+ *
+ * A SentencePiece BPE model is a list of scored pieces: encoding starts
+ * from characters and repeatedly joins the adjacent pair whose join is a
+ * piece of the highest score. That is a merges list: (a, b) for every
+ * normal piece split into two normal pieces a and b, ranked by the score of
+ * the whole piece (higher first), ties by the piece's id, then the ids of
+ * a and b, which is the list Hugging Face's converter derives from a
+ * SentencePiece model. A Unigram model stores the same keys; its scores are
+ * log probabilities, not merge priorities, and nothing in the file tells
+ * the two apart: a "llama" vocabulary is read as BPE. */
+
+#define SPM_SPACE "\xE2\x96\x81" /* U+2581, SentencePiece's space */
+
+typedef struct piece_map {
+    const og_gguf_str *strs;
+    uint32_t *slot; /* id + 1; 0 empty */
+    uint64_t mask;
+} piece_map;
+
+static uint64_t piece_hash(const char *p, uint64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int64_t piece_find(const piece_map *m, const char *p, uint64_t n) {
+    for (uint64_t k = piece_hash(p, n) & m->mask;; k = (k + 1) & m->mask) {
+        uint32_t s = m->slot[k];
+        if (!s) return -1;
+        const og_gguf_str *e = &m->strs[s - 1];
+        if ((uint64_t)e->len == n && !memcmp(e->p, p, (size_t)n)) return s - 1;
+    }
+}
+
+typedef struct spm_merge {
+    float score;
+    int32_t id, left, right;
+} spm_merge;
+
+static int cmp_spm_merge(const void *pa, const void *pb) {
+    const spm_merge *a = pa, *b = pb;
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
+    if (a->left != b->left) return a->left < b->left ? -1 : 1;
+    return (a->right > b->right) - (a->right < b->right);
+}
+
+/* The merges of a scored vocabulary into mlist as ["a", "b"] pairs;
+ * normal[i] says whether token i is a normal piece (the only ones BPE
+ * joins). */
+static og_status spm_merges(const og_gguf *g, const og_gguf_kv *tokens, const uint8_t *normal, const float *scores,
+                            cJSON *mlist) {
+    const char *path = og_gguf_origin(g);
+    const uint64_t n = tokens->count;
+    uint64_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    piece_map m = {.strs = tokens->strs, .slot = og_calloc((size_t)cap, sizeof(uint32_t)), .mask = cap - 1};
+    spm_merge *list = NULL;
+    size_t count = 0, lcap = 0;
+    og_status rc = m.slot ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+    for (uint64_t i = 0; i < n && rc == OG_OK; i++) {
+        if (!normal[i]) continue;
+        const og_gguf_str *t = &tokens->strs[i];
+        int64_t dup = piece_find(&m, t->p, (uint64_t)t->len);
+        if (dup >= 0) {
+            rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.tokens\"[%llu] repeats token %lld: a "
+                              "SentencePiece vocabulary has each piece once", path, (unsigned long long)i,
+                              (long long)dup);
+            break;
+        }
+        uint64_t k = piece_hash(t->p, (uint64_t)t->len) & m.mask;
+        while (m.slot[k]) k = (k + 1) & m.mask;
+        m.slot[k] = (uint32_t)(i + 1);
+    }
+    for (uint64_t i = 0; i < n && rc == OG_OK; i++) {
+        if (!normal[i]) continue;
+        const og_gguf_str *t = &tokens->strs[i];
+        /* every split at a character boundary (UTF-8 continuation bytes
+         * never start a piece) */
+        for (uint64_t k = 1; k < (uint64_t)t->len && rc == OG_OK; k++) {
+            if (((uint8_t)t->p[k] & 0xC0) == 0x80) continue;
+            int64_t l = piece_find(&m, t->p, k), r = l < 0 ? -1 : piece_find(&m, t->p + k, (uint64_t)t->len - k);
+            if (r < 0) continue;
+            if (count == lcap) {
+                size_t ncap = lcap ? lcap * 2 : 1024;
+                spm_merge *nl = og_realloc(list, ncap * sizeof *nl);
+                if (!nl) {
+                    rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+                    break;
+                }
+                list = nl;
+                lcap = ncap;
+            }
+            list[count++] = (spm_merge){scores[i], (int32_t)i, (int32_t)l, (int32_t)r};
+        }
+    }
+    if (rc == OG_OK && count) qsort(list, count, sizeof *list, cmp_spm_merge);
+    for (size_t k = 0; k < count && rc == OG_OK; k++) {
+        char *a = NULL, *b = NULL;
+        if ((rc = token_text(g, tokens, (uint64_t)list[k].left, &a)) == OG_OK &&
+            (rc = token_text(g, tokens, (uint64_t)list[k].right, &b)) == OG_OK) {
+            cJSON *pair = cJSON_CreateArray();
+            cJSON_AddItemToArray(pair, cJSON_CreateString(a));
+            cJSON_AddItemToArray(pair, cJSON_CreateString(b));
+            cJSON_AddItemToArray(mlist, pair);
+        }
+        og_free(a);
+        og_free(b);
+    }
+    og_free(list);
+    og_free(m.slot);
+    return rc;
+}
+
+/* The Metaspace pre-tokenizer and decoders of a SentencePiece vocabulary:
+ * spaces become U+2581, one is put before the text (add_space_prefix),
+ * the whole text is one word; decoding turns U+2581 back into spaces,
+ * <0xNN> pieces into bytes and drops the one space put in front. */
+static void spm_pipeline(cJSON *root, bool space_prefix) {
+    cJSON *pt = cJSON_CreateObject();
+    cJSON_AddStringToObject(pt, "type", "Metaspace");
+    cJSON_AddStringToObject(pt, "replacement", SPM_SPACE);
+    cJSON_AddStringToObject(pt, "prepend_scheme", space_prefix ? "first" : "never");
+    cJSON_AddBoolToObject(pt, "split", false);
+    cJSON_AddItemToObject(root, "pre_tokenizer", pt);
+    cJSON *dec = cJSON_CreateObject(), *list = cJSON_CreateArray(), *rep = cJSON_CreateObject(),
+          *pat = cJSON_CreateObject(), *bf = cJSON_CreateObject(), *fuse = cJSON_CreateObject();
+    cJSON_AddStringToObject(dec, "type", "Sequence");
+    cJSON_AddStringToObject(rep, "type", "Replace");
+    cJSON_AddStringToObject(pat, "String", SPM_SPACE);
+    cJSON_AddItemToObject(rep, "pattern", pat);
+    cJSON_AddStringToObject(rep, "content", " ");
+    cJSON_AddItemToArray(list, rep);
+    cJSON_AddStringToObject(bf, "type", "ByteFallback");
+    cJSON_AddItemToArray(list, bf);
+    cJSON_AddStringToObject(fuse, "type", "Fuse");
+    cJSON_AddItemToArray(list, fuse);
+    if (space_prefix) {
+        cJSON *strip = cJSON_CreateObject();
+        cJSON_AddStringToObject(strip, "type", "Strip");
+        cJSON_AddStringToObject(strip, "content", " ");
+        cJSON_AddNumberToObject(strip, "start", 1);
+        cJSON_AddNumberToObject(strip, "stop", 0);
+        cJSON_AddItemToArray(list, strip);
+    }
+    cJSON_AddItemToObject(dec, "decoders", list);
+    cJSON_AddItemToObject(root, "decoder", dec);
+}
+
+/* The checks only a SentencePiece vocabulary needs: scores, the
+ * normalization keys it cannot honour, byte pieces spelled <0xNN>. */
+static og_status spm_check(const og_gguf *g, const og_gguf_kv *tokens, const og_gguf_kv *types, const og_gguf_kv **scores,
+                           bool *space_prefix) {
+    const char *path = og_gguf_origin(g);
+    *scores = og_gguf_find_kv(g, "tokenizer.ggml.scores");
+    const og_gguf_kv *s = *scores;
+    if (!s || s->type != OG_GGUF_ARRAY || s->elem_type != OG_GGUF_F32 || s->count != tokens->count)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.scores\" must be an array of f32, one per token "
+                            "(%llu tokens, %s %llu)", path, (unsigned long long)tokens->count,
+                            s ? "scores has" : "scores is missing:", s ? (unsigned long long)s->count : 0ull);
+    for (uint64_t i = 0; i < s->count; i++) {
+        float v;
+        memcpy(&v, s->elems + i * 4, 4);
+        if (!isfinite(v))
+            return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.scores\"[%llu] is not a finite number",
+                                path, (unsigned long long)i);
+    }
+    const og_gguf_kv *cm = og_gguf_find_kv(g, "tokenizer.ggml.precompiled_charsmap");
+    if (cm && !(cm->type == OG_GGUF_ARRAY && cm->count == 0) && !(cm->type == OG_GGUF_STRING && cm->s.len == 0))
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"tokenizer.ggml.precompiled_charsmap\": a SentencePiece "
+                            "normalization table is not supported", path);
+    bool on = false, found = false;
+    og_status rc = og_gguf_get_bool(g, "tokenizer.ggml.remove_extra_whitespaces", false, &on, &found);
+    if (rc == OG_OK && on)
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"tokenizer.ggml.remove_extra_whitespaces\" = true: not "
+                            "supported", path);
+    *space_prefix = true;
+    if (rc == OG_OK) rc = og_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", false, space_prefix, &found);
+    for (uint64_t i = 0; types && i < tokens->count && rc == OG_OK; i++) {
+        int32_t type;
+        memcpy(&type, types->elems + i * 4, 4);
+        const og_gguf_str *t = &tokens->strs[i];
+        static const char hex[] = "0123456789ABCDEF";
+        if (type == TOK_BYTE && !(t->len == 6 && !memcmp(t->p, "<0x", 3) && strchr(hex, t->p[3]) && t->p[3] &&
+                                  strchr(hex, t->p[4]) && t->p[4] && t->p[5] == '>'))
+            rc = og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: token %llu has type byte but is not spelled <0xNN>: not "
+                              "supported", path, (unsigned long long)i);
+    }
+    return rc;
+}
+
 og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config) {
     const char *path = og_gguf_origin(g);
     *tok_json = *tok_config = NULL;
@@ -432,27 +625,26 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
     bool found = false;
     og_status rc = og_gguf_get_str(g, "tokenizer.ggml.model", false, &model, &found);
     if (rc != OG_OK || !found) return rc; /* no tokenizer */
-    if (strcmp(model, "gpt2")) {
+    const bool spm = !strcmp(model, "llama");
+    if (!spm && strcmp(model, "gpt2")) {
         rc = og_set_error(OG_ERR_UNSUPPORTED,
-                          "gguf %s: key \"tokenizer.ggml.model\" = \"%s\": not supported (gpt2: byte-level BPE%s)", path,
-                          model,
-                          !strcmp(model, "llama") ? "; SentencePiece vocabularies are scored pieces, which this "
-                                                    "tokenizer cannot reproduce exactly"
-                                                  : "");
+                          "gguf %s: key \"tokenizer.ggml.model\" = \"%s\": not supported (gpt2: byte-level BPE, llama: "
+                          "SentencePiece BPE)", path, model);
         og_free(model);
         return rc;
     }
     og_free(model);
-    if ((rc = og_gguf_get_str(g, "tokenizer.ggml.pre", false, &pre, &found))) return rc;
+    if (!spm && (rc = og_gguf_get_str(g, "tokenizer.ggml.pre", false, &pre, &found))) return rc;
     const og_gguf_kv *tokens = og_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const og_gguf_kv *merges = og_gguf_find_kv(g, "tokenizer.ggml.merges");
     const og_gguf_kv *types = og_gguf_find_kv(g, "tokenizer.ggml.token_type");
+    const og_gguf_kv *scores = NULL;
     const char *which = NULL;
     if (!tokens || tokens->type != OG_GGUF_ARRAY || tokens->elem_type != OG_GGUF_STRING || tokens->count == 0)
         which = "tokenizer.ggml.tokens\" must be a non-empty array of strings";
     else if (tokens->count > OG_MAX_VOCAB)
         which = "tokenizer.ggml.tokens\" has more tokens than this build supports";
-    else if (!merges || merges->type != OG_GGUF_ARRAY || merges->elem_type != OG_GGUF_STRING)
+    else if (!spm && (!merges || merges->type != OG_GGUF_ARRAY || merges->elem_type != OG_GGUF_STRING))
         which = "tokenizer.ggml.merges\" must be an array of strings";
     else if (types && (types->type != OG_GGUF_ARRAY || types->elem_type != OG_GGUF_I32 || types->count != tokens->count))
         which = "tokenizer.ggml.token_type\" must be an array of i32, one per token";
@@ -460,9 +652,13 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
         og_free(pre);
         return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"%s", path, which);
     }
+    bool space_prefix = true;
+    if (spm && (rc = spm_check(g, tokens, types, &scores, &space_prefix))) return rc;
     cJSON *pt = NULL, *norm = NULL;
     const char *pname = pre ? pre : "default";
-    if (!strcmp(pname, "default") || !strcmp(pname, "gpt-2")) {
+    if (spm) {
+        /* the pipeline is added below */
+    } else if (!strcmp(pname, "default") || !strcmp(pname, "gpt-2")) {
         pt = byte_level(true);
     } else if (!strcmp(pname, "llama-bpe") || !strcmp(pname, "llama3")) {
         pt = split_then_bytes(RE_LLAMA3);
@@ -484,26 +680,38 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
     cJSON_AddStringToObject(root, "version", "1.0");
     cJSON_AddItemToObject(root, "added_tokens", added);
     cJSON_AddItemToObject(root, "normalizer", norm ? norm : cJSON_CreateNull());
-    cJSON_AddItemToObject(root, "pre_tokenizer", pt);
     cJSON_AddItemToObject(root, "post_processor", cJSON_CreateNull());
-    cJSON_AddItemToObject(root, "decoder", byte_level(true));
+    if (spm) {
+        spm_pipeline(root, space_prefix);
+    } else {
+        cJSON_AddItemToObject(root, "pre_tokenizer", pt);
+        cJSON_AddItemToObject(root, "decoder", byte_level(true));
+    }
     cJSON_AddStringToObject(bpe, "type", "BPE");
     cJSON_AddItemToObject(bpe, "unk_token", cJSON_CreateNull());
-    cJSON_AddBoolToObject(bpe, "fuse_unk", false);
-    cJSON_AddBoolToObject(bpe, "byte_fallback", false);
+    cJSON_AddBoolToObject(bpe, "fuse_unk", spm);
+    cJSON_AddBoolToObject(bpe, "byte_fallback", spm);
     cJSON_AddBoolToObject(bpe, "ignore_merges", false);
     cJSON_AddItemToObject(bpe, "vocab", vocab);
     cJSON_AddItemToObject(bpe, "merges", mlist);
     cJSON_AddItemToObject(root, "model", bpe);
+    /* SentencePiece: only normal pieces take part in merges; the unknown
+     * piece is a special token, as SentencePiece and llama.cpp match it in
+     * text like the control tokens */
+    uint8_t *normal = spm ? og_calloc((size_t)tokens->count, 1) : NULL;
+    if (spm && !normal) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+    int64_t unk_id = -1;
     for (uint64_t i = 0; i < tokens->count && rc == OG_OK; i++) {
         int32_t type = TOK_NORMAL;
         if (types) memcpy(&type, types->elems + i * 4, 4);
         if (type == 0) type = TOK_NORMAL; /* "undefined" in llama.cpp: an ordinary token */
         if (type == TOK_UNUSED) continue; /* padding rows of the embedding */
+        if (normal) normal[i] = type == TOK_NORMAL;
+        if (type == TOK_UNKNOWN && unk_id < 0) unk_id = (int64_t)i;
         char *text = NULL;
         if ((rc = token_text(g, tokens, i, &text))) break;
         cJSON_AddNumberToObject(vocab, text, (double)i);
-        if (type == TOK_CONTROL || type == TOK_USER_DEFINED) {
+        if (type == TOK_CONTROL || type == TOK_USER_DEFINED || (spm && type == TOK_UNKNOWN)) {
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
             cJSON_AddStringToObject(a, "content", text);
@@ -511,7 +719,7 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
             cJSON_AddBoolToObject(a, "lstrip", false);
             cJSON_AddBoolToObject(a, "rstrip", false);
             cJSON_AddBoolToObject(a, "normalized", false);
-            cJSON_AddBoolToObject(a, "special", type == TOK_CONTROL);
+            cJSON_AddBoolToObject(a, "special", type != TOK_USER_DEFINED);
             cJSON_AddItemToArray(added, a);
         } else if (type != TOK_NORMAL && type != TOK_BYTE && type != TOK_UNKNOWN) {
             rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.token_type\"[%llu] = %d: not a token type",
@@ -519,7 +727,24 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
         }
         og_free(text);
     }
-    for (uint64_t i = 0; i < merges->count && rc == OG_OK; i++) {
+    if (spm && rc == OG_OK) {
+        float *sc = og_malloc((size_t)tokens->count * sizeof *sc);
+        if (!sc) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "gguf: out of memory");
+        else memcpy(sc, scores->elems, (size_t)tokens->count * sizeof *sc);
+        if (rc == OG_OK) rc = spm_merges(g, tokens, normal, sc, mlist);
+        og_free(sc);
+        int64_t key_unk = -1; /* the key wins over the first piece typed unknown */
+        if (rc == OG_OK) rc = special_id(g, "tokenizer.ggml.unknown_token_id", tokens->count, &key_unk);
+        if (key_unk >= 0) unk_id = key_unk;
+        if (rc == OG_OK && unk_id >= 0) {
+            char *text = NULL;
+            if ((rc = token_text(g, tokens, (uint64_t)unk_id, &text)) == OG_OK)
+                cJSON_ReplaceItemInObjectCaseSensitive(bpe, "unk_token", cJSON_CreateString(text));
+            og_free(text);
+        }
+    }
+    og_free(normal);
+    for (uint64_t i = 0; !spm && i < merges->count && rc == OG_OK; i++) {
         og_gguf_str m = merges->strs[i];
         const char *sp = memchr(m.p, ' ', (size_t)m.len);
         if (!sp || memchr(m.p, 0, (size_t)m.len) || memchr(sp + 1, ' ', (size_t)(m.p + m.len - sp - 1))) {
@@ -567,8 +792,10 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
             cJSON_AddItemToObject(seq, "Sequence", a);
             cJSON_AddItemToArray(single, seq);
         }
-        bool on = false;
-        if ((rc = og_gguf_get_bool(g, flags[k][0], false, &on, &found)) != OG_OK || !found) continue;
+        /* a SentencePiece vocabulary without the key adds bos, as llama.cpp does */
+        bool on = spm && k == 0;
+        if ((rc = og_gguf_get_bool(g, flags[k][0], false, &on, &found)) != OG_OK || (!found && !(spm && k == 0)))
+            continue;
         cJSON_AddBoolToObject(cfg, flags[k][1], on);
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(cfg, flags[k][2]);
         const cJSON *id = cJSON_IsString(text) ? cJSON_GetObjectItemCaseSensitive(vocab, text->valuestring) : NULL;
