@@ -2039,15 +2039,22 @@ static int64_t need_int(render *R, const jv *v, const char *what, int line) {
     return num_i(v);
 }
 
+/* the characters argument of strip/lstrip/rstrip/trim: absent, none or a string */
+static const jv *chars_arg(render *R, const args *a, const char *what, int line) {
+    const jv *c = arg(a, 0, "chars");
+    if (c && c->t != JV_NONE && c->t != JV_UNDEF) need_str(R, c, what, line);
+    return c;
+}
+
 static jv call_value(render *R, const jv *fn, const args *a, int line);
 static jv apply_filter(render *R, jstr name, const jv *v, const args *a, int line);
 static bool apply_test(render *R, jstr name, const jv *v, const args *a, int line);
 
 static jv str_method(render *R, jv s, jstr m, const args *a, int line, bool *found) {
     *found = true;
-    if (jstr_is(m, "strip")) return strip(R, s, arg(a, 0, "chars"), 3);
-    if (jstr_is(m, "lstrip")) return strip(R, s, arg(a, 0, "chars"), 1);
-    if (jstr_is(m, "rstrip")) return strip(R, s, arg(a, 0, "chars"), 2);
+    if (jstr_is(m, "strip")) return strip(R, s, chars_arg(R, a, "strip", line), 3);
+    if (jstr_is(m, "lstrip")) return strip(R, s, chars_arg(R, a, "lstrip", line), 1);
+    if (jstr_is(m, "rstrip")) return strip(R, s, chars_arg(R, a, "rstrip", line), 2);
     if (jstr_is(m, "split")) {
         const jv *mx = arg(a, 1, "maxsplit");
         return split(R, s, arg(a, 0, "sep"), mx ? need_int(R, mx, "split", line) : -1, line);
@@ -2580,7 +2587,7 @@ static jv apply_filter(render *R, jstr name, const jv *v, const args *a, int lin
     if (F("string")) return text_of(R, v);
     if (F("trim")) {
         jv s = text_of(R, v);
-        return strip(R, s, arg(a, 0, "chars"), 3);
+        return strip(R, s, chars_arg(R, a, "trim", line), 3);
     }
     if (F("length") || F("count")) {
         switch (v->t) {
