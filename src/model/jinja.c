@@ -36,6 +36,7 @@ typedef struct achunk {
 typedef struct arena {
     achunk *head;
     size_t total, limit;
+    size_t next; /* the next chunk's size: 4 KiB doubling up to 64 KiB */
 } arena;
 
 static void arena_free(arena *a) {
@@ -54,7 +55,9 @@ static void *arena_alloc(arena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     if (!a->head || a->head->cap - a->head->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
+        if (a->next < 4096) a->next = 4096;
+        size_t cap = n > a->next ? n : a->next;
+        if (a->next < 65536) a->next *= 2;
         if (a->limit && (cap > a->limit || a->total > a->limit - cap)) return NULL;
         achunk *c = og_malloc(sizeof *c + cap);
         if (!c) return NULL;
