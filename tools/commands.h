@@ -7,6 +7,7 @@
 int og_cmd_version(int argc, char **argv);
 /* sub-commands declare here, one line each */
 int og_cmd_eval(int argc, char **argv);
+int og_cmd_perplexity(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_export(int argc, char **argv);
 int og_cmd_inspect(int argc, char **argv);

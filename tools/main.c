@@ -18,6 +18,7 @@ static const command k_commands[] = {
     {"export", og_cmd_export, "convert a Hugging Face checkpoint into a program file"},
     {"inspect", og_cmd_inspect, "validate a program file and show what it holds"},
     {"eval", og_cmd_eval, "write the logits of every input position"},
+    {"perplexity", og_cmd_perplexity, "score how well the model predicts a text"},
     {"bench", og_cmd_bench, "prefill and decode speed, KV bytes allocated against live"},
     {"demo", og_cmd_demo, "show the KV manager: sessions, growth, metrics"},
     {"run", og_cmd_run, "generate text from a prompt, streamed as it comes"},
