@@ -17,31 +17,7 @@ SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 SSE=$SRC/tests/serve/sse.py
 rm -rf "$WORK" && mkdir -p "$WORK"
 command -v curl >/dev/null || { echo "cli_serve: curl is missing: skipped"; exit 77; }
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-PID=
-PORT=
-# a server left by a failure or a timeout never outlives the test
-trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null' EXIT
-
-# start_server NAME [options]: runs offgraph serve in the background and
-# reads the port it picked from its first line
-start_server() {
-    local name=$1
-    shift
-    "$BIN" serve --port 0 "$@" >"$WORK/$name.log" 2>&1 &
-    PID=$!
-    PORT=
-    for _ in $(seq 300); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/$name.log")
-        [ -n "$PORT" ] && return 0
-        kill -0 $PID 2>/dev/null || break
-        sleep 0.1
-    done
-    fail "$name: the server did not start: $(cat "$WORK/$name.log")"
-    kill -9 $PID 2>/dev/null
-    return 1
-}
+. "$SRC/tests/serve/server.sh"
 
 # stop_server NAME: SIGTERM, and it must exit 0 within 20 s
 stop_server() {
