@@ -2205,7 +2205,7 @@ static jv call_macro(render *R, const jnode *m, const args *a, int line, const j
     R->brk = 0;
     exec(R, m->a);
     R->brk = brk;
-    jv r = str_copy(R, R->out + mark, R->n_out - mark);
+    jv r = R->n_out > mark ? str_copy(R, R->out + mark, R->n_out - mark) : mkstr("", 0);
     R->n_out = mark;
     R->n_frames--;
     R->calls--;
@@ -3041,7 +3041,7 @@ static void exec_node(render *R, const jnode *n) {
     case N_SET_BLOCK: {
         size_t mark = R->n_out;
         exec(R, n->a);
-        jv s = str_copy(R, R->out + mark, R->n_out - mark);
+        jv s = R->n_out > mark ? str_copy(R, R->out + mark, R->n_out - mark) : mkstr("", 0);
         R->n_out = mark;
         assign(R, n->names[0], s);
         return;
