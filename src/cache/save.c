@@ -240,6 +240,21 @@ static uint64_t payload_hash_final(payload_hash *p) {
     return v;
 }
 
+/* Moves *iov [*n] past `done` bytes that a pwritev/preadv moved, dropping
+ * the entries it finished (and empty ones). */
+static void iov_advance(struct iovec **iov, int *n, size_t done) {
+    struct iovec *v = *iov;
+    for (size_t left = done; left > 0;) {
+        const size_t take = left < v->iov_len ? left : v->iov_len;
+        v->iov_base = (unsigned char *)v->iov_base + take;
+        v->iov_len -= take;
+        left -= take;
+        if (v->iov_len == 0) v++, (*n)--;
+    }
+    while (*n > 0 && v->iov_len == 0) v++, (*n)--;
+    *iov = v;
+}
+
 /* pwritev of every byte of iov [n] at *off (both advanced past what was written). */
 static og_status pwritev_all(int fd, struct iovec *iov, int n, uint64_t *off, const char *path) {
     while (n > 0) {
@@ -249,14 +264,7 @@ static og_status pwritev_all(int fd, struct iovec *iov, int n, uint64_t *off, co
             return og_set_error(OG_ERR_IO, "og_session_save: writing %s: %s", path,
                                 w < 0 ? strerror(errno) : "nothing written");
         *off += (uint64_t)w;
-        for (size_t left = (size_t)w; left > 0;) {
-            const size_t take = left < iov->iov_len ? left : iov->iov_len;
-            iov->iov_base = (unsigned char *)iov->iov_base + take;
-            iov->iov_len -= take;
-            left -= take;
-            if (iov->iov_len == 0) iov++, n--;
-        }
-        while (n > 0 && iov->iov_len == 0) iov++, n--;
+        iov_advance(&iov, &n, (size_t)w);
     }
     return OG_OK;
 }
@@ -271,14 +279,7 @@ static og_status preadv_all(int fd, struct iovec *iov, int n, uint64_t *off, con
         if (r == 0)
             return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: truncated: the file ends inside %s", path, what);
         *off += (uint64_t)r;
-        for (size_t left = (size_t)r; left > 0;) {
-            const size_t take = left < iov->iov_len ? left : iov->iov_len;
-            iov->iov_base = (unsigned char *)iov->iov_base + take;
-            iov->iov_len -= take;
-            left -= take;
-            if (iov->iov_len == 0) iov++, n--;
-        }
-        while (n > 0 && iov->iov_len == 0) iov++, n--;
+        iov_advance(&iov, &n, (size_t)r);
     }
     return OG_OK;
 }
