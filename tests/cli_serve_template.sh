@@ -11,31 +11,9 @@ BIN=$1
 WORK=$2
 SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 rm -rf "$WORK" && mkdir -p "$WORK"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-serve_with() { # template name: exports, starts the server, sets PID and PORT
-    mkdir -p "$WORK/$1"
-    cp "$SRC/tests/data/hf/qwen3-mixed/"* "$WORK/$1/"
-    cp "$SRC/tests/data/chat_templates/$1.jinja" "$WORK/$1/chat_template.jinja"
-    "$BIN" export "$WORK/$1" -o "$WORK/$1.ogp" 2>/dev/null || { fail "$1: export"; return 1; }
-    "$BIN" serve -m "$WORK/$1.ogp" --port 0 >"$WORK/$1.log" 2>&1 &
-    PID=$!
-    PORT=
-    for _ in $(seq 300); do
-        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$WORK/$1.log")
-        [ -n "$PORT" ] && break
-        sleep 0.1
-    done
-    [ -n "$PORT" ] || { fail "$1: the server did not start: $(cat "$WORK/$1.log")"; kill -9 $PID 2>/dev/null; return 1; }
-}
-stop() {
-    kill -TERM $PID
-    wait $PID || fail "the server's exit status after SIGTERM"
-}
-
-if serve_with gemma; then
-    python3 - "$PORT" <<'PY' || fail "gemma template"
+. "$SRC/tests/serve/server.sh"
+# post(body) -> (HTTP status, JSON) for the chat completions of the server on port argv[1]
+cat >"$WORK/post.py" <<'PY'
 import json, sys, urllib.request, urllib.error
 url = "http://127.0.0.1:%s/v1/chat/completions" % sys.argv[1]
 def post(body):
@@ -45,6 +23,25 @@ def post(body):
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.load(e)
+PY
+
+serve_with() { # template name: exports, starts the server, sets PID and PORT
+    mkdir -p "$WORK/$1"
+    cp "$SRC/tests/data/hf/qwen3-mixed/"* "$WORK/$1/"
+    cp "$SRC/tests/data/chat_templates/$1.jinja" "$WORK/$1/chat_template.jinja"
+    "$BIN" export "$WORK/$1" -o "$WORK/$1.ogp" 2>/dev/null || { fail "$1: export"; return 1; }
+    start_server "$1" -m "$WORK/$1.ogp"
+}
+stop() {
+    kill -TERM $PID
+    wait $PID || fail "the server's exit status after SIGTERM"
+}
+
+if serve_with gemma; then
+    python3 - "$PORT" "$WORK" <<'PY' || fail "gemma template"
+import sys
+sys.path.insert(0, sys.argv[2])
+from post import post
 st, r = post({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3})
 assert st == 200 and r["usage"]["prompt_tokens"] > 0, (st, r)
 st, r = post({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
@@ -57,16 +54,10 @@ PY
 fi
 
 if serve_with qwen3; then
-    python3 - "$PORT" <<'PY' || fail "qwen3 template"
-import json, sys, urllib.request, urllib.error
-url = "http://127.0.0.1:%s/v1/chat/completions" % sys.argv[1]
-def post(body):
-    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+    python3 - "$PORT" "$WORK" <<'PY' || fail "qwen3 template"
+import sys
+sys.path.insert(0, sys.argv[2])
+from post import post
 msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
 st, on = post({"messages": msgs, "max_tokens": 2})
 assert st == 200, (st, on)
