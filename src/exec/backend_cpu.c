@@ -24,6 +24,7 @@
  * never points below its index, so the copy is safe in place).
  */
 #include "exec/exec.h"
+#include "kernels/cpu_isa.h"
 
 #include "kernels/attend.h"
 #include "model/sample.h"
@@ -37,6 +38,7 @@ typedef struct cpu_model {
     int32_t n_slots;
     bool *tail_reads;    /* [n_instrs]: a value made before the tail that the tail reads */
     bool bf16_prefill;   /* products of wider steps round activations to bf16 */
+    int64_t weight_bytes; /* counted in og_cpu_weights_loaded while the model lives */
 } cpu_model;
 
 struct og_step_ctx {
@@ -55,6 +57,7 @@ static cpu_model *cm_of(const og_model *m) { return m->be; }
 static void cpu_model_free(og_model *m) {
     cpu_model *cm = m->be;
     if (!cm) return;
+    og_cpu_weights_loaded(-cm->weight_bytes);
     og_free(cm->slot_of);
     og_free(cm->slot_width);
     og_free(cm->tail_reads);
@@ -67,6 +70,8 @@ static og_status cpu_model_init(og_model *m, const og_model_params *p) {
     cpu_model *cm = og_calloc(1, sizeof *cm);
     if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = cm;
+    cm->weight_bytes = (int64_t)og_program_weight_bytes(m->prog);
+    og_cpu_weights_loaded(cm->weight_bytes); /* picks how the products prefetch */
     m->pool = p->n_threads == 1 ? NULL : og_threadpool_create(p->n_threads);
     if (p->n_threads != 1 && !m->pool) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cannot start threads");
     cm->slot_of = og_malloc((size_t)n * sizeof *cm->slot_of);

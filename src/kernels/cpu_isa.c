@@ -2,6 +2,7 @@
 #include "kernels/cpu_isa.h"
 
 #include <stdatomic.h>
+#include <unistd.h>
 
 static atomic_int g_isa_cap = OG_CPU_ISA_AVX512;
 
@@ -29,6 +30,22 @@ og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa) {
 
 bool og_cpu_has_avx512_bf16(void) {
     return og_cpu_isa_active() == OG_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+}
+
+static atomic_llong g_weight_bytes;
+
+void og_cpu_weights_loaded(int64_t delta) { atomic_fetch_add(&g_weight_bytes, (long long)delta); }
+
+bool og_cpu_weights_fit_cache(void) {
+    static atomic_llong budget; /* 0 until measured */
+    long long b = atomic_load_explicit(&budget, memory_order_relaxed);
+    if (b == 0) {
+        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        b = 32ll << 20;
+        if (l3 > 0 && l3 / 2 < b) b = l3 / 2;
+        atomic_store_explicit(&budget, b, memory_order_relaxed);
+    }
+    return atomic_load_explicit(&g_weight_bytes, memory_order_relaxed) <= b;
 }
 
 bool og_cpu_isa_supported(og_cpu_isa isa) { return isa >= OG_CPU_ISA_SCALAR && isa <= og_cpu_isa_detect(); }

@@ -6,6 +6,7 @@
 #define OG_KERNELS_CPU_ISA_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef enum og_cpu_isa {
     OG_CPU_ISA_SCALAR = 0, /* portable C                         */
@@ -26,6 +27,16 @@ og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa);
 bool og_cpu_has_avx512_bf16(void);
 /* True when this CPU can run isa. */
 bool og_cpu_isa_supported(og_cpu_isa isa);
+/* Weights the CPU back end's loaded models hold, all together: a model adds
+ * its weight bytes when it loads and takes them back when it is freed
+ * (negative delta). */
+void og_cpu_weights_loaded(int64_t delta);
+/* True while those weights fit the caches (at most half the last-level
+ * cache, and at most 32 MiB): then the decode products prefetch weights
+ * into the caches, where the next token finds them; otherwise they prefetch
+ * them non-temporally (streamed from memory each token, they would only
+ * evict the KV rows and activations). */
+bool og_cpu_weights_fit_cache(void);
 /* Static lower-case name ("scalar", "avx2", "avx512"); "unknown" otherwise. */
 const char *og_cpu_isa_name(og_cpu_isa isa);
 

@@ -3,6 +3,7 @@
  * needs no -march flag; ops_cpu.c calls them only after checking the CPU
  * (og_cpu_isa_active). Letters as in ops.h: K in features, V vocabulary,
  * N row width. bf16 is the top half of an f32, so widening is a shift. */
+#include "kernels/cpu_isa.h"
 #include "kernels/ops_internal.h"
 
 #include <immintrin.h>
@@ -83,9 +84,11 @@ static OG_INLINE OG_AVX512 void gemv_avx512(const float *x, const void *w, og_dt
  * the next pass's rows (the block is contiguous, so that is 4 rows ahead):
  * the hardware prefetcher alone keeps too few misses in flight for four
  * interleaved streams (18-20 GB/s per core; with the prefetch 23-25, and
- * 33-35 GB/s on both cores). The prefetch is non-temporal: weights are read
- * once per token, and keeping them out of the cache levels leaves the KV rows
- * and activations there (decode at context 128: 30 -> 40 tok/s). Rows left over (and the tail of K, below 32)
+ * 33-35 GB/s on both cores). The prefetch is non-temporal when the weights
+ * are larger than the caches: read once per token, kept out of the cache
+ * levels they leave the KV rows and activations there (0.6B shape, decode at
+ * context 128: 30 -> 40 tok/s); weights that fit the caches are prefetched
+ * into them, where the next token finds them (og_cpu_weights_fit_cache). Rows left over (and the tail of K, below 32)
  * take the masked 16-wide loop of gemv_avx512. */
 static OG_INLINE OG_AVX512 __m512 bf16_even_512(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
@@ -100,6 +103,7 @@ static OG_AVX512 void gemv_bf16_avx512(const float *x, const og_bf16 *w, int64_t
                                                26, 28, 30);
     const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
     const size_t k32 = (size_t)(K & ~(int64_t)31);
+    const bool cached = og_cpu_weights_fit_cache(); /* else streamed: og_cpu_weights_fit_cache */
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         const og_bf16 *w0 = w + (size_t)r * (size_t)K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
@@ -109,10 +113,17 @@ static OG_AVX512 void gemv_bf16_avx512(const float *x, const og_bf16 *w, int64_t
             const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
             const __m512 xe = _mm512_permutex2var_ps(x0, even_idx, x1); /* x[k + 2i]     */
             const __m512 xo = _mm512_permutex2var_ps(x0, odd_idx, x1);  /* x[k + 2i + 1] */
-            _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_NTA);
-            _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_NTA);
-            _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_NTA);
-            _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_NTA);
+            if (cached) {
+                _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_T0);
+                _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_T0);
+            } else {
+                _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_NTA);
+                _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_NTA);
+                _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_NTA);
+                _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_NTA);
+            }
             const __m512i p0 = _mm512_loadu_si512((const void *)(w0 + k));
             const __m512i p1 = _mm512_loadu_si512((const void *)(w1 + k));
             const __m512i p2 = _mm512_loadu_si512((const void *)(w2 + k));
@@ -356,9 +367,14 @@ OG_AVX512 void og_matmul_rows_avx512(const float *x, const float *xp, const void
     const size_t k32 = (size_t)(K & ~(int64_t)31);
     /* one sweep unless the scratch is there (K >= 2 EO_KC) */
     const size_t kc = og_matmul_rows_avx512_scratch(K, rows) ? EO_KC : k32;
+    const bool cached = og_cpu_weights_fit_cache();
     for (int64_t r0 = 0; r0 < R; r0 += EO_NR) {
         const int nr = R - r0 < EO_NR ? (int)(R - r0) : EO_NR;
-        const int prefetch = r0 > 0 ? 0 : R <= EO_NR ? 1 : 2;
+        /* the first block of rows brings the panel in: non-temporally when
+         * only it reads the panel and the weights stream from memory each
+         * token; into the caches when later blocks read it again, or when the
+         * weights fit the caches and the next token reads them again too */
+        const int prefetch = r0 > 0 ? 0 : R <= EO_NR && !cached ? 1 : 2;
         for (size_t k0 = 0, k1;; k0 = k1) {
             k1 = k32 - k0 > kc ? k0 + kc : k32;
             const bool last = k1 == k32;
