@@ -515,7 +515,7 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
 
 enum {
     M_OK, M_ARCH, M_Q4 /* a type the exporter does not read */, M_MISSING, M_SHAPE, M_EXTRA, M_SPM, M_PRE, M_ROPE, M_HEADS, M_NO_CTX,
-    M_VOCAB, M_COUNT
+    M_VOCAB, M_SPM_OK /* a SentencePiece vocabulary with its scores: exported */, M_COUNT
 };
 
 /* A llama GGUF of hidden 4, ffn 4, 1 layer, 2 heads / 1 KV head (head dim
@@ -532,7 +532,7 @@ static void build_model(gb *b, int v) {
     put(b, "GGUF", 4);
     u32(b, 3);
     u64(b, (uint64_t)nt);
-    u64(b, v == M_NO_CTX ? 16 : v == M_SPM ? 18 : 17);
+    u64(b, v == M_NO_CTX ? 16 : v == M_SPM || v == M_SPM_OK ? 18 : 17);
     str(b, "general.architecture"), u32(b, OG_GGUF_STRING), str(b, v == M_ARCH ? "gpt2" : "llama");
     str(b, "llama.block_count"), u32(b, OG_GGUF_U32), u32(b, 1);
     str(b, "llama.embedding_length"), u32(b, OG_GGUF_U32), u32(b, 4);
@@ -542,7 +542,7 @@ static void build_model(gb *b, int v) {
     if (v != M_NO_CTX) str(b, "llama.context_length"), u32(b, OG_GGUF_U32), u32(b, 64);
     str(b, "llama.rope.scaling.type"), u32(b, OG_GGUF_STRING), str(b, v == M_ROPE ? "yarn" : "none");
     str(b, "llama.attention.layer_norm_rms_epsilon"), u32(b, OG_GGUF_F32), put(b, &(float){1e-5f}, 4);
-    str(b, "tokenizer.ggml.model"), u32(b, OG_GGUF_STRING), str(b, v == M_SPM ? "llama" : "gpt2");
+    str(b, "tokenizer.ggml.model"), u32(b, OG_GGUF_STRING), str(b, v == M_SPM || v == M_SPM_OK ? "llama" : "gpt2");
     str(b, "tokenizer.ggml.pre"), u32(b, OG_GGUF_STRING), str(b, v == M_PRE ? "falcon" : "gpt-2");
     str(b, "tokenizer.ggml.tokens"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, v == M_VOCAB ? 5 : 4);
     str(b, "a"), str(b, "b"), str(b, "ab"), str(b, "<e>");
@@ -551,9 +551,10 @@ static void build_model(gb *b, int v) {
     u32(b, 1), u32(b, 1), u32(b, 1), u32(b, 3);
     if (v == M_VOCAB) u32(b, 1);
     str(b, "tokenizer.ggml.merges"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, 1), str(b, "a b");
-    if (v == M_SPM) { /* a SentencePiece vocabulary with 3 scores for 4 tokens */
-        str(b, "tokenizer.ggml.scores"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_F32), u64(b, 3);
-        for (int k = 0; k < 3; k++) put(b, &(float){-1.0f * (float)k}, 4);
+    if (v == M_SPM || v == M_SPM_OK) { /* M_SPM: 3 scores for 4 tokens */
+        const int ns = v == M_SPM ? 3 : 4;
+        str(b, "tokenizer.ggml.scores"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_F32), u64(b, (uint64_t)ns);
+        for (int k = 0; k < ns; k++) put(b, &(float){-1.0f * (float)k}, 4);
     }
     str(b, "tokenizer.ggml.eos_token_id"), u32(b, OG_GGUF_U32), u32(b, 3);
     str(b, "tokenizer.ggml.bos_token_id"), u32(b, OG_GGUF_U32), u32(b, 0);
@@ -598,14 +599,15 @@ static void exporter_refuses(void) {
     snprintf(in, sizeof in, "%s/m.gguf", dir);
     snprintf(out, sizeof out, "%s/m.ogp", dir);
     gb b = {0};
-    for (int k = -1; k < (int)(sizeof cases / sizeof cases[0]); k++) {
-        build_model(&b, k < 0 ? M_OK : cases[k].v);
+    for (int k = -2; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        build_model(&b, k == -2 ? M_OK : k == -1 ? M_SPM_OK : cases[k].v);
         FILE *f = fopen(in, "wb");
         fwrite(b.p, 1, b.n, f);
         fclose(f);
         og_status rc = og_export_gguf(in, out, NULL, NULL);
         if (k < 0) {
-            CHECK_MSG(rc == OG_OK, "the unaltered model: %s", og_last_error());
+            CHECK_MSG(rc == OG_OK, "the unaltered model (%s vocabulary): %s", k == -2 ? "gpt2" : "llama",
+                      og_last_error());
             remove(out);
             continue;
         }
