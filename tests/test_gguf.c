@@ -677,6 +677,8 @@ static void tokenizer_adds_bos(void) {
  *   \u2581+ab is no piece: [3, 7, 10].
  *   "<s>abc": the control token, then "abc" without a space in front
  *   (prepended to the start of the text only): [1, 7, 6] in variant 1.
+ *   Variant 2 is variant 0 with add_space_prefix false: "abc" = a b c, b+c,
+ *   and a+bc is no piece: [4, 8]; decoding keeps a leading space.
  * With nscores != 11 the scores array is that long (a malformed file). */
 static void build_spm_vocab(gb *b, int variant, int nscores, bool charsmap) {
     static const char *const pieces[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "ab", "bc",
@@ -688,7 +690,7 @@ static void build_spm_vocab(gb *b, int variant, int nscores, bool charsmap) {
     put(b, "GGUF", 4);
     u32(b, 3);
     u64(b, 0);
-    u64(b, charsmap ? 8 : 7);
+    u64(b, 7 + (charsmap ? 1 : 0) + (variant == 2 ? 1 : 0));
     str(b, "general.architecture"), u32(b, OG_GGUF_STRING), str(b, "llama");
     str(b, "tokenizer.ggml.model"), u32(b, OG_GGUF_STRING), str(b, "llama");
     str(b, "tokenizer.ggml.tokens"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_STRING), u64(b, 11);
@@ -699,6 +701,7 @@ static void build_spm_vocab(gb *b, int variant, int nscores, bool charsmap) {
     for (int i = 0; i < nscores; i++) put(b, &scores[i % 11], 4);
     str(b, "tokenizer.ggml.bos_token_id"), u32(b, OG_GGUF_U32), u32(b, 1);
     str(b, "tokenizer.ggml.eos_token_id"), u32(b, OG_GGUF_U32), u32(b, 2);
+    if (variant == 2) str(b, "tokenizer.ggml.add_space_prefix"), u32(b, OG_GGUF_BOOL), u8(b, 0);
     if (charsmap) str(b, "tokenizer.ggml.precompiled_charsmap"), u32(b, OG_GGUF_ARRAY), u32(b, OG_GGUF_U8), u64(b, 2), u8(b, 1), u8(b, 2);
 }
 
@@ -714,7 +717,7 @@ static void spm_expect(og_tokenizer *t, const char *text, const int32_t *want, i
 static void spm_tokenizer_by_scores(void) {
     og_test_section("tokenizer: a SentencePiece vocabulary's merges follow its scores");
     gb b = {0};
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         build_spm_vocab(&b, variant, 11, false);
         og_gguf *g = NULL;
         CHECK_OK(og_gguf_open_memory(b.p, b.n, "built", &g));
@@ -744,6 +747,13 @@ static void spm_tokenizer_by_scores(void) {
             spm_expect(t, "abc", (const int32_t[]){3, 7, 6}, 3, "a+b before b+c");
             spm_expect(t, "<s>abc", (const int32_t[]){1, 7, 6}, 3, "control token, then no space prefix");
             spm_expect(t, "<unk>", (const int32_t[]){0}, 1, "the unknown piece matched in text");
+        }
+        if (t && variant == 2) {
+            spm_expect(t, "abc", (const int32_t[]){4, 8}, 2, "no space prefix");
+            char *out = NULL;
+            CHECK_OK(og_tokenizer_decode(t, (const int32_t[]){3, 4}, 2, &out, NULL));
+            CHECK_MSG(out && !strcmp(out, " a"), "decode without a space prefix: \"%s\"", out ? out : "");
+            og_free(out);
         }
         og_tokenizer_free(t);
         og_free(json);
