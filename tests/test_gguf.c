@@ -438,17 +438,30 @@ static size_t unhex(const char *h, unsigned char *out) {
     return n;
 }
 
-/* spm: the file is a SentencePiece vocabulary made from a tokenizer.json
- * that registers its <0xNN> byte pieces as added special tokens (the
- * tokenizers library's trainer did), so Hugging Face matches "<0x41>"
- * written in text as one token. A SentencePiece vocabulary never matches
- * byte pieces in text (SentencePiece, llama.cpp, Hugging Face's converter
- * alike), so for such a case only what follows the byte token must agree:
- * the ids after the oracle's first one end the GGUF tokenizer's ids, and
- * the first one is not the byte token. */
-static void tokenizer_parity(const char *file, const char *cases_name, const char *eos, bool spm) {
+/* cases_name: tests/data/tokenizers/<name>/cases.json, or a path under
+ * tests/data ending in .json.
+ * hf_metaspace: the file is a SentencePiece vocabulary made from a
+ * tokenizer.json (mistral-sw) whose Hugging Face form differs from
+ * SentencePiece in three known ways, so those cases are checked in
+ * SentencePiece's terms (the SentencePiece library's own oracle,
+ * spm-bpe-cases.json, holds the rebuilt tokenizer to every case exactly):
+ *  - it registers its <0xNN> byte pieces as added special tokens (the
+ *    tokenizers library's trainer did), so Hugging Face matches "<0x41>"
+ *    written in text as one token. A SentencePiece vocabulary never does,
+ *    so only what follows the byte token must agree: the ids after the
+ *    oracle's first one end ours, and our first one is not the byte token;
+ *  - its Metaspace (prepend_scheme "first") puts no U+2581 before a text
+ *    that starts with a space; SentencePiece always puts its dummy prefix,
+ *    so ours is the oracle's ids after one more U+2581 piece (no piece has
+ *    U+2581 inside, so the words merge apart);
+ *  - it puts none after a special token written in the text either;
+ *    SentencePiece (and llama.cpp) do: "<s> and </s> and <unk>", oracle
+ *    [<s>, \u2581and, \u2581, </s>, \u2581and, \u2581, <unk>], is worked by hand as
+ *    [<s>, \u2581, \u2581and, \u2581, </s>, \u2581, \u2581and, \u2581, <unk>] (" and " after
+ *    <s> becomes "\u2581\u2581and\u2581"; nothing follows <unk>). */
+static void tokenizer_parity(const char *file, const char *cases_name, const char *eos, bool hf_metaspace) {
     char title[160], path[512];
-    snprintf(title, sizeof title, "tokenizer: %s vs tokenizers/%s/cases.json", file, cases_name);
+    snprintf(title, sizeof title, "tokenizer: %s vs %s", file, cases_name);
     og_test_section(title);
     snprintf(path, sizeof path, "%s/gguf/%s", OG_TEST_DATA_DIR, file);
     og_gguf *g = NULL;
@@ -458,11 +471,12 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
     og_tokenizer *t = NULL;
     if (json) CHECK_OK(og_tokenizer_load_json(json, &t));
     if (t) CHECK_OK(og_tokenizer_load_config(t, cfg));
-    snprintf(path, sizeof path, "%s/tokenizers/%s/cases.json", OG_TEST_DATA_DIR, cases_name);
+    if (strstr(cases_name, ".json")) snprintf(path, sizeof path, "%s/%s", OG_TEST_DATA_DIR, cases_name);
+    else snprintf(path, sizeof path, "%s/tokenizers/%s/cases.json", OG_TEST_DATA_DIR, cases_name);
     char *text = og_test_read_file(path);
     cJSON *cases = text ? cJSON_Parse(text) : NULL;
     CHECK(cases != NULL);
-    int n_enc = 0, enc_bad = 0, n_dec = 0, dec_bad = 0, n_byte_text = 0;
+    int n_enc = 0, enc_bad = 0, n_dec = 0, dec_bad = 0, n_byte_text = 0, n_space_first = 0;
     if (t && cases) {
         const int32_t *eos_ids = NULL;
         CHECK(og_tokenizer_eos_ids(t, &eos_ids) == 1 && eos_ids && eos_ids[0] == og_tokenizer_token_id(t, eos));
@@ -474,7 +488,24 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
             int64_t nwant, ngot = 0;
             int32_t *want = json_ids(cJSON_GetObjectItem(c, "ids"), &nwant), *got = NULL;
             og_status rc = og_tokenizer_encode(t, (const char *)bytes, nb, &got, &ngot);
-            if (spm && nb >= 6 && !memcmp(bytes, "<0x", 3) && bytes[5] == '>' && rc == OG_OK && nwant > 1) {
+            if (hf_metaspace && ((nb && bytes[0] == ' ') || (nb >= 3 && !memcmp(bytes, "<s>", 3)))) {
+                const int32_t space = og_tokenizer_token_id(t, "\xE2\x96\x81");
+                int32_t *w = malloc(sizeof *w * (size_t)(2 * nwant + 1));
+                int64_t nw = 0;
+                n_space_first++;
+                if (bytes[0] == ' ') {
+                    w[nw++] = space;
+                    for (int64_t k = 0; k < nwant; k++) w[nw++] = want[k];
+                } else { /* after each special token but the last, one more U+2581 */
+                    for (int64_t k = 0; k < nwant; k++) {
+                        w[nw++] = want[k];
+                        if (k + 1 < nwant && want[k] < 3) w[nw++] = space;
+                    }
+                }
+                if (rc != OG_OK || ngot != nw || memcmp(got, w, (size_t)nw * sizeof *w))
+                    if (enc_bad++ < 5) fprintf(stderr, "%s: encode of %s: not the oracle's with SentencePiece's U+2581\n", title, hex);
+                free(w);
+            } else if (hf_metaspace && nb >= 6 && !memcmp(bytes, "<0x", 3) && bytes[5] == '>' && rc == OG_OK && nwant > 1) {
                 n_byte_text++;
                 if (ngot < nwant || got[0] == want[0] ||
                     memcmp(got + ngot - (nwant - 1), want + 1, (size_t)(nwant - 1) * sizeof *want))
@@ -492,8 +523,11 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
             int32_t *v = json_ids(cJSON_GetObjectItem(c, "ids"), &n);
             char *out = NULL;
             if (og_tokenizer_decode(t, v, n, &out, NULL) != OG_OK ||
-                strcmp(out, cJSON_GetObjectItem(c, "text")->valuestring))
-                dec_bad++;
+                strcmp(out, cJSON_GetObjectItem(c, "text")->valuestring)) {
+                if (dec_bad++ < 5)
+                    fprintf(stderr, "%s: decode of %lld ids (first %d) gives \"%s\", want \"%s\"\n", title, (long long)n,
+                            n ? v[0] : -1, out ? out : "", cJSON_GetObjectItem(c, "text")->valuestring);
+            }
             og_free(out);
             free(v);
             n_dec++;
@@ -501,7 +535,8 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
     }
     CHECK_MSG(n_enc > 30 && n_dec > 100, "%s: only %d encode and %d decode cases", title, n_enc, n_dec);
     CHECK_MSG(enc_bad == 0, "%s: %d of %d encodes differ", title, enc_bad, n_enc);
-    CHECK_MSG(n_byte_text == (spm ? 1 : 0), "%s: %d cases start with a byte piece's text", title, n_byte_text);
+    CHECK_MSG(n_byte_text == (hf_metaspace ? 1 : 0), "%s: %d cases start with a byte piece's text", title, n_byte_text);
+    CHECK_MSG(n_space_first == (hf_metaspace ? 4 : 0), "%s: %d cases start with a space or <s>", title, n_space_first);
     CHECK_MSG(dec_bad == 0, "%s: %d of %d decodes differ", title, dec_bad, n_dec);
     cJSON_Delete(cases);
     free(text);
@@ -675,8 +710,11 @@ static void tokenizer_adds_bos(void) {
  *   first: \u2581 ab c; \u2581ab and abc are no pieces: [3, 7, 6].
  *   "abd" (variant 0): d is no piece, its byte piece <0x64>; a+b, then
  *   \u2581+ab is no piece: [3, 7, 10].
- *   "<s>abc": the control token, then "abc" without a space in front
- *   (prepended to the start of the text only): [1, 7, 6] in variant 1.
+ *   "<s>abc": the control token, then "abc" with a space in front (as
+ *   after every special token, as SentencePiece puts its dummy prefix on
+ *   each piece of text): \u2581 ab c, [1, 3, 7, 6] in variant 1.
+ *   " abc" (variant 1): the prefix even before a space: \u2581 \u2581 ab c,
+ *   [3, 3, 7, 6].
  *   Variant 2 is variant 0 with add_space_prefix false: "abc" = a b c, b+c,
  *   and a+bc is no piece: [4, 8]; decoding keeps a leading space.
  * With nscores != 11 the scores array is that long (a malformed file). */
@@ -745,7 +783,8 @@ static void spm_tokenizer_by_scores(void) {
         }
         if (t && variant == 1) {
             spm_expect(t, "abc", (const int32_t[]){3, 7, 6}, 3, "a+b before b+c");
-            spm_expect(t, "<s>abc", (const int32_t[]){1, 7, 6}, 3, "control token, then no space prefix");
+            spm_expect(t, "<s>abc", (const int32_t[]){1, 3, 7, 6}, 4, "control token, then the space prefix");
+            spm_expect(t, " abc", (const int32_t[]){3, 3, 7, 6}, 4, "the space prefix before a space");
             spm_expect(t, "<unk>", (const int32_t[]){0}, 1, "the unknown piece matched in text");
         }
         if (t && variant == 2) {
@@ -808,5 +847,8 @@ int main(void) {
     /* SentencePiece: merges derived from the scores, checked against the
      * Hugging Face tokenizer the vocabulary was written from */
     tokenizer_parity("mistral-sw-spm-vocab.gguf", "mistral-sw", "</s>", true);
+    /* SentencePiece BPE trained by the sentencepiece library, whose own
+     * encodings are the oracle (tests/fixtures/make_spm_gguf_fixture.py) */
+    tokenizer_parity("spm-bpe-vocab.gguf", "gguf/spm-bpe-cases.json", "</s>", false);
     return og_test_finish();
 }

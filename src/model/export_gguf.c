@@ -541,17 +541,33 @@ static og_status spm_merges(const og_gguf *g, const og_gguf_kv *tokens, const ui
     return rc;
 }
 
-/* The Metaspace pre-tokenizer and decoders of a SentencePiece vocabulary:
- * spaces become U+2581, one is put before the text (add_space_prefix),
- * the whole text is one word; decoding turns U+2581 back into spaces,
- * <0xNN> pieces into bytes and drops the one space put in front. */
+/* The normalizer and decoders of a SentencePiece vocabulary, as
+ * SentencePiece and llama.cpp run it: spaces become U+2581 and one is put
+ * in front of every piece of text (add_space_prefix), even one that starts
+ * with a space, and after a special token written in the text, the text is
+ * one word (no pre-tokenizer); decoding turns U+2581 back into spaces,
+ * <0xNN> pieces into bytes and drops the one space put in front. (Hugging
+ * Face's non-legacy Metaspace form puts no second U+2581 before a leading
+ * space, and none after a special token: not what the model was trained
+ * on.) */
 static void spm_pipeline(cJSON *root, bool space_prefix) {
-    cJSON *pt = cJSON_CreateObject();
-    cJSON_AddStringToObject(pt, "type", "Metaspace");
-    cJSON_AddStringToObject(pt, "replacement", SPM_SPACE);
-    cJSON_AddStringToObject(pt, "prepend_scheme", space_prefix ? "first" : "never");
-    cJSON_AddBoolToObject(pt, "split", false);
-    cJSON_AddItemToObject(root, "pre_tokenizer", pt);
+    cJSON *norm = cJSON_CreateObject(), *nlist = cJSON_CreateArray(), *space = cJSON_CreateObject(),
+          *spat = cJSON_CreateObject();
+    cJSON_AddStringToObject(norm, "type", "Sequence");
+    if (space_prefix) {
+        cJSON *pre = cJSON_CreateObject();
+        cJSON_AddStringToObject(pre, "type", "Prepend");
+        cJSON_AddStringToObject(pre, "prepend", SPM_SPACE);
+        cJSON_AddItemToArray(nlist, pre);
+    }
+    cJSON_AddStringToObject(space, "type", "Replace");
+    cJSON_AddStringToObject(spat, "String", " ");
+    cJSON_AddItemToObject(space, "pattern", spat);
+    cJSON_AddStringToObject(space, "content", SPM_SPACE);
+    cJSON_AddItemToArray(nlist, space);
+    cJSON_AddItemToObject(norm, "normalizers", nlist);
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "normalizer", norm);
+    cJSON_AddItemToObject(root, "pre_tokenizer", cJSON_CreateNull());
     cJSON *dec = cJSON_CreateObject(), *list = cJSON_CreateArray(), *rep = cJSON_CreateObject(),
           *pat = cJSON_CreateObject(), *bf = cJSON_CreateObject(), *fuse = cJSON_CreateObject();
     cJSON_AddStringToObject(dec, "type", "Sequence");
