@@ -717,13 +717,15 @@ static void tokenizer_adds_bos(void) {
  *   [3, 3, 7, 6].
  *   Variant 2 is variant 0 with add_space_prefix false: "abc" = a b c, b+c,
  *   and a+bc is no piece: [4, 8]; decoding keeps a leading space.
- * With nscores != 11 the scores array is that long (a malformed file). */
+ * With nscores != 11 the scores array is that long (a malformed file);
+ * variant 3 gives "b" the score -12.5 (a Unigram model's kind of score). */
 static void build_spm_vocab(gb *b, int variant, int nscores, bool charsmap) {
     static const char *const pieces[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "ab", "bc",
                                          "\xE2\x96\x81" "a", "<0x64>"};
     static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6};
     float scores[] = {0, 0, 0, -10, -11, -12, -13, -2, -1, -3, 0};
     if (variant == 1) scores[7] = -1, scores[8] = -2;
+    if (variant == 3) scores[5] = -12.5f;
     b->n = 0;
     put(b, "GGUF", 4);
     u32(b, 3);
@@ -801,15 +803,16 @@ static void spm_tokenizer_by_scores(void) {
     }
     /* malformed or not representable: refused by name */
     static const struct {
-        int nscores;
+        int variant, nscores;
         bool charsmap;
         og_status st;
         const char *needle;
-    } bad[] = {{10, false, OG_ERR_FORMAT, "\"tokenizer.ggml.scores\" must be an array of f32, one per token (11 tokens, scores has 10)"},
-               {12, false, OG_ERR_FORMAT, "(11 tokens, scores has 12)"},
-               {11, true, OG_ERR_UNSUPPORTED, "\"tokenizer.ggml.precompiled_charsmap\": a SentencePiece normalization table"}};
+    } bad[] = {{0, 10, false, OG_ERR_FORMAT, "\"tokenizer.ggml.scores\" must be an array of f32, one per token (11 tokens, scores has 10)"},
+               {0, 12, false, OG_ERR_FORMAT, "(11 tokens, scores has 12)"},
+               {0, 11, true, OG_ERR_UNSUPPORTED, "\"tokenizer.ggml.precompiled_charsmap\": a SentencePiece normalization table"},
+               {3, 11, false, OG_ERR_UNSUPPORTED, "\"tokenizer.ggml.scores\"[5] = -12.5 is not a whole number: the scores look like a SentencePiece Unigram"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        build_spm_vocab(&b, 0, bad[k].nscores, bad[k].charsmap);
+        build_spm_vocab(&b, bad[k].variant, bad[k].nscores, bad[k].charsmap);
         og_gguf *g = NULL;
         CHECK_OK(og_gguf_open_memory(b.p, b.n, "built", &g));
         char *json = NULL, *cfg = NULL;

@@ -435,8 +435,11 @@ static og_status special_id(const og_gguf *g, const char *key, uint64_t n_tokens
  * the whole piece (higher first), ties by the piece's id, then the ids of
  * a and b, which is the list Hugging Face's converter derives from a
  * SentencePiece model. A Unigram model stores the same keys; its scores are
- * log probabilities, not merge priorities, and nothing in the file tells
- * the two apart: a "llama" vocabulary is read as BPE. */
+ * log probabilities, not merge priorities, and no key tells the two apart:
+ * a "llama" vocabulary is read as BPE. SentencePiece's BPE trainer scores
+ * piece i as -i, whole numbers; a Unigram model's log probabilities are
+ * not, so a normal piece with a fractional score is refused as a likely
+ * Unigram model rather than tokenized wrongly. */
 
 #define SPM_SPACE "\xE2\x96\x81" /* U+2581, SentencePiece's space */
 
@@ -605,10 +608,17 @@ static og_status spm_check(const og_gguf *g, const og_gguf_kv *tokens, const og_
                             s ? "scores has" : "scores is missing:", s ? (unsigned long long)s->count : 0ull);
     for (uint64_t i = 0; i < s->count; i++) {
         float v;
+        int32_t type = TOK_NORMAL;
         memcpy(&v, s->elems + i * 4, 4);
+        if (types) memcpy(&type, types->elems + i * 4, 4);
         if (!isfinite(v))
             return og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.scores\"[%llu] is not a finite number",
                                 path, (unsigned long long)i);
+        if ((type == TOK_NORMAL || type == 0) && v != floorf(v))
+            return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"tokenizer.ggml.scores\"[%llu] = %g is not a whole "
+                                "number: the scores look like a SentencePiece Unigram model's log probabilities, and "
+                                "only SentencePiece BPE (scores -0, -1, -2, ...) is supported", path,
+                                (unsigned long long)i, (double)v);
     }
     const og_gguf_kv *cm = og_gguf_find_kv(g, "tokenizer.ggml.precompiled_charsmap");
     if (cm && !(cm->type == OG_GGUF_ARRAY && cm->count == 0) && !(cm->type == OG_GGUF_STRING && cm->s.len == 0))
