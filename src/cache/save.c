@@ -302,6 +302,17 @@ static int64_t run_rows(size_t row, bool strided) {
     return per > 0 ? per : 1;
 }
 
+/* The next run of up to *n rows of layer i's part from `first` when they
+ * lie in host memory (not across a ring's end): true with *p, *pitch and *n
+ * cut to what one run takes; false when the rows are on the device. */
+static bool host_run(const og_kv_session *kv, int32_t i, int part, int64_t first, size_t row, int64_t *n,
+                     unsigned char **p, size_t *pitch) {
+    if (!og_kv_session_rows_in_host(kv, i, part, first, 1, p, pitch)) return false;
+    const int64_t per = run_rows(row, *pitch != row);
+    if (*n > per) *n = per;
+    return og_kv_session_rows_in_host(kv, i, part, first, *n, p, pitch);
+}
+
 /* Marks s as in a step (so nothing steps it meanwhile); OG_ERR_STATE if it is. */
 static og_status hold(og_session *s, const char *fn) {
     int expected = 0;
@@ -499,12 +510,7 @@ static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer 
             unsigned char *p;
             size_t pitch;
             int64_t n = l->rows - done;
-            bool host = og_kv_session_rows_in_host(kv, i, part, l->first + done, 1, &p, &pitch);
-            if (host) {
-                const int64_t per = run_rows(row, pitch != row);
-                if (n > per) n = per;
-                host = og_kv_session_rows_in_host(kv, i, part, l->first + done, n, &p, &pitch); /* not across a ring's end */
-            }
+            bool host = host_run(kv, i, part, l->first + done, row, &n, &p, &pitch);
             if (host) {
                 const int k = run_iov(p, pitch, row, n, iov);
                 for (int j = 0; j < k; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
@@ -782,12 +788,7 @@ static og_status restore_layer_rows(og_kv_session *kv, uint32_t version, int32_t
             unsigned char *p;
             size_t pitch;
             int64_t n = l->rows - done;
-            bool host = og_kv_session_rows_in_host(kv, i, part, l->first + done, 1, &p, &pitch);
-            if (host) {
-                const int64_t per = run_rows(row, pitch != row);
-                if (n > per) n = per;
-                host = og_kv_session_rows_in_host(kv, i, part, l->first + done, n, &p, &pitch);
-            }
+            bool host = host_run(kv, i, part, l->first + done, row, &n, &p, &pitch);
             if (host) {
                 const int k = run_iov(p, pitch, row, n, iov);
                 if ((st = preadv_all(fd, iov, k, &off, path, what)) != OG_OK) break;

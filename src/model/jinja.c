@@ -179,14 +179,20 @@ typedef struct parser {
     char err[OG_ERRMSG_CAP];
 } parser;
 
-static _Noreturn OG_PRINTF(3, 4) void perr(parser *P, int line, const char *fmt, ...) {
+/* Writes "template line N: <message>" and the status of a parse or a
+ * render that fails (its caller then jumps out). */
+static void fail_at(og_status *st, char err[OG_ERRMSG_CAP], og_status code, int line, const char *fmt, va_list ap) {
     char msg[OG_ERRMSG_CAP - 64];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    snprintf(err, OG_ERRMSG_CAP, "template line %d: %s", line, msg);
+    *st = code;
+}
+
+static _Noreturn OG_PRINTF(3, 4) void perr(parser *P, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    fail_at(&P->st, P->err, OG_ERR_FORMAT, line, fmt, ap);
     va_end(ap);
-    snprintf(P->err, sizeof P->err, "template line %d: %s", line, msg);
-    P->st = OG_ERR_FORMAT;
     longjmp(P->jb, 1);
 }
 
@@ -1255,13 +1261,10 @@ typedef struct render {
 } render;
 
 static _Noreturn OG_PRINTF(3, 4) void rerr(render *R, int line, const char *fmt, ...) {
-    char msg[OG_ERRMSG_CAP - 64];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    fail_at(&R->st, R->err, OG_ERR_INVALID_ARGUMENT, line, fmt, ap);
     va_end(ap);
-    snprintf(R->err, sizeof R->err, "template line %d: %s", line, msg);
-    R->st = OG_ERR_INVALID_ARGUMENT;
     longjmp(R->jb, 1);
 }
 
