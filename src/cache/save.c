@@ -495,39 +495,58 @@ static og_status run_layers(og_kv_session *kv, save_header *h, bool save, int fd
 
 /* ------------------------------------------------------------ save */
 
-/* Writes layer i's payload (k rows, then v rows) to fd, hashing it: host
- * rows in place, a run at a time; device rows through buf [CHUNK_BYTES]. */
+/* Hashes and writes the fill bytes gathered in buf at *off; none left. */
+static og_status flush_gathered(payload_hash *h, unsigned char *buf, size_t *fill, struct iovec *iov, int fd,
+                                uint64_t *off, const char *path) {
+    if (!*fill) return OG_OK;
+    payload_hash_update(h, buf, *fill);
+    iov[0] = (struct iovec){buf, *fill};
+    *fill = 0;
+    return pwritev_all(fd, iov, 1, off, path);
+}
+
+/* Writes layer i's payload (k rows, then v rows) to fd, hashing it:
+ * contiguous host rows in place, a run at a time; strided host rows (short
+ * runs, one a page of packed storage) gathered into buf [CHUNK_BYTES], which
+ * stays in cache, and written a buffer at a time; device rows through buf. */
 static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char **buf,
                                  struct iovec *iov, int fd, const char *path) {
     const og_kv_config *cfg = og_kv_session_config(kv);
     uint64_t off = l->offset;
     const size_t row = (size_t)og_kv_row_bytes(cfg, &cfg->layers[i]);
     const int64_t per_buf = (int64_t)(CHUNK_BYTES / row) > 0 ? (int64_t)(CHUNK_BYTES / row) : 1;
+    size_t fill = 0; /* bytes gathered in buf, not yet written */
     payload_hash h;
     og_status st = payload_hash_init(&h, SAVE_VERSION);
+    if (st == OG_OK && l->rows > 0 && !*buf && !(*buf = og_malloc(CHUNK_BYTES)))
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
     for (int part = 0; part < 2 && st == OG_OK; part++)
         for (int64_t done = 0; done < l->rows && st == OG_OK;) {
             unsigned char *p;
             size_t pitch;
             int64_t n = l->rows - done;
             bool host = host_run(kv, i, part, l->first + done, row, &n, &p, &pitch);
-            if (host) {
-                const int k = run_iov(p, pitch, row, n, iov);
-                for (int j = 0; j < k; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
-                st = pwritev_all(fd, iov, k, &off, path);
+            if (host && pitch != row) {
+                if (fill + (size_t)n * row > CHUNK_BYTES &&
+                    (st = flush_gathered(&h, *buf, &fill, iov, fd, &off, path)) != OG_OK)
+                    break;
+                if ((size_t)n * row > CHUNK_BYTES) n = per_buf;
+                for (int64_t r = 0; r < n; r++, fill += row) memcpy(*buf + fill, p + (size_t)r * pitch, row);
+            } else if ((st = flush_gathered(&h, *buf, &fill, iov, fd, &off, path)) != OG_OK) {
+                break;
+            } else if (host) {
+                iov[0] = (struct iovec){p, (size_t)n * row};
+                payload_hash_update(&h, p, (size_t)n * row);
+                st = pwritev_all(fd, iov, 1, &off, path);
             } else {
                 if (n > per_buf) n = per_buf;
-                if (!*buf && !(*buf = og_malloc(CHUNK_BYTES))) {
-                    st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
-                    break;
-                }
                 if ((st = og_kv_session_rows_to_host(kv, i, part, l->first + done, n, *buf)) != OG_OK) break;
-                payload_hash_update(&h, *buf, (size_t)n * row);
-                iov[0] = (struct iovec){*buf, (size_t)n * row};
-                st = pwritev_all(fd, iov, 1, &off, path);
+                fill = (size_t)n * row;
+                st = flush_gathered(&h, *buf, &fill, iov, fd, &off, path);
             }
             done += n;
         }
+    if (st == OG_OK) st = flush_gathered(&h, *buf, &fill, iov, fd, &off, path);
     const uint64_t check = payload_hash_final(&h);
     if (st == OG_OK) l->check = check;
     return st;
