@@ -2,6 +2,7 @@
  * its rule; every rule has a file; the committed files (valid and broken)
  * equal what the generator writes today. */
 #include "harness.h"
+#include "program/ops.h"
 #include "program_fixture.h"
 
 #include <stdlib.h>
@@ -72,6 +73,22 @@ int main(void) {
     }
     for (int r = 1; r < OG_PROGRAM_RULE_COUNT; r++)
         CHECK_MSG(covered[r], "rule %s has no broken file", og_program_rule_name((og_program_rule)r));
+
+    og_test_section("matmul: a bias of another dtype than its weight is refused (the kernels read it as the weight's)");
+    {
+        const og_shape x = {.rank = 2, .dim = {OG_DIM_T, 8}, .dtype = OG_DTYPE_F32};
+        const og_shape w = {.rank = 2, .dim = {4, 8}, .dtype = OG_DTYPE_F32};
+        const og_dtype bias_dtypes[] = {OG_DTYPE_F32, OG_DTYPE_BF16, OG_DTYPE_F16};
+        for (int k = 0; k < 3; k++) {
+            const og_shape in[3] = {x, w, {.rank = 1, .dim = {4}, .dtype = bias_dtypes[k]}};
+            const og_op_context ctx = {.act_dtype = OG_DTYPE_F32};
+            og_shape out;
+            char why[256] = "";
+            const og_op_check c = og_op_infer(OG_OP_MATMUL, &(og_op_attrs){0}, in, 3, &ctx, &out, why, sizeof why);
+            CHECK_MSG(c == (k == 0 ? OG_OP_CHECK_OK : OG_OP_CHECK_OPERAND), "bias dtype %d: check %d (%s)", k, c, why);
+            if (k) CHECK_MSG(strstr(why, "weight's dtype") != NULL, "reason \"%s\"", why);
+        }
+    }
 
     og_test_section("truncations and a missing file");
     for (size_t cut = 0; valid && cut < vn; cut += cut < 64 ? 7 : 997) {

@@ -116,8 +116,10 @@ og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int3
         if (!is_weight(&in[1], 2) || in[1].dim[1] != n)
             return FAIL(OG_OP_CHECK_OPERAND, "weight must be [N, K] with K == %lld", (long long)n);
         width = in[1].dim[0];
-        if (n_in == 3 && (!is_weight(&in[2], 1) || in[2].dim[0] != width))
-            return FAIL(OG_OP_CHECK_OPERAND, "bias must be [%lld] (N of weight)", (long long)width);
+        /* the kernels read the bias in the weight's dtype */
+        if (n_in == 3 && (!is_weight(&in[2], 1) || in[2].dim[0] != width || in[2].dtype != in[1].dtype))
+            return FAIL(OG_OP_CHECK_OPERAND, "bias must be [%lld] (N of weight) of the weight's dtype",
+                        (long long)width);
         break;
     case OG_OP_ROPE:
         if (a->heads <= 0 || a->head_dim <= 0 || a->head_dim % 2 != 0)

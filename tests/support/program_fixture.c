@@ -141,9 +141,9 @@ og_status og_fixture_write_program(const char *path, const og_fixture_opts *o) {
         weight(&b, NM(1, "l%d.wq"), OG_DTYPE_BF16, QW, H);
         weight(&b, NM(2, "l%d.wk"), OG_DTYPE_BF16, KW, H);
         weight(&b, NM(3, "l%d.wv"), OG_DTYPE_BF16, KW, H);
-        /* a bias has its weight's dtype (og_matmul_cpu); the default
-         * program's f32 one is kept for the bytes of the committed files */
-        weight(&b, NM(4, "l%d.bv"), b.well_scaled ? OG_DTYPE_BF16 : OG_DTYPE_F32, KW, 0);
+        /* a bias has its weight's dtype (the validator's rule: the kernels
+         * read it as the weight's) */
+        weight(&b, NM(4, "l%d.bv"), OG_DTYPE_BF16, KW, 0);
         weight(&b, NM(5, "l%d.q_norm"), OG_DTYPE_F32, OG_FIX_HEAD_DIM, 0);
         weight(&b, NM(6, "l%d.wo"), OG_DTYPE_BF16, H, QW);
         weight(&b, NM(7, "l%d.mlp_norm"), OG_DTYPE_F32, H, 0);
