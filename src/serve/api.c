@@ -165,9 +165,11 @@ static bool render_chat(const og_serve_ctx *c, const cJSON *messages, const cJSO
         i++;
     }
     if (ok && !any_user) ok = BAD(e, "messages", "'messages' has no user message");
-    og_chat_template *t = NULL;
-    if (ok && og_chat_template_new(og_tokenizer_chat_template(c->tok), OG_CHAT_PLAIN, &t) != OG_OK)
+    og_chat_template *own = NULL;
+    const og_chat_template *t = c->chat;
+    if (ok && !t && og_chat_template_new(og_tokenizer_chat_template(c->tok), OG_CHAT_PLAIN, &own) != OG_OK)
         ok = fail(e, 500, "server_error", NULL, NULL, "the model's %s", og_last_error());
+    if (!t) t = own;
     if (ok) {
         int32_t bos = og_tokenizer_bos_id(c->tok);
         const int32_t *eos;
@@ -180,7 +182,7 @@ static bool render_chat(const og_serve_ctx *c, const cJSON *messages, const cJSO
         if (st == OG_ERR_OUT_OF_MEMORY) ok = fail(e, 500, "server_error", NULL, NULL, "out of memory");
         else if (st != OG_OK) ok = BAD(e, "messages", "%s", og_last_error());
     }
-    og_chat_template_free(t);
+    og_chat_template_free(own);
     for (int k = 0; texts && k < n; k++) og_free(texts[k]);
     og_free(texts);
     og_free(msgs);

@@ -22,6 +22,9 @@ typedef struct og_serve_ctx {
     int64_t vocab;
     int64_t ctx;      /* the most tokens a session holds */
     int chat_format;  /* og_chat_format */
+    /* the model's chat template parsed once (rendering reads it only, so
+     * request threads share it); NULL: parsed for each request */
+    const struct og_chat_template *chat;
 } og_serve_ctx;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */

@@ -98,6 +98,7 @@ struct og_server {
     int chat_format;            /* og_chat_format */
     int64_t created;            /* unix time of start */
     og_serve_ctx api;           /* what request parsing needs */
+    struct og_chat_template *chat; /* the model's chat template, parsed at start (api.chat); NULL if it did not parse */
 
     pthread_mutex_t lock;
     pthread_cond_t sched_cond;  /* the scheduler waits on it for work */
