@@ -54,6 +54,44 @@ grep -q "warning" "$WORK/qwen2-bias.err" && fail "qwen2-bias (ChatML) got a warn
 grep -q "warning: the model has no chat template" "$WORK/mistral-sw.err" ||
     fail "mistral-sw (no template) got no warning: $(cat "$WORK/mistral-sw.err")"
 
+# /save writes the conversation's text beside the session file; /load in a
+# new process goes on from it: the next turn replies as the conversation that
+# never stopped (greedy), feeding the same tokens. Without the text (or with
+# text that does not match the session), the loaded tokens are an opaque
+# prefix and the chat says so.
+prog=$WORK/qwen3-mixed.ogp
+if [ -f "$prog" ]; then
+    chat() { "$BIN" chat -m "$prog" -n 8 --temp 0 "$@"; }
+    printf 'Hello there, how is the cache?\nWhy?\n/stats\n' | chat >"$WORK/whole.out" 2>"$WORK/whole.err" ||
+        fail "save/load: the whole conversation: $(cat "$WORK/whole.err")"
+    printf 'Hello there, how is the cache?\n/save %s\n' "$WORK/conv.ogs" | chat >/dev/null 2>"$WORK/save.err" ||
+        fail "save/load: /save: $(cat "$WORK/save.err")"
+    [ -s "$WORK/conv.ogs.chat.json" ] || fail "save/load: no conversation text beside the session file"
+    printf '/load %s\nWhy?\n/stats\n' "$WORK/conv.ogs" | chat >"$WORK/loaded.out" 2>"$WORK/loaded.err" ||
+        fail "save/load: /load: $(cat "$WORK/loaded.err")"
+    python3 - "$WORK/whole.out" "$WORK/loaded.out" <<'PY' || fail "save/load: the loaded conversation's next turn differs"
+import json, sys
+def turns(path):
+    lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    stats = [json.loads(l) for l in lines if l.startswith('{"turn"')]
+    replies = [l for l in lines if not l.startswith('{"turn"')]
+    return replies, stats[-1]
+(whole_replies, w), (loaded_replies, l) = turns(sys.argv[1]), turns(sys.argv[2])
+assert loaded_replies[-1] == whole_replies[-1], (whole_replies, loaded_replies)
+for k in ("turn", "prefill_tokens", "generated_tokens", "session_length", "reused_tokens"):
+    assert w[k] == l[k], (k, w, l)
+assert l["turn"] == 2 and 0 < l["prefill_tokens"] < l["reused_tokens"], l
+PY
+    grep -q "no conversation text" "$WORK/loaded.err" && fail "save/load: the text was not read: $(cat "$WORK/loaded.err")"
+    # text that does not match the session's length: refused, tokens kept as they are
+    python3 -c 'import json,sys; p=sys.argv[1]; d=json.load(open(p)); d["held"].append(1); json.dump(d, open(p, "w"))' \
+        "$WORK/conv.ogs.chat.json"
+    printf '/load %s\nWhy?\n' "$WORK/conv.ogs" | chat >/dev/null 2>"$WORK/opaque.err" ||
+        fail "save/load: /load without matching text: $(cat "$WORK/opaque.err")"
+    grep -q "no conversation text beside" "$WORK/opaque.err" ||
+        fail "save/load: mismatched text was taken: $(cat "$WORK/opaque.err")"
+fi
+
 # published templates, rendered as written: Qwen3 (thinking off through
 # --chat-flag) and Gemma on the qwen3-mixed checkpoint
 for tpl in qwen3 gemma; do

@@ -26,7 +26,7 @@ const char *og_cli_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
-static char *read_all(const char *cmd, const char *path) {
+char *og_cli_read_file(const char *cmd, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "offgraph %s: cannot open %s: %s\n", cmd, path, strerror(errno));
@@ -55,7 +55,7 @@ static char *read_all(const char *cmd, const char *path) {
 }
 
 bool og_cli_tokens(const char *cmd, const char *spec, int32_t **ids, int64_t *n) {
-    char *text = spec[0] == '@' ? read_all(cmd, spec + 1) : strdup(spec);
+    char *text = spec[0] == '@' ? og_cli_read_file(cmd, spec + 1) : strdup(spec);
     if (!text) return false;
     int64_t cap = 64, count = 0;
     int32_t *out = malloc((size_t)cap * sizeof *out);

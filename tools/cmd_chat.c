@@ -12,6 +12,8 @@
 #include "generate.h"
 #include "model/chat_template.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <histedit.h>
 #include <locale.h>
@@ -45,7 +47,7 @@ static void commands_help(FILE *f) {
           "  /system <text>    set the system prompt (without text: none) and start over\n"
           "  /reset            forget the conversation (the system prompt stays)\n"
           "  /stats            one line of JSON about the last turn and the session\n"
-          "  /save <file>      write the conversation's KV cache to a file (crash-safe)\n"
+          "  /save <file>      write the conversation (KV cache; its text to <file>.chat.json), crash-safe\n"
           "  /load <file>      go on from a saved conversation of the same model\n"
           "  /quit, /exit      end (so does Ctrl-D)\n"
           "a line ending in \\ goes on on the next line; //text sends \"/text\" to the model\n",
@@ -333,6 +335,126 @@ static int64_t held_prefix(const conversation *c, const int32_t *ids, int64_t n)
     return k < n ? k : n - 1;
 }
 
+/* ---- the conversation's text beside a saved session -------------------------
+ * /save writes <file>.chat.json beside the session file: the system prompt,
+ * the turns, and the tokens the session holds, so that /load goes on
+ * rendering the whole conversation with the template (and a later turn feeds
+ * only what is new, as in the session that saved it). Written to a temp file
+ * and renamed; a session file without it (or with one that does not match
+ * the session's length) loads as an opaque prefix of tokens. */
+
+static char *text_path(const char *file) {
+    char *p = malloc(strlen(file) + sizeof ".chat.json");
+    if (p) sprintf(p, "%s.chat.json", file);
+    return p;
+}
+
+static bool conv_save_text(const conversation *c, const char *file) {
+    cJSON *o = cJSON_CreateObject(), *turns = cJSON_CreateArray(), *held = cJSON_CreateArray();
+    bool ok = o && turns && held;
+    if (ok) {
+        cJSON_AddItemToObject(o, "turns", turns);
+        cJSON_AddItemToObject(o, "held", held);
+        turns = held = NULL;
+        ok = (c->system ? cJSON_AddStringToObject(o, "system", c->system) : cJSON_AddNullToObject(o, "system")) &&
+             cJSON_AddNumberToObject(o, "opaque", (double)c->opaque);
+    }
+    cJSON *ta = cJSON_GetObjectItem(o, "turns"), *ha = cJSON_GetObjectItem(o, "held");
+    for (int32_t i = 0; ok && i < c->n; i++) {
+        cJSON *t = cJSON_CreateObject();
+        ok = t && cJSON_AddItemToArray(ta, t) && cJSON_AddStringToObject(t, "user", c->turns[i].user) &&
+             cJSON_AddStringToObject(t, "reply", c->turns[i].reply ? c->turns[i].reply : "");
+    }
+    for (int64_t i = 0; ok && i < c->n_held; i++) {
+        cJSON *v = cJSON_CreateNumber(c->held[i]);
+        ok = v && cJSON_AddItemToArray(ha, v);
+    }
+    cJSON_Delete(turns);
+    cJSON_Delete(held);
+    char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    char *path = text_path(file), *tmp = path ? malloc(strlen(path) + 8) : NULL;
+    ok = text && tmp;
+    if (ok) {
+        sprintf(tmp, "%s.XXXXXX", path);
+        int fd = mkstemp(tmp);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (!f && fd >= 0) close(fd);
+        ok = f && fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+        if (f && fclose(f) != 0) ok = false;
+        if (ok) ok = rename(tmp, path) == 0;
+        if (!ok && fd >= 0) unlink(tmp);
+    }
+    if (!ok)
+        fprintf(stderr, "offgraph chat: warning: the conversation's text was not written beside it (%s): /load "
+                        "will keep its tokens as they are\n", path ? path : file);
+    free(tmp);
+    free(path);
+    cJSON_free(text);
+    return ok;
+}
+
+/* Reads <file>.chat.json into c when it describes a session of `length`
+ * tokens; false (c untouched) otherwise. */
+static bool conv_load_text(conversation *c, const char *file, int64_t length) {
+    char *path = text_path(file);
+    char *text = path && access(path, R_OK) == 0 ? og_cli_read_file("chat", path) : NULL;
+    free(path);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(o, "system"), *op = cJSON_GetObjectItemCaseSensitive(o, "opaque"),
+                *turns = cJSON_GetObjectItemCaseSensitive(o, "turns"), *held = cJSON_GetObjectItemCaseSensitive(o, "held"),
+                *it;
+    bool ok = o && (cJSON_IsString(sys) || cJSON_IsNull(sys)) && cJSON_IsNumber(op) && op->valuedouble >= 0 &&
+              cJSON_IsArray(turns) && cJSON_IsArray(held) &&
+              (int64_t)op->valuedouble + cJSON_GetArraySize(held) == length;
+    cJSON_ArrayForEach(it, held) ok = ok && cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < INT32_MAX;
+    cJSON_ArrayForEach(it, turns) ok = ok && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "user")) &&
+                                       cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "reply"));
+    const int32_t n_turns = ok ? cJSON_GetArraySize(turns) : 0;
+    chat_turn *t = ok && n_turns ? calloc((size_t)n_turns, sizeof *t) : NULL;
+    ok = ok && (t || !n_turns);
+    int32_t k = 0;
+    cJSON_ArrayForEach(it, turns) {
+        if (!ok) break;
+        const char *u = cJSON_GetObjectItemCaseSensitive(it, "user")->valuestring,
+                   *r = cJSON_GetObjectItemCaseSensitive(it, "reply")->valuestring;
+        t[k].user = strdup(u);
+        t[k].reply = og_malloc(strlen(r) + 1);
+        if (t[k].reply) strcpy(t[k].reply, r);
+        ok = t[k].user && t[k].reply;
+        k++;
+    }
+    char *system = ok && cJSON_IsString(sys) ? strdup(sys->valuestring) : NULL;
+    ok = ok && (system || !cJSON_IsString(sys));
+    if (ok) {
+        conv_clear(c);
+        c->opaque = (int64_t)op->valuedouble;
+        cJSON_ArrayForEach(it, held) {
+            const int32_t id = (int32_t)it->valuedouble;
+            if (!(ok = held_append(c, &id, 1))) break;
+        }
+    }
+    if (ok) {
+        free(c->system);
+        c->system = system;
+        free(c->turns);
+        c->turns = t;
+        c->n = c->cap = n_turns;
+        t = NULL;
+    } else {
+        free(system);
+        if (c->n_held) conv_clear(c);
+    }
+    for (int32_t i = 0; t && i < k; i++) {
+        free(t[i].user);
+        og_free(t[i].reply);
+    }
+    free(t);
+    cJSON_Delete(o);
+    return ok;
+}
+
 /* ---- prefix reuse across conversations --------------------------------------
  * Before a conversation is forgotten (/reset, /system, --context-policy drop),
  * a fork of its session goes into a prefix cache with the tokens it holds;
@@ -503,13 +625,18 @@ int og_cmd_chat(int argc, char **argv) {
                 if (st != OG_OK) {
                     fprintf(stderr, "offgraph chat: %s\n", og_last_error());
                 } else {
-                    if (loaded) { /* the saved conversation replaces this one (its text is not saved) */
+                    if (!loaded) conv_save_text(&conv, arg);
+                    if (loaded) { /* the saved conversation replaces this one */
                         og_session_destroy(g.session);
                         g.session = loaded;
                         og_sampler_reset(g.sampler);
                         conv_clear(&conv);
-                        conv.opaque = og_session_length(g.session);
-                        last = (turn_stats){0};
+                        if (!conv_load_text(&conv, arg, og_session_length(g.session))) {
+                            conv.opaque = og_session_length(g.session);
+                            fprintf(stderr, "offgraph chat: no conversation text beside %s: its tokens are kept as "
+                                            "they are, and the template renders only what follows\n", arg);
+                        }
+                        last = (turn_stats){.turn = conv.n}; /* turns count on from the saved ones */
                     }
                     fprintf(stderr, "offgraph chat: %s %s (%lld tokens)\n", line[1] == 's' ? "saved to" : "loaded",
                             arg, (long long)og_session_length(g.session));
