@@ -26,31 +26,37 @@ const char *og_cli_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+char *og_cli_read_stream(const char *cmd, FILE *f, const char *what, size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) break;
+            buf = nb;
+        }
+        const size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) break;
+            buf[n] = 0;
+            if (len) *len = n;
+            return buf;
+        }
+    }
+    fprintf(stderr, "offgraph %s: cannot read %s\n", cmd, what);
+    free(buf);
+    return NULL;
+}
+
 char *og_cli_read_file(const char *cmd, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "offgraph %s: cannot open %s: %s\n", cmd, path, strerror(errno));
         return NULL;
     }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (len + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            else buf = nb;
-        }
-    }
-    bool err = ferror(f);
+    char *buf = og_cli_read_stream(cmd, f, path, NULL);
     fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "offgraph %s: cannot read %s\n", cmd, path);
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
     return buf;
 }
 

@@ -13,8 +13,11 @@
 bool og_cli_int(const char *cmd, const char *flag, const char *value, int64_t lo, int64_t hi, int64_t *out);
 /* The value after argv[*i] (advancing *i), or NULL with a message. */
 const char *og_cli_value(const char *cmd, int argc, char **argv, int *i);
-/* The whole of the file at path, NUL-terminated, owned by the caller: free.
- * NULL after a message naming cmd and path. */
+/* The whole of stream f (what names it in a message), NUL-terminated, its
+ * length in *len (may be NULL); owned by the caller: free. NULL after a
+ * message naming cmd and what. */
+char *og_cli_read_stream(const char *cmd, FILE *f, const char *what, size_t *len);
+/* The whole of the file at path, as og_cli_read_stream. */
 char *og_cli_read_file(const char *cmd, const char *path);
 /* Parses token ids: "1,2 3" inline, or "@path" to read them from a file;
  * separators are commas and whitespace. On success *ids (owned by the

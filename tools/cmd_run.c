@@ -28,26 +28,9 @@ static void usage(FILE *f) {
 /* All of f (a prompt read from a file or standard input); NULL after a
  * message. */
 static char *read_stream(FILE *f, const char *what) {
-    size_t cap = 4096, len = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (len + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            } else
-                buf = nb;
-        }
-    }
-    if (!buf || ferror(f)) {
-        fprintf(stderr, "offgraph run: cannot read %s\n", what);
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
-    if (strlen(buf) != len) {
+    size_t len = 0;
+    char *buf = og_cli_read_stream("run", f, what, &len);
+    if (buf && strlen(buf) != len) {
         fprintf(stderr, "offgraph run: %s holds a NUL byte: not a text prompt\n", what);
         free(buf);
         return NULL;

@@ -94,30 +94,6 @@ static og_tokenizer *open_tokenizer(const char *cmd, const source *s) {
     return t;
 }
 
-/* All of a stream; NULL (after a message) on failure. Owned by the caller: free. */
-static char *read_stream(const char *cmd, FILE *f, size_t *len) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) break;
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) break;
-            buf[n] = 0;
-            *len = n;
-            return buf;
-        }
-    }
-    fprintf(stderr, "offgraph %s: cannot read standard input\n", cmd);
-    free(buf);
-    return NULL;
-}
-
 int og_cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *prompt = NULL;
     source src = {0};
@@ -156,7 +132,7 @@ int og_cmd_tokenize(int argc, char **argv) {
     og_tokenizer *t = open_tokenizer(cmd, &src);
     if (!t) return 1;
     size_t len = prompt ? strlen(prompt) : 0;
-    char *input = prompt ? NULL : read_stream(cmd, stdin, &len);
+    char *input = prompt ? NULL : og_cli_read_stream(cmd, stdin, "standard input", &len);
     int32_t *ids = NULL;
     int64_t n = 0;
     int rc = 1;
@@ -223,7 +199,7 @@ int og_cmd_detokenize(int argc, char **argv) {
         spec[spec_len] = 0;
     }
     rc = 1;
-    if (!spec && !(spec = read_stream(cmd, stdin, &spec_len))) goto out;
+    if (!spec && !(spec = og_cli_read_stream(cmd, stdin, "standard input", &spec_len))) goto out;
     if (spec[0] != '@')
         for (char *p = spec; *p; p++)
             if (*p == '[' || *p == ']') *p = ' ';
