@@ -350,27 +350,20 @@ static char *text_path(const char *file) {
 }
 
 static bool conv_save_text(const conversation *c, const char *file) {
-    cJSON *o = cJSON_CreateObject(), *turns = cJSON_CreateArray(), *held = cJSON_CreateArray();
-    bool ok = o && turns && held;
-    if (ok) {
-        cJSON_AddItemToObject(o, "turns", turns);
-        cJSON_AddItemToObject(o, "held", held);
-        turns = held = NULL;
-        ok = (c->system ? cJSON_AddStringToObject(o, "system", c->system) : cJSON_AddNullToObject(o, "system")) &&
-             cJSON_AddNumberToObject(o, "opaque", (double)c->opaque);
-    }
-    cJSON *ta = cJSON_GetObjectItem(o, "turns"), *ha = cJSON_GetObjectItem(o, "held");
+    cJSON *o = cJSON_CreateObject();
+    cJSON *turns = o ? cJSON_AddArrayToObject(o, "turns") : NULL, *held = o ? cJSON_AddArrayToObject(o, "held") : NULL;
+    bool ok = turns && held &&
+              (c->system ? cJSON_AddStringToObject(o, "system", c->system) : cJSON_AddNullToObject(o, "system")) &&
+              cJSON_AddNumberToObject(o, "opaque", (double)c->opaque);
     for (int32_t i = 0; ok && i < c->n; i++) {
         cJSON *t = cJSON_CreateObject();
-        ok = t && cJSON_AddItemToArray(ta, t) && cJSON_AddStringToObject(t, "user", c->turns[i].user) &&
+        ok = t && cJSON_AddItemToArray(turns, t) && cJSON_AddStringToObject(t, "user", c->turns[i].user) &&
              cJSON_AddStringToObject(t, "reply", c->turns[i].reply ? c->turns[i].reply : "");
     }
     for (int64_t i = 0; ok && i < c->n_held; i++) {
         cJSON *v = cJSON_CreateNumber(c->held[i]);
-        ok = v && cJSON_AddItemToArray(ha, v);
+        ok = v && cJSON_AddItemToArray(held, v);
     }
-    cJSON_Delete(turns);
-    cJSON_Delete(held);
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     char *path = text_path(file), *tmp = path ? malloc(strlen(path) + 8) : NULL;

@@ -505,10 +505,10 @@ static og_status flush_gathered(payload_hash *h, unsigned char *buf, size_t *fil
     return pwritev_all(fd, iov, 1, off, path);
 }
 
-/* Writes layer i's payload (k rows, then v rows) to fd, hashing it:
- * contiguous host rows in place, a run at a time; strided host rows (short
- * runs, one a page of packed storage) gathered into buf [CHUNK_BYTES], which
- * stays in cache, and written a buffer at a time; device rows through buf. */
+/* Writes layer i's payload (k rows, then v rows) to fd, hashing it: host
+ * rows in place, a run at a time, except strided runs (short ones, a page of
+ * packed storage each), which are gathered into buf [CHUNK_BYTES], in cache,
+ * and written a buffer at a time; device rows through buf. */
 static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer *l, unsigned char **buf,
                                  struct iovec *iov, int fd, const char *path) {
     const og_kv_config *cfg = og_kv_session_config(kv);
@@ -526,18 +526,17 @@ static og_status save_layer_rows(const og_kv_session *kv, int32_t i, save_layer 
             size_t pitch;
             int64_t n = l->rows - done;
             bool host = host_run(kv, i, part, l->first + done, row, &n, &p, &pitch);
-            if (host && pitch != row) {
+            if (host && pitch != row && (size_t)n * row <= CHUNK_BYTES) {
                 if (fill + (size_t)n * row > CHUNK_BYTES &&
                     (st = flush_gathered(&h, *buf, &fill, iov, fd, &off, path)) != OG_OK)
                     break;
-                if ((size_t)n * row > CHUNK_BYTES) n = per_buf;
                 for (int64_t r = 0; r < n; r++, fill += row) memcpy(*buf + fill, p + (size_t)r * pitch, row);
             } else if ((st = flush_gathered(&h, *buf, &fill, iov, fd, &off, path)) != OG_OK) {
                 break;
             } else if (host) {
-                iov[0] = (struct iovec){p, (size_t)n * row};
-                payload_hash_update(&h, p, (size_t)n * row);
-                st = pwritev_all(fd, iov, 1, &off, path);
+                const int k = run_iov(p, pitch, row, n, iov);
+                for (int j = 0; j < k; j++) payload_hash_update(&h, iov[j].iov_base, iov[j].iov_len);
+                st = pwritev_all(fd, iov, k, &off, path);
             } else {
                 if (n > per_buf) n = per_buf;
                 if ((st = og_kv_session_rows_to_host(kv, i, part, l->first + done, n, *buf)) != OG_OK) break;

@@ -935,6 +935,28 @@ static bool at_tag(parser *P, const char *const *names) {
 
 static jnode *parse_block(parser *P, const char *const *until, const char *opener, int open_line);
 
+/* A macro's parameters "(name [= default], ...)" into m: names, and their
+ * defaults (NULL: none) as kids. */
+static void parse_params(parser *P, jnode *m) {
+    expect_op(P, "(");
+    kidbuf b = {0};
+    while (!is_op(cur(P), ")")) {
+        jstr pn = expect_name(P);
+        jnode *def = NULL;
+        if (is_op(cur(P), "=")) {
+            advance(P);
+            def = parse_expr(P, true);
+        }
+        kid_push(P, &b, def, pn);
+        if (!is_op(cur(P), ",")) break;
+        advance(P);
+    }
+    expect_op(P, ")");
+    m->kids = b.v;
+    m->names = b.names;
+    m->n_kids = m->n_names = b.n;
+}
+
 static jnode *parse_tag(parser *P) {
     tok *open = advance(P); /* {% */
     int line = open->line;
@@ -1065,24 +1087,8 @@ static jnode *parse_tag(parser *P) {
     if (jstr_is(k, "macro")) {
         jnode *n = mk(P, N_MACRO, line);
         n->name = expect_name(P);
-        expect_op(P, "(");
-        kidbuf b = {0};
-        while (!is_op(cur(P), ")")) {
-            jstr pn = expect_name(P);
-            jnode *def = NULL;
-            if (is_op(cur(P), "=")) {
-                advance(P);
-                def = parse_expr(P, true);
-            }
-            kid_push(P, &b, def, pn);
-            if (!is_op(cur(P), ",")) break;
-            advance(P);
-        }
-        expect_op(P, ")");
+        parse_params(P, n);
         expect_bend(P);
-        n->kids = b.v;
-        n->names = b.names;
-        n->n_kids = n->n_names = b.n;
         static const char *const end[] = {"endmacro", NULL};
         n->a = parse_block(P, end, "macro", line);
         advance(P);
@@ -1095,25 +1101,7 @@ static jnode *parse_tag(parser *P) {
         jnode *n = mk(P, N_CALL_BLOCK, line);
         jnode *body = mk(P, N_MACRO, line); /* the body, as a macro named caller */
         body->name = (jstr){"caller", 6};
-        if (is_op(cur(P), "(")) {
-            advance(P);
-            kidbuf b = {0};
-            while (!is_op(cur(P), ")")) {
-                jstr pn = expect_name(P);
-                jnode *def = NULL;
-                if (is_op(cur(P), "=")) {
-                    advance(P);
-                    def = parse_expr(P, true);
-                }
-                kid_push(P, &b, def, pn);
-                if (!is_op(cur(P), ",")) break;
-                advance(P);
-            }
-            expect_op(P, ")");
-            body->kids = b.v;
-            body->names = b.names;
-            body->n_kids = body->n_names = b.n;
-        }
+        if (is_op(cur(P), "(")) parse_params(P, body);
         n->a = parse_expr(P, true);
         if (n->a->kind != E_CALL) perr(P, line, "{%% call %%} expects a macro call");
         expect_bend(P);
