@@ -10,6 +10,7 @@
 #ifndef OFFGRAPH_H
 #define OFFGRAPH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,11 +56,32 @@ typedef enum og_dtype {
     OG_DTYPE_F16 = 2,
     OG_DTYPE_I32 = 3,
     OG_DTYPE_I64 = 4,
+    OG_DTYPE_Q8 = 5,   /* weights: int8 in groups of OG_QUANT_GROUP, f16 scale each   */
+    OG_DTYPE_Q4 = 6,   /* weights: 4-bit in groups of OG_QUANT_GROUP, f16 scale each  */
+    OG_DTYPE_INT8 = 7, /* KV storage: int8 with a scale per token and head           */
+    OG_DTYPE_FP8 = 8,  /* KV storage: fp8 e4m3 with a scale per token and head       */
     OG_DTYPE_COUNT
 } og_dtype;
 
-/* Bytes per element of dtype, 0 for an unknown value. */
+/* Quantized weights (q8, q4) are [N, K] matrices quantized in groups of
+ * OG_QUANT_GROUP consecutive elements of a row (K a multiple of it), each
+ * group with its own f16 scale: element = scale * q. The bytes are two
+ * planes: the quants of all rows, row-major (q8: K int8 per row; q4: K/2
+ * bytes per row, byte j of a group holding element j in its low nibble and
+ * element j + 16 in its high one, each as q + 8 in 0..15), then the scales,
+ * [N, K / OG_QUANT_GROUP] f16. docs/program-format.md has the details. */
+#define OG_QUANT_GROUP 32
+
+/* Bytes per element of dtype; 0 for an unknown value and for q8/q4, whose
+ * elements are not whole bytes (og_tensor_bytes sizes those). */
 size_t og_dtype_size(og_dtype dt);
+/* True for OG_DTYPE_Q8 and OG_DTYPE_Q4. */
+bool og_dtype_is_quantized(og_dtype dt);
+/* Bytes of a tensor of dtype and shape (rank 1..4, dims > 0) into *bytes.
+ * Quantized dtypes need rank 2 and a last dim that is a multiple of
+ * OG_QUANT_GROUP. False, *bytes untouched, when the dtype is unknown, the
+ * shape does not suit it or the count overflows int64. */
+bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);
 /* Short lower-case name ("f32", "bf16", ...); "unknown" otherwise. */
 const char *og_dtype_name(og_dtype dt);
 /* Parses a name as written by og_dtype_name; returns OG_ERR_INVALID_ARGUMENT

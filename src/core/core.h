@@ -93,6 +93,33 @@ static inline void og_store_f32(void *base, og_dtype dt, size_t i, float x) {
         ((float *)base)[i] = x;
 }
 
+/* ---- quantized weights (q8, q4; the layout is at OG_QUANT_GROUP) ---- */
+
+/* The dtype of a matmul bias beside a weight of dtype w: w itself for float
+ * weights, f32 beside quantized ones. */
+static inline og_dtype og_bias_dtype(og_dtype w) {
+    return og_dtype_is_quantized(w) ? OG_DTYPE_F32 : w;
+}
+/* Bytes of quants in one row of K elements (K a multiple of the group). */
+static inline size_t og_quant_row_bytes(og_dtype dt, int64_t K) {
+    return dt == OG_DTYPE_Q8 ? (size_t)K : (size_t)K / 2;
+}
+/* Where the scales of a [N, K] quantized tensor start: after every row's
+ * quants. The scales are [N, K / OG_QUANT_GROUP] f16. */
+static inline const og_f16 *og_quant_scales(og_dtype dt, const void *w, int64_t N, int64_t K) {
+    return (const og_f16 *)((const char *)w + (size_t)N * og_quant_row_bytes(dt, K));
+}
+/* Quantizes rows [N, K] of f32 into dst (og_tensor_bytes of [N, K]): per
+ * group the scale is the f16 nearest to amax / 127 (q8) or to m / -8 with m
+ * the element of largest magnitude (q4, so that m itself is -8), and each
+ * element the nearest integer to x / scale (with the stored scale), clamped
+ * to [-127, 127] or [-8, 7]. A non-finite element or scale is
+ * OG_ERR_INVALID_ARGUMENT naming the row; dst is then partly written. */
+og_status og_quantize_rows(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, void *dst);
+/* Row n of a [N, K] quantized tensor as f32: element = f32(scale) * q, which
+ * f32 holds exactly (an 11-bit scale times a 4- or 8-bit integer). */
+void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out /* [K] */);
+
 /* ---- threads ---- */
 
 /* A fixed pool of workers running one parallel-for at a time. The calling

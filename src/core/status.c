@@ -57,11 +57,33 @@ static const struct {
     size_t size;
 } g_dtypes[OG_DTYPE_COUNT] = {
     [OG_DTYPE_F32] = {"f32", 4}, [OG_DTYPE_BF16] = {"bf16", 2}, [OG_DTYPE_F16] = {"f16", 2},
-    [OG_DTYPE_I32] = {"i32", 4}, [OG_DTYPE_I64] = {"i64", 8},
+    [OG_DTYPE_I32] = {"i32", 4}, [OG_DTYPE_I64] = {"i64", 8},   [OG_DTYPE_Q8] = {"q8", 0},
+    [OG_DTYPE_Q4] = {"q4", 0},   [OG_DTYPE_INT8] = {"int8", 1}, [OG_DTYPE_FP8] = {"fp8", 1},
 };
 
 size_t og_dtype_size(og_dtype dt) {
     return (unsigned)dt < OG_DTYPE_COUNT ? g_dtypes[dt].size : 0;
+}
+
+bool og_dtype_is_quantized(og_dtype dt) {
+    return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4;
+}
+
+bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes) {
+    if ((unsigned)dt >= OG_DTYPE_COUNT || !shape || rank < 1 || rank > 4) return false;
+    int64_t n = 1;
+    for (int32_t k = 0; k < rank; k++)
+        if (shape[k] <= 0 || !og_mul_overflow_i64(n, shape[k], &n)) return false;
+    if (og_dtype_is_quantized(dt)) {
+        if (rank != 2 || shape[1] % OG_QUANT_GROUP) return false;
+        /* quants (a byte or half a byte each), then one f16 scale per group */
+        int64_t quants = dt == OG_DTYPE_Q8 ? n : n / 2;
+        n = quants + n / OG_QUANT_GROUP * 2;
+    } else if (!og_mul_overflow_i64(n, (int64_t)g_dtypes[dt].size, &n)) {
+        return false;
+    }
+    *bytes = n;
+    return true;
 }
 
 const char *og_dtype_name(og_dtype dt) {
@@ -76,6 +98,6 @@ og_status og_dtype_parse(const char *name, og_dtype *out) {
             return OG_OK;
         }
     }
-    return og_set_error(OG_ERR_INVALID_ARGUMENT, "unknown dtype \"%s\" (known: f32, bf16, f16, i32, i64)",
+    return og_set_error(OG_ERR_INVALID_ARGUMENT, "unknown dtype \"%s\" (known: f32, bf16, f16, i32, i64, q8, q4, int8, fp8)",
                         name);
 }

@@ -2,6 +2,7 @@
  * T step width, V vocab, H hidden, N/K widths, F intermediate,
  * Hq/Hkv heads, D head dim). */
 #include "program/ops.h"
+#include "core/core.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -83,6 +84,13 @@ static bool is_weight(const og_shape *s, int32_t rank) {
     return true;
 }
 
+/* A static [rows, cols] matrix of a float or quantized dtype (embedding
+ * tables and matmul weights may be quantized). */
+static bool is_matrix(const og_shape *s) {
+    if (s->runtime || s->rank != 2 || s->dim[0] <= 0 || s->dim[1] <= 0) return false;
+    return is_float(s->dtype) || og_dtype_is_quantized(s->dtype);
+}
+
 #define FAIL(kind, ...) (snprintf(why, why_cap, __VA_ARGS__), (kind))
 
 og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int32_t n_in,
@@ -93,7 +101,7 @@ og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int3
     switch (op) {
     case OG_OP_EMBED:
         if (!is_index_vec(&in[0])) return FAIL(OG_OP_CHECK_OPERAND, "tokens must be [T] i32");
-        if (!is_weight(&in[1], 2)) return FAIL(OG_OP_CHECK_OPERAND, "table must be a [V, H] float weight");
+        if (!is_matrix(&in[1])) return FAIL(OG_OP_CHECK_OPERAND, "table must be a [V, H] float or quantized weight");
         width = in[1].dim[1];
         break;
     case OG_OP_RMS_NORM:
@@ -113,13 +121,13 @@ og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int3
         break;
     case OG_OP_MATMUL:
         if (!is_act(&in[0], &n)) return FAIL(OG_OP_CHECK_OPERAND, "x must be a [T, K] float activation");
-        if (!is_weight(&in[1], 2) || in[1].dim[1] != n)
+        if (!is_matrix(&in[1]) || in[1].dim[1] != n)
             return FAIL(OG_OP_CHECK_OPERAND, "weight must be [N, K] with K == %lld", (long long)n);
         width = in[1].dim[0];
-        /* the kernels read the bias in the weight's dtype */
-        if (n_in == 3 && (!is_weight(&in[2], 1) || in[2].dim[0] != width || in[2].dtype != in[1].dtype))
-            return FAIL(OG_OP_CHECK_OPERAND, "bias must be [%lld] (N of weight) of the weight's dtype",
-                        (long long)width);
+        /* the kernels read the bias in og_bias_dtype of the weight's dtype */
+        if (n_in == 3 && (!is_weight(&in[2], 1) || in[2].dim[0] != width || in[2].dtype != og_bias_dtype(in[1].dtype)))
+            return FAIL(OG_OP_CHECK_OPERAND, "bias must be [%lld] (N of weight) of dtype %s", (long long)width,
+                        og_dtype_name(og_bias_dtype(in[1].dtype)));
         break;
     case OG_OP_ROPE:
         if (a->heads <= 0 || a->head_dim <= 0 || a->head_dim % 2 != 0)

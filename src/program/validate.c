@@ -22,6 +22,7 @@ static const char *const k_rule_names[OG_PROGRAM_RULE_COUNT] = {
     [OG_PROGRAM_RULE_SHAPE_RANK] = "shape_rank",
     [OG_PROGRAM_RULE_SHAPE_POSITIVE] = "shape_positive",
     [OG_PROGRAM_RULE_SHAPE_OVERFLOW] = "shape_overflow",
+    [OG_PROGRAM_RULE_QUANT_SHAPE] = "quant_shape",
     [OG_PROGRAM_RULE_PAYLOAD_SIZE] = "payload_size",
     [OG_PROGRAM_RULE_PAYLOAD_BOUNDS] = "payload_bounds",
     [OG_PROGRAM_RULE_PAYLOAD_ALIGNED] = "payload_aligned",
@@ -357,7 +358,6 @@ static og_status parse_shape(const cJSON *t, const char *where, og_dtype dt, og_
     int rank = cJSON_GetArraySize(shape);
     if (rank < 1 || rank > OG_PROGRAM_MAX_RANK)
         return refuse(OG_PROGRAM_RULE_SHAPE_RANK, "%s: rank %d is outside [1, %d]", where, rank, OG_PROGRAM_MAX_RANK);
-    int64_t n = (int64_t)og_dtype_size(dt);
     int i = 0;
     cJSON_ArrayForEach(d, shape) {
         if (!cJSON_IsNumber(d) || d->valuedouble != floor(d->valuedouble) || fabs(d->valuedouble) > JSON_INT_MAX)
@@ -366,10 +366,13 @@ static og_status parse_shape(const cJSON *t, const char *where, og_dtype dt, og_
         if (v <= 0) return refuse(OG_PROGRAM_RULE_SHAPE_POSITIVE, "%s: shape[%d] = %lld must be > 0", where, i, (long long)v);
         out->shape[i++] = v;
     }
-    /* a second pass so that a non-positive dim is reported before an overflow */
-    for (int k = 0; k < rank; k++)
-        if (!og_mul_overflow_i64(n, out->shape[k], &n))
-            return refuse(OG_PROGRAM_RULE_SHAPE_OVERFLOW, "%s: the byte count of the shape overflows 64 bits", where);
+    /* a second pass so that a non-positive dim is reported before the rest */
+    if (og_dtype_is_quantized(dt) && (rank != 2 || out->shape[1] % OG_QUANT_GROUP))
+        return refuse(OG_PROGRAM_RULE_QUANT_SHAPE, "%s: a %s tensor must be [N, K] with K a multiple of %d", where,
+                      og_dtype_name(dt), OG_QUANT_GROUP);
+    int64_t n;
+    if (!og_tensor_bytes(dt, rank, out->shape, &n))
+        return refuse(OG_PROGRAM_RULE_SHAPE_OVERFLOW, "%s: the byte count of the shape overflows 64 bits", where);
     out->rank = rank;
     *bytes = n;
     return OG_OK;

@@ -106,17 +106,16 @@ og_status og_program_writer_set_kv(og_program_writer *w, const og_kv_config *cfg
 
 static og_status add_tensor(og_program_writer *w, const char *name, og_dtype dtype, int32_t rank,
                             const int64_t *shape, wtensor **out) {
-    if (!name || !*name || !shape || rank < 1 || rank > OG_PROGRAM_MAX_RANK || !og_dtype_size(dtype))
-        return WFAIL(OG_ERR_INVALID_ARGUMENT, "program writer: tensor \"%s\": bad name, dtype or rank %d",
+    int64_t bytes;
+    if (!name || !*name || !shape || rank < 1 || rank > OG_PROGRAM_MAX_RANK)
+        return WFAIL(OG_ERR_INVALID_ARGUMENT, "program writer: tensor \"%s\": bad name or rank %d",
                      name ? name : "(null)", rank);
+    if (!og_tensor_bytes(dtype, rank, shape, &bytes))
+        return WFAIL(OG_ERR_INVALID_ARGUMENT, "program writer: tensor \"%s\": dtype %s does not fit its shape", name,
+                     og_dtype_name(dtype));
     for (int32_t i = 0; i < w->n_tensors; i++)
         if (strcmp(w->tensors[i].name, name) == 0)
             return WFAIL(OG_ERR_INVALID_ARGUMENT, "program writer: tensor \"%s\" added twice", name);
-    int64_t bytes = (int64_t)og_dtype_size(dtype);
-    for (int32_t k = 0; k < rank; k++)
-        if (shape[k] <= 0 || !og_mul_overflow_i64(bytes, shape[k], &bytes))
-            return WFAIL(OG_ERR_INVALID_ARGUMENT, "program writer: tensor \"%s\": shape[%d] = %lld", name, k,
-                         (long long)shape[k]);
     if (w->n_tensors == w->cap_tensors) {
         int32_t cap = w->cap_tensors ? 2 * w->cap_tensors : 16;
         wtensor *t = og_realloc(w->tensors, (size_t)cap * sizeof *t);

@@ -1,0 +1,64 @@
+/* Quantizing weights to q8 / q4 and reading them back (the layout is at
+ * OG_QUANT_GROUP in offgraph.h). This is the reference every quantized
+ * kernel is tested against, and what offgraph export writes. */
+#include "core.h"
+
+#include <math.h>
+
+og_status og_quantize_rows(og_dtype dt, const float *src, int64_t N, int64_t K, void *dst) {
+    if (!og_dtype_is_quantized(dt) || !src || !dst || N <= 0 || K <= 0 || K % OG_QUANT_GROUP)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: bad arguments (dtype %s, [%lld, %lld])",
+                            og_dtype_name(dt), (long long)N, (long long)K);
+    const int64_t groups = K / OG_QUANT_GROUP;
+    og_f16 *scales = (og_f16 *)((char *)dst + (size_t)N * og_quant_row_bytes(dt, K));
+    for (int64_t n = 0; n < N; n++) {
+        uint8_t *q = (uint8_t *)dst + (size_t)n * og_quant_row_bytes(dt, K);
+        for (int64_t g = 0; g < groups; g++) {
+            const float *x = src + n * K + g * OG_QUANT_GROUP;
+            float m = 0.0f; /* the element of largest magnitude, with its sign */
+            for (int j = 0; j < OG_QUANT_GROUP; j++) {
+                if (!isfinite(x[j]))
+                    return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: row %lld element %lld is not finite",
+                                        (long long)n, (long long)(g * OG_QUANT_GROUP + j));
+                if (fabsf(x[j]) > fabsf(m)) m = x[j];
+            }
+            const og_f16 s16 = og_f16_from_f32(dt == OG_DTYPE_Q8 ? fabsf(m) / 127.0f : m / -8.0f);
+            const float s = og_f32_from_f16(s16);
+            if (!isfinite(s))
+                return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: row %lld group %lld: scale overflows f16",
+                                    (long long)n, (long long)g);
+            scales[n * groups + g] = s16;
+            const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+            const float lo = dt == OG_DTYPE_Q8 ? -127.0f : -8.0f, hi = dt == OG_DTYPE_Q8 ? 127.0f : 7.0f;
+            int v[OG_QUANT_GROUP];
+            for (int j = 0; j < OG_QUANT_GROUP; j++) v[j] = (int)fminf(fmaxf(nearbyintf(x[j] * inv), lo), hi);
+            if (dt == OG_DTYPE_Q8) {
+                for (int j = 0; j < OG_QUANT_GROUP; j++) q[g * OG_QUANT_GROUP + j] = (uint8_t)(int8_t)v[j];
+            } else {
+                for (int j = 0; j < OG_QUANT_GROUP / 2; j++)
+                    q[g * (OG_QUANT_GROUP / 2) + j] =
+                        (uint8_t)((v[j] + 8) | ((v[j + OG_QUANT_GROUP / 2] + 8) << 4));
+            }
+        }
+    }
+    return OG_OK;
+}
+
+void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out) {
+    const int64_t groups = K / OG_QUANT_GROUP;
+    const og_f16 *scales = og_quant_scales(dt, w, N, K) + n * groups;
+    const uint8_t *q = (const uint8_t *)w + (size_t)n * og_quant_row_bytes(dt, K);
+    for (int64_t g = 0; g < groups; g++) {
+        const float s = og_f32_from_f16(scales[g]);
+        float *o = out + g * OG_QUANT_GROUP;
+        if (dt == OG_DTYPE_Q8) {
+            for (int j = 0; j < OG_QUANT_GROUP; j++) o[j] = s * (float)(int8_t)q[g * OG_QUANT_GROUP + j];
+        } else {
+            const uint8_t *b = q + g * (OG_QUANT_GROUP / 2);
+            for (int j = 0; j < OG_QUANT_GROUP / 2; j++) {
+                o[j] = s * (float)((int)(b[j] & 15) - 8);
+                o[j + OG_QUANT_GROUP / 2] = s * (float)((int)(b[j] >> 4) - 8);
+            }
+        }
+    }
+}
