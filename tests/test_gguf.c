@@ -222,13 +222,15 @@ static void reader_refuses(void) {
 
 /* ------------------------------------------------------------ parity */
 
-static og_program *export_open(bool gguf, const char *src, og_dtype dtype, char *path, og_export_summary *sum) {
+static og_program *export_open(bool gguf, const char *src, og_dtype dtype, og_dtype weights, char *path,
+                               og_export_summary *sum) {
     strcpy(path, "/tmp/og_gguf_XXXXXX");
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
     og_export_options o;
     og_export_default_options(&o);
     o.dtype = dtype;
+    o.weights = weights;
     og_status rc = gguf ? og_export_gguf(src, path, &o, sum) : og_export_hf(src, path, &o, sum);
     CHECK_MSG(rc == OG_OK, "export %s: %s", src, og_last_error());
     og_program *p = NULL;
@@ -237,7 +239,40 @@ static og_program *export_open(bool gguf, const char *src, og_dtype dtype, char 
 }
 
 static float elem(const og_program_tensor *t, int64_t k) {
+    if (og_dtype_is_quantized(t->dtype)) { /* one element of a quantized matrix, by the reference */
+        const int64_t K = t->shape[1];
+        float *row = malloc(sizeof(float) * (size_t)K), x;
+        og_dequantize_row(t->dtype, t->data, t->shape[0], K, k / K, row);
+        x = row[k % K];
+        free(row);
+        return x;
+    }
     return og_load_f32(t->data, t->dtype, (size_t)k);
+}
+
+/* A GGUF q8_0 file imported as q8: every matrix is q8 and reads back as the
+ * gguf package's own dequantization (ref), bit for bit. */
+static void compare_quantized(const og_program *a, const og_safetensors *ref, const char *what) {
+    int32_t n = 0, bad = 0;
+    for (int32_t i = 0; i < og_program_n_tensors(a); i++) {
+        const og_program_tensor *t = og_program_tensor_at(a, i);
+        if (t->binding != OG_BINDING_WEIGHT || t->rank != 2) continue;
+        const og_st_tensor *r = og_safetensors_find(ref, t->name);
+        CHECK_MSG(t->dtype == OG_DTYPE_Q8 && r && r->numel == t->shape[0] * t->shape[1], "%s: %s is %s, not q8 of "
+                  "the reference's shape", what, t->name, og_dtype_name(t->dtype));
+        if (t->dtype != OG_DTYPE_Q8 || !r || r->numel != t->shape[0] * t->shape[1]) continue;
+        n++;
+        float *row = malloc(sizeof(float) * (size_t)t->shape[1]);
+        for (int64_t rr = 0; rr < t->shape[0]; rr++) {
+            og_dequantize_row(t->dtype, t->data, t->shape[0], t->shape[1], rr, row);
+            if (memcmp(row, (const float *)r->data + rr * t->shape[1], sizeof(float) * (size_t)t->shape[1]) &&
+                bad++ < 5)
+                fprintf(stderr, "%s: %s row %lld differs from the gguf package's dequantization\n", what, t->name,
+                        (long long)rr);
+        }
+        free(row);
+    }
+    CHECK_MSG(n >= 8 && bad == 0, "%s: %d q8 matrices, %d rows differ", what, n, bad);
 }
 
 /* Weights of a (GGUF) against b (HF) and, for q8_0, against ref (the gguf
@@ -305,16 +340,21 @@ static int read_tokens(const char *hf_dir, int32_t *tok, int cap) {
 
 /* gguf file vs checkpoint: weights, then logits. bound < 0: same bits;
  * otherwise max |difference| allowed (and the greedy tokens must agree). */
-static void parity(const char *file, const char *hf, og_dtype dtype, int mode, double bound, bool q8) {
+static void parity(const char *file, const char *hf, og_dtype dtype, og_dtype weights, int mode, double bound,
+                   bool q8) {
     char title[160], gpath[512], hdir[512], ga[64], ha[64];
-    snprintf(title, sizeof title, "parity: %s vs hf/%s as %s", file, hf, og_dtype_name(dtype));
+    const bool as_q8 = q8 && weights == OG_DTYPE_COUNT; /* the default: a q8_0 file's blocks stay q8 */
+    snprintf(title, sizeof title, "parity: %s vs hf/%s as %s, weights %s", file, hf, og_dtype_name(dtype),
+             as_q8 ? "as stored (q8)" : og_dtype_name(weights));
     og_test_section(title);
     snprintf(gpath, sizeof gpath, "%s/gguf/%s", OG_TEST_DATA_DIR, file);
     snprintf(hdir, sizeof hdir, "%s/hf/%s", OG_TEST_DATA_DIR, hf);
     og_export_summary gs, hs;
-    og_program *pg = export_open(true, gpath, dtype, ga, &gs), *ph = export_open(false, hdir, dtype, ha, &hs);
+    /* the checkpoint side stays float: the oracle */
+    og_program *pg = export_open(true, gpath, dtype, weights, ga, &gs),
+               *ph = export_open(false, hdir, dtype, dtype, ha, &hs);
     og_safetensors *ref = NULL;
-    if (q8 && dtype == OG_DTYPE_F32) {
+    if (q8 && (dtype == OG_DTYPE_F32 || as_q8)) {
         char rpath[512];
         snprintf(rpath, sizeof rpath, "%s/gguf/%.*s.ref.safetensors", OG_TEST_DATA_DIR, (int)(strlen(file) - 5), file);
         CHECK_OK(og_safetensors_open_file(rpath, &ref));
@@ -337,7 +377,8 @@ static void parity(const char *file, const char *hf, og_dtype dtype, int mode, d
             if (!same) fprintf(stderr, "%s: instruction %d (%s) differs\n", title, i, x->out);
         }
         CHECK_MSG(same, "%s: the instruction lists differ", title);
-        if (!q8 || ref) compare_weights(pg, ph, ref, mode, title);
+        if (as_q8) compare_quantized(pg, ref, title);
+        else if (!q8 || ref) compare_weights(pg, ph, ref, mode, title);
         int32_t tok[128];
         int n = read_tokens(hdir, tok, 128);
         int64_t V = 0, V2 = 0;
@@ -617,7 +658,7 @@ static void exporter_refuses(void) {
         const char *needle;
     } cases[] = {
         {M_ARCH, OG_ERR_UNSUPPORTED, "\"general.architecture\" = \"gpt2\": not supported"},
-        {M_Q4, OG_ERR_UNSUPPORTED, "tensor \"blk.0.ffn_up.weight\" has type i8: not supported (f32, f16, bf16, q8_0)"},
+        {M_Q4, OG_ERR_UNSUPPORTED, "tensor \"blk.0.ffn_up.weight\" has type i8: not supported (f32, f16, bf16, q8_0, q4_0)"},
         {M_MISSING, OG_ERR_FORMAT, "tensor \"blk.0.ffn_up.weight\" is missing"},
         {M_SHAPE, OG_ERR_FORMAT, "tensor \"blk.0.ffn_gate.weight\" has ne [8, 4, 1, 1], the metadata implies [4, 4]"},
         {M_EXTRA, OG_ERR_UNSUPPORTED, "tensor \"blk.0.extra.weight\" is not part of a llama model"},
@@ -834,15 +875,18 @@ int main(void) {
     fixture_metadata("llama-gqa-f32.gguf", "llama-gqa", 32, 3 + 2 * 9 + 1);
     fixture_metadata("qwen2-bias-f16.gguf", "qwen2-bias", 64, 2 + 2 * 12);
     fixture_metadata("qwen3-mixed-bf16.gguf", "qwen3-mixed", 32, 2 + 4 * 11);
-    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_F32, 0, -1, false);
-    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_BF16, 0, -1, false);
-    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_BF16, 0, -1, false);
-    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_F32, 0, -1, false);
-    parity("qwen2-bias-f16.gguf", "qwen2-bias", OG_DTYPE_F32, 1, 1e-3, false);
-    /* q8_0: weights within scale/2 of the checkpoint's (max 0.0021 here);
-     * the logits measured within 0.12 of the checkpoint export's */
-    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, 0, 0.25, true);
-    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_BF16, 0, 0.25, true);
+    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, -1, false);
+    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, -1, false);
+    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, -1, false);
+    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_F32, OG_DTYPE_F32, 0, -1, false);
+    parity("qwen2-bias-f16.gguf", "qwen2-bias", OG_DTYPE_F32, OG_DTYPE_F32, 1, 1e-3, false);
+    /* q8_0 dequantized: weights within scale/2 of the checkpoint's (max
+     * 0.0021 here); the logits measured within 0.12 of the checkpoint
+     * export's. Imported as q8 (the default for a q8_0 file): the same
+     * numbers, kept in 8 bits. */
+    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, 0.25, true);
+    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, 0.25, true);
+    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_COUNT, 0, 0.25, true);
     tokenizer_parity("llama-gqa-f32.gguf", "llama-gqa", "<|endoftext|>", false);
     tokenizer_parity("qwen2-bias-f16.gguf", "qwen2-bias", "<|endoftext|>", false);
     tokenizer_parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", "<|endoftext|>", false);

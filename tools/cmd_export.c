@@ -19,8 +19,9 @@ static void export_usage(FILE *f) {
             "does not depend on --max-context.\n\n"
             "A GGUF file (llama.cpp's format, version 2 or 3, little-endian) of the llama, qwen2\n"
             "or qwen3 architecture is read too: f32, f16 and bf16 weights as they are, q8_0\n"
-            "dequantized (to bf16 unless --dtype f32), other quantizations refused; the\n"
-            "tokenizer from its metadata (byte-level BPE only).\n\n"
+            "and q4_0 kept as q8 / q4 (copied exactly; --weights bf16 or f32 dequantizes\n"
+            "them), other quantizations refused; the tokenizer from its metadata (byte-level\n"
+            "BPE only).\n\n"
             "options:\n"
             "  -o, --output <file>       the program file to write (required)\n"
             "  --max-context N           most tokens a session may hold (default: the config's\n"
@@ -29,11 +30,16 @@ static void export_usage(FILE *f) {
             "  --max-write N             most tokens one step writes (default %d, or less)\n"
             "  --dtype bf16|f32          weights and activations (default: the checkpoint's;\n"
             "                            float16 checkpoints become f32)\n"
+            "  --weights q8|q4|bf16|f32  the embedding table and matmul weights: q8 / q4\n"
+            "                            quantize them in groups of %d with an f16 scale each\n"
+            "                            (docs/program-format.md); norms stay in --dtype\n"
+            "                            (default: --dtype; a GGUF file's q8_0 / q4_0 as stored)\n"
             "  --kv-dtype bf16|f32       KV storage (default bf16)\n"
             "  --force-max-context       allow a --max-context beyond the positions the model was\n"
             "                            trained for (max_position_embeddings, or its rope scaling)\n"
             "  -h, --help                this text\n",
-            OG_EXPORT_DEFAULT_MAX_CONTEXT, OG_EXPORT_DEFAULT_INITIAL_CAPACITY, OG_EXPORT_DEFAULT_MAX_WRITE);
+            OG_EXPORT_DEFAULT_MAX_CONTEXT, OG_EXPORT_DEFAULT_INITIAL_CAPACITY, OG_EXPORT_DEFAULT_MAX_WRITE,
+            OG_QUANT_GROUP);
 }
 
 static bool parse_count(const char *opt, const char *s, int64_t max, int64_t *out) {
@@ -133,6 +139,14 @@ int og_cmd_export(int argc, char **argv) {
         } else if (!strcmp(a, "--dtype")) {
             if (!parse_float_dtype(a, val, &o.dtype)) return 2;
             i++;
+        } else if (!strcmp(a, "--weights")) {
+            if (!val || og_dtype_parse(val, &o.weights) != OG_OK ||
+                (o.weights != OG_DTYPE_Q8 && o.weights != OG_DTYPE_Q4 && o.weights != OG_DTYPE_BF16 &&
+                 o.weights != OG_DTYPE_F32)) {
+                fprintf(stderr, "offgraph export: --weights must be q8, q4, bf16 or f32, got \"%s\"\n", val ? val : "");
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--force-max-context")) {
             force = true;
         } else if (!strcmp(a, "--kv-dtype")) {
@@ -190,11 +204,15 @@ int og_cmd_export(int argc, char **argv) {
                 "offgraph export: warning: max-context %lld is beyond the %lld positions the model was trained "
                 "for; expect poor output past them\n",
                 (long long)s.max_context, (long long)s.trained_context);
+    char wdesc[96];
+    if (s.weights == s.dtype) snprintf(wdesc, sizeof wdesc, "%s", og_dtype_name(s.dtype));
+    else snprintf(wdesc, sizeof wdesc, "%s (norms %s%s)", og_dtype_name(s.weights), og_dtype_name(s.dtype),
+                  s.n_unquantized ? ", some matrices too: rows not whole groups" : "");
     fprintf(stderr,
             "exported %s -> %s: %s, %d layers (%d ring), %lld parameters, %.1f MB of %s weights, "
             "kv %s, max-context %lld, initial-capacity %lld, max-write %d, tokenizer %s, %.2f s\n",
             in, out, og_hf_family_name(s.family), s.n_layers, s.n_ring_layers, (long long)s.n_params,
-            s.weight_bytes / 1e6, og_dtype_name(s.dtype), og_dtype_name(s.kv_dtype), (long long)s.max_context,
+            s.weight_bytes / 1e6, wdesc, og_dtype_name(s.kv_dtype), (long long)s.max_context,
             (long long)s.initial_capacity, s.max_write, s.has_tokenizer ? "embedded" : "absent",
             og_time_now() - ps.start);
     return 0;

@@ -14,6 +14,7 @@ void og_export_default_options(og_export_options *o) {
     memset(o, 0, sizeof *o);
     o->dtype = OG_DTYPE_COUNT;
     o->kv_dtype = OG_DTYPE_BF16;
+    o->weights = OG_DTYPE_COUNT;
 }
 
 /* One weight to convert while the payload is written. */
@@ -29,19 +30,41 @@ typedef struct exporter {
     og_program_writer *w;
     weight_src *srcs; /* one per weight added; fill contexts */
     int32_t n_srcs, cap_srcs;
-    og_dtype dtype;
+    og_dtype dtype;   /* activations, norms, unquantized matrices          */
+    og_dtype weights; /* embedding table and matmul weights                */
     int64_t n_params;
     uint64_t weight_bytes;
+    int32_t n_unquantized;
 } exporter;
 
-/* Converts t's elements to dst; called by the writer during finish. */
+/* t's elements as f32 into out [numel]. */
+static og_status load_f32(const weight_src *s, float *out) {
+    const og_st_tensor *t = s->t;
+    if (s->src->fill) return s->src->fill(s->src->ctx, t, OG_DTYPE_F32, out);
+    for (size_t i = 0; i < (size_t)t->numel; i++)
+        out[i] = t->dtype == OG_DTYPE_F16 ? og_f32_from_f16(((const og_f16 *)t->data)[i]) : og_load_f32(t->data, t->dtype, i);
+    return OG_OK;
+}
+
+/* Converts t's elements to dst; called by the writer during finish. A
+ * quantized dst is quantized from f32 here, unless the source holds that
+ * very format (a GGUF q8_0 / q4_0 tensor), which its fill copies exactly. */
 static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
     const weight_src *s = ctx;
     const og_st_tensor *t = s->t;
     const size_t n = (size_t)t->numel;
-    if (nbytes != n * og_dtype_size(s->dst))
-        return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": writer asked for %zu bytes, expected %zu",
-                            t->name, nbytes, n * og_dtype_size(s->dst));
+    int64_t want = 0;
+    if (!og_tensor_bytes(s->dst, t->rank, t->shape, &want) || nbytes != (size_t)want)
+        return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": writer asked for %zu bytes, expected %lld",
+                            t->name, nbytes, (long long)want);
+    if (og_dtype_is_quantized(s->dst) && t->dtype != s->dst) {
+        float *f = og_malloc(n * sizeof *f);
+        if (!f) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for tensor \"%s\" as f32", t->name);
+        og_status rc = load_f32(s, f);
+        if (rc == OG_OK) rc = og_quantize_rows(s->dst, f, t->shape[0], t->shape[1], dst);
+        og_free(f);
+        return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", t->name, og_last_error());
+    }
     if (s->src->fill) return s->src->fill(s->src->ctx, t, s->dst, dst);
     if (t->dtype == s->dst) {
         memcpy(dst, t->data, nbytes);
@@ -62,8 +85,9 @@ static og_status writer_error(const exporter *e, og_status rc) {
     return og_set_error(rc, "%s", og_program_writer_last_error(e->w));
 }
 
-/* Adds the checkpoint tensor `name`, which must have the given shape. */
-static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1) {
+/* Adds the checkpoint tensor `name`, which must have the given shape, as
+ * dtype dt. */
+static og_status add_tensor_as(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1, og_dtype dt) {
     const og_st_tensor *t = e->src->find(e->src->ctx, name);
     if (!t) return og_set_error(OG_ERR_FORMAT, "checkpoint: tensor \"%s\" is missing", name);
     int64_t want[2] = {d0, d1};
@@ -83,13 +107,32 @@ static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t
         return og_set_error(OG_ERR_STATE, "export: more weights than planned (%d)", e->cap_srcs);
     weight_src *s = &e->srcs[e->n_srcs++];
     s->t = t;
-    s->dst = e->dtype;
+    s->dst = dt;
     s->src = e->src;
-    og_status rc = og_program_writer_add_weight(e->w, name, e->dtype, t->rank, t->shape, fill_weight, s);
+    og_status rc = og_program_writer_add_weight(e->w, name, dt, t->rank, t->shape, fill_weight, s);
     if (rc != OG_OK) return writer_error(e, rc);
+    int64_t bytes = 0;
+    og_tensor_bytes(dt, t->rank, t->shape, &bytes);
     e->n_params += t->numel;
-    e->weight_bytes += (uint64_t)t->numel * og_dtype_size(e->dtype);
+    e->weight_bytes += (uint64_t)bytes;
     return OG_OK;
+}
+
+/* A norm weight (or any tensor that stays in the program's dtype). */
+static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1) {
+    return add_tensor_as(e, name, rank, d0, d1, e->dtype);
+}
+
+/* A matrix [d0, d1] in the weights' dtype where its rows are whole groups;
+ * *dt gets the dtype it was stored as (its bias follows og_bias_dtype). */
+static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d1, og_dtype *dt) {
+    og_dtype want = e->weights;
+    if (og_dtype_is_quantized(want) && d1 % OG_QUANT_GROUP) {
+        want = e->dtype;
+        e->n_unquantized++;
+    }
+    if (dt) *dt = want;
+    return add_tensor_as(e, name, 2, d0, d1, want);
 }
 
 static og_status instr(exporter *e, og_op op, const char *out, const og_op_attrs *attrs, int32_t n_in,
@@ -106,8 +149,9 @@ static og_status instr(exporter *e, og_op op, const char *out, const og_op_attrs
 static og_status linear(exporter *e, const char *x, const char *w, int64_t n, int64_t k, bool bias,
                         const char *out) {
     char wn[160], bn[160];
-    og_status rc = add_weight(e, NAME(wn, "%s.weight", w), 2, n, k);
-    if (rc == OG_OK && bias) rc = add_weight(e, NAME(bn, "%s.bias", w), 1, n, 0);
+    og_dtype wdt;
+    og_status rc = add_matrix(e, NAME(wn, "%s.weight", w), n, k, &wdt);
+    if (rc == OG_OK && bias) rc = add_tensor_as(e, NAME(bn, "%s.bias", w), 1, n, 0, og_bias_dtype(wdt));
     if (rc != OG_OK) return rc;
     return bias ? instr(e, OG_OP_MATMUL, out, NULL, IN(x, wn, bn)) : instr(e, OG_OP_MATMUL, out, NULL, IN(x, wn));
 }
@@ -233,12 +277,19 @@ static og_status resolve_options(const og_hf_config *c, const og_st_tensor *embe
     if (o->kv_dtype != OG_DTYPE_BF16 && o->kv_dtype != OG_DTYPE_F32)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: kv-dtype %s is not bf16 or f32",
                             og_dtype_name(o->kv_dtype));
+    if (o->dtype == OG_DTYPE_COUNT && (o->weights == OG_DTYPE_BF16 || o->weights == OG_DTYPE_F32))
+        o->dtype = o->weights; /* float weights name the program's dtype */
     if (o->dtype == OG_DTYPE_COUNT) {
         og_dtype src = c->has_dtype ? c->dtype : embed->dtype;
+        if (og_dtype_is_quantized(src)) src = OG_DTYPE_BF16; /* GGUF q8_0 / q4_0 tables */
         o->dtype = src == OG_DTYPE_BF16 ? OG_DTYPE_BF16 : OG_DTYPE_F32;
     }
     if (o->dtype != OG_DTYPE_BF16 && o->dtype != OG_DTYPE_F32)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: dtype %s is not bf16 or f32", og_dtype_name(o->dtype));
+    if (o->weights == OG_DTYPE_COUNT) o->weights = o->dtype;
+    if (o->weights != o->dtype && !og_dtype_is_quantized(o->weights))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: weights %s is not q8, q4 or the dtype (%s)",
+                            og_dtype_name(o->weights), og_dtype_name(o->dtype));
     return OG_OK;
 }
 
@@ -315,7 +366,7 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
 
     const int64_t V = c->vocab_size, H = c->hidden_size;
     char x[64] = "embed";
-    if ((rc = add_weight(e, "model.embed_tokens.weight", 2, V, H)) ||
+    if ((rc = add_matrix(e, "model.embed_tokens.weight", V, H, NULL)) ||
         (rc = instr(e, OG_OP_EMBED, x, NULL, IN("tokens", "model.embed_tokens.weight"))))
         return rc;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
@@ -327,7 +378,7 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
     const char *head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
     if ((rc = add_weight(e, "model.norm.weight", 1, H, 0)) ||
         (rc = instr(e, OG_OP_RMS_NORM, "final_norm", &norm, IN(x, "model.norm.weight"))) ||
-        (!c->tie_word_embeddings && (rc = add_weight(e, head, 2, V, H))) ||
+        (!c->tie_word_embeddings && (rc = add_matrix(e, head, V, H, NULL))) ||
         (rc = instr(e, OG_OP_MATMUL, "logits", NULL, IN("final_norm", head))))
         return rc;
 
@@ -360,6 +411,7 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         e.cap_srcs = 3 + cfg->num_hidden_layers * 18;
         e.srcs = og_calloc((size_t)e.cap_srcs, sizeof *e.srcs);
         e.dtype = o.dtype;
+        e.weights = o.weights;
         if (!e.srcs) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
     }
     if (rc == OG_OK) { /* a temp file left by a killed export of the same target goes */
@@ -375,6 +427,8 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         sum.weight_bytes = e.weight_bytes;
         sum.dtype = o.dtype;
         sum.kv_dtype = o.kv_dtype;
+        sum.weights = o.weights;
+        sum.n_unquantized = e.n_unquantized;
         sum.max_context = o.max_context;
         sum.initial_capacity = o.initial_capacity;
         sum.max_write = o.max_write;

@@ -39,6 +39,14 @@ typedef struct og_export_options {
      * checkpoint's (f16 checkpoints become f32, which holds them exactly) */
     og_dtype dtype;
     og_dtype kv_dtype;        /* f32 or bf16; default bf16                   */
+    /* dtype of the embedding table and the matmul weights: q8 or q4
+     * quantizes them (og_quantize_rows; a matrix whose rows are not a
+     * multiple of OG_QUANT_GROUP stays in `dtype`, biases beside quantized
+     * weights become f32, norm weights stay in `dtype`); OG_DTYPE_COUNT
+     * (default): `dtype` for a Hugging Face checkpoint, and for a GGUF file
+     * the format of its blk.0.attn_q.weight when that is q8_0 or q4_0
+     * (copied exactly), `dtype` otherwise */
+    og_dtype weights;
     /* refuse a max_context beyond the positions the model was trained for
      * (the config's max_position_embeddings, or what its rope scaling
      * covers); `offgraph export` sets it unless --force-max-context */
@@ -57,6 +65,8 @@ typedef struct og_export_summary {
     int64_t n_params;      /* elements of the weights written (tied counted once) */
     uint64_t weight_bytes; /* bytes of the weights written                   */
     og_dtype dtype, kv_dtype;
+    og_dtype weights;      /* the matrices' dtype (dtype, q8 or q4)      */
+    int32_t n_unquantized; /* matrices left in dtype: rows not whole groups */
     int64_t max_context, initial_capacity;
     int32_t max_write;
     bool has_tokenizer;
@@ -78,10 +88,11 @@ og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export
  * the same names and shapes. */
 typedef struct og_export_source {
     /* The tensor of that Hugging Face name (rank, row-major shape, numel,
-     * dtype: f32, bf16 or f16 as it will be read), or NULL. */
+     * dtype: f32, bf16 or f16 as it will be read, or q8 / q4 for blocks a
+     * fill copies exactly into that layout), or NULL. */
     const og_st_tensor *(*find)(void *ctx, const char *name);
-    /* Writes t's numel elements as dst into out; NULL: t->data converted
-     * element by element. */
+    /* Writes t's numel elements as dst into out (dst float, or dst == the
+     * quantized t->dtype); NULL: t->data converted element by element. */
     og_status (*fill)(void *ctx, const og_st_tensor *t, og_dtype dst, void *out);
     void *ctx;
     const char *origin;      /* the checkpoint, in messages             */

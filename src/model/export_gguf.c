@@ -19,7 +19,11 @@
  * llama.cpp converter reorders the rows of llama q and k (per head, the two
  * rotary halves interleaved: row 2i+s of a head holds row s*D/2+i); the
  * exporter puts them back. q8_0 (blocks of 32: an f16 scale and 32 int8)
- * is dequantized: scale * q, exact in f32, rounded once to bf16. */
+ * and q4_0 (an f16 scale and 16 bytes: element j in the low nibble of byte
+ * j, element j + 16 in its high nibble, as q + 8) are offgraph's q8 and q4
+ * one block at a time, so with those weights they are copied exactly (block
+ * quants to the quants plane, scales to the scales plane); into a float
+ * dtype they are dequantized, scale * q (exact in f32), then rounded. */
 #include "core/core.h"
 #include "model/export.h"
 #include "model/gguf.h"
@@ -81,6 +85,20 @@ static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *ou
             out[k] = og_f32_from_bf16(h);
         }
         break;
+    case OG_GGML_Q4_0: {
+        const uint8_t *row = base + (size_t)r * (size_t)(cols / 32) * 18;
+        for (int64_t b = 0; b < cols / 32; b++) {
+            const uint8_t *blk = row + b * 18;
+            og_f16 d;
+            memcpy(&d, blk, 2);
+            const float scale = og_f32_from_f16(d);
+            for (int k = 0; k < 16; k++) {
+                out[b * 32 + k] = scale * (float)((int)(blk[2 + k] & 15) - 8);
+                out[b * 32 + k + 16] = scale * (float)((int)(blk[2 + k] >> 4) - 8);
+            }
+        }
+        break;
+    }
     case OG_GGML_Q8_0: {
         const uint8_t *row = base + (size_t)r * (size_t)(cols / 32) * 34;
         for (int64_t b = 0; b < cols / 32; b++) {
@@ -96,13 +114,32 @@ static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *ou
     }
 }
 
-/* The writer's fill: rows in Hugging Face order, converted to dst. */
+/* Row r of src (q8_0 or q4_0 blocks) into row r of a q8 / q4 tensor of
+ * rows x cols: the same numbers, the planes split. */
+static void copy_blocks(const og_gguf_tensor *g, int64_t src, int64_t r, int64_t rows, int64_t cols, og_dtype dt,
+                        void *out) {
+    const size_t qbytes = dt == OG_DTYPE_Q8 ? 32 : 16, block = 2 + qbytes;
+    const uint8_t *row = (const uint8_t *)g->data + (size_t)src * (size_t)(cols / 32) * block;
+    uint8_t *q = (uint8_t *)out + (size_t)r * og_quant_row_bytes(dt, cols);
+    uint8_t *scales = (uint8_t *)out + (size_t)rows * og_quant_row_bytes(dt, cols) + (size_t)r * (size_t)(cols / 32) * 2;
+    for (int64_t b = 0; b < cols / 32; b++) {
+        memcpy(scales + b * 2, row + b * block, 2);
+        memcpy(q + b * qbytes, row + b * block + 2, qbytes);
+    }
+}
+
+/* The writer's fill: rows in Hugging Face order, converted to dst (a
+ * quantized dst only from the same format: the exporter asks for f32 and
+ * quantizes otherwise). */
 static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void *out) {
     (void)ctx;
     const gmap *m = (const gmap *)t; /* t is the first member */
     const og_gguf_tensor *g = m->g;
     const int64_t cols = g->ne[0], rows = t->numel / cols;
     const int64_t half = m->permute_heads ? rows / m->permute_heads / 2 : 0;
+    if (og_dtype_is_quantized(dst) && dst != t->dtype)
+        return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": %s asked of a %s tensor", t->name,
+                            og_dtype_name(dst), og_ggml_type_name(g->type));
     float *row = og_malloc((size_t)cols * sizeof *row);
     if (!row) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
     for (int64_t r = 0; r < rows; r++) {
@@ -110,6 +147,10 @@ static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void 
         if (half) { /* r = head h, half s, index i; stored at h*2*half + 2i + s */
             int64_t h = r / (2 * half), s = (r % (2 * half)) / half, i = r % half;
             src = h * 2 * half + 2 * i + s;
+        }
+        if (og_dtype_is_quantized(dst)) {
+            copy_blocks(g, src, r, rows, cols, dst, out);
+            continue;
         }
         if (g->type == OG_GGML_F32 && dst == OG_DTYPE_F32) {
             memcpy((float *)out + r * cols, (const float *)g->data + src * cols, (size_t)cols * 4);
@@ -147,10 +188,11 @@ static og_status map_tensor(gsrc *s, const char *gname, const char *hf_name, int
     case OG_GGML_F32: dt = OG_DTYPE_F32; break;
     case OG_GGML_F16: dt = OG_DTYPE_F16; break;
     case OG_GGML_BF16: dt = OG_DTYPE_BF16; break;
-    case OG_GGML_Q8_0: dt = OG_DTYPE_BF16; break; /* dequantized to bf16 by default */
+    case OG_GGML_Q8_0: dt = OG_DTYPE_Q8; break; /* its blocks are q8's groups */
+    case OG_GGML_Q4_0: dt = OG_DTYPE_Q4; break;
     default:
         return og_set_error(OG_ERR_UNSUPPORTED,
-                            "gguf %s: tensor \"%s\" has type %s: not supported (f32, f16, bf16, q8_0)", s->path, gname,
+                            "gguf %s: tensor \"%s\" has type %s: not supported (f32, f16, bf16, q8_0, q4_0)", s->path, gname,
                             og_ggml_type_name(g->type));
     }
     if (permute_heads && d0 % (2 * permute_heads))
@@ -999,7 +1041,12 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
                                 .config_name = "the GGUF metadata",
                                 .tokenizer_json = tok,
                                 .tokenizer_config = tok_cfg};
-        rc = og_export_program(cfg, &src, out_path, opts, summary);
+        og_export_options o;
+        if (opts) o = *opts;
+        else og_export_default_options(&o);
+        const og_st_tensor *q = gsrc_find(&s, "model.layers.0.self_attn.q_proj.weight");
+        if (o.weights == OG_DTYPE_COUNT && q && og_dtype_is_quantized(q->dtype)) o.weights = q->dtype;
+        rc = og_export_program(cfg, &src, out_path, &o, summary);
     }
     og_free(tok);
     og_free(tok_cfg);
