@@ -27,23 +27,37 @@ for dir in "$SRC"/tests/data/hf/*/; do
         continue
     fi
     for ctx in 64 32; do
-        got=$("$BIN" perplexity -m "$prog" --tokens "@$dir/tokens.txt" --ctx $ctx --chunks 1 --kv-dtype f32 --json 2>"$WORK/$name.$ctx.err")
-        python3 - "$dir" "$ctx" "$got" <<'PY' || fail "$name ctx $ctx: $(cat "$WORK/$name.$ctx.err")"
+        got=$("$BIN" perplexity -m "$prog" --tokens "@$dir/tokens.txt" --ctx $ctx --chunks 1 --kv-dtype f32 --json \
+            --top1 "$WORK/$name.$ctx.top1" 2>"$WORK/$name.$ctx.err")
+        python3 - "$dir" "$ctx" "$got" "$WORK/$name.$ctx.top1" <<'PY' || fail "$name ctx $ctx: $(cat "$WORK/$name.$ctx.err")"
 import array, json, math, sys
 d, ctx, got = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3] or "null")
+top1 = [int(x) for x in open(sys.argv[4]).read().split()]
 meta = json.load(open(d + "/meta.json"))
 V = meta["vocab_size"]
 logits = array.array("f")
 logits.frombytes(open(d + "/logits.f32", "rb").read())
 ids = [int(x) for x in open(d + "/tokens.txt").read().replace(",", " ").split()]
-total, n = 0.0, 0
+total, n, hits, near, top1_bad = 0.0, 0, 0, 0, 0
 for j in range(ctx // 2, ctx - 1):
     row = logits[j * V:(j + 1) * V]
     mx = max(row)
     total += math.log(sum(math.exp(x - mx) for x in row)) + mx - row[ids[j + 1]]
+    # the most likely token; where the top two are within twice the logit
+    # bound (2 x 2e-2) either may come out first
+    best = max(range(V), key=lambda v: row[v])
+    second = max(row[v] for v in range(V) if v != best)
+    tie = mx - second <= 0.04
+    near += tie
+    hits += best == ids[j + 1]
+    if n >= len(top1) or (top1[n] != best and not tie):
+        top1_bad += 1
     n += 1
 want = total / n
-ok = got is not None and got["scored_tokens"] == n and abs(got["mean_nll"] - want) <= 0.04
+ok = (got is not None and got["scored_tokens"] == n and abs(got["mean_nll"] - want) <= 0.04 and
+      len(top1) == n and top1_bad == 0 and abs(got["top1_accuracy"] * n - hits) <= near)
+if top1_bad or len(top1) != n:
+    print(f"--top1: {len(top1)} ids for {n} positions, {top1_bad} differ from transformers' argmax")
 print(f"{d.rstrip('/').split('/')[-1]} ctx {ctx}: mean NLL {got and got['mean_nll']} vs transformers {want:.8f} "
       f"({n} tokens): {'ok' if ok else 'FAIL'}")
 sys.exit(0 if ok else 1)

@@ -7,6 +7,9 @@
 #include "generate.h"
 #include "model/textfile.h"
 
+#include "kernels/ops.h"
+
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,8 @@ static void usage(FILE *f) {
             "  --ctx <N>                tokens per chunk (default 512, at most the model's context)\n"
             "  --chunks <N>             score at most N chunks (default: all the text holds)\n"
             "  --json                   one line of JSON on stdout instead of the sentence\n"
+            "  --top1 <file>            write the most likely next token of every scored position\n"
+            "                           (one id a line), to compare formats' top-1 agreement\n"
             "  -m, --model <file>       program file (default: the demo model the build exports)\n");
     og_cli_model_opts_usage(f);
 }
@@ -64,8 +69,9 @@ static bool encode_file(const og_model *m, const char *path, int32_t **ids, int6
 }
 
 int og_cmd_perplexity(int argc, char **argv) {
-    const char *file = NULL, *tokens = NULL;
-    int64_t ctx = 512, max_chunks = INT32_MAX;
+    const char *file = NULL, *tokens = NULL, *top1_path = NULL;
+    FILE *top1 = NULL;
+    int64_t ctx = 512, max_chunks = INT32_MAX, hits = 0;
     bool json = false;
     og_cli_model_opts mo;
     og_cli_model_opts_default(&mo);
@@ -90,6 +96,8 @@ int og_cmd_perplexity(int argc, char **argv) {
                 return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--top1")) {
+            if (!(top1_path = og_cli_value("perplexity", argc, argv, &i))) return 2;
         } else {
             fprintf(stderr, "offgraph perplexity: unknown option \"%s\"\n", a);
             usage(stderr);
@@ -143,6 +151,10 @@ int og_cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "offgraph perplexity: %s\n", og_last_error());
         goto done;
     }
+    if (top1_path && !(top1 = fopen(top1_path, "w"))) {
+        fprintf(stderr, "offgraph perplexity: cannot write %s: %s\n", top1_path, strerror(errno));
+        goto done;
+    }
     double sum = 0, sum2 = 0, t0 = og_time_now();
     int64_t scored = 0;
     for (int64_t c = 0; c < chunks; c++) {
@@ -158,7 +170,12 @@ int og_cmd_perplexity(int argc, char **argv) {
         }
         /* row j is position first + j and predicts the token after it */
         for (int64_t j = 0; j + 1 < rows; j++) {
-            const double x = nll(logits + (size_t)j * (size_t)V, V, chunk[first + j + 1]);
+            const float *row = logits + (size_t)j * (size_t)V;
+            const double x = nll(row, V, chunk[first + j + 1]);
+            int64_t best = 0;
+            og_argmax_cpu(row, V, &best);
+            hits += best == chunk[first + j + 1];
+            if (top1) fprintf(top1, "%lld\n", (long long)best);
             sum += x;
             sum2 += x * x;
             scored++;
@@ -171,15 +188,21 @@ int og_cmd_perplexity(int argc, char **argv) {
     const double dt = og_time_now() - t0;
     if (json)
         printf("{\"perplexity\": %.6f, \"stderr\": %.6f, \"mean_nll\": %.8f, \"scored_tokens\": %lld, \"chunks\": %lld, "
-               "\"ctx\": %lld, \"tokens\": %lld, \"tokens_per_s\": %.1f}\n",
+               "\"ctx\": %lld, \"tokens\": %lld, \"tokens_per_s\": %.1f, \"top1_accuracy\": %.6f}\n",
                ppl, err, mean, (long long)scored, (long long)chunks, (long long)ctx, (long long)n,
-               (double)(chunks * ctx) / dt);
+               (double)(chunks * ctx) / dt, (double)hits / (double)scored);
     else
         printf("perplexity %.4f +/- %.4f over %lld scored tokens (%lld chunks of %lld tokens, the last %lld of each "
                "scored)\n",
                ppl, err, (long long)scored, (long long)chunks, (long long)ctx, (long long)(rows - 1));
     rc = 0;
+    if (top1 && fclose(top1) != 0) {
+        fprintf(stderr, "offgraph perplexity: writing %s failed\n", top1_path);
+        rc = 1;
+    }
+    top1 = NULL;
 done:
+    if (top1) fclose(top1);
     og_session_destroy(s);
     og_model_free(m);
     free(logits);
