@@ -10,10 +10,13 @@
  * of v, so each side's error is ~1e-6 (random-walk growth over 4k terms);
  * atol 2e-5 + rtol 1e-4 holds with margin, yet a key dropped or added moves
  * an output by > 1e-4 even over 4k keys. bf16 changes nothing here: both
- * kernels read the same rounded storage. The k/v writes must match exactly. */
+ * kernels read the same rounded storage; nor do int8 and fp8, whose rows both
+ * kernels read as quant x scale (the oracle rounds the history on its own,
+ * from the definition). The k/v writes must match exactly. */
 #include "attend_seq.h"
 #include "harness.h"
 #include "kernels/attend.h"
+#include "kernels/attend_quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,17 @@ static const cpu_case k_cases[] = {
      * counts off the 16-key blocks, G = 3, and a split decode over a ring */
     {5, 300, 32, 6, 2, OG_KV_RING, 50, 8, OG_DTYPE_BF16, 1},
     {1, 1000, 96, 3, 1, OG_KV_RING, 777, 4, OG_DTYPE_BF16, 7},
+    /* int8 and fp8 rows (quants, then a scale per head): prefill, decode,
+     * split decode, rings that wrap, GQA; D 9 with 3 kv heads puts the
+     * scales at byte 27 of a 39-byte row (unaligned) */
+    {3, 255, 80, 6, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_INT8, 1},
+    {7, 257, 128, 8, 2, OG_KV_RING, 100, 64, OG_DTYPE_FP8, 1},
+    {1, 4097, 128, 16, 8, OG_KV_FLAT, 0, 0, OG_DTYPE_INT8, 33},
+    {1, 4097, 80, 4, 1, OG_KV_RING, 1000, 16, OG_DTYPE_FP8, 8},
+    {17, 1, 96, 8, 1, OG_KV_FLAT, 0, 0, OG_DTYPE_FP8, 1},
+    {5, 300, 9, 3, 3, OG_KV_RING, 50, 8, OG_DTYPE_INT8, 1},
+    {129, 255, 64, 3, 1, OG_KV_FLAT, 0, 0, OG_DTYPE_FP8, 1},
+    {1, 256, 128, 16, 2, OG_KV_FLAT, 0, 0, OG_DTYPE_INT8, 3},
 };
 
 /* Storage of one layer holding the history rows of s that a step at L = s->n
@@ -60,8 +74,8 @@ static og_kv_layer_view make_storage(const og_test_seq *s, og_kv_policy policy, 
     og_kv_layer_view kv = {.layer_id = 0, .policy = policy, .dtype = s->dtype,
                            .window = policy == OG_KV_RING ? W : 0, .n_kv_heads = s->Hkv,
                            .head_dim = s->D, .rows = rows, .length = s->n};
-    const int64_t HD = (int64_t)s->Hkv * s->D;
-    const size_t bytes = (size_t)(rows * HD) * og_dtype_size(s->dtype);
+    const int64_t HD = (int64_t)s->Hkv * s->D, RB = og_kv_dtype_row_bytes(s->dtype, s->Hkv, s->D);
+    const size_t bytes = (size_t)(rows * RB);
     kv.k = malloc(bytes);
     kv.v = malloc(bytes);
     memset(kv.k, 0xff, bytes);
@@ -69,6 +83,11 @@ static og_kv_layer_view make_storage(const og_test_seq *s, og_kv_policy policy, 
     const int64_t first = policy == OG_KV_RING && s->n > rows ? s->n - rows : 0;
     for (int64_t p = first; p < s->n; p++) {
         const int64_t slot = policy == OG_KV_RING ? p % rows : p;
+        if (og_kv_dtype_quantized(s->dtype)) { /* rows of RB bytes, from the inputs as given */
+            og_kv_quantize_row(s->dtype, s->k + p * HD, s->Hkv, s->D, (unsigned char *)kv.k + slot * RB);
+            og_kv_quantize_row(s->dtype, s->v + p * HD, s->Hkv, s->D, (unsigned char *)kv.v + slot * RB);
+            continue;
+        }
         for (int64_t i = 0; i < HD; i++) {
             /* ks/vs already hold bf16-exact values for bf16 storage */
             if (s->dtype == OG_DTYPE_F32) {
@@ -84,7 +103,7 @@ static og_kv_layer_view make_storage(const og_test_seq *s, og_kv_policy policy, 
 }
 
 static size_t storage_bytes(const og_kv_layer_view *kv) {
-    return (size_t)kv->rows * kv->n_kv_heads * kv->head_dim * og_dtype_size(kv->dtype);
+    return (size_t)(kv->rows * og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, kv->head_dim));
 }
 
 static og_kv_layer_view clone_storage(const og_kv_layer_view *src) {

@@ -10,10 +10,22 @@
  * near 1e-6. atol 2e-5 + rtol 1e-4 leaves a 10x margin, while a wrong mask
  * (one key too many or too few out of hundreds) moves outputs by > 1e-3.
  * bf16 storage is compared against an oracle fed the same bf16-rounded k/v,
- * so the same tolerance holds. */
+ * so the same tolerance holds, and int8 / fp8 storage against an oracle fed
+ * k/v rounded as those hold them (oracle.c, from the definition).
+ *
+ * int8 / fp8 against f32 storage (the error quantization adds): per query
+ * head, with k^ and v^ the rounded keys and values, the scores move by at
+ * most delta = max_j |scale q.(k_j - k^_j)|, so every softmax weight moves
+ * by a factor within e^(+-2 delta) and an output by at most
+ * (e^(2 delta) - 1) max|v^| + max|v - v^|; delta is computed from the
+ * inputs, and the f32 slack above (atol) is added. */
 #include "attend_seq.h"
 #include "harness.h"
 #include "kernels/attend.h"
+#include "kernels/attend_quant.h"
+#include "oracle.h"
+
+#include <math.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +39,7 @@ static og_kv_layer_view make_layer(og_kv_policy policy, og_dtype dt, int32_t W, 
                                    int32_t D, int64_t rows) {
     og_kv_layer_view kv = {.layer_id = 3, .policy = policy, .dtype = dt, .window = W,
                            .n_kv_heads = Hkv, .head_dim = D, .rows = rows};
-    const size_t bytes = (size_t)rows * Hkv * D * og_dtype_size(dt);
+    const size_t bytes = (size_t)(rows * og_kv_dtype_row_bytes(dt, Hkv, D));
     kv.k = malloc(bytes);
     kv.v = malloc(bytes);
     memset(kv.k, 0xff, bytes); /* all-ones bits: NaN in f32 and bf16 */
@@ -112,6 +124,132 @@ static void ring_case(og_dtype dt) {
     og_test_seq_free(&s);
 }
 
+/* ---- int8 and fp8 ---- */
+
+/* e4m3 magnitude of code c in 0..0x7e, from the definition. */
+static double e4m3_def(int c) {
+    return (c >> 3) == 0 ? ldexp(c & 7, -9) : ldexp(1.0 + (c & 7) / 8.0, (c >> 3) - 7);
+}
+
+/* The e4m3 code of |y| by search: nearest, ties to the even code, 448 beyond. */
+static int e4m3_search(double a) {
+    int best = 0;
+    for (int c = 1; c <= 0x7e; c++) {
+        const double db = fabs(a - e4m3_def(best)), dc = fabs(a - e4m3_def(c));
+        if (dc < db || (dc == db && (best & 1))) best = c;
+    }
+    return best;
+}
+
+/* The e4m3 table and encoder against the definition: every code, every
+ * midpoint between neighbours (ties to even), saturation, and random values
+ * over the whole range. */
+static void fp8_codec(void) {
+    og_test_section("fp8 e4m3 encode / decode");
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        const float got = og_kv_fp8_to_f32((uint8_t)c);
+        if ((c & 0x7f) == 0x7f) {
+            bad += !isnan(got);
+            continue;
+        }
+        const double want = (c & 0x80) ? -e4m3_def(c & 0x7f) : e4m3_def(c & 0x7f);
+        bad += (double)got != want || (signbit(got) != 0) != ((c & 0x80) != 0);
+        bad += og_kv_fp8_from_f32(got) != c; /* every value encodes to its own code */
+    }
+    CHECK_MSG(bad == 0, "%d codes decode or re-encode wrongly", bad);
+    bad = 0;
+    for (int c = 0; c < 0x7e; c++) { /* the midpoint of c and c + 1 goes to the even one */
+        const float mid = (float)((e4m3_def(c) + e4m3_def(c + 1)) / 2);
+        const int want = (c & 1) ? c + 1 : c;
+        bad += og_kv_fp8_from_f32(mid) != want || og_kv_fp8_from_f32(-mid) != (0x80 | want);
+    }
+    CHECK_MSG(bad == 0, "%d midpoints do not round to even", bad);
+    CHECK(og_kv_fp8_from_f32(448.0f) == 0x7e && og_kv_fp8_from_f32(463.9f) == 0x7e &&
+          og_kv_fp8_from_f32(1e30f) == 0x7e && og_kv_fp8_from_f32(-INFINITY) == 0xfe);
+    CHECK(og_kv_fp8_from_f32(0x1p-10f) == 0x00 && og_kv_fp8_from_f32(0x1.000002p-10f) == 0x01);
+    og_rng r = og_rng_seed(448);
+    bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        float y;
+        og_rng_fill(&r, &y, 1, -1.0f, 1.0f);
+        y = ldexpf(y, (int)(og_rng_next(&r) % 24) - 14); /* 2^-15 .. 2^9 */
+        const int want = e4m3_search(fabs((double)y)) | (y < 0 ? 0x80 : 0);
+        if (og_kv_fp8_from_f32(y) != want && bad++ < 5)
+            fprintf(stderr, "  %a encodes to 0x%02x, want 0x%02x\n", (double)y, og_kv_fp8_from_f32(y), want);
+    }
+    CHECK_MSG(bad == 0, "%d of 200000 random values encode wrongly", bad);
+}
+
+/* The reference over int8 or fp8 storage against the same steps over f32
+ * storage, within the bound of the header comment, for each output. */
+static void quant_vs_f32(og_dtype dt, int32_t Hq, int32_t Hkv, int32_t D) {
+    enum { N = 48 };
+    char name[96];
+    snprintf(name, sizeof name, "%s against f32 storage Hq=%d Hkv=%d D=%d", og_dtype_name(dt), Hq, Hkv, D);
+    og_test_section(name);
+    og_rng r = og_rng_seed((uint64_t)(7000 + dt * 100 + D));
+    og_test_seq s;
+    CHECK(og_test_seq_init(&s, Hq, Hkv, D, OG_DTYPE_F32, N));
+    og_test_seq_append(&s, &r, N);
+    const size_t nkv = (size_t)N * Hkv * D, nout = (size_t)N * Hq * D;
+    float *kq = malloc(nkv * sizeof(float)), *vq = malloc(nkv * sizeof(float));
+    float *want = malloc(nout * sizeof(float)), *got = malloc(nout * sizeof(float));
+    memcpy(kq, s.k, nkv * sizeof(float));
+    memcpy(vq, s.v, nkv * sizeof(float));
+    og_oracle_round_kv(dt == OG_DTYPE_FP8, kq, N, Hkv, D);
+    og_oracle_round_kv(dt == OG_DTYPE_FP8, vq, N, Hkv, D);
+    og_kv_layer_view f = make_layer(OG_KV_FLAT, OG_DTYPE_F32, 0, Hkv, D, N);
+    og_kv_layer_view qs = make_layer(OG_KV_FLAT, dt, 0, Hkv, D, N);
+    const int32_t steps[] = {20, 7, 1, 1, 19};
+    int64_t pos = 0;
+    double worst = 0, mean_err = 0, mean_bound = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; pos += steps[i++]) {
+        const int32_t T = steps[i];
+        f.length = qs.length = pos;
+        og_attend_args a = {.q = s.q + pos * Hq * D, .k = s.k + pos * Hkv * D, .v = s.v + pos * Hkv * D,
+                            .out = want, .T = T, .n_heads = Hq, .kv = f};
+        CHECK_OK(og_update_and_attend_ref(&a));
+        a.kv = qs;
+        a.out = got;
+        CHECK_OK(og_update_and_attend_ref(&a));
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t h = 0; h < Hq; h++) {
+                const int32_t g = h / (Hq / Hkv);
+                const float *q = s.q + ((pos + t) * Hq + h) * D;
+                double delta = 0, vmax = 0, dv = 0;
+                for (int64_t j = 0; j <= pos + t; j++) {
+                    const size_t row = (size_t)(j * Hkv + g) * D;
+                    double dot = 0;
+                    for (int32_t d = 0; d < D; d++) {
+                        dot += (double)q[d] * ((double)s.k[row + d] - kq[row + d]);
+                        vmax = fmax(vmax, fabs((double)vq[row + d]));
+                        dv = fmax(dv, fabs((double)s.v[row + d] - vq[row + d]));
+                    }
+                    delta = fmax(delta, fabs(dot) / sqrt((double)D));
+                }
+                const double bound = expm1(2 * delta) * vmax + dv + ATOL;
+                for (int32_t d = 0; d < D; d++) {
+                    const size_t o = ((size_t)t * Hq + h) * D + d;
+                    const double err = fabs((double)got[o] - want[o]);
+                    worst = fmax(worst, err / bound);
+                    mean_err += err;
+                    mean_bound += bound;
+                }
+            }
+    }
+    CHECK_MSG(worst <= 1.0, "%s: an output is %.3g of its bound", name, worst);
+    fprintf(stderr, "  mean |error| %.3g, mean bound %.3g\n", mean_err / (double)(N * Hq * D),
+            mean_bound / (double)(N * Hq * D));
+    free_layer(&f);
+    free_layer(&qs);
+    free(kq);
+    free(vq);
+    free(want);
+    free(got);
+    og_test_seq_free(&s);
+}
+
 /* ---- refusals: each leaves storage and outputs exactly as they were ---- */
 
 typedef og_status (*kernel_fn)(const og_attend_args *a);
@@ -188,6 +326,16 @@ static void refusals(const char *kernel, kernel_fn fn) {
     expect_refusal("unknown dtype", fn, a, OG_ERR_INVALID_ARGUMENT, "dtype");
     a.kv.dtype = OG_DTYPE_F16;
     expect_refusal("f16 storage", fn, a, OG_ERR_UNSUPPORTED, "f16");
+    /* int8 rows of these 2 heads of 8 take 2 * (8 + 4) = 24 bytes: a stride of
+     * 16 (what 2 * 8 elements would be) is refused, 24 is not */
+    a = base;
+    a.kv.dtype = OG_DTYPE_INT8;
+    a.kv.rows = 4; /* 4 rows of 24 bytes fit the 8 x 16 x 2 bytes held */
+    a.kv.length = 0;
+    a.kv.row_stride = 16;
+    expect_refusal("int8 row stride below Hkv * (D + 4)", fn, a, OG_ERR_INVALID_ARGUMENT, "row stride");
+    a.kv.row_stride = 24;
+    CHECK_OK(og_attend_check(&a));
 
     /* ring W = 16, max_write = 32: R = 47; a 33-token step is too wide */
     og_kv_layer_view ring = make_layer(OG_KV_RING, OG_DTYPE_F32, 16, HKV, D, 47);
@@ -216,6 +364,16 @@ int main(void) {
     flat_case(OG_DTYPE_BF16, 8, 1, 16, 0.7f);
     ring_case(OG_DTYPE_F32);
     ring_case(OG_DTYPE_BF16);
+    flat_case(OG_DTYPE_INT8, 6, 2, 48, 0.0f);
+    flat_case(OG_DTYPE_FP8, 8, 1, 16, 0.7f);
+    flat_case(OG_DTYPE_INT8, 4, 4, 7, 0.0f);
+    ring_case(OG_DTYPE_INT8);
+    ring_case(OG_DTYPE_FP8);
+    fp8_codec();
+    quant_vs_f32(OG_DTYPE_INT8, 8, 2, 64);
+    quant_vs_f32(OG_DTYPE_FP8, 8, 2, 64);
+    quant_vs_f32(OG_DTYPE_INT8, 4, 4, 128);
+    quant_vs_f32(OG_DTYPE_FP8, 6, 3, 32);
     refusals("reference", og_update_and_attend_ref);
     refusals("cpu", run_cpu);
     return og_test_finish();

@@ -310,10 +310,12 @@ static og_status decode(og_session *s, const int32_t *toks, int n, float *out, i
     return st;
 }
 
-static void test_model_fork(og_model *m, const og_kv_allocator *alloc, const char *name) {
+/* kv_dtype: the sessions' storage (OG_DTYPE_COUNT: the program's) */
+static void test_model_fork(og_model *m, const og_kv_allocator *alloc, og_dtype kv_dtype, const char *name) {
     const int64_t V = og_model_vocab_size(m);
     og_session_params sp = og_session_default_params();
     sp.kv_allocator = alloc;
+    sp.kv_dtype = kv_dtype;
     og_rng r = og_rng_seed(11);
     enum { N = 70 };
     int32_t prompt[N], x[N_DECODE], y[N_DECODE];
@@ -408,8 +410,15 @@ int main(void) {
     og_model *m = NULL;
     CHECK_OK(og_model_load(path, &mp, &m));
     if (m) {
-        test_model_fork(m, NULL, "model dense");
-        if (have_paged) test_model_fork(m, &paged, "model packed");
+        test_model_fork(m, NULL, OG_DTYPE_COUNT, "model dense");
+        if (have_paged) test_model_fork(m, &paged, OG_DTYPE_COUNT, "model packed");
+        /* int8 and fp8 storage: a fork copies or maps rows with their scales */
+        test_model_fork(m, NULL, OG_DTYPE_INT8, "model dense int8");
+        test_model_fork(m, NULL, OG_DTYPE_FP8, "model dense fp8");
+        if (have_paged) {
+            test_model_fork(m, &paged, OG_DTYPE_INT8, "model packed int8");
+            test_model_fork(m, &paged, OG_DTYPE_FP8, "model packed fp8");
+        }
     }
     og_model_free(m);
     remove(path);

@@ -1,6 +1,7 @@
 /* KV manifest validation: a valid config passes, and for every rule a
  * config that breaks only that rule is refused naming exactly that rule. */
 #include "harness.h"
+#include "kv/kv.h"
 
 #include <string.h>
 
@@ -76,6 +77,41 @@ static void test_valid(void) {
     f.cfg.kv_dtype = OG_DTYPE_F32;
     CHECK_OK(og_kv_config_validate(&f.cfg, &broken));
     CHECK(broken == OG_KV_RULE_NONE);
+    /* quantized storage: int8 and fp8; not the weight formats q8 / q4 */
+    const og_dtype ok[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8}, refused[3] = {OG_DTYPE_Q8, OG_DTYPE_Q4, OG_DTYPE_F16};
+    for (int i = 0; i < 2; i++) {
+        f.cfg.kv_dtype = ok[i];
+        CHECK_MSG(og_kv_config_validate(&f.cfg, &broken) == OG_OK, "kv_dtype %s: %s", og_dtype_name(ok[i]),
+                  og_last_error());
+    }
+    for (int i = 0; i < 3; i++) {
+        f.cfg.kv_dtype = refused[i];
+        CHECK_STATUS(og_kv_config_validate(&f.cfg, &broken), OG_ERR_INVALID_CONFIG);
+        CHECK_MSG(broken == OG_KV_RULE_KV_DTYPE, "kv_dtype %s: rule %s", og_dtype_name(refused[i]),
+                  og_kv_rule_name(broken));
+    }
+}
+
+/* A row of a layer's k or v: Hkv * D elements, or for int8 / fp8 the Hkv * D
+ * quant bytes then Hkv f32 scales; a dense view's stride says the same. */
+static void test_row_bytes(void) {
+    og_test_section("row bytes and dense strides");
+    fixture f;
+    fixture_init(&f);
+    const og_kv_layer_config *l = &f.layers[0];
+    const int64_t HD = (int64_t)l->n_kv_heads * l->head_dim;
+    const og_dtype dts[4] = {OG_DTYPE_F32, OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
+    const int64_t want[4] = {4 * HD, 2 * HD, HD + 4 * l->n_kv_heads, HD + 4 * l->n_kv_heads};
+    const int64_t want_stride[4] = {HD, HD, HD + 4 * l->n_kv_heads, HD + 4 * l->n_kv_heads};
+    for (int i = 0; i < 4; i++) {
+        f.cfg.kv_dtype = dts[i];
+        CHECK_MSG(og_kv_row_bytes(&f.cfg, l) == want[i], "%s: %lld bytes a row, want %lld", og_dtype_name(dts[i]),
+                  (long long)og_kv_row_bytes(&f.cfg, l), (long long)want[i]);
+        og_kv_layer_view v = {.dtype = dts[i], .n_kv_heads = l->n_kv_heads, .head_dim = l->head_dim};
+        CHECK(og_kv_layer_view_row_stride(&v) == want_stride[i]);
+        v.row_stride = 1000;
+        CHECK(og_kv_layer_view_row_stride(&v) == 1000);
+    }
 }
 
 static void test_each_rule(void) {
@@ -159,5 +195,6 @@ int main(void) {
     test_each_rule();
     test_messages();
     test_names_and_slots();
+    test_row_bytes();
     return og_test_finish();
 }

@@ -897,7 +897,36 @@ static void test_capacity_in_place(void) {
     }
 }
 
+/* int8 / fp8 sessions: every byte counted is a row's quants (Hkv * D) and
+ * its Hkv f32 scales, dense or packed. */
+static void test_quantized_bytes(void) {
+    og_test_section("int8 and fp8: bytes counted with the scales");
+    const og_dtype dts[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
+    for (int i = 0; i < 2; i++) {
+        og_kv_config cfg = k_cfg;
+        cfg.kv_dtype = dts[i];
+        int64_t flat_row = 0, ring_row = 0; /* bytes of one position's k and v, by hand */
+        for (int l = 0; l < NL; l++) {
+            const int64_t b = 2 * (int64_t)k_layers[l].n_kv_heads * (k_layers[l].head_dim + 4);
+            if (k_layers[l].policy == OG_KV_FLAT) flat_row += b;
+            else ring_row += b;
+        }
+        og_kv_session *s = NULL;
+        CHECK_OK(og_kv_session_create(&cfg, NULL, &s));
+        if (!s) continue;
+        CHECK_OK(og_kv_session_prepare(s, 3));
+        CHECK_OK(og_kv_session_commit(s, 3));
+        /* dense: flat layers at initial_capacity 4 rows, the ring at R */
+        check_metrics(s, 3, 2 * 4 + RING_R, 4 * flat_row + RING_R * ring_row, 3 * (flat_row + ring_row), 0, 0, 1);
+        og_kv_layer_view v;
+        CHECK_OK(og_kv_session_layer_view(s, 0, &v));
+        CHECK(v.dtype == dts[i] && og_kv_layer_view_row_stride(&v) == 2 * (4 + 4));
+        og_kv_session_destroy(s);
+    }
+}
+
 int main(void) {
+    test_quantized_bytes();
     test_growth_and_fill();
     test_wide_first_step();
     test_fault_injection();

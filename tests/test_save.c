@@ -39,6 +39,8 @@ static og_model *g_model;
 static int64_t g_vocab;
 static int32_t g_prompt[N_PROMPT], g_next[N_NEXT];
 static char g_dir[64];
+/* KV storage of the sessions fed_session makes: OG_DTYPE_COUNT, the program's */
+static og_dtype g_kv_dtype = OG_DTYPE_COUNT;
 
 /* Logits of the first n of g_next fed one token at a time: [n, V]. */
 static og_status next_n_logits(og_session *s, float *out, int n) {
@@ -55,6 +57,7 @@ static og_status next_logits(og_session *s, float *out) { return next_n_logits(s
 static og_session *fed_session(const og_kv_allocator *alloc, int64_t n) {
     og_session_params sp = og_session_default_params();
     sp.kv_allocator = alloc;
+    sp.kv_dtype = g_kv_dtype;
     og_session *s = NULL;
     CHECK_OK(og_session_create(g_model, &sp, &s));
     if (s && n) CHECK_OK(og_session_eval(s, g_prompt, n, 0, NULL, 0));
@@ -81,11 +84,15 @@ static void test_roundtrip(const og_kv_allocator *from, const og_kv_allocator *i
         /* the file: header + one 64-byte entry a layer + the live rows
          * (flat: n; ring: min(n, R)), never the allocated ones */
         const og_kv_config *cfg = og_model_kv_config(g_model);
+        const og_dtype dt = g_kv_dtype != OG_DTYPE_COUNT ? g_kv_dtype : cfg->kv_dtype;
         int64_t rows_bytes = 0;
         for (int32_t i = 0; i < cfg->n_layers; i++) {
             const og_kv_layer_config *l = &cfg->layers[i];
             const int64_t R = og_kv_layer_slots(cfg, l), live = l->policy == OG_KV_RING && n > R ? R : n;
-            rows_bytes += 2 * live * l->n_kv_heads * l->head_dim * (int64_t)og_dtype_size(cfg->kv_dtype);
+            /* int8 / fp8 rows: Hkv * D quants and Hkv f32 scales */
+            const int64_t row = dt == OG_DTYPE_INT8 || dt == OG_DTYPE_FP8 ? (int64_t)l->n_kv_heads * (l->head_dim + 4)
+                                                          : (int64_t)l->n_kv_heads * l->head_dim * (int64_t)og_dtype_size(dt);
+            rows_bytes += 2 * live * row;
         }
         CHECK_MSG(file_size(path) == 128 + 64 * cfg->n_layers + rows_bytes, "file %lld bytes, want %lld",
                   (long long)file_size(path), (long long)(128 + 64 * cfg->n_layers + rows_bytes));
@@ -513,6 +520,21 @@ int main(void) {
             test_roundtrip(&paged, NULL, "packed -> dense");
             test_roundtrip(&paged, &paged, "packed -> packed");
         }
+        /* int8 and fp8 sessions: the scales travel inside the rows */
+        const og_dtype quant[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
+        for (int i = 0; i < 2; i++) {
+            g_kv_dtype = quant[i];
+            char name[64];
+            snprintf(name, sizeof name, "%s, dense -> new session", og_dtype_name(quant[i]));
+            test_roundtrip(NULL, NULL, name);
+            if (have_paged) {
+                snprintf(name, sizeof name, "%s, packed -> packed", og_dtype_name(quant[i]));
+                test_roundtrip(&paged, &paged, name);
+                snprintf(name, sizeof name, "%s, packed -> dense", og_dtype_name(quant[i]));
+                test_roundtrip(&paged, NULL, name);
+            }
+        }
+        g_kv_dtype = OG_DTYPE_COUNT;
         test_corruption();
         test_versions();
         test_threads_same_bytes(have_paged ? &paged : NULL);

@@ -122,8 +122,10 @@ bool og_cli_write_file(const char *cmd, const char *path, const void *data, size
 bool og_cli_kv_dtype(const char *cmd, const char *value, og_dtype *out) {
     if (!strcmp(value, "bf16")) *out = OG_DTYPE_BF16;
     else if (!strcmp(value, "f32")) *out = OG_DTYPE_F32;
+    else if (!strcmp(value, "int8")) *out = OG_DTYPE_INT8;
+    else if (!strcmp(value, "fp8")) *out = OG_DTYPE_FP8;
     else {
-        fprintf(stderr, "offgraph %s: --kv-dtype expects bf16 or f32, got \"%s\"\n", cmd, value);
+        fprintf(stderr, "offgraph %s: --kv-dtype expects bf16, f32, int8 or fp8, got \"%s\"\n", cmd, value);
         return false;
     }
     return true;
@@ -165,7 +167,7 @@ int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_m
 
 void og_cli_model_opts_usage(FILE *f) {
     fprintf(f, "  -m, --model <file>       program file (from offgraph export)\n"
-               "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
+               "  --kv-dtype <dtype>       KV storage: bf16, f32, int8 or fp8 (default: the program's)\n"
                "  --backend <cpu|cuda|auto> back end (default auto: cuda when a GPU is present)\n"
                "  --threads <N>            CPU threads (default: all)\n");
 }

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --step-rows <N>          tokens per batched step, all requests (default 512)\n"
             "  --shutdown-grace <S>     seconds running requests get at shutdown (default 5)\n"
             "  --log-requests           one line per request on stderr\n"
-            "  --kv-dtype <bf16|f32>    KV storage dtype (default: the program's)\n"
+            "  --kv-dtype <dtype>       KV storage: bf16, f32, int8 or fp8 (default: the program's)\n"
             "  --backend <cpu|cuda|auto> back end (default auto: cuda when a GPU is present)\n"
             "  --threads <N>            CPU threads (default: all)\n");
 }

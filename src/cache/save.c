@@ -697,8 +697,9 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another program: its weights hash %016llx is not "
                                            "this program's %016llx", path, (unsigned long long)h->weights_hash,
                             (unsigned long long)weights);
-    if (h->kv_dtype != (uint32_t)OG_DTYPE_F32 && h->kv_dtype != (uint32_t)OG_DTYPE_BF16)
-        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: kv_dtype %u is not bf16 or f32",
+    if (h->kv_dtype != (uint32_t)OG_DTYPE_F32 && h->kv_dtype != (uint32_t)OG_DTYPE_BF16 &&
+        h->kv_dtype != (uint32_t)OG_DTYPE_INT8 && h->kv_dtype != (uint32_t)OG_DTYPE_FP8)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: kv_dtype %u is not bf16, f32, int8 or fp8",
                             path, h->kv_dtype);
     if (kv_dtype != OG_DTYPE_COUNT && h->kv_dtype != (uint32_t)kv_dtype)
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: kv_dtype %s, the session's is %s",

@@ -215,8 +215,9 @@ og_status og_session_create(og_model *m, const og_session_params *params, og_ses
     if (!m || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_create: NULL argument");
     *out = NULL;
     og_session_params p = params ? *params : og_session_default_params();
-    if (p.kv_dtype != OG_DTYPE_COUNT && p.kv_dtype != OG_DTYPE_F32 && p.kv_dtype != OG_DTYPE_BF16)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_create: kv dtype %s is not bf16 or f32",
+    if (p.kv_dtype != OG_DTYPE_COUNT && p.kv_dtype != OG_DTYPE_F32 && p.kv_dtype != OG_DTYPE_BF16 &&
+        p.kv_dtype != OG_DTYPE_INT8 && p.kv_dtype != OG_DTYPE_FP8)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_create: kv dtype %s is not bf16, f32, int8 or fp8",
                             og_dtype_name(p.kv_dtype));
     og_session *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_create: no memory");

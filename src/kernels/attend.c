@@ -4,9 +4,11 @@
  * length, R allocated rows, W ring window (see attend.h). Storage rows are
  * og_kv_layer_view_row_stride(kv) elements apart: the R rows span
  * R * stride elements from kv.k (and kv.v), of which each row's first
- * Hkv * D are the layer's.
+ * Hkv * D are the layer's (int8 and fp8: its first Hkv * (D + 4) bytes,
+ * quants then scales; see attend_quant.h).
  */
 #include "kernels/attend.h"
+#include "kernels/attend_quant.h"
 
 #include <math.h>
 
@@ -39,9 +41,9 @@ og_status og_attend_check(const og_attend_args *a) {
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
                             "update_and_attend: layer %d: unknown storage dtype %d", layer,
                             (int)kv->dtype);
-    if (kv->dtype != OG_DTYPE_BF16 && kv->dtype != OG_DTYPE_F32)
+    if (kv->dtype != OG_DTYPE_BF16 && kv->dtype != OG_DTYPE_F32 && !og_kv_dtype_quantized(kv->dtype))
         return og_set_error(OG_ERR_UNSUPPORTED,
-                            "update_and_attend: layer %d: storage dtype %s, need bf16 or f32",
+                            "update_and_attend: layer %d: storage dtype %s, need bf16, f32, int8 or fp8",
                             layer, og_dtype_name(kv->dtype));
     if (!isfinite(a->scale))
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
@@ -52,11 +54,14 @@ og_status og_attend_check(const og_attend_args *a) {
                             "update_and_attend: layer %d: length %lld, rows %lld (need L >= 0, "
                             "R >= 1)",
                             layer, (long long)kv->length, (long long)kv->rows);
-    const int64_t row_elems = (int64_t)kv->n_kv_heads * kv->head_dim;
+    /* a row's own elements: Hkv * D, or Hkv * (D + 4) bytes quantized */
+    const int64_t row_elems = og_kv_dtype_quantized(kv->dtype)
+                                  ? og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, kv->head_dim)
+                                  : (int64_t)kv->n_kv_heads * kv->head_dim;
     if (kv->row_stride != 0 && kv->row_stride < row_elems)
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
                             "update_and_attend: layer %d: row stride %lld elements is below a row's "
-                            "Hkv * D = %lld (0 means dense)",
+                            "%lld (0 means dense)",
                             layer, (long long)kv->row_stride, (long long)row_elems);
     int64_t bytes; /* og_mul_overflow_i64 returns false on overflow */
     if (!og_mul_overflow_i64(kv->rows, og_kv_layer_view_row_stride(kv), &bytes) ||

@@ -17,6 +17,8 @@
  *     Where the ISA table has a fused bf16 update (AVX-512, D % 32 == 0), bf16
  *     chunks are not widened: the update reads them in place for the G query
  *     heads of a row, and prefetches the next chunk's lines as it goes.
+ *     int8 and fp8 chunks are always widened, each row's quants times its
+ *     head's scale (attend_quant.h), as the reference reads them.
  *     Each query keeps an online softmax (running max m, sum l, acc in the
  *     output row), updated once per chunk.
  *   long decode (T == 1, more than OG_ATTEND_SPLIT_MIN_KEYS visible keys):
@@ -27,6 +29,7 @@
  */
 #include "kernels/attend.h"
 #include "kernels/attend_isa.h"
+#include "kernels/attend_quant.h"
 
 #include <math.h>
 
@@ -60,6 +63,23 @@ static void rescale_scalar(float *acc, float c, int32_t D) {
 static void widen_scalar(float *dst, const og_bf16 *src, int64_t ss, int32_t D, int32_t n) {
     for (int32_t j = 0; j < n; j++)
         for (int32_t d = 0; d < D; d++) dst[(int64_t)j * D + d] = og_f32_from_bf16(src[j * ss + d]);
+}
+
+/* Head g of n quantized rows (int8 or fp8 of Hkv heads of D), rows
+ * row_bytes apart from src, into dst [n, D] f32: quant times the row's
+ * scale for the head, the product the reference takes. */
+static void widen_quant(float *dst, const unsigned char *src, int64_t row_bytes, og_dtype dt, int64_t Hkv,
+                        int64_t D, int64_t g, int32_t n) {
+    for (int32_t j = 0; j < n; j++) {
+        const unsigned char *row = src + j * row_bytes;
+        const float sc = og_kv_row_scale(row, Hkv, D, g);
+        const unsigned char *qs = row + g * D; /* [D] */
+        float *out = dst + (int64_t)j * D;
+        if (dt == OG_DTYPE_INT8)
+            for (int64_t d = 0; d < D; d++) out[d] = (float)(int8_t)qs[d] * sc;
+        else
+            for (int64_t d = 0; d < D; d++) out[d] = og_kv_fp8_values[qs[d]] * sc;
+    }
 }
 
 static const og_attend_ops g_ops_scalar = {
@@ -133,7 +153,9 @@ static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t
     const og_kv_layer_view *kv = &c->a->kv;
     const int64_t esize = (int64_t)og_dtype_size(kv->dtype);
     const int64_t row_bytes = c->RS * esize;
-    const int64_t lo = g0 * c->D * esize, hi = g1 * c->D * esize; /* bytes within a row */
+    const int64_t lo = g0 * c->D * esize;
+    int64_t hi = g1 * c->D * esize; /* bytes within a row */
+    if (og_kv_dtype_quantized(kv->dtype) && g1 == c->Hkv) hi += c->Hkv * OG_KV_SCALE_BYTES; /* and the scales */
     const int64_t end = key_hi - j0 < KB ? key_hi : j0 + KB;
     for (int64_t j = j0; j < end; j++) {
         const int64_t off = (c->W > 0 ? j % c->R : j) * row_bytes;
@@ -194,6 +216,12 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 K = (const float *)kv->k + slot * rs + g * D;
                 V = (const float *)kv->v + slot * rs + g * D;
                 ks = rs;
+            } else if (og_kv_dtype_quantized(kv->dtype)) { /* rows of rs bytes */
+                widen_quant(Kc, (const unsigned char *)kv->k + slot * rs, rs, kv->dtype, c->Hkv, D, g, (int32_t)n);
+                widen_quant(Vc, (const unsigned char *)kv->v + slot * rs, rs, kv->dtype, c->Hkv, D, g, (int32_t)n);
+                K = Kc;
+                V = Vc;
+                ks = D;
             } else {
                 c->ops->widen(Kc, (const og_bf16 *)kv->k + slot * rs + g * D, rs,
                               (int32_t)D, (int32_t)n);
@@ -226,7 +254,10 @@ static void write_token(void *ctx, int64_t t, int thread) {
     const og_kv_layer_view *kv = &c->a->kv;
     const int64_t p = c->L + t, slot = c->W > 0 ? p % c->R : p, n = c->Hkv * c->D;
     const float *k = c->a->k + t * n, *v = c->a->v + t * n; /* [Hkv, D] */
-    if (kv->dtype == OG_DTYPE_F32) {
+    if (og_kv_dtype_quantized(kv->dtype)) { /* rows of RS bytes */
+        og_kv_quantize_row(kv->dtype, k, c->Hkv, c->D, (unsigned char *)kv->k + slot * c->RS);
+        og_kv_quantize_row(kv->dtype, v, c->Hkv, c->D, (unsigned char *)kv->v + slot * c->RS);
+    } else if (kv->dtype == OG_DTYPE_F32) {
         memcpy((float *)kv->k + slot * c->RS, k, (size_t)n * sizeof(float));
         memcpy((float *)kv->v + slot * c->RS, v, (size_t)n * sizeof(float));
     } else {

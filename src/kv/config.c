@@ -5,6 +5,7 @@
  * as X. Every message starts "kv manifest rule <name>:" and names the layer
  * (index and layer_id) and the offending value. */
 #include "kv/kv.h"
+#include "kernels/attend_quant.h"
 
 #include <stdio.h>
 
@@ -30,8 +31,12 @@ const char *og_kv_rule_name(og_kv_rule r) {
     return (unsigned)r < OG_KV_RULE_COUNT ? k_rule_names[r] : "unknown";
 }
 
+/* Dense rows are one row's own elements: Hkv * D, or for int8 and fp8 (one
+ * byte an element) the Hkv * D quants and the Hkv f32 scales behind them. */
 int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v) {
-    return v->row_stride > 0 ? v->row_stride : (int64_t)v->n_kv_heads * v->head_dim;
+    if (v->row_stride > 0) return v->row_stride;
+    return og_kv_dtype_quantized(v->dtype) ? og_kv_dtype_row_bytes(v->dtype, v->n_kv_heads, v->head_dim)
+                                           : (int64_t)v->n_kv_heads * v->head_dim;
 }
 
 int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *layer) {
@@ -40,7 +45,7 @@ int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *lay
 }
 
 int64_t og_kv_row_bytes(const og_kv_config *cfg, const og_kv_layer_config *layer) {
-    return (int64_t)layer->n_kv_heads * layer->head_dim * (int64_t)og_dtype_size(cfg->kv_dtype);
+    return og_kv_dtype_row_bytes(cfg->kv_dtype, layer->n_kv_heads, layer->head_dim);
 }
 
 /* Records the broken rule and formats "kv manifest rule <name>: <detail>". */
@@ -58,9 +63,11 @@ static og_status broken_rule(og_kv_rule *broken, og_kv_rule r, const char *fmt, 
 /* Bytes of one layer's k and v storage at its full slot count, or false if
  * any product or the running total overflows int64. */
 static bool layer_bytes_fit(const og_kv_config *cfg, const og_kv_layer_config *l, int64_t *total) {
+    /* a row's bytes: Hkv * D * size, or Hkv * (D + 4) quantized */
+    const bool quant = og_kv_dtype_quantized(cfg->kv_dtype);
     int64_t slots = og_kv_layer_slots(cfg, l), b;
     if (!og_mul_overflow_i64(slots, l->n_kv_heads, &b)) return false;
-    if (!og_mul_overflow_i64(b, l->head_dim, &b)) return false;
+    if (!og_mul_overflow_i64(b, (int64_t)l->head_dim + (quant ? OG_KV_SCALE_BYTES : 0), &b)) return false;
     if (!og_mul_overflow_i64(b, (int64_t)og_dtype_size(cfg->kv_dtype), &b)) return false;
     if (!og_mul_overflow_i64(b, 2, &b)) return false; /* k and v */
     return og_add_overflow_i64(*total, b, total);
@@ -73,8 +80,8 @@ og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken) {
     if (cfg->version != OG_KV_MANIFEST_VERSION)
         return broken_rule(broken, OG_KV_RULE_VERSION, "version %d, this build reads version %d",
                            (int)cfg->version, OG_KV_MANIFEST_VERSION);
-    if (cfg->kv_dtype != OG_DTYPE_BF16 && cfg->kv_dtype != OG_DTYPE_F32)
-        return broken_rule(broken, OG_KV_RULE_KV_DTYPE, "kv_dtype %d (%s) must be bf16 or f32",
+    if (cfg->kv_dtype != OG_DTYPE_BF16 && cfg->kv_dtype != OG_DTYPE_F32 && !og_kv_dtype_quantized(cfg->kv_dtype))
+        return broken_rule(broken, OG_KV_RULE_KV_DTYPE, "kv_dtype %d (%s) must be bf16, f32, int8 or fp8",
                            (int)cfg->kv_dtype, og_dtype_name(cfg->kv_dtype));
     if (cfg->max_capacity <= 0)
         return broken_rule(broken, OG_KV_RULE_MAX_CAPACITY, "max_capacity %lld must be > 0",
@@ -128,9 +135,9 @@ og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken) {
     for (int32_t i = 0; i < n; i++)
         if (!layer_bytes_fit(cfg, &ls[i], &total))
             return broken_rule(broken, OG_KV_RULE_SIZE_OVERFLOW,
-                               "layer %d (layer_id %d): %lld slots x %d heads x %d dims x %zu bytes (k and v, "
+                               "layer %d (layer_id %d): %lld slots x %d heads x %d dims of %s (k and v, "
                                "summed over layers) overflows 64 bits",
                                (int)i, (int)ls[i].layer_id, (long long)og_kv_layer_slots(cfg, &ls[i]),
-                               (int)ls[i].n_kv_heads, (int)ls[i].head_dim, og_dtype_size(cfg->kv_dtype));
+                               (int)ls[i].n_kv_heads, (int)ls[i].head_dim, og_dtype_name(cfg->kv_dtype));
     return OG_OK;
 }

@@ -49,7 +49,8 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
                                  "program bindings: the session has no layer %d (the program's kv.layers[%d])", l, l);
         if (v.layer_id != want->layer_id || v.policy != want->policy || v.window != want->window ||
             v.n_kv_heads != want->n_kv_heads || v.head_dim != want->head_dim ||
-            (v.dtype != OG_DTYPE_BF16 && v.dtype != OG_DTYPE_F32))
+            (v.dtype != OG_DTYPE_BF16 && v.dtype != OG_DTYPE_F32 && v.dtype != OG_DTYPE_INT8 &&
+             v.dtype != OG_DTYPE_FP8))
             return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
                                  "program bindings: session layer %d (layer_id %d, Hkv %d, D %d, %s) does not match "
                                  "the program's kv.layers[%d] (layer_id %d, Hkv %d, D %d, %s)",

@@ -47,6 +47,9 @@ int64_t og_test_seq_append(og_test_seq *s, og_rng *r, int32_t T) {
     if (s->dtype == OG_DTYPE_BF16) {
         og_oracle_round_bf16(s->ks + kv0, nkv);
         og_oracle_round_bf16(s->vs + kv0, nkv);
+    } else if (s->dtype == OG_DTYPE_INT8 || s->dtype == OG_DTYPE_FP8) {
+        og_oracle_round_kv(s->dtype == OG_DTYPE_FP8, s->ks + kv0, (size_t)T, s->Hkv, s->D);
+        og_oracle_round_kv(s->dtype == OG_DTYPE_FP8, s->vs + kv0, (size_t)T, s->Hkv, s->D);
     }
     s->n += T;
     return pos;

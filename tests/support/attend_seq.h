@@ -11,7 +11,7 @@
 
 typedef struct og_test_seq {
     int32_t Hq, Hkv, D;
-    og_dtype dtype;   /* storage dtype: bf16 history is kept rounded */
+    og_dtype dtype;   /* storage dtype: bf16, int8 and fp8 history is kept rounded (the oracle's rounding) */
     int64_t cap;      /* positions the history can hold */
     int64_t n;        /* positions appended so far */
     float *q;         /* [cap, Hq, D]  queries as given */

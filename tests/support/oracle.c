@@ -63,3 +63,47 @@ void og_oracle_round_bf16(float *x, size_t n) {
         x[i] = (float)ldexp(nearbyint(ldexp(m, 8)), e - 8);
     }
 }
+
+/* Nearest of a and b to y, ties to the one whose code is even (for e4m3, the
+ * code's low bit is the mantissa's). */
+static int nearer_code(double y, int ca, double a, int cb, double b) {
+    const double da = fabs(y - a), db = fabs(y - b);
+    if (da != db) return da < db ? ca : cb;
+    return (ca & 1) ? cb : ca;
+}
+
+/* e4m3 magnitude of code c in 0..0x7e, from the definition. */
+static double e4m3_value(int c) {
+    const int e = c >> 3, m = c & 7;
+    return e == 0 ? ldexp(m, -9) : ldexp(1.0 + m / 8.0, e - 7);
+}
+
+void og_oracle_round_kv(bool fp8, float *x, size_t rows, int32_t Hkv, int32_t D) {
+    for (size_t i = 0; i < rows * (size_t)Hkv; i++) {
+        float *xh = x + i * (size_t)D; /* one token's head */
+        float amax = 0.0f;
+        for (int32_t d = 0; d < D; d++) amax = fmaxf(amax, fabsf(xh[d]));
+        const float scale = amax / (fp8 ? 448.0f : 127.0f);
+        for (int32_t d = 0; d < D; d++) {
+            if (scale == 0.0f) {
+                xh[d] = 0.0f * xh[d]; /* a head of zeros stays zeros */
+                continue;
+            }
+            const float y = xh[d] / scale;
+            double q;
+            if (!fp8) {
+                const double lo = floor(y), dlo = y - lo, dhi = lo + 1.0 - y;
+                q = dlo < dhi ? lo : dhi < dlo ? lo + 1.0 : fmod(lo, 2.0) == 0.0 ? lo : lo + 1.0;
+                q = fmin(127.0, fmax(-127.0, q));
+            } else {
+                /* every finite e4m3 magnitude: the nearest, by search */
+                const double a = fabs((double)y);
+                int best = 0;
+                for (int c = 1; c <= 0x7e; c++)
+                    best = nearer_code(a, best, e4m3_value(best), c, e4m3_value(c));
+                q = copysign(e4m3_value(best), (double)y);
+            }
+            xh[d] = (float)q * scale;
+        }
+    }
+}

@@ -7,6 +7,7 @@
 #ifndef OG_TEST_ORACLE_H
 #define OG_TEST_ORACLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,5 +26,13 @@ void og_oracle_attention(const float *q, const float *k, const float *v, int64_t
 /* Rounds x[0..n) in place to the nearest bf16 value (ties to even), as bf16
  * storage keeps it, so that tests can feed the oracle what storage holds. */
 void og_oracle_round_bf16(float *x, size_t n);
+
+/* Rounds x [rows, Hkv, D] in place to what int8 (fp8 false) or fp8 e4m3
+ * (fp8 true) KV storage gives back, from the definition: per row and head,
+ * scale = amax / 127 (int8) or amax / 448 (e4m3) in f32, y = x / scale in
+ * f32, q the integer in [-127, 127] (int8) or the finite e4m3 value (found
+ * by searching all of them; +-448 beyond) nearest y, ties to even, and x
+ * becomes f32(q) * scale. */
+void og_oracle_round_kv(bool fp8, float *x, size_t rows, int32_t Hkv, int32_t D);
 
 #endif
