@@ -11,6 +11,7 @@
 #include "kernels/cuda/ops_cuda.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
@@ -91,6 +92,21 @@ og_status check_weight(const char *op, const void *w, og_dtype dt) {
     if (!w) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: weight is NULL", op);
     if (dt != OG_DTYPE_BF16 && dt != OG_DTYPE_F32)
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: weight dtype %s (bf16 or f32)", op, og_dtype_name(dt));
+    return OG_OK;
+}
+
+/* The weight of a product or an embedding table [rows, K]: bf16, f32, or
+ * quantized (K a multiple of OG_QUANT_GROUP, the tensor 16-byte aligned so
+ * that every group is: cudaMalloc'd tensors are). */
+og_status check_matrix(const char *op, const void *w, og_dtype dt, int64_t K) {
+    if (!w) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: weight is NULL", op);
+    if (!og_dtype_is_quantized(dt)) return check_weight(op, w, dt);
+    if (K % OG_QUANT_GROUP)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a %s weight needs K = %lld to be a multiple of %d", op,
+                            og_dtype_name(dt), (long long)K, OG_QUANT_GROUP);
+    if ((uintptr_t)w & 15u)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a %s weight must be 16-byte aligned", op,
+                            og_dtype_name(dt));
     return OG_OK;
 }
 
@@ -456,6 +472,271 @@ __global__ void gemv_swiglu_kernel(const float *x, gemv_norm nm, const WT *wg, c
     }
 }
 
+/* ---- quantized weights (q8, q4; layout at OG_QUANT_GROUP in offgraph.h) ----
+ * A [N, K] tensor is two planes: the quants of every row (q8: K bytes, q4:
+ * K/2 bytes per row), then the f16 scales [N, K/32]. A row's quants are a
+ * multiple of 16 bytes (K is a multiple of 32), so every group of a row is
+ * 16-byte aligned when the tensor is: the gemv loads a group with one (q4)
+ * or two (q8) 16-byte loads.
+ *
+ * Bytes become floats without a conversion instruction: a byte b put in the
+ * low mantissa bits of 2^23 (a byte permute) is the float 2^23 + b, and
+ * subtracting 2^23 + bias leaves b - bias exactly. q8 bytes are flipped to
+ * q + 128 first (xor 0x80), q4 nibbles are stored as q + 8. */
+struct qrow {         /* one row of a quantized tensor */
+    const uint8_t *q; /* its quants   */
+    const __half *s;  /* its scales [K / 32] */
+};
+
+__device__ inline qrow q_row(const void *w, bool q4, int64_t N, int64_t K, int64_t row) {
+    const int64_t rb = q4 ? K / 2 : K;
+    const uint8_t *base = static_cast<const uint8_t *>(w);
+    return qrow{base + row * rb, reinterpret_cast<const __half *>(base + N * rb) + row * (K / OG_QUANT_GROUP)};
+}
+
+__device__ inline float q_scale(const qrow &r, int64_t g) {
+    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(r.s) + g)));
+}
+
+/* The four bytes of v, each minus bias, as exact floats. */
+__device__ inline void bytes_f32(uint32_t v, float bias, float f[4]) {
+    const float magic = 8388608.0f + bias; /* 2^23 + bias */
+    f[0] = __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7540)) - magic;
+    f[1] = __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7541)) - magic;
+    f[2] = __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7542)) - magic;
+    f[3] = __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7543)) - magic;
+}
+
+/* One group of 32 weights as loaded: 32 bytes (q8) or 16 (q4: a only), and
+ * the group's scale. */
+template <bool Q4>
+struct qchunk {
+    uint4 a, b;
+    float s;
+};
+
+template <bool Q4>
+__device__ inline qchunk<Q4> load_qchunk(const qrow &r, int64_t g) {
+    qchunk<Q4> c;
+    const uint4 *p = reinterpret_cast<const uint4 *>(r.q + g * (Q4 ? 16 : 32));
+    c.a = __ldg(p);
+    c.b = Q4 ? make_uint4(0, 0, 0, 0) : __ldg(p + 1);
+    c.s = q_scale(r, g);
+    return c;
+}
+
+/* Elements 8 s .. 8 s + 7 of a group (s in 0..3) as the integers q. q4: byte
+ * j holds element j (low nibble) and j + 16 (high nibble), so elements 0..15
+ * are the low nibbles of bytes 0..15 and 16..31 their high nibbles. */
+template <bool Q4>
+__device__ inline void unpack_q8ths(const qchunk<Q4> &c, int s, float q[8]) {
+    uint32_t w0, w1;
+    if (Q4) {
+        const uint32_t u[4] = {c.a.x, c.a.y, c.a.z, c.a.w};
+        const int shift = (s >> 1) * 4;
+        w0 = (u[2 * (s & 1)] >> shift) & 0x0f0f0f0fu;
+        w1 = (u[2 * (s & 1) + 1] >> shift) & 0x0f0f0f0fu;
+    } else {
+        const uint32_t u[8] = {c.a.x, c.a.y, c.a.z, c.a.w, c.b.x, c.b.y, c.b.z, c.b.w};
+        w0 = u[2 * s] ^ 0x80808080u;
+        w1 = u[2 * s + 1] ^ 0x80808080u;
+    }
+    bytes_f32(w0, Q4 ? 8.0f : 128.0f, q);
+    bytes_f32(w1, Q4 ? 8.0f : 128.0f, q + 4);
+}
+
+/* The product of x (or, with NORM, of rms_norm(a + b)) with R quantized
+ * weight rows, for up to MT rows of x (MT: 1, or OG_GEMV_CUDA_MAX_T).
+ * Lane l takes the groups g = l + 32 i of every row in increasing order:
+ * a group's 32 products x * q are summed in f32 (in element order), then
+ * scaled once, acc = fma(scale, group sum, acc). The sums depend neither on
+ * CH (groups per lane loaded ahead) nor on R, so the plain, multi and swiglu
+ * kernels and the norm prologue give the same bits. x must be 16-byte
+ * aligned (K is a multiple of 32: every row is). */
+template <bool Q4, int CH, int R, bool NORM, int MT>
+__device__ inline void gemv_dot_q(const float *x, const gemv_norm &nm, const qrow wr[R], int64_t T, int64_t K,
+                                  int lane, float acc[R][MT]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < MT; t++) acc[r][t] = 0.0f;
+    const int64_t G = K / OG_QUANT_GROUP;
+    qchunk<Q4> w[R][CH];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* the first CH groups of every row before waiting */
+#pragma unroll
+        for (int c = 0; c < CH; c++)
+            if (lane + 32 * c < G) w[r][c] = load_qchunk<Q4>(wr[r], lane + 32 * c);
+    grid_wait(); /* every thread, once: gemv_norm_x synchronizes the block */
+    if (NORM) x = gemv_norm_x(nm, T, K);
+    for (int64_t g0 = lane; g0 < G; g0 += 32 * CH) {
+        if (g0 != lane) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < CH; c++)
+                    if (g0 + 32 * c < G) w[r][c] = load_qchunk<Q4>(wr[r], g0 + 32 * c);
+        }
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            const int64_t g = g0 + 32 * c;
+            if (g >= G) break;
+            float gs[R][MT];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < MT; t++) gs[r][t] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                float q[R][8];
+#pragma unroll
+                for (int r = 0; r < R; r++) unpack_q8ths<Q4>(w[r][c], s, q[r]);
+#pragma unroll
+                for (int t = 0; t < MT; t++) {
+                    if (t < T) {
+                        const float *xp = x + t * K + g * OG_QUANT_GROUP + 8 * s;
+                        const float4 a = *reinterpret_cast<const float4 *>(xp);
+                        const float4 b = *reinterpret_cast<const float4 *>(xp + 4);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float v = gs[r][t];
+                            v = fmaf(a.x, q[r][0], v), v = fmaf(a.y, q[r][1], v), v = fmaf(a.z, q[r][2], v);
+                            v = fmaf(a.w, q[r][3], v), v = fmaf(b.x, q[r][4], v), v = fmaf(b.y, q[r][5], v);
+                            v = fmaf(b.z, q[r][6], v), v = fmaf(b.w, q[r][7], v);
+                            gs[r][t] = v;
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < MT; t++)
+                    if (t < T) acc[r][t] = fmaf(w[r][c].s, gs[r][t], acc[r][t]);
+        }
+    }
+}
+
+/* Up to OG_GEMV_CUDA_MAX_PARTS products of one x by quantized weights (f32
+ * biases), in one launch: part i owns the blocks from first[i] on. */
+struct gemv_q_parts {
+    const void *w[OG_GEMV_CUDA_MAX_PARTS];
+    const float *bias[OG_GEMV_CUDA_MAX_PARTS];
+    float *out[OG_GEMV_CUDA_MAX_PARTS];
+    int64_t N[OG_GEMV_CUDA_MAX_PARTS];
+    int64_t first[OG_GEMV_CUDA_MAX_PARTS + 1];
+    int n;
+};
+
+/* Output features of one warp of the quantized gemv: x is loaded once for
+ * both rows (for q4 a lane reads 8 bytes of x per byte of weights and row,
+ * which the load units would otherwise feel before memory does). */
+constexpr int kQRowsPerWarp = 2;
+constexpr int kQGemvFeatures = kGemvRows * kQRowsPerWarp; /* per block */
+
+/* A warp's rows past the last feature compute the last one again and store
+ * nothing: every warp takes part in the block's barriers. */
+template <bool Q4, int CH, bool NORM, int MT>
+__global__ void gemv_q_kernel(const float *x, gemv_norm nm, gemv_q_parts p, int64_t T, int64_t K) {
+    int part = 0;
+    while (part + 1 < p.n && (int64_t)blockIdx.x >= p.first[part + 1]) part++;
+    const int64_t j0 = (blockIdx.x - p.first[part]) * (int64_t)kQGemvFeatures + (threadIdx.x >> 5) * kQRowsPerWarp;
+    const int lane = threadIdx.x & 31;
+    const int64_t N = p.N[part];
+    qrow rows[kQRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kQRowsPerWarp; r++) rows[r] = q_row(p.w[part], Q4, N, K, j0 + r < N ? j0 + r : N - 1);
+    float acc[kQRowsPerWarp][MT];
+    gemv_dot_q<Q4, CH, kQRowsPerWarp, NORM, MT>(x, nm, rows, T, K, lane, acc);
+    float *out = p.out[part];
+#pragma unroll
+    for (int r = 0; r < kQRowsPerWarp; r++) {
+        const int64_t j = j0 + r;
+        if (j >= N) break; /* warp-uniform */
+        const float b = p.bias[part] ? p.bias[part][j] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < MT; t++) {
+            if (t < T) {
+                const float s = warp_sum(acc[r][t]);
+                if (lane == 0) out[t * N + j] = s + b;
+            }
+        }
+    }
+}
+
+/* gate and up products by quantized weights with silu(gate) * up as the
+ * epilogue: a warp per feature reads both rows, as gemv_swiglu_kernel. */
+template <bool Q4, int CH, bool NORM, int MT>
+__global__ void gemv_swiglu_q_kernel(const float *x, gemv_norm nm, const void *wg, const float *bg, const void *wu,
+                                     const float *bu, int64_t T, int64_t K, int64_t F, float *out) {
+    const int64_t j = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const int64_t row = j < F ? j : F - 1;
+    const qrow rows[2] = {q_row(wg, Q4, F, K, row), q_row(wu, Q4, F, K, row)};
+    float acc[2][MT];
+    gemv_dot_q<Q4, CH, 2, NORM, MT>(x, nm, rows, T, K, lane, acc);
+    if (j >= F) return;
+    const float b_g = bg ? bg[j] : 0.0f, b_u = bu ? bu[j] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < MT; t++) {
+        if (t < T) {
+            const float g = warp_sum(acc[0][t]) + b_g, u = warp_sum(acc[1][t]) + b_u;
+            if (lane == 0) out[t * F + j] = g / (1.0f + expf(-g)) * u;
+        }
+    }
+}
+
+/* Rows row0 .. row0 + rows - 1 of a quantized [N, K] tensor as f32 (the
+ * exact values scale * q): a thread per 8 elements. */
+template <bool Q4>
+__global__ void dequantize_kernel(const void *w, int64_t N, int64_t K, int64_t row0, int64_t rows, float *out) {
+    grid_wait();
+    const int64_t per_row = K / 8, total = rows * per_row;
+    for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < total; u += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = u / per_row, e = (u % per_row) * 8; /* row i of the slice, first element e */
+        const qrow r = q_row(w, Q4, N, K, row0 + i);
+        const int64_t g = e / OG_QUANT_GROUP;
+        const int s = (int)(e % OG_QUANT_GROUP) / 8;
+        uint2 v;
+        if (Q4) { /* elements 8 s .. 8 s + 7: bytes 8 (s & 1) .. + 7 of the group, nibble s >> 1 */
+            v = __ldg(reinterpret_cast<const uint2 *>(r.q + g * 16 + 8 * (s & 1)));
+            const int shift = (s >> 1) * 4;
+            v.x = (v.x >> shift) & 0x0f0f0f0fu;
+            v.y = (v.y >> shift) & 0x0f0f0f0fu;
+        } else {
+            v = __ldg(reinterpret_cast<const uint2 *>(r.q + e));
+            v.x ^= 0x80808080u;
+            v.y ^= 0x80808080u;
+        }
+        float q[8];
+        bytes_f32(v.x, Q4 ? 8.0f : 128.0f, q);
+        bytes_f32(v.y, Q4 ? 8.0f : 128.0f, q + 4);
+        const float sc = q_scale(r, g);
+        float4 *o = reinterpret_cast<float4 *>(out + i * K + e);
+        o[0] = make_float4(sc * q[0], sc * q[1], sc * q[2], sc * q[3]);
+        o[1] = make_float4(sc * q[4], sc * q[5], sc * q[6], sc * q[7]);
+    }
+}
+
+/* ---- embed from a quantized table: element = f32(scale) * q, exact ---- */
+template <bool Q4>
+__global__ void embed_q_kernel(const int32_t *tokens, const void *table, int64_t V, int64_t H, float *out) {
+    grid_wait();
+    const int64_t t = blockIdx.x;
+    const qrow r = q_row(table, Q4, V, H, tokens[t]);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+        int q;
+        if (Q4) {
+            const int64_t g = h / OG_QUANT_GROUP, j = h % OG_QUANT_GROUP;
+            const uint8_t b = r.q[g * 16 + (j & 15)];
+            q = (int)(j < 16 ? b & 15 : b >> 4) - 8;
+        } else {
+            q = (int8_t)r.q[h];
+        }
+        out[t * H + h] = __half2float(r.s[h / OG_QUANT_GROUP]) * (float)q;
+    }
+}
+
 __global__ void split_bf16_kernel(const float *x, int64_t count, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     grid_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
@@ -538,11 +819,20 @@ extern "C" bool og_cuda_device_present(void) {
 extern "C" og_status og_embed_cuda(void *stream, const int32_t *tokens, int64_t T, const void *table,
                                    og_dtype table_dtype, int64_t V, int64_t H, float *out) {
     const char *op = "embed_cuda";
-    OG_CUDA_TRY(check_weight(op, table, table_dtype));
+    OG_CUDA_TRY(check_matrix(op, table, table_dtype, H));
     OG_CUDA_TRY(check_dims(op, V, H));
     OG_CUDA_TRY(check_dims(op, T, H));
     if (!tokens || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: tokens or out is NULL", op);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
+    if (og_dtype_is_quantized(table_dtype)) {
+        if (table_dtype == OG_DTYPE_Q4)
+            launch_pdl(embed_q_kernel<true>, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), tokens,
+                       table, V, H, out);
+        else
+            launch_pdl(embed_q_kernel<false>, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), tokens,
+                       table, V, H, out);
+        return launched(op);
+    }
     launch_pdl(embed_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), tokens, table,
                                                                             table_dtype == OG_DTYPE_BF16, H, out);
     return launched(op);
@@ -721,6 +1011,75 @@ void launch_swiglu(const gemv_launch &g, unsigned blocks, const void *wg, const 
     });
 }
 
+/* Groups per lane the quantized gemv loads ahead: one round of 32 groups
+ * covers a row of K <= 1024; longer rows take 2 groups ahead (64 bytes a
+ * lane and row for q8), q4 rows past K = 2048 take 4. */
+int gemv_q_chunks(int64_t K, bool q4) {
+    const int64_t G = K / OG_QUANT_GROUP;
+    if (G <= 32) return 1;
+    return G <= 64 || !q4 ? 2 : 4;
+}
+
+/* Calls f(chunks, norm, max_rows), three compile-time constants, with the
+ * quantized kernel instance g asks for; max_rows is 1 for one row of x
+ * (decode of one session: no registers held for rows that never come). */
+template <bool Q4, typename F>
+void with_gemv_q_shape(const gemv_launch &g, F f) {
+    const auto rows_too = [&](auto chunks, auto norm) {
+        if (g.T == 1) f(chunks, norm, std::integral_constant<int, 1>{});
+        else f(chunks, norm, std::integral_constant<int, OG_GEMV_CUDA_MAX_T>{});
+    };
+    const auto norm_too = [&](auto chunks) {
+        if (g.norm) rows_too(chunks, std::true_type{});
+        else rows_too(chunks, std::false_type{});
+    };
+    const int ch = gemv_q_chunks(g.K, Q4);
+    if (ch == 1) norm_too(std::integral_constant<int, 1>{});
+    else if constexpr (Q4) {
+        if (ch == 2) norm_too(std::integral_constant<int, 2>{});
+        else norm_too(std::integral_constant<int, 4>{});
+    } else norm_too(std::integral_constant<int, 2>{});
+}
+
+template <bool Q4>
+og_status launch_gemv_q(const gemv_launch &g, const og_gemv_cuda_part *parts, int n) {
+    gemv_q_parts p = {};
+    p.n = n;
+    int64_t blocks = 0;
+    for (int i = 0; i < n; i++) {
+        p.w[i] = parts[i].weight;
+        p.bias[i] = static_cast<const float *>(parts[i].bias);
+        p.out[i] = parts[i].out;
+        p.N[i] = parts[i].N;
+        p.first[i] = blocks;
+        blocks += (parts[i].N + kQGemvFeatures - 1) / kQGemvFeatures;
+    }
+    p.first[n] = blocks;
+    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)blocks);
+    with_gemv_q_shape<Q4>(g, [&](auto ch, auto norm, auto mt) {
+        launch_pdl_smem(gemv_q_kernel<Q4, ch.value, norm.value, mt.value>, dim3((unsigned)blocks),
+                        dim3(kGemvThreads), g.smem, g.st, g.x, g.nm, p, g.T, g.K);
+    });
+    return launched("gemv_cuda");
+}
+
+template <bool Q4>
+void launch_swiglu_q(const gemv_launch &g, unsigned blocks, const void *wg, const void *bg, const void *wu,
+                     const void *bu, int64_t F, float *out) {
+    with_gemv_q_shape<Q4>(g, [&](auto ch, auto norm, auto mt) {
+        launch_pdl_smem(gemv_swiglu_q_kernel<Q4, ch.value, norm.value, mt.value>, dim3(blocks), dim3(kGemvThreads),
+                        g.smem, g.st, g.x, g.nm, wg, static_cast<const float *>(bg), wu,
+                        static_cast<const float *>(bu), g.T, g.K, F, out);
+    });
+}
+
+/* The quantized kernels read x with 16-byte loads and have no scalar path:
+ * x must be 16-byte aligned (the norm prologue's x in shared memory is). */
+og_status check_q_input(const char *op, const gemv_launch &g) {
+    if (g.norm || aligned16(g.x)) return OG_OK;
+    return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x must be 16-byte aligned beside quantized weights", op);
+}
+
 /* Checks the x or norm prologue of a gemv and fills the launch shape (vec
  * still to be narrowed by the weights' alignment). */
 og_status gemv_setup(const char *op, void *stream, const float *x, const og_gemv_cuda_norm *norm, int64_t T, int64_t K,
@@ -752,7 +1111,7 @@ og_status gemv_setup(const char *op, void *stream, const float *x, const og_gemv
 
 og_status check_gemv(const char *op, const void *weight, og_dtype dt, int64_t T, int64_t K, int64_t N,
                      const float *out) {
-    OG_CUDA_TRY(check_weight(op, weight, dt));
+    OG_CUDA_TRY(check_matrix(op, weight, dt, K));
     OG_CUDA_TRY(check_dims(op, N, K));
     OG_CUDA_TRY(check_dims(op, T, K));
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
@@ -782,6 +1141,11 @@ extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const
         OG_CUDA_TRY(check_gemv(op, parts[i].weight, weight_dtype, T, K, parts[i].N, parts[i].out));
         g.vec = g.vec && aligned16(parts[i].weight);
     }
+    if (og_dtype_is_quantized(weight_dtype)) {
+        OG_CUDA_TRY(check_q_input(op, g));
+        return weight_dtype == OG_DTYPE_Q4 ? launch_gemv_q<true>(g, parts, n_parts)
+                                           : launch_gemv_q<false>(g, parts, n_parts);
+    }
     return weight_dtype == OG_DTYPE_BF16 ? launch_gemv<__nv_bfloat16>(g, parts, n_parts)
                                          : launch_gemv<float>(g, parts, n_parts);
 }
@@ -805,11 +1169,15 @@ extern "C" og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x, cons
     gemv_launch g;
     OG_CUDA_TRY(gemv_setup(op, stream, x, norm, T, K, &g));
     OG_CUDA_TRY(check_gemv(op, w_gate, weight_dtype, T, K, F, out));
-    OG_CUDA_TRY(check_weight(op, w_up, weight_dtype));
+    OG_CUDA_TRY(check_matrix(op, w_up, weight_dtype, K));
     g.vec = g.vec && aligned16(w_gate) && aligned16(w_up);
     const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows);
     const bool bf16 = weight_dtype == OG_DTYPE_BF16;
-    if (bf16) launch_swiglu<__nv_bfloat16>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    if (og_dtype_is_quantized(weight_dtype)) {
+        OG_CUDA_TRY(check_q_input(op, g));
+        if (weight_dtype == OG_DTYPE_Q4) launch_swiglu_q<true>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+        else launch_swiglu_q<false>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
+    } else if (bf16) launch_swiglu<__nv_bfloat16>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
     else launch_swiglu<float>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
     return launched(op);
 }
@@ -818,6 +1186,28 @@ extern "C" og_status og_gemv_swiglu_cuda(void *stream, const float *x, const voi
                                          const void *w_up, const void *b_up, og_dtype weight_dtype, int64_t T,
                                          int64_t K, int64_t F, float *out) {
     return og_gemv_norm_swiglu_cuda(stream, x, NULL, w_gate, b_gate, w_up, b_up, weight_dtype, T, K, F, out);
+}
+
+extern "C" og_status og_dequantize_cuda(void *stream, const void *weight, og_dtype weight_dtype, int64_t N,
+                                        int64_t K, int64_t row0, int64_t rows, float *out) {
+    const char *op = "dequantize_cuda";
+    if (!og_dtype_is_quantized(weight_dtype))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: dtype %s is not q8 or q4", op, og_dtype_name(weight_dtype));
+    OG_CUDA_TRY(check_matrix(op, weight, weight_dtype, K));
+    OG_CUDA_TRY(check_dims(op, N, K));
+    if (!out || ((uintptr_t)out & 15u))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: out is NULL or not 16-byte aligned", op);
+    if (row0 < 0 || rows < 1 || row0 > N - rows)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld", op, (long long)row0,
+                            (long long)(row0 + rows), (long long)N);
+    const dim3 grid(grid_for(rows * (K / 8), 256));
+    if (weight_dtype == OG_DTYPE_Q4)
+        launch_pdl(dequantize_kernel<true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K, row0,
+                   rows, out);
+    else
+        launch_pdl(dequantize_kernel<false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K, row0,
+                   rows, out);
+    return launched(op);
 }
 
 extern "C" og_status og_split_bf16_cuda(void *stream, const float *x, int64_t count, uint16_t *hi, uint16_t *lo) {

@@ -11,6 +11,10 @@
  *
  * Numerics follow the CPU references of kernels/ops.h and kernels/attend.h:
  * f32 activations, bf16 or f32 weights and KV storage, f32 accumulation.
+ * Embedding tables and product weights may also be quantized (q8, q4: the
+ * layout at OG_QUANT_GROUP in offgraph.h, element = f32(f16 scale) * q);
+ * such a tensor must be 16-byte aligned (cudaMalloc'd ones are), and a
+ * bias beside it is f32 (og_bias_dtype).
  *
  * Letter legend (shape comments on buffers):
  *   T    tokens of the step           K   in features of a matmul
@@ -40,7 +44,8 @@ bool og_cuda_device_present(void);
 
 /* ---- embed: out[t] = table[tokens[t]] ----
  * tokens are on the device and must already be checked against [0, V) by the
- * caller (the host holds them before they are uploaded). */
+ * caller (the host holds them before they are uploaded). A q8/q4 table gives
+ * the exact f32 values scale * q, as og_dequantize_row. */
 og_status og_embed_cuda(void *stream, const int32_t *tokens /* [T] */, int64_t T,
                         const void *table /* [V, H] */, og_dtype table_dtype, int64_t V, int64_t H,
                         float *out /* [T, H] */);
@@ -99,7 +104,13 @@ og_status og_add_cuda(void *stream, const float *a /* [n] */, const float *b /* 
 /* ---- matmul: out = x @ weight^T (+ bias) ----
  * weight [N, K] row-major (bf16 or f32), bias NULL or [N] of the same dtype.
  * og_gemv_cuda streams the weights once for up to OG_GEMV_CUDA_MAX_T rows,
- * with the CPU's numerics (f32 x, f32 accumulation). */
+ * with the CPU's numerics (f32 x, f32 accumulation).
+ * Quantized weights (q8, q4; K a multiple of OG_QUANT_GROUP, f32 bias) are
+ * read with 16-byte loads and turned into floats in registers; each group's
+ * 32 products x * q are summed in f32 and scaled once (acc += scale * sum),
+ * which differs from the reference's sum of x * (scale * q) by rounding
+ * only. x must be 16-byte aligned with them. Every gemv entry point below
+ * takes them, the fused ones included, with the same bits as the plain one. */
 #define OG_GEMV_CUDA_MAX_T 8
 og_status og_gemv_cuda(void *stream, const float *x /* [T, K] */, const void *weight /* [N, K] */,
                        const void *bias /* [N] or NULL */, og_dtype weight_dtype, int64_t T, int64_t K,
@@ -148,6 +159,12 @@ og_status og_gemv_norm_multi_cuda(void *stream, const float *x /* [T, K] or NULL
 og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NULL */, const og_gemv_cuda_norm *norm,
                                    const void *w_gate, const void *b_gate, const void *w_up, const void *b_up,
                                    og_dtype weight_dtype, int64_t T, int64_t K, int64_t F, float *out /* [T, F] */);
+
+/* Rows row0 .. row0 + rows - 1 of a quantized [N, K] weight (q8 or q4) as
+ * f32, the exact values scale * q (og_dequantize_row's): the weight panel a
+ * cuBLAS product of a wide step reads. out 16-byte aligned. */
+og_status og_dequantize_cuda(void *stream, const void *weight /* [N, K] */, og_dtype weight_dtype, int64_t N,
+                             int64_t K, int64_t row0, int64_t rows, float *out /* [rows, K] */);
 
 /* Splits f32 x into hi = bf16(x) and lo = bf16(x - hi), so that two bf16
  * products W.hi + W.lo carry x to about 2^-17 relative (tensor-core prefill). */
