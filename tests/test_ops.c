@@ -143,6 +143,64 @@ static void test_embed(og_threadpool *pool, og_rng *r) {
                  OG_ERR_UNSUPPORTED);
 }
 
+/* Quantized tables: each row is the reference dequantizer's row
+ * (og_dequantize_row), bit for bit, at every level (f32(scale) * q is exact,
+ * so there is one right answer). H of one group, of an odd number of groups
+ * (the SIMD dequantizers' chunks of 8 and 16 groups end early) and of many. */
+static void test_embed_quant(og_threadpool *pool, og_rng *r) {
+    og_test_section("embed, q8 and q4 tables");
+    static const int64_t Hs[] = {32, 96, 1056};
+    const int64_t V = 300, T = 17;
+    for (int dti = 0; dti < 2; dti++) {
+        const og_dtype dt = dti ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
+        for (size_t hi = 0; hi < COUNT(Hs); hi++) {
+            const int64_t H = Hs[hi], shape[2] = {V, H};
+            int64_t bytes = 0;
+            CHECK(og_tensor_bytes(dt, 2, shape, &bytes));
+            void *table = malloc((size_t)bytes);
+            float *src = malloc(sizeof(float) * (size_t)(V * H));
+            float *want = malloc(sizeof(float) * (size_t)(T * H));
+            float *got = malloc(sizeof(float) * (size_t)(T * H));
+            og_rng_fill(r, src, (size_t)(V * H), -3.0f, 3.0f);
+            CHECK_OK(og_quantize_rows(dt, src, V, H, table));
+            int32_t tokens[17];
+            for (int64_t t = 0; t < T; t++) tokens[t] = (int32_t)(og_rng_next(r) % (uint64_t)V);
+            tokens[0] = 0;
+            tokens[1] = (int32_t)V - 1;
+            tokens[2] = tokens[3]; /* a repeated id */
+            for (int64_t t = 0; t < T; t++) og_dequantize_row(dt, table, V, H, tokens[t], want + t * H);
+            og_poison(got, (size_t)(T * H));
+            CHECK_OK(og_embed_ref(tokens, T, table, dt, V, H, got));
+            CHECK(bits_equal_f32(got, want, (size_t)(T * H)));
+            FOR_EACH_ISA(isa) {
+                og_cpu_isa_limit((og_cpu_isa)isa);
+                og_poison(got, (size_t)(T * H));
+                CHECK_OK(og_embed_cpu(pool, tokens, T, table, dt, V, H, got));
+                CHECK_MSG(bits_equal_f32(got, want, (size_t)(T * H)), "embed %s H=%lld at %s",
+                          og_dtype_name(dt), (long long)H, og_cpu_isa_name((og_cpu_isa)isa));
+            }
+            og_cpu_isa_limit(OG_CPU_ISA_AVX512);
+            /* an id out of range is still refused before anything is written */
+            tokens[4] = (int32_t)V;
+            og_poison(got, (size_t)(T * H));
+            CHECK_STATUS(og_embed_cpu(pool, tokens, T, table, dt, V, H, got),
+                         OG_ERR_INVALID_ARGUMENT);
+            CHECK(isnan(got[0]));
+            free(table);
+            free(src);
+            free(want);
+            free(got);
+        }
+        /* rows that are not whole groups are refused */
+        float out[48];
+        uint8_t table[64] = {0};
+        int32_t tok = 0;
+        CHECK_STATUS(og_embed_cpu(pool, &tok, 1, table, dt, 1, 48, out), OG_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(og_last_error(), "not a multiple of 32") != NULL);
+        CHECK_STATUS(og_embed_ref(&tok, 1, table, dt, 1, 16, out), OG_ERR_INVALID_ARGUMENT);
+    }
+}
+
 /* ---- rms_norm ---- */
 
 /* Double-precision LlamaRMSNorm of one row (weights as their exact f32). */
@@ -478,6 +536,7 @@ int main(void) {
     og_rng r = og_rng_seed(2024);
     test_convert(&r);
     test_embed(pool, &r);
+    test_embed_quant(pool, &r);
     test_rms_norm(pool, &r);
     test_head_rms_norm(pool, &r);
     test_rope_table();

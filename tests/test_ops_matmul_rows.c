@@ -23,32 +23,58 @@ typedef struct {
     int n_pools;
 } pools;
 
+/* Quantized weights (q8, q4): og_quantize_rows of uniform [-1, 1) rows
+ * into w, their values (og_dequantize_row, exact) into w_exact [N, K]. */
+static void *make_quant(og_rng *rng, og_dtype dt, int64_t N, int64_t K, float *w_exact) {
+    const int64_t shape[2] = {N, K};
+    int64_t bytes = 0;
+    CHECK(og_tensor_bytes(dt, 2, shape, &bytes));
+    void *w = malloc((size_t)bytes);
+    float *src = malloc(sizeof(float) * (size_t)(N * K));
+    og_rng_fill(rng, src, (size_t)(N * K), -1.0f, 1.0f);
+    CHECK_OK(og_quantize_rows(dt, src, N, K, w));
+    for (int64_t n = 0; n < N; n++) og_dequantize_row(dt, w, N, K, n, w_exact + n * K);
+    free(src);
+    return w;
+}
+
 static void check_case(const pools *p, og_rng *rng, og_dtype dt, int64_t R, int64_t K, int64_t N,
                        bool with_bias) {
-    size_t es = og_dtype_size(dt);
+    const bool quant = og_dtype_is_quantized(dt);
+    const og_dtype bdt = og_bias_dtype(dt);
     float *x = malloc(sizeof(float) * (size_t)(R * K));  /* [R, K] */
-    void *w = malloc(es * (size_t)(N * K));              /* [N, K] */
-    void *b = with_bias ? malloc(es * (size_t)N) : NULL; /* [N]    */
+    float *w_exact = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] the weights' values */
+    void *w;                                             /* [N, K] of dt */
+    void *b = with_bias ? malloc(og_dtype_size(bdt) * (size_t)N) : NULL; /* [N] */
     float *ref = malloc(sizeof(float) * (size_t)(R * N));  /* [R, N] */
     double *mag = malloc(sizeof(double) * (size_t)(R * N)); /* [R, N] sum |x w| + |b| */
     float *single = malloc(sizeof(float) * (size_t)(R * N)); /* [R, N] */
     float *rows = malloc(sizeof(float) * (size_t)(R * N));   /* [R, N] */
     og_rng_fill(rng, x, (size_t)(R * K), -2.0f, 2.0f);
-    for (size_t i = 0; i < (size_t)(N * K); i++)
-        og_store_f32(w, dt, i, og_rng_uniform(rng, -1.0f, 1.0f));
+    if (quant) {
+        w = make_quant(rng, dt, N, K, w_exact);
+    } else {
+        w = malloc(og_dtype_size(dt) * (size_t)(N * K));
+        for (size_t i = 0; i < (size_t)(N * K); i++) {
+            og_store_f32(w, dt, i, og_rng_uniform(rng, -1.0f, 1.0f));
+            w_exact[i] = og_load_f32(w, dt, i);
+        }
+    }
     for (size_t i = 0; with_bias && i < (size_t)N; i++)
-        og_store_f32(b, dt, i, og_rng_uniform(rng, -1.0f, 1.0f));
+        og_store_f32(b, bdt, i, og_rng_uniform(rng, -1.0f, 1.0f));
     for (int64_t r = 0; r < R; r++)
         for (int64_t n = 0; n < N; n++) {
-            double m = with_bias ? fabs((double)og_load_f32(b, dt, (size_t)n)) : 0.0;
+            double m = with_bias ? fabs((double)og_load_f32(b, bdt, (size_t)n)) : 0.0;
             for (int64_t k = 0; k < K; k++)
-                m += fabs((double)x[r * K + k] * (double)og_load_f32(w, dt, (size_t)(n * K + k)));
+                m += fabs((double)x[r * K + k] * (double)w_exact[n * K + k]);
             mag[r * N + n] = m;
         }
     og_poison(ref, (size_t)(R * N));
     CHECK_OK(og_matmul_ref(x, w, b, dt, R, K, N, ref));
-    /* both within gamma_{K+1} mag of the exact sum, so within twice that of each other */
-    const double g2 = 2.0 * gamma_n(K + 1);
+    /* both within gamma_{K+1} mag of the exact sum, so within twice that of
+     * each other; the quantized GEMV within gamma_{K+40} (its groups' sums
+     * are scaled and then added: test_ops_matmul.c counts the roundings) */
+    const double g2 = gamma_n(K + 1) + gamma_n(quant ? K + 40 : K + 1);
 
     /* the levels below the top run the GEMV's own loop per row, so the big
      * cases stay at the top level (keeps the sanitizer build to a minute) */
@@ -91,6 +117,7 @@ static void check_case(const pools *p, og_rng *rng, og_dtype dt, int64_t R, int6
     og_cpu_isa_limit(OG_CPU_ISA_AVX512);
     free(x);
     free(w);
+    free(w_exact);
     free(b);
     free(ref);
     free(mag);
@@ -142,6 +169,21 @@ int main(void) {
         check_case(&p, &rng, dt, 9, 3072 + 17, 1031, true);
         check_case(&p, &rng, dt, 6, 2048, 9, false);
         check_case(&p, &rng, dt, 5, 2048 + 33, 7, true);
+    }
+    /* quantized weights: K whole groups of 32, N around the groups of 4 */
+    static const int64_t Rq[] = {1, 2, 3, 5, 17};
+    static const int64_t Kq[] = {32, 96, 1056};
+    static const int64_t Nq[] = {1, 17, 67, 259};
+    for (int dti = 0; dti < 2; dti++) {
+        og_dtype dt = dti ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
+        char name[64];
+        snprintf(name, sizeof name, "matmul_rows == matmul per row, %s weights", og_dtype_name(dt));
+        og_test_section(name);
+        for (size_t a = 0; a < sizeof Rq / sizeof *Rq; a++)
+            for (size_t b = 0; b < sizeof Kq / sizeof *Kq; b++)
+                for (size_t c = 0; c < sizeof Nq / sizeof *Nq; c++)
+                    check_case(&p, &rng, dt, Rq[a], Kq[b], Nq[c], (a + b + c) % 2 == 0);
+        check_case(&p, &rng, dt, 9, 3072, 1031, true); /* several tasks per thread */
     }
     og_test_section("matmul_rows argument errors");
     check_errors(p.pools[1]);

@@ -1,13 +1,23 @@
 /* Run-time detection and the process-wide cap of the CPU instruction set. */
 #include "kernels/cpu_isa.h"
 
+#include <cpuid.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
 static atomic_int g_isa_cap = OG_CPU_ISA_AVX512;
 
+/* F16C (vcvtph2ps: the f16 scales of quantized weights), CPUID leaf 1 ECX
+ * bit 29; not every compiler's __builtin_cpu_supports knows the name. Every
+ * CPU with AVX2 has it, so requiring it costs no real machine a level. */
+static bool has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 og_cpu_isa og_cpu_isa_detect(void) {
     __builtin_cpu_init();
+    if (!has_f16c()) return OG_CPU_ISA_SCALAR;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
         return OG_CPU_ISA_AVX512;

@@ -10,8 +10,8 @@
 
 typedef enum og_cpu_isa {
     OG_CPU_ISA_SCALAR = 0, /* portable C                         */
-    OG_CPU_ISA_AVX2 = 1,   /* x86-64 AVX2 + FMA                  */
-    OG_CPU_ISA_AVX512 = 2, /* x86-64 AVX-512 F + BW + VL, FMA    */
+    OG_CPU_ISA_AVX2 = 1,   /* x86-64 AVX2 + FMA + F16C           */
+    OG_CPU_ISA_AVX512 = 2, /* x86-64 AVX-512 F + BW + VL, FMA, F16C */
     OG_CPU_ISA_COUNT
 } og_cpu_isa;
 

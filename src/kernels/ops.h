@@ -17,9 +17,13 @@
  *   n  heads packed in one row ([T, n*D])
  *
  * Activations are f32 row-major. Weights (embedding table, norm weights,
- * matmul weights and biases) are OG_DTYPE_BF16 or OG_DTYPE_F32; any other
- * dtype is OG_ERR_UNSUPPORTED. Dimensions must be >= 1. Kernels allocate
- * only scratch that is freed before they return. */
+ * matmul weights and biases) are OG_DTYPE_BF16 or OG_DTYPE_F32; embedding
+ * tables and matmul weights may also be quantized (OG_DTYPE_Q8, OG_DTYPE_Q4:
+ * the layout at OG_QUANT_GROUP in offgraph.h; their rows, H or K, a multiple
+ * of OG_QUANT_GROUP, else OG_ERR_INVALID_ARGUMENT), a matmul bias beside them
+ * being f32 (og_bias_dtype). Any other dtype is OG_ERR_UNSUPPORTED.
+ * Dimensions must be >= 1. Kernels allocate only scratch that is freed
+ * before they return. */
 #ifndef OG_KERNELS_OPS_H
 #define OG_KERNELS_OPS_H
 
@@ -35,7 +39,8 @@ void og_f32_to_bf16_cpu(const float *src /* [n] */, og_bf16 *dst /* [n] */, size
 
 /* ---- embed: out[t] = table[tokens[t]] ----
  * A token id outside [0, V) is OG_ERR_INVALID_ARGUMENT naming the id and its
- * position; all ids are checked before anything is read or written. */
+ * position; all ids are checked before anything is read or written. A
+ * quantized table's row is dequantized: bit for bit og_dequantize_row. */
 og_status og_embed_ref(const int32_t *tokens /* [T] */, int64_t T, const void *table /* [V, H] */,
                        og_dtype table_dtype, int64_t V, int64_t H, float *out /* [T, H] */);
 og_status og_embed_cpu(og_threadpool *pool, const int32_t *tokens /* [T] */, int64_t T,
@@ -63,10 +68,14 @@ og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x /* [T, n*D] *
 
 /* ---- matmul: out = x @ weight^T (+ bias) ----
  * weight is [N, K] row-major (the Hugging Face nn.Linear layout); bias is
- * NULL or [N] of the weight's dtype. Products accumulate in f32. out must
- * not overlap x, weight or bias.
+ * NULL or [N] of og_bias_dtype(weight_dtype). Products accumulate in f32.
+ * out must not overlap x, weight or bias. The reference takes quantized
+ * weights as their dequantized f32 values (og_dequantize_row) through the
+ * f32 sum.
  * The fast version streams the weights once per call: T == 1 is a SIMD
- * GEMV threaded over N; T > 1 converts panels of bf16 weights to f32 and
+ * GEMV threaded over N (quantized: the quants widened to f32 against f32 x,
+ * each group's 32 products summed and then scaled once); T > 1 converts
+ * panels of bf16 weights to f32 (dequantizes q8/q4 ones, exactly) and
  * multiplies them with OpenBLAS sgemm, one panel per pool task (OpenBLAS
  * itself is set to one thread so the pool decides the parallelism). */
 og_status og_matmul_ref(const float *x /* [T, K] */, const void *weight /* [N, K] */,
@@ -87,13 +96,15 @@ og_status og_matmul_cpu(og_threadpool *pool, const float *x /* [T, K] */,
  * from memory once per call and from cache for the other rows (decode is
  * bound by that read). Same argument rules as og_matmul_cpu with T = R; the
  * reference is og_matmul_ref (T = R), within the same tolerance.
- * AVX-512: a blocked kernel (tiles of features x rows sharing each load;
- * with bf16 weights the rows of x are split into even/odd halves once per
- * call and K >= 2048 is swept in chunks: scratch of R * K floats plus 32 KiB
- * per thread per 64 panel features, OG_ERR_OUT_OF_MEMORY if it cannot be
- * had). AVX2 and scalar:
- * the GEMV's own single-row loop runs once per row over each task's panel
- * of weights (the panel stays in cache), which keeps the bits equal. */
+ * Quantized weights, every level: the GEMV's own single-row loop once per
+ * row over each task's panel (kept in the caches for the later rows).
+ * Float weights at AVX-512: a blocked kernel (tiles of features x rows
+ * sharing each load; with bf16 weights the rows of x are split into even/odd
+ * halves once per call and K >= 2048 is swept in chunks: scratch of R * K
+ * floats plus 32 KiB per thread per 64 panel features, OG_ERR_OUT_OF_MEMORY
+ * if it cannot be had). AVX2 and scalar: the GEMV's own single-row loop runs
+ * once per row over each task's panel of weights (the panel stays in cache),
+ * which keeps the bits equal. */
 og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x /* [R, K] */,
                              const void *weight /* [N, K] */, const void *bias /* [N] or NULL */,
                              og_dtype weight_dtype, int64_t R, int64_t K, int64_t N,
@@ -104,7 +115,8 @@ og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x /* [R, K] */,
  * to bf16 (nearest even); products of two bf16 values are exact in f32 and
  * accumulate in f32. Same arguments and rules as og_matmul_cpu. With bf16
  * weights on a CPU with AVX512_BF16 this is a blocked vdpbf16ps kernel;
- * otherwise the rounded x goes through og_matmul_cpu. The reference is
+ * otherwise (and with q8/q4 weights, whose dequantized values bf16 does not
+ * hold exactly) the rounded x goes through og_matmul_cpu. The reference is
  * og_matmul_ref on x rounded by og_bf16_from_f32 (the kernel treats f32
  * subnormal inputs and products as zero, as vdpbf16ps does). */
 og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x /* [T, K] */,

@@ -30,13 +30,46 @@ void og_f32_to_bf16_cpu(const float *src, og_bf16 *dst, size_t n) {
     }
 }
 
+/* ---- quantized weights: where a block of rows lies, and as f32 ---- */
+
+/* Rows [n0, n0 + rows) of a [N, K] q8/q4 tensor w: their quants and their
+ * scales (the two planes, og_quant_scales). */
+typedef struct {
+    const uint8_t *q;  /* [rows, og_quant_row_bytes] */
+    const og_f16 *s;   /* [rows, K / OG_QUANT_GROUP] */
+} quant_block;
+
+static quant_block quant_rows(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n0) {
+    quant_block b = {(const uint8_t *)w + (size_t)n0 * og_quant_row_bytes(dt, K),
+                     og_quant_scales(dt, w, N, K) + n0 * (K / OG_QUANT_GROUP)};
+    return b;
+}
+
+/* Rows [n0, n0 + rows) of w as f32 (exact: og_dequantize_row's values). */
+static void dequantize_rows(og_cpu_isa isa, og_dtype dt, const void *w, int64_t N, int64_t K,
+                            int64_t n0, int64_t rows, float *dst /* [rows, K] */) {
+    quant_block b = quant_rows(dt, w, N, K, n0);
+    if (isa == OG_CPU_ISA_AVX512)
+        og_dequantize_rows_avx512(b.q, b.s, dt, K, rows, dst);
+    else if (isa == OG_CPU_ISA_AVX2)
+        og_dequantize_rows_avx2(b.q, b.s, dt, K, rows, dst);
+    else
+        for (int64_t r = 0; r < rows; r++) og_dequantize_row(dt, w, N, K, n0 + r, dst + r * K);
+}
+
+/* Rows [n0, n0 + rows) of a float (bf16 or f32) [N, K] weight. */
+static const void *float_rows(og_dtype dt, const void *w, int64_t K, int64_t n0) {
+    return (const char *)w + (size_t)n0 * (size_t)K * og_dtype_size(dt);
+}
+
 /* ---- embed: one task per token ---- */
 
 typedef struct {
     const int32_t *tokens; /* [T]    */
     const void *table;     /* [V, H] */
     og_dtype dt;
-    int64_t H;
+    int64_t V, H;
+    og_cpu_isa isa;
     float *out;            /* [T, H] */
 } embed_job;
 
@@ -44,7 +77,9 @@ static void embed_task(void *ctx, int64_t t, int thread) {
     const embed_job *j = ctx;
     size_t row = (size_t)j->tokens[t] * (size_t)j->H;
     float *dst = j->out + t * j->H;
-    if (j->dt == OG_DTYPE_BF16)
+    if (og_dtype_is_quantized(j->dt))
+        dequantize_rows(j->isa, j->dt, j->table, j->V, j->H, j->tokens[t], 1, dst);
+    else if (j->dt == OG_DTYPE_BF16)
         og_bf16_to_f32_cpu((const og_bf16 *)j->table + row, dst, (size_t)j->H);
     else
         memcpy(dst, (const float *)j->table + row, (size_t)j->H * sizeof(float));
@@ -53,7 +88,7 @@ static void embed_task(void *ctx, int64_t t, int thread) {
 og_status og_embed_cpu(og_threadpool *pool, const int32_t *tokens, int64_t T, const void *table,
                        og_dtype table_dtype, int64_t V, int64_t H, float *out) {
     OG_TRY(og_ops_check_embed("embed", tokens, T, table, table_dtype, V, H, out));
-    embed_job j = {tokens, table, table_dtype, H, out};
+    embed_job j = {tokens, table, table_dtype, V, H, og_cpu_isa_active(), out};
     og_parallel_for(pool, T, embed_task, &j);
     return OG_OK;
 }
@@ -132,10 +167,11 @@ og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x, const void *
 typedef struct {
     const float *x;    /* [K]     */
     const void *w;     /* [N, K]  */
-    const void *bias;  /* [N]     */
+    const void *bias;  /* [N] of og_bias_dtype(dt) */
     og_dtype dt;
     int64_t K, N, rows;
     og_cpu_isa isa;
+    bool stream;       /* quantized: prefetch non-temporally */
     float *out;        /* [N]     */
 } gemv_job;
 
@@ -148,20 +184,73 @@ static void gemv_rows_scalar(const float *x, const void *w, og_dtype dt, int64_t
     }
 }
 
+/* Quantized rows: per group the 32 products summed, then times the group's
+ * scale into the row's sum (the order of the SIMD versions, in one lane). */
+static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64_t K,
+                               int64_t rows, float *out) {
+    const int64_t G = K / OG_QUANT_GROUP;
+    const size_t rb = og_quant_row_bytes(dt, K);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *q = b.q + (size_t)r * rb;
+        float acc = 0.0f;
+        for (int64_t g = 0; g < G; g++) {
+            const float *xg = x + g * OG_QUANT_GROUP;
+            float d = 0.0f;
+            if (dt == OG_DTYPE_Q8) {
+                const int8_t *qg = (const int8_t *)q + g * OG_QUANT_GROUP;
+                for (int i = 0; i < OG_QUANT_GROUP; i++) d += xg[i] * (float)qg[i];
+            } else {
+                const uint8_t *qg = q + g * (OG_QUANT_GROUP / 2);
+                for (int i = 0; i < OG_QUANT_GROUP / 2; i++)
+                    d += xg[i] * (float)((int)(qg[i] & 15) - 8);
+                for (int i = 0; i < OG_QUANT_GROUP / 2; i++)
+                    d += xg[i + OG_QUANT_GROUP / 2] * (float)((int)(qg[i] >> 4) - 8);
+            }
+            acc += d * og_f32_from_f16(b.s[r * G + g]);
+        }
+        out[r] = acc;
+    }
+}
+
+/* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa. Each feature's
+ * sum depends on neither n0 nor rows (the loops' groups of 4 features start
+ * at multiples of 4: gemv_task_rows), so a block split any other way gives
+ * the same bits. stream: quantized weights are prefetched non-temporally. */
+static void gemv_block(og_cpu_isa isa, const float *x, const void *w, og_dtype dt, int64_t K,
+                       int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
+    if (og_dtype_is_quantized(dt)) {
+        quant_block b = quant_rows(dt, w, N, K, n0);
+        if (isa == OG_CPU_ISA_AVX512)
+            og_gemv_q_rows_avx512(x, b.q, b.s, dt, K, rows, stream, out);
+        else if (isa == OG_CPU_ISA_AVX2)
+            og_gemv_q_rows_avx2(x, b.q, b.s, dt, K, rows, stream, out);
+        else
+            gemv_q_rows_scalar(x, b, dt, K, rows, out);
+        return;
+    }
+    const void *wb = float_rows(dt, w, K, n0);
+    if (isa == OG_CPU_ISA_AVX512)
+        og_gemv_rows_avx512(x, wb, dt, K, rows, out);
+    else if (isa == OG_CPU_ISA_AVX2)
+        og_gemv_rows_avx2(x, wb, dt, K, rows, out);
+    else
+        gemv_rows_scalar(x, wb, dt, K, rows, out);
+}
+
+/* out[c] += bias[n0 + c] for the block's rows (the bias is f32 beside
+ * quantized weights: og_bias_dtype). */
+static void add_bias(const void *bias, og_dtype dt, int64_t n0, int64_t rows, float *out) {
+    const og_dtype bdt = og_bias_dtype(dt);
+    for (int64_t c = 0; c < rows; c++) out[c] += og_load_f32(bias, bdt, (size_t)(n0 + c));
+}
+
 static void gemv_task(void *ctx, int64_t task, int thread) {
     const gemv_job *j = ctx;
     int64_t n0 = task * j->rows;
     int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
-    const void *w = (const char *)j->w + (size_t)n0 * (size_t)j->K * og_dtype_size(j->dt);
     float *o = j->out + n0;
-    if (j->isa == OG_CPU_ISA_AVX512)
-        og_gemv_rows_avx512(j->x, w, j->dt, j->K, rows, o);
-    else if (j->isa == OG_CPU_ISA_AVX2)
-        og_gemv_rows_avx2(j->x, w, j->dt, j->K, rows, o);
-    else
-        gemv_rows_scalar(j->x, w, j->dt, j->K, rows, o);
-    if (j->bias)
-        for (int64_t r = 0; r < rows; r++) o[r] += og_load_f32(j->bias, j->dt, (size_t)(n0 + r));
+    gemv_block(j->isa, j->x, j->w, j->dt, j->K, j->N, n0, rows, j->stream, o);
+    if (j->bias) add_bias(j->bias, j->dt, n0, rows, o);
 }
 
 /* Output features per task: about 256 KiB of weights (the atomic hand-out
@@ -172,7 +261,10 @@ static void gemv_task(void *ctx, int64_t task, int thread) {
  * [0, N & ~3) take the even/odd scheme and the rest the 16-wide one, which
  * og_matmul_rows_cpu reproduces. */
 static int64_t gemv_task_rows(og_threadpool *pool, og_dtype dt, int64_t K, int64_t N) {
-    int64_t row_bytes = K * (int64_t)og_dtype_size(dt);
+    /* a quantized row: its quants and its f16 scales */
+    int64_t row_bytes = og_dtype_is_quantized(dt)
+                            ? (int64_t)og_quant_row_bytes(dt, K) + K / OG_QUANT_GROUP * 2
+                            : K * (int64_t)og_dtype_size(dt);
     int64_t rows = 262144 / row_bytes;
     int64_t balance = N / (4 * (int64_t)og_threadpool_size(pool));
     if (rows > balance) rows = balance;
@@ -184,7 +276,9 @@ static int64_t gemv_task_rows(og_threadpool *pool, og_dtype dt, int64_t K, int64
 static void gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
                      og_dtype dt, int64_t K, int64_t N, float *out) {
     int64_t rows = gemv_task_rows(pool, dt, K, N);
-    gemv_job j = {x, w, bias, dt, K, N, rows, og_cpu_isa_active(), out};
+    /* as the bf16 GEMV: weights larger than the caches stream through them */
+    gemv_job j = {x, w, bias, dt, K, N, rows, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
+                  out};
     og_parallel_for(pool, (N + rows - 1) / rows, gemv_task, &j);
 }
 
@@ -199,7 +293,7 @@ typedef struct {
     float *scratch;    /* [threads, acc] the AVX-512 kernel's sums, or NULL */
     size_t acc;        /* floats of scratch per thread                   */
     const void *w;     /* [N, K]                                         */
-    const void *bias;  /* [N]                                            */
+    const void *bias;  /* [N] of og_bias_dtype(dt)                       */
     og_dtype dt;
     int64_t R, K, N, rows;
     int64_t n_eo;      /* features [0, n_eo) take the even/odd scheme    */
@@ -216,8 +310,16 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     const rows_job *j = ctx;
     int64_t n0 = task * j->rows;
     int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
-    const void *w = (const char *)j->w + (size_t)n0 * (size_t)j->K * og_dtype_size(j->dt);
-    if (j->isa == OG_CPU_ISA_AVX512) {
+    if (og_dtype_is_quantized(j->dt)) {
+        /* The GEMV's own loop, once per row: the first row brings the panel
+         * into the caches for the others (streamed past them only when it
+         * is the only row and the weights do not fit the caches). */
+        const bool stream = j->R == 1 && !og_cpu_weights_fit_cache();
+        for (int64_t r = 0; r < j->R; r++)
+            gemv_block(j->isa, j->x + r * j->K, j->w, j->dt, j->K, j->N, n0, rows, stream,
+                       j->out + r * j->N + n0);
+    } else if (j->isa == OG_CPU_ISA_AVX512) {
+        const void *w = float_rows(j->dt, j->w, j->K, n0);
         int64_t eo = j->n_eo - n0;
         eo = eo < 0 ? 0 : eo > rows ? rows : eo;
         float *scratch = j->scratch ? j->scratch + (size_t)thread * j->acc : NULL;
@@ -225,21 +327,12 @@ static void rows_task(void *ctx, int64_t task, int thread) {
                               j->N);
     } else {
         /* The single-row loops, once per row; the panel stays in cache. */
-        for (int64_t r = 0; r < j->R; r++) {
-            const float *x = j->x + r * j->K;
-            float *o = j->out + r * j->N + n0;
-            if (j->isa == OG_CPU_ISA_AVX2)
-                og_gemv_rows_avx2(x, w, j->dt, j->K, rows, o);
-            else
-                gemv_rows_scalar(x, w, j->dt, j->K, rows, o);
-        }
+        for (int64_t r = 0; r < j->R; r++)
+            gemv_block(j->isa, j->x + r * j->K, j->w, j->dt, j->K, j->N, n0, rows, false,
+                       j->out + r * j->N + n0);
     }
     if (j->bias)
-        for (int64_t r = 0; r < j->R; r++) {
-            float *o = j->out + r * j->N + n0;
-            for (int64_t c = 0; c < rows; c++)
-                o[c] += og_load_f32(j->bias, j->dt, (size_t)(n0 + c));
-        }
+        for (int64_t r = 0; r < j->R; r++) add_bias(j->bias, j->dt, n0, rows, j->out + r * j->N + n0);
 }
 
 og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x, const void *weight,
@@ -275,17 +368,18 @@ og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x, const void *we
 }
 
 /* Prefill (T > 1): each task takes a panel of PANEL output features, widens
- * its bf16 weights to f32 in the thread's scratch and runs one sgemm over all
- * T rows, so each weight is read from memory once per call and reused T
- * times from cache. */
+ * its bf16 weights (or dequantizes its q8/q4 ones, exactly) to f32 in the
+ * thread's scratch and runs one sgemm over all T rows, so each weight is read
+ * from memory once per call and reused T times from cache. */
 enum { PANEL = 64 };
 
 typedef struct {
     const float *x;    /* [T, K]             */
     const void *w;     /* [N, K]             */
-    const void *bias;  /* [N]                */
+    const void *bias;  /* [N] of og_bias_dtype(dt) */
     og_dtype dt;
     int64_t T, K, N;
+    og_cpu_isa isa;
     float *scratch;    /* [threads, PANEL, K] */
     float *out;        /* [T, N]             */
 } gemm_job;
@@ -294,20 +388,21 @@ static void gemm_task(void *ctx, int64_t task, int thread) {
     const gemm_job *j = ctx;
     int64_t n0 = task * PANEL;
     int64_t nb = n0 + PANEL <= j->N ? PANEL : j->N - n0;
-    const float *panel; /* [nb, K] */
-    if (j->dt == OG_DTYPE_BF16) {
+    const float *panel = float_rows(j->dt, j->w, j->K, n0); /* [nb, K] */
+    if (j->dt != OG_DTYPE_F32) {
         float *s = j->scratch + (size_t)thread * PANEL * (size_t)j->K;
-        og_bf16_to_f32_cpu((const og_bf16 *)j->w + (size_t)n0 * (size_t)j->K, s,
-                           (size_t)(nb * j->K));
+        if (og_dtype_is_quantized(j->dt))
+            dequantize_rows(j->isa, j->dt, j->w, j->N, j->K, n0, nb, s);
+        else
+            og_bf16_to_f32_cpu((const og_bf16 *)panel, s, (size_t)(nb * j->K));
         panel = s;
-    } else {
-        panel = (const float *)j->w + (size_t)n0 * (size_t)j->K;
     }
     float beta = 0.0f;
     if (j->bias) {
+        const og_dtype bdt = og_bias_dtype(j->dt);
         for (int64_t t = 0; t < j->T; t++)
             for (int64_t c = 0; c < nb; c++)
-                j->out[t * j->N + n0 + c] = og_load_f32(j->bias, j->dt, (size_t)(n0 + c));
+                j->out[t * j->N + n0 + c] = og_load_f32(j->bias, bdt, (size_t)(n0 + c));
         beta = 1.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->T, (blasint)nb,
@@ -328,14 +423,14 @@ static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, co
                             (long long)T, (long long)K, (long long)N);
     pthread_once(&g_blas_once, blas_single_thread);
     float *scratch = NULL;
-    if (dt == OG_DTYPE_BF16) {
+    if (dt != OG_DTYPE_F32) {
         scratch = og_calloc((size_t)og_threadpool_size(pool) * PANEL * (size_t)K, sizeof(float));
         if (!scratch)
             return og_set_error(OG_ERR_OUT_OF_MEMORY,
                                 "matmul: no memory for %d weight panels of %d x %lld floats",
                                 og_threadpool_size(pool), PANEL, (long long)K);
     }
-    gemm_job j = {x, w, bias, dt, T, K, N, scratch, out};
+    gemm_job j = {x, w, bias, dt, T, K, N, og_cpu_isa_active(), scratch, out};
     og_parallel_for(pool, (N + PANEL - 1) / PANEL, gemm_task, &j);
     og_free(scratch);
     return OG_OK;

@@ -15,6 +15,12 @@ og_status og_ops_check_ptr(const void *p, const char *op, const char *name);
 og_status og_ops_check_dim(int64_t value, const char *op, const char *name);
 /* BF16 or F32. */
 og_status og_ops_check_weight_dtype(og_dtype dt, const char *op, const char *name);
+/* A matrix of weights (matmul weight, embedding table): BF16, F32, Q8 or Q4. */
+og_status og_ops_check_matrix_dtype(og_dtype dt, const char *op, const char *name);
+/* Bytes of a [rows, cols] matrix of dt (og_tensor_bytes) into *bytes; a
+ * quantized one needs cols a multiple of OG_QUANT_GROUP. */
+og_status og_ops_check_matrix_size(og_dtype dt, int64_t rows, int64_t cols, const char *op,
+                                   const char *name, size_t *bytes);
 /* rows * cols * elem bytes fits in size_t; *bytes gets the product. */
 og_status og_ops_check_size(int64_t rows, int64_t cols, size_t elem, const char *op,
                             const char *name, size_t *bytes);
@@ -69,6 +75,29 @@ size_t og_matmul_rows_avx512_scratch(int64_t K, int64_t rows);
  * 16 odd elements (the order the bf16 GEMV pairs them with the weights);
  * the tail of K (< 32) is copied as is. */
 void og_split_even_odd_avx512(const float *x /* [K] */, int64_t K, float *xp /* [K] */);
+
+/* Quantized (q8, q4) weights: `rows` rows of K whose quants start at q
+ * (og_quant_row_bytes(dt, K) bytes a row) and whose f16 scales start at s
+ * ([rows, K / OG_QUANT_GROUP]; the planes of a block of rows of a [N, K]
+ * tensor are apart, see og_quant_scales).
+ * gemv: out[r] = dot(x, w[r]). Every row is summed in one order whatever
+ * `rows` and its place in the block (group by group: the 32 products of a
+ * group into lanes, times the group's scale into the row's sums), so the
+ * results do not depend on how N is split into blocks. stream: prefetch the
+ * next rows non-temporally (weights read once per token from memory),
+ * else into the caches. */
+void og_gemv_q_rows_avx512(const float *x /* [K] */, const uint8_t *q, const og_f16 *s,
+                           og_dtype dt, int64_t K, int64_t rows, bool stream,
+                           float *out /* [rows] */);
+void og_gemv_q_rows_avx2(const float *x /* [K] */, const uint8_t *q, const og_f16 *s,
+                         og_dtype dt, int64_t K, int64_t rows, bool stream,
+                         float *out /* [rows] */);
+/* dequantize: dst = the rows as f32, bit for bit og_dequantize_row (each
+ * element f32(scale) * q, exact). */
+void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt, int64_t K,
+                               int64_t rows, float *dst /* [rows, K] */);
+void og_dequantize_rows_avx2(const uint8_t *q, const og_f16 *s, og_dtype dt, int64_t K,
+                             int64_t rows, float *dst /* [rows, K] */);
 
 void og_bf16_to_f32_avx512(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);
 void og_bf16_to_f32_avx2(const og_bf16 *src /* [n] */, float *dst /* [n] */, size_t n);

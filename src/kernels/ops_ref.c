@@ -26,6 +26,28 @@ og_status og_ops_check_weight_dtype(og_dtype dt, const char *op, const char *nam
                         op, name, og_dtype_name(dt));
 }
 
+og_status og_ops_check_matrix_dtype(og_dtype dt, const char *op, const char *name) {
+    if (dt == OG_DTYPE_BF16 || dt == OG_DTYPE_F32 || og_dtype_is_quantized(dt)) return OG_OK;
+    return og_set_error(OG_ERR_UNSUPPORTED,
+                        "%s: %s dtype %s is not supported (bf16, f32, q8 or q4)", op, name,
+                        og_dtype_name(dt));
+}
+
+og_status og_ops_check_matrix_size(og_dtype dt, int64_t rows, int64_t cols, const char *op,
+                                   const char *name, size_t *bytes) {
+    if (og_dtype_is_quantized(dt) && cols % OG_QUANT_GROUP)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "%s: %s of dtype %s has rows of %lld, not a multiple of %d", op, name,
+                            og_dtype_name(dt), (long long)cols, OG_QUANT_GROUP);
+    const int64_t shape[2] = {rows, cols};
+    int64_t total;
+    if (!og_tensor_bytes(dt, 2, shape, &total) || (uint64_t)total > SIZE_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %s of %lld x %lld elements overflows",
+                            op, name, (long long)rows, (long long)cols);
+    *bytes = (size_t)total;
+    return OG_OK;
+}
+
 og_status og_ops_check_size(int64_t rows, int64_t cols, size_t elem, const char *op,
                             const char *name, size_t *bytes) {
     int64_t count, total;
@@ -81,18 +103,19 @@ og_status og_ops_check_matmul(const float *x, const void *weight, const void *bi
     OG_TRY(og_ops_check_ptr(x, op, "x"));
     OG_TRY(og_ops_check_ptr(weight, op, "weight"));
     OG_TRY(og_ops_check_ptr(out, op, "out"));
-    OG_TRY(og_ops_check_weight_dtype(weight_dtype, op, "weight"));
+    OG_TRY(og_ops_check_matrix_dtype(weight_dtype, op, "weight"));
     OG_TRY(og_ops_check_dim(T, op, "T"));
     OG_TRY(og_ops_check_dim(K, op, "K"));
     OG_TRY(og_ops_check_dim(N, op, "N"));
     OG_TRY(og_ops_check_size(T, K, sizeof(float), op, "x", &x_bytes));
-    OG_TRY(og_ops_check_size(N, K, og_dtype_size(weight_dtype), op, "weight", &w_bytes));
+    OG_TRY(og_ops_check_matrix_size(weight_dtype, N, K, op, "weight", &w_bytes));
     OG_TRY(og_ops_check_size(T, N, sizeof(float), op, "out", &out_bytes));
     OG_TRY(og_ops_check_disjoint(out, out_bytes, x, x_bytes, op, "x"));
     OG_TRY(og_ops_check_disjoint(out, out_bytes, weight, w_bytes, op, "weight"));
-    if (bias)
-        OG_TRY(og_ops_check_disjoint(out, out_bytes, bias, (size_t)N * og_dtype_size(weight_dtype),
-                                     op, "bias"));
+    if (bias) /* N fits: the weight's size did */
+        OG_TRY(og_ops_check_disjoint(out, out_bytes, bias,
+                                     (size_t)N * og_dtype_size(og_bias_dtype(weight_dtype)), op,
+                                     "bias"));
     return OG_OK;
 }
 
@@ -124,11 +147,11 @@ og_status og_ops_check_embed(const char *op, const int32_t *tokens, int64_t T,
     OG_TRY(og_ops_check_ptr(tokens, op, "tokens"));
     OG_TRY(og_ops_check_ptr(table, op, "table"));
     OG_TRY(og_ops_check_ptr(out, op, "out"));
-    OG_TRY(og_ops_check_weight_dtype(table_dtype, op, "table"));
+    OG_TRY(og_ops_check_matrix_dtype(table_dtype, op, "table"));
     OG_TRY(og_ops_check_dim(T, op, "T"));
     OG_TRY(og_ops_check_dim(V, op, "V"));
     OG_TRY(og_ops_check_dim(H, op, "H"));
-    OG_TRY(og_ops_check_size(V, H, og_dtype_size(table_dtype), op, "table", &table_bytes));
+    OG_TRY(og_ops_check_matrix_size(table_dtype, V, H, op, "table", &table_bytes));
     OG_TRY(og_ops_check_size(T, H, sizeof(float), op, "out", &out_bytes));
     for (int64_t t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= V)
@@ -168,6 +191,10 @@ og_status og_embed_ref(const int32_t *tokens, int64_t T, const void *table, og_d
                        int64_t V, int64_t H, float *out) {
     OG_TRY(og_ops_check_embed("embed", tokens, T, table, table_dtype, V, H, out));
     for (int64_t t = 0; t < T; t++) {
+        if (og_dtype_is_quantized(table_dtype)) {
+            og_dequantize_row(table_dtype, table, V, H, tokens[t], out + t * H);
+            continue;
+        }
         size_t row = (size_t)tokens[t] * (size_t)H;
         for (int64_t h = 0; h < H; h++)
             out[t * H + h] = og_load_f32(table, table_dtype, row + (size_t)h);
@@ -212,9 +239,32 @@ og_status og_head_rms_norm_ref(const float *x, const void *weight, og_dtype weig
 
 /* ---- matmul ---- */
 
+/* Quantized weights: each row dequantized (og_dequantize_row, exact) and
+ * then summed as an f32 row is, bias (f32) last. */
+static og_status matmul_quant_ref(const float *x, const void *weight, const float *bias,
+                                  og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
+    float *w = og_malloc((size_t)K * sizeof *w); /* [K] row j */
+    if (!w)
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul: no memory for a row of %lld weights",
+                            (long long)K);
+    for (int64_t j = 0; j < N; j++) {
+        og_dequantize_row(dt, weight, N, K, j, w);
+        for (int64_t t = 0; t < T; t++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) acc += x[t * K + k] * w[k];
+            if (bias) acc += bias[j];
+            out[t * N + j] = acc;
+        }
+    }
+    og_free(w);
+    return OG_OK;
+}
+
 og_status og_matmul_ref(const float *x, const void *weight, const void *bias,
                         og_dtype weight_dtype, int64_t T, int64_t K, int64_t N, float *out) {
     OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, T, K, N, out));
+    if (og_dtype_is_quantized(weight_dtype))
+        return matmul_quant_ref(x, weight, bias, weight_dtype, T, K, N, out);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < N; j++) {
             float acc = 0.0f;

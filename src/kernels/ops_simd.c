@@ -399,6 +399,151 @@ OG_AVX512 void og_matmul_rows_avx512(const float *x, const float *xp, const void
     }
 }
 
+/* ---- quantized weights (q8, q4): the GEMV of decode and the dequantizer ----
+ * Decode is bound by the bytes read, so the quants are widened to f32 and
+ * meet x unquantized (f32 FMA): the products and sums are the reference's
+ * up to f32 rounding, where VNNI (vpdpbusd) would first round x to 8 bits per
+ * group, an error of up to 1/254 of each x far outside the reference's f32
+ * tolerance, for arithmetic the memory stream hides anyway. A group's 32
+ * products are summed in 16 lanes (two each), then scaled once by the
+ * group's f16 scale into the row's 16 lane sums: scale * q is exact in f32,
+ * so this is the reference's sum reassociated, one rounding more per group.
+ * The scales of 16 groups of each row are widened by one vcvtph2ps into a
+ * buffer and broadcast from it (a load, no shuffle). Like the bf16 GEMV,
+ * each line of quants is matched by a prefetch of the same line of the next
+ * pass's rows (4 rows ahead), non-temporal when the weights stream from
+ * memory each token. */
+enum { QG = OG_QUANT_GROUP, QCHUNK = 16 /* groups whose scales are widened at once */ };
+
+/* q8: the 32 products of a group in 16 lanes. */
+static OG_INLINE OG_AVX512 __m512 group_q8_512(const uint8_t *p, __m512 x0, __m512 x1) {
+    const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+    const __m512 b =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+    return _mm512_fmadd_ps(b, x1, _mm512_mul_ps(a, x0));
+}
+/* q4: byte j holds element j (low nibble) and j + 16 (high), as q + 8;
+ * lut[i] = i - 8 and vpermps reads only the low 4 bits of each index, so
+ * the low nibble needs no mask. */
+static OG_INLINE OG_AVX512 __m512 q4_lo_512(__m512i v, __m512 lut) {
+    return _mm512_permutexvar_ps(v, lut);
+}
+static OG_INLINE OG_AVX512 __m512 q4_hi_512(__m512i v, __m512 lut) {
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+}
+static OG_INLINE OG_AVX512 __m512i q4_bytes_512(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+static OG_INLINE OG_AVX512 __m512 group_q4_512(const uint8_t *p, __m512 x0, __m512 x1,
+                                               __m512 lut) {
+    const __m512i v = q4_bytes_512(p);
+    return _mm512_fmadd_ps(q4_hi_512(v, lut), x1, _mm512_mul_ps(q4_lo_512(v, lut), x0));
+}
+static OG_INLINE OG_AVX512 __m512 q4_lut_512(void) {
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+/* The f16 scales of groups [g0, g0 + ng) of a row as f32 into sc. */
+static OG_INLINE OG_AVX512 void scales_512(const og_f16 *s, int64_t ng, float *sc) {
+    const __mmask16 m = ng >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << ng) - 1u);
+    _mm512_storeu_ps(sc, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s)));
+}
+
+/* nr (<= 4, a constant where inlined) rows; dt a constant too. */
+static OG_INLINE OG_AVX512 void gemv_q_tile_512(const float *x, const uint8_t *q, const og_f16 *s,
+                                                og_dtype dt, int64_t K, const int nr,
+                                                bool stream, float *out) {
+    const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
+    const int64_t G = K / QG;
+    const int64_t line = 64 / (int64_t)gb; /* groups per 64-byte line */
+    const __m512 lut = q4_lut_512();
+    __m512 acc[4];
+    float sc[4][QCHUNK];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < G; g0 += QCHUNK) {
+        const int64_t ng = G - g0 < QCHUNK ? G - g0 : QCHUNK;
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) scales_512(s + r * G + g0, ng, sc[r]);
+        for (int64_t g = 0; g < ng; g++) {
+            const size_t k = (size_t)(g0 + g) * QG;
+            const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+            const uint8_t *qg = q + (size_t)(g0 + g) * gb;
+            if ((g0 + g) % line == 0) {
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) {
+                    const char *next = (const char *)(qg + (size_t)(r + nr) * rb);
+                    if (stream)
+                        _mm_prefetch(next, _MM_HINT_NTA);
+                    else
+                        _mm_prefetch(next, _MM_HINT_T0);
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                const __m512 d = dt == OG_DTYPE_Q8 ? group_q8_512(qg + (size_t)r * rb, x0, x1)
+                                                   : group_q4_512(qg + (size_t)r * rb, x0, x1, lut);
+                acc[r] = _mm512_fmadd_ps(d, _mm512_set1_ps(sc[r][g]), acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+static OG_INLINE OG_AVX512 void gemv_q_512(const float *x, const uint8_t *q, const og_f16 *s,
+                                           og_dtype dt, int64_t K, int64_t rows, bool stream,
+                                           float *out) {
+    const size_t rb = og_quant_row_bytes(dt, K);
+    const int64_t G = K / QG;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+        gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 4, stream, out + r);
+    for (; r < rows; r++)
+        gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 1, stream, out + r);
+}
+
+OG_AVX512 void og_gemv_q_rows_avx512(const float *x, const uint8_t *q, const og_f16 *s,
+                                     og_dtype dt, int64_t K, int64_t rows, bool stream,
+                                     float *out) {
+    if (dt == OG_DTYPE_Q8)
+        gemv_q_512(x, q, s, OG_DTYPE_Q8, K, rows, stream, out);
+    else
+        gemv_q_512(x, q, s, OG_DTYPE_Q4, K, rows, stream, out);
+}
+
+OG_AVX512 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt,
+                                         int64_t K, int64_t rows, float *dst) {
+    const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
+    const int64_t G = K / QG;
+    const __m512 lut = q4_lut_512();
+    float sc[QCHUNK];
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *qr = q + (size_t)r * rb;
+        float *o = dst + r * K;
+        for (int64_t g0 = 0; g0 < G; g0 += QCHUNK) {
+            const int64_t ng = G - g0 < QCHUNK ? G - g0 : QCHUNK;
+            scales_512(s + r * G + g0, ng, sc);
+            for (int64_t g = g0; g < g0 + ng; g++) {
+                const __m512 sv = _mm512_set1_ps(sc[g - g0]);
+                const uint8_t *p = qr + (size_t)g * gb;
+                __m512 a, b;
+                if (dt == OG_DTYPE_Q8) {
+                    a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+                    b = _mm512_cvtepi32_ps(
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+                } else {
+                    const __m512i v = q4_bytes_512(p);
+                    a = q4_lo_512(v, lut);
+                    b = q4_hi_512(v, lut);
+                }
+                /* scale * q as og_dequantize_row: exact */
+                _mm512_storeu_ps(o + g * QG, _mm512_mul_ps(sv, a));
+                _mm512_storeu_ps(o + g * QG + 16, _mm512_mul_ps(sv, b));
+            }
+        }
+    }
+}
+
 OG_AVX512 void og_bf16_to_f32_avx512(const og_bf16 *src, float *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_bf16_512(src + i));
@@ -541,6 +686,128 @@ OG_AVX2 void og_gemv_rows_avx2(const float *x, const void *w, og_dtype dt, int64
         gemv_avx2(x, w, OG_DTYPE_BF16, K, rows, out);
     else
         gemv_avx2(x, w, OG_DTYPE_F32, K, rows, out);
+}
+
+/* ---- quantized weights (q8, q4), as at AVX-512 with 8 lanes: a group's 32
+ * products in 8 lanes (four each), then scaled into the row's lane sums.
+ * The f16 scales widen with F16C (every AVX2 CPU has it; the AVX2 level
+ * requires it), 8 groups at a time. ---- */
+#define OG_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
+enum { QCHUNK8 = 8 };
+
+static OG_INLINE OG_AVX2 __m256 q8_8_256(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+/* The 32 elements of a q4 group as q (not q + 8), in order: e[0] elements
+ * 0..7, e[1] 8..15 (low nibbles of bytes 0..15), e[2] 16..23, e[3] 24..31. */
+static OG_INLINE OG_AVX2 void q4_group_256(const uint8_t *p, __m256 e[4]) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    const __m256i lo = _mm256_cvtepu8_epi32(b), hi = _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8));
+    const __m256i m = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+    e[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(lo, m), eight));
+    e[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(hi, m), eight));
+    e[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight));
+    e[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight));
+}
+static OG_INLINE OG_AVX2 void group_elems_256(const uint8_t *p, og_dtype dt, __m256 e[4]) {
+    if (dt == OG_DTYPE_Q8) {
+        e[0] = q8_8_256(p), e[1] = q8_8_256(p + 8), e[2] = q8_8_256(p + 16);
+        e[3] = q8_8_256(p + 24);
+    } else {
+        q4_group_256(p, e);
+    }
+}
+static OG_INLINE OG_AVX2_F16C void scales_256(const og_f16 *s, int64_t ng, float *sc) {
+    og_f16 h[QCHUNK8] = {0};
+    memcpy(h, s, (size_t)ng * sizeof *h);
+    _mm256_storeu_ps(sc, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+}
+
+static OG_INLINE OG_AVX2_F16C void gemv_q_tile_256(const float *x, const uint8_t *q,
+                                                   const og_f16 *s, og_dtype dt, int64_t K,
+                                                   const int nr, bool stream, float *out) {
+    const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
+    const int64_t G = K / QG;
+    const int64_t line = 64 / (int64_t)gb;
+    __m256 acc[4];
+    float sc[4][QCHUNK8];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < G; g0 += QCHUNK8) {
+        const int64_t ng = G - g0 < QCHUNK8 ? G - g0 : QCHUNK8;
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) scales_256(s + r * G + g0, ng, sc[r]);
+        for (int64_t g = 0; g < ng; g++) {
+            const size_t k = (size_t)(g0 + g) * QG;
+            const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8),
+                         x2 = _mm256_loadu_ps(x + k + 16), x3 = _mm256_loadu_ps(x + k + 24);
+            const uint8_t *qg = q + (size_t)(g0 + g) * gb;
+            if ((g0 + g) % line == 0) {
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) {
+                    const char *next = (const char *)(qg + (size_t)(r + nr) * rb);
+                    if (stream)
+                        _mm_prefetch(next, _MM_HINT_NTA);
+                    else
+                        _mm_prefetch(next, _MM_HINT_T0);
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                __m256 e[4];
+                group_elems_256(qg + (size_t)r * rb, dt, e);
+                __m256 d = _mm256_mul_ps(e[0], x0);
+                d = _mm256_fmadd_ps(e[1], x1, d);
+                d = _mm256_fmadd_ps(e[2], x2, d);
+                d = _mm256_fmadd_ps(e[3], x3, d);
+                acc[r] = _mm256_fmadd_ps(d, _mm256_set1_ps(sc[r][g]), acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) out[r] = hsum_256(acc[r]);
+}
+
+static OG_INLINE OG_AVX2_F16C void gemv_q_256(const float *x, const uint8_t *q, const og_f16 *s,
+                                              og_dtype dt, int64_t K, int64_t rows, bool stream,
+                                              float *out) {
+    const size_t rb = og_quant_row_bytes(dt, K);
+    const int64_t G = K / QG;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+        gemv_q_tile_256(x, q + (size_t)r * rb, s + r * G, dt, K, 4, stream, out + r);
+    for (; r < rows; r++)
+        gemv_q_tile_256(x, q + (size_t)r * rb, s + r * G, dt, K, 1, stream, out + r);
+}
+
+OG_AVX2_F16C void og_gemv_q_rows_avx2(const float *x, const uint8_t *q, const og_f16 *s,
+                                      og_dtype dt, int64_t K, int64_t rows, bool stream,
+                                      float *out) {
+    if (dt == OG_DTYPE_Q8)
+        gemv_q_256(x, q, s, OG_DTYPE_Q8, K, rows, stream, out);
+    else
+        gemv_q_256(x, q, s, OG_DTYPE_Q4, K, rows, stream, out);
+}
+
+OG_AVX2_F16C void og_dequantize_rows_avx2(const uint8_t *q, const og_f16 *s, og_dtype dt,
+                                          int64_t K, int64_t rows, float *dst) {
+    const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
+    const int64_t G = K / QG;
+    float sc[QCHUNK8];
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = dst + r * K;
+        for (int64_t g0 = 0; g0 < G; g0 += QCHUNK8) {
+            const int64_t ng = G - g0 < QCHUNK8 ? G - g0 : QCHUNK8;
+            scales_256(s + r * G + g0, ng, sc);
+            for (int64_t g = g0; g < g0 + ng; g++) {
+                const __m256 sv = _mm256_set1_ps(sc[g - g0]);
+                __m256 e[4];
+                group_elems_256(q + (size_t)r * rb + (size_t)g * gb, dt, e);
+                for (int i = 0; i < 4; i++) /* scale * q as og_dequantize_row: exact */
+                    _mm256_storeu_ps(o + g * QG + 8 * i, _mm256_mul_ps(sv, e[i]));
+            }
+        }
+    }
 }
 
 OG_AVX2 void og_bf16_to_f32_avx2(const og_bf16 *src, float *dst, size_t n) {
