@@ -1,12 +1,13 @@
 /* The CUDA back end: runs a prepared step (exec.h) with every instruction on
  * the device.
  *
- * A model uploads its weights (as stored: bf16 or f32) and rope tables once,
- * and cuts the program into launch steps (the fusion plan below). Sessions
- * keep only their KV storage (og_kv_allocator_cuda_vmm of kv/alloc_cuda.h:
- * flat layers reserve address space once and grow by mapping memory, so
- * their addresses never move; without virtual memory management growth
- * copies on the model's storage stream, which every step waits for first).
+ * A model uploads its weights (as stored: bf16, f32, or q8/q4 planes) and
+ * rope tables once, and cuts the program into launch steps (the fusion plan
+ * below). Sessions keep only their KV storage (og_kv_allocator_cuda_vmm of
+ * kv/alloc_cuda.h: flat layers reserve address space once and grow by
+ * mapping memory, so their addresses never move; without virtual memory
+ * management growth copies on the model's storage stream, which every step
+ * waits for first).
  * A step context owns what a step in flight uses: a non-blocking stream,
  * cuBLAS, the activation slots ([rows, slot_width] f32 each, grown to the
  * widest step), the logits of the tail rows, the attention scratch and a
@@ -19,7 +20,8 @@
  * weights by SGEMM, bf16 weights by two bf16 tensor-core products of the
  * activations split into bf16 hi + lo parts, f32 accumulation, which keeps
  * the activations to about 2^-17 relative, close to the CPU's f32
- * products); update_and_attend runs per session over its own storage. The
+ * products; q8/q4 weights by the gemv on chunks of rows, or dequantized to
+ * f32 panels and SGEMM for wide steps: quant_products); update_and_attend runs per session over its own storage. The
  * tail (after the last attention) runs on the rows whose output is wanted,
  * compacted to the front first.
  *
@@ -68,6 +70,14 @@ enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
 /* cuBLAS workspace per step context, so that products need no allocation
  * inside a graph capture. */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+/* Quantized weights in steps wider than the gemv (see quant_products): up
+ * to this many gemv launches of OG_GEMV_CUDA_MAX_T rows each read the
+ * weights (1 or 1/2 byte a weight per launch) before dequantizing to f32 and
+ * a cuBLAS product (4 bytes a weight written, then read) is cheaper; and the
+ * f32 panel a context dequantizes into holds at most this many floats (a
+ * vocabulary-wide head goes in panels of rows, not whole). */
+#define QUANT_GEMV_LAUNCHES 4
+#define QUANT_PANEL_FLOATS ((int64_t)16 << 20)
 
 /* One launch step: kind, and its instructions in program order (gate, up,
  * swiglu for STEP_GATE_UP). A product step may begin with a prologue of
@@ -89,6 +99,7 @@ typedef struct cuda_model {
     int64_t *slot_width;/* [n_slots] */
     int32_t n_slots;
     int64_t max_k;      /* widest input of a product (the bf16 split scratch) */
+    int64_t max_dequant;/* floats of the widest dequantized panel of a quantized weight, 0 when none */
     int64_t attend_scratch; /* floats of og_update_and_attend_cuda's scratch */
     /* the widest attention layer, for the batched attention's scratch */
     int32_t max_heads, max_head_dim;
@@ -143,6 +154,7 @@ struct og_step_ctx {
     void *blas_workspace;
     row_set fixed, big;
     float *partials;            /* per-session attention scratch, counters zero between steps */
+    float *dequant;             /* [max_dequant] a quantized weight's panel in f32 (wide steps) */
     int32_t *recent_host;       /* pinned [recent_cap]: the samplers' recent tokens */
     int32_t *recent_dev;
     int64_t recent_cap, recent_used;
@@ -447,7 +459,14 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
         if (t->binding != OG_BINDING_WEIGHT || t->nbytes == 0) continue;
         char what[160];
         snprintf(what, sizeof what, "uploading weight %s (%llu bytes)", t->name, (unsigned long long)t->nbytes);
+        /* one allocation per tensor, so every tensor starts 256-byte aligned
+         * (cudaMalloc); a q8/q4 tensor (og_tensor_bytes: its quants, then its
+         * scales) then has every group 16-byte aligned, as the quantized
+         * kernels' vector loads need: rows of K/2 or K bytes with K a
+         * multiple of 32 are multiples of 16 bytes */
         CUDA_TRY(cudaMalloc(&cm->weights[i], (size_t)t->nbytes), what);
+        if (og_dtype_is_quantized(t->dtype) && ((uintptr_t)cm->weights[i] & 15u))
+            return og_set_error(OG_ERR_BACKEND, "%s: the device copy is not 16-byte aligned", what);
         CUDA_TRY(cudaMemcpy(cm->weights[i], t->data, (size_t)t->nbytes, cudaMemcpyHostToDevice), what);
     }
     const size_t per = OG_ROPE_MAX_HEAD_DIM / 2;
@@ -472,6 +491,13 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
         if (in->op == OG_OP_MATMUL && in->in[0].kind == OG_VALUE_ACTIVATION) {
             const int64_t K = og_program_instr_at(m->prog, in->in[0].index)->out_width;
             if (K > cm->max_k) cm->max_k = K;
+            const og_program_tensor *w =
+                in->in[1].kind == OG_VALUE_TENSOR ? og_program_tensor_at(m->prog, in->in[1].index) : NULL;
+            if (w && og_dtype_is_quantized(w->dtype)) {
+                const int64_t N = w->shape[0], panel = QUANT_PANEL_FLOATS / K > 1 ? QUANT_PANEL_FLOATS / K : 1;
+                const int64_t floats = (N < panel ? N : panel) * K;
+                if (floats > cm->max_dequant) cm->max_dequant = floats;
+            }
         }
     }
     return plan_steps(m, cm);
@@ -608,6 +634,7 @@ static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_workspace);
     cudaFree(c->partials);
+    cudaFree(c->dequant);
     cudaFreeHost(c->recent_host);
     cudaFree(c->recent_dev);
     og_free(c->host_rows);
@@ -632,6 +659,8 @@ static og_status ctx_init(og_model *m, og_step_ctx *c) {
         CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
         CUDA_TRY(cudaMemset(c->partials, 0, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
     }
+    if (cm->max_dequant > 0) /* once, for the widest panel: products of every width share it */
+        CUDA_TRY(cudaMalloc((void **)&c->dequant, (size_t)cm->max_dequant * sizeof(float)), "dequantized weights");
     /* the rows of the widest decode graph, or of a max_write step */
     const int64_t mw = og_program_kv_config(m->prog)->max_write;
     return make_set(m, &c->fixed, mw > GRAPH_MAX_ROWS ? mw : GRAPH_MAX_ROWS, GRAPH_MAX_ROWS);
@@ -732,12 +761,63 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
  * measurements). */
 static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
 
+/* Quantized weights (q8, q4) in a step wider than the gemv:
+ *  - up to QUANT_GEMV_LAUNCHES x the gemv's rows: the gemv on chunks of
+ *    rows, reading the weights once per chunk;
+ *  - wider: each weight dequantized, a panel of rows at a time, into the
+ *    context's f32 scratch (og_dequantize_cuda) and multiplied by SGEMM.
+ *    f32 and not bf16: scale * q needs up to 18 significant bits (the f16
+ *    scale's 11 times q's 7), which f32 holds exactly and bf16 (8 bits) does
+ *    not, so the product keeps the f32-weight path's precision (the exact
+ *    weights, f32 x, f32 sums) and agrees with the gemv and the CPU to
+ *    summation order; bf16 weights would move each by up to 2^-9.
+ * Biases beside quantized weights are f32. */
+static og_status quant_products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
+                                const og_gemv_cuda_part *parts, int n) {
+    og_step_ctx *c = x->c;
+    const int64_t chunk = gemv_rows(x);
+    if (chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {
+        for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+            og_gemv_cuda_part pc[OG_GEMV_CUDA_MAX_PARTS];
+            for (int k = 0; k < n; k++) {
+                pc[k] = parts[k];
+                pc[k].out = parts[k].out + t0 * parts[k].N; /* rows t0.. of [T, N] */
+            }
+            OG_TRY(og_gemv_multi_cuda(c->stream, in + t0 * K, dt, T - t0 < chunk ? T - t0 : chunk, K, pc, n));
+        }
+        return OG_OK;
+    }
+    const int64_t panel = cm_of(x->m)->max_dequant / K; /* rows dequantized at a time */
+    if (!c->dequant || panel < 1)
+        return og_set_error(OG_ERR_UNSUPPORTED, "matmul: no dequantization scratch for a %s weight of K = %lld",
+                            og_dtype_name(dt), (long long)K);
+    const float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < n; k++) {
+        const og_gemv_cuda_part *pt = &parts[k];
+        const float *beta = &zero;
+        if (pt->bias) {
+            OG_TRY(og_fill_rows_cuda(c->stream, pt->bias, og_bias_dtype(dt), T, pt->N, pt->out));
+            beta = &one;
+        }
+        for (int64_t n0 = 0; n0 < pt->N; n0 += panel) {
+            const int64_t rows = pt->N - n0 < panel ? pt->N - n0 : panel;
+            OG_TRY(og_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
+            /* out[T, N] row-major is [N, T] column-major (ld N); the panel's
+             * features are its rows n0 .. n0 + rows - 1 */
+            const cublasStatus_t bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one,
+                                                  c->dequant, (int)K, in, (int)K, beta, pt->out + n0, (int)pt->N);
+            if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSgemm (dequantized weights)");
+        }
+    }
+    return OG_OK;
+}
+
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to
  * OG_GEMV_CUDA_MAX_T rows stream the weights once in a gemv; wider steps go
  * to cuBLAS, f32 weights by SGEMM, bf16 weights by two tensor-core products
  * of x split once into bf16 hi + lo parts (or, with bf16_products, one
- * product of x rounded to bf16). */
+ * product of x rounded to bf16), quantized weights as quant_products says. */
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
     og_step_ctx *c = x->c;
@@ -746,6 +826,7 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
         if (T > INT32_MAX || K > INT32_MAX || parts[k].N > INT32_MAX || K > cm_of(x->m)->max_k)
             return og_set_error(OG_ERR_UNSUPPORTED, "matmul: %lld x %lld x %lld exceeds the cuBLAS path",
                                 (long long)T, (long long)K, (long long)parts[k].N);
+    if (og_dtype_is_quantized(dt)) return quant_products(x, in, dt, T, K, parts, n);
     uint16_t *hi = x->rs->split_hi, *lo = x->rs->split_lo;
     if (dt != OG_DTYPE_F32) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, lo));
     const float one = 1.0f, zero = 0.0f;
