@@ -15,7 +15,21 @@ static bool has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
+static og_cpu_isa detect_once(void);
+
+/* Every kernel call asks; CPUID is slow (in a virtual machine it traps to
+ * the hypervisor: microseconds), so the answer is computed once. */
 og_cpu_isa og_cpu_isa_detect(void) {
+    static atomic_int detected = -1;
+    int d = atomic_load_explicit(&detected, memory_order_relaxed);
+    if (d < 0) {
+        d = (int)detect_once();
+        atomic_store_explicit(&detected, d, memory_order_relaxed);
+    }
+    return (og_cpu_isa)d;
+}
+
+static og_cpu_isa detect_once(void) {
     __builtin_cpu_init();
     if (!has_f16c()) return OG_CPU_ISA_SCALAR;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -14,6 +14,7 @@
  * features (16 accumulators); a task takes NB out features and runs every
  * tile of its rows, so its 8 weight rows are read from memory by the first
  * token tile and from cache by the others. */
+#include "kernels/matmul_amx.h"
 #include "kernels/ops_internal.h"
 
 #include <string.h>
@@ -183,6 +184,11 @@ og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x, const void *we
                              int64_t N, float *out) {
     OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, T, K, N, out));
 #if defined(__x86_64__) && defined(__GNUC__)
+    /* AMX tiles where the CPU has them and K fills whole tile rows; its
+     * scratch is the same size as the vdpbf16ps kernel's, so a failure to
+     * get it is final */
+    if (weight_dtype == OG_DTYPE_BF16 && K % 32 == 0 && og_cpu_has_amx_bf16())
+        return og_matmul_bf16_amx(pool, x, weight, bias, T, K, N, out);
     if (weight_dtype == OG_DTYPE_BF16 && og_cpu_has_avx512_bf16())
         return matmul_dpbf16(pool, x, weight, bias, T, K, N, out);
 #endif
