@@ -12,7 +12,19 @@
  * the swiglu epilogue, several products of one x in one launch) against the
  * unfused CUDA kernels run in turn, bit for bit (they share formulas and
  * summation order), and against the composition of the C references with
- * the tolerances above. Skipped (77) without a CUDA build or device. */
+ * the tolerances above.
+ *
+ * Quantized weights (q8, q4, made by og_quantize_rows from inputs in
+ * [-1, 1]) against og_matmul_ref / og_embed_ref on the same tensors: embed
+ * and og_dequantize_cuda are exact (scale * q is exact in f32); products
+ * have the tolerance of the float ones (the weights are the exact values
+ * scale * q, |w| <= 1, and only the summation order differs: each group's
+ * 32 products summed then scaled, lanes added by a tree), for the gemv, the
+ * back end's two paths for wider steps (the gemv on chunks of rows;
+ * dequantized panels and SGEMM), and the fused variants against the
+ * unfused kernels bit for bit. Odd sizes: N = 1, 17, 67, 259; K of one
+ * group to past two rounds of the groups a lane loads ahead; T = 1, 3, 8,
+ * 40, 200. Skipped (77) without a CUDA build or device. */
 #include "harness.h"
 
 #ifndef OG_HAVE_CUDA
@@ -25,6 +37,7 @@ int main(void) {
 #include "kernels/ops.h"
 
 #include "cuda_check.h"
+#include <cublas_v2.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,6 +370,247 @@ static void test_fused(void) {
     }
 }
 
+/* ---- quantized weights (q8, q4) ---- */
+
+/* n floats in [-1, 1) quantized as [N, K] rows of dt (og_quantize_rows,
+ * the reference layout); group 1 of row 0 is all zero (a zero scale) when
+ * it exists. *bytes gets the tensor's size. */
+static void *rand_q(og_dtype dt, int64_t N, int64_t K, size_t *bytes) {
+    float *src = rand_f32((size_t)(N * K));
+    if (K >= 2 * OG_QUANT_GROUP) memset(src + OG_QUANT_GROUP, 0, OG_QUANT_GROUP * sizeof(float));
+    const int64_t shape[2] = {N, K};
+    int64_t nb = 0;
+    CHECK(og_tensor_bytes(dt, 2, shape, &nb));
+    void *w = malloc((size_t)nb);
+    CHECK_OK(og_quantize_rows(dt, src, N, K, w));
+    free(src);
+    *bytes = (size_t)nb;
+    return w;
+}
+
+/* The rows of a quantized [N, K] tensor as f32 (og_dequantize_row: exact). */
+static float *dequantized(og_dtype dt, const void *w, int64_t N, int64_t K) {
+    float *f = malloc((size_t)(N * K) * 4);
+    for (int64_t n = 0; n < N; n++) og_dequantize_row(dt, w, N, K, n, f + n * K);
+    return f;
+}
+
+/* What the back end does with quantized weights in a step wider than the
+ * gemv: the gemv on chunks of OG_GEMV_CUDA_MAX_T rows (chunked), or the
+ * weight dequantized panel by panel (rows of `panel`) and SGEMM. */
+static void wide_q(cublasHandle_t blas, bool chunked, const float *dx, const void *dw, const float *db, og_dtype dt,
+                   int64_t T, int64_t K, int64_t N, int64_t panel, float *dpanel, float *dout) {
+    if (chunked) {
+        for (int64_t t0 = 0; t0 < T; t0 += OG_GEMV_CUDA_MAX_T) {
+            const int64_t n = T - t0 < OG_GEMV_CUDA_MAX_T ? T - t0 : OG_GEMV_CUDA_MAX_T;
+            CHECK_OK(og_gemv_cuda(NULL, dx + t0 * K, dw, db, dt, n, K, N, dout + t0 * N));
+        }
+        return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    if (db) CHECK_OK(og_fill_rows_cuda(NULL, db, OG_DTYPE_F32, T, N, dout));
+    for (int64_t n0 = 0; n0 < N; n0 += panel) {
+        const int64_t rows = N - n0 < panel ? N - n0 : panel;
+        CHECK_OK(og_dequantize_cuda(NULL, dw, dt, N, K, n0, rows, dpanel));
+        CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, dpanel, (int)K, dx, (int)K,
+                          db ? &one : &zero, dout + n0, (int)N) == CUBLAS_STATUS_SUCCESS);
+    }
+}
+
+static void test_quant_embed(void) {
+    og_test_section("quantized: embed and dequantize, exact");
+    const int64_t Hs[] = {32, 96, 1056};
+    const int64_t V = 67;
+    for (int q = 0; q < 2; q++)
+        for (size_t hi = 0; hi < 3; hi++) {
+            const og_dtype dt = q ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
+            const int64_t H = Hs[hi], T = 5;
+            size_t nb;
+            void *table = rand_q(dt, V, H, &nb);
+            int32_t tok[5] = {(int32_t)V - 1, 0, 17, 0, 33};
+            float *ref = malloc((size_t)(T * H) * 4);
+            CHECK_OK(og_embed_ref(tok, T, table, dt, V, H, ref));
+            int32_t *dtok = up(tok, sizeof tok);
+            void *dtable = up(table, nb);
+            float *dout = poisoned((size_t)(T * H));
+            CHECK_OK(og_embed_cuda(NULL, dtok, T, dtable, dt, V, H, dout));
+            float *got = down(dout, (size_t)(T * H));
+            char what[96];
+            snprintf(what, sizeof what, "embed %s H=%lld", og_dtype_name(dt), (long long)H);
+            compare(what, got, ref, (size_t)(T * H), 0, 0);
+            free(got);
+            /* every row, and a panel in the middle, as og_dequantize_row */
+            float *all = dequantized(dt, table, V, H);
+            float *dpan = poisoned((size_t)(V * H));
+            CHECK_OK(og_dequantize_cuda(NULL, dtable, dt, V, H, 0, V, dpan));
+            got = down(dpan, (size_t)(V * H));
+            snprintf(what, sizeof what, "dequantize %s K=%lld", og_dtype_name(dt), (long long)H);
+            compare(what, got, all, (size_t)(V * H), 0, 0);
+            free(got);
+            CHECK_OK(og_dequantize_cuda(NULL, dtable, dt, V, H, 17, 9, dpan));
+            got = down(dpan, (size_t)(9 * H));
+            compare(what, got, all + 17 * H, (size_t)(9 * H), 0, 0);
+            /* refusals: rows past the end, K not whole groups, a misaligned tensor */
+            CHECK_STATUS(og_dequantize_cuda(NULL, dtable, dt, V, H, V - 2, 3, dpan), OG_ERR_INVALID_ARGUMENT);
+            CHECK_STATUS(og_embed_cuda(NULL, dtok, T, (char *)dtable + 8, dt, V, H, dout), OG_ERR_INVALID_ARGUMENT);
+            free(got), free(all), free(ref), free(table);
+            cudaFree(dtok), cudaFree(dtable), cudaFree(dout), cudaFree(dpan);
+        }
+}
+
+static void test_quant_matmul(void) {
+    og_test_section("quantized: gemv, chunked gemv and dequantize + SGEMM");
+    /* K: one group, three, and past one round of 32 groups a lane (1056:
+     * q8 and q4 load 2 groups ahead); 2080 and 4128: q4 loads 4 groups
+     * ahead, q8 takes two rounds, 4128 is two rounds for q4 too */
+    const int64_t Ks[] = {32, 96, 1056, 2080, 4128};
+    const int64_t Ns[] = {1, 17, 67, 259};
+    const int64_t Ts[] = {1, 3, 8, 40, 200};
+    cublasHandle_t blas;
+    CHECK(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+    for (int q = 0; q < 2; q++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
+                const og_dtype dt = q ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
+                const int64_t K = Ks[ki], N = Ns[ni];
+                size_t nb;
+                void *w = rand_q(dt, N, K, &nb);
+                float *bv = rand_f32((size_t)N);
+                void *dw = up(w, nb);
+                float *db = up(bv, (size_t)N * 4);
+                /* a panel of a third of the rows: several SGEMMs into one out */
+                const int64_t panel = N > 3 ? N / 3 : 1;
+                float *dpanel = poisoned((size_t)(panel * K));
+                for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+                    const int64_t T = Ts[ti];
+                    if (T > OG_GEMV_CUDA_MAX_T && K > 1056) continue; /* the wide paths at K <= 1056 */
+                    const bool bias = (ni + ti) % 2;
+                    float *x = rand_f32((size_t)(T * K)), *ref = malloc((size_t)(T * N) * 4);
+                    CHECK_OK(og_matmul_ref(x, w, bias ? bv : NULL, dt, T, K, N, ref));
+                    float *dx = up(x, (size_t)(T * K) * 4), *dout = poisoned((size_t)(T * N));
+                    char what[128];
+                    for (int path = 0; path < (T > OG_GEMV_CUDA_MAX_T ? 2 : 1); path++) {
+                        if (T <= OG_GEMV_CUDA_MAX_T)
+                            CHECK_OK(og_gemv_cuda(NULL, dx, dw, bias ? db : NULL, dt, T, K, N, dout));
+                        else
+                            wide_q(blas, path == 0, dx, dw, bias ? db : NULL, dt, T, K, N, panel, dpanel, dout);
+                        float *got = down(dout, (size_t)(T * N));
+                        snprintf(what, sizeof what, "%s %s T=%lld K=%lld N=%lld%s",
+                                 T <= OG_GEMV_CUDA_MAX_T ? "gemv" : path == 0 ? "chunked gemv" : "dequantize + sgemm",
+                                 og_dtype_name(dt), (long long)T, (long long)K, (long long)N, bias ? " bias" : "");
+                        compare(what, got, ref, (size_t)(T * N), 1e-5 * sqrt((double)K), 1e-5);
+                        free(got);
+                    }
+                    if (T == 3 && ni == 1) { /* refusals: x not 16-byte aligned, K not whole groups */
+                        CHECK_STATUS(og_gemv_cuda(NULL, dx + 1, dw, NULL, dt, 1, K, N, dout),
+                                     OG_ERR_INVALID_ARGUMENT);
+                        CHECK_STATUS(og_gemv_cuda(NULL, dx, dw, NULL, dt, 1, K - 8, N, dout), OG_ERR_INVALID_ARGUMENT);
+                    }
+                    free(x), free(ref);
+                    cudaFree(dx), cudaFree(dout);
+                }
+                free(w), free(bv);
+                cudaFree(dw), cudaFree(db), cudaFree(dpanel);
+            }
+    cublasDestroy(blas);
+}
+
+/* The fused gemv variants over quantized weights: gemv_swiglu against two
+ * gemvs and og_swiglu_cuda, gemv_multi against one gemv a part, and the
+ * add + rms_norm prologue against og_add_rms_norm_cuda before them, all bit
+ * for bit (one summation order); and against the C references' composition. */
+static void test_quant_fused(void) {
+    og_test_section("quantized: fused gemv variants");
+    const int64_t Ks[] = {32, 96, 1056, 2080};
+    const int64_t Ts[] = {1, 3, 8};
+    for (int q = 0; q < 2; q++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+                const og_dtype dt = q ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
+                const int64_t K = Ks[ki], T = Ts[ti], F = 67;
+                const bool bias = (ki + ti + q) % 2;
+                char what[128];
+                size_t nb;
+                void *wg = rand_q(dt, F, K, &nb), *wu = rand_q(dt, F, K, &nb);
+                float *bg = rand_f32((size_t)F), *bu = rand_f32((size_t)F);
+                float *x = rand_f32((size_t)(T * K));
+                float *g = malloc((size_t)(T * F) * 4), *u = malloc((size_t)(T * F) * 4);
+                float *ref = malloc((size_t)(T * F) * 4);
+                CHECK_OK(og_matmul_ref(x, wg, bias ? bg : NULL, dt, T, K, F, g));
+                CHECK_OK(og_matmul_ref(x, wu, bias ? bu : NULL, dt, T, K, F, u));
+                CHECK_OK(og_swiglu_ref(g, u, T, F, ref));
+                float *dx = up(x, (size_t)(T * K) * 4);
+                void *dwg = up(wg, nb), *dwu = up(wu, nb);
+                float *dbg = bias ? up(bg, (size_t)F * 4) : NULL, *dbu = bias ? up(bu, (size_t)F * 4) : NULL;
+                float *dg = poisoned((size_t)(T * F)), *du = poisoned((size_t)(T * F));
+                float *dout = poisoned((size_t)(T * F)), *uout = poisoned((size_t)(T * F));
+                CHECK_OK(og_gemv_swiglu_cuda(NULL, dx, dwg, dbg, dwu, dbu, dt, T, K, F, dout));
+                CHECK_OK(og_gemv_cuda(NULL, dx, dwg, dbg, dt, T, K, F, dg));
+                CHECK_OK(og_gemv_cuda(NULL, dx, dwu, dbu, dt, T, K, F, du));
+                CHECK_OK(og_swiglu_cuda(NULL, dg, du, T * F, uout));
+                snprintf(what, sizeof what, "gemv_swiglu %s T=%lld K=%lld%s", og_dtype_name(dt), (long long)T,
+                         (long long)K, bias ? " bias" : "");
+                same_bits(what, dout, uout, (size_t)(T * F));
+                float *got = down(dout, (size_t)(T * F));
+                compare(what, got, ref, (size_t)(T * F), 1e-5 * sqrt((double)K), 1e-4);
+                free(got);
+                /* parts of 67, 17 and 67 rows: gate, a [17, K] weight of its own, up */
+                size_t nb17;
+                void *w17 = rand_q(dt, 17, K, &nb17);
+                void *dw17 = up(w17, nb17);
+                float *p0 = poisoned((size_t)(T * F)), *p1 = poisoned((size_t)(T * 17)), *p2 = poisoned((size_t)(T * F));
+                float *u17 = poisoned((size_t)(T * 17));
+                const og_gemv_cuda_part parts[3] = {{dwg, dbg, F, p0}, {dw17, NULL, 17, p1}, {dwu, dbu, F, p2}};
+                CHECK_OK(og_gemv_multi_cuda(NULL, dx, dt, T, K, parts, 3));
+                CHECK_OK(og_gemv_cuda(NULL, dx, dw17, NULL, dt, T, K, 17, u17));
+                snprintf(what, sizeof what, "gemv_multi %s T=%lld K=%lld", og_dtype_name(dt), (long long)T,
+                         (long long)K);
+                same_bits(what, p0, dg, (size_t)(T * F));
+                same_bits(what, p1, u17, (size_t)(T * 17));
+                same_bits(what, p2, du, (size_t)(T * F));
+                {   /* part 1 against the reference too */
+                    float *r17 = malloc((size_t)(T * 17) * 4);
+                    CHECK_OK(og_matmul_ref(x, w17, NULL, dt, T, K, 17, r17));
+                    got = down(p1, (size_t)(T * 17));
+                    compare(what, got, r17, (size_t)(T * 17), 1e-5 * sqrt((double)K), 1e-5);
+                    free(got), free(r17);
+                }
+                if (og_gemv_cuda_norm_fits(T, K)) { /* the add + rms_norm prologue */
+                    float *ra = rand_f32((size_t)(T * K)), *rb = rand_f32((size_t)(T * K));
+                    void *wn = rand_w((size_t)K, OG_DTYPE_BF16);
+                    float *na = up(ra, (size_t)(T * K) * 4), *nbv = up(rb, (size_t)(T * K) * 4);
+                    void *dwn = up(wn, (size_t)K * 2);
+                    float *nsum = poisoned((size_t)(T * K)), *normed = poisoned((size_t)(T * K));
+                    float *fsum = poisoned((size_t)(T * K)), *fsum2 = poisoned((size_t)(T * K));
+                    float *f0 = poisoned((size_t)(T * F)), *f1 = poisoned((size_t)(T * 17));
+                    float *fsw = poisoned((size_t)(T * F));
+                    CHECK_OK(og_add_rms_norm_cuda(NULL, na, nbv, dwn, OG_DTYPE_BF16, T, K, 1e-6f, nsum, normed));
+                    CHECK_OK(og_gemv_multi_cuda(NULL, normed, dt, T, K, parts, 3));
+                    CHECK_OK(og_gemv_swiglu_cuda(NULL, normed, dwg, dbg, dwu, dbu, dt, T, K, F, dout));
+                    og_gemv_cuda_norm nm = {na, nbv, dwn, OG_DTYPE_BF16, 1e-6f, fsum};
+                    const og_gemv_cuda_part fparts[2] = {{dwg, dbg, F, f0}, {dw17, NULL, 17, f1}};
+                    CHECK_OK(og_gemv_norm_multi_cuda(NULL, NULL, &nm, dt, T, K, fparts, 2));
+                    nm.sum = fsum2;
+                    CHECK_OK(og_gemv_norm_swiglu_cuda(NULL, NULL, &nm, dwg, dbg, dwu, dbu, dt, T, K, F, fsw));
+                    snprintf(what, sizeof what, "gemv with add+rms_norm %s T=%lld K=%lld", og_dtype_name(dt),
+                             (long long)T, (long long)K);
+                    same_bits(what, fsum, nsum, (size_t)(T * K));
+                    same_bits(what, fsum2, nsum, (size_t)(T * K));
+                    same_bits(what, f0, p0, (size_t)(T * F));
+                    same_bits(what, f1, p1, (size_t)(T * 17));
+                    same_bits(what, fsw, dout, (size_t)(T * F));
+                    free(ra), free(rb), free(wn);
+                    cudaFree(na), cudaFree(nbv), cudaFree(dwn), cudaFree(nsum), cudaFree(normed);
+                    cudaFree(fsum), cudaFree(fsum2), cudaFree(f0), cudaFree(f1), cudaFree(fsw);
+                }
+                free(wg), free(wu), free(bg), free(bu), free(x), free(g), free(u), free(ref);
+                free(w17);
+                cudaFree(dx), cudaFree(dwg), cudaFree(dwu), cudaFree(dbg), cudaFree(dbu), cudaFree(dg);
+                cudaFree(du), cudaFree(dout), cudaFree(uout), cudaFree(dw17);
+                cudaFree(p0), cudaFree(p1), cudaFree(p2), cudaFree(u17);
+            }
+}
+
 static void test_argmax(void) {
     og_test_section("argmax");
     const int64_t Vs[] = {1, 2, 1023, 1025, 32769, 151936}; /* 32769: one past a full pass of the blocks */
@@ -395,6 +649,9 @@ int main(void) {
     test_matmul();
     test_rows();
     test_fused();
+    test_quant_embed();
+    test_quant_matmul();
+    test_quant_fused();
     test_argmax();
     return og_test_finish();
 }
