@@ -22,7 +22,9 @@
  *     stepping each session alone (the tolerance above);
  *   - decode of up to 64 sessions with joins, leaves and growth captures one
  *     graph per batch bucket used (og_model_metrics), never re-captures, and
- *     agrees with the CPU too.
+ *     agrees with the CPU too;
+ *   - programs with q8 and q4 weights agree with the CPU back end on the
+ *     same program, for every product path (check_quantized).
  * Data are found under $OG_SOURCE_DIR when set (a machine with a GPU runs the tests
  * from another checkout), else where the build saw them. Skipped (77) without
  * a CUDA build or device. */
@@ -568,6 +570,62 @@ done:
     remove(prog);
 }
 
+/* A program with q8 or q4 weights (every matrix of the fixture, the
+ * embedding table, and with tied embeddings the head that reads it): the
+ * CUDA logits agree with the CPU back end's on the same program, fed whole
+ * (64 rows: each weight dequantized to f32 panels and SGEMM), in chunks of
+ * 20 (the gemv on chunks of 8 rows), 3 and 1 (the gemv and its fused
+ * variants, norm prologues included). Same tolerance as the float programs:
+ * both back ends multiply by the exact weights scale * q with f32 sums and
+ * differ in summation order only. Decode with graphs gives the bits of
+ * decode without. */
+static void check_quantized(const char *src, const char *name, og_dtype weights) {
+    char dir[1024], prog[1024], what[128];
+    snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(prog, sizeof prog, "%s/og_exec_cuda_%s_%s_%d.ogp", tmp, name, og_dtype_name(weights), (int)getpid());
+    snprintf(what, sizeof what, "%s, %s weights", name, og_dtype_name(weights));
+    og_test_section(what);
+    int32_t ids[N_TOK];
+    if (read_tokens(dir, ids) != N_TOK) {
+        CHECK_MSG(false, "%s: no tokens", dir);
+        return;
+    }
+    og_export_options o;
+    og_export_default_options(&o);
+    o.weights = weights;
+    o.max_write = N_TOK;
+    o.initial_capacity = 8;
+    og_export_summary sum;
+    CHECK_OK(og_export_hf(dir, prog, &o, &sum));
+    CHECK_MSG(sum.weights == weights && sum.n_unquantized == 0, "%s: %d matrices left unquantized", what,
+              (int)sum.n_unquantized);
+    og_model *cpu = load(prog, OG_BACKEND_CPU, 1);
+    og_model *gpu = load(prog, OG_BACKEND_CUDA, 1);
+    og_model *nog = load(prog, OG_BACKEND_CUDA, 0);
+    if (cpu && gpu && nog) {
+        const size_t all = (size_t)N_TOK * (size_t)og_model_vocab_size(cpu);
+        float *want = run(cpu, ids, N_TOK, 1, NULL);
+        const int chunks[] = {0, 20, 3, 1};
+        for (int ci = 0; ci < 4; ci++) {
+            float *got = run(gpu, ids, N_TOK, chunks[ci], NULL);
+            size_t worst = 0;
+            double r = og_tol_ratio(got, want, all, 1e-3, 1e-3, &worst);
+            CHECK_MSG(r <= 1.0, "%s chunk %d: CUDA vs CPU ratio %.3g at %zu (%g vs %g)", what, chunks[ci], r, worst,
+                      (double)got[worst], (double)want[worst]);
+            free(got);
+        }
+        float *with = run(gpu, ids, N_TOK, 1, NULL), *without = run(nog, ids, N_TOK, 1, NULL);
+        CHECK_MSG(memcmp(with, without, all * sizeof(float)) == 0, "%s: decode with graphs differs from without",
+                  what);
+        free(with), free(without), free(want);
+    }
+    og_model_free(cpu);
+    og_model_free(gpu);
+    og_model_free(nog);
+    remove(prog);
+}
+
 int main(void) {
     if (!og_cuda_device_present()) {
         printf("skipped: no CUDA device\n");
@@ -576,6 +634,12 @@ int main(void) {
     const char *src = getenv("OG_SOURCE_DIR") ? getenv("OG_SOURCE_DIR") : OG_SOURCE_DIR;
     const char *names[] = {"llama-gqa", "qwen3-mixed", "qwen2-bias", "mistral-sw"};
     for (int i = 0; i < 4; i++) check_fixture(src, names[i]);
+    /* fixtures whose matrices are all whole groups of OG_QUANT_GROUP */
+    const char *quant_names[] = {"llama-gqa", "qwen3-mixed"};
+    for (int i = 0; i < 2; i++) {
+        check_quantized(src, quant_names[i], OG_DTYPE_Q8);
+        check_quantized(src, quant_names[i], OG_DTYPE_Q4);
+    }
     return og_test_finish();
 }
 #endif
