@@ -33,6 +33,15 @@
  * grid of one split); one graph replayed over a table rewritten between
  * replays (new lengths, padding and storage bases). Same tolerance as the
  * split-K cases.
+ * int8 and fp8 storage (attend_quant.h: quants, a f32 scale per token and
+ * head, padding to 16 bytes) through the same cases, single-session (T 1 to
+ * 129, D 16 to 256) and batched: the reference quantizes with the CPU
+ * quantizer and the kernel with its own code, so the byte-for-byte storage
+ * check is the check of the kernel's quantizer (same f32 divisions, same
+ * rounding). Both read the same quants and scales (the kernel folds the
+ * scales into the score and the weight instead of into each element: one
+ * more f32 rounding per product), so the split-K tolerance holds. Storage
+ * around the rows is random bytes; the rows hold valid quantized rows.
  * OG_CUDA_TEST_QUICK=1 keeps T <= 17, histories <= 257 and B <= 17
  * (sanitizer runs); OG_ATTEND_CUDA_TEST_BATCH_ONLY=1 runs the batched cases
  * alone (racecheck of the batched kernel).
@@ -46,6 +55,7 @@ int main(void) {
 }
 #else
 #include "kernels/attend.h"
+#include "kernels/attend_quant.h"
 #include "kernels/cuda/ops_cuda.h"
 
 #include "cuda_check.h"
@@ -58,8 +68,32 @@ typedef struct attend_case {
     int64_t L;
     og_dtype dtype;
     float scale;
-    int64_t RS; /* storage row stride in elements; 0: dense */
+    int64_t RS; /* storage row stride in elements (int8 / fp8: bytes); 0: dense */
 } attend_case;
+
+/* Fills n elements of storage at random: bf16 / f32 uniform in [-1, 1),
+ * int8 / fp8 random bytes (fill_rows then makes the rows valid), so that a
+ * wrong read or write shows. */
+static void fill_random(unsigned char *base, og_dtype dt, size_t n, og_rng *rng) {
+    for (size_t e = 0; e < n; e++) {
+        if (og_kv_dtype_quantized(dt)) base[e] = (unsigned char)og_rng_next(rng);
+        else og_store_f32(base, dt, e, og_rng_uniform(rng, -1, 1));
+    }
+}
+
+/* int8 / fp8 only: R rows, stride bytes apart from base + at, each a row
+ * quantized from uniform values (og_kv_quantize_row): what a kernel reads
+ * as history. */
+static void fill_rows(unsigned char *base, og_dtype dt, int64_t R, size_t stride, size_t at, int32_t Hkv, int32_t D,
+                      og_rng *rng) {
+    if (!og_kv_dtype_quantized(dt)) return;
+    float *x = malloc((size_t)Hkv * D * sizeof(float));
+    for (int64_t r = 0; r < R; r++) {
+        og_rng_fill(rng, x, (size_t)Hkv * D, -1, 1);
+        og_kv_quantize_row(dt, x, Hkv, D, base + (size_t)r * stride + at);
+    }
+    free(x);
+}
 
 static void *dev_copy(const void *host, size_t bytes) {
     void *d = NULL;
@@ -71,9 +105,10 @@ static void *dev_copy(const void *host, size_t bytes) {
 static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
     const int32_t T = c->T, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
     const int64_t R = c->policy == OG_KV_FLAT ? c->L + T + 5 : (int64_t)c->W + T + 1; /* ring max_write T + 2 */
-    const size_t es = og_dtype_size(c->dtype), row = (size_t)Hkv * (size_t)D;
+    /* a row's own elements: Hkv x D, or int8 / fp8 bytes (quants, scales, padding) */
+    const size_t es = og_dtype_size(c->dtype), row = (size_t)og_kv_dtype_row_bytes(c->dtype, Hkv, D) / es;
     const size_t RS = c->RS ? (size_t)c->RS : row; /* packed: the elements between rows stay untouched */
-    const size_t qn = (size_t)T * Hq * D, kn = (size_t)T * row, sn = (size_t)R * RS;
+    const size_t qn = (size_t)T * Hq * D, kn = (size_t)T * Hkv * D, sn = (size_t)R * RS;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
     void *kc = malloc(sn * es), *vc = malloc(sn * es), *kc_got = malloc(sn * es), *vc_got = malloc(sn * es);
     og_rng_fill(rng, q, qn, -1, 1);
@@ -81,10 +116,10 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
     og_rng_fill(rng, v, kn, -1, 1);
     /* history: every stored row random (rows not yet written are random too:
      * a kernel that read them would show) */
-    for (size_t i = 0; i < sn; i++) {
-        og_store_f32(kc, c->dtype, i, og_rng_uniform(rng, -1, 1));
-        og_store_f32(vc, c->dtype, i, og_rng_uniform(rng, -1, 1));
-    }
+    fill_random(kc, c->dtype, sn, rng);
+    fill_random(vc, c->dtype, sn, rng);
+    fill_rows(kc, c->dtype, R, RS * es, 0, Hkv, D, rng);
+    fill_rows(vc, c->dtype, R, RS * es, 0, Hkv, D, rng);
     void *dq = dev_copy(q, qn * 4), *dk = dev_copy(k, kn * 4), *dv = dev_copy(v, kn * 4);
     void *dkc = dev_copy(kc, sn * es), *dvc = dev_copy(vc, sn * es);
     og_poison(got, qn);
@@ -166,6 +201,18 @@ static void test_refusals(void) {
     CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_INVALID_ARGUMENT);
     b = a, b.kv.row_stride = 136;
     CHECK_OK(og_update_and_attend_cuda(NULL, &b));
+    /* int8 / fp8: rows of 2 x (64 + 4) = 136 bytes padded to 144; heads of
+     * fewer than 16 quants are refused */
+    b = a, b.kv.dtype = OG_DTYPE_INT8;
+    CHECK_OK(og_update_and_attend_cuda(NULL, &b));
+    b.kv.row_stride = 136; /* without the padding */
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_INVALID_ARGUMENT);
+    b.kv.row_stride = 160;
+    CHECK_OK(og_update_and_attend_cuda(NULL, &b));
+    b = a, b.kv.dtype = OG_DTYPE_FP8, b.kv.head_dim = 8;
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_UNSUPPORTED);
+    b = a, b.kv.dtype = OG_DTYPE_Q8; /* a weight format, not a KV one */
+    CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_UNSUPPORTED);
     /* the batched call checks what the host holds (never the table) */
     CK(cudaMemset(buf, 0, 1 << 20)); /* a table of padded entries (T = 0), zero counters */
     og_attend_batch_cuda_args ba = {.q = buf, .k = buf, .v = buf, .out = buf, .B = 2, .n_heads = 4, .n_kv_heads = 2,
@@ -184,6 +231,10 @@ static void test_refusals(void) {
     bb = ba, bb.max_keys = 0;
     CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
     bb = ba, bb.kv_dtype = OG_DTYPE_I32;
+    CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_UNSUPPORTED);
+    bb = ba, bb.kv_dtype = OG_DTYPE_FP8;
+    CHECK_OK(og_update_and_attend_batch_cuda(NULL, &bb));
+    bb.head_dim = 8;
     CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_UNSUPPORTED);
     bb = ba, bb.policy = (og_kv_policy)7;
     CHECK_STATUS(og_update_and_attend_batch_cuda(NULL, &bb), OG_ERR_INVALID_ARGUMENT);
@@ -302,10 +353,13 @@ static og_attend_batch_cuda_args batch_args(const batch_case *c, const batch_buf
 static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, const batch_bufs *bufs,
                       int64_t max_keys, cudaGraphExec_t graph, int passes) {
     const int32_t B = c->B, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
-    const size_t es = og_dtype_size(c->dtype), row = (size_t)Hkv * D;
-    /* packed: row = [8 elements of another layer | k | v | 8 more]: 16-byte multiples for bf16 and f32 */
-    const size_t RS = c->packed ? 2 * row + 16 : row;
-    const size_t qn = (size_t)B * Hq * D, kn = (size_t)B * row;
+    /* a row's own elements: Hkv x D, or int8 / fp8 bytes (quants, scales, padding) */
+    const size_t es = og_dtype_size(c->dtype), row = (size_t)og_kv_dtype_row_bytes(c->dtype, Hkv, D) / es;
+    /* packed: row = [16 bytes of another layer | k | v | 16 more]: 16-byte multiples (8 elements of bf16,
+     * f32 rows of 8 elements on each side) */
+    const size_t gap = c->dtype == OG_DTYPE_F32 ? 8 : 16 / es;
+    const size_t RS = c->packed ? 2 * row + 2 * gap : row;
+    const size_t qn = (size_t)B * Hq * D, kn = (size_t)B * Hkv * D;
     float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *ref = malloc(qn * 4), *got = malloc(qn * 4);
     og_rng_fill(rng, q, qn, -1, 1);
     og_rng_fill(rng, k, kn, -1, 1);
@@ -321,13 +375,15 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
         /* flat: a few rows past L; ring: R = W + 2 (max_write 3), wrapping once L >= R */
         const int64_t R = c->policy == OG_KV_FLAT ? L + 1 + (b % 4) : (int64_t)c->W + 2;
         bytes[b] = (size_t)R * RS * es;
+        const size_t ko = c->packed ? gap * es : 0, vo = c->packed ? (gap + row) * es : 0;
         for (int i = 0; i < n_blocks; i++) {
             host[2 * b + i] = malloc(bytes[b]);
-            for (size_t e = 0; e < (size_t)R * RS; e++) /* every element random: a wrong read or write shows */
-                og_store_f32(host[2 * b + i], c->dtype, e, og_rng_uniform(rng, -1, 1));
+            /* every element random (a wrong read or write shows), quantized rows valid */
+            fill_random(host[2 * b + i], c->dtype, (size_t)R * RS, rng);
+            if (i == 0) fill_rows(host[2 * b], c->dtype, R, RS * es, ko, Hkv, D, rng);
+            if (i == n_blocks - 1) fill_rows(host[2 * b + i], c->dtype, R, RS * es, vo, Hkv, D, rng);
             dev[2 * b + i] = dev_copy(host[2 * b + i], bytes[b]);
         }
-        const size_t ko = c->packed ? 8 * es : 0, vo = c->packed ? (8 + row) * es : 0;
         unsigned char *hk = host[2 * b] + ko, *hv = host[2 * b + n_blocks - 1] + vo;
         tab[b] = (og_attend_cuda_seq){.k = dev[2 * b] + ko, .v = dev[2 * b + n_blocks - 1] + vo,
                                       .row_stride = c->packed ? (int64_t)RS : (b % 2 ? 0 : (int64_t)row),
@@ -395,10 +451,10 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
 static const int64_t kBatchLs[] = {0, 1, 3, 127, 128, 129, 1000, 4097};
 
 /* Mixed lengths (one of kBatchLs per entry, a rotation per call), some
- * entries padded; flat and ring (W 4 and 64: the ring wraps); bf16 and f32;
- * dense and packed rows; B 1, 2, 3, 17, 64. */
-static void test_batch(og_rng *rng, cudaStream_t stream, bool quick) {
-    og_test_section("batched decode vs reference");
+ * entries padded; flat and ring (W 4 and 64: the ring wraps); bf16 and f32
+ * (quant: int8 and fp8); dense and packed rows; B 1, 2, 3, 17, 64. */
+static void test_batch(og_rng *rng, cudaStream_t stream, bool quick, bool quant) {
+    og_test_section(quant ? "batched decode vs reference, int8 and fp8" : "batched decode vs reference");
     const int32_t Bs[] = {1, 2, 3, 17, 64};
     const int32_t heads[][2] = {{16, 8}, {4, 1}, {6, 3}}; /* Hq, Hkv */
     const int32_t Ds[] = {64, 128};
@@ -419,7 +475,8 @@ static void test_batch(og_rng *rng, cudaStream_t stream, bool quick) {
                     const batch_case c = {.B = B, .Hkv = heads[hi][1], .G = heads[hi][0] / heads[hi][1], .D = Ds[di],
                                           .W = ring ? (n % 2 ? 64 : 4) : 0,
                                           .policy = ring ? OG_KV_RING : OG_KV_FLAT,
-                                          .dtype = (n / 2) % 2 ? OG_DTYPE_F32 : OG_DTYPE_BF16,
+                                          .dtype = quant ? ((n / 2) % 2 ? OG_DTYPE_FP8 : OG_DTYPE_INT8)
+                                                         : ((n / 2) % 2 ? OG_DTYPE_F32 : OG_DTYPE_BF16),
                                           .packed = (n / 4) % 2 == 1, .scale = n % 3 == 0 ? 0.0f : 0.07f, .L = L};
                     /* max_keys as the executor gives it (flat: capacity, ring: W), and sometimes 1 (a grid of
                      * one split: longer entries stay exact) */
@@ -504,7 +561,8 @@ int main(void) {
     og_rng rng = og_rng_seed(20251202);
     /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
     const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
-    test_batch(&rng, stream, quick);
+    test_batch(&rng, stream, quick, false);
+    test_batch(&rng, stream, quick, true);
     test_batch_graph(&rng, stream, quick);
     /* OG_ATTEND_CUDA_TEST_BATCH_ONLY: the batched kernel alone (a sanitizer run over it) */
     if (getenv("OG_ATTEND_CUDA_TEST_BATCH_ONLY")) {
@@ -543,6 +601,40 @@ int main(void) {
                     }
                 }
     printf("%d cases\n", n);
+
+    /* int8 and fp8 storage: the split-K kernel for every T; D 16 (one 16-byte
+     * piece a row of a head, 512-key tiles) to 256; T = 129 only over short
+     * histories, which keeps the reference in seconds */
+    og_test_section("kernel vs reference, int8 and fp8 storage");
+    const int32_t QDs[] = {64, 128, 16, 256};
+    const int32_t QGs[] = {1, 4, 8, 12};
+    int nq = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
+            for (size_t gi = 0; gi < sizeof QGs / sizeof *QGs; gi++)
+                for (size_t di = 0; di < sizeof QDs / sizeof *QDs; di++) {
+                    if (Ts[ti] == 129 && Ls[li] > 257) continue;
+                    if (Ts[ti] == 17 && Ls[li] == 4097 && QGs[gi] > 4) continue;
+                    if (QDs[di] == 16 || QDs[di] == 256) { /* the tile edges: a few cases each */
+                        if ((ti + li + gi) % 3 != 0) continue;
+                    }
+                    if (quick && (Ts[ti] > 17 || Ls[li] > 257)) continue;
+                    for (int variant = 0; variant < 2; variant++) {
+                        const int32_t Hkv = QGs[gi] >= 8 ? 1 : 2;
+                        const og_dtype dt = nq % 2 ? OG_DTYPE_FP8 : OG_DTYPE_INT8;
+                        attend_case c = {
+                            .policy = variant ? OG_KV_RING : OG_KV_FLAT,
+                            .T = Ts[ti], .Hkv = Hkv, .G = QGs[gi], .D = QDs[di],
+                            .W = variant ? (int32_t)(Ls[li] > 1000 ? 1000 : li % 2 ? 100 : 37) : 0, .L = Ls[li],
+                            .dtype = dt, .scale = nq % 3 == 0 ? 0.0f : 0.07f,
+                            /* every fourth case packed: 16 more bytes per row */
+                            .RS = nq % 4 == 1 ? og_kv_dtype_row_bytes(dt, Hkv, QDs[di]) + 16 : 0,
+                        };
+                        run_case(&c, &rng, stream);
+                        nq++;
+                    }
+                }
+    printf("%d int8 / fp8 cases\n", nq);
     CK(cudaStreamDestroy(stream));
     return og_test_finish();
 }

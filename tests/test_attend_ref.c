@@ -326,15 +326,18 @@ static void refusals(const char *kernel, kernel_fn fn) {
     expect_refusal("unknown dtype", fn, a, OG_ERR_INVALID_ARGUMENT, "dtype");
     a.kv.dtype = OG_DTYPE_F16;
     expect_refusal("f16 storage", fn, a, OG_ERR_UNSUPPORTED, "f16");
-    /* int8 rows of these 2 heads of 8 take 2 * (8 + 4) = 24 bytes: a stride of
-     * 16 (what 2 * 8 elements would be) is refused, 24 is not */
+    /* int8 rows of these 2 heads of 8 take 2 * (8 + 4) = 24 bytes, padded to
+     * 32: strides of 16 (what 2 * 8 elements would be) and 24 are refused,
+     * 32 is not */
     a = base;
     a.kv.dtype = OG_DTYPE_INT8;
-    a.kv.rows = 4; /* 4 rows of 24 bytes fit the 8 x 16 x 2 bytes held */
+    a.kv.rows = 4; /* 4 rows of 32 bytes fit the 8 x 16 x 2 bytes held */
     a.kv.length = 0;
     a.kv.row_stride = 16;
-    expect_refusal("int8 row stride below Hkv * (D + 4)", fn, a, OG_ERR_INVALID_ARGUMENT, "row stride");
+    expect_refusal("int8 row stride 16", fn, a, OG_ERR_INVALID_ARGUMENT, "row stride");
     a.kv.row_stride = 24;
+    expect_refusal("int8 row stride without the padding", fn, a, OG_ERR_INVALID_ARGUMENT, "row stride");
+    a.kv.row_stride = 32;
     CHECK_OK(og_attend_check(&a));
 
     /* ring W = 16, max_write = 32: R = 47; a 33-token step is too wide */

@@ -93,7 +93,8 @@ static void test_valid(void) {
 }
 
 /* A row of a layer's k or v: Hkv * D elements, or for int8 / fp8 the Hkv * D
- * quant bytes then Hkv f32 scales; a dense view's stride says the same. */
+ * quant bytes then Hkv f32 scales, padded to 16 bytes; a dense view's stride
+ * says the same. */
 static void test_row_bytes(void) {
     og_test_section("row bytes and dense strides");
     fixture f;
@@ -101,8 +102,10 @@ static void test_row_bytes(void) {
     const og_kv_layer_config *l = &f.layers[0];
     const int64_t HD = (int64_t)l->n_kv_heads * l->head_dim;
     const og_dtype dts[4] = {OG_DTYPE_F32, OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
-    const int64_t want[4] = {4 * HD, 2 * HD, HD + 4 * l->n_kv_heads, HD + 4 * l->n_kv_heads};
-    const int64_t want_stride[4] = {HD, HD, HD + 4 * l->n_kv_heads, HD + 4 * l->n_kv_heads};
+    /* 2 heads of 8: 16 quants and 8 bytes of scales, 8 of padding */
+    CHECK(HD == 16);
+    const int64_t want[4] = {4 * HD, 2 * HD, 32, 32};
+    const int64_t want_stride[4] = {HD, HD, 32, 32};
     for (int i = 0; i < 4; i++) {
         f.cfg.kv_dtype = dts[i];
         CHECK_MSG(og_kv_row_bytes(&f.cfg, l) == want[i], "%s: %lld bytes a row, want %lld", og_dtype_name(dts[i]),

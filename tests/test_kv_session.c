@@ -897,8 +897,8 @@ static void test_capacity_in_place(void) {
     }
 }
 
-/* int8 / fp8 sessions: every byte counted is a row's quants (Hkv * D) and
- * its Hkv f32 scales, dense or packed. */
+/* int8 / fp8 sessions: every byte counted is a row's quants (Hkv * D), its
+ * Hkv f32 scales and its padding to 16 bytes. */
 static void test_quantized_bytes(void) {
     og_test_section("int8 and fp8: bytes counted with the scales");
     const og_dtype dts[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
@@ -907,7 +907,7 @@ static void test_quantized_bytes(void) {
         cfg.kv_dtype = dts[i];
         int64_t flat_row = 0, ring_row = 0; /* bytes of one position's k and v, by hand */
         for (int l = 0; l < NL; l++) {
-            const int64_t b = 2 * (int64_t)k_layers[l].n_kv_heads * (k_layers[l].head_dim + 4);
+            const int64_t b = 2 * (((int64_t)k_layers[l].n_kv_heads * (k_layers[l].head_dim + 4) + 15) / 16 * 16);
             if (k_layers[l].policy == OG_KV_FLAT) flat_row += b;
             else ring_row += b;
         }
@@ -920,7 +920,9 @@ static void test_quantized_bytes(void) {
         check_metrics(s, 3, 2 * 4 + RING_R, 4 * flat_row + RING_R * ring_row, 3 * (flat_row + ring_row), 0, 0, 1);
         og_kv_layer_view v;
         CHECK_OK(og_kv_session_layer_view(s, 0, &v));
-        CHECK(v.dtype == dts[i] && og_kv_layer_view_row_stride(&v) == 2 * (4 + 4));
+        CHECK(v.dtype == dts[i] && og_kv_layer_view_row_stride(&v) == 2 * (4 + 4)); /* 16: no padding */
+        CHECK_OK(og_kv_session_layer_view(s, 1, &v));
+        CHECK(og_kv_layer_view_row_stride(&v) == 16); /* 1 x (2 + 4) bytes, padded */
         og_kv_session_destroy(s);
     }
 }

@@ -89,8 +89,9 @@ static void test_roundtrip(const og_kv_allocator *from, const og_kv_allocator *i
         for (int32_t i = 0; i < cfg->n_layers; i++) {
             const og_kv_layer_config *l = &cfg->layers[i];
             const int64_t R = og_kv_layer_slots(cfg, l), live = l->policy == OG_KV_RING && n > R ? R : n;
-            /* int8 / fp8 rows: Hkv * D quants and Hkv f32 scales */
-            const int64_t row = dt == OG_DTYPE_INT8 || dt == OG_DTYPE_FP8 ? (int64_t)l->n_kv_heads * (l->head_dim + 4)
+            /* int8 / fp8 rows: Hkv * D quants and Hkv f32 scales, padded to 16 bytes */
+            const int64_t row = dt == OG_DTYPE_INT8 || dt == OG_DTYPE_FP8
+                                    ? ((int64_t)l->n_kv_heads * (l->head_dim + 4) + 15) / 16 * 16
                                                           : (int64_t)l->n_kv_heads * l->head_dim * (int64_t)og_dtype_size(dt);
             rows_bytes += 2 * live * row;
         }

@@ -55,4 +55,6 @@ void og_kv_quantize_row(og_dtype dt, const float *x, int64_t Hkv, int64_t D, voi
         }
         memcpy(qrow + Hkv * D + h * OG_KV_SCALE_BYTES, &scale, sizeof scale);
     }
+    const int64_t used = Hkv * (D + OG_KV_SCALE_BYTES); /* the padding: zeros, never stale bytes */
+    memset(qrow + used, 0, (size_t)(og_kv_dtype_row_bytes(dt, Hkv, D) - used));
 }

@@ -6,8 +6,12 @@
  * One row (one position of one layer's k or v) of int8 or fp8 storage is
  * Hkv * D quant bytes, head-major like a bf16 row, then Hkv f32 scales (one
  * per head of this token; native byte order, at byte Hkv * D of the row,
- * read with memcpy: nothing aligns them to 4 when Hkv * D is odd):
- *     [Hkv, D] quants | [Hkv] f32 scales          Hkv * (D + 4) bytes
+ * read with memcpy: nothing aligns them to 4 when Hkv * D is odd), then
+ * zeros up to a multiple of 16 bytes, so that dense rows start on 16-byte
+ * boundaries as the GPU kernel's 16-byte copies need (none for Hkv % 4 == 0
+ * and D % 4 == 0, e.g. 8 heads of 128):
+ *     [Hkv, D] quants | [Hkv] f32 scales | 0..15 zero bytes
+ *                                    round_up(Hkv * (D + 4), 16) bytes
  * element d of head h = decode(quant[h][d]) * scale[h], in f32.
  *   int8: quant = round_half_even(x / scale) in [-127, 127], scale = amax / 127
  *   fp8:  quant = e4m3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits;
@@ -34,10 +38,15 @@
 /* True for the kv dtypes stored as quants and per-head scales. */
 static inline bool og_kv_dtype_quantized(og_dtype dt) { return dt == OG_DTYPE_INT8 || dt == OG_DTYPE_FP8; }
 
+/* Rows of int8 / fp8 storage are padded to a multiple of this (bytes). */
+#define OG_KV_QUANT_ROW_ALIGN 16
+
 /* Bytes of one storage row of Hkv heads of D: Hkv * D * size for bf16 and
- * f32, Hkv * (D + 4) for int8 and fp8. */
+ * f32, round_up(Hkv * (D + 4), 16) for int8 and fp8. */
 static inline int64_t og_kv_dtype_row_bytes(og_dtype dt, int64_t Hkv, int64_t D) {
-    return og_kv_dtype_quantized(dt) ? Hkv * (D + OG_KV_SCALE_BYTES) : Hkv * D * (int64_t)og_dtype_size(dt);
+    if (!og_kv_dtype_quantized(dt)) return Hkv * D * (int64_t)og_dtype_size(dt);
+    const int64_t a = OG_KV_QUANT_ROW_ALIGN;
+    return (Hkv * (D + OG_KV_SCALE_BYTES) + a - 1) / a * a;
 }
 
 /* e4m3 value of every byte (0x7f and 0xff are NaN). */
@@ -54,7 +63,8 @@ static inline float og_kv_row_scale(const void *row, int64_t Hkv, int64_t D, int
     return s;
 }
 
-/* Quantizes x [Hkv, D] into one row of dt (int8 or fp8) as above. */
+/* Quantizes x [Hkv, D] into one row of dt (int8 or fp8) as above, padding
+ * included (og_kv_dtype_row_bytes bytes written). */
 void og_kv_quantize_row(og_dtype dt, const float *x, int64_t Hkv, int64_t D, void *row);
 
 /* Element d of head h of a quantized row of dt, in f32. */

@@ -32,7 +32,8 @@ const char *og_kv_rule_name(og_kv_rule r) {
 }
 
 /* Dense rows are one row's own elements: Hkv * D, or for int8 and fp8 (one
- * byte an element) the Hkv * D quants and the Hkv f32 scales behind them. */
+ * byte an element) the Hkv * D quants, the Hkv f32 scales behind them and
+ * the padding to 16 bytes (attend_quant.h). */
 int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v) {
     if (v->row_stride > 0) return v->row_stride;
     return og_kv_dtype_quantized(v->dtype) ? og_kv_dtype_row_bytes(v->dtype, v->n_kv_heads, v->head_dim)
@@ -63,12 +64,18 @@ static og_status broken_rule(og_kv_rule *broken, og_kv_rule r, const char *fmt, 
 /* Bytes of one layer's k and v storage at its full slot count, or false if
  * any product or the running total overflows int64. */
 static bool layer_bytes_fit(const og_kv_config *cfg, const og_kv_layer_config *l, int64_t *total) {
-    /* a row's bytes: Hkv * D * size, or Hkv * (D + 4) quantized */
+    /* a row's bytes: Hkv * D * size, or Hkv * (D + 4) quantized and padded
+     * to 16 (Hkv * (D + 4) < 2^63 - 16 for int32 sizes: og_kv_row_bytes cannot overflow) */
     const bool quant = og_kv_dtype_quantized(cfg->kv_dtype);
     int64_t slots = og_kv_layer_slots(cfg, l), b;
-    if (!og_mul_overflow_i64(slots, l->n_kv_heads, &b)) return false;
-    if (!og_mul_overflow_i64(b, (int64_t)l->head_dim + (quant ? OG_KV_SCALE_BYTES : 0), &b)) return false;
-    if (!og_mul_overflow_i64(b, (int64_t)og_dtype_size(cfg->kv_dtype), &b)) return false;
+    if (quant) {
+        b = og_kv_row_bytes(cfg, l);
+        if (!og_mul_overflow_i64(b, slots, &b)) return false;
+    } else {
+        if (!og_mul_overflow_i64(slots, l->n_kv_heads, &b)) return false;
+        if (!og_mul_overflow_i64(b, l->head_dim, &b)) return false;
+        if (!og_mul_overflow_i64(b, (int64_t)og_dtype_size(cfg->kv_dtype), &b)) return false;
+    }
     if (!og_mul_overflow_i64(b, 2, &b)) return false; /* k and v */
     return og_add_overflow_i64(*total, b, total);
 }

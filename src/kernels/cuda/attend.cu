@@ -52,14 +52,29 @@
  *   blocks past its split count, and every block of a padded entry (T = 0),
  *   leave at once. Split counters and partials are indexed by entry as they
  *   are by token in a single-session launch.
+ * int8 and fp8 storage (attend_quant.h: a row is Hkv x D quant bytes, then
+ *   Hkv f32 scales) runs the split-K kernel, prefill included: tiles carry
+ *   the quants (D bytes a key), a worker reads its keys' k and v scales
+ *   from the row tails in global memory (one word per key, L2-resident)
+ *   and folds them into the score (q . k_quant x k scale) and the weight of
+ *   the value (p x v scale). The step's own keys are rounded as the row
+ *   write rounds them (amax over the head by shuffles across the worker's
+ *   lanes), and the row is written with the same f32 divisions and round-
+ *   to-nearest-even conversions (rintf, __nv_cvt_float_to_fp8 satfinite) as
+ *   the CPU quantizer, so the bytes stored match the CPU's.
  * Scores are kept in the log2 domain (q is pre-scaled by scale * log2 e), so
  * exp2f stands for exp throughout.
  */
 #include "kernels/cuda/ops_cuda.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
+
+extern "C" { /* C headers without a C++ guard of their own */
+#include "kernels/attend_quant.h"
+}
 
 namespace {
 
@@ -115,12 +130,106 @@ __device__ inline void load8(const __nv_bfloat16 *p, float f[kE]) {
     }
 }
 
+/* One byte of int8 / fp8 storage: the quant alone (its row's scale scales it). */
+struct kv_i8 {
+    int8_t x;
+};
+struct kv_e4m3 {
+    __nv_fp8_storage_t x;
+};
+template <typename KV>
+struct kv_quant {
+    static constexpr bool value = false;
+};
+template <>
+struct kv_quant<kv_i8> {
+    static constexpr bool value = true;
+};
+template <>
+struct kv_quant<kv_e4m3> {
+    static constexpr bool value = true;
+};
+
+/* Elements between dense rows: Hkv x D, or quantized Hkv x (D + 4) bytes
+ * padded to 16 (og_kv_dtype_row_bytes). */
+template <typename KV>
+__host__ __device__ inline int64_t dense_row(int32_t Hkv, int32_t D) {
+    constexpr int64_t a = OG_KV_QUANT_ROW_ALIGN;
+    return kv_quant<KV>::value ? ((int64_t)Hkv * (D + OG_KV_SCALE_BYTES) + a - 1) / a * a : (int64_t)Hkv * D;
+}
+
+/* 8 quants (8 bytes, 8-aligned) as f32, unscaled. */
+__device__ inline void load8(const kv_i8 *p, float f[kE]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[i] = (float)(int8_t)(u.x >> (8 * i));
+        f[4 + i] = (float)(int8_t)(u.y >> (8 * i));
+    }
+}
+
+__device__ inline void load8(const kv_e4m3 *p, float f[kE]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const uint32_t w[2] = {u.x, u.y};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { /* e4m3 -> f16 -> f32 is exact */
+        const __half2_raw h =
+            __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i / 2] >> (16 * (i % 2))), __NV_E4M3);
+        const float2 f2 = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+        f[2 * i] = f2.x;
+        f[2 * i + 1] = f2.y;
+    }
+}
+
+/* The quant of x / scale as the CPU quantizer (og_kv_quantize_row) takes it:
+ * f32 division, int8 clamped to +-127 and rounded to nearest even, e4m3
+ * rounded to nearest even and saturated to +-448. */
+__device__ inline int8_t quant_i8(float x, float scale) {
+    float y = scale > 0.0f ? x / scale : 0.0f;
+    y = y > OG_KV_INT8_MAX ? OG_KV_INT8_MAX : y < -OG_KV_INT8_MAX ? -OG_KV_INT8_MAX : y;
+    return (int8_t)(y == y ? rintf(y) : 0.0f);
+}
+__device__ inline __nv_fp8_storage_t quant_e4m3(float x, float scale) {
+    const float y = scale > 0.0f ? x / scale : 0.0f;
+    return __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ inline float dequant(kv_i8, float x, float scale) { return (float)quant_i8(x, scale) * scale; }
+__device__ inline float dequant(kv_e4m3, float x, float scale) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(quant_e4m3(x, scale), __NV_E4M3);
+    return __half2float(*reinterpret_cast<const __half *>(&h)) * scale;
+}
+__device__ inline float quant_max(kv_i8) { return OG_KV_INT8_MAX; }
+__device__ inline float quant_max(kv_e4m3) { return OG_KV_FP8_MAX; }
+__device__ inline void store_quant(kv_i8 *p, float x, float scale) { p->x = quant_i8(x, scale); }
+__device__ inline void store_quant(kv_e4m3 *p, float x, float scale) { p->x = quant_e4m3(x, scale); }
+
 __device__ inline void store(float *p, float x) { *p = x; }
 __device__ inline void store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
 /* x as storage of type KV holds it. */
 __device__ inline float stored(const float *, float x) { return x; }
 __device__ inline float stored(const __nv_bfloat16 *, float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/* x of a row of this step as storage of type KV will give it back: rounded
+ * to bf16, or quantized with the head's scale (amax over the D elements the
+ * `lanes` lanes of a worker hold, 8 each) and dequantized. Every lane of the
+ * warp takes part (shuffles). */
+template <typename KV>
+__device__ inline void round_as_stored(float (&f)[kE], int32_t lanes) {
+    if constexpr (kv_quant<KV>::value) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kE; e++) amax = fmaxf(amax, fabsf(f[e]));
+        for (int o = lanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float scale = amax / quant_max(KV{});
+#pragma unroll
+        for (int e = 0; e < kE; e++) f[e] = dequant(KV{}, f[e], scale);
+    } else {
+        const KV *as_kv = nullptr; /* selects the rounding of stored() */
+#pragma unroll
+        for (int e = 0; e < kE; e++) f[e] = stored(as_kv, f[e]);
+    }
+}
 
 /* Step values every kernel of the launch needs. */
 struct attend_params {
@@ -271,7 +380,7 @@ __device__ inline void add_values(const float (&w)[GM], const float (&vf)[kE], f
  * output rows become NaN. */
 template <typename KV>
 __device__ inline bool bad_entry(const attend_params &p, const og_attend_cuda_seq &s) {
-    const int64_t HD = (int64_t)p.Hkv * p.D;
+    const int64_t HD = dense_row<KV>(p.Hkv, p.D); /* a row's own elements */
     const int64_t RS = s.row_stride ? s.row_stride : HD;
     if (s.T != 1 || !s.k || !s.v || s.length < 0 || RS < HD || ((RS * (int64_t)sizeof(KV)) & 15) ||
         (((uintptr_t)s.k | (uintptr_t)s.v) & 15u))
@@ -305,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         }
         L = e.length, pos = L;
         st.k = static_cast<const unsigned char *>(e.k), st.v = static_cast<const unsigned char *>(e.v);
-        st.RS = e.row_stride ? e.row_stride : (int64_t)p.Hkv * p.D;
+        st.RS = e.row_stride ? e.row_stride : dense_row<KV>(p.Hkv, p.D);
         st.R = e.rows;
         W = e.window;
     } else {
@@ -369,6 +478,20 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         const KV *vt = reinterpret_cast<const KV *>(smem + (2 * b + 1) * kTileBytes) + li * kE;
         const int64_t j0 = k0 + i * KT;
         float s[KPW][GM];
+        float ksc[KPW], vsc[KPW]; /* quantized storage: the keys' k and v scales of head hk */
+        if constexpr (kv_quant<KV>::value) {
+            const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES; /* bytes into a row */
+#pragma unroll
+            for (int u = 0; u < KPW; u++) {
+                const int64_t j = j0 + worker + u * NW;
+                ksc[u] = vsc[u] = 0.0f;
+                if (j < ks) {
+                    const int64_t at = (p.ring ? j % st.R : j) * st.RS + tail;
+                    ksc[u] = *reinterpret_cast<const float *>(st.k + at);
+                    vsc[u] = *reinterpret_cast<const float *>(st.v + at);
+                }
+            }
+        }
 #pragma unroll
         for (int u = 0; u < KPW; u++) {
             float kf[kE];
@@ -377,16 +500,24 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         }
         lane_sum<KPW, GM>(s, lanes);
 #pragma unroll
-        for (int u = 0; u < KPW; u++)
+        for (int u = 0; u < KPW; u++) {
             if (j0 + worker + u * NW >= ks) {
 #pragma unroll
                 for (int g = 0; g < GM; g++) s[u][g] = -INFINITY;
+            } else if (kv_quant<KV>::value) { /* q . (k quants) x k scale */
+#pragma unroll
+                for (int g = 0; g < GM; g++) s[u][g] *= ksc[u];
             }
+        }
         softmax_step<KPW, GM>(s, m, l, acc);
 #pragma unroll
         for (int u = 0; u < KPW; u++) { /* rows past ks are zeros with weight 0 */
             float vf[kE];
             load8(vt + (int64_t)(worker + u * NW) * D, vf);
+            if (kv_quant<KV>::value) { /* the weight times the v scale: p x (v quants x v scale) */
+#pragma unroll
+                for (int g = 0; g < GM; g++) s[u][g] *= vsc[u];
+            }
             add_values<GM>(s[u], vf, acc);
         }
     }
@@ -398,7 +529,6 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
     const int64_t row0 = t - (pos - L);      /* the row of k, v holding position L */
     const float *knew = p.k + row0 * row + (int64_t)hk * D + li * kE;
     const float *vnew = p.v + row0 * row + (int64_t)hk * D + li * kE;
-    const KV *as_kv = nullptr; /* selects the rounding of stored() */
     for (int64_t j_base = kn0; j_base < k1; j_base += NW) { /* the same trip count for every thread */
         const int64_t j = j_base + worker;
         const bool valid = j < k1;
@@ -406,15 +536,12 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         if (valid) {
             load8(knew + (j - L) * row, kf);
             load8(vnew + (j - L) * row, vf);
-#pragma unroll
-            for (int e = 0; e < kE; e++) {
-                kf[e] = stored(as_kv, kf[e]);
-                vf[e] = stored(as_kv, vf[e]);
-            }
         } else {
 #pragma unroll
             for (int e = 0; e < kE; e++) kf[e] = vf[e] = 0.0f;
         }
+        round_as_stored<KV>(kf, lanes);
+        round_as_stored<KV>(vf, lanes);
         dot_heads<GM>(q, kf, s[0]);
         lane_sum<1, GM>(s, lanes);
         if (!valid) {
@@ -431,9 +558,33 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         KV *kc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.k)) + slot * st.RS + (int64_t)hk * D;
         KV *vc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.v)) + slot * st.RS + (int64_t)hk * D;
         const int64_t src = ((int64_t)t * p.Hkv + hk) * D;
-        for (int32_t d = threadIdx.x; d < D; d += kThreads) {
-            store(kc + d, p.k[src + d]);
-            store(vc + d, p.v[src + d]);
+        if constexpr (kv_quant<KV>::value) {
+            /* every thread takes the head's amax (D loads, L1-resident) */
+            float ka = 0.0f, va = 0.0f;
+            for (int32_t d = 0; d < D; d++) {
+                ka = fmaxf(ka, fabsf(p.k[src + d]));
+                va = fmaxf(va, fabsf(p.v[src + d]));
+            }
+            const float kscale = ka / quant_max(KV{}), vscale = va / quant_max(KV{});
+            for (int32_t d = threadIdx.x; d < D; d += kThreads) {
+                store_quant(kc + d, p.k[src + d], kscale);
+                store_quant(vc + d, p.v[src + d], vscale);
+            }
+            if (threadIdx.x == 0) { /* the scales behind the row's Hkv x D quants */
+                unsigned char *kr = const_cast<unsigned char *>(st.k) + slot * st.RS;
+                unsigned char *vr = const_cast<unsigned char *>(st.v) + slot * st.RS;
+                const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES;
+                *reinterpret_cast<float *>(kr + tail) = kscale;
+                *reinterpret_cast<float *>(vr + tail) = vscale;
+                if (hk == p.Hkv - 1) /* the last head's block zeroes the padding, as the CPU writes it */
+                    for (int64_t b = (int64_t)p.Hkv * (D + OG_KV_SCALE_BYTES); b < dense_row<KV>(p.Hkv, D); b++)
+                        kr[b] = vr[b] = 0;
+            }
+        } else {
+            for (int32_t d = threadIdx.x; d < D; d += kThreads) {
+                store(kc + d, p.k[src + d]);
+                store(vc + d, p.v[src + d]);
+            }
         }
     }
 
@@ -762,8 +913,12 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     const int32_t D = kv->head_dim;
     if (D < 8 || D > 256 || (D & (D - 1)))
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: head dim %d is not a power of two in [8, 256]", op, D);
-    if (kv->dtype != OG_DTYPE_BF16 && kv->dtype != OG_DTYPE_F32)
-        return og_set_error(OG_ERR_UNSUPPORTED, "%s: storage dtype %s (bf16 or f32)", op, og_dtype_name(kv->dtype));
+    if (kv->dtype != OG_DTYPE_BF16 && kv->dtype != OG_DTYPE_F32 && !og_kv_dtype_quantized(kv->dtype))
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: storage dtype %s (bf16, f32, int8 or fp8)", op,
+                            og_dtype_name(kv->dtype));
+    if (og_kv_dtype_quantized(kv->dtype) && D < 16) /* a tile row of D quants is at least one 16-byte piece */
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: head dim %d over %s storage (need >= 16)", op, D,
+                            og_dtype_name(kv->dtype));
     if (!isfinite(a->scale)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: scale is not finite", op);
     if (kv->length < 0) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: length %lld < 0", op, (long long)kv->length);
     if (kv->policy == OG_KV_FLAT) {
@@ -783,10 +938,12 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     } else {
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: unknown policy %d", op, (int)kv->policy);
     }
-    const int64_t HD = (int64_t)kv->n_kv_heads * D;
+    /* a row's own elements: Hkv * D, or Hkv * (D + 4) bytes quantized (quants, then scales) */
+    const int64_t HD = og_kv_dtype_quantized(kv->dtype) ? og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, D)
+                                                        : (int64_t)kv->n_kv_heads * D;
     const int64_t RS = kv->row_stride ? kv->row_stride : HD;
     if (RS < HD)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: layer %d: row stride %lld below Hkv * D = %lld", op,
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: layer %d: row stride %lld below a row's %lld", op,
                             kv->layer_id, (long long)RS, (long long)HD);
     if ((RS * (int64_t)og_dtype_size(kv->dtype)) % 16)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: layer %d: row stride %lld is not a multiple of 16 bytes",
@@ -840,7 +997,12 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     }
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
-    e = bf16 ? launch_attend<__nv_bfloat16, false>(p, gm, grid, st) : launch_attend<float, false>(p, gm, grid, st);
+    switch (kv->dtype) {
+    case OG_DTYPE_INT8: e = launch_attend<kv_i8, false>(p, gm, grid, st); break;
+    case OG_DTYPE_FP8: e = launch_attend<kv_e4m3, false>(p, gm, grid, st); break;
+    default:
+        e = bf16 ? launch_attend<__nv_bfloat16, false>(p, gm, grid, st) : launch_attend<float, false>(p, gm, grid, st);
+    }
     if (e != cudaSuccess) return launch_failed("attend", e);
     return OG_OK;
 }
@@ -894,8 +1056,12 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     const int32_t D = a->head_dim;
     if (D < 8 || D > 256 || (D & (D - 1)))
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: head dim %d is not a power of two in [8, 256]", op, D);
-    if (a->kv_dtype != OG_DTYPE_BF16 && a->kv_dtype != OG_DTYPE_F32)
-        return og_set_error(OG_ERR_UNSUPPORTED, "%s: storage dtype %s (bf16 or f32)", op, og_dtype_name(a->kv_dtype));
+    if (a->kv_dtype != OG_DTYPE_BF16 && a->kv_dtype != OG_DTYPE_F32 && !og_kv_dtype_quantized(a->kv_dtype))
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: storage dtype %s (bf16, f32, int8 or fp8)", op,
+                            og_dtype_name(a->kv_dtype));
+    if (og_kv_dtype_quantized(a->kv_dtype) && D < 16)
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: head dim %d over %s storage (need >= 16)", op, D,
+                            og_dtype_name(a->kv_dtype));
     if (a->policy != OG_KV_FLAT && a->policy != OG_KV_RING)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: unknown policy %d", op, (int)a->policy);
     if (!isfinite(a->scale)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: scale is not finite", op);
@@ -936,8 +1102,12 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     }
     const dim3 grid((unsigned)a->B, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    e = a->kv_dtype == OG_DTYPE_BF16 ? launch_attend<__nv_bfloat16, true>(p, gm, grid, st)
-                                     : launch_attend<float, true>(p, gm, grid, st);
+    switch (a->kv_dtype) {
+    case OG_DTYPE_INT8: e = launch_attend<kv_i8, true>(p, gm, grid, st); break;
+    case OG_DTYPE_FP8: e = launch_attend<kv_e4m3, true>(p, gm, grid, st); break;
+    case OG_DTYPE_BF16: e = launch_attend<__nv_bfloat16, true>(p, gm, grid, st); break;
+    default: e = launch_attend<float, true>(p, gm, grid, st);
+    }
     if (e != cudaSuccess) return og_set_error(OG_ERR_BACKEND, "%s: attend launch: %s (%s)", op, cudaGetErrorName(e),
                                               cudaGetErrorString(e));
     return OG_OK;
