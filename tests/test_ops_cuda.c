@@ -18,13 +18,13 @@
  * [-1, 1]) against og_matmul_ref / og_embed_ref on the same tensors: embed
  * and og_dequantize_cuda are exact (scale * q is exact in f32); products
  * have the tolerance of the float ones (the weights are the exact values
- * scale * q, |w| <= 1, and only the summation order differs: each group's
- * 32 products summed then scaled, lanes added by a tree), for the gemv, the
+ * scale * q, |w| <= 1, and only the summation order differs: each lane's
+ * 4 products summed then scaled, lanes added by a tree), for the gemv, the
  * back end's two paths for wider steps (the gemv on chunks of rows;
  * dequantized panels and SGEMM), and the fused variants against the
  * unfused kernels bit for bit. Odd sizes: N = 1, 17, 67, 259; K of one
- * group to past two rounds of the groups a lane loads ahead; T = 1, 3, 8,
- * 40, 200. Skipped (77) without a CUDA build or device. */
+ * group to five rounds of the slabs a lane loads ahead; T = 1, 3, 8, 40,
+ * 200. Skipped (77) without a CUDA build or device. */
 #include "harness.h"
 
 #ifndef OG_HAVE_CUDA
@@ -460,10 +460,10 @@ static void test_quant_embed(void) {
 
 static void test_quant_matmul(void) {
     og_test_section("quantized: gemv, chunked gemv and dequantize + SGEMM");
-    /* K: one group, three, and past one round of 32 groups a lane (1056:
-     * q8 and q4 load 2 groups ahead); 2080 and 4128: q4 loads 4 groups
-     * ahead, q8 takes two rounds, 4128 is two rounds for q4 too */
-    const int64_t Ks[] = {32, 96, 1056, 2080, 4128};
+    /* K: one group and three (part of a slab of 128: idle lanes), 384 (4
+     * slabs loaded ahead), 1056, 2080 and 4128 (8 ahead; 2, 3 and 5 rounds,
+     * the last one partial) */
+    const int64_t Ks[] = {32, 96, 384, 1056, 2080, 4128};
     const int64_t Ns[] = {1, 17, 67, 259};
     const int64_t Ts[] = {1, 3, 8, 40, 200};
     cublasHandle_t blas;
@@ -521,7 +521,7 @@ static void test_quant_matmul(void) {
  * for bit (one summation order); and against the C references' composition. */
 static void test_quant_fused(void) {
     og_test_section("quantized: fused gemv variants");
-    const int64_t Ks[] = {32, 96, 1056, 2080};
+    const int64_t Ks[] = {32, 96, 384, 1056, 2080};
     const int64_t Ts[] = {1, 3, 8};
     for (int q = 0; q < 2; q++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)

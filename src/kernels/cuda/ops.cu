@@ -476,8 +476,8 @@ __global__ void gemv_swiglu_kernel(const float *x, gemv_norm nm, const WT *wg, c
  * A [N, K] tensor is two planes: the quants of every row (q8: K bytes, q4:
  * K/2 bytes per row), then the f16 scales [N, K/32]. A row's quants are a
  * multiple of 16 bytes (K is a multiple of 32), so every group of a row is
- * 16-byte aligned when the tensor is: the gemv loads a group with one (q4)
- * or two (q8) 16-byte loads.
+ * 16-byte aligned when the tensor is (the host checks it): the gemv reads
+ * words of 4 quants, the dequantizer 8-byte runs.
  *
  * Bytes become floats without a conversion instruction: a byte b put in the
  * low mantissa bits of 2^23 (a byte permute) is the float 2^23 + b, and
@@ -507,52 +507,54 @@ __device__ inline void bytes_f32(uint32_t v, float bias, float f[4]) {
     f[3] = __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7543)) - magic;
 }
 
-/* One group of 32 weights as loaded: 32 bytes (q8) or 16 (q4: a only), and
- * the group's scale. */
-template <bool Q4>
-struct qchunk {
-    uint4 a, b;
-    float s;
+/* Where lane l's weights of a row lie: its four weights 4 l .. 4 l + 3 of
+ * slab 0 (the slabs of 128 follow at a fixed stride) and their group's
+ * scale. q4: byte j of a group holds element j (low nibble) and j + 16
+ * (high nibble), so elements j .. j + 3 are one nibble (shift) of bytes
+ * j mod 16 .. + 3, and lanes l and l + 4 read the same word. */
+struct qlane {
+    const unsigned int *w;    /* slab i's word at w[i * kQWordStride] */
+    const unsigned short *s;  /* slab i's scale (f16 bits) at s[i * 4] */
 };
 
 template <bool Q4>
-__device__ inline qchunk<Q4> load_qchunk(const qrow &r, int64_t g) {
-    qchunk<Q4> c;
-    const uint4 *p = reinterpret_cast<const uint4 *>(r.q + g * (Q4 ? 16 : 32));
-    c.a = __ldg(p);
-    c.b = Q4 ? make_uint4(0, 0, 0, 0) : __ldg(p + 1);
-    c.s = q_scale(r, g);
-    return c;
+__device__ inline qlane q_lane(const qrow &r, int lane) {
+    const int e = 4 * lane, g = e / OG_QUANT_GROUP;
+    return qlane{reinterpret_cast<const unsigned int *>(r.q + (Q4 ? g * 16 + (e & 15) : e)),
+                 reinterpret_cast<const unsigned short *>(r.s) + g};
+}
+template <bool Q4>
+constexpr int q_word_stride() { return Q4 ? 16 : 32; } /* words of one slab of 128 quants */
+
+/* Four weights as loaded: the word of their quants, their scale's bits. */
+struct qword {
+    uint32_t w;
+    unsigned short s;
+};
+
+template <bool Q4>
+__device__ inline qword load_qword(const qlane &l, int slab) {
+    return qword{__ldg(l.w + slab * q_word_stride<Q4>()), __ldg(l.s + slab * 4)};
 }
 
-/* Elements 8 s .. 8 s + 7 of a group (s in 0..3) as the integers q. q4: byte
- * j holds element j (low nibble) and j + 16 (high nibble), so elements 0..15
- * are the low nibbles of bytes 0..15 and 16..31 their high nibbles. */
+/* The integers q of four weights (shift: the lane's q4 nibble, 0 or 4). */
 template <bool Q4>
-__device__ inline void unpack_q8ths(const qchunk<Q4> &c, int s, float q[8]) {
-    uint32_t w0, w1;
-    if (Q4) {
-        const uint32_t u[4] = {c.a.x, c.a.y, c.a.z, c.a.w};
-        const int shift = (s >> 1) * 4;
-        w0 = (u[2 * (s & 1)] >> shift) & 0x0f0f0f0fu;
-        w1 = (u[2 * (s & 1) + 1] >> shift) & 0x0f0f0f0fu;
-    } else {
-        const uint32_t u[8] = {c.a.x, c.a.y, c.a.z, c.a.w, c.b.x, c.b.y, c.b.z, c.b.w};
-        w0 = u[2 * s] ^ 0x80808080u;
-        w1 = u[2 * s + 1] ^ 0x80808080u;
-    }
-    bytes_f32(w0, Q4 ? 8.0f : 128.0f, q);
-    bytes_f32(w1, Q4 ? 8.0f : 128.0f, q + 4);
+__device__ inline void unpack_qword(const qword &c, int shift, float q[4]) {
+    if (Q4) bytes_f32((c.w >> shift) & 0x0f0f0f0fu, 8.0f, q);
+    else bytes_f32(c.w ^ 0x80808080u, 128.0f, q);
 }
 
 /* The product of x (or, with NORM, of rms_norm(a + b)) with R quantized
  * weight rows, for up to MT rows of x (MT: 1, or OG_GEMV_CUDA_MAX_T).
- * Lane l takes the groups g = l + 32 i of every row in increasing order:
- * a group's 32 products x * q are summed in f32 (in element order), then
- * scaled once, acc = fma(scale, group sum, acc). The sums depend neither on
- * CH (groups per lane loaded ahead) nor on R, so the plain, multi and swiglu
+ * Lane l takes the four weights e = 128 i + 4 l .. + 3 of every slab i of
+ * 128: a warp's loads of x are then 512 contiguous bytes (four L1
+ * wavefronts; a lane per group of 32 would touch 32 lines per load), of
+ * q8 quants 128 contiguous bytes and of q4 quants 64. The lane's four
+ * products x * q are summed in f32, then scaled, acc = fma(scale, sum,
+ * acc), slab after slab in increasing order; the sums depend neither on CH
+ * (slabs per lane loaded ahead) nor on R, so the plain, multi and swiglu
  * kernels and the norm prologue give the same bits. x must be 16-byte
- * aligned (K is a multiple of 32: every row is). */
+ * aligned (K is a multiple of 32: every row then is). */
 template <bool Q4, int CH, int R, bool NORM, int MT>
 __device__ inline void gemv_dot_q(const float *x, const gemv_norm &nm, const qrow wr[R], int64_t T, int64_t K,
                                   int lane, float acc[R][MT]) {
@@ -560,59 +562,50 @@ __device__ inline void gemv_dot_q(const float *x, const gemv_norm &nm, const qro
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < MT; t++) acc[r][t] = 0.0f;
-    const int64_t G = K / OG_QUANT_GROUP;
-    qchunk<Q4> w[R][CH];
+    /* the lane's slabs: 0 .. n-1 (slab i holds its weights 128 i + 4 l .. + 3) */
+    const int n = (int)((K - 4 * lane + 127) / 128);
+    const int shift = Q4 ? ((lane >> 2) & 1) * 4 : 0;
+    qlane L[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) /* the first CH groups of every row before waiting */
+    for (int r = 0; r < R; r++) L[r] = q_lane<Q4>(wr[r], lane);
+    qword w[R][CH];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* the first CH slabs of every row before waiting */
 #pragma unroll
         for (int c = 0; c < CH; c++)
-            if (lane + 32 * c < G) w[r][c] = load_qchunk<Q4>(wr[r], lane + 32 * c);
+            if (c < n) w[r][c] = load_qword<Q4>(L[r], c);
     grid_wait(); /* every thread, once: gemv_norm_x synchronizes the block */
     if (NORM) x = gemv_norm_x(nm, T, K);
-    for (int64_t g0 = lane; g0 < G; g0 += 32 * CH) {
-        if (g0 != lane) {
+    const float *xl = x + 4 * lane;
+    for (int i0 = 0; i0 < n; i0 += CH) {
+        if (i0) {
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int c = 0; c < CH; c++)
-                    if (g0 + 32 * c < G) w[r][c] = load_qchunk<Q4>(wr[r], g0 + 32 * c);
+                    if (i0 + c < n) w[r][c] = load_qword<Q4>(L[r], i0 + c);
         }
 #pragma unroll
         for (int c = 0; c < CH; c++) {
-            const int64_t g = g0 + 32 * c;
-            if (g >= G) break;
-            float gs[R][MT];
+            if (i0 + c >= n) break;
+            float q[R][4], sc[R];
 #pragma unroll
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++) {
+                unpack_qword<Q4>(w[r][c], shift, q[r]);
+                sc[r] = __half2float(__ushort_as_half(w[r][c].s));
+            }
 #pragma unroll
-                for (int t = 0; t < MT; t++) gs[r][t] = 0.0f;
+            for (int t = 0; t < MT; t++) {
+                if (t < T) {
+                    const float4 a = *reinterpret_cast<const float4 *>(xl + t * K + 128 * (i0 + c));
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                float q[R][8];
-#pragma unroll
-                for (int r = 0; r < R; r++) unpack_q8ths<Q4>(w[r][c], s, q[r]);
-#pragma unroll
-                for (int t = 0; t < MT; t++) {
-                    if (t < T) {
-                        const float *xp = x + t * K + g * OG_QUANT_GROUP + 8 * s;
-                        const float4 a = *reinterpret_cast<const float4 *>(xp);
-                        const float4 b = *reinterpret_cast<const float4 *>(xp + 4);
-#pragma unroll
-                        for (int r = 0; r < R; r++) {
-                            float v = gs[r][t];
-                            v = fmaf(a.x, q[r][0], v), v = fmaf(a.y, q[r][1], v), v = fmaf(a.z, q[r][2], v);
-                            v = fmaf(a.w, q[r][3], v), v = fmaf(b.x, q[r][4], v), v = fmaf(b.y, q[r][5], v);
-                            v = fmaf(b.z, q[r][6], v), v = fmaf(b.w, q[r][7], v);
-                            gs[r][t] = v;
-                        }
+                    for (int r = 0; r < R; r++) {
+                        float d = a.x * q[r][0];
+                        d = fmaf(a.y, q[r][1], d), d = fmaf(a.z, q[r][2], d), d = fmaf(a.w, q[r][3], d);
+                        acc[r][t] = fmaf(sc[r], d, acc[r][t]);
                     }
                 }
             }
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int t = 0; t < MT; t++)
-                    if (t < T) acc[r][t] = fmaf(w[r][c].s, gs[r][t], acc[r][t]);
         }
     }
 }
@@ -629,8 +622,8 @@ struct gemv_q_parts {
 };
 
 /* Output features of one warp of the quantized gemv: x is loaded once for
- * both rows (for q4 a lane reads 8 bytes of x per byte of weights and row,
- * which the load units would otherwise feel before memory does). */
+ * both rows (a q4 row needs 8 bytes of x per byte of weights, which the
+ * load units would otherwise feel before memory does). */
 constexpr int kQRowsPerWarp = 2;
 constexpr int kQGemvFeatures = kGemvRows * kQRowsPerWarp; /* per block */
 
@@ -1011,13 +1004,11 @@ void launch_swiglu(const gemv_launch &g, unsigned blocks, const void *wg, const 
     });
 }
 
-/* Groups per lane the quantized gemv loads ahead: one round of 32 groups
- * covers a row of K <= 1024; longer rows take 2 groups ahead (64 bytes a
- * lane and row for q8), q4 rows past K = 2048 take 4. */
-int gemv_q_chunks(int64_t K, bool q4) {
-    const int64_t G = K / OG_QUANT_GROUP;
-    if (G <= 32) return 1;
-    return G <= 64 || !q4 ? 2 : 4;
+/* Slabs of 128 weights per lane the quantized gemv loads ahead (a word and
+ * a scale each): a row of K <= 1024 at once, longer rows in rounds of 8. */
+int gemv_q_chunks(int64_t K) {
+    if (K <= 128) return 1;
+    return K <= 512 ? 4 : 8;
 }
 
 /* Calls f(chunks, norm, max_rows), three compile-time constants, with the
@@ -1033,12 +1024,10 @@ void with_gemv_q_shape(const gemv_launch &g, F f) {
         if (g.norm) rows_too(chunks, std::true_type{});
         else rows_too(chunks, std::false_type{});
     };
-    const int ch = gemv_q_chunks(g.K, Q4);
+    const int ch = gemv_q_chunks(g.K);
     if (ch == 1) norm_too(std::integral_constant<int, 1>{});
-    else if constexpr (Q4) {
-        if (ch == 2) norm_too(std::integral_constant<int, 2>{});
-        else norm_too(std::integral_constant<int, 4>{});
-    } else norm_too(std::integral_constant<int, 2>{});
+    else if (ch == 4) norm_too(std::integral_constant<int, 4>{});
+    else norm_too(std::integral_constant<int, 8>{});
 }
 
 template <bool Q4>

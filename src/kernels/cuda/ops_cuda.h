@@ -106,11 +106,12 @@ og_status og_add_cuda(void *stream, const float *a /* [n] */, const float *b /* 
  * og_gemv_cuda streams the weights once for up to OG_GEMV_CUDA_MAX_T rows,
  * with the CPU's numerics (f32 x, f32 accumulation).
  * Quantized weights (q8, q4; K a multiple of OG_QUANT_GROUP, f32 bias) are
- * read with 16-byte loads and turned into floats in registers; each group's
- * 32 products x * q are summed in f32 and scaled once (acc += scale * sum),
- * which differs from the reference's sum of x * (scale * q) by rounding
- * only. x must be 16-byte aligned with them. Every gemv entry point below
- * takes them, the fused ones included, with the same bits as the plain one. */
+ * read as words of 4 quants (a warp reads contiguous bytes of quants and of
+ * x) and turned into floats in registers; each lane sums its 4 products
+ * x * q in f32 and scales that once (acc += scale * sum), which differs
+ * from the reference's sum of x * (scale * q) by rounding only. x must be
+ * 16-byte aligned with them. Every gemv entry point below takes them, the
+ * fused ones included, with the same bits as the plain one. */
 #define OG_GEMV_CUDA_MAX_T 8
 og_status og_gemv_cuda(void *stream, const float *x /* [T, K] */, const void *weight /* [N, K] */,
                        const void *bias /* [N] or NULL */, og_dtype weight_dtype, int64_t T, int64_t K,
