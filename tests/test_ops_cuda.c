@@ -372,9 +372,9 @@ static void test_fused(void) {
 
 /* ---- quantized weights (q8, q4) ---- */
 
-/* n floats in [-1, 1) quantized as [N, K] rows of dt (og_quantize_rows,
- * the reference layout); group 1 of row 0 is all zero (a zero scale) when
- * it exists. *bytes gets the tensor's size. */
+/* Random [N, K] weights in [-1, 1) quantized to dt (og_quantize_rows, the
+ * reference layout); group 1 of row 0 is all zero (a zero scale) when it
+ * exists. *bytes gets the tensor's size. */
 static void *rand_q(og_dtype dt, int64_t N, int64_t K, size_t *bytes) {
     float *src = rand_f32((size_t)(N * K));
     if (K >= 2 * OG_QUANT_GROUP) memset(src + OG_QUANT_GROUP, 0, OG_QUANT_GROUP * sizeof(float));
@@ -452,6 +452,7 @@ static void test_quant_embed(void) {
             compare(what, got, all + 17 * H, (size_t)(9 * H), 0, 0);
             /* refusals: rows past the end, K not whole groups, a misaligned tensor */
             CHECK_STATUS(og_dequantize_cuda(NULL, dtable, dt, V, H, V - 2, 3, dpan), OG_ERR_INVALID_ARGUMENT);
+            CHECK_STATUS(og_embed_cuda(NULL, dtok, T, dtable, dt, V, H - 8, dout), OG_ERR_INVALID_ARGUMENT);
             CHECK_STATUS(og_embed_cuda(NULL, dtok, T, (char *)dtable + 8, dt, V, H, dout), OG_ERR_INVALID_ARGUMENT);
             free(got), free(all), free(ref), free(table);
             cudaFree(dtok), cudaFree(dtable), cudaFree(dout), cudaFree(dpan);

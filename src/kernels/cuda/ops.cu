@@ -513,7 +513,7 @@ __device__ inline void bytes_f32(uint32_t v, float bias, float f[4]) {
  * (high nibble), so elements j .. j + 3 are one nibble (shift) of bytes
  * j mod 16 .. + 3, and lanes l and l + 4 read the same word. */
 struct qlane {
-    const unsigned int *w;    /* slab i's word at w[i * kQWordStride] */
+    const unsigned int *w;    /* slab i's word at w[i * q_word_stride()] */
     const unsigned short *s;  /* slab i's scale (f16 bits) at s[i * 4] */
 };
 
