@@ -5,6 +5,9 @@
  * Prints ms per call (all R rows; best of 5 trials), the weight GB/s each
  * path streams (one pass for the batched call, R passes for R x 1) and the
  * speedup of the batched call.
+ * Then the decode GEMV (R = 1) per weight format side by side: bf16, q8 and
+ * q4 (og_tensor_bytes: quants and f16 scales), ms per call, GB/s of weight
+ * bytes read and the speedup over bf16 (the bytes ratio is its ceiling).
  * Usage: bench_matmul_rows [threads]   (default: online CPUs)
  * Letters: R rows, K in features, N out features. */
 #include "core/core.h"
@@ -33,6 +36,80 @@ static void fill_bf16(og_bf16 *w, size_t n, uint32_t seed) {
         seed = seed * 1664525u + 1013904223u;
         w[i] = og_bf16_from_f32((float)((int)(seed >> 9) - (1 << 22)) * 0x1p-28f);
     }
+}
+
+/* Best of 5 trials of ~40 ms of R = 1 calls, each on the next of `copies`
+ * copies of `bytes` bytes of weights of dt; seconds per call. */
+static double time_gemv(og_threadpool *pool, const char *w, size_t bytes, size_t copies,
+                        og_dtype dt, const float *x, int64_t K, int64_t N, float *out) {
+    double best = 1e30;
+    size_t next = 0;
+    for (int trial = 0; trial < 5; trial++) {
+        int calls = 0;
+        double t0 = og_time_now(), t1;
+        do {
+            og_matmul_cpu(pool, x, w + (next++ % copies) * bytes, NULL, dt, 1, K, N, out);
+            calls++;
+        } while ((t1 = og_time_now()) - t0 < 0.04);
+        if ((t1 - t0) / calls < best) best = (t1 - t0) / calls;
+    }
+    return best;
+}
+
+/* The R = 1 GEMV of each shape with bf16, q8 and q4 weights. */
+static int bench_formats(og_threadpool *pool) {
+    static const og_dtype DTS[] = {OG_DTYPE_BF16, OG_DTYPE_Q8, OG_DTYPE_Q4};
+    printf("\ndecode GEMV (R = 1) per weight format, weights streamed from memory\n");
+    printf("%-10s %5s %5s", "matrix", "K", "N");
+    for (size_t d = 0; d < 3; d++)
+        printf(" %6s ms %6s GB/s%s", og_dtype_name(DTS[d]), og_dtype_name(DTS[d]),
+               d ? " speedup" : "");
+    printf("\n");
+    for (size_t s = 0; s < sizeof SHAPES / sizeof *SHAPES; s++) {
+        const shape *sh = &SHAPES[s];
+        const int64_t dims[2] = {sh->N, sh->K};
+        float *src = og_malloc((size_t)(sh->N * sh->K) * sizeof(float)); /* [N, K] */
+        float *x = og_malloc((size_t)sh->K * sizeof(float));             /* [K]    */
+        float *out = og_malloc((size_t)sh->N * sizeof(float));           /* [N]    */
+        if (!src || !x || !out) return 1;
+        for (int64_t i = 0; i < sh->K; i++) x[i] = (float)((i % 13) - 6) * 0.1875f;
+        printf("%-10s %5lld %5lld", sh->name, (long long)sh->K, (long long)sh->N);
+        double bf16_s = 0;
+        for (size_t d = 0; d < 3; d++) {
+            int64_t b = 0;
+            og_tensor_bytes(DTS[d], 2, dims, &b);
+            const size_t bytes = (size_t)b, copies = STREAM_BYTES / bytes + 1;
+            char *w = og_malloc(copies * bytes); /* [copies, bytes] */
+            if (!w) return 1;
+            for (size_t c = 0; c < copies; c++) {
+                char *wc = w + c * bytes;
+                if (DTS[d] == OG_DTYPE_BF16) {
+                    fill_bf16((og_bf16 *)wc, (size_t)(sh->N * sh->K), (uint32_t)(c + 1));
+                } else {
+                    if (c == 0) { /* the values of the first bf16 copy, quantized */
+                        uint32_t seed = 1;
+                        for (int64_t i = 0; i < sh->N * sh->K; i++) {
+                            seed = seed * 1664525u + 1013904223u;
+                            src[i] = (float)((int)(seed >> 9) - (1 << 22)) * 0x1p-28f;
+                        }
+                        if (og_quantize_rows(DTS[d], src, sh->N, sh->K, wc) != OG_OK) return 1;
+                    } else {
+                        memcpy(wc, w, bytes);
+                    }
+                }
+            }
+            const double t = time_gemv(pool, w, bytes, copies, DTS[d], x, sh->K, sh->N, out);
+            if (d == 0) bf16_s = t;
+            printf(" %9.3f %11.1f", t * 1e3, (double)bytes / t / 1e9);
+            if (d) printf(" %7.2f", bf16_s / t);
+            og_free(w);
+        }
+        printf("\n");
+        og_free(src);
+        og_free(x);
+        og_free(out);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -110,6 +187,7 @@ int main(int argc, char **argv) {
         og_free(out);
         og_free(one);
     }
+    failed |= bench_formats(pool);
     og_threadpool_destroy(pool);
     return failed;
 }
