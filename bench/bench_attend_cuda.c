@@ -1,6 +1,7 @@
 /* Decode attention on CUDA.
- * Part 1, one session, Hq = 32, Hkv = 8, D = 128, bf16
- * storage, histories 128 / 4k / 32k / 128k. Times og_update_and_attend_cuda (one
+ * Part 1, one session, Hq = 32, Hkv = 8, D = 128, bf16, int8 and fp8
+ * storage (int8 / fp8 rows: 1024 quant bytes and 8 f32 scales), histories
+ * 128 / 4k / 32k / 128k. Times og_update_and_attend_cuda (one
  * token: one split-K launch that writes the KV row and merges its splits) with CUDA events around
  * BATCH back-to-back calls (as a decode step issues them, so launch gaps
  * overlap as in a graph), median of 200 batches after a warm-up, rotating
@@ -26,6 +27,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "kernels/attend_quant.h"
 #include "kernels/cuda/ops_cuda.h"
 
 #include "cuda_check.h"
@@ -45,6 +47,26 @@ static void fill_bf16(uint16_t *h, size_t n, uint64_t seed) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
         h[i] = og_bf16_from_f32((float)((int64_t)(seed % 2001) - 1000) / 1000.0f);
     }
+}
+
+/* Fills rows rows of int8 / fp8 storage (row_bytes each) with 64 distinct
+ * rows quantized from the bf16 pattern, repeated. */
+static void fill_quant(unsigned char *h, og_dtype dt, size_t rows, size_t row_bytes, int32_t Hkv, int32_t D,
+                       uint64_t seed) {
+    const size_t n = (size_t)Hkv * D;
+    uint16_t *b = malloc(n * 2);
+    float *x = malloc(n * 4);
+    for (size_t r = 0; r < rows; r++) {
+        if (r < 64) {
+            fill_bf16(b, n, seed + r);
+            for (size_t i = 0; i < n; i++) x[i] = og_f32_from_bf16(b[i]);
+            og_kv_quantize_row(dt, x, Hkv, D, h + r * row_bytes);
+        } else {
+            memcpy(h + r * row_bytes, h + (r % 64) * row_bytes, row_bytes);
+        }
+    }
+    free(b);
+    free(x);
 }
 
 /* Device-to-device copy rate in bytes (read + written) per second. */
@@ -232,21 +254,27 @@ int main(void) {
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t Ls[] = {128, 4096, 32768, 131072};
+    const og_dtype dts[] = {OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
+    for (int di = 0; di < 3; di++)
     for (int li = 0; li < 4; li++) {
+        const og_dtype dt = dts[di];
         const int64_t L = Ls[li], rows = L + 1;
-        const size_t layer = (size_t)rows * Hkv * D; /* elements of k (or v) */
-        const size_t kv_bytes = 2 * (size_t)L * Hkv * D * 2; /* what one call must read */
+        const size_t row_bytes = (size_t)og_kv_dtype_row_bytes(dt, Hkv, D);
+        const size_t layer = (size_t)rows * row_bytes; /* bytes of k (or v) */
+        const size_t kv_bytes = 2 * (size_t)L * row_bytes; /* what one call must read */
         int n_layers = (int)(256e6 / (double)kv_bytes) + 1;
         if (n_layers < 2) n_layers = 2;
-        uint16_t **k = calloc((size_t)n_layers, sizeof *k), **v = calloc((size_t)n_layers, sizeof *v);
-        uint16_t *h = malloc(layer * 2);
+        void **k = calloc((size_t)n_layers, sizeof *k), **v = calloc((size_t)n_layers, sizeof *v);
+        unsigned char *h = malloc(layer);
         for (int l = 0; l < n_layers; l++) {
-            CK(cudaMalloc((void **)&k[l], layer * 2));
-            CK(cudaMalloc((void **)&v[l], layer * 2));
-            fill_bf16(h, layer, 1234 + (uint64_t)l);
-            CK(cudaMemcpy(k[l], h, layer * 2, cudaMemcpyHostToDevice));
-            fill_bf16(h, layer, 777 + (uint64_t)l);
-            CK(cudaMemcpy(v[l], h, layer * 2, cudaMemcpyHostToDevice));
+            CK(cudaMalloc(&k[l], layer));
+            CK(cudaMalloc(&v[l], layer));
+            for (int part = 0; part < 2; part++) {
+                const uint64_t seed = (part ? 777 : 1234) + (uint64_t)l;
+                if (dt == OG_DTYPE_BF16) fill_bf16((uint16_t *)h, layer / 2, seed);
+                else fill_quant(h, dt, (size_t)rows, row_bytes, Hkv, D, seed);
+                CK(cudaMemcpy(part ? v[l] : k[l], h, layer, cudaMemcpyHostToDevice));
+            }
         }
         free(h);
         float *q, *kn, *vn, *out, *part;
@@ -268,7 +296,7 @@ int main(void) {
         free(hq);
         og_attend_cuda_args a = {.q = q, .k = kn, .v = vn, .out = out, .T = 1, .n_heads = Hq, .scale = 0,
                                  .length = dlen, .partials = part,
-                                 .kv = {.policy = OG_KV_FLAT, .dtype = OG_DTYPE_BF16, .n_kv_heads = Hkv,
+                                 .kv = {.policy = OG_KV_FLAT, .dtype = dt, .n_kv_heads = Hkv,
                                         .head_dim = D, .rows = rows, .length = L}};
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
@@ -294,9 +322,10 @@ int main(void) {
         qsort(ms, REPS, sizeof *ms, cmp_float);
         const double sec = ms[REPS / 2] * 1e-3;
         const double rate = (double)kv_bytes / sec;
-        printf("{\"bench\":\"decode_attention\",\"impl\":\"offgraph\",\"L\":%lld,\"Hq\":%d,\"Hkv\":%d,\"D\":%d,"
-               "\"us\":%.2f,\"kv_GBps\":%.1f,\"copy_GBps\":%.1f,\"fraction_of_copy\":%.3f,\"splits\":%d}\n",
-               (long long)L, Hq, Hkv, D, sec * 1e6, rate / 1e9, copy / 1e9, rate / copy,
+        printf("{\"bench\":\"decode_attention\",\"impl\":\"offgraph\",\"kv\":\"%s\",\"L\":%lld,\"Hq\":%d,"
+               "\"Hkv\":%d,\"D\":%d,\"us\":%.2f,\"kv_GBps\":%.1f,\"copy_GBps\":%.1f,\"fraction_of_copy\":%.3f,"
+               "\"splits\":%d}\n",
+               og_dtype_name(dt), (long long)L, Hq, Hkv, D, sec * 1e6, rate / 1e9, copy / 1e9, rate / copy,
                og_attend_cuda_splits(L + 1, 1, Hq, Hkv, sms));
         for (int l = 0; l < n_layers; l++) cudaFree(k[l]), cudaFree(v[l]);
         free(k), free(v);

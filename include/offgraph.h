@@ -129,7 +129,7 @@ typedef struct og_kv_layer_config {
 /* The KV manifest: what a program declares about the storage it attends over. */
 typedef struct og_kv_config {
     int32_t version;          /* OG_KV_MANIFEST_VERSION              */
-    og_dtype kv_dtype;        /* OG_DTYPE_BF16 or OG_DTYPE_F32       */
+    og_dtype kv_dtype;        /* OG_DTYPE_BF16, _F32, _INT8 or _FP8  */
     int64_t max_capacity;     /* hard bound on a session's tokens    */
     int64_t initial_capacity; /* rows a flat layer starts with       */
     int32_t max_write;        /* most tokens one step may write      */
@@ -142,7 +142,7 @@ typedef struct og_kv_config {
 typedef enum og_kv_rule {
     OG_KV_RULE_NONE = 0,
     OG_KV_RULE_VERSION,          /* version == OG_KV_MANIFEST_VERSION        */
-    OG_KV_RULE_KV_DTYPE,         /* kv_dtype is bf16 or f32                  */
+    OG_KV_RULE_KV_DTYPE,         /* kv_dtype is bf16, f32, int8 or fp8       */
     OG_KV_RULE_MAX_CAPACITY,     /* max_capacity > 0                         */
     OG_KV_RULE_INITIAL_CAPACITY, /* 0 < initial_capacity <= max_capacity     */
     OG_KV_RULE_MAX_WRITE,        /* 1 <= max_write <= max_capacity           */
@@ -328,7 +328,9 @@ const char *og_kv_session_last_error(const og_kv_session *s);
  * reset or destroy. Sequence-major: row `slot` of k is at
  * k + slot * og_kv_layer_view_row_stride(view) elements (n_kv_heads *
  * head_dim of them belong to the layer; in a packed block the rest of the
- * stride is other layers' rows, which a kernel must never touch). */
+ * stride is other layers' rows, which a kernel must never touch). int8 and
+ * fp8 elements are bytes, and a row of the layer is its Hkv * D quants, Hkv
+ * f32 scales and zero padding to 16 bytes (docs/program-format.md). */
 typedef struct og_kv_layer_view {
     int32_t layer_id;
     og_kv_policy policy;
@@ -340,14 +342,16 @@ typedef struct og_kv_layer_view {
     int64_t length;     /* committed length L                     */
     void *k;            /* [rows, Hkv, D] of dtype, NULL if unbound */
     void *v;            /* [rows, Hkv, D] of dtype, NULL if unbound */
-    /* Elements from one row to the next; 0 means Hkv * D (the layer's rows
-     * are dense). A session that packs the rows of several layers into one
-     * block (see og_kv_session_create) reports the packed row's width. */
+    /* Elements from one row to the next; 0 means dense: Hkv * D, or for
+     * int8 / fp8 the row's bytes (quants, scales, padding). A session that
+     * packs the rows of several layers into one block (see
+     * og_kv_session_create) reports the packed row's width. */
     int64_t row_stride;
 } og_kv_layer_view;
 og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_layer_view *out);
-/* Elements between consecutive rows of the view: row_stride, or Hkv * D when
- * it is 0. */
+/* Elements between consecutive rows of the view: row_stride, or when it is
+ * 0 the dense row: Hkv * D, or round_up(Hkv * (D + 4), 16) bytes for int8
+ * and fp8. */
 int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v);
 
 /* Per-session metrics. */
@@ -515,7 +519,8 @@ typedef struct og_session og_session;
 
 typedef struct og_session_params {
     /* KV storage dtype: OG_DTYPE_COUNT keeps the program's kv_dtype;
-     * OG_DTYPE_F32 or OG_DTYPE_BF16 override it for this session. */
+     * OG_DTYPE_F32, OG_DTYPE_BF16, OG_DTYPE_INT8 or OG_DTYPE_FP8 override it
+     * for this session (int8 / fp8: a scale per token and kv head). */
     og_dtype kv_dtype;
     /* Where the session's KV storage comes from: NULL (default) is the back
      * end's own. On the CPU back end any host-memory allocator (copied by

@@ -43,12 +43,12 @@ done
 python3 - "$J" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("---- decode attention (Hq=32 Hkv=8 D=128 bf16, 1 token)")
-print(f"{'L':>7} {'impl':<16} {'us':>9} {'KV GB/s':>9} {'of copy':>8}")
+print("---- decode attention (Hq=32 Hkv=8 D=128, 1 token; KV storage bf16 unless named)")
+print(f"{'L':>7} {'impl':<16} {'kv':<5} {'us':>9} {'KV GB/s':>9} {'of copy':>8}")
 for r in rows:
     if r.get("bench") == "decode_attention":
         frac = f"{r['fraction_of_copy']:.2f}" if "fraction_of_copy" in r else ""
-        print(f"{r['L']:>7} {r['impl']:<16} {r['us']:>9.2f} {r['kv_GBps']:>9.0f} {frac:>8}")
+        print(f"{r['L']:>7} {r['impl']:<16} {r.get('kv', 'bf16'):<5} {r['us']:>9.2f} {r['kv_GBps']:>9.0f} {frac:>8}")
 print("---- end to end, Qwen3-0.6B shape (random bf16 weights)")
 print(f"{'context':>7} {'impl':<28} {'decode tok/s':>12} {'prefill tok/s':>13}")
 for r in rows:

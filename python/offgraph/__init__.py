@@ -44,9 +44,10 @@ _STATUS_NAMES = ["OG_OK", "OG_ERR_INVALID_ARGUMENT", "OG_ERR_OUT_OF_MEMORY", "OG
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
-_DTYPES = {"f32": 0, "bf16": 1}  # KV dtypes a session may choose
-_DTYPE_NAMES = {0: "f32", 1: "bf16", 2: "f16", 3: "i32", 4: "i64"}
-_DTYPE_KEEP = 5  # OG_DTYPE_COUNT: keep the program's kv_dtype
+# og_dtype, in the order of the enum (include/offgraph.h)
+_DTYPES = {"f32": 0, "bf16": 1, "int8": 7, "fp8": 8}  # KV dtypes a session may choose
+_DTYPE_NAMES = {0: "f32", 1: "bf16", 2: "f16", 3: "i32", 4: "i64", 5: "q8", 6: "q4", 7: "int8", 8: "fp8"}
+_DTYPE_KEEP = 9  # OG_DTYPE_COUNT: keep the program's kv_dtype
 _OUTPUTS = {"none": 0, "logits": 1, "logits_all": 2, "argmax": 3, "sample": 4}
 _ADD_SPECIAL = 1
 _PARSE_SPECIAL = 2
@@ -602,7 +603,7 @@ class Model(_Handle):
 
     def session(self, kv_dtype=None):
         """A new session (one conversation). kv_dtype: None keeps the
-        program's, "f32" or "bf16" overrides it."""
+        program's, "f32", "bf16", "int8" or "fp8" overrides it."""
         return Session(self, kv_dtype)
 
     def restore(self, path):
@@ -755,7 +756,8 @@ class Session(_Handle):
             elif kv_dtype in _DTYPES:
                 p.kv_dtype = _DTYPES[kv_dtype]
             else:
-                raise OffgraphError("kv_dtype must be None, \"f32\" or \"bf16\", not %r" % (kv_dtype,))
+                raise OffgraphError("kv_dtype must be None, \"f32\", \"bf16\", \"int8\" or \"fp8\", not %r"
+                                    % (kv_dtype,))
             h = c_void_p()
             _check(L.og_session_create(model._ptr(), byref(p), byref(h)), "session")
             _handle = h.value

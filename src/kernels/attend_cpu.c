@@ -65,25 +65,16 @@ static void widen_scalar(float *dst, const og_bf16 *src, int64_t ss, int32_t D, 
         for (int32_t d = 0; d < D; d++) dst[(int64_t)j * D + d] = og_f32_from_bf16(src[j * ss + d]);
 }
 
-/* Head g of n quantized rows (int8 or fp8 of Hkv heads of D), rows
- * row_bytes apart from src, into dst [n, D] f32: quant times the row's
- * scale for the head, the product the reference takes. */
-static void widen_quant(float *dst, const unsigned char *src, int64_t row_bytes, og_dtype dt, int64_t Hkv,
-                        int64_t D, int64_t g, int32_t n) {
-    for (int32_t j = 0; j < n; j++) {
-        const unsigned char *row = src + j * row_bytes;
-        const float sc = og_kv_row_scale(row, Hkv, D, g);
-        const unsigned char *qs = row + g * D; /* [D] */
-        float *out = dst + (int64_t)j * D;
-        if (dt == OG_DTYPE_INT8)
-            for (int64_t d = 0; d < D; d++) out[d] = (float)(int8_t)qs[d] * sc;
-        else
-            for (int64_t d = 0; d < D; d++) out[d] = og_kv_fp8_values[qs[d]] * sc;
-    }
+static void widen_i8_scalar(float *dst, const uint8_t *src, float scale, int32_t D) {
+    for (int32_t d = 0; d < D; d++) dst[d] = (float)(int8_t)src[d] * scale;
+}
+
+static void widen_fp8_scalar(float *dst, const uint8_t *src, float scale, int32_t D) {
+    for (int32_t d = 0; d < D; d++) dst[d] = og_kv_fp8_values[src[d]] * scale;
 }
 
 static const og_attend_ops g_ops_scalar = {
-    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar, NULL,
+    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar, NULL, widen_i8_scalar, widen_fp8_scalar,
 };
 
 static const og_attend_ops *isa_ops(og_cpu_isa isa) {
@@ -112,6 +103,19 @@ typedef struct cpu_ctx {
     float *scratch;
     int64_t scratch_per_thread;  /* floats */
 } cpu_ctx;
+
+/* Head g of n quantized rows (int8 or fp8 of Hkv heads of D), rows
+ * row_bytes apart from src, into dst [n, D] f32: quant times the row's
+ * scale for the head, the product the reference takes. */
+static void widen_quant(const og_attend_ops *ops, float *dst, const unsigned char *src, int64_t row_bytes,
+                        og_dtype dt, int64_t Hkv, int64_t D, int64_t g, int32_t n) {
+    for (int32_t j = 0; j < n; j++) {
+        const unsigned char *row = src + j * row_bytes;
+        const float sc = og_kv_row_scale(row, Hkv, D, g);
+        if (dt == OG_DTYPE_INT8) ops->widen_i8(dst + (int64_t)j * D, row + g * D, sc, (int32_t)D);
+        else ops->widen_fp8(dst + (int64_t)j * D, row + g * D, sc, (int32_t)D);
+    }
+}
 
 /* First key the query at position p sees. */
 static int64_t first_visible(const cpu_ctx *c, int64_t p) {
@@ -217,8 +221,10 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 V = (const float *)kv->v + slot * rs + g * D;
                 ks = rs;
             } else if (og_kv_dtype_quantized(kv->dtype)) { /* rows of rs bytes */
-                widen_quant(Kc, (const unsigned char *)kv->k + slot * rs, rs, kv->dtype, c->Hkv, D, g, (int32_t)n);
-                widen_quant(Vc, (const unsigned char *)kv->v + slot * rs, rs, kv->dtype, c->Hkv, D, g, (int32_t)n);
+                widen_quant(c->ops, Kc, (const unsigned char *)kv->k + slot * rs, rs, kv->dtype, c->Hkv, D, g,
+                            (int32_t)n);
+                widen_quant(c->ops, Vc, (const unsigned char *)kv->v + slot * rs, rs, kv->dtype, c->Hkv, D, g,
+                            (int32_t)n);
                 K = Kc;
                 V = Vc;
                 ks = D;

@@ -40,6 +40,11 @@ typedef struct og_attend_ops {
     void (*update_bf16)(const float *q, int32_t G, const og_bf16 *K, const og_bf16 *V,
                         int64_t kv_stride, int32_t D, int32_t n, int64_t pf, float scale,
                         float *m, float *l, float *acc, float *s);
+    /* dst[d] = decode(src[d]) * scale for d < D, one head of one int8 (two's
+     * complement) or fp8 (e4m3, og_kv_fp8_values) row: the f32 product the
+     * reference takes.  src [D] quants, dst [D] */
+    void (*widen_i8)(float *dst, const uint8_t *src, float scale, int32_t D);
+    void (*widen_fp8)(float *dst, const uint8_t *src, float scale, int32_t D);
 } og_attend_ops;
 
 /* NULL when this build has no code for the instruction set or the running
