@@ -57,7 +57,8 @@
  *   the quants (D bytes a key), a worker reads its keys' k and v scales
  *   from the row tails in global memory (one word per key, L2-resident)
  *   and folds them into the score (q . k_quant x k scale) and the weight of
- *   the value (p x v scale). The step's own keys are rounded as the row
+ *   the value (p x v scale); a worker's 8 keys of a tile go 4 at a time
+ *   (8 scores per head beside q and acc of 4 heads would spill). The step's own keys are rounded as the row
  *   write rounds them (amax over the head by shuffles across the worker's
  *   lanes), and the row is written with the same f32 divisions and round-
  *   to-nearest-even conversions (rintf, __nv_cvt_float_to_fp8 satfinite) as
@@ -477,48 +478,55 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         const KV *kt = reinterpret_cast<const KV *>(smem + 2 * b * kTileBytes) + li * kE;
         const KV *vt = reinterpret_cast<const KV *>(smem + (2 * b + 1) * kTileBytes) + li * kE;
         const int64_t j0 = k0 + i * KT;
-        float s[KPW][GM];
-        float ksc[KPW], vsc[KPW]; /* quantized storage: the keys' k and v scales of head hk */
-        if constexpr (kv_quant<KV>::value) {
-            const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES; /* bytes into a row */
+        /* the worker's KPW keys of the tile, KH at a time: one byte a quant
+         * makes KPW 8, and scores of 8 keys beside q and acc of 4 heads
+         * would spill at GM 4; halves cost one more rescale of acc */
+        constexpr int KH = KPW > 4 ? 4 : KPW;
 #pragma unroll
-            for (int u = 0; u < KPW; u++) {
-                const int64_t j = j0 + worker + u * NW;
-                ksc[u] = vsc[u] = 0.0f;
-                if (j < ks) {
-                    const int64_t at = (p.ring ? j % st.R : j) * st.RS + tail;
-                    ksc[u] = *reinterpret_cast<const float *>(st.k + at);
-                    vsc[u] = *reinterpret_cast<const float *>(st.v + at);
+        for (int h0 = 0; h0 < KPW; h0 += KH) {
+            float s[KH][GM];
+            float ksc[KH], vsc[KH]; /* quantized storage: the keys' k and v scales of head hk (not in the tiles) */
+            if constexpr (kv_quant<KV>::value) {
+                const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES; /* bytes into a row */
+#pragma unroll
+                for (int u = 0; u < KH; u++) {
+                    const int64_t j = j0 + worker + (h0 + u) * NW;
+                    ksc[u] = vsc[u] = 0.0f;
+                    if (j < ks) {
+                        const int64_t at = (p.ring ? j % st.R : j) * st.RS + tail;
+                        ksc[u] = *reinterpret_cast<const float *>(st.k + at);
+                        vsc[u] = *reinterpret_cast<const float *>(st.v + at);
+                    }
                 }
             }
-        }
 #pragma unroll
-        for (int u = 0; u < KPW; u++) {
-            float kf[kE];
-            load8(kt + (int64_t)(worker + u * NW) * D, kf);
-            dot_heads<GM>(q, kf, s[u]);
-        }
-        lane_sum<KPW, GM>(s, lanes);
-#pragma unroll
-        for (int u = 0; u < KPW; u++) {
-            if (j0 + worker + u * NW >= ks) {
-#pragma unroll
-                for (int g = 0; g < GM; g++) s[u][g] = -INFINITY;
-            } else if (kv_quant<KV>::value) { /* q . (k quants) x k scale */
-#pragma unroll
-                for (int g = 0; g < GM; g++) s[u][g] *= ksc[u];
+            for (int u = 0; u < KH; u++) {
+                float kf[kE];
+                load8(kt + (int64_t)(worker + (h0 + u) * NW) * D, kf);
+                dot_heads<GM>(q, kf, s[u]);
             }
-        }
-        softmax_step<KPW, GM>(s, m, l, acc);
+            lane_sum<KH, GM>(s, lanes);
 #pragma unroll
-        for (int u = 0; u < KPW; u++) { /* rows past ks are zeros with weight 0 */
-            float vf[kE];
-            load8(vt + (int64_t)(worker + u * NW) * D, vf);
-            if (kv_quant<KV>::value) { /* the weight times the v scale: p x (v quants x v scale) */
+            for (int u = 0; u < KH; u++) {
+                if (j0 + worker + (h0 + u) * NW >= ks) {
 #pragma unroll
-                for (int g = 0; g < GM; g++) s[u][g] *= vsc[u];
+                    for (int g = 0; g < GM; g++) s[u][g] = -INFINITY;
+                } else if constexpr (kv_quant<KV>::value) { /* q . (k quants) x k scale */
+#pragma unroll
+                    for (int g = 0; g < GM; g++) s[u][g] *= ksc[u];
+                }
             }
-            add_values<GM>(s[u], vf, acc);
+            softmax_step<KH, GM>(s, m, l, acc);
+#pragma unroll
+            for (int u = 0; u < KH; u++) { /* rows past ks are zeros with weight 0 */
+                float vf[kE];
+                load8(vt + (int64_t)(worker + (h0 + u) * NW) * D, vf);
+                if constexpr (kv_quant<KV>::value) { /* the weight times the v scale: p x (v quants x v scale) */
+#pragma unroll
+                    for (int g = 0; g < GM; g++) s[u][g] *= vsc[u];
+                }
+                add_values<GM>(s[u], vf, acc);
+            }
         }
     }
     copies_wait<0>();
