@@ -96,5 +96,20 @@ base=$(tokens "$WORK/plain")
 T "$BIN" export "$HF/qwen2-bias" -o "$WORK/q.ogp" 2>/dev/null
 [ "$(tokens "$WORK/q")" = "$(tokens "$WORK/q" --no-special)" ] || fail "BOS added to a tokenizer without one"
 
+# ---- --kv-dtype: int8 and fp8 sessions run (24 greedy tokens) and hold fewer
+# KV bytes than bf16 (a byte an element and a 4-byte scale per head of D:
+# (D + 4) / 2D of bf16's, padding aside); a weight format is refused by name
+live() { sed -n 's/.*"kv_bytes_live": \([0-9]*\).*/\1/p' "$1"; }
+for kv in bf16 int8 fp8; do
+    T "$BIN" run -p "$prompt" -n 24 --temp 0 --kv-dtype $kv --stats >"$WORK/kv-$kv.out" 2>"$WORK/kv-$kv.err" ||
+        fail "run --kv-dtype $kv: $(cat "$WORK/kv-$kv.err")"
+    grep -q '"generated_tokens": 24' "$WORK/kv-$kv.err" || fail "run --kv-dtype $kv: stats $(cat "$WORK/kv-$kv.err")"
+done
+[ -n "$(live "$WORK/kv-int8.err")" ] && [ "$(live "$WORK/kv-int8.err")" = "$(live "$WORK/kv-fp8.err")" ] &&
+    [ "$(live "$WORK/kv-int8.err")" -lt "$(live "$WORK/kv-bf16.err")" ] ||
+    fail "kv bytes live: bf16 $(live "$WORK/kv-bf16.err"), int8 $(live "$WORK/kv-int8.err"), fp8 $(live "$WORK/kv-fp8.err")"
+T "$BIN" run -p x --kv-dtype q8 >/dev/null 2>"$WORK/kv-q8.err" && fail "--kv-dtype q8 accepted"
+grep -q 'expects bf16, f32, int8 or fp8, got "q8"' "$WORK/kv-q8.err" || fail "--kv-dtype q8: $(cat "$WORK/kv-q8.err")"
+
 [ $fails -eq 0 ] && echo "cli_run_options: all passed"
 exit $((fails > 0))
