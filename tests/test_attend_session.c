@@ -3,7 +3,11 @@
  * invariance, isolation between sessions, and a too-wide step refused
  * before any write.
  *
- * The model: two attention layers over bf16 storage, flat layer 0
+ * The whole suite runs over bf16, int8 and fp8 storage (int8 / fp8 rows:
+ * quants, a scale per head, padding to 16 bytes: 48 and 32 bytes here), the
+ * oracle fed k/v rounded as each stores them.
+ *
+ * The model: two attention layers, flat layer 0
  * (Hq = 4, Hkv = 2, D = 16) and ring layer 1 (W = 8, Hq = 2, Hkv = 1,
  * D = 16). Letters: T tokens, L length, R ring rows, W window.
  *
@@ -14,6 +18,7 @@
 #include "attend_seq.h"
 #include "harness.h"
 #include "kernels/attend.h"
+#include "kernels/attend_quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +32,10 @@ static const og_kv_layer_config k_layers[NL] = {
     {.layer_id = 1, .policy = OG_KV_RING, .window = 8, .n_kv_heads = 1, .head_dim = 16},
 };
 static const int32_t k_hq[NL] = {4, 2};
+static og_dtype g_dt = OG_DTYPE_BF16; /* the storage of this run of the suite */
 
 static og_kv_config make_cfg(int32_t max_write, int64_t max_capacity) {
-    og_kv_config c = {.version = OG_KV_MANIFEST_VERSION, .kv_dtype = OG_DTYPE_BF16,
+    og_kv_config c = {.version = OG_KV_MANIFEST_VERSION, .kv_dtype = g_dt,
                       .max_capacity = max_capacity, .initial_capacity = 4,
                       .max_write = max_write, .n_model_layers = NL, .n_layers = NL,
                       .layers = k_layers};
@@ -46,7 +52,7 @@ static void seq_init(model_seq *m, int64_t n, uint64_t seed) {
     og_rng r = og_rng_seed(seed);
     for (int i = 0; i < NL; i++) {
         CHECK(og_test_seq_init(&m->seq[i], k_hq[i], k_layers[i].n_kv_heads,
-                               k_layers[i].head_dim, OG_DTYPE_BF16, n));
+                               k_layers[i].head_dim, g_dt, n));
         og_test_seq_append(&m->seq[i], &r, (int32_t)n);
         const size_t n_out = (size_t)n * k_hq[i] * k_layers[i].head_dim;
         m->out[i] = malloc(n_out * sizeof(float));
@@ -119,9 +125,10 @@ typedef struct fixed_store {
 static void fixed_init(fixed_store *f, const og_kv_config *cfg) {
     for (int i = 0; i < NL; i++) {
         const int64_t rows = og_kv_layer_slots(cfg, &k_layers[i]);
-        const size_t bytes = (size_t)rows * k_layers[i].n_kv_heads * k_layers[i].head_dim * 2;
+        const size_t bytes =
+            (size_t)(rows * og_kv_dtype_row_bytes(g_dt, k_layers[i].n_kv_heads, k_layers[i].head_dim));
         f->kv[i] = (og_kv_layer_view){.layer_id = k_layers[i].layer_id,
-                                      .policy = k_layers[i].policy, .dtype = OG_DTYPE_BF16,
+                                      .policy = k_layers[i].policy, .dtype = g_dt,
                                       .window = k_layers[i].window,
                                       .n_kv_heads = k_layers[i].n_kv_heads,
                                       .head_dim = k_layers[i].head_dim, .rows = rows,
@@ -257,10 +264,10 @@ static void test_isolation(og_threadpool *pool) {
         CHECK_OK(session_step(a, &ma, 5, pool));
         CHECK_OK(session_step(b, &mb, 5, pool));
     }
-    for (int i = 0; i < NL; i++) { /* poison every row a holds */
+    for (int i = 0; i < NL; i++) { /* poison every row a holds (all-ones: NaN bf16, int8 scales and fp8) */
         og_kv_layer_view kv;
         CHECK_OK(og_kv_session_layer_view(a, i, &kv));
-        const size_t bytes = (size_t)kv.rows * kv.n_kv_heads * kv.head_dim * 2;
+        const size_t bytes = (size_t)(kv.rows * og_kv_dtype_row_bytes(kv.dtype, kv.n_kv_heads, kv.head_dim));
         memset(kv.k, 0xff, bytes);
         memset(kv.v, 0xff, bytes);
     }
@@ -292,7 +299,7 @@ static void test_too_wide(og_threadpool *pool) {
     CHECK_OK(og_kv_session_prepare(s, 8));
     og_kv_layer_view kv;
     CHECK_OK(og_kv_session_layer_view(s, 1, &kv));
-    const size_t bytes = (size_t)kv.rows * kv.n_kv_heads * kv.head_dim * 2;
+    const size_t bytes = (size_t)(kv.rows * og_kv_dtype_row_bytes(kv.dtype, kv.n_kv_heads, kv.head_dim));
     void *k0 = malloc(bytes), *v0 = malloc(bytes);
     memcpy(k0, kv.k, bytes);
     memcpy(v0, kv.v, bytes);
@@ -308,10 +315,15 @@ static void test_too_wide(og_threadpool *pool) {
 int main(void) {
     og_threadpool *pool = og_threadpool_create(2);
     CHECK(pool != NULL);
-    test_growth(pool);
-    test_chunking(pool);
-    test_isolation(pool);
-    test_too_wide(pool);
+    const og_dtype dts[3] = {OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
+    for (int d = 0; d < 3; d++) {
+        g_dt = dts[d];
+        fprintf(stderr, "== storage %s\n", og_dtype_name(g_dt));
+        test_growth(pool);
+        test_chunking(pool);
+        test_isolation(pool);
+        test_too_wide(pool);
+    }
     og_threadpool_destroy(pool);
     return og_test_finish();
 }
