@@ -2,6 +2,11 @@
  * config that breaks only that rule is refused naming exactly that rule. */
 #include "harness.h"
 #include "kv/kv.h"
+#include "program_fixture.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <string.h>
 
@@ -193,11 +198,73 @@ static void test_names_and_slots(void) {
     CHECK(og_kv_layer_slots(&f.cfg, &f.layers[1]) == 16 + 32 - 1);
 }
 
+/* A program whose manifest says int8 or fp8: it validates and loads, a
+ * default session stores its KV so, and its logits are those of the same
+ * weights under a bf16 manifest with the session asking for that dtype. */
+static void test_program_manifest(void) {
+    og_test_section("a program's manifest of int8 / fp8 KV");
+    char dir[] = "/tmp/og_test_kv_config_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(false, "mkdtemp");
+        return;
+    }
+    char plain[256], quant[256];
+    snprintf(plain, sizeof plain, "%s/bf16.ogp", dir);
+    snprintf(quant, sizeof quant, "%s/quant.ogp", dir);
+    og_fixture_opts o = {.well_scaled = true};
+    CHECK_OK(og_fixture_write_program(plain, &o));
+    const og_dtype dts[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
+    const int32_t toks[6] = {3, 1, 4, 1, 5, 9};
+    enum { V = OG_FIX_VOCAB };
+    for (int d = 0; d < 2; d++) {
+        o.kv_quant = dts[d];
+        CHECK_OK(og_fixture_write_program(quant, &o));
+        og_model_params mp = og_model_default_params();
+        mp.backend = OG_BACKEND_CPU;
+        mp.n_threads = 1;
+        og_model *mq = NULL, *mb = NULL;
+        CHECK_OK(og_model_load(quant, &mp, &mq));
+        CHECK_OK(og_model_load(plain, &mp, &mb));
+        if (!mq || !mb) {
+            og_model_free(mq);
+            og_model_free(mb);
+            continue;
+        }
+        CHECK(og_model_kv_config(mq)->kv_dtype == dts[d]);
+        og_session *sq = NULL, *sb = NULL;
+        CHECK_OK(og_session_create(mq, NULL, &sq)); /* the program's dtype */
+        og_session_params sp = og_session_default_params();
+        sp.kv_dtype = dts[d];
+        CHECK_OK(og_session_create(mb, &sp, &sb));
+        if (sq && sb) {
+            float lq[6 * V], lb[6 * V];
+            CHECK(og_kv_session_config(og_session_kv(sq))->kv_dtype == dts[d]);
+            CHECK_OK(og_session_eval(sq, toks, 4, 0, lq, 1)); /* every position's logits */
+            CHECK_OK(og_session_eval(sb, toks, 4, 0, lb, 1));
+            CHECK_OK(og_session_eval(sq, toks + 4, 1, 0, lq + 4 * V, 0));
+            CHECK_OK(og_session_eval(sb, toks + 4, 1, 0, lb + 4 * V, 0));
+            bool finite = true;
+            for (int i = 0; i < 5 * V; i++) finite = finite && isfinite(lq[i]);
+            CHECK_MSG(finite && !memcmp(lq, lb, sizeof(float) * 5 * V),
+                      "%s manifest: logits differ from a bf16 manifest's session asking for %s",
+                      og_dtype_name(dts[d]), og_dtype_name(dts[d]));
+        }
+        og_session_destroy(sq);
+        og_session_destroy(sb);
+        og_model_free(mq);
+        og_model_free(mb);
+    }
+    remove(plain);
+    remove(quant);
+    rmdir(dir);
+}
+
 int main(void) {
     test_valid();
     test_each_rule();
     test_messages();
     test_names_and_slots();
     test_row_bytes();
+    test_program_manifest();
     return og_test_finish();
 }

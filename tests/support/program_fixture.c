@@ -117,6 +117,7 @@ og_status og_fixture_write_program(const char *path, const og_fixture_opts *o) {
     if (o->window > 0) kv_layers[1].window = o->window;
     kv.layers = kv_layers;
     if (o->kv_f32) kv.kv_dtype = OG_DTYPE_F32;
+    if (o->kv_quant == OG_DTYPE_INT8 || o->kv_quant == OG_DTYPE_FP8) kv.kv_dtype = o->kv_quant;
     if (o->initial_capacity > 0) kv.initial_capacity = o->initial_capacity;
     if (o->max_write > 0) kv.max_write = o->max_write;
     if (b.st == OG_OK) b.st = og_program_writer_set_kv(b.w, &kv);

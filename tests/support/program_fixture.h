@@ -28,6 +28,8 @@ typedef struct og_fixture_opts {
      * defaults above, so the bytes of a default program never change. */
     og_dtype activation_dtype; /* OG_DTYPE_F32 (0, default) or OG_DTYPE_BF16 */
     bool kv_f32;               /* the program's kv_dtype f32 (default bf16) */
+    og_dtype kv_quant;         /* OG_DTYPE_INT8 or OG_DTYPE_FP8: the program's
+                                  kv_dtype (any other value: as kv_f32 says) */
     int64_t initial_capacity;  /* 0 means 16                                */
     int32_t max_write;         /* 0 means OG_FIX_MAX_WRITE                  */
     int32_t window;            /* the ring layer's W; 0 means OG_FIX_WINDOW */
