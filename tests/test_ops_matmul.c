@@ -277,7 +277,7 @@ static void check_quant_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_
                   og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)T,
                   (long long)K, (long long)N, with_bias, fr, fv);
         /* bf16 activations: x rounded to bf16, then the same sum */
-        if (T > 1 || N > 67) continue; /* the rounding is the same for any shape */
+        if (N > 67) continue; /* keeps the test short; the paths are those of smaller N */
         float *xr = malloc(sizeof(float) * (size_t)(T * K));
         for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
         oracle orr = oracle_compute(xr, w_exact, b, T, K, N);
