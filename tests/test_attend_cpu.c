@@ -18,6 +18,7 @@
 #include "kernels/attend.h"
 #include "kernels/attend_quant.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,6 +214,73 @@ static void split_decode_after_prefill(og_threadpool *pool) {
     og_test_seq_free(&s);
 }
 
+/* Stored rows holding every quant value: int8 -128..127 and every finite
+ * e4m3 byte (0x7f / 0xff, NaN, left out), over two kv heads with scales of
+ * different sizes, read by every instruction set (fused or widened) and by
+ * the reference: a byte decoded wrongly anywhere moves an output by far
+ * more than the tolerance (4 keys, so every key weighs ~1/4). */
+static void every_quant_value(og_threadpool *pool) {
+    enum { HQ = 4, HKV = 2, D = 128, L = 3, R = 8 };
+    const og_dtype dts[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
+    for (int di = 0; di < 2; di++) {
+        const og_dtype dt = dts[di];
+        char name[64];
+        snprintf(name, sizeof name, "every %s value in stored rows", og_dtype_name(dt));
+        og_test_section(name);
+        const int64_t RB = og_kv_dtype_row_bytes(dt, HKV, D);
+        og_kv_layer_view kv = {.layer_id = 0, .policy = OG_KV_FLAT, .dtype = dt, .n_kv_heads = HKV,
+                               .head_dim = D, .rows = R, .length = L};
+        unsigned char *k = calloc((size_t)(R * RB), 1), *v = calloc((size_t)(R * RB), 1);
+        for (int64_t j = 0; j < L; j++)
+            for (int64_t h = 0; h < HKV; h++) {
+                for (int64_t d = 0; d < D; d++) {
+                    unsigned b = (unsigned)((j * HKV + h) * D + d) & 0xff, bv = (b + 77u) & 0xff;
+                    if (dt == OG_DTYPE_FP8 && (b & 0x7f) == 0x7f) b = 0x80; /* NaN codes: -0 instead */
+                    if (dt == OG_DTYPE_FP8 && (bv & 0x7f) == 0x7f) bv = 0x00;
+                    k[j * RB + h * D + d] = (unsigned char)b;
+                    v[j * RB + h * D + d] = (unsigned char)bv;
+                }
+                /* scales: |k| up to ~1, |v| up to ~2 */
+                const float max = dt == OG_DTYPE_INT8 ? 128.0f : 448.0f;
+                const float ks = (h ? 0.5f : 1.0f) / max, vs = (h ? 2.0f : 0.25f) / max;
+                memcpy(k + j * RB + HKV * D + 4 * h, &ks, 4);
+                memcpy(v + j * RB + HKV * D + 4 * h, &vs, 4);
+            }
+        og_rng r = og_rng_seed(255 + (uint64_t)di);
+        float q[HQ * D], kn[HKV * D], vn[HKV * D], want[HQ * D], got[HQ * D];
+        og_rng_fill(&r, q, HQ * D, -1, 1);
+        og_rng_fill(&r, kn, HKV * D, -1, 1);
+        og_rng_fill(&r, vn, HKV * D, -1, 1);
+        unsigned char *kr = malloc((size_t)(R * RB)), *vr = malloc((size_t)(R * RB));
+        memcpy(kr, k, (size_t)(R * RB));
+        memcpy(vr, v, (size_t)(R * RB));
+        og_attend_args a = {.q = q, .k = kn, .v = vn, .out = want, .T = 1, .n_heads = HQ, .kv = kv};
+        a.kv.k = kr, a.kv.v = vr;
+        CHECK_OK(og_update_and_attend_ref(&a));
+        bool finite = true;
+        for (int i = 0; i < HQ * D; i++) finite = finite && isfinite(want[i]);
+        CHECK_MSG(finite, "%s: reference outputs not finite", name);
+        for (int isa = 0; isa < OG_CPU_ISA_COUNT; isa++) {
+            if (!og_cpu_isa_supported((og_cpu_isa)isa)) continue;
+            unsigned char *kf = malloc((size_t)(R * RB)), *vf = malloc((size_t)(R * RB));
+            memcpy(kf, k, (size_t)(R * RB));
+            memcpy(vf, v, (size_t)(R * RB));
+            a.kv.k = kf, a.kv.v = vf, a.out = got;
+            og_poison(got, HQ * D);
+            CHECK_OK(og_update_and_attend_cpu_isa(&a, pool, (og_cpu_isa)isa, NULL));
+            size_t worst = 0;
+            const double ratio = og_tol_ratio(got, want, HQ * D, ATOL, RTOL, &worst);
+            CHECK_MSG(ratio <= 1.0, "%s [%s]: element %zu got %.9g want %.9g", name, og_cpu_isa_name((og_cpu_isa)isa),
+                      worst, (double)got[worst], (double)want[worst]);
+            CHECK_MSG(!memcmp(kf, kr, (size_t)(R * RB)) && !memcmp(vf, vr, (size_t)(R * RB)),
+                      "%s [%s]: storage differs from the reference's", name, og_cpu_isa_name((og_cpu_isa)isa));
+            free(kf);
+            free(vf);
+        }
+        free(k), free(v), free(kr), free(vr);
+    }
+}
+
 int main(void) {
     fprintf(stderr, "best instruction set: %s\n", og_cpu_isa_name(og_cpu_isa_active()));
     CHECK(og_cpu_isa_supported(OG_CPU_ISA_SCALAR));
@@ -222,6 +290,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
         run_case(&k_cases[i], pool, 1000 + i);
     split_decode_after_prefill(pool);
+    every_quant_value(pool);
     og_threadpool_destroy(pool);
     return og_test_finish();
 }

@@ -74,7 +74,7 @@ static void widen_fp8_scalar(float *dst, const uint8_t *src, float scale, int32_
 }
 
 static const og_attend_ops g_ops_scalar = {
-    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar, NULL, widen_i8_scalar, widen_fp8_scalar,
+    scores_scalar, accumulate_scalar, rescale_scalar, widen_scalar, NULL, widen_i8_scalar, widen_fp8_scalar, NULL,
 };
 
 static const og_attend_ops *isa_ops(og_cpu_isa isa) {
@@ -186,12 +186,15 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
     /* bf16 rows read in place by the fused update where the table has one */
     const bool fused = kv->dtype == OG_DTYPE_BF16 && c->ops->update_bf16 && D % 32 == 0 &&
                        D <= OG_ATTEND_FUSED_MAX_D;
+    /* int8 / fp8 rows read in place likewise (quants, the scales at the row's tail) */
+    const bool fused_q = og_kv_dtype_quantized(kv->dtype) && c->ops->update_q8 && D % 16 == 0 &&
+                         D <= OG_ATTEND_FUSED_MAX_D;
 
     for (int64_t j0 = key_lo; j0 < key_hi;) {
         const int64_t slot = c->W > 0 ? j0 % c->R : j0;
         int64_t n = key_hi - j0 < KB ? key_hi - j0 : KB;
         if (n > c->R - slot) n = c->R - slot; /* a chunk never crosses the ring's wrap */
-        if (!fused) prefetch_chunk(c, j0 + n, key_hi, g0, g1);
+        if (!fused && !fused_q) prefetch_chunk(c, j0 + n, key_hi, g0, g1);
         /* the fused update prefetches as it reads: the same rows of the next
          * n rows of storage, unless they wrap the ring; past key_hi they are
          * the next split's (or the step's own) rows, read next */
@@ -211,6 +214,22 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                                         (int32_t)D, (int32_t)(hi_abs - lo_abs), pf, c->scale,
                                         &m[r * nh + x], &l[r * nh + x],
                                         acc + r * acc_stride + x * D, s);
+                }
+                continue;
+            }
+            if (fused_q) { /* rows of rs bytes; head g's scale (Hkv - g) * D + 4 g bytes past its quants */
+                const uint8_t *Kq = (const uint8_t *)kv->k + slot * rs + g * D;
+                const uint8_t *Vq = (const uint8_t *)kv->v + slot * rs + g * D;
+                const int64_t soff = (c->Hkv - g) * D + g * OG_KV_SCALE_BYTES;
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t p = c->L + t0 + r;
+                    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
+                    const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
+                    if (lo_abs >= hi_abs) continue;
+                    const int64_t lo = lo_abs - j0, x = (g - g0) * G;
+                    c->ops->update_q8(q_base + r * c->Hq * D + x * D, (int32_t)G, Kq + lo * rs, Vq + lo * rs, rs,
+                                      soff, kv->dtype == OG_DTYPE_FP8, (int32_t)D, (int32_t)(hi_abs - lo_abs), pf,
+                                      c->scale, &m[r * nh + x], &l[r * nh + x], acc + r * acc_stride + x * D, s);
                 }
                 continue;
             }

@@ -45,6 +45,16 @@ typedef struct og_attend_ops {
      * reference takes.  src [D] quants, dst [D] */
     void (*widen_i8)(float *dst, const uint8_t *src, float scale, int32_t D);
     void (*widen_fp8)(float *dst, const uint8_t *src, float scale, int32_t D);
+    /* update_bf16 over int8 (fp8 0) or e4m3 (fp8 1) rows read in place: K
+     * and V point at the head's D quants of the first key, rows kv_stride
+     * bytes apart, each key's f32 scale soff bytes past its quants (read
+     * with memcpy); scores are scale * kscale * (q . kq) and values enter as
+     * (weight * vscale) * vq. NULL when the table has none; only for
+     * D % 16 == 0 and D <= OG_ATTEND_FUSED_MAX_D. pf as update_bf16's, in
+     * bytes. q [G, D], m [G], l [G], acc [G, D], s [2, n] scratch. */
+    void (*update_q8)(const float *q, int32_t G, const uint8_t *K, const uint8_t *V, int64_t kv_stride,
+                      int64_t soff, int fp8, int32_t D, int32_t n, int64_t pf, float scale, float *m, float *l,
+                      float *acc, float *s);
 } og_attend_ops;
 
 /* NULL when this build has no code for the instruction set or the running

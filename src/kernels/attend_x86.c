@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 /* ------------------------------------------------------------ AVX-512F */
 
@@ -325,6 +326,132 @@ OG_AVX512 static void update_bf16_avx512(const float *q, int32_t G, const og_bf1
     if (h < G) update_heads_avx512(1, h, q, K, V, ks, D, n, pf, scale, m, l, acc, s, qs);
 }
 
+/* ---- the fused update over int8 / fp8 rows (attend_quant.h) ---- */
+
+/* 16 quants as f32, unscaled: int8 sign-extended; e4m3 from its bits (a
+ * normal magnitude m (8..126) is the f32 of bits m << 20 times 2^120, a
+ * subnormal one m (0..7) times 2^-9, 0x7f NaN as og_kv_fp8_values has it;
+ * the normal path never sees a denormal operand). */
+OG_AVX512 static inline __m512 quant16_avx512(const uint8_t *p, int fp8) {
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    if (!fp8) return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(x, 24), 24));
+    const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+    const __m512i mn = _mm512_max_epu32(mag, _mm512_set1_epi32(8));
+    const __m512 normal = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mn, 20)), _mm512_set1_ps(0x1p120f));
+    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
+    __m512 v = _mm512_mask_blend_ps(_mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
+    v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), v, _mm512_set1_ps(NAN));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+/* Scale of key j of the head: soff bytes past its quants. */
+static inline float quant_scale(const uint8_t *K, int64_t ks, int64_t soff, int32_t j) {
+    float x;
+    memcpy(&x, K + j * ks + soff, sizeof x);
+    return x;
+}
+
+/* Scores of up to two heads (nh = 1 or 2) over n quantized keys, 16 keys a
+ * block: s_h[j] = scale * kscale_j * (q_h . kq_j). Each conversion of a key
+ * serves both heads. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+scores_q_avx512(int nh, const float *const qh[2], const uint8_t *K, int64_t ks, int64_t soff, int fp8,
+                int32_t D, int32_t n, int64_t pf, float scale, float *const sh[2]) {
+    for (int32_t j0 = 0; j0 < n; j0 += 16) {
+        const int32_t nk = n - j0 < 16 ? n - j0 : 16;
+        __m512 a0[16], a1[16]; /* per key: lane partial sums of q_h . kq */
+        float ksc[16];
+        for (int32_t i = 0; i < 16; i++) {
+            __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+            ksc[i] = 0.0f;
+            if (i < nk) {
+                const uint8_t *k = K + (j0 + i) * ks; /* [D] quants */
+                _mm_prefetch((const char *)(k + soff + pf), _MM_HINT_T1);
+                for (int32_t d = 0; d < D; d += 16) {
+                    if ((d & 63) == 0) _mm_prefetch((const char *)(k + d + pf), _MM_HINT_T1);
+                    const __m512 kf = quant16_avx512(k + d, fp8);
+                    x0 = _mm512_fmadd_ps(kf, _mm512_loadu_ps(qh[0] + d), x0);
+                    if (nh == 2) x1 = _mm512_fmadd_ps(kf, _mm512_loadu_ps(qh[1] + d), x1);
+                }
+                ksc[i] = scale * quant_scale(K, ks, soff, j0 + i);
+            }
+            a0[i] = x0;
+            a1[i] = x1;
+        }
+        const __mmask16 tm = nk == 16 ? (__mmask16)0xffff : tail16(nk);
+        const __m512 sc = _mm512_loadu_ps(ksc);
+        _mm512_mask_storeu_ps(sh[0] + j0, tm, _mm512_mul_ps(sc, hsum16x16_avx512(a0)));
+        if (nh == 2) _mm512_mask_storeu_ps(sh[1] + j0, tm, _mm512_mul_ps(sc, hsum16x16_avx512(a1)));
+    }
+}
+
+/* acc_h += sum_j w_h[j] vq_j for up to two heads, w_h[j] the weight times
+ * the key's v scale; 64 columns at a time in registers, the tail 16. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+accumulate_q_avx512(int nh, float *const acc[2], const uint8_t *V, int64_t ks, int fp8, int32_t D, int32_t n,
+                    int64_t pf, const float *const w[2]) {
+    int32_t d = 0;
+    for (; d + 64 <= D; d += 64) {
+        __m512 a[2][4];
+        for (int h = 0; h < nh; h++)
+            for (int c = 0; c < 4; c++) a[h][c] = _mm512_loadu_ps(acc[h] + d + 16 * c);
+        for (int32_t j = 0; j < n; j++) {
+            const uint8_t *v = V + j * ks + d;
+            _mm_prefetch((const char *)(v + pf), _MM_HINT_T1);
+            const __m512 w0 = _mm512_set1_ps(w[0][j]), w1 = _mm512_set1_ps(w[nh - 1][j]);
+            for (int c = 0; c < 4; c++) {
+                const __m512 vf = quant16_avx512(v + 16 * c, fp8);
+                a[0][c] = _mm512_fmadd_ps(w0, vf, a[0][c]);
+                if (nh == 2) a[1][c] = _mm512_fmadd_ps(w1, vf, a[1][c]);
+            }
+        }
+        for (int h = 0; h < nh; h++)
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(acc[h] + d + 16 * c, a[h][c]);
+    }
+    for (; d < D; d += 16) {
+        __m512 a0 = _mm512_loadu_ps(acc[0] + d), a1 = _mm512_loadu_ps(acc[nh - 1] + d);
+        for (int32_t j = 0; j < n; j++) {
+            const __m512 vf = quant16_avx512(V + j * ks + d, fp8);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[0][j]), vf, a0);
+            if (nh == 2) a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[1][j]), vf, a1);
+        }
+        _mm512_storeu_ps(acc[0] + d, a0);
+        if (nh == 2) _mm512_storeu_ps(acc[1] + d, a1);
+    }
+}
+
+/* Heads h0 and h0 + 1 (nh = 2) or h0 alone (nh = 1) of the fused quantized
+ * update. */
+static inline __attribute__((always_inline)) OG_AVX512 void
+update_q_heads_avx512(int nh, int32_t h0, const float *q, const uint8_t *K, const uint8_t *V, int64_t ks,
+                      int64_t soff, int fp8, int32_t D, int32_t n, int64_t pf, float scale, float *m, float *l,
+                      float *acc, float *s) {
+    const float *qh[2];
+    float *sh[2], *ah[2];
+    for (int h = 0; h < 2; h++) {
+        const int32_t x = h0 + (h < nh ? h : 0); /* nh == 1: the second is never used */
+        qh[h] = q + (int64_t)x * D;
+        sh[h] = s + (int64_t)(h < nh ? h : 0) * n;
+        ah[h] = acc + (int64_t)x * D;
+    }
+    const int64_t pf_here = h0 == 0 ? pf : 0; /* the first pair of heads prefetches */
+    scores_q_avx512(nh, qh, K, ks, soff, fp8, D, n, pf_here, scale, sh);
+    for (int h = 0; h < nh; h++) {
+        softmax_bf16_avx512(sh[h], n, D, &m[h0 + h], &l[h0 + h], ah[h]); /* dtype-blind: scores in, weights out */
+        for (int32_t j = 0; j < n; j++) sh[h][j] *= quant_scale(V, ks, soff, j); /* l has the weights already */
+    }
+    accumulate_q_avx512(nh, ah, V, ks, fp8, D, n, pf_here, (const float *const *)sh);
+}
+
+OG_AVX512 static void update_q8_avx512(const float *q, int32_t G, const uint8_t *K, const uint8_t *V, int64_t ks,
+                                       int64_t soff, int fp8, int32_t D, int32_t n, int64_t pf, float scale, float *m,
+                                       float *l, float *acc, float *s) {
+    int32_t h = 0;
+    for (; h + 2 <= G; h += 2) update_q_heads_avx512(2, h, q, K, V, ks, soff, fp8, D, n, pf, scale, m, l, acc, s);
+    if (h < G) update_q_heads_avx512(1, h, q, K, V, ks, soff, fp8, D, n, pf, scale, m, l, acc, s);
+}
+
 /* int8 / fp8 quants of one head times its scale: 16 at a time (fp8 through
  * a gather from the e4m3 table), the same f32 products as the reference. */
 OG_AVX512 static void widen_i8_avx512(float *dst, const uint8_t *src, float scale, int32_t D) {
@@ -349,7 +476,7 @@ OG_AVX512 static void widen_fp8_avx512(float *dst, const uint8_t *src, float sca
 
 static const og_attend_ops g_ops_avx512 = {
     scores_avx512, accumulate_avx512, rescale_avx512, widen_avx512, update_bf16_avx512,
-    widen_i8_avx512, widen_fp8_avx512,
+    widen_i8_avx512, widen_fp8_avx512, update_q8_avx512,
 };
 
 const og_attend_ops *og_attend_ops_avx512(void) {
@@ -494,7 +621,7 @@ OG_AVX2 static void widen_fp8_avx2(float *dst, const uint8_t *src, float scale, 
 }
 
 static const og_attend_ops g_ops_avx2 = {
-    scores_avx2, accumulate_avx2, rescale_avx2, widen_avx2, NULL, widen_i8_avx2, widen_fp8_avx2,
+    scores_avx2, accumulate_avx2, rescale_avx2, widen_avx2, NULL, widen_i8_avx2, widen_fp8_avx2, NULL,
 };
 
 const og_attend_ops *og_attend_ops_avx2(void) {
