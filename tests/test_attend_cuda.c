@@ -41,7 +41,8 @@
  * rounding). Both read the same quants and scales (the kernel folds the
  * scales into the score and the weight instead of into each element: one
  * more f32 rounding per product), so the split-K tolerance holds. Storage
- * around the rows is random bytes; the rows hold valid quantized rows.
+ * around the rows is random bytes; the rows hold valid quantized rows. And
+ * rows holding every int8 value and every finite e4m3 byte, decoded by both.
  * OG_CUDA_TEST_QUICK=1 keeps T <= 17, histories <= 257 and B <= 17
  * (sanitizer runs); OG_ATTEND_CUDA_TEST_BATCH_ONLY=1 runs the batched cases
  * alone (racecheck of the batched kernel).
@@ -173,6 +174,69 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dkc), cudaFree(dvc), cudaFree(dout), cudaFree(partials),
         cudaFree(dlen);
     free(q), free(k), free(v), free(ref), free(got), free(kc), free(vc), free(kc_got), free(vc_got), free(pos);
+}
+
+/* Stored rows holding every quant value (int8 -128..127, every finite e4m3
+ * byte; 0x7f / 0xff, NaN, left out) over two kv heads with scales of
+ * different sizes, decoded by the kernel and by the reference: a byte
+ * decoded wrongly moves an output far past the split-K tolerance (4 keys,
+ * each weighing ~1/4). Storage after the step compared byte for byte. */
+static void test_every_quant_value(og_rng *rng, cudaStream_t stream) {
+    enum { HQ = 4, HKV = 2, D = 128, L = 3, R = 8 };
+    const og_dtype dts[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
+    for (int di = 0; di < 2; di++) {
+        const og_dtype dt = dts[di];
+        char name[64];
+        snprintf(name, sizeof name, "every %s value in stored rows", og_dtype_name(dt));
+        og_test_section(name);
+        const size_t RB = (size_t)og_kv_dtype_row_bytes(dt, HKV, D), sb = R * RB;
+        unsigned char *k = calloc(sb, 1), *v = calloc(sb, 1), *kg = malloc(sb), *vg = malloc(sb);
+        for (size_t j = 0; j < L; j++)
+            for (size_t h = 0; h < HKV; h++) {
+                for (size_t d = 0; d < D; d++) {
+                    unsigned b = (unsigned)((j * HKV + h) * D + d) & 0xff, bv = (b + 77u) & 0xff;
+                    if (dt == OG_DTYPE_FP8 && (b & 0x7f) == 0x7f) b = 0x80; /* NaN codes: -0 instead */
+                    if (dt == OG_DTYPE_FP8 && (bv & 0x7f) == 0x7f) bv = 0x00;
+                    k[j * RB + h * D + d] = (unsigned char)b;
+                    v[j * RB + h * D + d] = (unsigned char)bv;
+                }
+                const float max = dt == OG_DTYPE_INT8 ? 128.0f : 448.0f;
+                const float ks = (h ? 0.5f : 1.0f) / max, vs = (h ? 2.0f : 0.25f) / max;
+                memcpy(k + j * RB + HKV * D + 4 * h, &ks, 4);
+                memcpy(v + j * RB + HKV * D + 4 * h, &vs, 4);
+            }
+        float q[HQ * D], kn[HKV * D], vn[HKV * D], want[HQ * D], got[HQ * D];
+        og_rng_fill(rng, q, HQ * D, -1, 1);
+        og_rng_fill(rng, kn, HKV * D, -1, 1);
+        og_rng_fill(rng, vn, HKV * D, -1, 1);
+        void *dkc = dev_copy(k, sb), *dvc = dev_copy(v, sb);
+        void *dq = dev_copy(q, sizeof q), *dk = dev_copy(kn, sizeof kn), *dv = dev_copy(vn, sizeof vn);
+        og_poison(got, HQ * D);
+        void *dout = dev_copy(got, sizeof got);
+        float *partials = NULL;
+        const size_t scratch = (size_t)og_attend_cuda_scratch_floats(HQ, D) * 4;
+        CK(cudaMalloc((void **)&partials, scratch));
+        CK(cudaMemset(partials, 0, scratch));
+        og_kv_layer_view view = {.policy = OG_KV_FLAT, .dtype = dt, .n_kv_heads = HKV, .head_dim = D, .rows = R,
+                                 .length = L, .k = k, .v = v};
+        og_attend_args ra = {.q = q, .k = kn, .v = vn, .out = want, .T = 1, .n_heads = HQ, .kv = view};
+        CHECK_OK(og_update_and_attend_ref(&ra)); /* writes k, v too */
+        og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = 1, .n_heads = HQ, .kv = view,
+                                  .partials = partials};
+        ga.kv.k = dkc, ga.kv.v = dvc;
+        CHECK_OK(og_update_and_attend_cuda(stream, &ga));
+        CK(cudaStreamSynchronize(stream));
+        CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(kg, dkc, sb, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(vg, dvc, sb, cudaMemcpyDeviceToHost));
+        size_t worst = 0;
+        const double r = og_tol_ratio(got, want, HQ * D, 5e-5, 5e-4, &worst);
+        CHECK_MSG(r <= 1.0, "%s: element %zu got %.9g want %.9g (ratio %.3g)", name, worst, (double)got[worst],
+                  (double)want[worst], r);
+        CHECK_MSG(!memcmp(kg, k, sb) && !memcmp(vg, v, sb), "%s: storage differs from the reference's", name);
+        cudaFree(dkc), cudaFree(dvc), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(partials);
+        free(k), free(v), free(kg), free(vg);
+    }
 }
 
 /* Malformed arguments are refused before anything is enqueued. */
@@ -561,6 +625,7 @@ int main(void) {
     og_rng rng = og_rng_seed(20251202);
     /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
     const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
+    test_every_quant_value(&rng, stream);
     test_batch(&rng, stream, quick, false);
     test_batch(&rng, stream, quick, true);
     test_batch_graph(&rng, stream, quick);
