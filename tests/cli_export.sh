@@ -62,6 +62,35 @@ grep -q 'activations f32' "$WORK/llama-v4-sharded.txt" || fail "f16 checkpoint: 
     fail "--dtype bf16: weights are not 2 bytes each"
 "$BIN" inspect "$WORK/v4bf16.ogp" | grep -q 'kv_dtype f32' || fail "--kv-dtype f32 not declared"
 
+# --weights q8 / q4: every matrix quantized (the fixture's rows are whole
+# groups of 32), norms in the dtype; bytes as docs/program-format.md sizes
+# them; --kv-dtype int8 / fp8 declared; the programs run
+for w in q8 q4; do
+    "$BIN" export "$HF/qwen3-mixed" -o "$WORK/q.$w.ogp" --weights $w --kv-dtype int8 2>"$WORK/q.$w.err" ||
+        fail "--weights $w: $(cat "$WORK/q.$w.err")"
+    grep -q "MB of $w (norms " "$WORK/q.$w.err" || fail "--weights $w: summary line: $(cat "$WORK/q.$w.err")"
+    "$BIN" inspect "$WORK/q.$w.ogp" --json >"$WORK/q.$w.json" || fail "--weights $w: inspect"
+    python3 - "$WORK/q.$w.json" $w <<'PY' || fail "--weights $w: tensors"
+import json, sys
+j, w = json.load(open(sys.argv[1])), sys.argv[2]
+bad = []
+for t in j["runtime_tensors"]:
+    if t["dtype"] != "int8": bad.append("%s is %s, not int8" % (t["name"], t["dtype"]))
+for t in j["weights"]:
+    want = w if len(t["shape"]) == 2 else j["model"]["activation_dtype"]
+    if t["name"].endswith(".bias"): want = "f32"
+    if t["dtype"] != want: bad.append("%s is %s, not %s" % (t["name"], t["dtype"], want))
+    if t["dtype"] in ("q8", "q4"):
+        n, k = t["shape"]
+        size = n * k * (1 if w == "q8" else 0.5) + n * k // 32 * 2
+        if t.get("nbytes") != size: bad.append("%s: nbytes %s, want %d" % (t["name"], t.get("nbytes"), size))
+for b in bad: print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+    "$BIN" eval -m "$WORK/q.$w.ogp" --tokens 1,2,3,4,5 --backend cpu --logits-out "$WORK/q.$w.f32" >/dev/null 2>"$WORK/q.$w.eval" ||
+        fail "--weights $w: eval: $(cat "$WORK/q.$w.eval")"
+done
+
 # a window as long as the whole context is declared flat
 "$BIN" export "$HF/mistral-sw" -o "$WORK/mw.ogp" --max-context 6 2>/dev/null &&
     [ "$("$BIN" inspect "$WORK/mw.ogp" | grep -c '^  layer .* flat ')" -eq 2 ] ||

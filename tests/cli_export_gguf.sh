@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 declare -A LAYERS=([llama-gqa-f32]=2 [llama-gqa-q8_0]=2 [qwen2-bias-f16]=2 [qwen3-mixed-bf16]=4)
 declare -A RINGS=([llama-gqa-f32]=0 [llama-gqa-q8_0]=0 [qwen2-bias-f16]=0 [qwen3-mixed-bf16]=2)
-declare -A DTYPE=([llama-gqa-f32]=f32 [llama-gqa-q8_0]=bf16 [qwen2-bias-f16]=f32 [qwen3-mixed-bf16]=bf16)
+declare -A DTYPE=([llama-gqa-f32]=f32 [llama-gqa-q8_0]="q8 (norms bf16)" [qwen2-bias-f16]=f32 [qwen3-mixed-bf16]=bf16)
 for name in llama-gqa-f32 llama-gqa-q8_0 qwen2-bias-f16 qwen3-mixed-bf16; do
     out=$WORK/$name.ogp
     if ! "$BIN" export "$GG/$name.gguf" -o "$out" 2>"$WORK/$name.err"; then

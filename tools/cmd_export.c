@@ -34,7 +34,8 @@ static void export_usage(FILE *f) {
             "                            quantize them in groups of %d with an f16 scale each\n"
             "                            (docs/program-format.md); norms stay in --dtype\n"
             "                            (default: --dtype; a GGUF file's q8_0 / q4_0 as stored)\n"
-            "  --kv-dtype bf16|f32       KV storage (default bf16)\n"
+            "  --kv-dtype bf16|f32|int8|fp8  KV storage (default bf16; int8 and fp8 e4m3 carry a\n"
+            "                            scale per token and head; a session may choose another)\n"
             "  --force-max-context       allow a --max-context beyond the positions the model was\n"
             "                            trained for (max_position_embeddings, or its rope scaling)\n"
             "  -h, --help                this text\n",
@@ -150,7 +151,13 @@ int og_cmd_export(int argc, char **argv) {
         } else if (!strcmp(a, "--force-max-context")) {
             force = true;
         } else if (!strcmp(a, "--kv-dtype")) {
-            if (!parse_float_dtype(a, val, &o.kv_dtype)) return 2;
+            if (!val || og_dtype_parse(val, &o.kv_dtype) != OG_OK ||
+                (o.kv_dtype != OG_DTYPE_BF16 && o.kv_dtype != OG_DTYPE_F32 && o.kv_dtype != OG_DTYPE_INT8 &&
+                 o.kv_dtype != OG_DTYPE_FP8)) {
+                fprintf(stderr, "offgraph export: --kv-dtype must be bf16, f32, int8 or fp8, got \"%s\"\n",
+                        val ? val : "");
+                return 2;
+            }
             i++;
         } else if (a[0] == '-') {
             fprintf(stderr, "offgraph export: unknown option \"%s\"\n\n", a);

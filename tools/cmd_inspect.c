@@ -92,23 +92,22 @@ static cJSON *json_report(const char *path, const og_program *p) {
     cJSON_AddNumberToObject(jm, "head_dim", m->head_dim);
     cJSON_AddStringToObject(jm, "activation_dtype", og_dtype_name(m->activation_dtype));
     int64_t params = 0;
-    cJSON *rt = cJSON_CreateArray();
+    cJSON *rt = cJSON_CreateArray(), *wt = cJSON_CreateArray();
     for (int32_t i = 0; i < og_program_n_tensors(p); i++) {
         const og_program_tensor *t = og_program_tensor_at(p, i);
-        if (t->binding == OG_BINDING_WEIGHT) {
-            params += numel(t);
-            continue;
-        }
+        const bool weight = t->binding == OG_BINDING_WEIGHT;
+        if (weight) params += numel(t);
         cJSON *jt = cJSON_CreateObject();
         cJSON_AddStringToObject(jt, "name", t->name);
         cJSON_AddStringToObject(jt, "dtype", og_dtype_name(t->dtype));
         cJSON *sh = cJSON_AddArrayToObject(jt, "shape");
         for (int32_t d = 0; d < t->rank; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[d]));
-        cJSON_AddNumberToObject(jt, "bytes_stored", 0);
-        cJSON_AddItemToArray(rt, jt);
+        cJSON_AddNumberToObject(jt, weight ? "nbytes" : "bytes_stored", weight ? (double)t->nbytes : 0);
+        cJSON_AddItemToArray(weight ? wt : rt, jt);
     }
     cJSON_AddNumberToObject(r, "parameters", (double)params);
     cJSON_AddNumberToObject(r, "weight_bytes", (double)og_program_weight_bytes(p));
+    cJSON_AddItemToObject(r, "weights", wt);
     cJSON_AddItemToObject(r, "runtime_tensors", rt);
     cJSON *jk = cJSON_AddObjectToObject(r, "kv");
     cJSON_AddStringToObject(jk, "kv_dtype", og_dtype_name(kv->kv_dtype));

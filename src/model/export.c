@@ -274,8 +274,9 @@ static og_status resolve_options(const og_hf_config *c, const og_st_tensor *embe
     if (o->max_write > o->max_context)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: max-write %d exceeds max-context %lld", o->max_write,
                             (long long)o->max_context);
-    if (o->kv_dtype != OG_DTYPE_BF16 && o->kv_dtype != OG_DTYPE_F32)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: kv-dtype %s is not bf16 or f32",
+    if (o->kv_dtype != OG_DTYPE_BF16 && o->kv_dtype != OG_DTYPE_F32 && o->kv_dtype != OG_DTYPE_INT8 &&
+        o->kv_dtype != OG_DTYPE_FP8)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: kv-dtype %s is not bf16, f32, int8 or fp8",
                             og_dtype_name(o->kv_dtype));
     if (o->dtype == OG_DTYPE_COUNT && (o->weights == OG_DTYPE_BF16 || o->weights == OG_DTYPE_F32))
         o->dtype = o->weights; /* float weights name the program's dtype */
