@@ -457,7 +457,7 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
         og_kv_layer_view view = {.policy = c->policy, .dtype = c->dtype, .window = tab[b].window, .n_kv_heads = Hkv,
                                  .head_dim = D, .rows = R, .length = L, .k = hk, .v = hv,
                                  .row_stride = (int64_t)RS};
-        og_attend_args ra = {.q = q + (size_t)b * Hq * D, .k = k + (size_t)b * row, .v = v + (size_t)b * row,
+        og_attend_args ra = {.q = q + (size_t)b * Hq * D, .k = k + (size_t)b * Hkv * D, .v = v + (size_t)b * Hkv * D,
                              .out = ref + (size_t)b * Hq * D, .T = 1, .n_heads = Hq, .scale = c->scale, .kv = view};
         CHECK_OK(og_update_and_attend_ref(&ra)); /* writes the host storage too */
     }
