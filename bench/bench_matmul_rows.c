@@ -56,10 +56,14 @@ static double time_gemv(og_threadpool *pool, const char *w, size_t bytes, size_t
     return best;
 }
 
-/* The R = 1 GEMV of each shape with bf16, q8 and q4 weights. */
+/* The R = 1 GEMV of each shape with bf16, q8 and q4 weights. The weights
+ * count as loaded (og_cpu_weights_loaded), so the GEMVs prefetch as they do
+ * for a model larger than the caches. */
 static int bench_formats(og_threadpool *pool) {
     static const og_dtype DTS[] = {OG_DTYPE_BF16, OG_DTYPE_Q8, OG_DTYPE_Q4};
-    printf("\ndecode GEMV (R = 1) per weight format, weights streamed from memory\n");
+    og_cpu_weights_loaded((int64_t)STREAM_BYTES);
+    printf("\ndecode GEMV (R = 1) per weight format, weights streamed from memory "
+           "(prefetch for weights%s fitting the caches)\n", og_cpu_weights_fit_cache() ? "" : " not");
     printf("%-10s %5s %5s", "matrix", "K", "N");
     for (size_t d = 0; d < 3; d++)
         printf(" %6s ms %6s GB/s%s", og_dtype_name(DTS[d]), og_dtype_name(DTS[d]),
@@ -109,6 +113,7 @@ static int bench_formats(og_threadpool *pool) {
         og_free(x);
         og_free(out);
     }
+    og_cpu_weights_loaded(-(int64_t)STREAM_BYTES);
     return 0;
 }
 

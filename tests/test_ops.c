@@ -168,7 +168,8 @@ static void test_embed_quant(og_threadpool *pool, og_rng *r) {
             tokens[0] = 0;
             tokens[1] = (int32_t)V - 1;
             tokens[2] = tokens[3]; /* a repeated id */
-            for (int64_t t = 0; t < T; t++) og_dequantize_row(dt, table, V, H, tokens[t], want + t * H);
+            for (int64_t t = 0; t < T; t++)
+                og_dequantize_row(dt, table, V, H, tokens[t], want + t * H);
             og_poison(got, (size_t)(T * H));
             CHECK_OK(og_embed_ref(tokens, T, table, dt, V, H, got));
             CHECK(bits_equal_f32(got, want, (size_t)(T * H)));

@@ -269,7 +269,8 @@ static void check_quant_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_
         double fr = bound_ratio(fast, o.exact, o.mag, (size_t)(T * N), g_fast);
         double fv = 0;
         for (size_t i = 0; i < (size_t)(T * N); i++) {
-            double d = fabs((double)fast[i] - (double)ref[i]) / ((g_ref + g_fast) * o.mag[i] + 1e-30);
+            double d = fabs((double)fast[i] - (double)ref[i]) /
+                       ((g_ref + g_fast) * o.mag[i] + 1e-30);
             if (isnan(fast[i]) || d > fv) fv = isnan(fast[i]) ? INFINITY : d;
         }
         CHECK_MSG(fr <= 1.0 && fv <= 1.0,
@@ -316,7 +317,8 @@ static void check_quant_exact(og_threadpool *pool, og_dtype dt, int64_t T, int64
     const size_t quants = (size_t)(dt == OG_DTYPE_Q8 ? N * K : N * K / 2);
     for (size_t i = 0; i < quants; i++) w[i] = (uint8_t)og_rng_next(&r);
     static const og_f16 scales[4] = {0x3800, 0x3c00, 0x4000, 0x4400}; /* 0.5 1 2 4 */
-    for (int64_t i = 0; i < N * (K / 32); i++) memcpy(w + quants + 2 * i, &scales[(i * 7 + 3) % 4], 2);
+    for (int64_t i = 0; i < N * (K / 32); i++)
+        memcpy(w + quants + 2 * i, &scales[(i * 7 + 3) % 4], 2);
     float *x = malloc(sizeof(float) * (size_t)(T * K));
     float *want = malloc(sizeof(float) * (size_t)(T * N));
     float *got = malloc(sizeof(float) * (size_t)(T * N));

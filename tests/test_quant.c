@@ -134,7 +134,8 @@ static void check_random(og_rng *r, og_dtype dt, int64_t N, int64_t K) {
         x[i] *= g % 11 == 5 ? 0.0f : powf(10.0f, (float)(g % 10) - 6.0f);
     }
     CHECK_OK(og_quantize_rows(dt, x, N, K, w));
-    const size_t row_q = (size_t)(dt == OG_DTYPE_Q8 ? K : K / 2), gq = dt == OG_DTYPE_Q8 ? G : G / 2;
+    const size_t row_q = (size_t)(dt == OG_DTYPE_Q8 ? K : K / 2);
+    const size_t gq = dt == OG_DTYPE_Q8 ? G : G / 2;
     const uint8_t *scales = w + (size_t)N * row_q;
     int64_t bad_scale = 0, bad_q = 0, ambiguous_n = 0, bad_trip = 0, bad_deq = 0;
     for (int64_t n = 0; n < N; n++) {

@@ -171,7 +171,7 @@ typedef struct {
     og_dtype dt;
     int64_t K, N, rows;
     og_cpu_isa isa;
-    bool stream;       /* quantized: prefetch non-temporally */
+    bool stream;       /* quantized: weights streamed from memory (prefetch into L2) */
     float *out;        /* [N]     */
 } gemv_job;
 
@@ -215,7 +215,7 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
 /* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa. Each feature's
  * sum depends on neither n0 nor rows (the loops' groups of 4 features start
  * at multiples of 4: gemv_task_rows), so a block split any other way gives
- * the same bits. stream: quantized weights are prefetched non-temporally. */
+ * the same bits. stream: quantized weights stream from memory (prefetched into L2 only). */
 static void gemv_block(og_cpu_isa isa, const float *x, const void *w, og_dtype dt, int64_t K,
                        int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
     if (og_dtype_is_quantized(dt)) {
@@ -312,8 +312,8 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
     if (og_dtype_is_quantized(j->dt)) {
         /* The GEMV's own loop, once per row: the first row brings the panel
-         * into the caches for the others (streamed past them only when it
-         * is the only row and the weights do not fit the caches). */
+         * into the caches for the others (into L2 alone when it is the only
+         * row and the weights do not fit the caches). */
         const bool stream = j->R == 1 && !og_cpu_weights_fit_cache();
         for (int64_t r = 0; r < j->R; r++)
             gemv_block(j->isa, j->x + r * j->K, j->w, j->dt, j->K, j->N, n0, rows, stream,
@@ -332,7 +332,8 @@ static void rows_task(void *ctx, int64_t task, int thread) {
                        j->out + r * j->N + n0);
     }
     if (j->bias)
-        for (int64_t r = 0; r < j->R; r++) add_bias(j->bias, j->dt, n0, rows, j->out + r * j->N + n0);
+        for (int64_t r = 0; r < j->R; r++)
+            add_bias(j->bias, j->dt, n0, rows, j->out + r * j->N + n0);
 }
 
 og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x, const void *weight,

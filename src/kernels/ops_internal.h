@@ -83,9 +83,9 @@ void og_split_even_odd_avx512(const float *x /* [K] */, int64_t K, float *xp /* 
  * gemv: out[r] = dot(x, w[r]). Every row is summed in one order whatever
  * `rows` and its place in the block (group by group: the 32 products of a
  * group into lanes, times the group's scale into the row's sums), so the
- * results do not depend on how N is split into blocks. stream: prefetch the
- * next rows non-temporally (weights read once per token from memory),
- * else into the caches. */
+ * results do not depend on how N is split into blocks. stream: the weights
+ * are read from memory once per token, so the next rows are prefetched into
+ * L2 only; else into every cache level. */
 void og_gemv_q_rows_avx512(const float *x /* [K] */, const uint8_t *q, const og_f16 *s,
                            og_dtype dt, int64_t K, int64_t rows, bool stream,
                            float *out /* [rows] */);
