@@ -250,17 +250,17 @@ static float elem(const og_program_tensor *t, int64_t k) {
     return og_load_f32(t->data, t->dtype, (size_t)k);
 }
 
-/* A GGUF q8_0 file imported as q8: every matrix is q8 and reads back as the
- * gguf package's own dequantization (ref), bit for bit. */
-static void compare_quantized(const og_program *a, const og_safetensors *ref, const char *what) {
+/* A GGUF q8_0 / q4_0 file imported as q8 / q4 (qt): every matrix is qt and
+ * reads back as the gguf package's own dequantization (ref), bit for bit. */
+static void compare_quantized(const og_program *a, const og_safetensors *ref, og_dtype qt, const char *what) {
     int32_t n = 0, bad = 0;
     for (int32_t i = 0; i < og_program_n_tensors(a); i++) {
         const og_program_tensor *t = og_program_tensor_at(a, i);
         if (t->binding != OG_BINDING_WEIGHT || t->rank != 2) continue;
         const og_st_tensor *r = og_safetensors_find(ref, t->name);
-        CHECK_MSG(t->dtype == OG_DTYPE_Q8 && r && r->numel == t->shape[0] * t->shape[1], "%s: %s is %s, not q8 of "
-                  "the reference's shape", what, t->name, og_dtype_name(t->dtype));
-        if (t->dtype != OG_DTYPE_Q8 || !r || r->numel != t->shape[0] * t->shape[1]) continue;
+        CHECK_MSG(t->dtype == qt && r && r->numel == t->shape[0] * t->shape[1], "%s: %s is %s, not %s of "
+                  "the reference's shape", what, t->name, og_dtype_name(t->dtype), og_dtype_name(qt));
+        if (t->dtype != qt || !r || r->numel != t->shape[0] * t->shape[1]) continue;
         n++;
         float *row = malloc(sizeof(float) * (size_t)t->shape[1]);
         for (int64_t rr = 0; rr < t->shape[0]; rr++) {
@@ -272,7 +272,7 @@ static void compare_quantized(const og_program *a, const og_safetensors *ref, co
         }
         free(row);
     }
-    CHECK_MSG(n >= 8 && bad == 0, "%s: %d q8 matrices, %d rows differ", what, n, bad);
+    CHECK_MSG(n >= 8 && bad == 0, "%s: %d %s matrices, %d rows differ", what, n, og_dtype_name(qt), bad);
 }
 
 /* Weights of a (GGUF) against b (HF) and, for q8_0, against ref (the gguf
@@ -325,6 +325,37 @@ static float *run_logits(const char *path, const int32_t *tok, int n, int64_t *V
     return lg;
 }
 
+static int read_tokens(const char *hf_dir, int32_t *tok, int cap);
+
+/* A quantized file kept quantized against the same file dequantized to f32
+ * (exactly the same weight values): only the kernels' summation differs, so
+ * the logits agree to float rounding, far tighter than against the
+ * checkpoint. */
+static void quant_vs_dequantized(const char *file, const char *hf) {
+    char title[160], gpath[512], hdir[512], qa[64], fa[64];
+    snprintf(title, sizeof title, "%s kept quantized vs dequantized to f32: the same logits", file);
+    og_test_section(title);
+    snprintf(gpath, sizeof gpath, "%s/gguf/%s", OG_TEST_DATA_DIR, file);
+    snprintf(hdir, sizeof hdir, "%s/hf/%s", OG_TEST_DATA_DIR, hf);
+    og_export_summary s1, s2;
+    og_program *pq = export_open(true, gpath, OG_DTYPE_F32, OG_DTYPE_COUNT, qa, &s1);
+    og_program *pf = export_open(true, gpath, OG_DTYPE_F32, OG_DTYPE_F32, fa, &s2);
+    og_program_close(pq), og_program_close(pf);
+    int32_t tok[128];
+    const int n = read_tokens(hdir, tok, 128);
+    int64_t V = 0, V2 = 0;
+    float *lq = run_logits(qa, tok, n, &V), *lf = run_logits(fa, tok, n, &V2);
+    CHECK(lq && lf && V == V2 && s1.weights != OG_DTYPE_F32 && s2.weights == OG_DTYPE_F32);
+    double worst = 0;
+    for (int64_t i = 0; lq && lf && V == V2 && i < V * n; i++) {
+        const double d = fabs((double)lq[i] - lf[i]);
+        if (!(d <= worst)) worst = d;
+    }
+    CHECK_MSG(worst <= 1e-3, "%s: max |logit diff| %g over 1e-3", title, worst);
+    fprintf(stderr, "%s: max |logit diff| %g\n", title, worst);
+    free(lq), free(lf);
+}
+
 static int read_tokens(const char *hf_dir, int32_t *tok, int cap) {
     char path[600];
     snprintf(path, sizeof path, "%s/tokens.txt", hf_dir);
@@ -340,12 +371,15 @@ static int read_tokens(const char *hf_dir, int32_t *tok, int cap) {
 
 /* gguf file vs checkpoint: weights, then logits. bound < 0: same bits;
  * otherwise max |difference| allowed (and the greedy tokens must agree). */
+#define Q4_BOUND 2.0 /* measured 1.73 (see the parity lines' output) */
+
 static void parity(const char *file, const char *hf, og_dtype dtype, og_dtype weights, int mode, double bound,
-                   bool q8) {
+                   og_dtype quant) {
+    const bool q8 = quant != OG_DTYPE_COUNT; /* a quantized file (q8_0 as q8, q4_0 as q4) */
     char title[160], gpath[512], hdir[512], ga[64], ha[64];
-    const bool as_q8 = q8 && weights == OG_DTYPE_COUNT; /* the default: a q8_0 file's blocks stay q8 */
+    const bool as_q8 = q8 && weights == OG_DTYPE_COUNT; /* the default: the file's blocks stay quantized */
     snprintf(title, sizeof title, "parity: %s vs hf/%s as %s, weights %s", file, hf, og_dtype_name(dtype),
-             as_q8 ? "as stored (q8)" : og_dtype_name(weights));
+             as_q8 ? (quant == OG_DTYPE_Q8 ? "as stored (q8)" : "as stored (q4)") : og_dtype_name(weights));
     og_test_section(title);
     snprintf(gpath, sizeof gpath, "%s/gguf/%s", OG_TEST_DATA_DIR, file);
     snprintf(hdir, sizeof hdir, "%s/hf/%s", OG_TEST_DATA_DIR, hf);
@@ -377,7 +411,7 @@ static void parity(const char *file, const char *hf, og_dtype dtype, og_dtype we
             if (!same) fprintf(stderr, "%s: instruction %d (%s) differs\n", title, i, x->out);
         }
         CHECK_MSG(same, "%s: the instruction lists differ", title);
-        if (as_q8) compare_quantized(pg, ref, title);
+        if (as_q8) compare_quantized(pg, ref, quant, title);
         else if (!q8 || ref) compare_weights(pg, ph, ref, mode, title);
         int32_t tok[128];
         int n = read_tokens(hdir, tok, 128);
@@ -875,18 +909,26 @@ int main(void) {
     fixture_metadata("llama-gqa-f32.gguf", "llama-gqa", 32, 3 + 2 * 9 + 1);
     fixture_metadata("qwen2-bias-f16.gguf", "qwen2-bias", 64, 2 + 2 * 12);
     fixture_metadata("qwen3-mixed-bf16.gguf", "qwen3-mixed", 32, 2 + 4 * 11);
-    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, -1, false);
-    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, -1, false);
-    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, -1, false);
-    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_F32, OG_DTYPE_F32, 0, -1, false);
-    parity("qwen2-bias-f16.gguf", "qwen2-bias", OG_DTYPE_F32, OG_DTYPE_F32, 1, 1e-3, false);
+    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, -1, OG_DTYPE_COUNT);
+    parity("llama-gqa-f32.gguf", "llama-gqa", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, -1, OG_DTYPE_COUNT);
+    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, -1, OG_DTYPE_COUNT);
+    parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", OG_DTYPE_F32, OG_DTYPE_F32, 0, -1, OG_DTYPE_COUNT);
+    parity("qwen2-bias-f16.gguf", "qwen2-bias", OG_DTYPE_F32, OG_DTYPE_F32, 1, 1e-3, OG_DTYPE_COUNT);
     /* q8_0 dequantized: weights within scale/2 of the checkpoint's (max
      * 0.0021 here); the logits measured within 0.12 of the checkpoint
      * export's. Imported as q8 (the default for a q8_0 file): the same
      * numbers, kept in 8 bits. */
-    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, 0.25, true);
-    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, 0.25, true);
-    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_COUNT, 0, 0.25, true);
+    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, 0.25, OG_DTYPE_Q8);
+    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_BF16, OG_DTYPE_BF16, 0, 0.25, OG_DTYPE_Q8);
+    parity("llama-gqa-q8_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_COUNT, 0, 0.25, OG_DTYPE_Q8);
+    /* q4_0 (made by the gguf package's quantizer, tests/data/gguf/meta.json):
+     * dequantized to f32 it is the package's values exactly, kept as q4 the
+     * same numbers; the logits are further from the checkpoint's (weights
+     * off by up to 0.043 here) */
+    parity("llama-gqa-q4_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_F32, 0, Q4_BOUND, OG_DTYPE_Q4);
+    parity("llama-gqa-q4_0.gguf", "llama-gqa", OG_DTYPE_F32, OG_DTYPE_COUNT, 0, Q4_BOUND, OG_DTYPE_Q4);
+    quant_vs_dequantized("llama-gqa-q8_0.gguf", "llama-gqa");
+    quant_vs_dequantized("llama-gqa-q4_0.gguf", "llama-gqa");
     tokenizer_parity("llama-gqa-f32.gguf", "llama-gqa", "<|endoftext|>", false);
     tokenizer_parity("qwen2-bias-f16.gguf", "qwen2-bias", "<|endoftext|>", false);
     tokenizer_parity("qwen3-mixed-bf16.gguf", "qwen3-mixed", "<|endoftext|>", false);
