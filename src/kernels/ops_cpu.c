@@ -311,13 +311,20 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     int64_t n0 = task * j->rows;
     int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
     if (og_dtype_is_quantized(j->dt)) {
-        /* The GEMV's own loop, once per row: the first row brings the panel
-         * into the caches for the others (into L2 alone when it is the only
-         * row and the weights do not fit the caches). */
-        const bool stream = j->R == 1 && !og_cpu_weights_fit_cache();
-        for (int64_t r = 0; r < j->R; r++)
-            gemv_block(j->isa, j->x + r * j->K, j->w, j->dt, j->K, j->N, n0, rows, stream,
-                       j->out + r * j->N + n0);
+        /* AVX-512: tiles of features x rows sharing each widened group;
+         * else the GEMV's own loop, once per row. Either way the first row
+         * (block) brings the panel into the caches for the others: into L2
+         * alone when the weights do not fit the caches. */
+        const bool stream = !og_cpu_weights_fit_cache();
+        if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
+            quant_block b = quant_rows(j->dt, j->w, j->N, j->K, n0);
+            og_matmul_rows_q_avx512(j->x, b.q, b.s, j->dt, j->R, j->K, rows, stream,
+                                    j->out + n0, j->N);
+        } else {
+            for (int64_t r = 0; r < j->R; r++)
+                gemv_block(j->isa, j->x + r * j->K, j->w, j->dt, j->K, j->N, n0, rows,
+                           stream && r == 0, j->out + r * j->N + n0);
+        }
     } else if (j->isa == OG_CPU_ISA_AVX512) {
         const void *w = float_rows(j->dt, j->w, j->K, n0);
         int64_t eo = j->n_eo - n0;

@@ -92,6 +92,12 @@ void og_gemv_q_rows_avx512(const float *x /* [K] */, const uint8_t *q, const og_
 void og_gemv_q_rows_avx2(const float *x /* [K] */, const uint8_t *q, const og_f16 *s,
                          og_dtype dt, int64_t K, int64_t rows, bool stream,
                          float *out /* [rows] */);
+/* og_matmul_rows_cpu's AVX-512 loop for q8/q4 weights: out[r * ldo + f]
+ * for R rows of x and the `rows` weight rows at q, s (as above), each bit
+ * for bit what og_gemv_q_rows_avx512 gives row r of x; stream as there. */
+void og_matmul_rows_q_avx512(const float *x /* [R, K] */, const uint8_t *q, const og_f16 *s,
+                             og_dtype dt, int64_t R, int64_t K, int64_t rows, bool stream,
+                             float *out /* [R, ldo] */, int64_t ldo);
 /* dequantize: dst = the rows as f32, bit for bit og_dequantize_row (each
  * element f32(scale) * q, exact). */
 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt, int64_t K,

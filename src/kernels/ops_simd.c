@@ -515,6 +515,120 @@ OG_AVX512 void og_gemv_q_rows_avx512(const float *x, const uint8_t *q, const og_
         gemv_q_512(x, q, s, OG_DTYPE_Q4, K, rows, stream, out);
 }
 
+/* ---- og_matmul_rows_cpu with q8/q4 weights: tiles of QF features x QR
+ * rows of x. A group's quants are widened once per tile and meet every row;
+ * each (row, feature) takes exactly the GEMV's operations in its order
+ * (products of the group into lanes, times the scale into the sums, the
+ * same reduction), so the bits are og_gemv_q_rows_avx512's. ---- */
+enum { QF = 4, QR = 4 };
+
+static OG_INLINE OG_AVX512 void rows_q_tile(const float *x, int64_t K, const uint8_t *q,
+                                            const og_f16 *s, og_dtype dt, const int nf,
+                                            const int nr, int prefetch, float *out,
+                                            int64_t ldo) {
+    const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
+    const int64_t G = K / QG;
+    const int64_t line = 64 / (int64_t)gb;
+    const __m512 lut = q4_lut_512();
+    __m512 acc[QF][QR];
+    float sc[QF][QCHUNK];
+#pragma GCC unroll 4
+    for (int f = 0; f < nf; f++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) acc[f][r] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < G; g0 += QCHUNK) {
+        const int64_t ng = G - g0 < QCHUNK ? G - g0 : QCHUNK;
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++) scales_512(s + f * G + g0, ng, sc[f]);
+        for (int64_t g = 0; g < ng; g++) {
+            const size_t k = (size_t)(g0 + g) * QG;
+            const uint8_t *qg = q + (size_t)(g0 + g) * gb;
+            if (prefetch && (g0 + g) % line == 0) {
+#pragma GCC unroll 4
+                for (int f = 0; f < nf; f++) {
+                    const char *next = (const char *)(qg + (size_t)(f + nf) * rb);
+                    if (prefetch == 1)
+                        _mm_prefetch(next, _MM_HINT_T1);
+                    else
+                        _mm_prefetch(next, _MM_HINT_T0);
+                }
+            }
+            __m512 a[QF], b[QF];
+#pragma GCC unroll 4
+            for (int f = 0; f < nf; f++) {
+                const uint8_t *p = qg + (size_t)f * rb;
+                if (dt == OG_DTYPE_Q8) {
+                    a[f] = _mm512_cvtepi32_ps(
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+                    b[f] = _mm512_cvtepi32_ps(
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+                } else {
+                    const __m512i v = q4_bytes_512(p);
+                    a[f] = q4_lo_512(v, lut);
+                    b[f] = q4_hi_512(v, lut);
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                const __m512 x0 = _mm512_loadu_ps(x + (size_t)r * (size_t)K + k);
+                const __m512 x1 = _mm512_loadu_ps(x + (size_t)r * (size_t)K + k + 16);
+#pragma GCC unroll 4
+                for (int f = 0; f < nf; f++) {
+                    const __m512 d = _mm512_fmadd_ps(b[f], x1, _mm512_mul_ps(a[f], x0));
+                    acc[f][r] = _mm512_fmadd_ps(d, _mm512_set1_ps(sc[f][g]), acc[f][r]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int f = 0; f < nf; f++)
+            out[(size_t)r * (size_t)ldo + (size_t)f] = _mm512_reduce_add_ps(acc[f][r]);
+}
+
+/* One instance per (dtype, nf, nr): the tile's loops unroll into registers
+ * only with constant bounds. */
+#define OG_Q_CASE(NF, NR)                                                                    \
+    case NF * 8 + NR:                                                                        \
+        if (dt == OG_DTYPE_Q8)                                                               \
+            rows_q_tile(x, K, q, s, OG_DTYPE_Q8, NF, NR, prefetch, out, ldo);                \
+        else                                                                                 \
+            rows_q_tile(x, K, q, s, OG_DTYPE_Q4, NF, NR, prefetch, out, ldo);                \
+        return;
+static OG_AVX512 void rows_q_block(const float *x, int64_t K, const uint8_t *q, const og_f16 *s,
+                                   og_dtype dt, int nf, int nr, int prefetch, float *out,
+                                   int64_t ldo) {
+    switch (nf * 8 + nr) {
+        OG_Q_CASE(1, 1) OG_Q_CASE(1, 2) OG_Q_CASE(1, 3) OG_Q_CASE(1, 4)
+        OG_Q_CASE(2, 1) OG_Q_CASE(2, 2) OG_Q_CASE(2, 3) OG_Q_CASE(2, 4)
+        OG_Q_CASE(3, 1) OG_Q_CASE(3, 2) OG_Q_CASE(3, 3) OG_Q_CASE(3, 4)
+        OG_Q_CASE(4, 1) OG_Q_CASE(4, 2) OG_Q_CASE(4, 3) OG_Q_CASE(4, 4)
+    default: return; /* unreachable: nf <= QF, nr <= QR */
+    }
+}
+#undef OG_Q_CASE
+
+/* Blocks of QR rows of x outside (a block's x stays in L1), tiles of QF
+ * features inside: the first block brings the panel in (into L2 when the
+ * weights stream from memory, else into every level) and the later ones
+ * read it from there. */
+OG_AVX512 void og_matmul_rows_q_avx512(const float *x, const uint8_t *q, const og_f16 *s,
+                                       og_dtype dt, int64_t R, int64_t K, int64_t rows,
+                                       bool stream, float *out, int64_t ldo) {
+    const size_t rb = og_quant_row_bytes(dt, K);
+    const int64_t G = K / QG;
+    for (int64_t r0 = 0; r0 < R; r0 += QR) {
+        const int nr = R - r0 < QR ? (int)(R - r0) : QR;
+        const int prefetch = r0 > 0 ? 0 : stream ? 1 : 2;
+        for (int64_t f0 = 0; f0 < rows; f0 += QF) {
+            const int nf = rows - f0 < QF ? (int)(rows - f0) : QF;
+            rows_q_block(x + r0 * K, K, q + (size_t)f0 * rb, s + f0 * G, dt, nf, nr, prefetch,
+                         out + r0 * ldo + f0, ldo);
+        }
+    }
+}
+
 OG_AVX512 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt,
                                          int64_t K, int64_t rows, float *dst) {
     const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
