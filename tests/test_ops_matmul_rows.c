@@ -170,10 +170,12 @@ int main(void) {
         check_case(&p, &rng, dt, 6, 2048, 9, false);
         check_case(&p, &rng, dt, 5, 2048 + 33, 7, true);
     }
-    /* quantized weights: K whole groups of 32, N around the groups of 4 */
-    static const int64_t Rq[] = {1, 2, 3, 5, 17};
+    /* quantized weights: K whole groups of 32 (one, an odd number, more than
+     * the 16 whose scales widen at once); R and N around the AVX-512 tiles
+     * of 4 rows x 4 features, every leftover of each */
+    static const int64_t Rq[] = {1, 2, 3, 4, 5, 8, 17};
     static const int64_t Kq[] = {32, 96, 1056};
-    static const int64_t Nq[] = {1, 17, 67, 259};
+    static const int64_t Nq[] = {1, 6, 17, 67, 259};
     for (int dti = 0; dti < 2; dti++) {
         og_dtype dt = dti ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
         char name[64];
