@@ -63,7 +63,8 @@ static int bench_formats(og_threadpool *pool) {
     static const og_dtype DTS[] = {OG_DTYPE_BF16, OG_DTYPE_Q8, OG_DTYPE_Q4};
     og_cpu_weights_loaded((int64_t)STREAM_BYTES);
     printf("\ndecode GEMV (R = 1) per weight format, weights streamed from memory "
-           "(prefetch for weights%s fitting the caches)\n", og_cpu_weights_fit_cache() ? "" : " not");
+           "(prefetch for weights%s fitting the caches)\n",
+           og_cpu_weights_fit_cache() ? "" : " not");
     printf("%-10s %5s %5s", "matrix", "K", "N");
     for (size_t d = 0; d < 3; d++)
         printf(" %6s ms %6s GB/s%s", og_dtype_name(DTS[d]), og_dtype_name(DTS[d]),

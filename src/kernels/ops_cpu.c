@@ -215,7 +215,8 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
 /* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa. Each feature's
  * sum depends on neither n0 nor rows (the loops' groups of 4 features start
  * at multiples of 4: gemv_task_rows), so a block split any other way gives
- * the same bits. stream: quantized weights stream from memory (prefetched into L2 only). */
+ * the same bits. stream: quantized weights stream from memory (prefetched
+ * into L2 only). */
 static void gemv_block(og_cpu_isa isa, const float *x, const void *w, og_dtype dt, int64_t K,
                        int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
     if (og_dtype_is_quantized(dt)) {
