@@ -84,7 +84,7 @@ else
   copy=$("$build/bench/bench_copy" | grep -o '[0-9.]* GB/s' | grep -o '^[0-9.]*')
 fi
 printf '\n---- decode speed: Qwen3-0.6B shape, %s backend, floor at %s GB/s\n' "$backend" "$copy"
-printf '%-8s %-6s %8s %10s %10s %7s %10s\n' weights kv context "tok/s" floor "of it" "vs bf16"
+printf '%-8s %-6s %8s %10s %10s %7s %10s\n' weights kv context "tok/s" floor "of it" "vs bf16/bf16"
 declare -A base
 for w in bf16 q8 q4; do
   p=$work/qwen3-0.6b-$w-$maxctx.ogp
@@ -100,8 +100,8 @@ for w in bf16 q8 q4; do
       # KV a token reads: 28 layers x (k + v) x 8 heads x 128 x bytes (+ a 4-byte scale per head for int8/fp8)
       kvt=$(awk -v b=$kvb 'BEGIN { print 28 * 2 * 8 * (128 * b + (b == 1 ? 4 : 0)) }')
       f=$(awk -v c="$copy" -v w="$wbytes" -v k="$kvt" -v n="$ctx" 'BEGIN { printf "%.1f", c * 1e9 / (w + k * n) }')
-      key=$k.$ctx
-      [ "$w" = bf16 ] && base[$key]=$d
+      key=$ctx # every format against bf16 weights with bf16 KV at the same context
+      [ "$w" = bf16 ] && [ "$k" = bf16 ] && base[$key]=$d
       printf '%-8s %-6s %8d %10.1f %10s %6.0f%% %9.2fx\n' "$w" "$k" "$ctx" "$d" "$f" \
         "$(awk -v a="$d" -v b="$f" 'BEGIN { print 100 * a / b }')" "$(awk -v a="$d" -v b="${base[$key]}" 'BEGIN { print a / b }')"
     done
