@@ -9,18 +9,11 @@ static atomic_int g_isa_cap = OG_CPU_ISA_AVX512;
 
 /* F16C (vcvtph2ps: the f16 scales of quantized weights), CPUID leaf 1 ECX
  * bit 29; not every compiler's __builtin_cpu_supports knows the name. Every
- * CPU with AVX2 has it, so requiring it costs no real machine a level. Asked
- * once: every kernel call asks for the level, and CPUID may trap to a
- * hypervisor. */
+ * CPU with AVX2 has it, so requiring it costs no real machine a level.
+ * Asked once, by og_cpu_isa_detect. */
 static bool has_f16c(void) {
-    static atomic_int known = -1; /* -1 until asked, then 0 or 1 */
-    int v = atomic_load_explicit(&known, memory_order_relaxed);
-    if (v < 0) {
-        unsigned a, b, c, d;
-        v = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-        atomic_store_explicit(&known, v, memory_order_relaxed);
-    }
-    return v;
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
 static og_cpu_isa detect_once(void);

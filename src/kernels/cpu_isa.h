@@ -33,9 +33,9 @@ bool og_cpu_isa_supported(og_cpu_isa isa);
 void og_cpu_weights_loaded(int64_t delta);
 /* True while those weights fit the caches (at most half the last-level
  * cache, and at most 32 MiB): then the decode products prefetch weights
- * into the caches, where the next token finds them; otherwise they prefetch
- * them non-temporally (streamed from memory each token, they would only
- * evict the KV rows and activations). */
+ * into every cache level, where the next token finds them; otherwise into
+ * L2 only (streamed from memory each token; ops_simd.c has the
+ * measurements behind the hint). */
 bool og_cpu_weights_fit_cache(void);
 /* Static lower-case name ("scalar", "avx2", "avx512"); "unknown" otherwise. */
 const char *og_cpu_isa_name(og_cpu_isa isa);

@@ -84,12 +84,15 @@ static OG_INLINE OG_AVX512 void gemv_avx512(const float *x, const void *w, og_dt
  * the next pass's rows (the block is contiguous, so that is 4 rows ahead):
  * the hardware prefetcher alone keeps too few misses in flight for four
  * interleaved streams (18-20 GB/s per core; with the prefetch 23-25, and
- * 33-35 GB/s on both cores). The prefetch is non-temporal when the weights
- * are larger than the caches: read once per token, kept out of the cache
- * levels they leave the KV rows and activations there (0.6B shape, decode at
- * context 128: 30 -> 40 tok/s); weights that fit the caches are prefetched
- * into them, where the next token finds them (og_cpu_weights_fit_cache). Rows left over (and the tail of K, below 32)
- * take the masked 16-wide loop of gemv_avx512. */
+ * 33-35 GB/s on both cores). Weights that fit the caches are prefetched into
+ * all levels, where the next token finds them (og_cpu_weights_fit_cache);
+ * weights larger than the caches go into L2 only (prefetcht1). An earlier
+ * measurement on this 2-core kind favoured a non-temporal prefetch (0.6B
+ * shape, decode at context 128: 30 -> 40 tok/s); measured again side by side
+ * on 2026-12-03 it ran at 8.8-9.1 tok/s against 19.1-19.5 with prefetcht1
+ * (bytes floor 22 at the 26.7 GB/s copy rate of that run), as for the q8/q4
+ * GEMV below. Rows left over (and the tail of K, below 32) take the masked
+ * 16-wide loop of gemv_avx512. */
 static OG_INLINE OG_AVX512 __m512 bf16_even_512(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
@@ -119,10 +122,10 @@ static OG_AVX512 void gemv_bf16_avx512(const float *x, const og_bf16 *w, int64_t
                 _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_T0);
                 _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_T0);
             } else {
-                _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_NTA);
-                _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_NTA);
-                _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_NTA);
-                _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_NTA);
+                _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_T1);
             }
             const __m512i p0 = _mm512_loadu_si512((const void *)(w0 + k));
             const __m512i p1 = _mm512_loadu_si512((const void *)(w1 + k));
@@ -204,8 +207,9 @@ size_t og_matmul_rows_avx512_scratch(int64_t K, int64_t rows) {
  * xp [nr, K] over the 32-chunks in [k0, k1); first: the sums start at zero,
  * else from acc [nf, EO_NR, 2, 16]; last: then the tail of K and the
  * results out[r * ldo + f], else the sums go back to acc. prefetch 1: the
- * same lines of the next nf weight rows, non-temporal (the panel is read
- * once); 2: into the cache levels (later row blocks read it again); 0: none. */
+ * same lines of the next nf weight rows, into L2 (the panel is read once:
+ * see the GEMV above for the hint); 2: into all cache levels (later row
+ * blocks read it again); 0: none. */
 static OG_INLINE OG_AVX512 void rows_eo_tile(const float *xp, const og_bf16 *w, int64_t K,
                                              size_t k0, size_t k1, bool first, bool last,
                                              const int nf, const int nr, int prefetch,
@@ -229,7 +233,7 @@ static OG_INLINE OG_AVX512 void rows_eo_tile(const float *xp, const og_bf16 *w, 
         for (int f = 0; f < nf; f++) {
             const og_bf16 *wf = w + (size_t)f * (size_t)K + k;
             if (prefetch == 1)
-                _mm_prefetch((const char *)(wf + ahead), _MM_HINT_NTA);
+                _mm_prefetch((const char *)(wf + ahead), _MM_HINT_T1);
             else if (prefetch == 2)
                 _mm_prefetch((const char *)(wf + ahead), _MM_HINT_T0);
             const __m512i p = _mm512_loadu_si512((const void *)wf);
@@ -413,8 +417,7 @@ OG_AVX512 void og_matmul_rows_avx512(const float *x, const float *xp, const void
  * each line of quants is matched by a prefetch of the same line of the next
  * pass's rows (4 rows ahead), into all cache levels when the weights fit the
  * caches (og_cpu_weights_fit_cache); when they stream from memory each token,
- * into L2 only (prefetcht1), not non-temporally as bf16 weights are: on a
- * 2-core AVX-512 host, q8 [2048, 1024] streamed from memory ran at 6.5 GB/s
+ * into L2 only (prefetcht1), as bf16 weights are: on a 2-core AVX-512 host, q8 [2048, 1024] streamed from memory ran at 6.5 GB/s
  * per core with prefetchnta and 10.5 with prefetcht1 (12 and 20 GB/s on both
  * cores; bf16 21), q4 at 6.5 and 8.5 (10.5 and 15.5). */
 enum { QG = OG_QUANT_GROUP, QCHUNK = 16 /* groups whose scales are widened at once */ };
