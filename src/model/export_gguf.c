@@ -66,8 +66,23 @@ static const og_st_tensor *gsrc_find(void *ctx, const char *name) {
     return m ? &m->t : NULL;
 }
 
-/* Element k of row r of a tensor of type `type` with rows of `cols`. */
-static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *out) {
+/* Row r of src (q8_0 or q4_0 blocks) into row r of a q8 / q4 tensor of
+ * rows x cols: the same numbers, the planes split. */
+static void copy_blocks(const og_gguf_tensor *g, int64_t src, int64_t r, int64_t rows, int64_t cols, og_dtype dt,
+                        void *out) {
+    const size_t qbytes = dt == OG_DTYPE_Q8 ? 32 : 16, block = 2 + qbytes;
+    const uint8_t *row = (const uint8_t *)g->data + (size_t)src * (size_t)(cols / 32) * block;
+    uint8_t *q = (uint8_t *)out + (size_t)r * og_quant_row_bytes(dt, cols);
+    uint8_t *scales = (uint8_t *)out + (size_t)rows * og_quant_row_bytes(dt, cols) + (size_t)r * (size_t)(cols / 32) * 2;
+    for (int64_t b = 0; b < cols / 32; b++) {
+        memcpy(scales + b * 2, row + b * block, 2);
+        memcpy(q + b * qbytes, row + b * block + 2, qbytes);
+    }
+}
+
+/* Row r of a tensor with rows of `cols` as f32; qrow: scratch of a q8 row
+ * (og_tensor_bytes of [1, cols]). */
+static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *out, void *qrow) {
     const uint8_t *base = g->data;
     switch (g->type) {
     case OG_GGML_F32: memcpy(out, base + (size_t)(r * cols) * 4, (size_t)cols * 4); break;
@@ -85,46 +100,14 @@ static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *ou
             out[k] = og_f32_from_bf16(h);
         }
         break;
-    case OG_GGML_Q4_0: {
-        const uint8_t *row = base + (size_t)r * (size_t)(cols / 32) * 18;
-        for (int64_t b = 0; b < cols / 32; b++) {
-            const uint8_t *blk = row + b * 18;
-            og_f16 d;
-            memcpy(&d, blk, 2);
-            const float scale = og_f32_from_f16(d);
-            for (int k = 0; k < 16; k++) {
-                out[b * 32 + k] = scale * (float)((int)(blk[2 + k] & 15) - 8);
-                out[b * 32 + k + 16] = scale * (float)((int)(blk[2 + k] >> 4) - 8);
-            }
-        }
-        break;
-    }
-    case OG_GGML_Q8_0: {
-        const uint8_t *row = base + (size_t)r * (size_t)(cols / 32) * 34;
-        for (int64_t b = 0; b < cols / 32; b++) {
-            const uint8_t *blk = row + b * 34;
-            og_f16 d;
-            memcpy(&d, blk, 2);
-            const float scale = og_f32_from_f16(d);
-            for (int k = 0; k < 32; k++) out[b * 32 + k] = scale * (float)(int8_t)blk[2 + k];
-        }
+    case OG_GGML_Q4_0:
+    case OG_GGML_Q8_0: { /* the blocks as a one-row q4 / q8 tensor, read by the reference */
+        const og_dtype dt = g->type == OG_GGML_Q8_0 ? OG_DTYPE_Q8 : OG_DTYPE_Q4;
+        copy_blocks(g, r, 0, 1, cols, dt, qrow);
+        og_dequantize_row(dt, qrow, 1, cols, 0, out);
         break;
     }
     default: break; /* refused before */
-    }
-}
-
-/* Row r of src (q8_0 or q4_0 blocks) into row r of a q8 / q4 tensor of
- * rows x cols: the same numbers, the planes split. */
-static void copy_blocks(const og_gguf_tensor *g, int64_t src, int64_t r, int64_t rows, int64_t cols, og_dtype dt,
-                        void *out) {
-    const size_t qbytes = dt == OG_DTYPE_Q8 ? 32 : 16, block = 2 + qbytes;
-    const uint8_t *row = (const uint8_t *)g->data + (size_t)src * (size_t)(cols / 32) * block;
-    uint8_t *q = (uint8_t *)out + (size_t)r * og_quant_row_bytes(dt, cols);
-    uint8_t *scales = (uint8_t *)out + (size_t)rows * og_quant_row_bytes(dt, cols) + (size_t)r * (size_t)(cols / 32) * 2;
-    for (int64_t b = 0; b < cols / 32; b++) {
-        memcpy(scales + b * 2, row + b * block, 2);
-        memcpy(q + b * qbytes, row + b * block + 2, qbytes);
     }
 }
 
@@ -141,7 +124,12 @@ static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void 
         return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": %s asked of a %s tensor", t->name,
                             og_dtype_name(dst), og_ggml_type_name(g->type));
     float *row = og_malloc((size_t)cols * sizeof *row);
-    if (!row) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    void *qrow = og_malloc((size_t)cols + (size_t)cols / 16 + 64); /* a q8 row: quants and scales */
+    if (!row || !qrow) {
+        og_free(row);
+        og_free(qrow);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
     for (int64_t r = 0; r < rows; r++) {
         int64_t src = r;
         if (half) { /* r = head h, half s, index i; stored at h*2*half + 2i + s */
@@ -160,10 +148,11 @@ static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void 
             memcpy((og_bf16 *)out + r * cols, (const og_bf16 *)g->data + src * cols, (size_t)cols * 2);
             continue;
         }
-        load_row(g, src, cols, row);
+        load_row(g, src, cols, row, qrow);
         for (int64_t k = 0; k < cols; k++) og_store_f32(out, dst, (size_t)(r * cols + k), row[k]);
     }
     og_free(row);
+    og_free(qrow);
     return OG_OK;
 }
 
