@@ -184,7 +184,7 @@ static void check_random(og_rng *r, og_dtype dt, int64_t N, int64_t K) {
               (long long)bad_deq);
     CHECK_MSG(bad_trip == 0, "%s: %lld elements off by more than half a scale", og_dtype_name(dt),
               (long long)bad_trip);
-    /* f32 x * (1 / s) may round a hair-close half either way; it must be rare */
+    /* the f32 quotient x / s may round a hair-close half either way; it must be rare */
     CHECK_MSG(ambiguous_n * 10000 <= N * K, "%s: %lld of %lld elements rounded the other way",
               og_dtype_name(dt), (long long)ambiguous_n, (long long)(N * K));
     free(w);
@@ -255,14 +255,14 @@ static void test_hand(void) {
     CHECK_OK(og_quantize_rows(OG_DTYPE_Q8, x, 1, G, got));
     check_bytes(got, q8_want, sizeof q8_want, "q8 group");
 
-    /* all zeros: quants 0 (q4 stores 8 in each nibble); scale 0 / -8 = -0
-     * (f16 0x8000) for q4, 0 / 127 = +0 for q8 */
+    /* all zeros: quants 0 (q4 stores 8 in each nibble); scale +0 for both
+     * (not the -0 that 0 / -8 would give q4) */
     memset(x, 0, sizeof x);
     memset(got, 0xAA, sizeof got);
     CHECK_OK(og_quantize_rows(OG_DTYPE_Q4, x, 1, G, got));
     uint8_t zeros_q4[18];
     memset(zeros_q4, 0x88, 16);
-    zeros_q4[16] = 0x00, zeros_q4[17] = 0x80;
+    zeros_q4[16] = 0x00, zeros_q4[17] = 0x00;
     check_bytes(got, zeros_q4, sizeof zeros_q4, "q4 zero group");
 }
 

@@ -22,16 +22,18 @@ og_status og_quantize_rows(og_dtype dt, const float *src, int64_t N, int64_t K, 
                                         (long long)n, (long long)(g * OG_QUANT_GROUP + j));
                 if (fabsf(x[j]) > fabsf(m)) m = x[j];
             }
-            const og_f16 s16 = og_f16_from_f32(dt == OG_DTYPE_Q8 ? fabsf(m) / 127.0f : m / -8.0f);
+            /* an all-zero group gets +0, not the -0 that 0 / -8 would give */
+            const og_f16 s16 = m == 0.0f ? og_f16_from_f32(0.0f)
+                                         : og_f16_from_f32(dt == OG_DTYPE_Q8 ? fabsf(m) / 127.0f : m / -8.0f);
             const float s = og_f32_from_f16(s16);
             if (!isfinite(s))
                 return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: row %lld group %lld: scale overflows f16",
                                     (long long)n, (long long)g);
             scales[n * groups + g] = s16;
-            const float inv = s != 0.0f ? 1.0f / s : 0.0f;
             const float lo = dt == OG_DTYPE_Q8 ? -127.0f : -8.0f, hi = dt == OG_DTYPE_Q8 ? 127.0f : 7.0f;
             int v[OG_QUANT_GROUP];
-            for (int j = 0; j < OG_QUANT_GROUP; j++) v[j] = (int)fminf(fmaxf(nearbyintf(x[j] * inv), lo), hi);
+            for (int j = 0; j < OG_QUANT_GROUP; j++) /* x / s as the format states (one f32 division) */
+                v[j] = s != 0.0f ? (int)fminf(fmaxf(nearbyintf(x[j] / s), lo), hi) : 0;
             if (dt == OG_DTYPE_Q8) {
                 for (int j = 0; j < OG_QUANT_GROUP; j++) q[g * OG_QUANT_GROUP + j] = (uint8_t)(int8_t)v[j];
             } else {
