@@ -35,5 +35,8 @@ for ctx in 128 4096; do
   printf '%-34s %12.1f %12s %7.0f%%\n' "decode tok/s at context $ctx" "$d" "$f" "$(awk -v a="$d" -v b="$f" 'BEGIN{print 100*a/b}')"
 done
 printf '%-34s %12.1f\n' "prefill tok/s, 128-token prompt" "$(field "$r128" prefill_tokens_per_s)"
+# the same prefill without the AMX tile kernel (vdpbf16ps), side by side
+r128n=$(OG_CPU_AMX=0 run --prompt 128 --gen 2)
+printf '%-34s %12.1f\n' "  same, OG_CPU_AMX=0" "$(field "$r128n" prefill_tokens_per_s)"
 printf '%-34s %12.1f\n' "prefill tok/s, 4063-token prompt" "$(field "$r4096" prefill_tokens_per_s)"
 printf '%-34s %12s GB/s\n' "copy rate (read + written)" "$copy"
