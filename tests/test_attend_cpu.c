@@ -231,21 +231,7 @@ static void every_quant_value(og_threadpool *pool) {
         og_kv_layer_view kv = {.layer_id = 0, .policy = OG_KV_FLAT, .dtype = dt, .n_kv_heads = HKV,
                                .head_dim = D, .rows = R, .length = L};
         unsigned char *k = calloc((size_t)(R * RB), 1), *v = calloc((size_t)(R * RB), 1);
-        for (int64_t j = 0; j < L; j++)
-            for (int64_t h = 0; h < HKV; h++) {
-                for (int64_t d = 0; d < D; d++) {
-                    unsigned b = (unsigned)((j * HKV + h) * D + d) & 0xff, bv = (b + 77u) & 0xff;
-                    if (dt == OG_DTYPE_FP8 && (b & 0x7f) == 0x7f) b = 0x80; /* NaN codes: -0 instead */
-                    if (dt == OG_DTYPE_FP8 && (bv & 0x7f) == 0x7f) bv = 0x00;
-                    k[j * RB + h * D + d] = (unsigned char)b;
-                    v[j * RB + h * D + d] = (unsigned char)bv;
-                }
-                /* scales: |k| up to ~1, |v| up to ~2 */
-                const float max = dt == OG_DTYPE_INT8 ? 128.0f : 448.0f;
-                const float ks = (h ? 0.5f : 1.0f) / max, vs = (h ? 2.0f : 0.25f) / max;
-                memcpy(k + j * RB + HKV * D + 4 * h, &ks, 4);
-                memcpy(v + j * RB + HKV * D + 4 * h, &vs, 4);
-            }
+        og_test_fill_every_quant(dt, k, v, L, HKV, D, RB);
         og_rng r = og_rng_seed(255 + (uint64_t)di);
         float q[HQ * D], kn[HKV * D], vn[HKV * D], want[HQ * D], got[HQ * D];
         og_rng_fill(&r, q, HQ * D, -1, 1);

@@ -47,6 +47,7 @@
  * (sanitizer runs); OG_ATTEND_CUDA_TEST_BATCH_ONLY=1 runs the batched cases
  * alone (racecheck of the batched kernel).
  * Skipped (77) without a CUDA build or device. */
+#include "attend_seq.h"
 #include "harness.h"
 
 #ifndef OG_HAVE_CUDA
@@ -191,20 +192,7 @@ static void test_every_quant_value(og_rng *rng, cudaStream_t stream) {
         og_test_section(name);
         const size_t RB = (size_t)og_kv_dtype_row_bytes(dt, HKV, D), sb = R * RB;
         unsigned char *k = calloc(sb, 1), *v = calloc(sb, 1), *kg = malloc(sb), *vg = malloc(sb);
-        for (size_t j = 0; j < L; j++)
-            for (size_t h = 0; h < HKV; h++) {
-                for (size_t d = 0; d < D; d++) {
-                    unsigned b = (unsigned)((j * HKV + h) * D + d) & 0xff, bv = (b + 77u) & 0xff;
-                    if (dt == OG_DTYPE_FP8 && (b & 0x7f) == 0x7f) b = 0x80; /* NaN codes: -0 instead */
-                    if (dt == OG_DTYPE_FP8 && (bv & 0x7f) == 0x7f) bv = 0x00;
-                    k[j * RB + h * D + d] = (unsigned char)b;
-                    v[j * RB + h * D + d] = (unsigned char)bv;
-                }
-                const float max = dt == OG_DTYPE_INT8 ? 128.0f : 448.0f;
-                const float ks = (h ? 0.5f : 1.0f) / max, vs = (h ? 2.0f : 0.25f) / max;
-                memcpy(k + j * RB + HKV * D + 4 * h, &ks, 4);
-                memcpy(v + j * RB + HKV * D + 4 * h, &vs, 4);
-            }
+        og_test_fill_every_quant(dt, k, v, L, HKV, D, (int64_t)RB);
         float q[HQ * D], kn[HKV * D], vn[HKV * D], want[HQ * D], got[HQ * D];
         og_rng_fill(rng, q, HQ * D, -1, 1);
         og_rng_fill(rng, kn, HKV * D, -1, 1);

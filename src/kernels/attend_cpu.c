@@ -170,6 +170,17 @@ static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t
     }
 }
 
+/* The keys of chunk [j0, j0 + n) query row r of the step (position L + t0 +
+ * r) sees: *lo is the first as an offset into the chunk, the count is
+ * returned (0: none). */
+static int64_t row_keys(const cpu_ctx *c, int64_t t0, int64_t r, int64_t j0, int64_t n, int64_t *lo) {
+    const int64_t p = c->L + t0 + r;
+    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
+    const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
+    *lo = lo_abs - j0;
+    return hi_abs > lo_abs ? hi_abs - lo_abs : 0;
+}
+
 /* Attends query rows t0 .. t0+rows-1, heads of kv heads g0 .. g1-1, over keys
  * [key_lo, key_hi). With nh = (g1 - g0) * G query heads per row, query head
  * g0*G + x of row r keeps its state at m[r*nh + x], l[r*nh + x] and
@@ -204,14 +215,12 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 const og_bf16 *Kb = (const og_bf16 *)kv->k + slot * rs + g * D;
                 const og_bf16 *Vb = (const og_bf16 *)kv->v + slot * rs + g * D;
                 for (int64_t r = 0; r < rows; r++) {
-                    const int64_t p = c->L + t0 + r;
-                    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
-                    const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
-                    if (lo_abs >= hi_abs) continue;
-                    const int64_t lo = lo_abs - j0, x = (g - g0) * G;
+                    int64_t lo;
+                    const int64_t cnt = row_keys(c, t0, r, j0, n, &lo), x = (g - g0) * G;
+                    if (!cnt) continue;
                     c->ops->update_bf16(q_base + r * c->Hq * D + x * D, (int32_t)G,
                                         Kb + lo * rs, Vb + lo * rs, rs,
-                                        (int32_t)D, (int32_t)(hi_abs - lo_abs), pf, c->scale,
+                                        (int32_t)D, (int32_t)cnt, pf, c->scale,
                                         &m[r * nh + x], &l[r * nh + x],
                                         acc + r * acc_stride + x * D, s);
                 }
@@ -222,13 +231,11 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 const uint8_t *Vq = (const uint8_t *)kv->v + slot * rs + g * D;
                 const int64_t soff = (c->Hkv - g) * D + g * OG_KV_SCALE_BYTES;
                 for (int64_t r = 0; r < rows; r++) {
-                    const int64_t p = c->L + t0 + r;
-                    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
-                    const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
-                    if (lo_abs >= hi_abs) continue;
-                    const int64_t lo = lo_abs - j0, x = (g - g0) * G;
+                    int64_t lo;
+                    const int64_t cnt = row_keys(c, t0, r, j0, n, &lo), x = (g - g0) * G;
+                    if (!cnt) continue;
                     c->ops->update_q8(q_base + r * c->Hq * D + x * D, (int32_t)G, Kq + lo * rs, Vq + lo * rs, rs,
-                                      soff, kv->dtype == OG_DTYPE_FP8, (int32_t)D, (int32_t)(hi_abs - lo_abs), pf,
+                                      soff, kv->dtype == OG_DTYPE_FP8, (int32_t)D, (int32_t)cnt, pf,
                                       c->scale, &m[r * nh + x], &l[r * nh + x], acc + r * acc_stride + x * D, s);
                 }
                 continue;
@@ -257,14 +264,12 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 ks = D;
             }
             for (int64_t r = 0; r < rows; r++) {
-                const int64_t p = c->L + t0 + r;
-                const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
-                const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
-                if (lo_abs >= hi_abs) continue;
-                const int64_t lo = lo_abs - j0;
+                int64_t lo;
+                const int64_t cnt = row_keys(c, t0, r, j0, n, &lo);
+                if (!cnt) continue;
                 for (int64_t x = (g - g0) * G; x < (g - g0 + 1) * G; x++) {
                     softmax_update(c, q_base + r * c->Hq * D + x * D, K + lo * ks, V + lo * ks,
-                                   ks, (int32_t)(hi_abs - lo_abs), &m[r * nh + x],
+                                   ks, (int32_t)cnt, &m[r * nh + x],
                                    &l[r * nh + x], acc + r * acc_stride + x * D, s);
                 }
             }

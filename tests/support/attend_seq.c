@@ -71,3 +71,21 @@ double og_test_seq_check(const og_test_seq *s, int64_t pos, int32_t T, int32_t W
     free(want);
     return ratio;
 }
+
+void og_test_fill_every_quant(og_dtype dt, unsigned char *k, unsigned char *v, int64_t L, int32_t Hkv,
+                              int32_t D, int64_t RB) {
+    for (int64_t j = 0; j < L; j++)
+        for (int64_t h = 0; h < Hkv; h++) {
+            for (int64_t d = 0; d < D; d++) {
+                unsigned b = (unsigned)((j * Hkv + h) * D + d) & 0xff, bv = (b + 77u) & 0xff;
+                if (dt == OG_DTYPE_FP8 && (b & 0x7f) == 0x7f) b = 0x80; /* NaN codes: -0 instead */
+                if (dt == OG_DTYPE_FP8 && (bv & 0x7f) == 0x7f) bv = 0x00;
+                k[j * RB + h * D + d] = (unsigned char)b;
+                v[j * RB + h * D + d] = (unsigned char)bv;
+            }
+            const float max = dt == OG_DTYPE_INT8 ? 128.0f : 448.0f;
+            const float ks = (h ? 0.5f : 1.0f) / max, vs = (h ? 2.0f : 0.25f) / max;
+            memcpy(k + j * RB + (int64_t)Hkv * D + 4 * h, &ks, 4);
+            memcpy(v + j * RB + (int64_t)Hkv * D + 4 * h, &vs, 4);
+        }
+}

@@ -34,4 +34,12 @@ int64_t og_test_seq_append(og_test_seq *s, og_rng *r, int32_t T);
 double og_test_seq_check(const og_test_seq *s, int64_t pos, int32_t T, int32_t W, float scale,
                          const float *out, double atol, double rtol);
 
+/* Fills rows 0 .. L-1 of int8 / fp8 k and v storage (rows of RB bytes, Hkv
+ * heads of D quants, then Hkv f32 scales) so that together they hold every
+ * byte value (fp8's NaN codes replaced by zeros), with scales that make |k|
+ * up to about 1 and |v| up to about 2: the kernels' decoding of every stored
+ * quant is then checked against the reference's. */
+void og_test_fill_every_quant(og_dtype dt, unsigned char *k, unsigned char *v, int64_t L, int32_t Hkv,
+                              int32_t D, int64_t RB);
+
 #endif
