@@ -220,8 +220,17 @@ static uint64_t next_job(og_threadpool *p) {
 
 void og_threadpool_destroy(og_threadpool *p) {
     if (!p) return;
+    /* The wake-up for quit is a job of no items. A worker that woke for the
+     * last real job, found quit unset and then read this job's number would
+     * otherwise run items from its slot, which still holds the job two back
+     * (whose context may be a dead stack frame). */
+    uint64_t job = next_job(p);
+    job_slot *s = &p->slot[job & 1];
+    atomic_store_explicit(&s->fn, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->ctx, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->count, 0, memory_order_relaxed);
     atomic_store(&p->quit, true);
-    publish(p, next_job(p) << ITEM_BITS);
+    publish(p, job << ITEM_BITS);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
     og_free(p->threads);
     pthread_mutex_destroy(&p->run_lock);
