@@ -354,6 +354,7 @@ static void quant_vs_dequantized(const char *file, const char *hf) {
     CHECK_MSG(worst <= 1e-3, "%s: max |logit diff| %g over 1e-3", title, worst);
     fprintf(stderr, "%s: max |logit diff| %g\n", title, worst);
     free(lq), free(lf);
+    remove(qa), remove(fa);
 }
 
 static int read_tokens(const char *hf_dir, int32_t *tok, int cap) {
