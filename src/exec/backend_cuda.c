@@ -17,10 +17,14 @@
  * The step's N rows (every session's tokens, in the plan's row order) go
  * through each row-wise launch at once: products stream the weights once
  * for all rows (gemv up to OG_GEMV_CUDA_MAX_T rows, cuBLAS above: f32
- * weights by SGEMM, bf16 weights by two bf16 tensor-core products of the
- * activations split into bf16 hi + lo parts, f32 accumulation, which keeps
- * the activations to about 2^-17 relative, close to the CPU's f32
- * products; q8/q4 weights by the gemv on chunks of rows, or dequantized to
+ * weights by SGEMM; bf16 weights, in the prefill of one session of a bf16
+ * program, by one tensor-core product of the activations rounded to bf16
+ * (f32 accumulation: the rounding the CPU's prefill of such a program
+ * makes, see og_matmul_bf16_cpu), otherwise (batched steps, f32 programs)
+ * by two bf16 products of the activations split into bf16 hi + lo parts,
+ * which keeps them to about 2^-17 relative, close to the CPU's f32
+ * products, so a batch's decode rows keep the precision of decode alone;
+ * q8/q4 weights by the gemv on chunks of rows, or dequantized to
  * f32 panels and SGEMM for wide steps: quant_products); update_and_attend runs per session over its own storage. The
  * tail (after the last attention) runs on the rows whose output is wanted,
  * compacted to the front first.
@@ -105,10 +109,13 @@ typedef struct cuda_model {
     int32_t max_heads, max_head_dim;
     int64_t max_keys;
     bool batch_scratch_per_row; /* the program attends at all */
-    /* products of more than OG_GEMV_CUDA_MAX_T rows round bf16 programs'
-     * activations to bf16 (one tensor-core product instead of hi + lo);
-     * OG_CUDA_PRODUCTS=bf16 in the environment, for measurements */
-    bool bf16_products;
+    /* products of more than OG_GEMV_CUDA_MAX_T rows of bf16 weights (see
+     * the file comment): PRODUCTS_AUTO rounds activations to bf16 in the
+     * one-session steps of a bf16 program; OG_CUDA_PRODUCTS=split or bf16
+     * in the environment forces hi + lo or bf16 for every step (tests,
+     * measurements) */
+    enum { PRODUCTS_AUTO, PRODUCTS_SPLIT, PRODUCTS_BF16 } products;
+    bool bf16_program; /* activations bf16 (the program's model) */
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
@@ -447,7 +454,13 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     CUDA_TRY(cudaGetDevice(&cm->device), "cudaGetDevice");
     CUDA_TRY(cudaStreamCreateWithFlags(&cm->store, cudaStreamNonBlocking), "cudaStreamCreate");
     const char *products_env = getenv("OG_CUDA_PRODUCTS");
-    cm->bf16_products = products_env && !strcmp(products_env, "bf16");
+    cm->products = !products_env || !*products_env   ? PRODUCTS_AUTO
+                   : !strcmp(products_env, "bf16")  ? PRODUCTS_BF16
+                   : !strcmp(products_env, "split") ? PRODUCTS_SPLIT
+                                                    : PRODUCTS_AUTO;
+    if (products_env && *products_env && cm->products == PRODUCTS_AUTO)
+        OG_WARN("OG_CUDA_PRODUCTS=%s: expected split or bf16; using the default", products_env);
+    cm->bf16_program = og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16;
     const char *gemv_env = getenv("OG_CUDA_GEMV_ROWS");
     cm->gemv_max_t = OG_GEMV_CUDA_MAX_T;
     if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
@@ -812,12 +825,20 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
     return OG_OK;
 }
 
+/* True when a wide product of this step rounds its bf16 activations to
+ * bf16 (one tensor-core product) rather than splitting them (two). */
+static bool bf16_step(const step_run *x) {
+    const cuda_model *cm = cm_of(x->m);
+    if (cm->products != PRODUCTS_AUTO) return cm->products == PRODUCTS_BF16;
+    return cm->bf16_program && x->plan->n_seqs == 1;
+}
+
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to
  * OG_GEMV_CUDA_MAX_T rows stream the weights once in a gemv; wider steps go
- * to cuBLAS, f32 weights by SGEMM, bf16 weights by two tensor-core products
- * of x split once into bf16 hi + lo parts (or, with bf16_products, one
- * product of x rounded to bf16), quantized weights as quant_products says. */
+ * to cuBLAS, f32 weights by SGEMM, bf16 weights by one tensor-core product
+ * of x rounded to bf16 (bf16_step) or two of x split once into bf16 hi + lo
+ * parts, quantized weights as quant_products says. */
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
     og_step_ctx *c = x->c;
@@ -828,7 +849,8 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
                                 (long long)T, (long long)K, (long long)parts[k].N);
     if (og_dtype_is_quantized(dt)) return quant_products(x, in, dt, T, K, parts, n);
     uint16_t *hi = x->rs->split_hi, *lo = x->rs->split_lo;
-    if (dt != OG_DTYPE_F32) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, lo));
+    const bool bf16 = bf16_step(x);
+    if (dt != OG_DTYPE_F32) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
     const float one = 1.0f, zero = 0.0f;
     for (int k = 0; k < n; k++) {
         const og_gemv_cuda_part *pt = &parts[k];
@@ -849,7 +871,7 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
         bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF,
                           (int)K, hi, CUDA_R_16BF, (int)K, beta, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT);
-        if (bs == CUBLAS_STATUS_SUCCESS && !cm_of(x->m)->bf16_products)
+        if (bs == CUBLAS_STATUS_SUCCESS && !bf16)
             bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF,
                               (int)K, lo, CUDA_R_16BF, (int)K, &one, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT);

@@ -735,7 +735,7 @@ __global__ void split_bf16_kernel(const float *x, int64_t count, __nv_bfloat16 *
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
         hi[i] = h;
-        lo[i] = __float2bfloat16_rn(x[i] - __bfloat162float(h));
+        if (lo) lo[i] = __float2bfloat16_rn(x[i] - __bfloat162float(h));
     }
 }
 
@@ -1200,7 +1200,7 @@ extern "C" og_status og_dequantize_cuda(void *stream, const void *weight, og_dty
 }
 
 extern "C" og_status og_split_bf16_cuda(void *stream, const float *x, int64_t count, uint16_t *hi, uint16_t *lo) {
-    if (!x || !hi || !lo || count < 1)
+    if (!x || !hi || count < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "split_bf16_cuda: NULL buffer or count %lld", (long long)count);
     launch_pdl(split_bf16_kernel, dim3(grid_for(count, 256)), dim3(256), static_cast<cudaStream_t>(stream), 
         x, count, reinterpret_cast<__nv_bfloat16 *>(hi), reinterpret_cast<__nv_bfloat16 *>(lo));
