@@ -18,6 +18,12 @@
  *    program, og_matmul_bf16_cpu) as one call of its own T rows, as alone;
  *  - update_and_attend runs per session over its own storage.
  *
+ * Products of one x that follow one another (q, k and v; gate and up, with
+ * the swiglu after them) run as one parallel-for in steps whose rows are all
+ * one-token rows (og_matmul_rows_multi_cpu, og_matmul_rows_swiglu_cpu: the
+ * same bits as one call each); the scratch plan treats such a run as one
+ * step, so none of its outputs shares a slot with a value it reads.
+ *
  * The tail (every instruction after the last update_and_attend works row by
  * row) runs only on the rows whose output is wanted: before it, the values
  * it reads are compacted in place to those rows (plan->tail_src increases and
@@ -38,6 +44,8 @@ typedef struct cpu_model {
     int32_t n_slots;
     bool *tail_reads;    /* [n_instrs]: a value made before the tail that the tail reads */
     bool bf16_prefill;   /* products of wider steps round activations to bf16 */
+    int32_t *fuse_end;   /* [n_instrs]: last instruction of the fused run that starts here, or -1 */
+    bool *fuse_glu;      /* [n_instrs]: that run is gate, up and their swiglu */
     int64_t weight_bytes; /* counted in og_cpu_weights_loaded while the model lives */
 } cpu_model;
 
@@ -61,8 +69,58 @@ static void cpu_model_free(og_model *m) {
     og_free(cm->slot_of);
     og_free(cm->slot_width);
     og_free(cm->tail_reads);
+    og_free(cm->fuse_end);
+    og_free(cm->fuse_glu);
     og_free(cm);
     m->be = NULL;
+}
+
+/* Instruction in reads value v. */
+static bool reads_value(const og_program_instr *in, int32_t v) {
+    for (int32_t j = 0; j < in->n_in; j++)
+        if (in->in[j].kind == OG_VALUE_ACTIVATION && in->in[j].index == v) return true;
+    return false;
+}
+
+/* Marks the fused runs: two or more products of the same activation in a
+ * row (not the logits), and a swiglu right after a run of two that reads
+ * exactly their outputs. A run never crosses into the tail (an attend lies
+ * between any two of its products and the tail's first instruction). */
+static void plan_fusion(og_model *m, cpu_model *cm) {
+    const int32_t n = m->n_instrs;
+    for (int32_t i = 0; i < n; i++) {
+        cm->fuse_end[i] = -1;
+        cm->fuse_glu[i] = false;
+    }
+    for (int32_t i = 0; i < n;) {
+        const og_program_instr *a = og_program_instr_at(m->prog, i);
+        int32_t e = i;
+        if (a->op == OG_OP_MATMUL && a->in[0].kind == OG_VALUE_ACTIVATION && i != m->logits_instr) {
+            while (e + 1 < n && e + 1 - i < OG_MATMUL_MAX_PARTS && e + 1 != m->logits_instr &&
+                   og_exec_in_tail(m, e + 1) == og_exec_in_tail(m, i)) {
+                const og_program_instr *b = og_program_instr_at(m->prog, e + 1);
+                if (b->op != OG_OP_MATMUL || b->in[0].kind != OG_VALUE_ACTIVATION ||
+                    b->in[0].index != a->in[0].index)
+                    break;
+                e++;
+            }
+        }
+        if (e == i) {
+            i++;
+            continue;
+        }
+        cm->fuse_end[i] = e;
+        if (e == i + 1 && e + 1 < n && og_exec_in_tail(m, e + 1) == og_exec_in_tail(m, i)) {
+            const og_program_instr *g = og_program_instr_at(m->prog, e + 1);
+            if (g->op == OG_OP_SWIGLU && g->in[0].kind == OG_VALUE_ACTIVATION && g->in[0].index == i &&
+                g->in[1].kind == OG_VALUE_ACTIVATION && g->in[1].index == i + 1 &&
+                a->out_width == og_program_instr_at(m->prog, e)->out_width && g->out_width == a->out_width) {
+                cm->fuse_glu[i] = true;
+                cm->fuse_end[i] = e + 1;
+            }
+        }
+        i = cm->fuse_end[i] + 1;
+    }
 }
 
 static og_status cpu_model_init(og_model *m, const og_model_params *p) {
@@ -77,10 +135,13 @@ static og_status cpu_model_init(og_model *m, const og_model_params *p) {
     cm->slot_of = og_malloc((size_t)n * sizeof *cm->slot_of);
     cm->slot_width = og_calloc((size_t)n, sizeof *cm->slot_width);
     cm->tail_reads = og_calloc((size_t)n, sizeof *cm->tail_reads);
+    cm->fuse_end = og_malloc((size_t)n * sizeof *cm->fuse_end);
+    cm->fuse_glu = og_malloc((size_t)n * sizeof *cm->fuse_glu);
     int32_t *def = og_malloc((size_t)n * sizeof *def), *last = og_malloc((size_t)n * sizeof *last);
     int64_t *width = og_malloc((size_t)n * sizeof *width);
     og_status st = OG_OK;
-    if (!cm->slot_of || !cm->slot_width || !cm->tail_reads || !def || !last || !width) {
+    if (!cm->slot_of || !cm->slot_width || !cm->tail_reads || !cm->fuse_end || !cm->fuse_glu || !def ||
+        !last || !width) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the scratch plan");
         goto done;
     }
@@ -97,6 +158,18 @@ static og_status cpu_model_init(og_model *m, const og_model_params *p) {
             if (o.kind != OG_VALUE_ACTIVATION) continue;
             last[o.index] = i;
             if (og_exec_in_tail(m, i) && og_exec_full_rows(m, o)) cm->tail_reads[o.index] = true;
+        }
+    }
+    /* a fused run writes every output at its first instruction and reads
+     * its inputs until its end */
+    plan_fusion(m, cm);
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t e = cm->fuse_end[i];
+        if (e < 0) continue;
+        for (int32_t k = i; k <= e; k++) {
+            def[k] = i;
+            for (int32_t v = 0; v < n; v++)
+                if (last[v] >= i && last[v] < e && reads_value(og_program_instr_at(m->prog, k), v)) last[v] = e;
         }
     }
     st = og_exec_plan_slots(n, n, def, last, width, cm->slot_of, cm->slot_width, &cm->n_slots);
@@ -307,6 +380,33 @@ static og_status run_instr(const step_run *r, int32_t i) {
     return og_set_error(OG_ERR_UNSUPPORTED, "op %d has no CPU kernel", (int)in->op);
 }
 
+/* The fused run of instructions [i, fuse_end[i]] over a phase of one-token
+ * rows only. */
+static og_status run_fused(const step_run *r, int32_t i) {
+    const og_model *m = r->m;
+    const cpu_model *cm = cm_of(m);
+    const int32_t e = cm->fuse_end[i];
+    const int32_t last_product = cm->fuse_glu[i] ? e - 1 : e;
+    og_matmul_part parts[OG_MATMUL_MAX_PARTS];
+    const float *x = NULL;
+    int64_t K = 0;
+    for (int32_t k = i; k <= last_product; k++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, k);
+        og_dtype dt, wdt;
+        int64_t w;
+        x = operand_ptr(r, in->in[0], &K, &dt);
+        og_matmul_part *p = &parts[k - i];
+        p->weight = operand_ptr(r, in->in[1], &w, &wdt);
+        p->bias = in->n_in > 2 ? operand_ptr(r, in->in[2], &w, &dt) : NULL;
+        p->weight_dtype = wdt;
+        p->N = in->out_width;
+        p->out = r->c->slots[cm->slot_of[k]];
+    }
+    if (cm->fuse_glu[i])
+        return og_matmul_rows_swiglu_cpu(m->pool, x, r->rows, K, &parts[0], &parts[1], r->c->slots[cm->slot_of[e]]);
+    return og_matmul_rows_multi_cpu(m->pool, x, r->rows, K, parts, last_product - i + 1);
+}
+
 /* Moves the tail's rows of every value the tail reads to the front. */
 static void compact_for_tail(const step_run *r) {
     const og_model *m = r->m;
@@ -366,8 +466,16 @@ static og_status cpu_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
             r.tail = true;
             r.rows = p->n_tail_rows;
         }
-        og_status st = run_instr(&r, i);
+        const int32_t first = i;
+        og_status st;
+        if (cm_of(m)->fuse_end[i] >= 0 && r.rows > 0 && r.rows == (r.tail ? p->n_tail_single : p->n_single)) {
+            st = run_fused(&r, i);
+            i = cm_of(m)->fuse_end[i];
+        } else {
+            st = run_instr(&r, i);
+        }
         if (st != OG_OK) {
+            i = first;
             const og_program_instr *in = og_program_instr_at(m->prog, i);
             return og_set_error(st, "instruction %d (%s -> %s): %s", i, og_op_get(in->op)->name, in->out,
                                 og_last_error());

@@ -113,6 +113,29 @@ og_status og_matmul_rows_cpu(og_threadpool *pool, const float *x /* [R, K] */,
                              og_dtype weight_dtype, int64_t R, int64_t K, int64_t N,
                              float *out /* [R, N] */);
 
+/* ---- several products of the same decode rows in one pass ----
+ * Each part's out is bit for bit og_matmul_rows_cpu(pool, x, part.weight,
+ * part.bias, part.weight_dtype, R, K, part.N, part.out): the parts' tasks
+ * share one parallel-for (the q/k/v or gate/up products of a decode step,
+ * whose x is read once and whose hand-offs to the threads are one). The
+ * outs must not overlap one another or x. */
+#define OG_MATMUL_MAX_PARTS 8
+typedef struct og_matmul_part {
+    const void *weight; /* [N, K] */
+    const void *bias;   /* [N] or NULL */
+    og_dtype weight_dtype;
+    int64_t N;
+    float *out;         /* [R, N] */
+} og_matmul_part;
+og_status og_matmul_rows_multi_cpu(og_threadpool *pool, const float *x /* [R, K] */, int64_t R,
+                                   int64_t K, const og_matmul_part *parts, int n_parts);
+/* gate and up (of the same N) as og_matmul_rows_multi_cpu, and out =
+ * og_swiglu_cpu(gate.out, up.out) bit for bit, each task applying it to the
+ * features it has just computed. out overlaps neither x, gate.out nor up.out. */
+og_status og_matmul_rows_swiglu_cpu(og_threadpool *pool, const float *x /* [R, K] */, int64_t R,
+                                    int64_t K, const og_matmul_part *gate,
+                                    const og_matmul_part *up, float *out /* [R, N] */);
+
 /* ---- matmul with bf16 activations: out = bf16(x) @ weight^T (+ bias) ----
  * What a bf16 program computes (and transformers in bf16): x is first rounded
  * to bf16 (nearest even); products of two bf16 values are exact in f32 and
