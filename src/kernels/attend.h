@@ -43,6 +43,7 @@ typedef struct og_attend_args {
 
 typedef struct og_attend_stats {
     int32_t splits; /* split-K partitions of the keys used, 1 = none */
+    int32_t amx;    /* og_update_and_attend_cpu: 1 when the step ran on AMX tiles (attend_amx.h) */
 } og_attend_stats;
 
 /* Shared argument validation, done by every back end before any write.
@@ -79,11 +80,15 @@ og_status og_update_and_attend_ref(const og_attend_args *a);
  * Work is spread over (query-row blocks x kv heads), or (kv heads x splits)
  * for split-K decode, through og_parallel_for on pool (NULL: the calling
  * thread alone). stats may be NULL. Allocates scratch for the call only;
- * OG_ERR_OUT_OF_MEMORY if it cannot, before anything is written. */
+ * OG_ERR_OUT_OF_MEMORY if it cannot, before anything is written.
+ * A wide step over bf16 storage runs on AMX tiles where the CPU has them
+ * (attend_amx.h: q and the softmax weights rounded to bf16;
+ * OG_CPU_AMX_ATTEND=0 or OG_CPU_AMX=0 keeps it off). */
 og_status og_update_and_attend_cpu(const og_attend_args *a, og_threadpool *pool,
                                    og_attend_stats *stats);
-/* The same with a chosen instruction set (tests and benchmarks); an isa the
- * CPU lacks is refused with OG_ERR_UNSUPPORTED before anything is written. */
+/* The vector kernel with a chosen instruction set, never the tiles (tests
+ * and benchmarks); an isa the CPU lacks is refused with OG_ERR_UNSUPPORTED
+ * before anything is written. */
 og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *pool,
                                        og_cpu_isa isa, og_attend_stats *stats);
 

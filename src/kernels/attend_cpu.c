@@ -28,6 +28,7 @@
  *     pass merges them per query head by rescaling with exp(m_s - max_s m_s).
  */
 #include "kernels/attend.h"
+#include "kernels/attend_amx.h"
 #include "kernels/attend_isa.h"
 #include "kernels/attend_quant.h"
 
@@ -426,11 +427,46 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
         og_parallel_for(pool, c.n_blocks * c.Hkv, block_item, &c);
     }
     og_free(mem);
-    if (stats) stats->splits = (int32_t)c.S;
+    if (stats) {
+        stats->splits = (int32_t)c.S;
+        stats->amx = 0;
+    }
+    return OG_OK;
+}
+
+/* A step the tile path takes (attend_amx.h): its scratch first, then the k
+ * and v writes as above, then the tiles. */
+static og_status attend_amx(const og_attend_args *a, og_threadpool *pool, og_attend_stats *stats) {
+    const og_kv_layer_view *kv = &a->kv;
+    const size_t bytes = og_attend_amx_scratch_bytes(a, og_threadpool_size(pool));
+    void *mem = og_malloc(bytes);
+    if (!mem)
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "update_and_attend: layer %d: no memory for %zu bytes of scratch",
+                            kv->layer_id, bytes);
+    const cpu_ctx c = {
+        .a = a,
+        .T = a->T,
+        .Hkv = kv->n_kv_heads,
+        .D = kv->head_dim,
+        .L = kv->length,
+        .R = kv->rows,
+        .W = kv->policy == OG_KV_RING ? kv->window : 0,
+        .RS = og_kv_layer_view_row_stride(kv),
+    };
+    og_parallel_for(pool, c.T, write_token, (void *)&c);
+    og_attend_amx_run(a, pool, mem);
+    og_free(mem);
+    if (stats) {
+        stats->splits = 1;
+        stats->amx = 1;
+    }
     return OG_OK;
 }
 
 og_status og_update_and_attend_cpu(const og_attend_args *a, og_threadpool *pool,
                                    og_attend_stats *stats) {
+    const og_status st = og_attend_check(a);
+    if (st != OG_OK) return st;
+    if (og_attend_amx_usable(a)) return attend_amx(a, pool, stats);
     return og_update_and_attend_cpu_isa(a, pool, og_cpu_isa_active(), stats);
 }
