@@ -187,8 +187,9 @@ static void attend_task(void *ctx, int64_t item, int thread) {
     const amx_att *j = ctx;
     const og_attend_args *a = j->a;
     const int64_t D = j->D, G = j->G, Hq = j->Hq;
-    /* the row blocks that see the most keys first: the last to finish is short */
-    const int64_t b = j->n_rb - 1 - item / j->Hkv, g = item % j->Hkv;
+    /* kv head by kv head, so that a head's packed keys stay in cache for all
+     * its row blocks; within a head the blocks that see the most keys first */
+    const int64_t g = item / j->n_rb, b = j->n_rb - 1 - item % j->n_rb;
     const int64_t f0 = b * MB, nr = j->T * G - f0 < MB ? j->T * G - f0 : MB;
 
     unsigned char *mem = align64(j->scratch + (size_t)thread * j->per_thread);
