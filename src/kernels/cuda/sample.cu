@@ -136,14 +136,30 @@ __device__ void greedy(shared_state &sh, const float *logits, int64_t V, const u
 }
 
 /* og_argmax_cuda's answer for one row of raw logits. */
+/* One block reads the whole row, so the loads must be wide and many in
+ * flight: 16-byte loads, four per thread at a time, over the 16-byte-aligned
+ * middle of the row, single floats before and after it (a batch's rows start
+ * wherever b x V puts them). torch_order is a total order with the lower id
+ * winning ties, so the order of the scan does not change the answer. */
 __device__ void argmax_row(shared_state &sh, const float *logits, int64_t V, int32_t *token) {
     const int tid = threadIdx.x;
     float best = 0.0f;
     int64_t best_id = -1;
-    for (int64_t i = tid; i < V; i += kThreads) {
-        const float x = logits[i];
+    const auto consider = [&](float x, int64_t i) {
         if (best_id < 0 || torch_order::better(x, i, best, best_id)) best = x, best_id = i;
+    };
+    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
+    if (head > V) head = V;
+    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
+    if (tid < head) consider(logits[tid], tid);
+    const float4 *body = reinterpret_cast<const float4 *>(logits + head);
+#pragma unroll 4
+    for (int64_t j = tid; j < n4; j += kThreads) {
+        const float4 v = body[j];
+        const int64_t i = head + 4 * j;
+        consider(v.x, i), consider(v.y, i + 1), consider(v.z, i + 2), consider(v.w, i + 3);
     }
+    if (tail + tid < V) consider(logits[tail + tid], tail + tid);
     best_id = block_best<torch_order>(sh, best, best_id);
     if (tid == 0) *token = (int32_t)best_id;
 }
