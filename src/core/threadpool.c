@@ -62,8 +62,13 @@ struct og_threadpool {
     pthread_mutex_t mu;       /* guards the two sleeps        */
     pthread_cond_t wake;      /* workers sleep here           */
     pthread_cond_t done;      /* the caller sleeps here       */
+    /* the two counters every item touches, each on a cache line of its own
+     * (a claim and a finish of two threads do not contend for one line) */
+    char pad0[64];
     atomic_uint_fast64_t next; /* job << ITEM_BITS | next item; a new job number wakes workers */
+    char pad1[64];
     atomic_llong finished;    /* items of the current job run to their end */
+    char pad2[64];
     atomic_int sleepers;      /* workers asleep on `wake`     */
     atomic_int caller_asleep; /* 1 while the caller sleeps on `done` */
     atomic_bool quit;
@@ -112,29 +117,40 @@ static bool spin_for_count(atomic_llong *finished, long long count) {
     }
 }
 
-/* Runs items of job `job` until none is left or another job is current. */
+/* Adds done items to the job's finished count, waking the caller if it
+ * sleeps on the last of them. */
+static void finish_items(og_threadpool *p, long long done, long long count) {
+    if (atomic_fetch_add(&p->finished, done) + done == count && /* seq_cst: the handshake */
+        atomic_load(&p->caller_asleep)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Runs items of job `job` until none is left or another job is current.
+ * The items it ran count as finished when it stops (one add to the shared
+ * count per thread and job, not per item): the job cannot end before. */
 static void run_items(og_threadpool *p, uint64_t job, int thread) {
     job_slot *s = &p->slot[job & 1];
     uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
+    long long done = 0, count = 0;
     for (;;) {
-        if (job_of(v) != job) return;
-        long long count = atomic_load_explicit(&s->count, memory_order_relaxed);
-        if ((long long)(v & ITEM_MASK) >= count) return;
+        if (job_of(v) != job) break;
+        count = atomic_load_explicit(&s->count, memory_order_relaxed);
+        if ((long long)(v & ITEM_MASK) >= count) break;
         if (!atomic_compare_exchange_weak_explicit(&p->next, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* v now holds the counter's value: look again */
-        /* the item is ours and the job cannot end before it does */
+        /* the item is ours and the job cannot end before it is counted */
         og_task_fn fn = atomic_load_explicit(&s->fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&s->ctx, memory_order_relaxed);
         fn(ctx, (int64_t)(v & ITEM_MASK), thread);
-        if (atomic_fetch_add(&p->finished, 1) + 1 == count && /* seq_cst: the handshake */
-            atomic_load(&p->caller_asleep)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        done++;
         v = atomic_load_explicit(&p->next, memory_order_acquire);
     }
+    /* count was read while the job was current, after a claim of it */
+    if (done > 0) finish_items(p, done, count);
 }
 
 static void *worker_main(void *arg) {

@@ -338,7 +338,7 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
                 gemv_block(j->isa, j->x + r * j->K, p->w, p->dt, j->K, p->N, n0, rows,
                            j->stream && r == 0, p->out + r * p->N + n0);
         }
-    } else if (j->isa == OG_CPU_ISA_AVX512) {
+    } else if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
         const void *w = float_rows(p->dt, p->w, j->K, n0);
         int64_t eo = p->n_eo - n0;
         eo = eo < 0 ? 0 : eo > rows ? rows : eo;
@@ -346,7 +346,10 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
         og_matmul_rows_avx512(j->x, p->dt == OG_DTYPE_BF16 ? j->xp : j->x, w, p->dt, j->R, j->K,
                               rows, eo, scratch, p->out + n0, p->N);
     } else {
-        /* The single-row loops, once per row; the panel stays in cache. */
+        /* The single-row loops, once per row; the panel stays in cache. One
+         * row at AVX-512 takes this way too: the GEMV's four weight rows a
+         * pass keep more lines in flight than the tiles' two (the demo
+         * model's products at 2 threads: 251 against 272-287 us a token) */
         for (int64_t r = 0; r < j->R; r++)
             gemv_block(j->isa, j->x + r * j->K, p->w, p->dt, j->K, p->N, n0, rows, false,
                        p->out + r * p->N + n0);
@@ -395,7 +398,7 @@ static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_
          * thread, lower at 1 and 8) */
         p->rows = gemv_task_rows(pool, p->dt, K, total);
         if (glu && i == 1) p->rows = parts[0].rows; /* the same features as the gate */
-        if (j.isa == OG_CPU_ISA_AVX512 && p->dt == OG_DTYPE_BF16) {
+        if (j.isa == OG_CPU_ISA_AVX512 && p->dt == OG_DTYPE_BF16 && R > 1) {
             p->n_eo = p->N & ~(int64_t)3;
             if (p->n_eo > 0 && K >= 32) { /* below 32 the split is x itself */
                 split = true;
