@@ -39,4 +39,16 @@ printf '%-34s %12.1f\n' "prefill tok/s, 128-token prompt" "$(field "$r128" prefi
 r128n=$(OG_CPU_AMX=0 run --prompt 128 --gen 2)
 printf '%-34s %12.1f\n' "  same, OG_CPU_AMX=0" "$(field "$r128n" prefill_tokens_per_s)"
 printf '%-34s %12.1f\n' "prefill tok/s, 4063-token prompt" "$(field "$r4096" prefill_tokens_per_s)"
+# the demo model (kjv-tiny.ogp beside the build's binary: 11 MB of bf16
+# weights, which stay in the caches from token to token), decode on 1 and 2
+# threads after a 16-token prompt
+demo=$build/kjv-tiny.ogp
+if [[ -f $demo ]]; then
+  for t in 1 2; do
+    rd=$("$build/offgraph" bench -m "$demo" --backend cpu --threads "$t" --prompt 16 --gen 512 --json)
+    printf '%-34s %12.1f\n' "demo model decode tok/s, $t thread$([[ $t == 1 ]] || echo s)" "$(field "$rd" decode_tokens_per_s)"
+  done
+else
+  echo "demo model rows skipped: no $demo (the build exports it)"
+fi
 printf '%-34s %12s GB/s\n' "copy rate (read + written)" "$copy"
