@@ -1,4 +1,6 @@
-/* Decode attention on CUDA.
+/* Decode attention on CUDA: the split-K kernel on the CUDA cores
+ * ("offgraph") and, over bf16 storage, on the tensor cores ("offgraph_mma",
+ * og_attend_cuda_set_decode) side by side in one run.
  * Part 1, one session, Hq = 32, Hkv = 8, D = 128, bf16, int8 and fp8
  * storage (int8 / fp8 rows: 1024 quant bytes and 8 f32 scales), histories
  * 128 / 4k / 32k / 128k. Times og_update_and_attend_cuda (one
@@ -112,7 +114,8 @@ static void fill_dev(void *d, size_t bytes, uint64_t seed) {
 typedef struct batch_result {
     int32_t B;
     const char *lengths;
-    double us, gbps, frac, single_us;
+    double us, gbps, frac, single_us; /* on the CUDA cores */
+    double mma_us, mma_single_us;     /* on the tensor cores */
     int32_t depth;
 } batch_result;
 
@@ -167,8 +170,12 @@ static batch_result bench_batch(cudaStream_t st, double copy, int sms, int32_t B
     CK(cudaEventCreate(&e1));
     enum { BREPS = 100 };
     float ms[BREPS];
-    double med[2] = {0, 0};
-    for (int single = 0; single < (B == 1 ? 2 : 1); single++) {
+    double med[4] = {0, 0, 0, 0}; /* batched, single-session; then both on the tensor cores */
+    const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
+    for (int mode = 0; mode < 4; mode++) {
+        const int single = mode & 1;
+        if (single && B != 1) continue;
+        og_attend_cuda_set_decode(mode >= 2 ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
         int next = 0;
         for (int r = -5; r < BREPS; r++) {
             CK(cudaEventRecord(e0, st));
@@ -194,14 +201,17 @@ static batch_result bench_batch(cudaStream_t st, double copy, int sms, int32_t B
             }
         }
         qsort(ms, BREPS, sizeof *ms, cmp_float);
-        med[single] = ms[BREPS / 2] * 1e-3;
+        med[mode] = ms[BREPS / 2] * 1e-3;
     }
+    og_attend_cuda_set_decode(prev);
     batch_result res = {.B = B, .lengths = label, .us = med[0] * 1e6, .gbps = (double)kv_bytes / med[0] / 1e9,
-                        .frac = (double)kv_bytes / med[0] / copy, .single_us = med[1] * 1e6,
-                        .depth = og_attend_batch_cuda_max_splits(B, Hq, Hkv, rows, sms)};
+                        .frac = (double)kv_bytes / med[0] / copy, .single_us = med[1] * 1e6, .mma_us = med[2] * 1e6,
+                        .mma_single_us = med[3] * 1e6, .depth = og_attend_batch_cuda_max_splits(B, Hq, Hkv, rows, sms)};
     printf("{\"bench\":\"batch_decode_attention\",\"B\":%d,\"lengths\":\"%s\",\"Hq\":%d,\"Hkv\":%d,\"D\":%d,"
-           "\"us\":%.2f,\"kv_GBps\":%.1f,\"fraction_of_copy\":%.3f,\"depth\":%d,\"single_us\":%.2f}\n",
-           B, label, Hq, Hkv, D, res.us, res.gbps, res.frac, res.depth, res.single_us);
+           "\"us\":%.2f,\"kv_GBps\":%.1f,\"fraction_of_copy\":%.3f,\"depth\":%d,\"single_us\":%.2f,"
+           "\"mma_us\":%.2f,\"mma_fraction_of_copy\":%.3f,\"mma_single_us\":%.2f}\n",
+           B, label, Hq, Hkv, D, res.us, res.gbps, res.frac, res.depth, res.single_us, res.mma_us,
+           (double)kv_bytes / med[2] / copy, res.mma_single_us);
     for (int c = 0; c < n_copies; c++) cudaFree(k[c]), cudaFree(v[c]), cudaFree(tab[c]);
     free(k), free(v), free(tab), free(h);
     cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part);
@@ -231,11 +241,15 @@ static void bench_batches(cudaStream_t st, double copy, int sms) {
     }
     r[n++] = bench_batch(st, copy, sms, 64, L, 4097, "mixed 1..4096");
     free(L);
-    printf("\n| B | context | us | KV GB/s | of copy | depth | single-session us |\n|---|---|---|---|---|---|---|\n");
+    printf("\n| B | context | us | KV GB/s | of copy | depth | single-session us | tensor cores: us | single-session us "
+           "|\n|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         printf("| %d | %s | %.1f | %.0f | %.2f | %d |", r[i].B, r[i].lengths, r[i].us, r[i].gbps, r[i].frac,
                r[i].depth);
-        if (r[i].single_us > 0) printf(" %.1f |\n", r[i].single_us);
+        if (r[i].single_us > 0) printf(" %.1f |", r[i].single_us);
+        else printf(" - |");
+        printf(" %.1f |", r[i].mma_us);
+        if (r[i].mma_single_us > 0) printf(" %.1f |\n", r[i].mma_single_us);
         else printf(" - |\n");
     }
 }
@@ -255,9 +269,15 @@ int main(void) {
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int64_t Ls[] = {128, 4096, 32768, 131072};
     const og_dtype dts[] = {OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
+    double table[3][4][2] = {{{0}}}; /* [dtype][L][CUDA cores, tensor cores]: us */
+    double fracs[3][4][2] = {{{0}}};
+    const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
     for (int di = 0; di < 3; di++)
-    for (int li = 0; li < 4; li++) {
+    for (int li = 0; li < 4; li++)
+    for (int mma = 0; mma < 2; mma++) {
         const og_dtype dt = dts[di];
+        if (mma && !og_attend_cuda_decode_mma(dt, D)) continue;
+        og_attend_cuda_set_decode(mma ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
         const int64_t L = Ls[li], rows = L + 1;
         const size_t row_bytes = (size_t)og_kv_dtype_row_bytes(dt, Hkv, D);
         const size_t layer = (size_t)rows * row_bytes; /* bytes of k (or v) */
@@ -322,16 +342,27 @@ int main(void) {
         qsort(ms, REPS, sizeof *ms, cmp_float);
         const double sec = ms[REPS / 2] * 1e-3;
         const double rate = (double)kv_bytes / sec;
-        printf("{\"bench\":\"decode_attention\",\"impl\":\"offgraph\",\"kv\":\"%s\",\"L\":%lld,\"Hq\":%d,"
+        printf("{\"bench\":\"decode_attention\",\"impl\":\"%s\",\"kv\":\"%s\",\"L\":%lld,\"Hq\":%d,"
                "\"Hkv\":%d,\"D\":%d,\"us\":%.2f,\"kv_GBps\":%.1f,\"copy_GBps\":%.1f,\"fraction_of_copy\":%.3f,"
                "\"splits\":%d}\n",
-               og_dtype_name(dt), (long long)L, Hq, Hkv, D, sec * 1e6, rate / 1e9, copy / 1e9, rate / copy,
-               og_attend_cuda_splits(L + 1, 1, Hq, Hkv, sms));
+               mma ? "offgraph_mma" : "offgraph", og_dtype_name(dt), (long long)L, Hq, Hkv, D, sec * 1e6, rate / 1e9,
+               copy / 1e9, rate / copy, og_attend_cuda_splits(L + 1, 1, Hq, Hkv, sms));
+        table[di][li][mma] = sec * 1e6;
+        fracs[di][li][mma] = rate / copy;
         for (int l = 0; l < n_layers; l++) cudaFree(k[l]), cudaFree(v[l]);
         free(k), free(v);
         cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part), cudaFree(dlen);
         cudaEventDestroy(e0), cudaEventDestroy(e1);
     }
+    og_attend_cuda_set_decode(prev);
+    printf("\n| kv | L | CUDA cores us | of copy | tensor cores us | of copy |\n|---|---|---|---|---|---|\n");
+    for (int di = 0; di < 3; di++)
+        for (int li = 0; li < 4; li++) {
+            printf("| %s | %lld | %.1f | %.2f |", og_dtype_name(dts[di]), (long long)Ls[li], table[di][li][0],
+                   fracs[di][li][0]);
+            if (table[di][li][1] > 0) printf(" %.1f | %.2f |\n", table[di][li][1], fracs[di][li][1]);
+            else printf(" - | - |\n");
+        }
     bench_batches(st, copy, sms);
     cudaStreamDestroy(st);
     return 0;

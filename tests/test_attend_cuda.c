@@ -5,8 +5,11 @@
  * storage. Fresh random inputs per case, outputs poisoned before each run,
  * the written storage rows compared exactly. Every case runs the split-K
  * kernel twice on one scratch (the second run checks that the first left
- * its split counters at 0); steps the tiled tensor-core kernel takes (T > 1,
- * bf16 storage, D 64/128) then run tiled.
+ * its split counters at 0), over bf16 storage with D 64/128 the split-K
+ * kernel on the tensor cores twice too (kMmaAtol says its tolerance); steps
+ * the tiled tensor-core kernel takes (T > 1, bf16 storage, D 64/128) then
+ * run tiled. Decode cases at tile, warp and split edges (test_decode_edges)
+ * for G 1, 2, 4, 8; the batched cases over bf16 run both split-K kernels.
  *
  * Tolerance, split-K: both sides read the same stored (bf16-rounded) keys
  * and values and accumulate in f32; only the order of the sums and exp2 of
@@ -63,6 +66,28 @@ int main(void) {
 #include "cuda_check.h"
 #include <stdlib.h>
 #include <string.h>
+
+/* Tolerance of the split-K kernel on the tensor cores (bf16 storage, D 64
+ * and 128; og_attend_cuda_decode_mma), from its roundings. Scores: q is
+ * pre-scaled by c = scale log2(e) in f32 (2^-24) and carried as hi =
+ * bf16(x) plus lo = bf16(x - hi) (x - hi is exact), so |x - hi - lo| <=
+ * 2^-9 |x - hi| <= 2^-18 |x|; k is exact bf16 and the products are exact;
+ * the mma sums them in f32 over D / 16 steps of 16 (at most 2^-23 of the
+ * terms' magnitude each, allowing truncation), then hi + lo rows are added
+ * (2^-24). A score is off by at most (2^-18 + (D/16 + 1) 2^-23) sum |c q k|;
+ * with |q|, |k| <= 1 the sum is at most c D: 16.3 at D 128 and scale
+ * 1/sqrt(D) (11.5 at D 64; scale 0.07 gives 12.9 / 6.5), so a score moves
+ * by at most 16.3 x 4.9e-6 = 8.0e-5 (log2 units). A weight exp2(s - m)
+ * then moves by at most ln 2 x 8.0e-5 = 5.6e-5 relative, plus exp2f's 2
+ * ulp (2.4e-7) and the weight's own split into hi + lo for P V (2^-18 =
+ * 3.8e-6): eta <= 6.0e-5. The f32 sums of p v over a warp's keys (at most
+ * a split's ~130 keys / 4 warps, 8 per mma) add 2^-23 per step. An output
+ * is a convex mix sum w v / sum w, and weights each off by at most eta
+ * relative move it by at most 2 eta max|v| = 1.2e-4 (|v| <= 1). Elementwise
+ * bound: atol 1.5e-4 beside the split-K rtol 5e-4 (the merge of warps and
+ * splits is the split-K kernel's), and the same case-wide 1e-3 relative
+ * norm: about 15 times tighter than the tiled kernel's bf16 weights. */
+static const double kMmaAtol = 1.5e-4;
 
 typedef struct attend_case {
     og_kv_policy policy;
@@ -141,12 +166,22 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
                          .scale = c->scale, .kv = view};
     CHECK_OK(og_update_and_attend_ref(&ra)); /* writes kc, vc too */
 
-    /* split-K twice (the second step finds the split counters the first left
-     * at 0, and rewrites the same storage rows), then tiled where it applies */
-    const bool tiled = og_attend_cuda_tiled(T, c->dtype, D);
-    for (int pass = 0; pass < (tiled ? 3 : 2); pass++) {
+    /* split-K on the CUDA cores twice (the second step finds the split
+     * counters the first left at 0, and rewrites the same storage rows), the
+     * same on the tensor cores where that kernel applies, then tiled where it
+     * applies */
+    const bool tiled = og_attend_cuda_tiled(T, c->dtype, D), mma = og_attend_cuda_decode_mma(c->dtype, D);
+    enum { SIMT, MMA, TILED };
+    int kinds[5], n_pass = 0;
+    kinds[n_pass++] = SIMT, kinds[n_pass++] = SIMT;
+    if (mma) kinds[n_pass++] = MMA, kinds[n_pass++] = MMA;
+    if (tiled) kinds[n_pass++] = TILED;
+    const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
+    for (int pass = 0; pass < n_pass; pass++) {
+        const int kind = kinds[pass];
+        og_attend_cuda_set_decode(kind == MMA ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
         og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = T, .n_heads = Hq, .scale = c->scale,
-                                  .kv = view, .length = dlen, .partials = partials, .split_k = tiled && pass < 2};
+                                  .kv = view, .length = dlen, .partials = partials, .split_k = kind != TILED};
         ga.kv.k = dkc, ga.kv.v = dvc;
         og_poison(got, qn);
         CK(cudaMemcpy(dout, got, qn * 4, cudaMemcpyHostToDevice));
@@ -155,26 +190,54 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
         CK(cudaMemcpy(got, dout, qn * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(kc_got, dkc, sn * es, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(vc_got, dvc, sn * es, cudaMemcpyDeviceToHost));
-        const bool tc = tiled && pass == 2;
+        const double atol = kind == TILED ? 2.2e-3 : kind == MMA ? kMmaAtol : 5e-5;
         size_t worst = 0;
-        double r = og_tol_ratio(got, ref, qn, tc ? 2.2e-3 : 5e-5, tc ? 0.0 : 5e-4, &worst);
+        double r = og_tol_ratio(got, ref, qn, atol, kind == TILED ? 0.0 : 5e-4, &worst);
         double err2 = 0.0, ref2 = 0.0;
         for (size_t i = 0; i < qn; i++) {
             err2 += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
             ref2 += (double)ref[i] * ref[i];
         }
         const double rel = sqrt(err2 / ref2);
-        CHECK_MSG(r <= 1.0 && !(rel > (tc ? 1e-2 : 1e-3)),
+        CHECK_MSG(r <= 1.0 && !(rel > (kind == TILED ? 1e-2 : 1e-3)),
                   "%s %s %s T=%d L=%lld Hq=%d Hkv=%d D=%d W=%d: ratio %.3g at %zu (got %g, want %g), rel %.3g",
-                  tc ? "tiled" : "split-K", c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype), T,
-                  (long long)c->L, Hq, Hkv, D, c->W, r, worst, (double)got[worst], (double)ref[worst], rel);
+                  kind == TILED ? "tiled" : kind == MMA ? "split-K (tensor cores)" : "split-K",
+                  c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype), T, (long long)c->L, Hq, Hkv, D,
+                  c->W, r, worst, (double)got[worst], (double)ref[worst], rel);
         CHECK_MSG(memcmp(kc_got, kc, sn * es) == 0 && memcmp(vc_got, vc, sn * es) == 0,
                   "storage differs after the step (T=%d L=%lld row stride %lld)", T, (long long)c->L,
                   (long long)c->RS);
     }
+    og_attend_cuda_set_decode(prev);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dkc), cudaFree(dvc), cudaFree(dout), cudaFree(partials),
         cudaFree(dlen);
     free(q), free(k), free(v), free(ref), free(got), free(kc), free(vc), free(kc_got), free(vc_got), free(pos);
+}
+
+/* Decode (T = 1) on the tensor-core kernel next to the CUDA-core one:
+ * G 1, 2, 4, 8 (the rows of the mma), D 64 and 128 (tiles of 64 and 32
+ * keys, 16 and 8 a warp), histories on both sides of the tile, warp and
+ * split edges (a split holds up to OG_ATTEND_CUDA_SPLIT_KEYS = 128 keys),
+ * flat and ring (W 37 and 100, wrapping), every third case packed. */
+static void test_decode_edges(og_rng *rng, cudaStream_t stream, bool quick) {
+    og_test_section("decode at tile and split edges (CUDA cores and tensor cores)");
+    const int64_t Ls[] = {0, 1, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 383, 1023, 1024, 1025};
+    const int32_t Gs[] = {1, 2, 4, 8};
+    int n = 0;
+    for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
+        for (size_t gi = 0; gi < 4; gi++)
+            for (int d = 0; d < 2; d++)
+                for (int ring = 0; ring < 2; ring++) {
+                    if (quick && Ls[li] > 257) continue;
+                    const int32_t Hkv = Gs[gi] == 8 ? 1 : 2, D = d ? 128 : 64;
+                    attend_case c = {.policy = ring ? OG_KV_RING : OG_KV_FLAT, .T = 1, .Hkv = Hkv, .G = Gs[gi], .D = D,
+                                     .W = ring ? (n % 4 < 2 ? 37 : 100) : 0, .L = Ls[li], .dtype = OG_DTYPE_BF16,
+                                     .scale = n % 3 == 0 ? 0.0f : 0.07f,
+                                     .RS = n % 3 == 1 ? (int64_t)Hkv * D + 8 : 0};
+                    run_case(&c, rng, stream);
+                    n++;
+                }
+    printf("%d decode edge cases\n", n);
 }
 
 /* Stored rows holding every quant value (int8 -128..127, every finite e4m3
@@ -405,6 +468,8 @@ static og_attend_batch_cuda_args batch_args(const batch_case *c, const batch_buf
 static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, const batch_bufs *bufs,
                       int64_t max_keys, cudaGraphExec_t graph, int passes) {
     const int32_t B = c->B, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
+    /* the kernel the call (or the graph, captured under the same choice) runs */
+    const bool mma = og_attend_cuda_get_decode() == OG_ATTEND_CUDA_MMA && og_attend_cuda_decode_mma(c->dtype, D);
     /* a row's own elements: Hkv x D, or int8 / fp8 bytes (quants, scales, padding) */
     const size_t es = og_dtype_size(c->dtype), row = (size_t)og_kv_dtype_row_bytes(c->dtype, Hkv, D) / es;
     /* packed: row = [16 bytes of another layer | k | v | 16 more]: 16-byte multiples (8 elements of bf16,
@@ -474,12 +539,12 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
                 continue;
             }
             size_t worst = 0;
-            const double r = og_tol_ratio(got + o, ref + o, n, 5e-5, 5e-4, &worst);
+            const double r = og_tol_ratio(got + o, ref + o, n, mma ? kMmaAtol : 5e-5, 5e-4, &worst);
             bad += r > 1.0;
             CHECK_MSG(r <= 1.0,
-                      "batch%s %s %s %s B=%d entry %d L=%lld Hq=%d Hkv=%d D=%d W=%d max_keys=%lld: ratio %.3g at %zu "
-                      "(got %g, want %g)",
-                      graph ? " (graph)" : "", c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype),
+                      "batch%s%s %s %s %s B=%d entry %d L=%lld Hq=%d Hkv=%d D=%d W=%d max_keys=%lld: ratio %.3g at "
+                      "%zu (got %g, want %g)",
+                      graph ? " (graph)" : "", mma ? " (tensor cores)" : "", c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype),
                       c->packed ? "packed" : "dense", B, b, (long long)c->L[b], Hq, Hkv, D, c->W,
                       (long long)max_keys, r, worst, (double)got[o + worst], (double)ref[o + worst]);
         }
@@ -536,6 +601,11 @@ static void test_batch(og_rng *rng, cudaStream_t stream, bool quick, bool quant)
                     batch_bufs bufs;
                     batch_bufs_make(&bufs, B, heads[hi][0], heads[hi][1], Ds[di], max_keys);
                     run_batch(&c, rng, stream, &bufs, max_keys, NULL, 2);
+                    if (og_attend_cuda_decode_mma(c.dtype, c.D)) { /* and on the tensor cores */
+                        const og_attend_cuda_decode prev = og_attend_cuda_set_decode(OG_ATTEND_CUDA_MMA);
+                        run_batch(&c, rng, stream, &bufs, max_keys, NULL, 2);
+                        og_attend_cuda_set_decode(prev);
+                    }
                     batch_bufs_free(&bufs);
                     free(L);
                     n++;
@@ -548,14 +618,17 @@ static void test_batch(og_rng *rng, cudaStream_t stream, bool quick, bool quant)
  * storage every round) and the step's inputs. */
 static void test_batch_graph(og_rng *rng, cudaStream_t stream, bool quick) {
     og_test_section("batched decode replayed in a graph");
-    for (int variant = 0; variant < 2; variant++) {
+    const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
+    for (int variant = 0; variant < 3; variant++) { /* 2: variant 0 captured with the tensor-core kernel */
+        og_attend_cuda_set_decode(variant == 2 ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+        const bool ring = variant == 1;
         const int32_t B = quick ? 5 : 17;
         int64_t *L = malloc((size_t)B * sizeof *L);
-        batch_case c = {.B = B, .Hkv = variant ? 3 : 8, .G = 2, .D = variant ? 64 : 128, .W = variant ? 64 : 0,
-                        .policy = variant ? OG_KV_RING : OG_KV_FLAT,
-                        .dtype = variant ? OG_DTYPE_F32 : OG_DTYPE_BF16, .packed = variant == 1, .scale = 0.0f,
+        batch_case c = {.B = B, .Hkv = ring ? 3 : 8, .G = 2, .D = ring ? 64 : 128, .W = ring ? 64 : 0,
+                        .policy = ring ? OG_KV_RING : OG_KV_FLAT,
+                        .dtype = ring ? OG_DTYPE_F32 : OG_DTYPE_BF16, .packed = ring, .scale = 0.0f,
                         .L = L};
-        const int64_t max_keys = variant ? 64 : 4200;
+        const int64_t max_keys = ring ? 64 : 4200;
         batch_bufs bufs;
         batch_bufs_make(&bufs, B, c.Hkv * c.G, c.Hkv, c.D, max_keys);
         cudaGraph_t g;
@@ -578,6 +651,7 @@ static void test_batch_graph(og_rng *rng, cudaStream_t stream, bool quick) {
         batch_bufs_free(&bufs);
         free(L);
     }
+    og_attend_cuda_set_decode(prev);
 }
 
 /* The grid's depth follows B, the heads and max_keys; the scratch bound
@@ -614,6 +688,7 @@ int main(void) {
     /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
     const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
     test_every_quant_value(&rng, stream);
+    test_decode_edges(&rng, stream, quick);
     test_batch(&rng, stream, quick, false);
     test_batch(&rng, stream, quick, true);
     test_batch_graph(&rng, stream, quick);
@@ -624,7 +699,7 @@ int main(void) {
     }
     const int32_t Ts[] = {1, 3, 17, 129};
     const int64_t Ls[] = {0, 1, 255, 257, 4097};
-    const int32_t Gs[] = {1, 3, 4, 8, 12};
+    const int32_t Gs[] = {1, 2, 3, 4, 8, 12};
     const int32_t Ds[] = {64, 128, 8};
     int n = 0;
     og_test_section("kernel vs reference");

@@ -38,6 +38,16 @@
  *      of the accumulators, then P (rounded to bf16) x V into f32 O.
  *      The row sums use the unrounded p, so each output is off by at most
  *      2^-9 max|v| from the exact mix of its values.
+ *   split-K on the tensor cores (mma_attend_kernel; bf16 storage, D 64 or
+ *   128; selected by OG_CUDA_ATTEND=mma or og_attend_cuda_set_decode): the
+ *   split-K kernel's grid, splits, partials, merge and storage write, with
+ *   a block's gm <= 8 query heads as the M rows of mma.sync: row g holds
+ *   head g's q as bf16 hi, row g + 8 its bf16 lo, so one m16n8k16 gives both
+ *   halves of every score; the 4 warps each take a quarter of every tile's
+ *   keys (ldmatrix from a swizzled tile), and P V runs per 8 keys with
+ *   m16n8k8, P's rows g and g + 8 again hi and lo. q and p both keep ~2^-17
+ *   of their precision. The step's own keys are written into the tiles
+ *   (rounded to bf16 as stored), so every key takes the same path.
  * Storage rows are RS elements apart (the view's row_stride; Hkv x D when
  * dense): a packed block interleaves other layers' rows, which no kernel
  * touches. RS is a runtime value in every path, as Hkv x D was before.
@@ -72,6 +82,10 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
 
 extern "C" { /* C headers without a C++ guard of their own */
 #include "kernels/attend_quant.h"
@@ -247,6 +261,7 @@ struct attend_params {
     int64_t L0, R;
     int64_t RS;         /* elements between storage rows (>= Hkv * D) */
     int32_t T, Hq, Hkv, D, G, lanes, chunks, ring, W;
+    int32_t gm;         /* query heads one block serves (group_heads(G)); chunks = ceil(G / gm) */
     int32_t max_splits; /* split_cap: the grid's depth */
     float scale_log2;
 };
@@ -389,6 +404,164 @@ __device__ inline bool bad_entry(const attend_params &p, const og_attend_cuda_se
     return p.ring ? s.window < 1 || s.rows < s.window : s.window != 0 || s.length >= s.rows;
 }
 
+/* Where block (t, ...) of a launch reads and writes: its position, storage
+ * and window. BATCH: t is an entry of the table p.seqs (one token at its own
+ * length), else a token of one session. */
+struct row_geom {
+    int64_t L, pos; /* committed length before the step; this row's position */
+    kv_store st;
+    int32_t W;
+};
+
+/* Fills g for row t; false when the block has nothing to do (a padded
+ * entry, or a bad one, whose out rows h0 .. h0 + g_n - 1 it poisons). */
+template <typename KV, bool BATCH>
+__device__ inline bool block_row(const attend_params &p, int32_t t, int32_t h0, int32_t g_n, row_geom &g) {
+    if (BATCH) {
+        const og_attend_cuda_seq e = p.seqs[t];
+        if (e.T == 0) return false; /* a padded entry: nothing read or written */
+        if (bad_entry<KV>(p, e)) {
+            if (blockIdx.z == 0)
+                for (int32_t i = threadIdx.x; i < g_n * p.D; i += kThreads)
+                    p.out[((int64_t)t * p.Hq + h0) * p.D + i] = __int_as_float(0x7fc00000);
+            return false;
+        }
+        g.L = e.length, g.pos = g.L;
+        g.st.k = static_cast<const unsigned char *>(e.k), g.st.v = static_cast<const unsigned char *>(e.v);
+        g.st.RS = e.row_stride ? e.row_stride : dense_row<KV>(p.Hkv, p.D);
+        g.st.R = e.rows;
+        g.W = e.window;
+    } else {
+        g.L = step_length(p), g.pos = g.L + t;
+        g.st.k = static_cast<const unsigned char *>(p.kc), g.st.v = static_cast<const unsigned char *>(p.vc);
+        g.st.RS = p.RS, g.st.R = p.R;
+        g.W = p.W;
+    }
+    return true;
+}
+
+/* The block holding a row's own position stores the row's k, v of kv head
+ * hk (t: the row of k, v). */
+template <typename KV>
+__device__ inline void write_own_row(const attend_params &p, const kv_store &st, int64_t pos, int32_t t, int32_t hk) {
+    const int32_t D = p.D;
+    const int64_t slot = p.ring ? pos % st.R : pos;
+    KV *kc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.k)) + slot * st.RS + (int64_t)hk * D;
+    KV *vc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.v)) + slot * st.RS + (int64_t)hk * D;
+    const int64_t src = ((int64_t)t * p.Hkv + hk) * D;
+    if constexpr (kv_quant<KV>::value) {
+        /* every thread takes the head's amax (D loads, L1-resident) */
+        float ka = 0.0f, va = 0.0f;
+        for (int32_t d = 0; d < D; d++) {
+            ka = fmaxf(ka, fabsf(p.k[src + d]));
+            va = fmaxf(va, fabsf(p.v[src + d]));
+        }
+        const float kscale = ka / quant_max(KV{}), vscale = va / quant_max(KV{});
+        for (int32_t d = threadIdx.x; d < D; d += kThreads) {
+            store_quant(kc + d, p.k[src + d], kscale);
+            store_quant(vc + d, p.v[src + d], vscale);
+        }
+        if (threadIdx.x == 0) { /* the scales behind the row's Hkv x D quants */
+            unsigned char *kr = const_cast<unsigned char *>(st.k) + slot * st.RS;
+            unsigned char *vr = const_cast<unsigned char *>(st.v) + slot * st.RS;
+            const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES;
+            *reinterpret_cast<float *>(kr + tail) = kscale;
+            *reinterpret_cast<float *>(vr + tail) = vscale;
+            if (hk == p.Hkv - 1) /* the last head's block zeroes the padding, as the CPU writes it */
+                for (int64_t b = (int64_t)p.Hkv * (D + OG_KV_SCALE_BYTES); b < dense_row<KV>(p.Hkv, D); b++)
+                    kr[b] = vr[b] = 0;
+        }
+    } else {
+        for (int32_t d = threadIdx.x; d < D; d += kThreads) {
+            store(kc + d, p.k[src + d]);
+            store(vc + d, p.v[src + d]);
+        }
+    }
+}
+
+/* Steps 3 and 4 of a split-K block, after its NW workers left their
+ * partials in shared memory (sm: [NW, GM] maxima, [NW, GM] sums, [NW, GM, D]
+ * accumulators; a worker that saw no key has maximum -inf): merges them, and
+ * writes the output (S == 1) or the block's partial; the last of the S
+ * blocks of (t, kv head, head chunk) merges the S partials into out. */
+template <int GM>
+__device__ inline void finish_split(const attend_params &p, float *sm, int32_t NW, int32_t g_n, int32_t h0,
+                                    int32_t t, int32_t S, int32_t split) {
+    const int32_t D = p.D;
+    float *sm_m = sm, *sm_l = sm + NW * GM, *sm_acc = sm + 2 * NW * GM;
+    const int32_t maxS = p.max_splits;
+    for (int32_t idx = threadIdx.x; idx < g_n * D; idx += kThreads) {
+        const int32_t g = idx / D, d = idx - g * D;
+        float M = -INFINITY;
+        for (int32_t w = 0; w < NW; w++) M = fmaxf(M, sm_m[w * GM + g]);
+        float sum = 0.0f, a = 0.0f;
+        for (int32_t w = 0; w < NW; w++) {
+            const float mw = sm_m[w * GM + g];
+            if (mw == -INFINITY) continue; /* a worker that saw no key */
+            const float f = exp2f(mw - M);
+            sum = fmaf(sm_l[w * GM + g], f, sum);
+            a = fmaf(sm_acc[(w * GM + g) * D + d], f, a);
+        }
+        const int32_t h = h0 + g;
+        if (S == 1) {
+            p.out[((int64_t)t * p.Hq + h) * D + d] = a / sum;
+        } else {
+            const int64_t pi = ((int64_t)t * maxS + split) * p.Hq + h;
+            p.part_acc[pi * D + d] = a;
+            if (d == 0) {
+                p.part_m[pi] = M;
+                p.part_l[pi] = sum;
+            }
+        }
+    }
+    if (S == 1) return;
+
+    /* 4. the last of the S blocks of (t, kv head, head chunk) to finish merges
+     * the S partials by max-rescaling, and sets the counter back to 0 for the
+     * next step. Each block's partial writes are fenced before it counts. */
+    __threadfence();
+    __syncthreads();
+    unsigned int *counter = p.counters + (int64_t)t * gridDim.y + blockIdx.y;
+    const bool last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1u) == (unsigned)(S - 1));
+    if (!last) return;
+    __threadfence(); /* the other blocks' partials are read after their count */
+    if (threadIdx.x == 0) *counter = 0u;
+    float *sm_w = sm;               /* [GM, maxS] maxima, then weights exp2(m_s - M) / sum */
+    float *sm_s = sm + GM * maxS;   /* [GM, maxS] sums */
+    const int64_t base = (int64_t)t * maxS * p.Hq + h0; /* partial of split s, head h0 + g: base + s * Hq + g */
+    for (int32_t idx = threadIdx.x; idx < g_n * S; idx += kThreads) {
+        const int32_t g = idx / S, s = idx - g * S;
+        sm_w[g * maxS + s] = __ldcg(p.part_m + base + (int64_t)s * p.Hq + g);
+        sm_s[g * maxS + s] = __ldcg(p.part_l + base + (int64_t)s * p.Hq + g);
+    }
+    __syncthreads();
+    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int32_t g = warp; g < g_n; g += kThreads / 32) { /* a warp per head */
+        float M = -INFINITY;
+        for (int32_t s = lane; s < S; s += 32) M = fmaxf(M, sm_w[g * maxS + s]);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float sum = 0.0f;
+        for (int32_t s = lane; s < S; s += 32) sum = fmaf(sm_s[g * maxS + s], exp2f(sm_w[g * maxS + s] - M), sum);
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (int32_t s = lane; s < S; s += 32) sm_w[g * maxS + s] = exp2f(sm_w[g * maxS + s] - M) / sum;
+    }
+    __syncthreads();
+    const int32_t D4 = D / 4;
+    for (int32_t idx = threadIdx.x; idx < g_n * D4; idx += kThreads) {
+        const int32_t g = idx / D4, d4 = idx - g * D4;
+        const float4 *src = reinterpret_cast<const float4 *>(p.part_acc + (base + g) * D) + d4;
+        const int64_t stride = (int64_t)p.Hq * D4; /* float4s between splits */
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int32_t s = 0; s < S; s++) {
+            const float f = sm_w[g * maxS + s];
+            const float4 x = __ldcg(src + s * stride);
+            a.x = fmaf(x.x, f, a.x), a.y = fmaf(x.y, f, a.y), a.z = fmaf(x.z, f, a.z), a.w = fmaf(x.w, f, a.w);
+        }
+        reinterpret_cast<float4 *>(p.out + ((int64_t)t * p.Hq + h0 + g) * D)[d4] = a;
+    }
+}
+
 /* GM 8 holds twice the registers (q and acc of 8 heads): it runs half as many
  * blocks per SM rather than spill. BATCH: blockIdx.x is an entry of the
  * table p.seqs (one token at its own length), else a token of one session. */
@@ -401,29 +574,11 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
     /* t: the row of q, k, v, out (and of the split counters and partials);
      * the step's keys of this row's session start at row t - (pos - L) */
     const int32_t t = blockIdx.x;
-    int64_t L, pos;
-    kv_store st;
-    int32_t W;
-    if (BATCH) {
-        const og_attend_cuda_seq e = p.seqs[t];
-        if (e.T == 0) return; /* a padded entry: nothing read or written */
-        if (bad_entry<KV>(p, e)) {
-            if (blockIdx.z == 0)
-                for (int32_t i = threadIdx.x; i < g_n * p.D; i += kThreads)
-                    p.out[((int64_t)t * p.Hq + h0) * p.D + i] = __int_as_float(0x7fc00000);
-            return;
-        }
-        L = e.length, pos = L;
-        st.k = static_cast<const unsigned char *>(e.k), st.v = static_cast<const unsigned char *>(e.v);
-        st.RS = e.row_stride ? e.row_stride : dense_row<KV>(p.Hkv, p.D);
-        st.R = e.rows;
-        W = e.window;
-    } else {
-        L = step_length(p), pos = L + t;
-        st.k = static_cast<const unsigned char *>(p.kc), st.v = static_cast<const unsigned char *>(p.vc);
-        st.RS = p.RS, st.R = p.R;
-        W = p.W;
-    }
+    row_geom rg;
+    if (!block_row<KV, BATCH>(p, t, h0, g_n, rg)) return;
+    const int64_t L = rg.L, pos = rg.pos;
+    const kv_store &st = rg.st;
+    const int32_t W = rg.W;
     const int64_t lo = first_key(p.ring, W, pos);
     int64_t chunk;
     const int32_t S = splits_for(pos - lo + 1, p.max_splits, &chunk);
@@ -561,40 +716,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
     }
 
     /* the block holding the row's own position stores its k, v */
-    if (split == S - 1 && chunk_i == 0) {
-        const int64_t slot = p.ring ? pos % st.R : pos;
-        KV *kc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.k)) + slot * st.RS + (int64_t)hk * D;
-        KV *vc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.v)) + slot * st.RS + (int64_t)hk * D;
-        const int64_t src = ((int64_t)t * p.Hkv + hk) * D;
-        if constexpr (kv_quant<KV>::value) {
-            /* every thread takes the head's amax (D loads, L1-resident) */
-            float ka = 0.0f, va = 0.0f;
-            for (int32_t d = 0; d < D; d++) {
-                ka = fmaxf(ka, fabsf(p.k[src + d]));
-                va = fmaxf(va, fabsf(p.v[src + d]));
-            }
-            const float kscale = ka / quant_max(KV{}), vscale = va / quant_max(KV{});
-            for (int32_t d = threadIdx.x; d < D; d += kThreads) {
-                store_quant(kc + d, p.k[src + d], kscale);
-                store_quant(vc + d, p.v[src + d], vscale);
-            }
-            if (threadIdx.x == 0) { /* the scales behind the row's Hkv x D quants */
-                unsigned char *kr = const_cast<unsigned char *>(st.k) + slot * st.RS;
-                unsigned char *vr = const_cast<unsigned char *>(st.v) + slot * st.RS;
-                const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES;
-                *reinterpret_cast<float *>(kr + tail) = kscale;
-                *reinterpret_cast<float *>(vr + tail) = vscale;
-                if (hk == p.Hkv - 1) /* the last head's block zeroes the padding, as the CPU writes it */
-                    for (int64_t b = (int64_t)p.Hkv * (D + OG_KV_SCALE_BYTES); b < dense_row<KV>(p.Hkv, D); b++)
-                        kr[b] = vr[b] = 0;
-            }
-        } else {
-            for (int32_t d = threadIdx.x; d < D; d += kThreads) {
-                store(kc + d, p.k[src + d]);
-                store(vc + d, p.v[src + d]);
-            }
-        }
-    }
+    if (split == S - 1 && chunk_i == 0) write_own_row<KV>(p, st, pos, t, hk);
 
     /* 3. merge the workers in shared memory (the tiles are consumed):
      * [NW, GM] maxima and sums, [NW, GM, D] accumulators */
@@ -611,77 +733,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
         for (int e = 0; e < kE; e++) sm_acc[(worker * GM + g) * D + li * kE + e] = acc[g][e];
     }
     __syncthreads();
-    const int32_t maxS = p.max_splits;
-    for (int32_t idx = threadIdx.x; idx < g_n * D; idx += kThreads) {
-        const int32_t g = idx / D, d = idx - g * D;
-        float M = -INFINITY;
-        for (int32_t w = 0; w < NW; w++) M = fmaxf(M, sm_m[w * GM + g]);
-        float sum = 0.0f, a = 0.0f;
-        for (int32_t w = 0; w < NW; w++) {
-            const float mw = sm_m[w * GM + g];
-            if (mw == -INFINITY) continue; /* a worker that saw no key */
-            const float f = exp2f(mw - M);
-            sum = fmaf(sm_l[w * GM + g], f, sum);
-            a = fmaf(sm_acc[(w * GM + g) * D + d], f, a);
-        }
-        const int32_t h = h0 + g;
-        if (S == 1) {
-            p.out[((int64_t)t * p.Hq + h) * D + d] = a / sum;
-        } else {
-            const int64_t pi = ((int64_t)t * maxS + split) * p.Hq + h;
-            p.part_acc[pi * D + d] = a;
-            if (d == 0) {
-                p.part_m[pi] = M;
-                p.part_l[pi] = sum;
-            }
-        }
-    }
-    if (S == 1) return;
-
-    /* 4. the last of the S blocks of (t, kv head, head chunk) to finish merges
-     * the S partials by max-rescaling, and sets the counter back to 0 for the
-     * next step. Each block's partial writes are fenced before it counts. */
-    __threadfence();
-    __syncthreads();
-    unsigned int *counter = p.counters + (int64_t)t * gridDim.y + blockIdx.y;
-    const bool last = __syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1u) == (unsigned)(S - 1));
-    if (!last) return;
-    __threadfence(); /* the other blocks' partials are read after their count */
-    if (threadIdx.x == 0) *counter = 0u;
-    float *sm_w = sm;               /* [GM, maxS] maxima, then weights exp2(m_s - M) / sum */
-    float *sm_s = sm + GM * maxS;   /* [GM, maxS] sums */
-    const int64_t base = (int64_t)t * maxS * p.Hq + h0; /* partial of split s, head h0 + g: base + s * Hq + g */
-    for (int32_t idx = threadIdx.x; idx < g_n * S; idx += kThreads) {
-        const int32_t g = idx / S, s = idx - g * S;
-        sm_w[g * maxS + s] = __ldcg(p.part_m + base + (int64_t)s * p.Hq + g);
-        sm_s[g * maxS + s] = __ldcg(p.part_l + base + (int64_t)s * p.Hq + g);
-    }
-    __syncthreads();
-    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int32_t g = warp; g < g_n; g += kThreads / 32) { /* a warp per head */
-        float M = -INFINITY;
-        for (int32_t s = lane; s < S; s += 32) M = fmaxf(M, sm_w[g * maxS + s]);
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float sum = 0.0f;
-        for (int32_t s = lane; s < S; s += 32) sum = fmaf(sm_s[g * maxS + s], exp2f(sm_w[g * maxS + s] - M), sum);
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        for (int32_t s = lane; s < S; s += 32) sm_w[g * maxS + s] = exp2f(sm_w[g * maxS + s] - M) / sum;
-    }
-    __syncthreads();
-    const int32_t D4 = D / 4;
-    for (int32_t idx = threadIdx.x; idx < g_n * D4; idx += kThreads) {
-        const int32_t g = idx / D4, d4 = idx - g * D4;
-        const float4 *src = reinterpret_cast<const float4 *>(p.part_acc + (base + g) * D) + d4;
-        const int64_t stride = (int64_t)p.Hq * D4; /* float4s between splits */
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-        for (int32_t s = 0; s < S; s++) {
-            const float f = sm_w[g * maxS + s];
-            const float4 x = __ldcg(src + s * stride);
-            a.x = fmaf(x.x, f, a.x), a.y = fmaf(x.y, f, a.y), a.z = fmaf(x.z, f, a.z), a.w = fmaf(x.w, f, a.w);
-        }
-        reinterpret_cast<float4 *>(p.out + ((int64_t)t * p.Hq + h0 + g) * D)[d4] = a;
-    }
+    finish_split<GM>(p, sm, NW, g_n, h0, t, S, split);
 }
 
 /* ---- the tiled tensor-core kernel (prefill over bf16 storage) ---- */
@@ -853,6 +905,295 @@ __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p)
     }
 }
 
+/* ---- the split-K kernel on the tensor cores (decode over bf16 storage, D 64 / 128) ---- */
+
+constexpr int kMmaWarps = kThreads / 32;
+
+/* d = a b for a 16x8 bf16 (row), b 8x8 bf16 (col), then c += rows g and
+ * g + 8 of d (one head: the products of its hi and lo weights). Fragments
+ * of lane (g = lane / 4, i = lane % 4): a = rows g (a0), g+8 (a1) x cols
+ * 2i, 2i+1; b = rows 2i, 2i+1 x col g; c = cols 2i, 2i+1 of the sum. The
+ * rows g + 8 pass through registers that die at once (not 2 more
+ * accumulators per 8 columns). */
+__device__ inline void mma_bf16_k8_fold(float (&c)[2], uint32_t a0, uint32_t a1, uint32_t b) {
+    float d2, d3;
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%7,%7};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+                 : "r"(a0), "r"(a1), "r"(b), "f"(0.0f));
+    c[0] += d2;
+    c[1] += d3;
+}
+
+/* Four 8x8 b16 matrices from shared memory: lanes 8m .. 8m+7 give the
+ * addresses of rows 0..7 of matrix m (16 bytes each); r[m] is this lane's
+ * fragment of matrix m: row lane / 4, cols 2 (lane % 4), +1 (or, TRANS,
+ * col lane / 4 of rows 2 (lane % 4), +1). */
+template <bool TRANS>
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+}
+
+/* Byte offset in a tile ([KT keys, D] bf16, rows 2D bytes) of 16-byte chunk
+ * ch of key row r. The chunks of a row are permuted by r mod 8, so the same
+ * chunk of 8 consecutive rows lies in 8 different groups of 4 banks (D of 64
+ * or more: 8 or more chunks a row): ldmatrix reads and cp.async writes
+ * without bank conflicts. */
+template <int D>
+__device__ inline int swizzled(int r, int ch) {
+    return r * (2 * D) + ((ch ^ (r & 7)) << 4);
+}
+
+/* What the tile loads of one block of mma_attend_kernel need: keys are
+ * counted from k0, the block's first key (32-bit: a split holds fewer than
+ * 2^31 keys). */
+struct mma_keys {
+    const unsigned char *kb, *vb; /* head hk of storage row 0 */
+    const float *knew, *vnew;     /* head hk of the row of k, v holding position L */
+    int64_t k0;                   /* the first key of the split */
+    int64_t row_bytes;            /* bytes between storage rows */
+    int64_t R;                    /* ring slots (slot = key mod R) */
+    int32_t n_stored;             /* keys k0 .. k0 + n_stored - 1 are in storage (< L) */
+    int32_t n;                    /* keys of the split: k0 .. k0 + n - 1 */
+    int32_t row;                  /* floats between rows of k, v */
+    int32_t ring;
+};
+
+/* Starts filling a K and a V tile with keys k0 + jr .. k0 + jr + KT - 1:
+ * stored keys by cp.async from storage, keys of this step from k, v rounded
+ * to bf16 as the storage write rounds them (plain stores: the barrier before
+ * the tile is read orders them), keys past the split as zeros. */
+template <int D>
+__device__ inline void mma_tile_load(const mma_keys &q, int32_t jr, unsigned char *kt, unsigned char *vt) {
+    constexpr int CH = D / 8;                      /* 16-byte chunks of a key row */
+    constexpr int KT = kTileBytes / (2 * D);
+#pragma unroll
+    for (int i = 0; i < kPieces; i++) {
+        const int c = threadIdx.x + i * kThreads;
+        const int r = c / CH, ch = c % CH;
+        const int32_t j = jr + r;
+        if (j < q.n_stored || j >= q.n) { /* a stored key, or zeros */
+            const bool ok = j < q.n;
+            const int64_t key = q.k0 + j;
+            const int64_t off = (ok ? (q.ring ? key % q.R : key) : 0) * q.row_bytes + ch * 16;
+            const int o = swizzled<D>(r, ch);
+            copy16_async(kt + o, q.kb + off, ok);
+            copy16_async(vt + o, q.vb + off, ok);
+        }
+    }
+    if (jr + KT > q.n_stored && q.n_stored < q.n) { /* the tile holds keys of this step (the same for every thread) */
+#pragma unroll 1
+        for (int i = 0; i < kPieces; i++) {
+            const int c = threadIdx.x + i * kThreads;
+            const int r = c / CH, ch = c % CH;
+            const int32_t j = jr + r;
+            if (j < q.n_stored || j >= q.n) continue;
+            const int64_t at = (int64_t)(j - q.n_stored) * q.row + ch * kE;
+            float kf[kE], vf[kE];
+            load8(q.knew + at, kf);
+            load8(q.vnew + at, vf);
+            const int o = swizzled<D>(r, ch);
+            *reinterpret_cast<uint4 *>(kt + o) = make_uint4(pack_bf16(kf[0], kf[1]), pack_bf16(kf[2], kf[3]),
+                                                            pack_bf16(kf[4], kf[5]), pack_bf16(kf[6], kf[7]));
+            *reinterpret_cast<uint4 *>(vt + o) = make_uint4(pack_bf16(vf[0], vf[1]), pack_bf16(vf[2], vf[3]),
+                                                            pack_bf16(vf[4], vf[5]), pack_bf16(vf[6], vf[7]));
+        }
+    }
+}
+
+/* The split-K block of attend_kernel (same grid, splits, partials, counters,
+ * storage write) with q . k and p x v on the tensor cores, for bf16 storage.
+ * The block's gm <= 8 query heads are the rows of the mma: row g holds the
+ * bf16 hi part of head g's pre-scaled q, row g + 8 its lo part (q - hi
+ * rounded to bf16), so one m16n8k16 per 16 elements gives both halves of a
+ * score and their sum (same lane: accumulators c0 + c2, c1 + c3) keeps q to
+ * ~2^-17 (the tiled kernel's split at no extra products). Each of the 4 warps
+ * takes KPW = KT / 4 consecutive keys of every tile (8 keys at D 128, 16 at
+ * 64) as the n of S = Q K^T (K fragments by ldmatrix from the swizzled
+ * tile), keeps an online softmax per head (lanes 4g .. 4g+3 hold head g),
+ * and adds P V per 8 keys with m16n8k8 (V fragments by ldmatrix.trans):
+ * row g of P is bf16(p), row g + 8 is bf16(p - bf16(p)), so O rows g and
+ * g + 8 sum to p V with p kept to ~2^-17 as well. The step's own keys go
+ * into the tiles (rounded to bf16 as stored): one code path for all keys. */
+template <int D, bool BATCH>
+__global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_params p) {
+    constexpr int KT = kTileBytes / (2 * D); /* keys of a tile: 32 (D 128), 64 (D 64) */
+    constexpr int KPW = KT / kMmaWarps;       /* keys of a tile per warp: 8, 16 */
+    constexpr int NT = KPW / 8;               /* 8-key groups per warp and tile */
+    constexpr int KC = D / 16;                /* k steps of q . k */
+    constexpr int ND = D / 8;                 /* n tiles of the output */
+    static_assert(KPW % 8 == 0 && D % 32 == 0 && D / 8 >= 8, "tile geometry");
+    const int32_t hk = blockIdx.y / p.chunks, chunk_i = blockIdx.y % p.chunks;
+    const int32_t h0 = hk * p.G + chunk_i * p.gm;
+    const int32_t g_n = min(p.gm, p.G - chunk_i * p.gm);
+    const int32_t t = blockIdx.x;
+    row_geom rg;
+    if (!block_row<__nv_bfloat16, BATCH>(p, t, h0, g_n, rg)) return;
+    const int64_t L = rg.L, pos = rg.pos;
+    const int64_t lo = first_key(p.ring, rg.W, pos);
+    int64_t chunk;
+    const int32_t S = splits_for(pos - lo + 1, p.max_splits, &chunk);
+    const int32_t split = blockIdx.z;
+    if (split >= S) return; /* the whole block leaves: no barrier is skipped */
+    const int64_t k0 = lo + split * chunk;
+    const int64_t k1 = min(k0 + chunk, pos + 1); /* k0 < k1: no split is empty */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, ti = lane & 3;
+
+    /* A fragments of q: rows gr (hi) and gr + 8 (lo) of head h0 + gr, or zeros past g_n */
+    uint32_t qa[KC][4];
+    {
+        const bool live = gr < g_n;
+        const float *qp = p.q + ((int64_t)t * p.Hq + h0 + (live ? gr : 0)) * D;
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int col = kc * 16 + half * 8 + 2 * ti;
+                float2 x = make_float2(0.0f, 0.0f);
+                if (live) x = *reinterpret_cast<const float2 *>(qp + col);
+                const float a = x.x * p.scale_log2, b = x.y * p.scale_log2;
+                const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
+                qa[kc][2 * half] = pack_bf16(ah, bh);             /* a0 / a2: row gr */
+                qa[kc][2 * half + 1] = pack_bf16(a - ah, b - bh); /* a1 / a3: row gr + 8 */
+            }
+        }
+    }
+
+    /* O of head gr, columns 8n + 2ti (+1) */
+    float o[ND][2];
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* m: the same in the 4 lanes of head gr; l: this lane's keys */
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    mma_keys ks;
+    {
+        const int64_t row = (int64_t)p.Hkv * D; /* floats between rows of k, v */
+        const int64_t row0 = t - (pos - L);     /* the row of k, v holding position L */
+        ks.kb = rg.st.k + (int64_t)hk * D * 2, ks.vb = rg.st.v + (int64_t)hk * D * 2;
+        ks.knew = p.k + row0 * row + (int64_t)hk * D, ks.vnew = p.v + row0 * row + (int64_t)hk * D;
+        ks.k0 = k0;
+        ks.row_bytes = rg.st.RS * 2;
+        ks.R = rg.st.R;
+        ks.n = (int32_t)(k1 - k0);
+        ks.n_stored = (int32_t)(L <= k0 ? 0 : L >= k1 ? k1 - k0 : L - k0);
+        ks.row = (int32_t)row;
+        ks.ring = p.ring;
+        /* key k0 + j of this step (j >= n_stored) is row row0 + (k0 + j - L) of k, v */
+        if (k0 > L) ks.knew += (k0 - L) * row, ks.vnew += (k0 - L) * row;
+    }
+    const int32_t n_tiles = (ks.n + KT - 1) / KT;
+#pragma unroll
+    for (int i = 0; i < kStages - 1; i++) {
+        if (i < n_tiles) mma_tile_load<D>(ks, i * KT, smem + 2 * i * kTileBytes, smem + (2 * i + 1) * kTileBytes);
+        copies_commit();
+    }
+    for (int32_t i = 0; i < n_tiles; i++) {
+        copies_wait<kStages - 2>(); /* this thread's pieces of tile i are in */
+        __syncthreads();            /* everyone's are (and their plain stores), and tile i - 1 is consumed */
+        const int32_t next = i + kStages - 1;
+        if (next < n_tiles) {
+            const int b = next % kStages;
+            mma_tile_load<D>(ks, next * KT, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
+        }
+        copies_commit();
+        const int b = i % kStages;
+        const unsigned char *kt = smem + 2 * b * kTileBytes, *vt = smem + (2 * b + 1) * kTileBytes;
+        const int rw = warp * KPW;               /* this warp's first row in the tile */
+        const int32_t live = ks.n - i * KT - rw; /* keys of its rows inside the split (may be <= 0) */
+
+        /* S = Q K^T over the warp's keys: s[nt] rows gr, gr + 8 x tile rows rw + 8 nt + 2 ti (+1) */
+        float s[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            const int r = rw + nt * 8 + (lane & 7);
+#pragma unroll
+            for (int c4 = 0; c4 < KC / 2; c4++) { /* chunks 4 c4 .. 4 c4 + 3: k steps 2 c4, 2 c4 + 1 */
+                uint32_t kb[4];
+                ldmatrix_x4<false>(kb, kt + swizzled<D>(r, 4 * c4 + (lane >> 3)));
+                mma_bf16(s[nt], qa[2 * c4], kb[0], kb[1]);
+                mma_bf16(s[nt], qa[2 * c4 + 1], kb[2], kb[3]);
+            }
+        }
+        /* scores of head gr (hi row + lo row), -inf past k1; online softmax */
+        float sc[NT][2], mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float x = s[nt][e] + s[nt][2 + e];
+                sc[nt][e] = nt * 8 + 2 * ti + e < live ? x : -INFINITY;
+                mx = fmaxf(mx, sc[nt][e]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx);
+        const float base = mn == -INFINITY ? 0.0f : mn; /* no key yet: every weight is exp2(-inf) = 0 */
+        const float cr = exp2f(m - base);
+        m = mn;
+        l *= cr;
+#pragma unroll
+        for (int n = 0; n < ND; n++) o[n][0] *= cr, o[n][1] *= cr;
+
+        /* O += P V, 8 keys at a time: P rows gr = bf16(p), gr + 8 = bf16(p - bf16(p)) */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const float p0 = exp2f(sc[nt][0] - base), p1 = exp2f(sc[nt][1] - base);
+            l += p0 + p1;
+            const float h0f = __bfloat162float(__float2bfloat16_rn(p0)), h1f = __bfloat162float(__float2bfloat16_rn(p1));
+            const uint32_t a0 = pack_bf16(h0f, h1f), a1 = pack_bf16(p0 - h0f, p1 - h1f);
+            const int r = rw + nt * 8 + (lane & 7);
+#pragma unroll
+            for (int c4 = 0; c4 < ND / 4; c4++) { /* chunks 4 c4 .. 4 c4 + 3: n tiles of O */
+                uint32_t vb[4];
+                ldmatrix_x4<true>(vb, vt + swizzled<D>(r, 4 * c4 + (lane >> 3)));
+#pragma unroll
+                for (int u = 0; u < 4; u++) mma_bf16_k8_fold(o[4 * c4 + u], a0, a1, vb[u]);
+            }
+        }
+    }
+    copies_wait<0>();
+
+    if (split == S - 1 && chunk_i == 0) write_own_row<__nv_bfloat16>(p, rg.st, pos, t, hk);
+
+    /* 3. the 4 warps' partials to shared memory (the tiles are consumed), as
+     * finish_split reads them: [4, 8] maxima, [4, 8] sums, [4, 8, D] accumulators */
+    __syncthreads();
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float *sm = reinterpret_cast<float *>(smem);
+    float *sm_m = sm, *sm_l = sm + kMmaWarps * 8, *sm_acc = sm + 2 * kMmaWarps * 8;
+    if (ti == 0) {
+        sm_m[warp * 8 + gr] = m;
+        sm_l[warp * 8 + gr] = l;
+    }
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+        *reinterpret_cast<float2 *>(sm_acc + (warp * 8 + gr) * D + n * 8 + 2 * ti) =
+            make_float2(o[n][0], o[n][1]);
+    __syncthreads();
+    finish_split<8>(p, sm, kMmaWarps, g_n, h0, t, S, split);
+}
+
+template <bool BATCH>
+cudaError_t launch_mma(const attend_params &p, dim3 grid, cudaStream_t st) {
+    if (p.D == 64) mma_attend_kernel<64, BATCH><<<grid, kThreads, kSmem, st>>>(p);
+    else mma_attend_kernel<128, BATCH><<<grid, kThreads, kSmem, st>>>(p);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
     const dim3 grid((unsigned)(((int64_t)p.T * p.G + kTileRows - 1) / kTileRows), (unsigned)p.Hkv);
     switch (p.D) {
@@ -883,6 +1224,35 @@ og_status launch_failed(const char *what, cudaError_t e) {
 }
 
 } /* namespace */
+
+/* The decode kernel choice: -1 until the first call reads OG_CUDA_ATTEND. */
+static std::atomic<int> g_decode{-1};
+
+extern "C" og_attend_cuda_decode og_attend_cuda_get_decode(void) {
+    int d = g_decode.load(std::memory_order_relaxed);
+    if (d < 0) {
+        const char *env = getenv("OG_CUDA_ATTEND");
+        d = env && !strcmp(env, "mma") ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT;
+        int expect = -1;
+        if (!g_decode.compare_exchange_strong(expect, d)) d = expect; /* another thread read it first */
+    }
+    return (og_attend_cuda_decode)d;
+}
+
+extern "C" og_attend_cuda_decode og_attend_cuda_set_decode(og_attend_cuda_decode d) {
+    const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
+    g_decode.store(d == OG_ATTEND_CUDA_MMA ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+    return prev;
+}
+
+extern "C" bool og_attend_cuda_decode_mma(og_dtype kv_dtype, int32_t head_dim) {
+    return kv_dtype == OG_DTYPE_BF16 && (head_dim == 64 || head_dim == 128);
+}
+
+/* True when a split-K step over storage of dt with heads of D runs on the tensor cores. */
+static bool decode_on_mma(og_dtype dt, int32_t D) {
+    return og_attend_cuda_get_decode() == OG_ATTEND_CUDA_MMA && og_attend_cuda_decode_mma(dt, D);
+}
 
 /* Blocks of one split of one row: kv heads x head chunks. */
 static int32_t row_blocks(int32_t n_heads, int32_t n_kv_heads) {
@@ -980,6 +1350,7 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
     p.scale_log2 = scale * kLog2e;
     const int gm = group_heads(p.G);
+    p.gm = gm;
     p.chunks = (p.G + gm - 1) / gm;
     if ((int64_t)p.Hkv * p.chunks > 65535)
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: %d kv heads x %d head chunks exceed the grid", op, p.Hkv,
@@ -1005,6 +1376,10 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     }
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
+    if (decode_on_mma(kv->dtype, D)) {
+        if ((e = launch_mma<false>(p, grid, st)) != cudaSuccess) return launch_failed("attend (tensor cores)", e);
+        return OG_OK;
+    }
     switch (kv->dtype) {
     case OG_DTYPE_INT8: e = launch_attend<kv_i8, false>(p, gm, grid, st); break;
     case OG_DTYPE_FP8: e = launch_attend<kv_e4m3, false>(p, gm, grid, st); break;
@@ -1089,6 +1464,7 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
     p.scale_log2 = scale * kLog2e;
     const int gm = group_heads(p.G);
+    p.gm = gm;
     p.chunks = (p.G + gm - 1) / gm;
     if ((int64_t)p.Hkv * p.chunks > 65535)
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: %d kv heads x %d head chunks exceed the grid", op, p.Hkv,
@@ -1110,11 +1486,15 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     }
     const dim3 grid((unsigned)a->B, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    switch (a->kv_dtype) {
-    case OG_DTYPE_INT8: e = launch_attend<kv_i8, true>(p, gm, grid, st); break;
-    case OG_DTYPE_FP8: e = launch_attend<kv_e4m3, true>(p, gm, grid, st); break;
-    case OG_DTYPE_BF16: e = launch_attend<__nv_bfloat16, true>(p, gm, grid, st); break;
-    default: e = launch_attend<float, true>(p, gm, grid, st);
+    if (decode_on_mma(a->kv_dtype, D)) {
+        e = launch_mma<true>(p, grid, st);
+    } else {
+        switch (a->kv_dtype) {
+        case OG_DTYPE_INT8: e = launch_attend<kv_i8, true>(p, gm, grid, st); break;
+        case OG_DTYPE_FP8: e = launch_attend<kv_e4m3, true>(p, gm, grid, st); break;
+        case OG_DTYPE_BF16: e = launch_attend<__nv_bfloat16, true>(p, gm, grid, st); break;
+        default: e = launch_attend<float, true>(p, gm, grid, st);
+        }
     }
     if (e != cudaSuccess) return og_set_error(OG_ERR_BACKEND, "%s: attend launch: %s (%s)", op, cudaGetErrorName(e),
                                               cudaGetErrorString(e));

@@ -249,6 +249,22 @@ int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_k
 
 og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
 
+/* The split-K kernel of steps over bf16 storage with heads of 64 or 128
+ * (og_attend_cuda_decode_mma), single-session and batched: on the CUDA
+ * cores (SIMT: per-lane dot products reduced by shuffles) or on the tensor
+ * cores (MMA: mma.sync with q and the softmax weights carried as bf16 hi +
+ * lo, each kept to ~2^-17; same grid, splits, scratch and storage write).
+ * Other storage and head dims always run on the CUDA cores. The choice is
+ * the process's: read from the environment variable OG_CUDA_ATTEND ("mma";
+ * anything else or unset: simt) at the first call, or set by
+ * og_attend_cuda_set_decode (tests, benchmarks; it returns the previous
+ * choice). A graph captured earlier keeps the kernel it captured. */
+typedef enum og_attend_cuda_decode { OG_ATTEND_CUDA_SIMT = 0, OG_ATTEND_CUDA_MMA = 1 } og_attend_cuda_decode;
+og_attend_cuda_decode og_attend_cuda_get_decode(void);
+og_attend_cuda_decode og_attend_cuda_set_decode(og_attend_cuda_decode d);
+/* True when the tensor-core split-K kernel serves storage of kv_dtype with heads of head_dim. */
+bool og_attend_cuda_decode_mma(og_dtype kv_dtype, int32_t head_dim);
+
 /* ---- batched decode update_and_attend (DESIGN.md section 7) ----
  * One layer of a step in which each of B sessions decodes one token: entry b
  * of a device table holds session b's storage and geometry, and row b of q,
