@@ -6,9 +6,16 @@
 #      offgraph (bench_attend_cuda) and torch SDPA enable_gqa=True; KV bytes per
 #      second as a fraction of a device-to-device copy measured in the same run.
 #   2. end-to-end decode tokens/s, Qwen3-0.6B shape (random bf16 weights), at
-#      contexts 128 and 4096: offgraph bench, transformers generate with a static
-#      cache, and the bytes floor (weights + KV read once per token at copy rate).
-#   3. prefill tokens/s of a 4096-token prompt.
+#      contexts 128, 4096 and 32768: offgraph bench, transformers generate with a
+#      static cache, llama.cpp's llama-bench (CUDA, flash attention on) on a GGUF
+#      of the same weights, and the bytes floor (weights + KV read once per token
+#      at copy rate).
+#   3. prefill tokens/s of a prompt of the context's length (128, 4096, 32768),
+#      offgraph and llama.cpp.
+#   llama.cpp: $LLAMA_BENCH, else build-llama-cuda/bin/llama-bench under the
+#   source root; the GGUF is written by bench/make_gguf.py with the gguf Python
+#   package ($LLAMA_DIR/gguf-py, default build-llama-cuda/gguf-py, or installed).
+#   Without them its rows are skipped with a line saying so (README, "Speed").
 #   4. aggregate decode of K sessions in one batched step at context 512, against
 #      transformers batched generate (bench/gpu/batch.sh; its table comes last).
 set -u
@@ -31,14 +38,45 @@ copy=$(grep -m1 -o '"copy_GBps":[0-9.]*' "$J" | cut -d: -f2)
 run $PEER sdpa
 
 $PEER make-qwen3 "$WORK/qwen3" >>"$LOG" 2>&1
-"$B/offgraph" export "$WORK/qwen3" -o "$WORK/qwen3.ogp" --max-context 8192 >>"$LOG" 2>&1 || echo "export failed (see $LOG)"
-for ctx in 128 4096; do
+"$B/offgraph" export "$WORK/qwen3" -o "$WORK/qwen3.ogp" --max-context 40960 >>"$LOG" 2>&1 || echo "export failed (see $LOG)"
+CONTEXTS=${CONTEXTS:-128 4096 32768}
+for ctx in $CONTEXTS; do
     out=$("$B/offgraph" bench -m "$WORK/qwen3.ogp" --backend cuda --prompt $ctx --gen 256 --json 2>>"$LOG")
     echo "$out" >>"$LOG"
     [ -n "$out" ] && echo "$out" | sed "s/^{/{\"bench\":\"e2e\",\"impl\":\"offgraph\",\"context\":$ctx,/" >>"$J"
     run $PEER generate "$WORK/qwen3" $ctx 128
     run $PEER floor "$WORK/qwen3" $ctx "${copy:-4200}"
 done
+
+# llama.cpp (CUDA, all layers on the GPU, flash attention on) on the same weights:
+# decode of 256 tokens from depth = context, and prefill of a context-long prompt
+LLAMA_DIR=${LLAMA_DIR:-$SRC/build-llama-cuda}
+LLAMA_BENCH=${LLAMA_BENCH:-$LLAMA_DIR/bin/llama-bench}
+if [ -x "$LLAMA_BENCH" ]; then
+    PYTHONPATH=$LLAMA_DIR/gguf-py${PYTHONPATH:+:$PYTHONPATH} python3 "$SRC/bench/make_gguf.py" "$WORK/qwen3" "$WORK/qwen3.gguf" >>"$LOG" 2>&1 ||
+        echo "llama.cpp: writing the GGUF failed (see $LOG)"
+    depths=$(echo $CONTEXTS | tr ' ' ,)
+    lrows=$( { "$LLAMA_BENCH" -m "$WORK/qwen3.gguf" -ngl 99 -fa on -o jsonl -p 0 -n 256 -d "$depths"
+               "$LLAMA_BENCH" -m "$WORK/qwen3.gguf" -ngl 99 -fa on -o jsonl -p "$depths" -n 0; } 2>>"$LOG")
+    echo "$lrows" >>"$LOG"
+    [ -n "$lrows" ] || echo "llama.cpp: llama-bench gave no result (see $LOG)"
+    echo "$lrows" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip().startswith("{")]
+for ctx in map(int, sys.argv[1].split()):
+    out = {"bench": "e2e", "impl": "llama.cpp_cuda_fa", "context": ctx}
+    for r in rows:
+        if r["n_gen"] > 0 and r["n_depth"] == ctx:
+            out["decode_tokens_per_s"] = r["avg_ts"]
+            out["build_commit"] = r.get("build_commit")
+        if r["n_prompt"] == ctx and r["n_gen"] == 0:
+            out["prefill_tokens_per_s"] = r["avg_ts"]
+    if len(out) > 3:
+        print(json.dumps(out))
+' "$CONTEXTS" >>"$J"
+else
+    echo "llama.cpp rows skipped: no llama-bench at $LLAMA_BENCH (build llama.cpp's llama-bench with CUDA and set LLAMA_BENCH to it, or put it there; README, \"Speed\")" | tee -a "$LOG"
+fi
 
 python3 - "$J" <<'PY'
 import json, sys
@@ -51,10 +89,22 @@ for r in rows:
         print(f"{r['L']:>7} {r['impl']:<16} {r.get('kv', 'bf16'):<5} {r['us']:>9.2f} {r['kv_GBps']:>9.0f} {frac:>8}")
 print("---- end to end, Qwen3-0.6B shape (random bf16 weights)")
 print(f"{'context':>7} {'impl':<28} {'decode tok/s':>12} {'prefill tok/s':>13}")
-for r in rows:
-    if r.get("bench", "").startswith("e2e"):
-        pre = f"{r['prefill_tokens_per_s']:.0f}" if "prefill_tokens_per_s" in r else ""
-        print(f"{r['context']:>7} {r['impl']:<28} {r['decode_tokens_per_s']:>12.0f} {pre:>13}")
+e2e = sorted((r for r in rows if r.get("bench", "").startswith("e2e")), key=lambda r: r["context"])
+for r in e2e:
+    dec = f"{r['decode_tokens_per_s']:.0f}" if "decode_tokens_per_s" in r else ""
+    pre = f"{r['prefill_tokens_per_s']:.0f}" if "prefill_tokens_per_s" in r else ""
+    print(f"{r['context']:>7} {r['impl']:<28} {dec:>12} {pre:>13}")
+peer = {r["context"]: r for r in e2e if r["impl"] == "llama.cpp_cuda_fa"}
+if peer:
+    print("---- offgraph / llama.cpp (CUDA, flash attention), same weights, prefill of a context-long prompt")
+    print(f"{'context':>7} {'decode':>8} {'prefill':>8}")
+    for r in e2e:
+        p = peer.get(r["context"])
+        if r["impl"] != "offgraph" or not p:
+            continue
+        ratio = lambda k: f"{r[k] / p[k]:.2f}x" if r.get(k) and p.get(k) else ""
+        print(f"{r['context']:>7} {ratio('decode_tokens_per_s'):>8} {ratio('prefill_tokens_per_s'):>8}")
+    print(f"llama.cpp build {next(iter(peer.values())).get('build_commit')}")
 PY
 WORK=$WORK bash "$SRC/bench/gpu/batch.sh" "$B"
 rm -rf "$WORK"
