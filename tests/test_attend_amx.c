@@ -83,6 +83,8 @@ static const amx_case k_cases[] = {
     {9, 1000, 32, 8, 1, 0, 0, 0, 0.0f, 0},
     /* a 512-token chunk after 700 tokens, the 0.6B heads */
     {512, 700, 128, 16, 8, 0, 0, 0, 0.0f, 0},
+    /* 32 rows over 8016 keys: the longest history 32 rows take the tiles for */
+    {16, 8000, 64, 4, 2, 0, 0, 0, 0.0f, 0},
     /* ring with the window wider than the step, keys from before the step's wrap */
     {64, 1000, 128, 4, 2, 300, 64, 16, 0.0f, 0},
     /* spikes: causal edges (keys 28, 57, 86 in the step itself) */
@@ -277,23 +279,26 @@ static void run_case(const amx_case *c, og_threadpool *pool, uint64_t seed) {
 static void not_taken(og_threadpool *pool) {
     static const struct {
         const char *why;
-        int32_t T, D, Hq, Hkv;
+        int32_t T;
+        int64_t L;
+        int32_t D, Hq, Hkv;
         og_dtype dt;
         int isa; /* 1: through og_update_and_attend_cpu_isa */
         int off; /* 1: og_attend_amx_allow(false) */
     } cases[] = {
-        {"D = 80, not a multiple of 32", 64, 80, 4, 2, OG_DTYPE_BF16, 0, 0},
-        {"D = 288, over the largest", 40, 288, 2, 1, OG_DTYPE_BF16, 0, 0},
-        {"f32 storage", 64, 64, 4, 2, OG_DTYPE_F32, 0, 0},
-        {"int8 storage", 64, 64, 4, 2, OG_DTYPE_INT8, 0, 0},
-        {"T * G = 30 rows, under 32", 15, 128, 4, 2, OG_DTYPE_BF16, 0, 0},
-        {"a decode", 1, 128, 16, 8, OG_DTYPE_BF16, 0, 0},
-        {"og_update_and_attend_cpu_isa", 64, 128, 4, 2, OG_DTYPE_BF16, 1, 0},
-        {"og_attend_amx_allow(false)", 64, 128, 4, 2, OG_DTYPE_BF16, 0, 1},
+        {"D = 80, not a multiple of 32", 64, 20, 80, 4, 2, OG_DTYPE_BF16, 0, 0},
+        {"D = 288, over the largest", 40, 20, 288, 2, 1, OG_DTYPE_BF16, 0, 0},
+        {"f32 storage", 64, 20, 64, 4, 2, OG_DTYPE_F32, 0, 0},
+        {"int8 storage", 64, 20, 64, 4, 2, OG_DTYPE_INT8, 0, 0},
+        {"T * G = 30 rows, under 32", 15, 20, 128, 4, 2, OG_DTYPE_BF16, 0, 0},
+        {"a decode", 1, 20, 128, 16, 8, OG_DTYPE_BF16, 0, 0},
+        {"32 rows over 8256 keys, more than 256 a row", 16, 8240, 64, 4, 2, OG_DTYPE_BF16, 0, 0},
+        {"og_update_and_attend_cpu_isa", 64, 20, 128, 4, 2, OG_DTYPE_BF16, 1, 0},
+        {"og_attend_amx_allow(false)", 64, 20, 128, 4, 2, OG_DTYPE_BF16, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         og_test_section(cases[i].why);
-        const int64_t L = 20;
+        const int64_t L = cases[i].L;
         const int32_t T = cases[i].T, D = cases[i].D, Hq = cases[i].Hq, Hkv = cases[i].Hkv;
         og_rng r = og_rng_seed(500 + i);
         og_test_seq s;

@@ -102,40 +102,14 @@ bool og_attend_amx_usable(const og_attend_args *a) {
     pthread_once(&g_env_once, read_env);
     if (g_env_off || !atomic_load(&g_allowed)) return false;
     if (kv->dtype != OG_DTYPE_BF16 || kv->head_dim % 32 || kv->head_dim > OG_ATTEND_AMX_MAX_D) return false;
-    if ((int64_t)a->T * (a->n_heads / kv->n_kv_heads) < OG_ATTEND_AMX_MIN_ROWS) return false;
+    const int64_t rows = (int64_t)a->T * (a->n_heads / kv->n_kv_heads);
+    if (rows < OG_ATTEND_AMX_MIN_ROWS || packed_keys(a) > rows * OG_ATTEND_AMX_KEYS_PER_ROW) return false;
     if (pack_bytes(a) > OG_ATTEND_AMX_MAX_PACK) return false;
     return og_cpu_has_amx_bf16();
 }
 
 size_t og_attend_amx_scratch_bytes(const og_attend_args *a, int n_threads) {
     return pack_bytes(a) + (size_t)n_threads * thread_bytes(a->kv.head_dim) + 64;
-}
-
-/* Keys K0 + i0 .. + KBLK of kv head g into kp and vp (zeros past K1). */
-static void pack_task(void *ctx, int64_t item, int thread) {
-    (void)thread;
-    const amx_att *j = ctx;
-    const og_kv_layer_view *kv = &j->a->kv;
-    const int64_t nkb = j->NK / KBLK, g = item / nkb, i0 = item % nkb * KBLK, D = j->D, hw = D / 2;
-    uint32_t *kp = j->kp + (g * j->NK + i0) * hw; /* a group of 16 keys: 16 * D / 2 u32 */
-    og_bf16 *vp = j->vp + (g * j->NK + i0) * D;   /* a group of 32 keys: 32 * D bf16 */
-    for (int64_t i = 0; i < KBLK; i++) {
-        const int64_t key = j->K0 + i0 + i;
-        uint32_t kr[OG_ATTEND_AMX_MAX_D / 2];
-        og_bf16 vr[OG_ATTEND_AMX_MAX_D];
-        if (key < j->K1) {
-            const int64_t slot = j->W > 0 ? key % j->R : key;
-            memcpy(kr, (const og_bf16 *)kv->k + slot * j->RS + g * D, (size_t)D * sizeof(og_bf16));
-            memcpy(vr, (const og_bf16 *)kv->v + slot * j->RS + g * D, (size_t)D * sizeof(og_bf16));
-        } else {
-            memset(kr, 0, (size_t)D * sizeof(og_bf16));
-            memset(vr, 0, (size_t)D * sizeof(og_bf16));
-        }
-        uint32_t *kg = kp + (i / 16) * 16 * hw + i % 16; /* key i%16 of its group: lane i%16 of each row */
-        for (int64_t p = 0; p < hw; p++) kg[(p / 16) * 256 + (p % 16) * 16] = kr[p];
-        og_bf16 *vg = vp + (i / 32) * 32 * D + (i % 32 / 2) * 2 * D + i % 2; /* pair row, half */
-        for (int64_t d = 0; d < D; d++) vg[2 * d] = vr[d];
-    }
 }
 
 typedef struct tile_config {
@@ -179,6 +153,66 @@ static inline __m512 bf16x32_sum2(__m512i v) {
 static inline uint64_t lane_range(int64_t lo, int64_t hi) {
     const uint64_t below_hi = hi >= 64 ? ~0ull : (1ull << hi) - 1;
     return below_hi & ~((1ull << lo) - 1);
+}
+
+/* Key `key` (at K1 or past it: zeros) into lane `lane` of the K group at
+ * kg ([D/2][16] u32), from kb (kv head g's first element of storage). */
+static void pack_k_one(const amx_att *j, uint32_t *kg, const og_bf16 *kb, int64_t lane, int64_t key) {
+    uint32_t kr[OG_ATTEND_AMX_MAX_D / 2];
+    if (key < j->K1) memcpy(kr, kb + (j->W > 0 ? key % j->R : key) * j->RS, (size_t)j->D * sizeof(og_bf16));
+    else memset(kr, 0, (size_t)j->D * sizeof(og_bf16));
+    for (int64_t p = 0; p < j->D / 2; p++) kg[16 * p + lane] = kr[p];
+}
+
+/* Keys K0 + i0 .. + KBLK of kv head g into kp and vp (zeros past K1).
+ * K, 16 keys at a time: tile row p of a group is pair p of each key, one
+ * gather across the 16 keys' storage rows when they are 16 consecutive rows
+ * (not across a ring's wrap, not past K1), key by key otherwise. V, two
+ * keys at a time: 32 elements of each interleaved by two permutes. */
+static void pack_task(void *ctx, int64_t item, int thread) {
+    (void)thread;
+    const amx_att *j = ctx;
+    const og_kv_layer_view *kv = &j->a->kv;
+    const int64_t nkb = j->NK / KBLK, g = item / nkb, i0 = item % nkb * KBLK, D = j->D, hw = D / 2;
+    const og_bf16 *kb = (const og_bf16 *)kv->k + g * D, *vb = (const og_bf16 *)kv->v + g * D;
+    uint32_t *kp = j->kp + (g * j->NK + i0) * hw; /* a group of 16 keys: [D/2][16] u32 */
+    og_bf16 *vp = j->vp + (g * j->NK + i0) * D;   /* a group of 32 keys: [16][D][2] bf16 */
+    /* byte offsets of 16 rows: 15 * RS * 2 + 2 * D fits an int32 below 2^26 elements a row */
+    const bool gather = j->RS < ((int64_t)1 << 26);
+    const __m512i rows16 = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(gather ? (int)(j->RS * (int64_t)sizeof(og_bf16)) : 0));
+    for (int64_t i = 0; i < KBLK; i += 16) {
+        const int64_t key = j->K0 + i0 + i, slot = j->W > 0 ? key % j->R : key;
+        uint32_t *kg = kp + i * hw;
+        if (!gather || key + 16 > j->K1 || (j->W > 0 && slot + 16 > j->R)) {
+            for (int64_t n = 0; n < 16; n++) pack_k_one(j, kg, kb, n, key + n);
+            continue;
+        }
+        const og_bf16 *base = kb + slot * j->RS;
+        for (int64_t p = 0; p < hw; p++)
+            _mm512_storeu_si512((void *)(kg + 16 * p),
+                                _mm512_i32gather_epi32(_mm512_add_epi32(rows16, _mm512_set1_epi32((int)(4 * p))),
+                                                       (const void *)base, 1));
+    }
+    const __m512i lo = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                                         0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                                         0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t i = 0; i < KBLK; i += 2) {
+        const og_bf16 *src[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t key = j->K0 + i0 + i + h;
+            src[h] = key < j->K1 ? vb + (j->W > 0 ? key % j->R : key) * j->RS : NULL;
+        }
+        og_bf16 *dst = vp + (i / 32) * 32 * D + (i % 32 / 2) * 2 * D; /* the pair's row */
+        for (int64_t d = 0; d < D; d += 32) {
+            const __m512i a = src[0] ? _mm512_loadu_si512((const void *)(src[0] + d)) : _mm512_setzero_si512();
+            const __m512i b = src[1] ? _mm512_loadu_si512((const void *)(src[1] + d)) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(dst + 2 * d), _mm512_permutex2var_epi16(a, lo, b));
+            _mm512_storeu_si512((void *)(dst + 2 * d + 32), _mm512_permutex2var_epi16(a, hi, b));
+        }
+    }
 }
 
 static inline unsigned char *align64(unsigned char *p) { return (unsigned char *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
