@@ -975,17 +975,23 @@ struct mma_keys {
  * the tile is read orders them), keys past the split as zeros. */
 template <int D>
 __device__ inline void mma_tile_load(const mma_keys &q, int32_t jr, unsigned char *kt, unsigned char *vt) {
-    constexpr int CH = D / 8;                      /* 16-byte chunks of a key row */
+    constexpr int CH = D / 8;                  /* 16-byte chunks of a key row */
     constexpr int KT = kTileBytes / (2 * D);
+    constexpr int RSTEP = kThreads / CH;       /* a thread's pieces: rows r0, r0 + RSTEP, ..., chunk ch */
+    const int ch = threadIdx.x % CH, r0 = threadIdx.x / CH;
+    /* the slot of tile row 0; row r's is first + r, less R once past it (a
+     * split's keys lie in one window: fewer than R) */
+    int64_t first = q.k0 + jr;
+    if (q.ring) first %= q.R;
 #pragma unroll
     for (int i = 0; i < kPieces; i++) {
-        const int c = threadIdx.x + i * kThreads;
-        const int r = c / CH, ch = c % CH;
+        const int r = r0 + i * RSTEP;
         const int32_t j = jr + r;
         if (j < q.n_stored || j >= q.n) { /* a stored key, or zeros */
             const bool ok = j < q.n;
-            const int64_t key = q.k0 + j;
-            const int64_t off = (ok ? (q.ring ? key % q.R : key) : 0) * q.row_bytes + ch * 16;
+            int64_t slot = first + r;
+            if (q.ring && slot >= q.R) slot -= q.R;
+            const int64_t off = (ok ? slot * q.row_bytes : 0) + ch * 16;
             const int o = swizzled<D>(r, ch);
             copy16_async(kt + o, q.kb + off, ok);
             copy16_async(vt + o, q.vb + off, ok);
@@ -994,8 +1000,7 @@ __device__ inline void mma_tile_load(const mma_keys &q, int32_t jr, unsigned cha
     if (jr + KT > q.n_stored && q.n_stored < q.n) { /* the tile holds keys of this step (the same for every thread) */
 #pragma unroll 1
         for (int i = 0; i < kPieces; i++) {
-            const int c = threadIdx.x + i * kThreads;
-            const int r = c / CH, ch = c % CH;
+            const int r = r0 + i * RSTEP;
             const int32_t j = jr + r;
             if (j < q.n_stored || j >= q.n) continue;
             const int64_t at = (int64_t)(j - q.n_stored) * q.row + ch * kE;
@@ -1011,22 +1016,15 @@ __device__ inline void mma_tile_load(const mma_keys &q, int32_t jr, unsigned cha
     }
 }
 
-/* The split-K block of attend_kernel (same grid, splits, partials, counters,
- * storage write) with q . k and p x v on the tensor cores, for bf16 storage.
- * The block's gm <= 8 query heads are the rows of the mma: row g holds the
- * bf16 hi part of head g's pre-scaled q, row g + 8 its lo part (q - hi
- * rounded to bf16), so one m16n8k16 per 16 elements gives both halves of a
- * score and their sum (same lane: accumulators c0 + c2, c1 + c3) keeps q to
- * ~2^-17 (the tiled kernel's split at no extra products). Each of the 4 warps
- * takes KPW = KT / 4 consecutive keys of every tile (8 keys at D 128, 16 at
- * 64) as the n of S = Q K^T (K fragments by ldmatrix from the swizzled
- * tile), keeps an online softmax per head (lanes 4g .. 4g+3 hold head g),
- * and adds P V per 8 keys with m16n8k8 (V fragments by ldmatrix.trans):
- * row g of P is bf16(p), row g + 8 is bf16(p - bf16(p)), so O rows g and
- * g + 8 sum to p V with p kept to ~2^-17 as well. The step's own keys go
- * into the tiles (rounded to bf16 as stored): one code path for all keys. */
+/* q in shared memory rather than 32 registers a lane (D 128: q and O in
+ * registers beside the loop's addresses pass the 128 that 4 blocks an SM
+ * leave a thread). */
+constexpr bool mma_q_shared(int D) { return D > 64; }
+constexpr int mma_smem(int D) { return kSmem + (mma_q_shared(D) ? 16 * D * 2 : 0); }
+
 template <int D, bool BATCH>
 __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_params p) {
+    constexpr bool QS = mma_q_shared(D);
     constexpr int KT = kTileBytes / (2 * D); /* keys of a tile: 32 (D 128), 64 (D 64) */
     constexpr int KPW = KT / kMmaWarps;       /* keys of a tile per warp: 8, 16 */
     constexpr int NT = KPW / 8;               /* 8-key groups per warp and tile */
@@ -1050,8 +1048,12 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, ti = lane & 3;
 
-    /* A fragments of q: rows gr (hi) and gr + 8 (lo) of head h0 + gr, or zeros past g_n */
-    uint32_t qa[KC][4];
+    /* A fragments of q: rows gr (hi) and gr + 8 (lo) of head h0 + gr, or
+     * zeros past g_n; in registers, or (QS) a [16, D] bf16 tile in shared
+     * memory past the K/V tiles that every k step reads by ldmatrix */
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *qs = smem + kSmem;
+    uint32_t qa[QS ? 1 : KC][4];
     {
         const bool live = gr < g_n;
         const float *qp = p.q + ((int64_t)t * p.Hq + h0 + (live ? gr : 0)) * D;
@@ -1064,11 +1066,22 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
                 if (live) x = *reinterpret_cast<const float2 *>(qp + col);
                 const float a = x.x * p.scale_log2, b = x.y * p.scale_log2;
                 const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
-                qa[kc][2 * half] = pack_bf16(ah, bh);             /* a0 / a2: row gr */
-                qa[kc][2 * half + 1] = pack_bf16(a - ah, b - bh); /* a1 / a3: row gr + 8 */
+                const uint32_t hi = pack_bf16(ah, bh), lo = pack_bf16(a - ah, b - bh);
+                if constexpr (QS) {
+                    if (warp == 0) { /* read after the barrier that opens the first tile */
+                        *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr, 2 * kc + half) + 4 * ti) = hi;
+                        *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr + 8, 2 * kc + half) + 4 * ti) = lo;
+                    }
+                } else {
+                    qa[QS ? 0 : kc][2 * half] = hi;     /* a0 / a2: row gr */
+                    qa[QS ? 0 : kc][2 * half + 1] = lo; /* a1 / a3: row gr + 8 */
+                }
             }
         }
     }
+    /* ldmatrix rows of the q tile: lanes 0-7 rows 0-7 (a0), 8-15 rows 8-15
+     * (a1), 16-23 rows 0-7 of the next chunk (a2), 24-31 rows 8-15 (a3) */
+    const int q_row = (lane & 7) + (lane & 8), q_ch = lane >> 4;
 
     /* O of head gr, columns 8n + 2ti (+1) */
     float o[ND][2];
@@ -1076,7 +1089,6 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = 0.0f;
     float m = -INFINITY, l = 0.0f; /* m: the same in the 4 lanes of head gr; l: this lane's keys */
 
-    extern __shared__ __align__(16) unsigned char smem[];
     mma_keys ks;
     {
         const int64_t row = (int64_t)p.Hkv * D; /* floats between rows of k, v */
@@ -1123,8 +1135,18 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
             for (int c4 = 0; c4 < KC / 2; c4++) { /* chunks 4 c4 .. 4 c4 + 3: k steps 2 c4, 2 c4 + 1 */
                 uint32_t kb[4];
                 ldmatrix_x4<false>(kb, kt + swizzled<D>(r, 4 * c4 + (lane >> 3)));
-                mma_bf16(s[nt], qa[2 * c4], kb[0], kb[1]);
-                mma_bf16(s[nt], qa[2 * c4 + 1], kb[2], kb[3]);
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int kc = 2 * c4 + u;
+                    uint32_t a[4];
+                    if constexpr (QS) {
+                        ldmatrix_x4<false>(a, qs + swizzled<D>(q_row, 2 * kc + q_ch));
+                    } else {
+#pragma unroll
+                        for (int f = 0; f < 4; f++) a[f] = qa[QS ? 0 : kc][f];
+                    }
+                    mma_bf16(s[nt], a, kb[2 * u], kb[2 * u + 1]);
+                }
             }
         }
         /* scores of head gr (hi row + lo row), -inf past k1; online softmax */
@@ -1187,11 +1209,21 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     finish_split<8>(p, sm, kMmaWarps, g_n, h0, t, S, split);
 }
 
+template <int D, bool BATCH>
+cudaError_t launch_mma_d(const attend_params &p, dim3 grid, cudaStream_t st) {
+    constexpr int smem = mma_smem(D);
+    if (smem > 48 * 1024) { /* past the default limit of dynamic shared memory (a per-device setting) */
+        const cudaError_t e =
+            cudaFuncSetAttribute(mma_attend_kernel<D, BATCH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+    }
+    mma_attend_kernel<D, BATCH><<<grid, kThreads, smem, st>>>(p);
+    return cudaGetLastError();
+}
+
 template <bool BATCH>
 cudaError_t launch_mma(const attend_params &p, dim3 grid, cudaStream_t st) {
-    if (p.D == 64) mma_attend_kernel<64, BATCH><<<grid, kThreads, kSmem, st>>>(p);
-    else mma_attend_kernel<128, BATCH><<<grid, kThreads, kSmem, st>>>(p);
-    return cudaGetLastError();
+    return p.D == 64 ? launch_mma_d<64, BATCH>(p, grid, st) : launch_mma_d<128, BATCH>(p, grid, st);
 }
 
 cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
