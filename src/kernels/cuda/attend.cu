@@ -1054,7 +1054,7 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *qs = smem + kSmem;
     uint32_t qa[QS ? 1 : KC][4];
-    {
+    if (!QS || warp == 0) { /* QS: warp 0 writes the tile, read after the barrier that opens the first tile */
         const bool live = gr < g_n;
         const float *qp = p.q + ((int64_t)t * p.Hq + h0 + (live ? gr : 0)) * D;
 #pragma unroll
@@ -1068,10 +1068,8 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
                 const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
                 const uint32_t hi = pack_bf16(ah, bh), lo = pack_bf16(a - ah, b - bh);
                 if constexpr (QS) {
-                    if (warp == 0) { /* read after the barrier that opens the first tile */
-                        *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr, 2 * kc + half) + 4 * ti) = hi;
-                        *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr + 8, 2 * kc + half) + 4 * ti) = lo;
-                    }
+                    *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr, 2 * kc + half) + 4 * ti) = hi;
+                    *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr + 8, 2 * kc + half) + 4 * ti) = lo;
                 } else {
                     qa[QS ? 0 : kc][2 * half] = hi;     /* a0 / a2: row gr */
                     qa[QS ? 0 : kc][2 * half + 1] = lo; /* a1 / a3: row gr + 8 */
