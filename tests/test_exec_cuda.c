@@ -561,13 +561,16 @@ static void check_fixture(const char *src, const char *name) {
      * through cuBLAS. With OG_CUDA_PRODUCTS=split the bf16 products take x
      * split into hi + lo (f32 precision): the f32 tolerance against the CPU
      * token by token. By default a bf16 program's one-session step rounds x
-     * to bf16, as the CPU's prefill of it does: against the CPU's prefill
-     * (one step of the same program) the two round the same values, and
-     * differ where summation order puts an f32 value on the other side of a
-     * bf16 rounding boundary (one input moves by one bf16 step, 2^-8
-     * relative; rare at 1e-6 relative order noise): 1e-2 holds that with
-     * room (measured below, printed); and against the f32 token-by-token
-     * run, the bf16-activation bound of tests/cli_parity.sh (0.17 with f32
+     * to bf16, as the CPU's prefill of it does. Against the CPU's prefill
+     * (one step of the same program): the products round the same values,
+     * except where summation order puts an f32 value on the other side of a
+     * bf16 rounding boundary (one input moves by one bf16 step); attention
+     * differs by design: the CPU's tile kernel rounds q to bf16 (2^-9
+     * relative in every score), the CUDA one keeps q to 2^-17 (hi + lo), both
+     * round the weights P. One q rounding per layer moves the logits by at
+     * most 2^-9 x 4.5 ~ 0.009, four layers 0.035; with the flips, 0.05
+     * (measured 0.006-0.017, printed below). Against the f32 token-by-token
+     * run: the bf16-activation bound of tests/cli_parity.sh (0.17 with f32
      * KV for these fixtures: 17 roundings in series x 2^-9 x logits < 4.5). */
     og_model_free(gpu);
     gpu = NULL;
@@ -594,7 +597,7 @@ static void check_fixture(const char *src, const char *name) {
     if (gpu && cpu_wide) {
         float *got = run(gpu, ids, N_TOK, 0, NULL), *cpu_pre = run(cpu_wide, ids, N_TOK, 0, NULL);
         size_t at_pre = 0, at_one = 0;
-        const double r_pre = og_tol_ratio(got, cpu_pre, all, bf16_program ? 1e-2 : 1e-3, bf16_program ? 1e-2 : 1e-3,
+        const double r_pre = og_tol_ratio(got, cpu_pre, all, bf16_program ? 0.05 : 1e-3, bf16_program ? 0 : 1e-3,
                                           &at_pre),
                      r_one = og_tol_ratio(got, want, all, bf16_program ? 0.17 : 1e-3, 0, &at_one);
         CHECK_MSG(r_pre <= 1.0, "%s one %d-token step: CUDA vs the CPU's prefill ratio %.3g at %zu (%g vs %g)", name,
