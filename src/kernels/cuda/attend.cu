@@ -1208,20 +1208,26 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
 }
 
 template <int D, bool BATCH>
-cudaError_t launch_mma_d(const attend_params &p, dim3 grid, cudaStream_t st) {
+cudaError_t launch_mma_d(const attend_params &p, dim3 grid, cudaStream_t st, int dev) {
     constexpr int smem = mma_smem(D);
-    if (smem > 48 * 1024) { /* past the default limit of dynamic shared memory (a per-device setting) */
-        const cudaError_t e =
-            cudaFuncSetAttribute(mma_attend_kernel<D, BATCH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
+    if (smem > 48 * 1024) { /* past the default limit of dynamic shared memory: once per device (devices 0..63) */
+        static std::atomic<unsigned long long> done{0};
+        const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+        if (!bit || !(done.load(std::memory_order_relaxed) & bit)) {
+            const cudaError_t e =
+                cudaFuncSetAttribute(mma_attend_kernel<D, BATCH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (e != cudaSuccess) return e;
+            done.fetch_or(bit);
+        }
     }
     mma_attend_kernel<D, BATCH><<<grid, kThreads, smem, st>>>(p);
     return cudaGetLastError();
 }
 
+/* dev: the current device (the attribute above is set per device) */
 template <bool BATCH>
-cudaError_t launch_mma(const attend_params &p, dim3 grid, cudaStream_t st) {
-    return p.D == 64 ? launch_mma_d<64, BATCH>(p, grid, st) : launch_mma_d<128, BATCH>(p, grid, st);
+cudaError_t launch_mma(const attend_params &p, dim3 grid, cudaStream_t st, int dev) {
+    return p.D == 64 ? launch_mma_d<64, BATCH>(p, grid, st, dev) : launch_mma_d<128, BATCH>(p, grid, st, dev);
 }
 
 cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
@@ -1407,7 +1413,7 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     if (decode_on_mma(kv->dtype, D)) {
-        if ((e = launch_mma<false>(p, grid, st)) != cudaSuccess) return launch_failed("attend (tensor cores)", e);
+        if ((e = launch_mma<false>(p, grid, st, dev)) != cudaSuccess) return launch_failed("attend (tensor cores)", e);
         return OG_OK;
     }
     switch (kv->dtype) {
@@ -1517,7 +1523,7 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     const dim3 grid((unsigned)a->B, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (decode_on_mma(a->kv_dtype, D)) {
-        e = launch_mma<true>(p, grid, st);
+        e = launch_mma<true>(p, grid, st, dev);
     } else {
         switch (a->kv_dtype) {
         case OG_DTYPE_INT8: e = launch_attend<kv_i8, true>(p, gm, grid, st); break;
