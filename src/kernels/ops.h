@@ -101,7 +101,9 @@ og_status og_matmul_cpu(og_threadpool *pool, const float *x /* [T, K] */,
  * 1.8x the GEMV's loop run per row); AVX2 and scalar: the GEMV's own
  * single-row loop once per row over each task's panel (kept in the caches
  * for the later rows).
- * Float weights at AVX-512: a blocked kernel (tiles of features x rows
+ * Float weights at AVX-512: one row takes the GEMV's own loop (four weight
+ * rows a pass: more lines in flight than the tiles below); more rows a
+ * blocked kernel (tiles of features x rows
  * sharing each load; with bf16 weights the rows of x are split into even/odd
  * halves once per call and K >= 2048 is swept in chunks: scratch of R * K
  * floats plus 32 KiB per thread per 64 panel features, OG_ERR_OUT_OF_MEMORY
