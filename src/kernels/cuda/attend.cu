@@ -1048,38 +1048,7 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, ti = lane & 3;
 
-    /* A fragments of q: rows gr (hi) and gr + 8 (lo) of head h0 + gr, or
-     * zeros past g_n; in registers, or (QS) a [16, D] bf16 tile in shared
-     * memory past the K/V tiles that every k step reads by ldmatrix */
     extern __shared__ __align__(16) unsigned char smem[];
-    unsigned char *qs = smem + kSmem;
-    uint32_t qa[QS ? 1 : KC][4];
-    if (!QS || warp == 0) { /* QS: warp 0 writes the tile, read after the barrier that opens the first tile */
-        const bool live = gr < g_n;
-        const float *qp = p.q + ((int64_t)t * p.Hq + h0 + (live ? gr : 0)) * D;
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int col = kc * 16 + half * 8 + 2 * ti;
-                float2 x = make_float2(0.0f, 0.0f);
-                if (live) x = *reinterpret_cast<const float2 *>(qp + col);
-                const float a = x.x * p.scale_log2, b = x.y * p.scale_log2;
-                const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
-                const uint32_t hi = pack_bf16(ah, bh), lo = pack_bf16(a - ah, b - bh);
-                if constexpr (QS) {
-                    *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr, 2 * kc + half) + 4 * ti) = hi;
-                    *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr + 8, 2 * kc + half) + 4 * ti) = lo;
-                } else {
-                    qa[QS ? 0 : kc][2 * half] = hi;     /* a0 / a2: row gr */
-                    qa[QS ? 0 : kc][2 * half + 1] = lo; /* a1 / a3: row gr + 8 */
-                }
-            }
-        }
-    }
-    /* ldmatrix rows of the q tile: lanes 0-7 rows 0-7 (a0), 8-15 rows 8-15
-     * (a1), 16-23 rows 0-7 of the next chunk (a2), 24-31 rows 8-15 (a3) */
-    const int q_row = (lane & 7) + (lane & 8), q_ch = lane >> 4;
 
     /* O of head gr, columns 8n + 2ti (+1) */
     float o[ND][2];
@@ -1109,6 +1078,40 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
         if (i < n_tiles) mma_tile_load<D>(ks, i * KT, smem + 2 * i * kTileBytes, smem + (2 * i + 1) * kTileBytes);
         copies_commit();
     }
+
+    /* (after the first tiles are asked for: q's latency hides behind theirs)
+     * A fragments of q: rows gr (hi) and gr + 8 (lo) of head h0 + gr, or
+     * zeros past g_n; in registers, or (QS) a [16, D] bf16 tile in shared
+     * memory past the K/V tiles that every k step reads by ldmatrix */
+    unsigned char *qs = smem + kSmem;
+    uint32_t qa[QS ? 1 : KC][4];
+    if (!QS || warp == 0) { /* QS: warp 0 writes the tile, read after the barrier that opens the first tile */
+        const bool live = gr < g_n;
+        const float *qp = p.q + ((int64_t)t * p.Hq + h0 + (live ? gr : 0)) * D;
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int col = kc * 16 + half * 8 + 2 * ti;
+                float2 x = make_float2(0.0f, 0.0f);
+                if (live) x = *reinterpret_cast<const float2 *>(qp + col);
+                const float a = x.x * p.scale_log2, b = x.y * p.scale_log2;
+                const float ah = __bfloat162float(__float2bfloat16_rn(a)), bh = __bfloat162float(__float2bfloat16_rn(b));
+                const uint32_t hi = pack_bf16(ah, bh), lo = pack_bf16(a - ah, b - bh);
+                if constexpr (QS) {
+                    *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr, 2 * kc + half) + 4 * ti) = hi;
+                    *reinterpret_cast<uint32_t *>(qs + swizzled<D>(gr + 8, 2 * kc + half) + 4 * ti) = lo;
+                } else {
+                    qa[QS ? 0 : kc][2 * half] = hi;     /* a0 / a2: row gr */
+                    qa[QS ? 0 : kc][2 * half + 1] = lo; /* a1 / a3: row gr + 8 */
+                }
+            }
+        }
+    }
+    /* ldmatrix rows of the q tile: lanes 0-7 rows 0-7 (a0), 8-15 rows 8-15
+     * (a1), 16-23 rows 0-7 of the next chunk (a2), 24-31 rows 8-15 (a3) */
+    const int q_row = (lane & 7) + (lane & 8), q_ch = lane >> 4;
+
     for (int32_t i = 0; i < n_tiles; i++) {
         copies_wait<kStages - 2>(); /* this thread's pieces of tile i are in */
         __syncthreads();            /* everyone's are (and their plain stores), and tile i - 1 is consumed */
