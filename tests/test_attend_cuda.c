@@ -46,6 +46,8 @@
  * more f32 rounding per product), so the split-K tolerance holds. Storage
  * around the rows is random bytes; the rows hold valid quantized rows. And
  * rows holding every int8 value and every finite e4m3 byte, decoded by both.
+ * int8 / fp8 cases with D 64 / 128 run the tensor-core kernel too (quants
+ * widened to bf16 exactly, the scales folded as above: kMmaAtol holds).
  * OG_CUDA_TEST_QUICK=1 keeps T <= 17, histories <= 257 and B <= 17
  * (sanitizer runs); OG_ATTEND_CUDA_TEST_BATCH_ONLY=1 runs the batched cases
  * alone (racecheck of the batched kernel).
@@ -86,7 +88,10 @@ int main(void) {
  * relative move it by at most 2 eta max|v| = 1.2e-4 (|v| <= 1). Elementwise
  * bound: atol 1.5e-4 beside the split-K rtol 5e-4 (the merge of warps and
  * splits is the split-K kernel's), and the same case-wide 1e-3 relative
- * norm: about 15 times tighter than the tiled kernel's bf16 weights. */
+ * norm: about 15 times tighter than the tiled kernel's bf16 weights.
+ * int8 / fp8 storage: the quants are bf16 values (exact), the score is
+ * (q . quants) x k scale and the weight p x v scale, two more f32 roundings
+ * (2^-24 each) of the same terms: the same bound. */
 static const double kMmaAtol = 1.5e-4;
 
 typedef struct attend_case {
@@ -218,25 +223,31 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
  * G 1, 2, 4, 8 (the rows of the mma), D 64 and 128 (tiles of 64 and 32
  * keys, 16 and 8 a warp), histories on both sides of the tile, warp and
  * split edges (a split holds up to OG_ATTEND_CUDA_SPLIT_KEYS = 128 keys),
- * flat and ring (W 37 and 100, wrapping), every third case packed. */
+ * flat and ring (W 37 and 100, wrapping), bf16, int8 and fp8 storage,
+ * every fifth case packed. */
 static void test_decode_edges(og_rng *rng, cudaStream_t stream, bool quick) {
     og_test_section("decode at tile and split edges (CUDA cores and tensor cores)");
     const int64_t Ls[] = {0, 1, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 383, 1023, 1024, 1025};
     const int32_t Gs[] = {1, 2, 4, 8};
+    const og_dtype dts[] = {OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
     int n = 0;
     for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
         for (size_t gi = 0; gi < 4; gi++)
             for (int d = 0; d < 2; d++)
-                for (int ring = 0; ring < 2; ring++) {
-                    if (quick && Ls[li] > 257) continue;
-                    const int32_t Hkv = Gs[gi] == 8 ? 1 : 2, D = d ? 128 : 64;
-                    attend_case c = {.policy = ring ? OG_KV_RING : OG_KV_FLAT, .T = 1, .Hkv = Hkv, .G = Gs[gi], .D = D,
-                                     .W = ring ? (n % 4 < 2 ? 37 : 100) : 0, .L = Ls[li], .dtype = OG_DTYPE_BF16,
-                                     .scale = n % 3 == 0 ? 0.0f : 0.07f,
-                                     .RS = n % 3 == 1 ? (int64_t)Hkv * D + 8 : 0};
-                    run_case(&c, rng, stream);
-                    n++;
-                }
+                for (int ring = 0; ring < 2; ring++)
+                    for (int di = 0; di < 3; di++) {
+                        if (quick && Ls[li] > 257) continue;
+                        const int32_t Hkv = Gs[gi] == 8 ? 1 : 2, D = d ? 128 : 64;
+                        const og_dtype dt = dts[di];
+                        /* packed: 16 more bytes a row (bf16: 8 elements) */
+                        const int64_t packed = dt == OG_DTYPE_BF16 ? (int64_t)Hkv * D + 8
+                                                                   : og_kv_dtype_row_bytes(dt, Hkv, D) + 16;
+                        attend_case c = {.policy = ring ? OG_KV_RING : OG_KV_FLAT, .T = 1, .Hkv = Hkv, .G = Gs[gi],
+                                         .D = D, .W = ring ? (n % 4 < 2 ? 37 : 100) : 0, .L = Ls[li], .dtype = dt,
+                                         .scale = n % 3 == 0 ? 0.0f : 0.07f, .RS = n % 5 == 1 ? packed : 0};
+                        run_case(&c, rng, stream);
+                        n++;
+                    }
     printf("%d decode edge cases\n", n);
 }
 
@@ -275,16 +286,23 @@ static void test_every_quant_value(og_rng *rng, cudaStream_t stream) {
         og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = 1, .n_heads = HQ, .kv = view,
                                   .partials = partials};
         ga.kv.k = dkc, ga.kv.v = dvc;
-        CHECK_OK(og_update_and_attend_cuda(stream, &ga));
-        CK(cudaStreamSynchronize(stream));
-        CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(kg, dkc, sb, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(vg, dvc, sb, cudaMemcpyDeviceToHost));
-        size_t worst = 0;
-        const double r = og_tol_ratio(got, want, HQ * D, 5e-5, 5e-4, &worst);
-        CHECK_MSG(r <= 1.0, "%s: element %zu got %.9g want %.9g (ratio %.3g)", name, worst, (double)got[worst],
-                  (double)want[worst], r);
-        CHECK_MSG(!memcmp(kg, k, sb) && !memcmp(vg, v, sb), "%s: storage differs from the reference's", name);
+        /* the CUDA-core kernel, then (where it serves the storage) the tensor-core one, whose bound
+         * kMmaAtol scales with max |v|: 2 here */
+        const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
+        for (int kind = 0; kind < (og_attend_cuda_decode_mma(dt, D) ? 2 : 1); kind++) {
+            og_attend_cuda_set_decode(kind ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+            CHECK_OK(og_update_and_attend_cuda(stream, &ga)); /* a second step rewrites the same row */
+            CK(cudaStreamSynchronize(stream));
+            CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(kg, dkc, sb, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(vg, dvc, sb, cudaMemcpyDeviceToHost));
+            size_t worst = 0;
+            const double r = og_tol_ratio(got, want, HQ * D, kind ? 2 * kMmaAtol : 5e-5, 5e-4, &worst);
+            CHECK_MSG(r <= 1.0, "%s%s: element %zu got %.9g want %.9g (ratio %.3g)", name,
+                      kind ? " (tensor cores)" : "", worst, (double)got[worst], (double)want[worst], r);
+            CHECK_MSG(!memcmp(kg, k, sb) && !memcmp(vg, v, sb), "%s: storage differs from the reference's", name);
+        }
+        og_attend_cuda_set_decode(prev);
         cudaFree(dkc), cudaFree(dvc), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(partials);
         free(k), free(v), free(kg), free(vg);
     }

@@ -967,6 +967,7 @@ struct mma_keys {
     int32_t n;                    /* keys of the split: k0 .. k0 + n - 1 */
     int32_t row;                  /* floats between rows of k, v */
     int32_t ring;
+    int32_t scale_rel;            /* int8 / fp8: bytes from a row's head hk quants to its f32 k (v) scale */
 };
 
 /* Starts filling a K and a V tile with keys k0 + jr .. k0 + jr + KT - 1:
@@ -1016,15 +1017,135 @@ __device__ inline void mma_tile_load(const mma_keys &q, int32_t jr, unsigned cha
     }
 }
 
+/* 4 bytes global -> shared (cp.async); fill false writes zeros. */
+__device__ inline void copy4_async(void *dst, const void *src, bool fill) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(fill ? 4 : 0) : "memory");
+}
+
+/* int8 / fp8 storage on the tensor cores. A stage holds the tile's quants
+ * as stored ([KT, D] bytes for K and for V: the keys of a bf16 tile, half
+ * the bytes) and their f32 k and v scales ([KT] each); after the barrier
+ * that opens a tile its quants are widened to bf16 (exact: int8 and e4m3
+ * values are bf16 values) into one K and one V tile laid out as the bf16
+ * kernel's, which the same ldmatrix / mma code reads. The scales are folded
+ * in as the CUDA-core kernel folds them: score = (q . quants) x k scale,
+ * weight = p x v scale. Byte offsets of shared memory: */
+template <int D>
+struct mma_quant_smem {
+    static constexpr int KT = kTileBytes / (2 * D);             /* keys of a tile */
+    static constexpr int tile = KT * D;                          /* quant bytes of a K (V) tile: 4 KB */
+    static constexpr int scales = 2 * kStages * tile;            /* [stage][K, V][KT] f32 */
+    static constexpr int wide = scales + 2 * kStages * KT * 4;   /* the bf16 K tile, then the V tile */
+    static constexpr int q = wide + 2 * kTileBytes;              /* the q tile (D 128) */
+    static constexpr int total = q + (D > 64 ? 16 * D * 2 : 0);
+    static_assert(wide % 16 == 0 && total <= 48 * 1024, "quantized tiles fit the default shared memory");
+};
+
+/* Starts filling stage (kt, vt: quants; ksc, vsc: scales) with keys k0 + jr
+ * .. k0 + jr + KT - 1: stored keys by cp.async (quants and scales), keys of
+ * this step quantized here exactly as the row write quantizes them (amax of
+ * the head over a warp, f32 division, the same conversions), keys past the
+ * split as zeros. */
+template <typename KV, int D>
+__device__ inline void mma_quant_tile_load(const mma_keys &q, int32_t jr, unsigned char *kt, unsigned char *vt,
+                                           float *ksc, float *vsc) {
+    constexpr int CH = D / 16;            /* 16-byte pieces of a row of quants */
+    constexpr int KT = kTileBytes / (2 * D);
+    constexpr int RSTEP = kThreads / CH;  /* a thread's pieces: rows r0, r0 + RSTEP, piece ch */
+    constexpr int NP = KT * CH / kThreads; /* 2 */
+    const int ch = threadIdx.x % CH, r0 = threadIdx.x / CH;
+    int64_t first = q.k0 + jr;
+    if (q.ring) first %= q.R;
+#pragma unroll
+    for (int i = 0; i < NP; i++) {
+        const int r = r0 + i * RSTEP;
+        const int32_t j = jr + r;
+        if (j < q.n_stored || j >= q.n) {
+            const bool ok = j < q.n;
+            int64_t slot = first + r;
+            if (q.ring && slot >= q.R) slot -= q.R;
+            const int64_t off = (ok ? slot * q.row_bytes : 0) + ch * 16;
+            copy16_async(kt + r * D + ch * 16, q.kb + off, ok);
+            copy16_async(vt + r * D + ch * 16, q.vb + off, ok);
+        }
+    }
+    if (threadIdx.x < KT) { /* the scales: one key a thread */
+        const int r = threadIdx.x;
+        const int32_t j = jr + r;
+        if (j < q.n_stored || j >= q.n) {
+            const bool ok = j < q.n;
+            int64_t slot = first + r;
+            if (q.ring && slot >= q.R) slot -= q.R;
+            const int64_t off = ok ? slot * q.row_bytes + q.scale_rel : 0;
+            copy4_async(ksc + r, q.kb + off, ok);
+            copy4_async(vsc + r, q.vb + off, ok);
+        }
+    }
+    if (jr + KT > q.n_stored && q.n_stored < q.n) { /* keys of this step: a warp a key (the same for every thread) */
+        constexpr int PER = D / 32;                  /* elements a lane: 4 or 2 */
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int r_lo = q.n_stored > jr ? q.n_stored - jr : 0, r_hi = q.n - jr < KT ? q.n - jr : KT;
+        for (int r = r_lo + warp; r < r_hi; r += kMmaWarps) {
+            const int64_t at = (int64_t)(jr + r - q.n_stored) * q.row + lane * PER;
+            float kf[PER], vf[PER], ka = 0.0f, va = 0.0f;
+#pragma unroll
+            for (int e = 0; e < PER; e++) {
+                kf[e] = q.knew[at + e], vf[e] = q.vnew[at + e];
+                ka = fmaxf(ka, fabsf(kf[e])), va = fmaxf(va, fabsf(vf[e]));
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                ka = fmaxf(ka, __shfl_xor_sync(0xffffffffu, ka, o));
+                va = fmaxf(va, __shfl_xor_sync(0xffffffffu, va, o));
+            }
+            const float kscale = ka / quant_max(KV{}), vscale = va / quant_max(KV{});
+            KV *kd = reinterpret_cast<KV *>(kt + r * D + lane * PER), *vd = reinterpret_cast<KV *>(vt + r * D + lane * PER);
+#pragma unroll
+            for (int e = 0; e < PER; e++) {
+                store_quant(kd + e, kf[e], kscale);
+                store_quant(vd + e, vf[e], vscale);
+            }
+            if (lane == 0) ksc[r] = kscale, vsc[r] = vscale;
+        }
+    }
+}
+
+/* The quants of a stage (kq, vq) as bf16 into the tiles kw, vw (swizzled
+ * as mma_tile_load lays them out). */
+template <typename KV, int D>
+__device__ inline void mma_quant_widen(const unsigned char *kq, const unsigned char *vq, unsigned char *kw,
+                                       unsigned char *vw) {
+    constexpr int CH = D / 16;
+    constexpr int KT = kTileBytes / (2 * D);
+#pragma unroll
+    for (int c = threadIdx.x; c < KT * CH; c += kThreads) {
+        const int r = c / CH, pc = c % CH;
+#pragma unroll
+        for (int half = 0; half < 2; half++) { /* quants 8 half .. 8 half + 7 of the piece: bf16 chunk 2 pc + half */
+            float kf[kE], vf[kE];
+            load8(reinterpret_cast<const KV *>(kq + r * D + pc * 16 + half * 8), kf);
+            load8(reinterpret_cast<const KV *>(vq + r * D + pc * 16 + half * 8), vf);
+            const int o = swizzled<D>(r, 2 * pc + half);
+            *reinterpret_cast<uint4 *>(kw + o) = make_uint4(pack_bf16(kf[0], kf[1]), pack_bf16(kf[2], kf[3]),
+                                                            pack_bf16(kf[4], kf[5]), pack_bf16(kf[6], kf[7]));
+            *reinterpret_cast<uint4 *>(vw + o) = make_uint4(pack_bf16(vf[0], vf[1]), pack_bf16(vf[2], vf[3]),
+                                                            pack_bf16(vf[4], vf[5]), pack_bf16(vf[6], vf[7]));
+        }
+    }
+}
+
 /* q in shared memory rather than 32 registers a lane (D 128: q and O in
  * registers beside the loop's addresses pass the 128 that 4 blocks an SM
  * leave a thread). */
 constexpr bool mma_q_shared(int D) { return D > 64; }
 constexpr int mma_smem(int D) { return kSmem + (mma_q_shared(D) ? 16 * D * 2 : 0); }
 
-template <int D, bool BATCH>
+template <typename KV, int D, bool BATCH>
 __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_params p) {
     constexpr bool QS = mma_q_shared(D);
+    constexpr bool QUANT = kv_quant<KV>::value; /* int8 / fp8: quant stages, widened to bf16 tiles */
+    using QM = mma_quant_smem<D>;
     constexpr int KT = kTileBytes / (2 * D); /* keys of a tile: 32 (D 128), 64 (D 64) */
     constexpr int KPW = KT / kMmaWarps;       /* keys of a tile per warp: 8, 16 */
     constexpr int NT = KPW / 8;               /* 8-key groups per warp and tile */
@@ -1036,7 +1157,7 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     const int32_t g_n = min(p.gm, p.G - chunk_i * p.gm);
     const int32_t t = blockIdx.x;
     row_geom rg;
-    if (!block_row<__nv_bfloat16, BATCH>(p, t, h0, g_n, rg)) return;
+    if (!block_row<KV, BATCH>(p, t, h0, g_n, rg)) return;
     const int64_t L = rg.L, pos = rg.pos;
     const int64_t lo = first_key(p.ring, rg.W, pos);
     int64_t chunk;
@@ -1060,10 +1181,11 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     {
         const int64_t row = (int64_t)p.Hkv * D; /* floats between rows of k, v */
         const int64_t row0 = t - (pos - L);     /* the row of k, v holding position L */
-        ks.kb = rg.st.k + (int64_t)hk * D * 2, ks.vb = rg.st.v + (int64_t)hk * D * 2;
+        ks.kb = rg.st.k + (int64_t)hk * D * (int64_t)sizeof(KV), ks.vb = rg.st.v + (int64_t)hk * D * (int64_t)sizeof(KV);
         ks.knew = p.k + row0 * row + (int64_t)hk * D, ks.vnew = p.v + row0 * row + (int64_t)hk * D;
         ks.k0 = k0;
-        ks.row_bytes = rg.st.RS * 2;
+        ks.row_bytes = rg.st.RS * (int64_t)sizeof(KV);
+        ks.scale_rel = (int32_t)((int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES - (int64_t)hk * D);
         ks.R = rg.st.R;
         ks.n = (int32_t)(k1 - k0);
         ks.n_stored = (int32_t)(L <= k0 ? 0 : L >= k1 ? k1 - k0 : L - k0);
@@ -1073,9 +1195,19 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
         if (k0 > L) ks.knew += (k0 - L) * row, ks.vnew += (k0 - L) * row;
     }
     const int32_t n_tiles = (ks.n + KT - 1) / KT;
+    /* stage b: bf16 tiles at 2b, 2b + 1 x kTileBytes; quantized: quants at
+     * 2b, 2b + 1 x QM::tile and scales at QM::scales + [2b, 2b + 1] x KT f32 */
+    auto load_stage = [&](const mma_keys &q, int32_t jr, int b) {
+        if constexpr (QUANT) {
+            float *sc0 = reinterpret_cast<float *>(smem + QM::scales) + 2 * b * KT;
+            mma_quant_tile_load<KV, D>(q, jr, smem + 2 * b * QM::tile, smem + (2 * b + 1) * QM::tile, sc0, sc0 + KT);
+        } else {
+            mma_tile_load<D>(q, jr, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
+        }
+    };
 #pragma unroll
     for (int i = 0; i < kStages - 1; i++) {
-        if (i < n_tiles) mma_tile_load<D>(ks, i * KT, smem + 2 * i * kTileBytes, smem + (2 * i + 1) * kTileBytes);
+        if (i < n_tiles) load_stage(ks, i * KT, i);
         copies_commit();
     }
 
@@ -1083,7 +1215,7 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
      * A fragments of q: rows gr (hi) and gr + 8 (lo) of head h0 + gr, or
      * zeros past g_n; in registers, or (QS) a [16, D] bf16 tile in shared
      * memory past the K/V tiles that every k step reads by ldmatrix */
-    unsigned char *qs = smem + kSmem;
+    unsigned char *qs = smem + (QUANT ? QM::q : kSmem);
     uint32_t qa[QS ? 1 : KC][4];
     if (!QS || warp == 0) { /* QS: warp 0 writes the tile, read after the barrier that opens the first tile */
         const bool live = gr < g_n;
@@ -1116,13 +1248,19 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
         copies_wait<kStages - 2>(); /* this thread's pieces of tile i are in */
         __syncthreads();            /* everyone's are (and their plain stores), and tile i - 1 is consumed */
         const int32_t next = i + kStages - 1;
-        if (next < n_tiles) {
-            const int b = next % kStages;
-            mma_tile_load<D>(ks, next * KT, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
-        }
+        if (next < n_tiles) load_stage(ks, next * KT, next % kStages);
         copies_commit();
         const int b = i % kStages;
         const unsigned char *kt = smem + 2 * b * kTileBytes, *vt = smem + (2 * b + 1) * kTileBytes;
+        const float *ksc = nullptr, *vsc = nullptr; /* QUANT: the stage's scales */
+        if constexpr (QUANT) {
+            kt = smem + QM::wide, vt = smem + QM::wide + kTileBytes;
+            ksc = reinterpret_cast<const float *>(smem + QM::scales) + 2 * b * KT, vsc = ksc + KT;
+            /* the bf16 tiles were last read before the barrier above */
+            mma_quant_widen<KV, D>(smem + 2 * b * QM::tile, smem + (2 * b + 1) * QM::tile, smem + QM::wide,
+                                   smem + QM::wide + kTileBytes);
+            __syncthreads();
+        }
         const int rw = warp * KPW;               /* this warp's first row in the tile */
         const int32_t live = ks.n - i * KT - rw; /* keys of its rows inside the split (may be <= 0) */
 
@@ -1156,7 +1294,8 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float x = s[nt][e] + s[nt][2 + e];
+                float x = s[nt][e] + s[nt][2 + e];
+                if constexpr (QUANT) x *= ksc[rw + nt * 8 + 2 * ti + e]; /* q . (k quants) x k scale */
                 sc[nt][e] = nt * 8 + 2 * ti + e < live ? x : -INFINITY;
                 mx = fmaxf(mx, sc[nt][e]);
             }
@@ -1173,8 +1312,12 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
         /* O += P V, 8 keys at a time: P rows gr = bf16(p), gr + 8 = bf16(p - bf16(p)) */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            const float p0 = exp2f(sc[nt][0] - base), p1 = exp2f(sc[nt][1] - base);
+            float p0 = exp2f(sc[nt][0] - base), p1 = exp2f(sc[nt][1] - base);
             l += p0 + p1;
+            if constexpr (QUANT) { /* the weight of the value quants: p x v scale */
+                p0 *= vsc[rw + nt * 8 + 2 * ti];
+                p1 *= vsc[rw + nt * 8 + 2 * ti + 1];
+            }
             const float h0f = __bfloat162float(__float2bfloat16_rn(p0)), h1f = __bfloat162float(__float2bfloat16_rn(p1));
             const uint32_t a0 = pack_bf16(h0f, h1f), a1 = pack_bf16(p0 - h0f, p1 - h1f);
             const int r = rw + nt * 8 + (lane & 7);
@@ -1189,7 +1332,7 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     }
     copies_wait<0>();
 
-    if (split == S - 1 && chunk_i == 0) write_own_row<__nv_bfloat16>(p, rg.st, pos, t, hk);
+    if (split == S - 1 && chunk_i == 0) write_own_row<KV>(p, rg.st, pos, t, hk);
 
     /* 3. the 4 warps' partials to shared memory (the tiles are consumed), as
      * finish_split reads them: [4, 8] maxima, [4, 8] sums, [4, 8, D] accumulators */
@@ -1210,27 +1353,37 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     finish_split<8>(p, sm, kMmaWarps, g_n, h0, t, S, split);
 }
 
-template <int D, bool BATCH>
+template <typename KV, int D, bool BATCH>
 cudaError_t launch_mma_d(const attend_params &p, dim3 grid, cudaStream_t st, int dev) {
-    constexpr int smem = mma_smem(D);
+    constexpr int smem = kv_quant<KV>::value ? mma_quant_smem<D>::total : mma_smem(D);
     if (smem > 48 * 1024) { /* past the default limit of dynamic shared memory: once per device (devices 0..63) */
         static std::atomic<unsigned long long> done{0};
         const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
         if (!bit || !(done.load(std::memory_order_relaxed) & bit)) {
-            const cudaError_t e =
-                cudaFuncSetAttribute(mma_attend_kernel<D, BATCH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            const cudaError_t e = cudaFuncSetAttribute(mma_attend_kernel<KV, D, BATCH>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
             if (e != cudaSuccess) return e;
             done.fetch_or(bit);
         }
     }
-    mma_attend_kernel<D, BATCH><<<grid, kThreads, smem, st>>>(p);
+    mma_attend_kernel<KV, D, BATCH><<<grid, kThreads, smem, st>>>(p);
     return cudaGetLastError();
 }
 
-/* dev: the current device (the attribute above is set per device) */
+template <typename KV, bool BATCH>
+cudaError_t launch_mma_kv(const attend_params &p, dim3 grid, cudaStream_t st, int dev) {
+    return p.D == 64 ? launch_mma_d<KV, 64, BATCH>(p, grid, st, dev) : launch_mma_d<KV, 128, BATCH>(p, grid, st, dev);
+}
+
+/* dt: the storage (og_attend_cuda_decode_mma holds); dev: the current device
+ * (the attribute above is set per device) */
 template <bool BATCH>
-cudaError_t launch_mma(const attend_params &p, dim3 grid, cudaStream_t st, int dev) {
-    return p.D == 64 ? launch_mma_d<64, BATCH>(p, grid, st, dev) : launch_mma_d<128, BATCH>(p, grid, st, dev);
+cudaError_t launch_mma(const attend_params &p, og_dtype dt, dim3 grid, cudaStream_t st, int dev) {
+    switch (dt) {
+    case OG_DTYPE_INT8: return launch_mma_kv<kv_i8, BATCH>(p, grid, st, dev);
+    case OG_DTYPE_FP8: return launch_mma_kv<kv_e4m3, BATCH>(p, grid, st, dev);
+    default: return launch_mma_kv<__nv_bfloat16, BATCH>(p, grid, st, dev);
+    }
 }
 
 cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
@@ -1284,8 +1437,13 @@ extern "C" og_attend_cuda_decode og_attend_cuda_set_decode(og_attend_cuda_decode
     return prev;
 }
 
+/* int8 / fp8 storage on the tensor cores too (false: bf16 alone; the
+ * quantized variant has not run on a GPU yet). */
+static constexpr bool kMmaQuant = false;
+
 extern "C" bool og_attend_cuda_decode_mma(og_dtype kv_dtype, int32_t head_dim) {
-    return kv_dtype == OG_DTYPE_BF16 && (head_dim == 64 || head_dim == 128);
+    const bool dt = kv_dtype == OG_DTYPE_BF16 || (kMmaQuant && og_kv_dtype_quantized(kv_dtype));
+    return dt && (head_dim == 64 || head_dim == 128);
 }
 
 /* True when a split-K step over storage of dt with heads of D runs on the tensor cores. */
@@ -1416,7 +1574,8 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     if (decode_on_mma(kv->dtype, D)) {
-        if ((e = launch_mma<false>(p, grid, st, dev)) != cudaSuccess) return launch_failed("attend (tensor cores)", e);
+        e = launch_mma<false>(p, kv->dtype, grid, st, dev);
+        if (e != cudaSuccess) return launch_failed("attend (tensor cores)", e);
         return OG_OK;
     }
     switch (kv->dtype) {
@@ -1526,7 +1685,7 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     const dim3 grid((unsigned)a->B, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (decode_on_mma(a->kv_dtype, D)) {
-        e = launch_mma<true>(p, grid, st, dev);
+        e = launch_mma<true>(p, a->kv_dtype, grid, st, dev);
     } else {
         switch (a->kv_dtype) {
         case OG_DTYPE_INT8: e = launch_attend<kv_i8, true>(p, gm, grid, st); break;
