@@ -47,7 +47,11 @@
  *   keys (ldmatrix from a swizzled tile), and P V runs per 8 keys with
  *   m16n8k8, P's rows g and g + 8 again hi and lo. q and p both keep ~2^-17
  *   of their precision. The step's own keys are written into the tiles
- *   (rounded to bf16 as stored), so every key takes the same path.
+ *   (rounded to bf16 as stored), so every key takes the same path. int8 /
+ *   fp8 storage (kMmaQuant): stages of quants and scales (half the bytes of
+ *   a bf16 stage), widened to bf16 tiles after each tile's barrier (the
+ *   quants are bf16 values), scales folded into score and weight as the
+ *   CUDA-core kernel folds them.
  * Storage rows are RS elements apart (the view's row_stride; Hkv x D when
  * dense): a packed block interleaves other layers' rows, which no kernel
  * touches. RS is a runtime value in every path, as Hkv x D was before.

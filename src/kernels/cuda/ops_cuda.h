@@ -249,12 +249,13 @@ int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_k
 
 og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
 
-/* The split-K kernel of steps over bf16 storage with heads of 64 or 128
- * (og_attend_cuda_decode_mma), single-session and batched: on the CUDA
- * cores (SIMT: per-lane dot products reduced by shuffles) or on the tensor
- * cores (MMA: mma.sync with q and the softmax weights carried as bf16 hi +
- * lo, each kept to ~2^-17; same grid, splits, scratch and storage write).
- * Other storage and head dims always run on the CUDA cores. The choice is
+/* The split-K kernel of steps over storage and heads that
+ * og_attend_cuda_decode_mma accepts (bf16 with heads of 64 or 128; int8 and
+ * fp8 too where attend.cu's kMmaQuant is set), single-session and batched:
+ * on the CUDA cores (SIMT: per-lane dot products reduced by shuffles) or on
+ * the tensor cores (MMA: mma.sync with q and the softmax weights carried as
+ * bf16 hi + lo, each kept to ~2^-17; same grid, splits, scratch and storage
+ * write). Other storage and head dims always run on the CUDA cores. The choice is
  * the process's: read from the environment variable OG_CUDA_ATTEND ("mma";
  * anything else or unset: simt) at the first call, or set by
  * og_attend_cuda_set_decode (tests, benchmarks; it returns the previous
