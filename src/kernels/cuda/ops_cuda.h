@@ -251,8 +251,9 @@ og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
 
 /* The split-K kernel of steps over storage and heads that
  * og_attend_cuda_decode_mma accepts (bf16 with heads of 64 or 128; int8 and
- * fp8 too where attend.cu's kMmaQuant is set), single-session and batched:
- * on the CUDA cores (SIMT: per-lane dot products reduced by shuffles) or on
+ * fp8 too where attend.cu's kMmaQuant is set or the environment has
+ * OG_CUDA_ATTEND_QUANT=1, until that variant has run on a GPU),
+ * single-session and batched: on the CUDA cores (SIMT: per-lane dot products reduced by shuffles) or on
  * the tensor cores (MMA: mma.sync with q and the softmax weights carried as
  * bf16 hi + lo, each kept to ~2^-17; same grid, splits, scratch and storage
  * write). Other storage and head dims always run on the CUDA cores. The choice is
