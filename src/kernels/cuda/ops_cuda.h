@@ -257,8 +257,8 @@ og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
  * the tensor cores (MMA: mma.sync with q and the softmax weights carried as
  * bf16 hi + lo, each kept to ~2^-17; same grid, splits, scratch and storage
  * write). Other storage and head dims always run on the CUDA cores. The choice is
- * the process's: read from the environment variable OG_CUDA_ATTEND ("mma";
- * anything else or unset: simt) at the first call, or set by
+ * the process's: read from the environment variable OG_CUDA_ATTEND ("simt";
+ * anything else or unset: mma) at the first call, or set by
  * og_attend_cuda_set_decode (tests, benchmarks; it returns the previous
  * choice). A graph captured earlier keeps the kernel it captured. */
 typedef enum og_attend_cuda_decode { OG_ATTEND_CUDA_SIMT = 0, OG_ATTEND_CUDA_MMA = 1 } og_attend_cuda_decode;
