@@ -17,7 +17,8 @@
 #   package ($LLAMA_DIR/gguf-py, default build-llama-cuda/gguf-py, or installed).
 #   Without them its rows are skipped with a line saying so (README, "Speed").
 #   4. aggregate decode of K sessions in one batched step at context 512, against
-#      transformers batched generate (bench/gpu/batch.sh; its table comes last).
+#      transformers batched generate (bench/gpu/batch.sh; its table comes last;
+#      BATCH=0 leaves it out).
 set -u
 B=$(cd "${1:?usage: bench/gpu/run.sh <build-dir>}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -106,5 +107,6 @@ if peer:
         print(f"{r['context']:>7} {ratio('decode_tokens_per_s'):>8} {ratio('prefill_tokens_per_s'):>8}")
     print(f"llama.cpp build {next(iter(peer.values())).get('build_commit')}")
 PY
-WORK=$WORK bash "$SRC/bench/gpu/batch.sh" "$B"
+# BATCH=0 leaves out the batched-decode table (minutes of transformers runs)
+if [ "${BATCH:-1}" != 0 ]; then WORK=$WORK bash "$SRC/bench/gpu/batch.sh" "$B"; fi
 rm -rf "$WORK"
