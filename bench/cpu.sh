@@ -52,3 +52,42 @@ else
   echo "demo model rows skipped: no $demo (the build exports it)"
 fi
 printf '%-34s %12s GB/s\n' "copy rate (read + written)" "$copy"
+# llama.cpp side by side, in the same run: its llama-bench on a GGUF of the same
+# checkpoint (bench/make_gguf.py), decode over the same positions as offgraph's
+# (depth 128 and 4064, 32 tokens) and a 128-token prefill; skipped with a line
+# when no llama-bench is found ($LLAMA_BENCH, else build-llama/bin/llama-bench;
+# the gguf Python package from $LLAMA_DIR/gguf-py or installed; README, "Speed")
+llama_dir=${LLAMA_DIR:-$root/build-llama}
+llama_bench=${LLAMA_BENCH:-$llama_dir/bin/llama-bench}
+if [[ -x $llama_bench ]]; then
+  echo "llama.cpp: timing $llama_bench beside (its log: $work/llama-bench.log)" >&2
+  gguf=$work/qwen3-0.6b.gguf
+  if [[ ! -f $gguf ]]; then
+    [[ -f $work/hf/model.safetensors ]] || "${PYTHON:-/usr/bin/python3}" "$root/tests/fixtures/make_synthetic_checkpoints.py" --qwen3-0.6b "$work/hf"
+    PYTHONPATH=$llama_dir/gguf-py${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-/usr/bin/python3}" "$root/bench/make_gguf.py" "$work/hf" "$gguf.part" >&2 && mv "$gguf.part" "$gguf"
+  fi
+  lthreads=${LLAMA_THREADS:-$(nproc)}
+  lrows=$("$llama_bench" -m "$gguf" -t "$lthreads" -o jsonl -p 0 -n 32 -d 128,4064 2>>"$work/llama-bench.log"; "$llama_bench" -m "$gguf" -t "$lthreads" -o jsonl -p 128 -n 0 2>>"$work/llama-bench.log") || true
+  lts() { echo "$lrows" | grep "\"n_prompt\": *$1," | grep "\"n_gen\": *$2," | grep "\"n_depth\": *$3," | grep -o '"avg_ts": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$'; }
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
+  lrow() { printf '%-34s %12.1f %12.1f %9s\n' "$1" "$2" "${3:-0}" "$(ratio "$2" "${3:-0}")"; }
+  printf '\n%-34s %12s %12s %9s\n' "llama.cpp, $lthreads threads" "offgraph" "llama.cpp" "ratio"
+  lrow "decode tok/s at context 128" "$(field "$r128" decode_tokens_per_s)" "$(lts 0 32 128)"
+  lrow "decode tok/s at context 4096" "$(field "$r4096" decode_tokens_per_s)" "$(lts 0 32 4064)"
+  lrow "prefill tok/s, 128-token prompt" "$(field "$r128" prefill_tokens_per_s)" "$(lts 128 0 0)"
+  # the demo model beside (its GGUF has no sliding window: llama.cpp's qwen3 attends
+  # to the whole context in the 3 ring layers, a few KB more KV read per token)
+  if [[ -f $demo ]]; then
+    dgguf=$work/kjv-tiny.gguf
+    [[ -f $dgguf ]] || { PYTHONPATH=$llama_dir/gguf-py${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-/usr/bin/python3}" "$root/bench/make_gguf.py" "$root/models/kjv-tiny" "$dgguf.part" >&2 2>>"$work/llama-bench.log" && mv "$dgguf.part" "$dgguf"; }
+    drows=$("$llama_bench" -m "$dgguf" -t 1,2 -o jsonl -p 0 -n 512 -d 16 2>>"$work/llama-bench.log") || true
+    for t in 1 2; do
+      od=$("$build/offgraph" bench -m "$demo" --backend cpu --threads "$t" --prompt 16 --gen 512 --json)
+      ld=$(echo "$drows" | grep "\"n_threads\": *$t," | grep -o '"avg_ts": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$') || true
+      lrow "demo model decode tok/s, $t thread$([[ $t == 1 ]] || echo s)" "$(field "$od" decode_tokens_per_s)" "$ld"
+    done
+  fi
+  echo "llama.cpp: $llama_bench, $(echo "$lrows" | grep -m1 -o '"build_commit": *"[^"]*"' || echo "no result: see $work/llama-bench.log")"
+else
+  echo "llama.cpp rows skipped: no llama-bench at $llama_bench (build llama.cpp's llama-bench and set LLAMA_BENCH to it, or put it there; README, \"Speed\")"
+fi
