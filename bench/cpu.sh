@@ -19,7 +19,7 @@ fi
 copy=$("$build/bench/bench_copy" | tee /dev/stderr | grep -o '[0-9.]* GB/s' | grep -o '^[0-9.]*')
 weights=1192099840   # bytes of the bf16 weights (offgraph inspect)
 kv_per_token=114688  # 28 layers x (k + v) x 8 heads x 128 x 2 bytes
-run() { "$build/offgraph" bench -m "$work/qwen3-0.6b.ogp" --json "$@"; }
+run() { "$build/offgraph" bench -m "$work/qwen3-0.6b.ogp" --backend cpu --json "$@"; }
 r128=$(run --prompt 128 --gen 32)
 # decode from 4064 to 4096 (after the prompt of 4063 and bench's one untimed
 # decode step): inside the capacity the prompt grew the flat layers to (4096
