@@ -31,9 +31,8 @@
  *   2. tiled attend on the tensor cores (mma.sync m16n8k16 bf16, f32
  *      accumulation), flash-attention style: grid (query tiles, Hkv). The
  *      T x G query rows of one kv head (row r = token r / G, head r % G of
- *      the group) are cut into tiles of 16 per warp, 4 warps a block (64
- *      rows: the G heads of a group share every K/V tile load) when that
- *      gives every SM two blocks, else 2 or 1 (launch_tiled). Per 64-key tile: S = Q K^T with q
+ *      the group) are cut into tiles of 64, 16 per warp, so the G heads of a
+ *      group share every K/V tile load. Per 64-key tile: S = Q K^T with q
  *      split into bf16 hi + lo (q keeps ~2^-17 of its precision; k is exact
  *      bf16), causal / window mask, online softmax in f32 on the registers
  *      of the accumulators, then P (rounded to bf16) x V into f32 O.
@@ -744,7 +743,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
 
 /* ---- the tiled tensor-core kernel (prefill over bf16 storage) ---- */
 
-/* query rows of a block: 16 per warp, W warps (launch_tiled picks W) */
+constexpr int kTileRows = 64; /* query rows of a block: 16 per warp */
 constexpr int kTileKeys = 64; /* keys of a K/V tile                */
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
@@ -763,9 +762,8 @@ __device__ inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, ui
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int D, int W>
-__global__ void __launch_bounds__(32 * W) tiled_attend_kernel(attend_params p) {
-    constexpr int kTileRows = 16 * W, kTileThreads = 32 * W;
+template <int D>
+__global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p) {
     constexpr int KC = D / 16;        /* k chunks of q . k         */
     constexpr int ND = D / 8;         /* n tiles of the output     */
     constexpr int NS = kTileKeys / 8; /* n tiles of a score tile   */
@@ -820,7 +818,7 @@ __global__ void __launch_bounds__(32 * W) tiled_attend_kernel(attend_params p) {
     const uint16_t *vc = static_cast<const uint16_t *>(p.vc) + (int64_t)hk * D;
 
     for (int64_t j0 = j_lo; j0 <= j_hi; j0 += kTileKeys) {
-        for (int c = threadIdx.x; c < kTileKeys * D / 8; c += kTileThreads) {
+        for (int c = threadIdx.x; c < kTileKeys * D / 8; c += kThreads) {
             const int kr = c / (D / 8), cc = c % (D / 8);
             const int64_t j = j0 + kr;
             uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0); /* zeros past j_hi: 0 x p stays 0 */
@@ -1393,29 +1391,14 @@ cudaError_t launch_mma(const attend_params &p, og_dtype dt, dim3 grid, cudaStrea
     }
 }
 
-template <int W>
-void launch_tiled_w(const attend_params &p, cudaStream_t st) {
-    const dim3 grid((unsigned)(((int64_t)p.T * p.G + 16 * W - 1) / (16 * W)), (unsigned)p.Hkv);
+cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
+    const dim3 grid((unsigned)(((int64_t)p.T * p.G + kTileRows - 1) / kTileRows), (unsigned)p.Hkv);
     switch (p.D) {
-    case 16: tiled_attend_kernel<16, W><<<grid, 32 * W, 0, st>>>(p); break;
-    case 32: tiled_attend_kernel<32, W><<<grid, 32 * W, 0, st>>>(p); break;
-    case 64: tiled_attend_kernel<64, W><<<grid, 32 * W, 0, st>>>(p); break;
-    default: tiled_attend_kernel<128, W><<<grid, 32 * W, 0, st>>>(p); break;
+    case 16: tiled_attend_kernel<16><<<grid, kThreads, 0, st>>>(p); break;
+    case 32: tiled_attend_kernel<32><<<grid, kThreads, 0, st>>>(p); break;
+    case 64: tiled_attend_kernel<64><<<grid, kThreads, 0, st>>>(p); break;
+    default: tiled_attend_kernel<128><<<grid, kThreads, 0, st>>>(p); break;
     }
-}
-
-/* Blocks of 4 warps (64 query rows share each K/V tile load) while that
- * still gives every SM two blocks; fewer warps a block otherwise. A
- * 512-token step of 16 query heads over 8 kv heads has 1,024 rows per kv
- * head: 128 blocks of 4 warps for 132 SMs, one each, which waited on every
- * tile's loads with nothing to overlap them (213 us a call at 4k keys);
- * blocks of 1 warp make it 512, several per SM. */
-cudaError_t launch_tiled(const attend_params &p, cudaStream_t st, int sm_count) {
-    const int64_t rows = (int64_t)p.T * p.G;
-    const auto blocks = [&](int w) { return (rows + 16 * w - 1) / (16 * w) * p.Hkv; };
-    if (blocks(4) >= 2 * (int64_t)sm_count) launch_tiled_w<4>(p, st);
-    else if (blocks(2) >= 2 * (int64_t)sm_count) launch_tiled_w<2>(p, st);
-    else launch_tiled_w<1>(p, st);
     return cudaGetLastError();
 }
 
@@ -1606,7 +1589,7 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
         const int wblocks = (int)((writes + 255) / 256 < 4096 ? (writes + 255) / 256 : 4096);
         kv_write_kernel<__nv_bfloat16><<<wblocks, 256, 0, st>>>(p);
         if ((e = cudaGetLastError()) != cudaSuccess) return launch_failed("kv_write", e);
-        if ((e = launch_tiled(p, st, sm_count)) != cudaSuccess) return launch_failed("tiled attend", e);
+        if ((e = launch_tiled(p, st)) != cudaSuccess) return launch_failed("tiled attend", e);
         return OG_OK;
     }
 
