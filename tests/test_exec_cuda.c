@@ -565,13 +565,13 @@ static void check_fixture(const char *src, const char *name) {
      * (one step of the same program): the products round the same values,
      * except where summation order puts an f32 value on the other side of a
      * bf16 rounding boundary (one input moves by one bf16 step); attention
-     * differs by design: the CPU's tile kernel rounds q to bf16 (2^-9
-     * relative in every score), the CUDA one keeps q to 2^-17 (hi + lo), both
-     * round the weights P. One q rounding per layer moves the logits by at
-     * most 2^-9 x 4.5 ~ 0.009, four layers 0.035; with the flips, 0.05
+     * differs by design: the CPU's tile kernel rounds q to bf16 (2^-8
+     * relative in every score), the CUDA one keeps q to ~2^-16 (hi + lo),
+     * both round the weights P. One q rounding per layer moves the logits by
+     * at most 2^-8 x 4.5 ~ 0.018, four layers 0.07; with the flips, 0.1
      * (measured 0.006-0.017, printed below). Against the f32 token-by-token
-     * run: the bf16-activation bound of tests/cli_parity.sh (0.17 with f32
-     * KV for these fixtures: 17 roundings in series x 2^-9 x logits < 4.5). */
+     * run: the bf16-activation bound of tests/cli_parity.sh (0.32 with f32
+     * KV for these fixtures: 17 roundings in series x 2^-8 x logits < 4.5). */
     og_model_free(gpu);
     gpu = NULL;
     o.max_write = N_TOK;
@@ -597,9 +597,9 @@ static void check_fixture(const char *src, const char *name) {
     if (gpu && cpu_wide) {
         float *got = run(gpu, ids, N_TOK, 0, NULL), *cpu_pre = run(cpu_wide, ids, N_TOK, 0, NULL);
         size_t at_pre = 0, at_one = 0;
-        const double r_pre = og_tol_ratio(got, cpu_pre, all, bf16_program ? 0.05 : 1e-3, bf16_program ? 0 : 1e-3,
+        const double r_pre = og_tol_ratio(got, cpu_pre, all, bf16_program ? 0.1 : 1e-3, bf16_program ? 0 : 1e-3,
                                           &at_pre),
-                     r_one = og_tol_ratio(got, want, all, bf16_program ? 0.17 : 1e-3, 0, &at_one);
+                     r_one = og_tol_ratio(got, want, all, bf16_program ? 0.32 : 1e-3, 0, &at_one);
         CHECK_MSG(r_pre <= 1.0, "%s one %d-token step: CUDA vs the CPU's prefill ratio %.3g at %zu (%g vs %g)", name,
                   N_TOK, r_pre, at_pre, (double)got[at_pre], (double)cpu_pre[at_pre]);
         CHECK_MSG(r_one <= 1.0, "%s one %d-token step: CUDA vs CPU token by token ratio %.3g at %zu (%g vs %g)", name,
