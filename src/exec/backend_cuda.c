@@ -22,7 +22,7 @@
  * (f32 accumulation: the rounding the CPU's prefill of such a program
  * makes, see og_matmul_bf16_cpu), otherwise (batched steps, f32 programs)
  * by two bf16 products of the activations split into bf16 hi + lo parts,
- * which keeps them to about 2^-17 relative, close to the CPU's f32
+ * which keeps them to about 2^-16 relative, close to the CPU's f32
  * products, so a batch's decode rows keep the precision of decode alone;
  * q8/q4 weights by the gemv on chunks of rows, or dequantized to
  * f32 panels and SGEMM for wide steps: quant_products); update_and_attend runs per session over its own storage. The

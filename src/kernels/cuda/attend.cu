@@ -33,11 +33,11 @@
  *      T x G query rows of one kv head (row r = token r / G, head r % G of
  *      the group) are cut into tiles of 64, 16 per warp, so the G heads of a
  *      group share every K/V tile load. Per 64-key tile: S = Q K^T with q
- *      split into bf16 hi + lo (q keeps ~2^-17 of its precision; k is exact
+ *      split into bf16 hi + lo (q keeps ~2^-16 of its precision; k is exact
  *      bf16), causal / window mask, online softmax in f32 on the registers
  *      of the accumulators, then P (rounded to bf16) x V into f32 O.
  *      The row sums use the unrounded p, so each output is off by at most
- *      2^-9 max|v| from the exact mix of its values.
+ *      2^-8 max|v| from the exact mix of its values (bf16 rounds by up to 2^-8).
  *   split-K on the tensor cores (mma_attend_kernel; bf16 storage, D 64 or
  *   128; the default, OG_CUDA_ATTEND=simt or og_attend_cuda_set_decode
  *   select the CUDA-core kernel instead): the
@@ -46,7 +46,7 @@
  *   head g's q as bf16 hi, row g + 8 its bf16 lo, so one m16n8k16 gives both
  *   halves of every score; the 4 warps each take a quarter of every tile's
  *   keys (ldmatrix from a swizzled tile), and P V runs per 8 keys with
- *   m16n8k8, P's rows g and g + 8 again hi and lo. q and p both keep ~2^-17
+ *   m16n8k8, P's rows g and g + 8 again hi and lo. q and p both keep ~2^-16
  *   of their precision. The step's own keys are written into the tiles
  *   (rounded to bf16 as stored), so every key takes the same path. int8 /
  *   fp8 storage (kMmaQuant): stages of quants and scales (half the bytes of

@@ -168,7 +168,7 @@ og_status og_dequantize_cuda(void *stream, const void *weight /* [N, K] */, og_d
                              int64_t K, int64_t row0, int64_t rows, float *out /* [rows, K] */);
 
 /* Splits f32 x into hi = bf16(x) and lo = bf16(x - hi), so that two bf16
- * products W.hi + W.lo carry x to about 2^-17 relative (tensor-core prefill). */
+ * products W.hi + W.lo carry x to about 2^-16 relative (tensor-core prefill). */
 og_status og_split_bf16_cuda(void *stream, const float *x /* [count] */, int64_t count,
                              uint16_t *hi /* [count] */, uint16_t *lo /* [count] */);
 /* out[t, j] = bias[j] for every row (bf16 or f32 bias). */
@@ -255,7 +255,7 @@ og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
  * OG_CUDA_ATTEND_QUANT=1, until that variant has run on a GPU),
  * single-session and batched: on the CUDA cores (SIMT: per-lane dot products reduced by shuffles) or on
  * the tensor cores (MMA: mma.sync with q and the softmax weights carried as
- * bf16 hi + lo, each kept to ~2^-17; same grid, splits, scratch and storage
+ * bf16 hi + lo, each kept to ~2^-16; same grid, splits, scratch and storage
  * write). Other storage and head dims always run on the CUDA cores. The choice is
  * the process's: read from the environment variable OG_CUDA_ATTEND ("simt";
  * anything else or unset: mma) at the first call, or set by
