@@ -158,7 +158,7 @@ static void check_exact(og_threadpool *pool, og_dtype dt, int64_t T, int64_t K, 
  * independently of the kernel's vector conversion). Products of two bf16
  * values are exact in f32, so the same gamma_{K+1} bound on the f32
  * summation holds as for og_matmul_cpu; a term computed from unrounded x
- * would be off by up to 2^-9 relative, far outside it. Every ISA level runs
+ * would be off by up to 2^-8 relative, far outside it. Every ISA level runs
  * (the vdpbf16ps kernel only at the top one, when the CPU has AVX512_BF16). */
 static void check_bf16_activations(og_threadpool *pool, og_rng *r, og_dtype dt, int64_t T,
                                    int64_t K, int64_t N, bool with_bias) {
