@@ -121,24 +121,6 @@ static og_kv_layer_view make_storage(const og_test_seq *s, int32_t W, int64_t ro
     return kv;
 }
 
-static size_t storage_bytes(const og_kv_layer_view *kv) {
-    return (size_t)(kv->rows * og_kv_layer_view_row_stride(kv)) * sizeof(og_bf16);
-}
-
-static og_kv_layer_view clone_storage(const og_kv_layer_view *src) {
-    og_kv_layer_view kv = *src;
-    kv.k = malloc(storage_bytes(src));
-    kv.v = malloc(storage_bytes(src));
-    memcpy(kv.k, src->k, storage_bytes(src));
-    memcpy(kv.v, src->v, storage_bytes(src));
-    return kv;
-}
-
-static void free_storage(og_kv_layer_view *kv) {
-    free(kv->k);
-    free(kv->v);
-}
-
 /* Makes every spike-th key (positions spike-1, 2 spike-1, ...) score about
  * 12 against every query: component 0 of each query is 1 and of a spike key
  * 12 / scale (rounded to bf16), so that each row's output is mostly the
@@ -231,7 +213,7 @@ static void run_case(const amx_case *c, og_threadpool *pool, uint64_t seed) {
     double *want = malloc(n_out * sizeof(double));
 
     /* the reference's storage after the step */
-    og_kv_layer_view ref_kv = clone_storage(&orig);
+    og_kv_layer_view ref_kv = og_test_kv_clone(&orig);
     float *ref_out = malloc(n_out * sizeof(float));
     og_attend_args a = {.q = s.q + pos * c->Hq * c->D, .k = s.k + pos * c->Hkv * c->D,
                         .v = s.v + pos * c->Hkv * c->D, .out = ref_out, .T = c->T, .n_heads = c->Hq,
@@ -241,16 +223,16 @@ static void run_case(const amx_case *c, og_threadpool *pool, uint64_t seed) {
 
     /* the tile path, with the pool and on the calling thread alone */
     for (int with_pool = 1; with_pool >= 0; with_pool--) {
-        og_kv_layer_view kv = clone_storage(&orig);
+        og_kv_layer_view kv = og_test_kv_clone(&orig);
         a.kv = kv;
         a.out = with_pool ? got : got1;
         og_poison(a.out, n_out);
         og_attend_stats stats = {0};
         CHECK_OK(og_update_and_attend_cpu(&a, with_pool ? pool : NULL, &stats));
         CHECK_MSG(stats.amx == 1, "%s%s: the tile path did not run", name, with_pool ? "" : " [no pool]");
-        CHECK_MSG(memcmp(kv.k, ref_kv.k, storage_bytes(&kv)) == 0 && memcmp(kv.v, ref_kv.v, storage_bytes(&kv)) == 0,
+        CHECK_MSG(memcmp(kv.k, ref_kv.k, og_test_kv_bytes(&kv)) == 0 && memcmp(kv.v, ref_kv.v, og_test_kv_bytes(&kv)) == 0,
                   "%s: storage after the step differs from the reference's", name);
-        free_storage(&kv);
+        og_test_kv_free(&kv);
     }
     /* every item is computed the same way whichever thread takes it */
     CHECK_MSG(memcmp(got, got1, n_out * sizeof(float)) == 0, "%s: outputs depend on the thread pool", name);
@@ -269,8 +251,8 @@ static void run_case(const amx_case *c, og_threadpool *pool, uint64_t seed) {
     free(got1);
     free(qr);
     free(want);
-    free_storage(&ref_kv);
-    free_storage(&orig);
+    og_test_kv_free(&ref_kv);
+    og_test_kv_free(&orig);
     og_test_seq_free(&s);
 }
 

@@ -104,24 +104,6 @@ static og_kv_layer_view make_storage(const og_test_seq *s, og_kv_policy policy, 
     return kv;
 }
 
-static size_t storage_bytes(const og_kv_layer_view *kv) {
-    return (size_t)(kv->rows * og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, kv->head_dim));
-}
-
-static og_kv_layer_view clone_storage(const og_kv_layer_view *src) {
-    og_kv_layer_view kv = *src;
-    kv.k = malloc(storage_bytes(src));
-    kv.v = malloc(storage_bytes(src));
-    memcpy(kv.k, src->k, storage_bytes(src));
-    memcpy(kv.v, src->v, storage_bytes(src));
-    return kv;
-}
-
-static void free_storage(og_kv_layer_view *kv) {
-    free(kv->k);
-    free(kv->v);
-}
-
 static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
     char name[160];
     snprintf(name, sizeof name, "T=%d L=%lld D=%d Hq=%d Hkv=%d %s W=%d %s", c->T,
@@ -141,7 +123,7 @@ static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
     const size_t n_out = (size_t)c->T * c->Hq * c->D;
     float *want = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
 
-    og_kv_layer_view ref_kv = clone_storage(&orig);
+    og_kv_layer_view ref_kv = og_test_kv_clone(&orig);
     og_attend_args a = {.q = s.q + pos * c->Hq * c->D, .k = s.k + pos * c->Hkv * c->D,
                         .v = s.v + pos * c->Hkv * c->D, .out = want, .T = c->T,
                         .n_heads = c->Hq, .kv = ref_kv};
@@ -151,7 +133,7 @@ static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
     for (int isa = 0; isa < OG_CPU_ISA_COUNT; isa++) {
         if (!og_cpu_isa_supported((og_cpu_isa)isa)) continue;
         for (int with_pool = 0; with_pool < 2; with_pool++) {
-            og_kv_layer_view kv = clone_storage(&orig);
+            og_kv_layer_view kv = og_test_kv_clone(&orig);
             a.kv = kv;
             a.out = got;
             og_poison(got, n_out);
@@ -165,11 +147,11 @@ static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
                       (double)got[worst], (double)want[worst], ratio);
             CHECK_MSG(stats.splits == c->want_splits, "%s [%s]: %d splits, want %d", name,
                       og_cpu_isa_name((og_cpu_isa)isa), stats.splits, c->want_splits);
-            CHECK_MSG(memcmp(kv.k, ref_kv.k, storage_bytes(&kv)) == 0 &&
-                          memcmp(kv.v, ref_kv.v, storage_bytes(&kv)) == 0,
+            CHECK_MSG(memcmp(kv.k, ref_kv.k, og_test_kv_bytes(&kv)) == 0 &&
+                          memcmp(kv.v, ref_kv.v, og_test_kv_bytes(&kv)) == 0,
                       "%s [%s]: storage after the step differs from the reference's", name,
                       og_cpu_isa_name((og_cpu_isa)isa));
-            free_storage(&kv);
+            og_test_kv_free(&kv);
         }
     }
     /* the fast kernel also against the oracle, for the best instruction set */
@@ -178,8 +160,8 @@ static void run_case(const cpu_case *c, og_threadpool *pool, uint64_t seed) {
               "%s: fast kernel vs oracle", name);
     free(want);
     free(got);
-    free_storage(&ref_kv);
-    free_storage(&orig);
+    og_test_kv_free(&ref_kv);
+    og_test_kv_free(&orig);
     og_test_seq_free(&s);
 }
 
@@ -211,7 +193,7 @@ static void split_decode_after_prefill(og_threadpool *pool) {
                   "T=%d at L=%lld vs oracle", T, (long long)pos);
     }
     free(out);
-    free_storage(&kv);
+    og_test_kv_free(&kv);
     og_test_seq_free(&s);
 }
 

@@ -89,3 +89,25 @@ void og_test_fill_every_quant(og_dtype dt, unsigned char *k, unsigned char *v, i
             memcpy(v + j * RB + (int64_t)Hkv * D + 4 * h, &vs, 4);
         }
 }
+
+size_t og_test_kv_bytes(const og_kv_layer_view *kv) {
+    return (size_t)(kv->rows * og_kv_layer_view_row_stride(kv)) * og_dtype_size(kv->dtype);
+}
+
+og_kv_layer_view og_test_kv_clone(const og_kv_layer_view *src) {
+    og_kv_layer_view kv = *src;
+    const size_t n = og_test_kv_bytes(src);
+    kv.k = malloc(n);
+    kv.v = malloc(n);
+    if (kv.k && kv.v) {
+        memcpy(kv.k, src->k, n);
+        memcpy(kv.v, src->v, n);
+    }
+    return kv;
+}
+
+void og_test_kv_free(og_kv_layer_view *kv) {
+    free(kv->k);
+    free(kv->v);
+    kv->k = kv->v = NULL;
+}

@@ -42,4 +42,12 @@ double og_test_seq_check(const og_test_seq *s, int64_t pos, int32_t T, int32_t W
 void og_test_fill_every_quant(og_dtype dt, unsigned char *k, unsigned char *v, int64_t L, int32_t Hkv,
                               int32_t D, int64_t RB);
 
+/* Bytes of one of a layer view's k or v storage (rows x row stride: padded
+ * and quantized rows included). */
+size_t og_test_kv_bytes(const og_kv_layer_view *kv);
+/* A copy of the view with storage of its own (the same bytes); free with
+ * og_test_kv_free. */
+og_kv_layer_view og_test_kv_clone(const og_kv_layer_view *src);
+void og_test_kv_free(og_kv_layer_view *kv);
+
 #endif
