@@ -92,4 +92,8 @@ og_status og_update_and_attend_cpu(const og_attend_args *a, og_threadpool *pool,
 og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *pool,
                                        og_cpu_isa isa, og_attend_stats *stats);
 
+/* First key position p sees under a ring window W (0: a flat layer sees
+ * every earlier key): its visible keys are first .. p. */
+static inline int64_t og_attend_first_key(int64_t W, int64_t p) { return W > 0 && p - W + 1 > 0 ? p - W + 1 : 0; }
+
 #endif /* OG_KERNELS_ATTEND_H */

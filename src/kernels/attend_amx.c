@@ -28,7 +28,7 @@
  *     key groups), D / 32 tile products each;
  *   per row: the scores times scale log2(e) (base 2 from here on), the
  *     keys the row does not see masked off (the contract of attend.h, as
- *     row_keys / first_visible in attend_cpu.c apply it: position p sees
+ *     row_keys in attend_cpu.c and og_attend_first_key apply it: position p sees
  *     max(0, p - W + 1) .. p), block max, running max m, c = 2^(m_old -
  *     m_new), p = 2^(s - m) rounded to bf16 into pp [32, KBLK] (A of P V),
  *     l = l c + the sum of the rounded p, the row of O times c where c != 1;
@@ -65,8 +65,6 @@ static void read_env(void) {
     g_env_off = e && !strcmp(e, "0");
 }
 
-/* First key position p sees (attend.h; first_visible in attend_cpu.c). */
-static int64_t first_visible(int64_t W, int64_t p) { return W > 0 && p - W + 1 > 0 ? p - W + 1 : 0; }
 
 typedef struct amx_att {
     const og_attend_args *a;
@@ -83,7 +81,7 @@ typedef struct amx_att {
 static int64_t packed_keys(const og_attend_args *a) {
     const og_kv_layer_view *kv = &a->kv;
     const int64_t W = kv->policy == OG_KV_RING ? kv->window : 0;
-    const int64_t n = kv->length + a->T - first_visible(W, kv->length);
+    const int64_t n = kv->length + a->T - og_attend_first_key(W, kv->length);
     return (n + KBLK - 1) / KBLK * KBLK;
 }
 
@@ -251,7 +249,7 @@ static void attend_task(void *ctx, int64_t item, int thread) {
         for (int64_t d = 0; d < D; d += 32)
             _mm512_storeu_si512((void *)(qr + d), bf16x32(_mm512_loadu_ps(q + d), _mm512_loadu_ps(q + d + 16)));
     }
-    const int64_t key_lo = first_visible(j->W, pos[0]), key_hi = pos[nr - 1] + 1; /* keys of the item */
+    const int64_t key_lo = og_attend_first_key(j->W, pos[0]), key_hi = pos[nr - 1] + 1; /* keys of the item */
 
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -299,7 +297,7 @@ static void attend_task(void *ctx, int64_t item, int thread) {
             vis[r] = 0;
             bmax[r] = -INFINITY;
             if (r >= nr) continue;
-            int64_t lo = first_visible(j->W, pos[r]) - j0, hi = pos[r] + 1 - j0;
+            int64_t lo = og_attend_first_key(j->W, pos[r]) - j0, hi = pos[r] + 1 - j0;
             lo = lo < 0 ? 0 : lo;
             hi = hi > KBLK ? KBLK : hi;
             if (hi <= lo) continue;
@@ -401,7 +399,7 @@ void og_attend_amx_run(const og_attend_args *a, og_threadpool *pool, void *scrat
     };
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)j.D);
     j.cs = scale * 1.44269504088896341f;
-    j.K0 = first_visible(j.W, j.L);
+    j.K0 = og_attend_first_key(j.W, j.L);
     j.K1 = j.L + j.T;
     j.NK = packed_keys(a);
     j.n_rb = (j.T * j.G + MB - 1) / MB;

@@ -118,11 +118,6 @@ static void widen_quant(const og_attend_ops *ops, float *dst, const unsigned cha
     }
 }
 
-/* First key the query at position p sees. */
-static int64_t first_visible(const cpu_ctx *c, int64_t p) {
-    return c->W > 0 && p - c->W + 1 > 0 ? p - c->W + 1 : 0;
-}
-
 /* One query's online-softmax update over n keys of a chunk.
  * q [D], K/V [n, D] at ks, acc [D]; s [n] scratch. */
 static void softmax_update(const cpu_ctx *c, const float *q, const float *K, const float *V,
@@ -176,7 +171,7 @@ static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t
  * returned (0: none). */
 static int64_t row_keys(const cpu_ctx *c, int64_t t0, int64_t r, int64_t j0, int64_t n, int64_t *lo) {
     const int64_t p = c->L + t0 + r;
-    const int64_t lo_abs = first_visible(c, p) > j0 ? first_visible(c, p) : j0;
+    const int64_t lo_abs = og_attend_first_key(c->W, p) > j0 ? og_attend_first_key(c->W, p) : j0;
     const int64_t hi_abs = p + 1 < j0 + n ? p + 1 : j0 + n;
     *lo = lo_abs - j0;
     return hi_abs > lo_abs ? hi_abs - lo_abs : 0;
@@ -315,7 +310,7 @@ static void block_item(void *ctx, int64_t item, int thread) {
             l[r * G + i] = 0.0f;
         }
     }
-    attend_keys(c, thread, t0, rows, g, g + 1, first_visible(c, c->L + t0), c->L + t0 + rows,
+    attend_keys(c, thread, t0, rows, g, g + 1, og_attend_first_key(c->W, c->L + t0), c->L + t0 + rows,
                 acc, c->Hq * D, m, l);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t i = 0; i < G; i++)
@@ -388,7 +383,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
     const int64_t n_threads = og_threadpool_size(pool);
 
     /* plan: split-K for long decodes, else blocks of query rows */
-    c.first_key = first_visible(&c, c.L);
+    c.first_key = og_attend_first_key(c.W, c.L);
     const int64_t visible = c.L + 1 - c.first_key;
     if (c.T == 1 && visible > OG_ATTEND_SPLIT_MIN_KEYS) {
         c.S = (visible + OG_ATTEND_SPLIT_KEYS - 1) / OG_ATTEND_SPLIT_KEYS;
