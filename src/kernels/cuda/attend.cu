@@ -35,9 +35,15 @@
  *      group share every K/V tile load. Per 64-key tile: S = Q K^T with q
  *      split into bf16 hi + lo (q keeps ~2^-16 of its precision; k is exact
  *      bf16), causal / window mask, online softmax in f32 on the registers
- *      of the accumulators, then P (rounded to bf16) x V into f32 O.
+ *      of the accumulators (the mask only on tiles at the edge of a lane's
+ *      rows), then P (rounded to bf16) x V into f32 O.
  *      The row sums use the unrounded p, so each output is off by at most
  *      2^-8 max|v| from the exact mix of its values (bf16 rounds by up to 2^-8).
+ *      Tiles come in two stages by cp.async (tile i + 1 is copied while tile
+ *      i is used), the mma operands by ldmatrix (K as stored, V transposed).
+ *      A block's 4 warps alone keep an SM busy: splitting a step's keys over
+ *      more blocks (partials merged after) measured no faster at 4096 tokens
+ *      and 5 % faster at 32768, not worth its merge launch and scratch.
  *   split-K on the tensor cores (mma_attend_kernel; bf16 storage, D 64 or
  *   128; the default, OG_CUDA_ATTEND=simt or og_attend_cuda_set_decode
  *   select the CUDA-core kernel instead): the
@@ -762,14 +768,56 @@ __device__ inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, ui
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Starts copying the storage rows of keys j0 .. j0 + 63 of a kv head (kc,
+ * vc: its first element in row 0) into a K and a V tile of tiled_attend_kernel
+ * ([64 keys, D + 8] bf16: the padding keeps the 8 rows an ldmatrix reads in
+ * different banks), one commit group; keys past j_hi are zero-filled. */
+template <int D>
+__device__ inline void tiled_load(const attend_params &p, const uint16_t *kc, const uint16_t *vc, int64_t j0,
+                                  int64_t j_hi, uint16_t *ks, uint16_t *vs) {
+    constexpr int LD = D + 8, CH = D / 8; /* 16-byte pieces of a key row */
+    constexpr int N = kTileKeys * CH / kThreads;
+    static_assert(N >= 1 && kTileKeys * CH % kThreads == 0, "whole pieces for every thread");
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int c = threadIdx.x + i * kThreads, kr = c / CH, cc = c % CH;
+        const int64_t j = j0 + kr;
+        const bool ok = j <= j_hi; /* zeros past j_hi: 0 x p stays 0 */
+        const int64_t slot = ok ? (p.ring ? j % p.R : j) : 0;
+        copy16_async(ks + kr * LD + cc * 8, kc + slot * p.RS + cc * 8, ok);
+        copy16_async(vs + kr * LD + cc * 8, vc + slot * p.RS + cc * 8, ok);
+    }
+    copies_commit();
+}
+
+/* Dynamic shared memory of tiled_attend_kernel<D>: two stages of a K and a V tile. */
+constexpr int tiled_smem_bytes(int D) { return 2 * 2 * kTileKeys * (D + 8) * 2; }
+
+/* Four 8x8 b16 matrices from shared memory: lanes 8m .. 8m+7 give the
+ * addresses of rows 0..7 of matrix m (16 bytes each); r[m] is this lane's
+ * fragment of matrix m: row lane / 4, cols 2 (lane % 4), +1 (or, TRANS,
+ * col lane / 4 of rows 2 (lane % 4), +1). */
+template <bool TRANS>
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p) {
     constexpr int KC = D / 16;        /* k chunks of q . k         */
     constexpr int ND = D / 8;         /* n tiles of the output     */
     constexpr int NS = kTileKeys / 8; /* n tiles of a score tile   */
     constexpr int LD = D + 8;         /* padded smem row: no bank conflicts on fragment loads */
-    __shared__ __align__(16) uint16_t ks[kTileKeys * LD]; /* [64 keys, D] bf16 */
-    __shared__ __align__(16) uint16_t vs[kTileKeys * LD]; /* [64 keys, D] bf16 */
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, ti = lane & 3;
     const int32_t hk = blockIdx.y;
@@ -813,24 +861,25 @@ __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p)
     /* keys the block's rows see: from the first row's first key to the last row's position */
     const int64_t r_last = min(r0 + kTileRows, rows) - 1;
     const int64_t j_lo = first_key(p, L + r0 / p.G), j_hi = L + r_last / p.G;
-    const int64_t row = p.RS; /* elements between storage rows */
     const uint16_t *kc = static_cast<const uint16_t *>(p.kc) + (int64_t)hk * D;
     const uint16_t *vc = static_cast<const uint16_t *>(p.vc) + (int64_t)hk * D;
 
-    for (int64_t j0 = j_lo; j0 <= j_hi; j0 += kTileKeys) {
-        for (int c = threadIdx.x; c < kTileKeys * D / 8; c += kThreads) {
-            const int kr = c / (D / 8), cc = c % (D / 8);
-            const int64_t j = j0 + kr;
-            uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0); /* zeros past j_hi: 0 x p stays 0 */
-            if (j <= j_hi) {
-                const int64_t slot = p.ring ? j % p.R : j;
-                kx = *reinterpret_cast<const uint4 *>(kc + slot * row + cc * 8);
-                vx = *reinterpret_cast<const uint4 *>(vc + slot * row + cc * 8);
-            }
-            *reinterpret_cast<uint4 *>(ks + kr * LD + cc * 8) = kx;
-            *reinterpret_cast<uint4 *>(vs + kr * LD + cc * 8) = vx;
+    /* tiles j_lo .. j_hi in two stages: the next tile's copies are in flight while this one is used */
+    extern __shared__ __align__(16) unsigned char tiled_smem[];
+    uint16_t *const tiles = reinterpret_cast<uint16_t *>(tiled_smem); /* [2 stages][K, V][64 keys, LD] */
+    const int64_t n_tiles = (j_hi - j_lo) / kTileKeys + 1; /* j_hi >= j_lo: every block has a live row */
+    tiled_load<D>(p, kc, vc, j_lo, j_hi, tiles, tiles + kTileKeys * LD);
+    for (int64_t it = 0; it < n_tiles; it++) {
+        const int64_t j0 = j_lo + it * kTileKeys;
+        const uint16_t *ks = tiles + (it & 1) * 2 * kTileKeys * LD, *vs = ks + kTileKeys * LD;
+        if (it + 1 < n_tiles) {
+            uint16_t *nk = tiles + ((it + 1) & 1) * 2 * kTileKeys * LD;
+            tiled_load<D>(p, kc, vc, j0 + kTileKeys, j_hi, nk, nk + kTileKeys * LD);
+            copies_wait<1>(); /* this thread's copies of tile it are in */
+        } else {
+            copies_wait<0>();
         }
-        __syncthreads();
+        __syncthreads(); /* and every thread's */
 
         /* scores of this lane: s[n][0..1] row gr, s[n][2..3] row gr + 8, keys j0 + 8n + 2ti (+1) */
         float s[NS][4];
@@ -839,24 +888,38 @@ __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p)
 #pragma unroll
         for (int kc2 = 0; kc2 < KC; kc2++) {
 #pragma unroll
+            for (int n = 0; n < NS; n += 2) { /* keys 8n .. 8n + 15: b0, b1 of n, then of n + 1 */
+                uint32_t b[4];
+                ldmatrix_x4<false>(b, ks + (8 * n + 8 * (lane >> 4) + (lane & 7)) * LD + kc2 * 16 + 8 * ((lane >> 3) & 1));
+                mma_bf16(s[n], qh[kc2], b[0], b[1]);
+                mma_bf16(s[n], ql[kc2], b[0], b[1]);
+                mma_bf16(s[n + 1], qh[kc2], b[2], b[3]);
+                mma_bf16(s[n + 1], ql[kc2], b[2], b[3]);
+            }
+        }
+        /* this lane's rows see keys j0 + lo[i] .. j0 + hi[i] of the tile
+         * (clamped to -1 .. 64); a tile inside both ranges needs no mask */
+        int lo[2], hi[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            lo[i] = (int)max((int64_t)-1, min(first[i] - j0, (int64_t)kTileKeys));
+            hi[i] = (int)max((int64_t)-1, min(last[i] - j0, (int64_t)kTileKeys));
+        }
+        if (lo[0] > 0 || lo[1] > 0 || hi[0] < kTileKeys - 1 || hi[1] < kTileKeys - 1) {
+#pragma unroll
             for (int n = 0; n < NS; n++) {
-                const uint16_t *kp = ks + (n * 8 + gr) * LD + kc2 * 16 + 2 * ti;
-                const uint32_t b0 = *reinterpret_cast<const uint32_t *>(kp);
-                const uint32_t b1 = *reinterpret_cast<const uint32_t *>(kp + 8);
-                mma_bf16(s[n], qh[kc2], b0, b1);
-                mma_bf16(s[n], ql[kc2], b0, b1);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = e >> 1, c = n * 8 + 2 * ti + (e & 1);
+                    if (c < lo[i] || c > hi[i]) s[n][e] = -INFINITY;
+                }
             }
         }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < NS; n++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = e >> 1;
-                const int64_t j = j0 + n * 8 + 2 * ti + (e & 1);
-                if (j < first[i] || j > last[i]) s[n][e] = -INFINITY;
-                mx[i] = fmaxf(mx[i], s[n][e]);
-            }
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
         float base[2];
 #pragma unroll
@@ -887,14 +950,14 @@ __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p)
                                    pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                    pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const uint16_t *vp = vs + (kk * 16 + 2 * ti) * LD + n * 8 + gr;
-                const uint32_t b0 = (uint32_t)vp[0] | ((uint32_t)vp[LD] << 16);
-                const uint32_t b1 = (uint32_t)vp[8 * LD] | ((uint32_t)vp[9 * LD] << 16);
-                mma_bf16(o[n], a, b0, b1);
+            for (int n = 0; n < ND; n += 2) { /* columns 8n .. 8n + 15: b0, b1 of n, then of n + 1 */
+                uint32_t b[4];
+                ldmatrix_x4<true>(b, vs + (kk * 16 + 8 * ((lane >> 3) & 1) + (lane & 7)) * LD + 8 * n + 8 * (lane >> 4));
+                mma_bf16(o[n], a, b[0], b[1]);
+                mma_bf16(o[n + 1], a, b[2], b[3]);
             }
         }
-        __syncthreads(); /* the tile is read: the next may overwrite it */
+        __syncthreads(); /* the stage is read: the copies of tile it + 2 may overwrite it */
     }
 
 #pragma unroll
@@ -928,25 +991,6 @@ __device__ inline void mma_bf16_k8_fold(float (&c)[2], uint32_t a0, uint32_t a1,
                  : "r"(a0), "r"(a1), "r"(b), "f"(0.0f));
     c[0] += d2;
     c[1] += d3;
-}
-
-/* Four 8x8 b16 matrices from shared memory: lanes 8m .. 8m+7 give the
- * addresses of rows 0..7 of matrix m (16 bytes each); r[m] is this lane's
- * fragment of matrix m: row lane / 4, cols 2 (lane % 4), +1 (or, TRANS,
- * col lane / 4 of rows 2 (lane % 4), +1). */
-template <bool TRANS>
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void *row) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    if (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(a)
-                     : "memory");
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(a)
-                     : "memory");
 }
 
 /* Byte offset in a tile ([KT keys, D] bf16, rows 2D bytes) of 16-byte chunk
@@ -1358,19 +1402,25 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     finish_split<8>(p, sm, kMmaWarps, g_n, h0, t, S, split);
 }
 
+/* Lets kernel take smem bytes of dynamic shared memory past the default
+ * limit of 48 KB: once per device (devices 0..63; done holds the kernel's
+ * bits, one static per kernel) and every call on a device past 63. */
+template <typename K>
+cudaError_t allow_smem(K *kernel, int smem, int dev, std::atomic<unsigned long long> &done) {
+    if (smem <= 48 * 1024) return cudaSuccess;
+    const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) done.fetch_or(bit);
+    return e;
+}
+
 template <typename KV, int D, bool BATCH>
 cudaError_t launch_mma_d(const attend_params &p, dim3 grid, cudaStream_t st, int dev) {
     constexpr int smem = kv_quant<KV>::value ? mma_quant_smem<D>::total : mma_smem(D);
-    if (smem > 48 * 1024) { /* past the default limit of dynamic shared memory: once per device (devices 0..63) */
-        static std::atomic<unsigned long long> done{0};
-        const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
-        if (!bit || !(done.load(std::memory_order_relaxed) & bit)) {
-            const cudaError_t e = cudaFuncSetAttribute(mma_attend_kernel<KV, D, BATCH>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-            if (e != cudaSuccess) return e;
-            done.fetch_or(bit);
-        }
-    }
+    static std::atomic<unsigned long long> done{0};
+    const cudaError_t e = allow_smem(mma_attend_kernel<KV, D, BATCH>, smem, dev, done);
+    if (e != cudaSuccess) return e;
     mma_attend_kernel<KV, D, BATCH><<<grid, kThreads, smem, st>>>(p);
     return cudaGetLastError();
 }
@@ -1391,15 +1441,24 @@ cudaError_t launch_mma(const attend_params &p, og_dtype dt, dim3 grid, cudaStrea
     }
 }
 
-cudaError_t launch_tiled(const attend_params &p, cudaStream_t st) {
+template <int D>
+cudaError_t launch_tiled_d(const attend_params &p, cudaStream_t st, int dev) {
+    constexpr int smem = tiled_smem_bytes(D);
+    static std::atomic<unsigned long long> done{0};
+    const cudaError_t e = allow_smem(tiled_attend_kernel<D>, smem, dev, done);
+    if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)(((int64_t)p.T * p.G + kTileRows - 1) / kTileRows), (unsigned)p.Hkv);
-    switch (p.D) {
-    case 16: tiled_attend_kernel<16><<<grid, kThreads, 0, st>>>(p); break;
-    case 32: tiled_attend_kernel<32><<<grid, kThreads, 0, st>>>(p); break;
-    case 64: tiled_attend_kernel<64><<<grid, kThreads, 0, st>>>(p); break;
-    default: tiled_attend_kernel<128><<<grid, kThreads, 0, st>>>(p); break;
-    }
+    tiled_attend_kernel<D><<<grid, kThreads, smem, st>>>(p);
     return cudaGetLastError();
+}
+
+cudaError_t launch_tiled(const attend_params &p, cudaStream_t st, int dev) {
+    switch (p.D) {
+    case 16: return launch_tiled_d<16>(p, st, dev);
+    case 32: return launch_tiled_d<32>(p, st, dev);
+    case 64: return launch_tiled_d<64>(p, st, dev);
+    default: return launch_tiled_d<128>(p, st, dev);
+    }
 }
 
 template <typename KV, bool BATCH>
@@ -1589,7 +1648,7 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
         const int wblocks = (int)((writes + 255) / 256 < 4096 ? (writes + 255) / 256 : 4096);
         kv_write_kernel<__nv_bfloat16><<<wblocks, 256, 0, st>>>(p);
         if ((e = cudaGetLastError()) != cudaSuccess) return launch_failed("kv_write", e);
-        if ((e = launch_tiled(p, st)) != cudaSuccess) return launch_failed("tiled attend", e);
+        if ((e = launch_tiled(p, st, dev)) != cudaSuccess) return launch_failed("tiled attend", e);
         return OG_OK;
     }
 

@@ -192,7 +192,7 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  *  - tiled, on the tensor cores, for prefill: T > 1 over bf16 storage with D
  *    of 16, 32, 64 or 128 (og_attend_cuda_tiled). q is carried as bf16 hi +
  *    lo, the softmax weights p are rounded to bf16 for P x V (f32 sums): an
- *    output is off by at most 2^-9 max|v| from the exact f32 mix.
+ *    output is off by at most 2^-8 max|v| from the exact f32 mix.
  *  - split-K (flash-decoding) otherwise, or when split_k is set, in one
  *    launch: keys are cut into S splits; each split leaves a partial (max,
  *    sum, acc) per query head, and the last split of a row to finish merges
