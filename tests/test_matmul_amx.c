@@ -4,8 +4,9 @@
  * rigorous f32 summation bound gamma_{K+1} * sum |x w| (Higham 3.1: any
  * order, products of two bf16 values are exact in f32). Sizes straddle the
  * kernel's blocks: T around 16 and 32 (token tiles), N around 16, 32 and 64
- * (feature tiles, the zero-padded tail, tasks), K from one tile row (32) to
- * many. og_matmul_bf16_cpu with AMX allowed and refused must both meet the
+ * (feature tiles, the zero-padded tail of a 32-feature panel), K from one
+ * tile row (32) to many; then N past the 256 features (8 panels) a worker
+ * claims at once, with a short last claim and panel, at the 0.6B K's. og_matmul_bf16_cpu with AMX allowed and refused must both meet the
  * bound (the second runs the vdpbf16ps kernel it replaces). Where the CPU
  * has no AMX the kernel must refuse, and og_matmul_bf16_cpu still works.
  * Letters: T tokens, K in features, N out features. */
@@ -88,6 +89,10 @@ int main(void) {
         for (size_t c = 0; c < sizeof Ns / sizeof Ns[0]; c++)
             for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++)
                 check_case((a + c) % 2 ? pool : NULL, &r, Ts[a], Ks[k], Ns[c], (a + c + k) % 2 == 0);
+    og_test_section("several claims of 8 panels, a short last panel, K 2048 and 3072");
+    check_case(pool, &r, 17, 3072, 600, true);
+    check_case(pool, &r, 1, 2048, 777, false);
+    check_case(NULL, &r, 33, 1024, 520, true);
     og_test_section("a 0.6B-shaped product: T 128, K 1024, N 3072");
     check_case(pool, &r, 128, 1024, 3072, false);
 
