@@ -190,11 +190,29 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
         og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = T, .n_heads = Hq, .scale = c->scale,
                                   .kv = view, .length = dlen, .partials = partials, .split_k = kind != TILED};
         ga.kv.k = dkc, ga.kv.v = dvc;
+        if (kind == TILED) CK(cudaMalloc((void **)&ga.out_bf16, qn * 2)); /* out as bf16 too: checked below */
+        if (kind == TILED) CK(cudaMemset(ga.out_bf16, 0xff, qn * 2));
         og_poison(got, qn);
         CK(cudaMemcpy(dout, got, qn * 4, cudaMemcpyHostToDevice));
         CHECK_OK(og_update_and_attend_cuda(stream, &ga));
         CK(cudaStreamSynchronize(stream));
         CK(cudaMemcpy(got, dout, qn * 4, cudaMemcpyDeviceToHost));
+        if (ga.out_bf16) { /* the bf16 copy is out rounded to nearest even, element for element */
+            uint16_t *h = malloc(qn * 2);
+            CK(cudaMemcpy(h, ga.out_bf16, qn * 2, cudaMemcpyDeviceToHost));
+            size_t i = 0;
+            while (i < qn && h[i] == og_bf16_from_f32(got[i])) i++;
+            CHECK_MSG(i == qn, "tiled T=%d L=%lld: bf16 copy of out differs at %zu", T, (long long)c->L, i);
+            free(h);
+            cudaFree(ga.out_bf16);
+        } else { /* a copy where the tiled kernel does not run is refused */
+            uint16_t *d16 = NULL;
+            CK(cudaMalloc((void **)&d16, qn * 2));
+            og_attend_cuda_args bad = ga;
+            bad.out_bf16 = d16;
+            CHECK(og_update_and_attend_cuda(stream, &bad) == OG_ERR_INVALID_ARGUMENT);
+            cudaFree(d16);
+        }
         CK(cudaMemcpy(kc_got, dkc, sn * es, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(vc_got, dvc, sn * es, cudaMemcpyDeviceToHost));
         const double atol = kind == TILED ? 4.2e-3 : kind == MMA ? kMmaAtol : 5e-5;

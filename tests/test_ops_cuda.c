@@ -63,6 +63,18 @@ static float *down(const float *d, size_t n) {
     CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
     return h;
 }
+/* The bf16 copy a kernel wrote beside its f32 output (d16) is the
+ * round-to-nearest-even rounding of that output, bit for bit. */
+static void check_bf16_copy(const char *what, const float *dout, const uint16_t *d16, size_t n) {
+    float *o = down(dout, n);
+    uint16_t *h = malloc(n * 2);
+    CK(cudaMemcpy(h, d16, n * 2, cudaMemcpyDeviceToHost));
+    size_t i = 0;
+    while (i < n && h[i] == og_bf16_from_f32(o[i])) i++;
+    CHECK_MSG(i == n, "%s: bf16 copy differs at %zu (0x%04x for %g)", what, i, i < n ? h[i] : 0,
+              (double)o[i < n ? i : 0]);
+    free(o), free(h);
+}
 static float *rand_f32(size_t n) {
     float *x = malloc(n * 4);
     og_rng_fill(&rng, x, n, -1, 1);
@@ -204,10 +216,13 @@ static void test_rows(void) {
         float *dg = up(g, (size_t)F * 4), *du = up(u, (size_t)F * 4);
         CHECK_OK(og_swiglu_ref(g, u, 1, F, ref));
         dout = poisoned((size_t)F);
-        CHECK_OK(og_swiglu_cuda(NULL, dg, du, F, dout));
+        uint16_t *d16 = (uint16_t *)poisoned((size_t)(F + 1) / 2);
+        CHECK_OK(og_swiglu_cuda(NULL, dg, du, F, dout, d16));
         got = down(dout, (size_t)F);
         compare("swiglu", got, ref, (size_t)F, 1e-6, 1e-5);
+        check_bf16_copy("swiglu", dout, d16, (size_t)F);
         free(got);
+        cudaFree(d16);
         CHECK_OK(og_add_ref(g, u, F, ref));
         CHECK_OK(og_add_cuda(NULL, dg, du, F, dg)); /* in place */
         got = down(dg, (size_t)F);
@@ -246,12 +261,15 @@ static void test_fused(void) {
         void *dw = up(w, (size_t)N * es);
         float *dsum = poisoned((size_t)(T * N)), *dout = poisoned((size_t)(T * N));
         float *usum = poisoned((size_t)(T * N)), *uout = poisoned((size_t)(T * N));
-        CHECK_OK(og_add_rms_norm_cuda(NULL, da, db, dw, dt, T, N, 1e-6f, dsum, dout));
+        uint16_t *d16 = (uint16_t *)poisoned((size_t)(T * N + 1) / 2);
+        CHECK_OK(og_add_rms_norm_cuda(NULL, da, db, dw, dt, T, N, 1e-6f, dsum, dout, d16));
         CHECK_OK(og_add_cuda(NULL, da, db, T * N, usum));
         CHECK_OK(og_rms_norm_cuda(NULL, usum, dw, dt, T, N, 1e-6f, uout));
         snprintf(what, sizeof what, "add_rms_norm T=%lld %s", (long long)T, og_dtype_name(dt));
         same_bits(what, dsum, usum, (size_t)(T * N));
         same_bits(what, dout, uout, (size_t)(T * N));
+        check_bf16_copy(what, dout, d16, (size_t)(T * N));
+        cudaFree(d16);
         float *got = down(dout, (size_t)(T * N));
         compare(what, got, ref, (size_t)(T * N), 1e-6, 1e-5);
         free(a), free(b), free(w), free(sum_ref), free(ref), free(got);
@@ -317,7 +335,7 @@ static void test_fused(void) {
         CHECK_OK(og_gemv_swiglu_cuda(NULL, dx, dwg, bias ? dbg : NULL, dwu, bias ? dbu : NULL, dt, T, K, F, dout));
         CHECK_OK(og_gemv_cuda(NULL, dx, dwg, bias ? dbg : NULL, dt, T, K, F, dg));
         CHECK_OK(og_gemv_cuda(NULL, dx, dwu, bias ? dbu : NULL, dt, T, K, F, du));
-        CHECK_OK(og_swiglu_cuda(NULL, dg, du, T * F, uout));
+        CHECK_OK(og_swiglu_cuda(NULL, dg, du, T * F, uout, NULL));
         snprintf(what, sizeof what, "gemv_swiglu T=%lld K=%lld %s", (long long)T, (long long)K, og_dtype_name(dt));
         same_bits(what, dout, uout, (size_t)(T * F));
         got = down(dout, (size_t)(T * F));
@@ -343,7 +361,7 @@ static void test_fused(void) {
             float *nsum = poisoned((size_t)(T * K)), *unormed = poisoned((size_t)(T * K));
             float *fsum = poisoned((size_t)(T * K)), *fsum2 = poisoned((size_t)(T * K));
             float *f0 = poisoned((size_t)(T * F)), *f1 = poisoned((size_t)(T * 17)), *fsw = poisoned((size_t)(T * F));
-            CHECK_OK(og_add_rms_norm_cuda(NULL, na, db2, dwn, dt, T, K, 1e-6f, nsum, unormed));
+            CHECK_OK(og_add_rms_norm_cuda(NULL, na, db2, dwn, dt, T, K, 1e-6f, nsum, unormed, NULL));
             CHECK_OK(og_gemv_multi_cuda(NULL, unormed, dt, T, K, parts, 3));
             CHECK_OK(og_gemv_swiglu_cuda(NULL, unormed, dwg, bias ? dbg : NULL, dwu, bias ? dbu : NULL, dt, T, K, F,
                                          dout));
@@ -548,7 +566,7 @@ static void test_quant_fused(void) {
                 CHECK_OK(og_gemv_swiglu_cuda(NULL, dx, dwg, dbg, dwu, dbu, dt, T, K, F, dout));
                 CHECK_OK(og_gemv_cuda(NULL, dx, dwg, dbg, dt, T, K, F, dg));
                 CHECK_OK(og_gemv_cuda(NULL, dx, dwu, dbu, dt, T, K, F, du));
-                CHECK_OK(og_swiglu_cuda(NULL, dg, du, T * F, uout));
+                CHECK_OK(og_swiglu_cuda(NULL, dg, du, T * F, uout, NULL));
                 snprintf(what, sizeof what, "gemv_swiglu %s T=%lld K=%lld%s", og_dtype_name(dt), (long long)T,
                          (long long)K, bias ? " bias" : "");
                 same_bits(what, dout, uout, (size_t)(T * F));
@@ -585,7 +603,7 @@ static void test_quant_fused(void) {
                     float *fsum = poisoned((size_t)(T * K)), *fsum2 = poisoned((size_t)(T * K));
                     float *f0 = poisoned((size_t)(T * F)), *f1 = poisoned((size_t)(T * 17));
                     float *fsw = poisoned((size_t)(T * F));
-                    CHECK_OK(og_add_rms_norm_cuda(NULL, na, nbv, dwn, OG_DTYPE_BF16, T, K, 1e-6f, nsum, normed));
+                    CHECK_OK(og_add_rms_norm_cuda(NULL, na, nbv, dwn, OG_DTYPE_BF16, T, K, 1e-6f, nsum, normed, NULL));
                     CHECK_OK(og_gemv_multi_cuda(NULL, normed, dt, T, K, parts, 3));
                     CHECK_OK(og_gemv_swiglu_cuda(NULL, normed, dwg, dbg, dwu, dbu, dt, T, K, F, dout));
                     og_gemv_cuda_norm nm = {na, nbv, dwn, OG_DTYPE_BF16, 1e-6f, fsum};

@@ -734,6 +734,15 @@ static og_status reserve_host_rows(og_model *m, og_step_ctx *c, int64_t n) {
 
 /* ------------------------------------------------------------ one step */
 
+/* The value whose bf16 rounding rs->split_hi holds, written by the kernel
+ * that made the value (add_rms_norm, swiglu, tiled attention) so that the
+ * product reading it skips its split launch: `of` for the launch step
+ * running, `next` set by it for the step after. Only that step may use it
+ * (a later one may find another value in the same slot). */
+typedef struct hi_copy {
+    const float *of, *next;
+} hi_copy;
+
 typedef struct step_run {
     og_model *m;
     og_step_ctx *c;
@@ -742,6 +751,7 @@ typedef struct step_run {
     int32_t B;      /* a decode graph's bucket rows (padded), else 0 */
     bool tail;      /* running the tail: rows are the tail's rows */
     int64_t rows;   /* rows of the current phase */
+    hi_copy *hi;    /* set while enqueue_compute runs */
 } step_run;
 
 /* Device table of attention layer (manifest index) l. */
@@ -833,6 +843,15 @@ static bool bf16_step(const step_run *x) {
     return cm->bf16_program && x->plan->n_seqs == 1;
 }
 
+/* Where a kernel writing a value of [T, width] may also write its bf16
+ * rounding for the product that reads it (NULL: not wanted): a step whose
+ * products take one bf16 product past the gemv's rows, a width within the
+ * split scratch. */
+static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
+    if (!x->hi || T <= gemv_rows(x) || !bf16_step(x) || width > cm_of(x->m)->max_k) return NULL;
+    return x->rs->split_hi;
+}
+
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to
  * OG_GEMV_CUDA_MAX_T rows stream the weights once in a gemv; wider steps go
@@ -850,7 +869,8 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
     if (og_dtype_is_quantized(dt)) return quant_products(x, in, dt, T, K, parts, n);
     uint16_t *hi = x->rs->split_hi, *lo = x->rs->split_lo;
     const bool bf16 = bf16_step(x);
-    if (dt != OG_DTYPE_F32) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
+    const bool made = bf16 && x->hi && x->hi->of == in; /* its producer wrote hi */
+    if (dt != OG_DTYPE_F32 && !made) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
     const float one = 1.0f, zero = 0.0f;
     for (int k = 0; k < n; k++) {
         const og_gemv_cuda_part *pt = &parts[k];
@@ -937,7 +957,12 @@ static og_status attend(const step_run *x, const og_program_instr *in, const ins
             .n_heads = (int32_t)in->attrs.n_heads, .scale = (float)in->attrs.scale, .partials = x->c->partials,
         };
         OG_TRY(og_kv_session_layer_view(s->s->kv, in->kv_index, &aa.kv));
+        /* one wide session (hi_target: bf16_step) on the tiled kernel: out as bf16 too, for the o product */
+        uint16_t *hi = hi_target(x, x->rows, qw);
+        if (hi && p->n_seqs == 1 && og_attend_cuda_tiled(s->T, aa.kv.dtype, aa.kv.head_dim))
+            aa.out_bf16 = hi + s->row0 * qw;
         OG_TRY(og_update_and_attend_cuda(x->c->stream, &aa));
+        if (aa.out_bf16) x->hi->next = io->out;
     }
     return OG_OK;
 }
@@ -967,8 +992,12 @@ static og_status run_instr(const step_run *x, int32_t i) {
     case OG_OP_ROPE:
         return og_rope_cuda(c->stream, cm_of(m)->inv_freq + (size_t)i * (OG_ROPE_MAX_HEAD_DIM / 2),
                             m->rope[i].head_dim, v[0], v[1], T, a->heads, out);
-    case OG_OP_SWIGLU:
-        return og_swiglu_cuda(c->stream, v[0], v[1], T * w[0], out);
+    case OG_OP_SWIGLU: {
+        uint16_t *hi = hi_target(x, T, w[0]);
+        OG_TRY(og_swiglu_cuda(c->stream, v[0], v[1], T * w[0], out, hi));
+        if (hi) x->hi->next = out;
+        return OG_OK;
+    }
     case OG_OP_ADD:
         return og_add_cuda(c->stream, v[0], v[1], T * w[0], out);
     case OG_OP_UPDATE_AND_ATTEND:
@@ -1001,6 +1030,21 @@ static bool norm_prologue(const step_run *x, const cuda_step *sp, og_gemv_cuda_n
     return true;
 }
 
+/* add (instruction add_i) and the rms_norm of its sum (norm_i) in one
+ * launch, with the bf16 copy of the normed rows where a product takes it:
+ * for this launch step's products (a prologue) or the next step's. */
+static og_status add_norm(const step_run *x, int32_t add_i, int32_t norm_i, bool prologue) {
+    instr_io a, b;
+    const int64_t T = instr_operands(x, add_i, &a);
+    instr_operands(x, norm_i, &b);
+    const og_program_instr *nrm = og_program_instr_at(x->m->prog, norm_i);
+    uint16_t *hi = hi_target(x, T, a.w[0]);
+    OG_TRY(og_add_rms_norm_cuda(x->c->stream, a.v[0], a.v[1], b.v[1], b.dt[1], T, a.w[0], (float)nrm->attrs.eps,
+                                a.out, b.out, hi));
+    if (hi) *(prologue ? &x->hi->of : &x->hi->next) = b.out;
+    return OG_OK;
+}
+
 /* One launch step: a fused kernel, or its instructions one by one where the
  * step is wider than the fused kernel serves. *failed names the instruction
  * whose launch failed. */
@@ -1009,20 +1053,17 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
     og_step_ctx *c = x->c;
     og_gemv_cuda_norm norm;
     const og_gemv_cuda_norm *pro = norm_prologue(x, sp, &norm) ? &norm : NULL;
-    if (sp->n_pre && !pro) /* the prologue on its own: the products then read its output */
-        OG_TRY(run_each(x, sp->instr, sp->n_pre, failed));
+    if (sp->n_pre && !pro) { /* the prologue on its own: the products then read its output */
+        *failed = sp->instr[0];
+        OG_TRY(add_norm(x, sp->instr[0], sp->instr[1], true));
+    }
     const int32_t *mi = sp->instr + sp->n_pre, n = sp->n - sp->n_pre;
     const int32_t i = mi[0];
     instr_io a, b;
     *failed = i;
     switch (sp->kind) {
-    case STEP_ADD_NORM: {
-        const int64_t T = instr_operands(x, i, &a);
-        instr_operands(x, mi[1], &b);
-        const og_program_instr *nrm = og_program_instr_at(m->prog, mi[1]);
-        return og_add_rms_norm_cuda(c->stream, a.v[0], a.v[1], b.v[1], b.dt[1], T, a.w[0], (float)nrm->attrs.eps,
-                                    a.out, b.out);
-    }
+    case STEP_ADD_NORM:
+        return add_norm(x, i, mi[1], false);
     case STEP_NORM_ROPE: { /* pairs (head norm, rope) */
         og_head_norm_rope_cuda_job jobs[2];
         int64_t T = 0;
@@ -1049,7 +1090,10 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
                                                 {b.v[1], g->n_in > 2 ? b.v[2] : NULL, g->out_width, b.out}};
             OG_TRY(products(x, a.v[0], a.dt[1], T, a.w[0], parts, 2));
             *failed = mi[2];
-            return og_swiglu_cuda(c->stream, a.out, b.out, T * g->out_width, sw.out);
+            uint16_t *hi = hi_target(x, T, g->out_width);
+            OG_TRY(og_swiglu_cuda(c->stream, a.out, b.out, T * g->out_width, sw.out, hi));
+            if (hi) x->hi->next = sw.out;
+            return OG_OK;
         }
         if (T > gemv_rows(x)) break;
         return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
@@ -1124,18 +1168,25 @@ static og_status enqueue_compute(step_run *x, int32_t *failed) {
     const cuda_model *cm = cm_of(m);
     *failed = -1;
     const int64_t out_rows = x->B > 0 ? x->B : p->n_tail_rows;
+    hi_copy hi = {NULL, NULL};
+    x->hi = &hi;
     for (int32_t k = 0; k < cm->n_steps; k++) {
         const cuda_step *sp = &cm->steps[k];
         const bool tail = og_exec_in_tail(m, sp->instr[0]);
+        /* the previous step's bf16 copy serves this step's products, unless a prologue runs first */
+        hi.of = sp->n_pre ? NULL : hi.next;
+        hi.next = NULL;
         if (tail && out_rows == 0) continue; /* no output is asked for */
         if (tail && !x->tail) {
             if (x->B == 0 && !p->tail_is_all) OG_TRY(compact_for_tail(x));
+            hi.of = NULL; /* rows moved */
             x->tail = true;
             x->rows = out_rows;
         }
         OG_TRY(run_fused(x, sp, failed));
         *failed = -1;
     }
+    x->hi = NULL;
     if (x->B > 0 || x->c->device_tokens)
         OG_TRY(og_sample_batch_cuda(x->c->stream, x->rs->logits, m->vocab, (int32_t)out_rows,
                                     (const og_sample_cuda_row *)(const void *)(x->rs->block_dev + x->rs->layout.samplers),

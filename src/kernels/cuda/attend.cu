@@ -262,6 +262,7 @@ struct attend_params {
     const float *q;     /* [T, Hq, D]  */
     const float *k, *v; /* [T, Hkv, D] */
     float *out;         /* [T, Hq, D]  */
+    __nv_bfloat16 *out16; /* [T, Hq, D] out as bf16 too, or NULL (tiled kernel) */
     void *kc, *vc;      /* [R, Hkv, D] storage, rows RS elements apart (single-session launches) */
     const og_attend_cuda_seq *seqs; /* [B] the batched launch's table (row b of q, k, v, out is entry b) */
     unsigned int *counters; /* [SPLIT_ROWS * Hq] finished splits of (t, kv head, head chunk); 0 between steps */
@@ -967,9 +968,11 @@ __global__ void __launch_bounds__(kThreads) tiled_attend_kernel(attend_params p)
         if (!live[i]) continue;
         const float inv = 1.0f / l[i];
 #pragma unroll
-        for (int n = 0; n < ND; n++)
-            *reinterpret_cast<float2 *>(p.out + off[i] + n * 8 + 2 * ti) =
-                make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+        for (int n = 0; n < ND; n++) {
+            const float2 r = make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+            *reinterpret_cast<float2 *>(p.out + off[i] + n * 8 + 2 * ti) = r;
+            if (p.out16) *reinterpret_cast<__nv_bfloat162 *>(p.out16 + off[i] + n * 8 + 2 * ti) = __float22bfloat162_rn(r);
+        }
     }
 }
 
@@ -1607,8 +1610,12 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
         !aligned16(kv->v) || !aligned16(a->partials))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a buffer is not 16-byte aligned", op);
 
+    const bool tiled = og_attend_cuda_tiled(a->T, kv->dtype, D) && !a->split_k;
+    if (a->out_bf16 && (!tiled || !aligned16(a->out_bf16)))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: out_bf16 needs the tiled kernel and 16-byte alignment", op);
     attend_params p;
     p.q = a->q, p.k = a->k, p.v = a->v, p.out = a->out;
+    p.out16 = reinterpret_cast<__nv_bfloat16 *>(a->out_bf16);
     p.kc = kv->k, p.vc = kv->v;
     p.seqs = nullptr;
     p.RS = RS;
@@ -1643,7 +1650,7 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
 
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     const bool bf16 = kv->dtype == OG_DTYPE_BF16;
-    if (og_attend_cuda_tiled(a->T, kv->dtype, D) && !a->split_k) {
+    if (tiled) {
         const int64_t writes = (int64_t)a->T * p.Hkv * D;
         const int wblocks = (int)((writes + 255) / 256 < 4096 ? (writes + 255) / 256 : 4096);
         kv_write_kernel<__nv_bfloat16><<<wblocks, 256, 0, st>>>(p);

@@ -171,7 +171,7 @@ __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, i
  * sum = a + b is written (the residual stream goes on), then normed from
  * what was written, so both outputs equal add followed by rms_norm. */
 __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *w, bool bf16, int64_t N, float eps,
-                                    float *sum, float *out) {
+                                    float *sum, float *out, __nv_bfloat16 *out16) {
     grid_wait();
     const int64_t base = blockIdx.x * N;
     float s = 0.0f;
@@ -181,7 +181,11 @@ __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *
         s = fmaf(v, v, s);
     }
     const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) out[base + i] = (sum[base + i] * r) * load_w(w, bf16, i);
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        const float o = (sum[base + i] * r) * load_w(w, bf16, i);
+        out[base + i] = o;
+        if (out16) out16[base + i] = __float2bfloat16_rn(o);
+    }
 }
 
 /* ---- head rms norm + rope: a warp per head row of D ----
@@ -242,11 +246,13 @@ __global__ void rope_kernel(const float *inv_freq, int64_t D, const float *x, co
 }
 
 /* ---- swiglu, add ---- */
-__global__ void swiglu_kernel(const float *gate, const float *up, int64_t count, float *out) {
+__global__ void swiglu_kernel(const float *gate, const float *up, int64_t count, float *out, __nv_bfloat16 *out16) {
     grid_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        const float o = g / (1.0f + expf(-g)) * up[i];
+        out[i] = o;
+        if (out16) out16[i] = __float2bfloat16_rn(o);
     }
 }
 
@@ -861,7 +867,7 @@ extern "C" og_status og_head_rms_norm_cuda(void *stream, const float *x, const v
 
 extern "C" og_status og_add_rms_norm_cuda(void *stream, const float *a, const float *b, const void *weight,
                                           og_dtype weight_dtype, int64_t T, int64_t N, float eps, float *sum,
-                                          float *out) {
+                                          float *out, uint16_t *out_bf16) {
     const char *op = "add_rms_norm_cuda";
     OG_CUDA_TRY(check_weight(op, weight, weight_dtype));
     OG_CUDA_TRY(check_dims(op, T, N));
@@ -869,7 +875,7 @@ extern "C" og_status og_add_rms_norm_cuda(void *stream, const float *a, const fl
     if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
     launch_pdl(add_rms_norm_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), 
-        a, b, weight, weight_dtype == OG_DTYPE_BF16, N, eps, sum, out);
+        a, b, weight, weight_dtype == OG_DTYPE_BF16, N, eps, sum, out, reinterpret_cast<__nv_bfloat16 *>(out_bf16));
     return launched(op);
 }
 
@@ -923,10 +929,12 @@ extern "C" og_status og_rope_cuda(void *stream, const float *inv_freq, int64_t D
     return launched(op);
 }
 
-extern "C" og_status og_swiglu_cuda(void *stream, const float *gate, const float *up, int64_t count, float *out) {
+extern "C" og_status og_swiglu_cuda(void *stream, const float *gate, const float *up, int64_t count, float *out,
+                                    uint16_t *out_bf16) {
     if (!gate || !up || !out || count < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "swiglu_cuda: NULL buffer or count %lld", (long long)count);
-    launch_pdl(swiglu_kernel, dim3(grid_for(count, 256)), dim3(256), static_cast<cudaStream_t>(stream), gate, up, count, out);
+    launch_pdl(swiglu_kernel, dim3(grid_for(count, 256)), dim3(256), static_cast<cudaStream_t>(stream), gate, up, count, out,
+               reinterpret_cast<__nv_bfloat16 *>(out_bf16));
     return launched("swiglu_cuda");
 }
 

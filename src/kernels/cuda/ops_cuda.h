@@ -63,13 +63,16 @@ og_status og_head_rms_norm_cuda(void *stream, const float *x /* [T, n*D] */,
  * og_add_rms_norm_cuda writes sum = a + b and out = rms_norm(sum) in one
  * pass: the add that ends a sublayer and the norm that starts the next. The
  * results equal og_add_cuda then og_rms_norm_cuda. sum and out must not
- * overlap a or b.
+ * overlap a or b. out_bf16, when not NULL, also gets out rounded to bf16
+ * (og_split_bf16_cuda's hi: the input of a tensor-core product, without a
+ * split launch).
  * og_head_norm_rope_cuda applies og_head_rms_norm_cuda then og_rope_cuda to
  * every head of D (q/k norm before RoPE) without writing the normed heads;
  * the results equal the two kernels in turn. out may equal x. */
 og_status og_add_rms_norm_cuda(void *stream, const float *a /* [T, N] */, const float *b /* [T, N] */,
                                const void *weight /* [N] */, og_dtype weight_dtype, int64_t T, int64_t N,
-                               float eps, float *sum /* [T, N] */, float *out /* [T, N] */);
+                               float eps, float *sum /* [T, N] */, float *out /* [T, N] */,
+                               uint16_t *out_bf16 /* [T, N] or NULL */);
 og_status og_head_norm_rope_cuda(void *stream, const float *x /* [T, n*D] */, const void *weight /* [D] */,
                                  og_dtype weight_dtype, const float *inv_freq /* [D/2] */,
                                  const int32_t *positions /* [T] */, int64_t T, int64_t n, int64_t D, float eps,
@@ -95,9 +98,10 @@ og_status og_rope_cuda(void *stream, const float *inv_freq /* [D/2] */, int64_t 
                        const float *x /* [T, n*D] */, const int32_t *positions /* [T] */, int64_t T,
                        int64_t n, float *out /* [T, n*D] */);
 
-/* ---- swiglu: out = silu(gate) * up; add: out = a + b ---- */
+/* ---- swiglu: out = silu(gate) * up; add: out = a + b ----
+ * out_bf16, when not NULL, also gets out rounded to bf16 (as og_add_rms_norm_cuda's). */
 og_status og_swiglu_cuda(void *stream, const float *gate /* [T, F] */, const float *up /* [T, F] */,
-                         int64_t count /* T * F */, float *out /* [T, F] */);
+                         int64_t count /* T * F */, float *out /* [T, F] */, uint16_t *out_bf16 /* [T, F] or NULL */);
 og_status og_add_cuda(void *stream, const float *a /* [n] */, const float *b /* [n] */, int64_t count,
                       float *out /* [n] */);
 
@@ -233,6 +237,8 @@ typedef struct og_attend_cuda_args {
     const int64_t *length; /* device L, or NULL                            */
     float *partials;       /* scratch of og_attend_cuda_scratch_floats(Hq, D) floats, zeroed once */
     bool split_k;          /* the split-K kernel even where the tiled one applies (tests, benchmarks) */
+    uint16_t *out_bf16;    /* [T, Hq, D] out rounded to bf16 too (og_split_bf16_cuda's hi), or NULL; only
+                            * where the tiled kernel runs (og_attend_cuda_tiled and not split_k) */
 } og_attend_cuda_args;
 
 /* Most splits one row of a T-token step over Hq / Hkv heads may use on a
