@@ -41,6 +41,10 @@
  *   add -> rms_norm -> the products of    the products' gemv, computing the
  *   the normed value (one step above)     norm itself (the normed value is
  *                                          never written)
+ * Past the gemv's rows, where a product takes one bf16 product (bf16_step),
+ * add_rms_norm, swiglu and the tiled attention write their output's bf16
+ * rounding into the split scratch too, and the product that reads it next
+ * skips its split launch (hi_copy).
  * The launch steps get their own scratch slot plan (og_exec_plan_slots over
  * launch steps instead of instructions), so a launch never writes a slot
  * another value still needs, whichever instruction of it the program listed
