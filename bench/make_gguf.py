@@ -58,7 +58,11 @@ def main():
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
     if cfg.get("model_type") != "qwen3":
         sys.exit(f"make_gguf.py: model_type {cfg.get('model_type')!r}: only qwen3 is written")
-    arch = gguf.MODEL_ARCH.QWEN3
+    arch = getattr(gguf.MODEL_ARCH, "QWEN3", None)
+    if arch is None:
+        sys.exit(f"make_gguf.py: the gguf package at {os.path.dirname(gguf.__file__)} predates Qwen3 "
+                 "(no MODEL_ARCH.QWEN3): put the gguf-py folder of the llama.cpp tree llama-bench was built "
+                 "from first on PYTHONPATH")
     n_layers = cfg["num_hidden_layers"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     names = gguf.get_tensor_name_map(arch, n_layers)
