@@ -400,7 +400,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
     /* scratch for the call, taken before anything is written */
     c.scratch_per_thread = 2 * KB * c.D + 2 * KB + 2 * QB_MAX * c.G;
     const int64_t part = c.S > 1 ? c.S * c.Hq * (2 + c.D) : 0;
-    float *mem = og_malloc((size_t)(n_threads * c.scratch_per_thread + part) * sizeof(float));
+    float *mem = og_scratch(OG_SCRATCH_ATTEND, (size_t)(n_threads * c.scratch_per_thread + part) * sizeof(float));
     if (!mem)
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
                             "update_and_attend: layer %d: no memory for %lld floats of scratch",
@@ -421,7 +421,6 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
     } else {
         og_parallel_for(pool, c.n_blocks * c.Hkv, block_item, &c);
     }
-    og_free(mem);
     if (stats) {
         stats->splits = (int32_t)c.S;
         stats->amx = 0;
@@ -434,7 +433,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
 static og_status attend_amx(const og_attend_args *a, og_threadpool *pool, og_attend_stats *stats) {
     const og_kv_layer_view *kv = &a->kv;
     const size_t bytes = og_attend_amx_scratch_bytes(a, og_threadpool_size(pool));
-    void *mem = og_malloc(bytes);
+    void *mem = og_scratch(OG_SCRATCH_ATTEND, bytes);
     if (!mem)
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "update_and_attend: layer %d: no memory for %zu bytes of scratch",
                             kv->layer_id, bytes);
@@ -450,7 +449,6 @@ static og_status attend_amx(const og_attend_args *a, og_threadpool *pool, og_att
     };
     og_parallel_for(pool, c.T, write_token, (void *)&c);
     og_attend_amx_run(a, pool, mem);
-    og_free(mem);
     if (stats) {
         stats->splits = 1;
         stats->amx = 1;

@@ -28,7 +28,8 @@
  * panel is copied with no products beside it. Each C tile is stored to a
  * 16 x 16 buffer, transposed in zmm registers and written to out with the
  * bias, 16 features a store; the last panel's missing rows are zeros.
- * Scratch: 2 panels (128 K bytes) per thread, plus xp. */
+ * Scratch: 2 panels (128 K bytes) per thread, plus xp, both og_scratch's
+ * (kept by the calling thread between calls). */
 #include "kernels/matmul_amx.h"
 
 #include "kernels/ops.h"
@@ -268,20 +269,15 @@ og_status og_matmul_bf16_amx(og_threadpool *pool, const float *x, const og_bf16 
                             (long long)K, KB);
     const int64_t TP = (T + 2 * TB - 1) / (2 * TB) * (2 * TB);
     const int threads = og_threadpool_size(pool);
-    og_bf16 *xp = og_malloc((size_t)TP * (size_t)K * sizeof *xp);
-    og_bf16 *scratch_mem = og_malloc((size_t)threads * 64 * (size_t)K * sizeof(og_bf16) + 64);
+    og_bf16 *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)TP * (size_t)K * sizeof *xp);
+    og_bf16 *scratch_mem = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * 64 * (size_t)K * sizeof(og_bf16) + 64);
     og_bf16 *scratch = scratch_mem ? (og_bf16 *)(((uintptr_t)scratch_mem + 63) & ~(uintptr_t)63) : NULL;
-    if (!xp || !scratch) {
-        og_free(xp);
-        og_free(scratch_mem);
+    if (!xp || !scratch)
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_bf16_amx: no memory to pack %lld x %lld activations",
                             (long long)T, (long long)K);
-    }
     amx_job j = {x, weight, bias, T, K, N, TP, xp, scratch, out, 0};
     og_parallel_for(pool, TP / TB, pack_task, &j);
     og_parallel_for(pool, threads, tiles_worker, &j);
-    og_free(xp);
-    og_free(scratch_mem);
     return OG_OK;
 }
 

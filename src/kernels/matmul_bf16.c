@@ -146,20 +146,15 @@ static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *
                                const void *bias, int64_t T, int64_t K, int64_t N, float *out) {
     const int64_t P = (K + 1) / 2, TP = (T + TT - 1) / TT * TT;
     const int threads = og_threadpool_size(pool);
-    uint32_t *xp = og_malloc((size_t)(P * TP) * sizeof *xp);
-    og_bf16 *row = og_malloc((size_t)threads * (size_t)K * sizeof *row);
-    if (!xp || !row) {
-        og_free(xp);
-        og_free(row);
+    uint32_t *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)(P * TP) * sizeof *xp);
+    og_bf16 *row = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * (size_t)K * sizeof *row);
+    if (!xp || !row)
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
                             "matmul_bf16: no memory to pack %lld x %lld activations",
                             (long long)T, (long long)K);
-    }
     bf16_job j = {x, w, bias, T, K, N, P, TP, xp, row, out};
     og_parallel_for(pool, TP / TT, pack_task, &j);
     og_parallel_for(pool, (N + NB - 1) / NB, tiles_task, &j);
-    og_free(xp);
-    og_free(row);
     return OG_OK;
 }
 #endif
@@ -168,15 +163,13 @@ static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *
 static og_status matmul_rounded(og_threadpool *pool, const float *x, const void *w,
                                 const void *bias, og_dtype dt, int64_t T, int64_t K, int64_t N,
                                 float *out) {
-    float *xr = og_malloc((size_t)(T * K) * sizeof *xr); /* [T, K] */
+    float *xr = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)(T * K) * sizeof *xr); /* [T, K]; the product takes PANELS */
     if (!xr)
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
                             "matmul_bf16: no memory to round %lld x %lld activations",
                             (long long)T, (long long)K);
     for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
-    og_status st = og_matmul_cpu(pool, xr, w, bias, dt, T, K, N, out);
-    og_free(xr);
-    return st;
+    return og_matmul_cpu(pool, xr, w, bias, dt, T, K, N, out);
 }
 
 og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x, const void *weight,

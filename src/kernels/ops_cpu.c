@@ -604,7 +604,7 @@ static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, co
     pthread_once(&g_blas_once, blas_single_thread);
     float *scratch = NULL;
     if (dt != OG_DTYPE_F32) {
-        scratch = og_calloc((size_t)og_threadpool_size(pool) * PANEL * (size_t)K, sizeof(float));
+        scratch = og_scratch(OG_SCRATCH_PANELS, (size_t)og_threadpool_size(pool) * PANEL * (size_t)K * sizeof(float));
         if (!scratch)
             return og_set_error(OG_ERR_OUT_OF_MEMORY,
                                 "matmul: no memory for %d weight panels of %d x %lld floats",
@@ -612,7 +612,6 @@ static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, co
     }
     gemm_job j = {x, w, bias, dt, T, K, N, og_cpu_isa_active(), scratch, out};
     og_parallel_for(pool, (N + PANEL - 1) / PANEL, gemm_task, &j);
-    og_free(scratch);
     return OG_OK;
 }
 
