@@ -457,19 +457,16 @@ static void test_reference(void) {
 
 /* ------------------------------------------------------------ 3. all or nothing
  *
- * KNOWN BUG (src/exec, left failing on purpose for its owner): when item j
- * of a batch fails to prepare (an allocation, or OG_ERR_CAPACITY), the
- * sessions of items 0 .. j-1 were already prepared, and og_model_step rolls
- * them back with og_kv_session_abort, which only drops the prepared step and
- * keeps the storage it allocated or grew (offgraph.h: "storage growth is
- * kept"). So a failed batch changes the earlier sessions: a fresh one keeps
- * its first storage, a dense flat layer that grew has moved (new addresses,
- * rows_allocated, bytes_allocated, growth_count and rebinds changed), a
- * packed block stays backed further. og_model_step promises that "no
- * session advances or changes" (DESIGN.md section 7: "every session already
- * prepared is aborted and rolled back"). The checks below fail with
- * "session of item k ... changed" until prepared sessions are rolled back
- * to their storage as it was. */
+ * When item j of a batch fails to prepare (an allocation, or
+ * OG_ERR_CAPACITY), the sessions of items 0 .. j-1 were already prepared:
+ * og_model_step rolls each back (og_kv_session_rollback), storage included,
+ * so that "no session advances or changes" (DESIGN.md section 7): a fresh
+ * session gives back its first storage, a dense flat layer that grew keeps
+ * its old block, addresses, rows_allocated, bytes_allocated, growth_count and
+ * rebinds, a packed block is backed no further. The checks below compare
+ * every session with a twin stepped without faults, after every fault the
+ * batch can meet; an earlier version of og_model_step only aborted the
+ * prepared sessions (keeping what they had grown) and failed them. */
 
 enum { FK = 6 };
 
