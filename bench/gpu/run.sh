@@ -54,8 +54,9 @@ done
 LLAMA_DIR=${LLAMA_DIR:-$SRC/build-llama-cuda}
 LLAMA_BENCH=${LLAMA_BENCH:-$LLAMA_DIR/bin/llama-bench}
 if [ -x "$LLAMA_BENCH" ]; then
-    PYTHONPATH=$LLAMA_DIR/gguf-py${PYTHONPATH:+:$PYTHONPATH} python3 "$SRC/bench/make_gguf.py" "$WORK/qwen3" "$WORK/qwen3.gguf" >>"$LOG" 2>&1 ||
-        echo "llama.cpp: writing the GGUF failed (see $LOG)"
+    PYTHONPATH=$LLAMA_DIR/gguf-py${PYTHONPATH:+:$PYTHONPATH} python3 "$SRC/bench/make_gguf.py" "$WORK/qwen3" "$WORK/qwen3.gguf" >"$WORK/gguf.log" 2>&1 ||
+        echo "llama.cpp: writing the GGUF failed: $(tail -1 "$WORK/gguf.log") (LLAMA_DIR=$LLAMA_DIR)"
+    cat "$WORK/gguf.log" >>"$LOG"
     depths=$(echo $CONTEXTS | tr ' ' ,)
     lrows=$( { "$LLAMA_BENCH" -m "$WORK/qwen3.gguf" -ngl 99 -fa on -o jsonl -p 0 -n 256 -d "$depths"
                "$LLAMA_BENCH" -m "$WORK/qwen3.gguf" -ngl 99 -fa on -o jsonl -p "$depths" -n 0; } 2>>"$LOG")
