@@ -87,25 +87,6 @@ typedef struct {
     atomic_llong next_claim; /* the next PANELS panels a worker takes */
 } amx_job;
 
-/* 16 tokens of x (block b) rounded to bf16 and scattered into k pairs. */
-static void pack_task(void *ctx, int64_t b, int thread) {
-    const amx_job *j = ctx;
-    const int64_t K = j->K, kblocks = K / KB;
-    og_bf16 *row = j->scratch + (size_t)thread * 64 * (size_t)K; /* [K] of a panel buffer */
-    uint32_t *blk = (uint32_t *)(j->xp + (size_t)b * (size_t)kblocks * TB * KB); /* [K/32, 16, 16] pairs */
-    for (int64_t i = 0; i < TB; i++) {
-        const int64_t t = b * TB + i;
-        if (t < j->T) og_f32_to_bf16_cpu(j->x + t * K, row, (size_t)K);
-        else memset(row, 0, (size_t)K * sizeof *row);
-        for (int64_t kb = 0; kb < kblocks; kb++)
-            for (int64_t r = 0; r < KB / 2; r++) {
-                uint32_t pair;
-                memcpy(&pair, row + kb * KB + 2 * r, sizeof pair);
-                blk[(kb * (KB / 2) + r) * TB + i] = pair;
-            }
-    }
-}
-
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -115,10 +96,10 @@ typedef struct {
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
 
-/* 16 x 16 f32: r[i][j] = in[j][i]. */
-static inline void transpose16(const float in[TB][TB], __m512 r[TB]) {
+/* 16 x 16 32-bit elements, rows `stride` elements apart: r[i][j] = in[j][i]. */
+static inline void transpose16(const float *in, int64_t stride, __m512 r[TB]) {
     __m512 t[TB];
-    for (int i = 0; i < TB; i++) r[i] = _mm512_loadu_ps(in[i]);
+    for (int i = 0; i < TB; i++) r[i] = _mm512_loadu_ps(in + i * stride);
     for (int i = 0; i < TB; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -137,6 +118,26 @@ static inline void transpose16(const float in[TB][TB], __m512 r[TB]) {
     for (int i = 0; i < 8; i++) {
         r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
+/* 16 tokens of x (block b) rounded to bf16 and scattered into k pairs:
+ * the 16 rows are rounded into the thread's panel buffer, then each block
+ * of 16 pairs x 16 tokens is one 16 x 16 transpose of 32-bit pairs. */
+static void pack_task(void *ctx, int64_t b, int thread) {
+    const amx_job *j = ctx;
+    const int64_t K = j->K, kblocks = K / KB;
+    og_bf16 *rows = j->scratch + (size_t)thread * 64 * (size_t)K; /* [16, K] in a panel buffer ([64, K]) */
+    for (int64_t i = 0; i < TB; i++) {
+        const int64_t t = b * TB + i;
+        if (t < j->T) og_f32_to_bf16_cpu(j->x + t * K, rows + i * K, (size_t)K);
+        else memset(rows + i * K, 0, (size_t)K * sizeof *rows);
+    }
+    float *blk = (float *)(j->xp + (size_t)b * (size_t)kblocks * TB * KB); /* [K/32, 16 pairs, 16 tokens] */
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        __m512 r[TB];
+        transpose16((const float *)(rows + kb * KB), K / 2, r); /* row i: token i's 16 pairs of the block */
+        for (int p = 0; p < TB; p++) _mm512_storeu_ps(blk + (kb * TB + p) * TB, r[p]);
     }
 }
 
@@ -203,7 +204,7 @@ static void write_block(const amx_job *j, float c[4][TB][TB], int64_t t0, int64_
         const __m512 b = _mm512_loadu_ps(bias + TB * i);
         for (int k = 0; k < 2; k++) {
             __m512 r[TB];
-            transpose16(c[2 * i + k], r);
+            transpose16(&c[2 * i + k][0][0], TB, r);
             for (int64_t tt = 0; tt < TB && t0 + k * TB + tt < j->T; tt++)
                 _mm512_mask_storeu_ps(j->out + (t0 + k * TB + tt) * j->N + n0 + TB * i, m, _mm512_add_ps(r[tt], b));
         }
