@@ -7,10 +7,11 @@ BUILD      ?= build
 SAN_BUILD  ?= build-sanitize
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
+CLANG_BUILD ?= build-clang
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-sanitize test-tsan fuzz fuzz-replay bench install clean
+.PHONY: all deps build build-clang run test test-sanitize test-tsan fuzz fuzz-replay bench install clean
 
 all: build
 
@@ -43,7 +44,17 @@ test-tsan: deps
 	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '^test_(threads|batch)$$'
 
-# libFuzzer harnesses (clang). FUZZ_SECONDS per harness.
+# Everything (library, tool, tests, benchmarks, the CUDA back end's C files
+# when nvcc is found) compiled with clang, warnings as errors: the code must
+# build warning-free under both gcc and clang. Builds only; CI runs it.
+build-clang:
+	@bash scripts/install-deps.sh --fuzz
+	@CC=clang cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(CLANG_BUILD) -j $(JOBS)
+
+# libFuzzer harnesses (clang). FUZZ_SECONDS per harness, after each has
+# replayed its corpus; fails on a build error, a crash or a harness that ran
+# nothing (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 60
 fuzz:
 	@bash scripts/install-deps.sh --fuzz
@@ -62,4 +73,4 @@ bench: build
 	@ls $(BUILD)/bench_* 2>/dev/null || true
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(CLANG_BUILD)

@@ -797,7 +797,7 @@ static void tokenizer_adds_bos(void) {
  * variant 3 gives "b" the score -12.5 (a Unigram model's kind of score). */
 static void build_spm_vocab(gb *b, int variant, int nscores, bool charsmap) {
     static const char *const pieces[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "c", "ab", "bc",
-                                         "\xE2\x96\x81" "a", "<0x64>"};
+                                         ("\xE2\x96\x81" "a"), "<0x64>"};
     static const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6};
     float scores[] = {0, 0, 0, -10, -11, -12, -13, -2, -1, -3, 0};
     if (variant == 1) scores[7] = -1, scores[8] = -2;
