@@ -1053,7 +1053,14 @@ og_status check_gemv(const char *op, const void *weight, og_dtype dt, int64_t T,
 } /* namespace */
 
 extern "C" bool og_gemv_cuda_norm_fits(int64_t T, int64_t K) {
-    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 48 * 1024 / 4 / T;
+    /* Up to 2048 floats of x (the 0.6B shape's hidden 1024 for two rows):
+     * there a product is a few microseconds and the launch saved is worth
+     * it. Past that every block's own norm pass costs more than the separate
+     * add_rms_norm launch, which runs while the product's blocks already load
+     * their weights (programmatic dependent launch): measured on the 8B shape,
+     * the q/k/v product took 26 us with the norm in its blocks and the o
+     * product of 32 MB 13 us (bench/gpu/notes.md). */
+    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 2048 / T;
 }
 
 extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm,
