@@ -35,14 +35,16 @@ test-sanitize: deps
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS)
 
-# The tests that share one model between threads (test_threads, test_batch),
-# built with ThreadSanitizer (gcc, CPU only); any report fails the run.
-TSAN_TESTS = test_threads test_batch
+# The tests that share one model between threads (test_threads, test_batch)
+# and the thread pool's (test_threadpool: concurrent and nested callers,
+# random delays), built with ThreadSanitizer (gcc, CPU only); any report
+# fails the run.
+TSAN_TESTS = test_threads test_batch test_threadpool
 test-tsan: deps
 	@CC=gcc cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DOG_SANITIZE=thread -DOG_CUDA=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '^test_(threads|batch)$$'
+	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '^test_(threads|batch|threadpool)$$'
 
 # Everything (library, tool, tests, benchmarks, the CUDA back end's C files
 # when nvcc is found) compiled with clang, warnings as errors: the code must

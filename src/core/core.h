@@ -144,8 +144,8 @@ void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t
 
 /* ---- threads ---- */
 
-/* A fixed pool of workers running one parallel-for at a time. The calling
- * thread takes part, so a pool of n threads starts n - 1 workers. */
+/* A fixed pool of workers running parallel-fors. The calling thread takes
+ * part, so a pool of n threads starts n - 1 workers. */
 typedef struct og_threadpool og_threadpool;
 /* n_threads <= 0 means the number of online CPUs. Owned by the caller:
  * og_threadpool_destroy. Returns NULL when threads cannot be started. */
@@ -153,10 +153,18 @@ og_threadpool *og_threadpool_create(int n_threads);
 void og_threadpool_destroy(og_threadpool *p);
 int og_threadpool_size(const og_threadpool *p);
 /* Runs fn(ctx, i, thread) for i in [0, n) across the pool and waits.
- * thread is in [0, size). p == NULL runs everything on the caller (thread 0).
- * Calls from different threads on one pool are serialized. */
+ * thread is in [0, size), and no two items of one call run at once with the
+ * same thread (the caller is 0). p == NULL runs everything on the caller
+ * (thread 0). Calls from different threads on one pool run side by side,
+ * sharing its workers. A call from inside an item of the same pool (nested),
+ * or past 16 calls at once, runs its items on the calling thread, in order,
+ * as thread 0. */
 typedef void (*og_task_fn)(void *ctx, int64_t i, int thread);
 void og_parallel_for(og_threadpool *p, int64_t n, og_task_fn fn, void *ctx);
+/* Tests only: called, when set, at each window of the pool's protocol where
+ * a thread's preemption matters (tests/test_threadpool.c sleeps there at
+ * random). Set it while no pool is in use. */
+extern void (*og_threadpool_test_delay)(int window);
 
 /* Monotonic clock in seconds. */
 double og_time_now(void);
