@@ -301,8 +301,12 @@ def cut_figures(name, kind, ends, refused, peak):
     print("%-28s %s: %d held at once at most, %d cut by the deadline (%d with a 408), held %.2f s at most, "
           "%d refused at once" % (name, kind, peak, len(ends), n408, worst, refused), flush=True)
     check(len(ends) > 0, "%s: no %s connection was cut" % (name, kind))
-    check(not held or worst <= T_HEADER + 1.5 * SLOW, "%s: a %s connection was held %.2f s (deadline %.1f s)"
-          % (name, kind, worst, T_HEADER))
+    # the bound is loose (this client, one thread over hundreds of sockets,
+    # notices a close late on a loaded machine); without the deadline a
+    # trickling connection is never cut, and no end at all is counted
+    bound = T_HEADER + max(1.5, 2 * T_HEADER) * SLOW
+    check(not held or worst <= bound, "%s: a %s connection was held %.2f s (deadline %.1f s, bound %.1f s)"
+          % (name, kind, worst, T_HEADER, bound))
     check(n408 * 2 >= len(ends), "%s: only %d of %d cut %s connections got a 408" % (name, n408, len(ends), kind))
 
 
