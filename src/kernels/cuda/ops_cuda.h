@@ -192,7 +192,7 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  * visible keys: flat 0..p, ring max(0, p-W+1)..p; query head h reads kv head
  * h / G, and every kv head is read once for all G query heads of its group.
  *
- * Two kernels (attend.cu says how each works):
+ * Two kernels (attend.cu and the files it names say how each works):
  *  - tiled, on the tensor cores, for prefill: T > 1 over bf16 storage with D
  *    of 16, 32, 64 or 128 (og_attend_cuda_tiled). q is carried as bf16 hi +
  *    lo, the softmax weights p are rounded to bf16 for P x V (f32 sums): an
