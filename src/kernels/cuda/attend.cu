@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, GM > 4 ? kWave / 2 : kWave) attend_k
     const int32_t W = rg.W;
     const int64_t lo = first_key(p.ring, W, pos);
     int64_t chunk;
-    const int32_t S = splits_for(pos - lo + 1, p.max_splits, &chunk);
+    const int32_t S = splits_for(pos - lo + 1, p.max_splits, p.split_keys, &chunk);
     const int32_t split = blockIdx.z;
     if (split >= S) return; /* the whole block leaves: no barrier is skipped */
     const int64_t k0 = lo + split * chunk;
@@ -357,31 +357,55 @@ extern "C" og_attend_cuda_decode og_attend_cuda_set_decode(og_attend_cuda_decode
     return prev;
 }
 
-/* int8 / fp8 storage on the tensor cores too (false: bf16 alone, unless
- * the environment sets OG_CUDA_ATTEND_QUANT=1: the quantized variant has
- * not run on a GPU yet, and a run of the tests with and one without it keep
- * a fault of it from hiding the bf16 results). */
-static constexpr bool kMmaQuant = false;
+/* Keys a split takes (og_attend_cuda_set_split_keys). */
+static std::atomic<int32_t> g_split_keys{OG_ATTEND_CUDA_SPLIT_KEYS};
 
-static bool mma_quant(void) {
-    static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        const char *env = getenv("OG_CUDA_ATTEND_QUANT");
-        v = kMmaQuant || (env && !strcmp(env, "1"));
-        on.store(v, std::memory_order_relaxed);
+extern "C" int32_t og_attend_cuda_get_split_keys(void) { return g_split_keys.load(std::memory_order_relaxed); }
+
+extern "C" int32_t og_attend_cuda_set_split_keys(int32_t keys) {
+    return g_split_keys.exchange(keys >= 1 ? keys : OG_ATTEND_CUDA_SPLIT_KEYS);
+}
+
+/* The kernel of int8 / fp8 steps on the tensor cores: -1 until the first
+ * call reads OG_CUDA_ATTEND_QMMA. */
+static std::atomic<int> g_quant{-1};
+
+extern "C" og_attend_cuda_quant_decode og_attend_cuda_get_quant_decode(void) {
+    int d = g_quant.load(std::memory_order_relaxed);
+    if (d < 0) {
+        const char *env = getenv("OG_CUDA_ATTEND_QMMA");
+        d = !env ? OG_ATTEND_CUDA_QUANT_MMA
+            : !strcmp(env, "0") ? OG_ATTEND_CUDA_QUANT_SIMT
+            : !strcmp(env, "widen") ? OG_ATTEND_CUDA_QUANT_WIDEN
+                                    : OG_ATTEND_CUDA_QUANT_MMA;
+        int expect = -1;
+        if (!g_quant.compare_exchange_strong(expect, d)) d = expect; /* another thread read it first */
     }
-    return v != 0;
+    return (og_attend_cuda_quant_decode)d;
+}
+
+extern "C" og_attend_cuda_quant_decode og_attend_cuda_set_quant_decode(og_attend_cuda_quant_decode d) {
+    const og_attend_cuda_quant_decode prev = og_attend_cuda_get_quant_decode();
+    g_quant.store(d == OG_ATTEND_CUDA_QUANT_SIMT || d == OG_ATTEND_CUDA_QUANT_WIDEN ? d : OG_ATTEND_CUDA_QUANT_MMA);
+    return prev;
 }
 
 extern "C" bool og_attend_cuda_decode_mma(og_dtype kv_dtype, int32_t head_dim) {
-    const bool dt = kv_dtype == OG_DTYPE_BF16 || (og_kv_dtype_quantized(kv_dtype) && mma_quant());
+    const bool dt = kv_dtype == OG_DTYPE_BF16 ||
+                    (og_kv_dtype_quantized(kv_dtype) && og_attend_cuda_get_quant_decode() != OG_ATTEND_CUDA_QUANT_SIMT);
     return dt && (head_dim == 64 || head_dim == 128);
 }
 
 /* True when a split-K step over storage of dt with heads of D runs on the tensor cores. */
 static bool decode_on_mma(og_dtype dt, int32_t D) {
     return og_attend_cuda_get_decode() == OG_ATTEND_CUDA_MMA && og_attend_cuda_decode_mma(dt, D);
+}
+
+/* True when a step over storage of dt that runs on the tensor cores takes
+ * qmma_attend_kernel (int8 / fp8, unless the widened-tile variant of
+ * mma_attend_kernel is chosen). */
+static bool qmma_serves(og_dtype dt) {
+    return og_kv_dtype_quantized(dt) && og_attend_cuda_get_quant_decode() == OG_ATTEND_CUDA_QUANT_MMA;
 }
 
 /* Blocks of one split of one row: kv heads x head chunks. */
@@ -405,7 +429,9 @@ extern "C" bool og_attend_cuda_tiled(int32_t T, og_dtype kv_dtype, int32_t head_
 
 extern "C" int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_kv_heads, int32_t sm_count) {
     int64_t chunk;
-    return n < 1 ? 1 : splits_for(n, og_attend_cuda_max_splits(T, n_heads, n_kv_heads, sm_count), &chunk);
+    return n < 1 ? 1
+                 : splits_for(n, og_attend_cuda_max_splits(T, n_heads, n_kv_heads, sm_count),
+                              og_attend_cuda_get_split_keys(), &chunk);
 }
 
 extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a) {
@@ -497,6 +523,7 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
     const int32_t maxS = split_cap(a->T, p.Hkv * p.chunks, sm_count);
     if (maxS > 1 && !a->partials) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: partials scratch is NULL", op);
     p.max_splits = maxS;
+    p.split_keys = og_attend_cuda_get_split_keys();
 
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     const bool bf16 = kv->dtype == OG_DTYPE_BF16;
@@ -508,7 +535,8 @@ extern "C" og_status og_update_and_attend_cuda(void *stream, const og_attend_cud
 
     const dim3 grid((unsigned)a->T, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     if (decode_on_mma(kv->dtype, D)) {
-        e = launch_mma(p, kv->dtype, grid, st, dev, false);
+        e = qmma_serves(kv->dtype) ? launch_qmma(p, kv->dtype, grid, st, dev, false)
+                                   : launch_mma(p, kv->dtype, grid, st, dev, false);
         if (e != cudaSuccess) return launch_failed("attend (tensor cores)", e);
         return OG_OK;
     }
@@ -609,6 +637,7 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     const int32_t maxS = batch_split_cap(a->B, p.Hkv * p.chunks, a->max_keys, sm_count);
     if (maxS > 1 && !a->partials) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: partials scratch is NULL", op);
     p.max_splits = maxS;
+    p.split_keys = og_attend_cuda_get_split_keys();
     if (a->partials) {
         const int64_t C = batch_counter_floats(a->B, a->n_heads), P = (int64_t)a->B * maxS * a->n_heads;
         p.counters = reinterpret_cast<unsigned int *>(a->partials);
@@ -619,7 +648,8 @@ extern "C" og_status og_update_and_attend_batch_cuda(void *stream, const og_atte
     const dim3 grid((unsigned)a->B, (unsigned)(p.Hkv * p.chunks), (unsigned)maxS);
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (decode_on_mma(a->kv_dtype, D)) {
-        e = launch_mma(p, a->kv_dtype, grid, st, dev, true);
+        e = qmma_serves(a->kv_dtype) ? launch_qmma(p, a->kv_dtype, grid, st, dev, true)
+                                     : launch_mma(p, a->kv_dtype, grid, st, dev, true);
     } else {
         switch (a->kv_dtype) {
         case OG_DTYPE_INT8: e = launch_attend<kv_i8, true>(p, gm, grid, st); break;

@@ -17,6 +17,7 @@
  *                      storage or a head dim the others lack) and the host
  *                      entry points that choose a kernel;
  *   attend_mma.cu      split-K on the tensor cores (decode over bf16 storage);
+ *   attend_qmma.cu     split-K on the tensor cores over int8 / fp8 storage;
  *   attend_prefill.cu  the tiled tensor-core kernel (prefill over bf16 storage).
  * Storage rows are RS elements apart (the view's row_stride; Hkv x D when
  * dense): a packed block interleaves other layers' rows, which no kernel
@@ -69,9 +70,10 @@ inline int32_t split_cap(int32_t T, int32_t row_blocks, int32_t sm_count) {
     return s < 1 ? 1 : (int32_t)s;
 }
 
-/* Splits for a row seeing n >= 1 keys, at most cap, and the keys per split (*chunk). */
-__host__ __device__ inline int32_t splits_for(int64_t n, int32_t cap, int64_t *chunk) {
-    int64_t s = (n + OG_ATTEND_CUDA_SPLIT_KEYS - 1) / OG_ATTEND_CUDA_SPLIT_KEYS;
+/* Splits for a row seeing n >= 1 keys, one per `keys` keys (the launch's
+ * split_keys), at most cap, and the keys per split (*chunk). */
+__host__ __device__ inline int32_t splits_for(int64_t n, int32_t cap, int32_t keys, int64_t *chunk) {
+    int64_t s = (n + keys - 1) / keys;
     if (s > cap) s = cap;
     if (s < 1) s = 1;
     const int64_t c = (n + s - 1) / s;
@@ -215,6 +217,7 @@ struct attend_params {
     int32_t T, Hq, Hkv, D, G, lanes, chunks, ring, W;
     int32_t gm;         /* query heads one block serves (group_heads(G)); chunks = ceil(G / gm) */
     int32_t max_splits; /* split_cap: the grid's depth */
+    int32_t split_keys; /* keys a split takes before another is opened (OG_ATTEND_CUDA_SPLIT_KEYS) */
     float scale_log2;
 };
 
@@ -273,19 +276,27 @@ struct row_geom {
     int32_t W;
 };
 
-/* Fills g for row t; false when the block has nothing to do (a padded
- * entry, or a bad one, whose out rows h0 .. h0 + g_n - 1 it poisons). */
+/* What block_row_status finds for a block. */
+enum row_status { kRowGo, kRowPadded, kRowBad };
+
+/* NaN into out rows h0 .. h0 + g_n - 1 of row t (by split 0's block): a bad
+ * entry's failure shows. */
+__device__ inline void poison_rows(const attend_params &p, int32_t t, int32_t h0, int32_t g_n) {
+    if (blockIdx.z == 0)
+        for (int32_t i = threadIdx.x; i < g_n * p.D; i += kThreads)
+            p.out[((int64_t)t * p.Hq + h0) * p.D + i] = __int_as_float(0x7fc00000);
+}
+
+/* Fills g for row t and returns kRowGo, or says why the block has nothing
+ * to do: a padded entry, or a bad one (whose out rows the caller poisons).
+ * Reads the table and the length alone, which the host writes before the
+ * step: nothing an earlier kernel of the stream writes. */
 template <typename KV, bool BATCH>
-__device__ inline bool block_row(const attend_params &p, int32_t t, int32_t h0, int32_t g_n, row_geom &g) {
+__device__ inline row_status block_row_status(const attend_params &p, int32_t t, row_geom &g) {
     if (BATCH) {
         const og_attend_cuda_seq e = p.seqs[t];
-        if (e.T == 0) return false; /* a padded entry: nothing read or written */
-        if (bad_entry<KV>(p, e)) {
-            if (blockIdx.z == 0)
-                for (int32_t i = threadIdx.x; i < g_n * p.D; i += kThreads)
-                    p.out[((int64_t)t * p.Hq + h0) * p.D + i] = __int_as_float(0x7fc00000);
-            return false;
-        }
+        if (e.T == 0) return kRowPadded; /* nothing read or written */
+        if (bad_entry<KV>(p, e)) return kRowBad;
         g.L = e.length, g.pos = g.L;
         g.st.k = static_cast<const unsigned char *>(e.k), g.st.v = static_cast<const unsigned char *>(e.v);
         g.st.RS = e.row_stride ? e.row_stride : dense_row<KV>(p.Hkv, p.D);
@@ -297,11 +308,21 @@ __device__ inline bool block_row(const attend_params &p, int32_t t, int32_t h0, 
         g.st.RS = p.RS, g.st.R = p.R;
         g.W = p.W;
     }
-    return true;
+    return kRowGo;
+}
+
+/* Fills g for row t; false when the block has nothing to do (a padded
+ * entry, or a bad one, whose out rows h0 .. h0 + g_n - 1 it poisons). */
+template <typename KV, bool BATCH>
+__device__ inline bool block_row(const attend_params &p, int32_t t, int32_t h0, int32_t g_n, row_geom &g) {
+    const row_status s = block_row_status<KV, BATCH>(p, t, g);
+    if (s == kRowBad) poison_rows(p, t, h0, g_n);
+    return s == kRowGo;
 }
 
 /* The block holding a row's own position stores the row's k, v of kv head
- * hk (t: the row of k, v). */
+ * hk (t: the row of k, v). Every thread of the block calls it (int8 / fp8:
+ * warps 0 and 1 write). */
 template <typename KV>
 __device__ inline void write_own_row(const attend_params &p, const kv_store &st, int64_t pos, int32_t t, int32_t hk) {
     const int32_t D = p.D;
@@ -310,26 +331,24 @@ __device__ inline void write_own_row(const attend_params &p, const kv_store &st,
     KV *vc = reinterpret_cast<KV *>(const_cast<unsigned char *>(st.v)) + slot * st.RS + (int64_t)hk * D;
     const int64_t src = ((int64_t)t * p.Hkv + hk) * D;
     if constexpr (kv_quant<KV>::value) {
-        /* every thread takes the head's amax (D loads, L1-resident) */
-        float ka = 0.0f, va = 0.0f;
-        for (int32_t d = 0; d < D; d++) {
-            ka = fmaxf(ka, fabsf(p.k[src + d]));
-            va = fmaxf(va, fabsf(p.v[src + d]));
-        }
-        const float kscale = ka / quant_max(KV{}), vscale = va / quant_max(KV{});
-        for (int32_t d = threadIdx.x; d < D; d += kThreads) {
-            store_quant(kc + d, p.k[src + d], kscale);
-            store_quant(vc + d, p.v[src + d], vscale);
-        }
-        if (threadIdx.x == 0) { /* the scales behind the row's Hkv x D quants */
-            unsigned char *kr = const_cast<unsigned char *>(st.k) + slot * st.RS;
-            unsigned char *vr = const_cast<unsigned char *>(st.v) + slot * st.RS;
-            const int64_t tail = (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES;
-            *reinterpret_cast<float *>(kr + tail) = kscale;
-            *reinterpret_cast<float *>(vr + tail) = vscale;
-            if (hk == p.Hkv - 1) /* the last head's block zeroes the padding, as the CPU writes it */
-                for (int64_t b = (int64_t)p.Hkv * (D + OG_KV_SCALE_BYTES); b < dense_row<KV>(p.Hkv, D); b++)
-                    kr[b] = vr[b] = 0;
+        /* warp 0 writes the k row, warp 1 the v row; the head's amax by lane
+         * shuffles (a maximum is exact in any order: the CPU's scale) */
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (warp < 2) {
+            const float *x = (warp ? p.v : p.k) + src;
+            KV *dst = warp ? vc : kc;
+            float a = 0.0f;
+            for (int32_t d = lane; d < D; d += 32) a = fmaxf(a, fabsf(x[d]));
+            for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+            const float scale = a / quant_max(KV{});
+            for (int32_t d = lane; d < D; d += 32) store_quant(dst + d, x[d], scale);
+            if (lane == 0) { /* the scale behind the row's Hkv x D quants */
+                unsigned char *r = const_cast<unsigned char *>(warp ? st.v : st.k) + slot * st.RS;
+                *reinterpret_cast<float *>(r + (int64_t)p.Hkv * D + (int64_t)hk * OG_KV_SCALE_BYTES) = scale;
+                if (hk == p.Hkv - 1) /* the last head's block zeroes the padding, as the CPU writes it */
+                    for (int64_t b = (int64_t)p.Hkv * (D + OG_KV_SCALE_BYTES); b < dense_row<KV>(p.Hkv, D); b++)
+                        r[b] = 0;
+            }
         }
     } else {
         for (int32_t d = threadIdx.x; d < D; d += kThreads) {
@@ -424,6 +443,28 @@ __device__ inline void finish_split(const attend_params &p, float *sm, int32_t N
 
 /* ---- mma.sync and ldmatrix (the tensor-core kernels) ---- */
 
+/* What the tile loads of one block of the tensor-core split-K kernels need: keys are
+ * counted from k0, the block's first key (32-bit: a split holds fewer than
+ * 2^31 keys). */
+struct mma_keys {
+    const unsigned char *kb, *vb; /* head hk of storage row 0 */
+    const float *knew, *vnew;     /* head hk of the row of k, v holding position L */
+    int64_t k0;                   /* the first key of the split */
+    int64_t row_bytes;            /* bytes between storage rows */
+    int64_t R;                    /* ring slots (slot = key mod R) */
+    int32_t n_stored;             /* keys k0 .. k0 + n_stored - 1 are in storage (< L) */
+    int32_t n;                    /* keys of the split: k0 .. k0 + n - 1 */
+    int32_t row;                  /* floats between rows of k, v */
+    int32_t ring;
+    int32_t scale_rel;            /* int8 / fp8: bytes from a row's head hk quants to its f32 k (v) scale */
+};
+
+/* 4 bytes global -> shared (cp.async); fill false writes zeros. */
+__device__ inline void copy4_async(void *dst, const void *src, bool fill) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(fill ? 4 : 0) : "memory");
+}
+
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* lo in the low half */
     return *reinterpret_cast<const uint32_t *>(&h);
@@ -483,6 +524,9 @@ cudaError_t launch_tiled(const attend_params &p, cudaStream_t st, int dev);
  * table p.seqs); dev: the current device (shared memory past 48 KB is
  * allowed once per device). */
 cudaError_t launch_mma(const attend_params &p, og_dtype dt, dim3 grid, cudaStream_t st, int dev, bool batch);
+/* attend_qmma.cu: split-K on the tensor cores over int8 / fp8 storage of dt
+ * (D 64 or 128; arguments as launch_mma). */
+cudaError_t launch_qmma(const attend_params &p, og_dtype dt, dim3 grid, cudaStream_t st, int dev, bool batch);
 
 } /* namespace og_attend */
 

@@ -9,13 +9,18 @@
  * m16n8k8, P's rows g and g + 8 again hi and lo. q and p both keep ~2^-16
  * of their precision. The step's own keys are written into the tiles
  * (rounded to bf16 as stored), so every key takes the same path. int8 /
- * fp8 storage (kMmaQuant in attend.cu): stages of quants and scales (half
+ * fp8 storage (OG_CUDA_ATTEND_QMMA=widen; attend_qmma.cu is the default): stages of quants and scales (half
  * the bytes of a bf16 stage), widened to bf16 tiles after each tile's
  * barrier (the quants are bf16 values), scales folded into score and weight
  * as the CUDA-core kernel folds them.
+ * Launched with programmatic dependent launch where allowed (OG_CUDA_PDL):
+ * a block reads its table entry or length and starts the copies of stored
+ * keys before it waits for the kernel before it (whose outputs q, k, v are);
+ * nothing is written before the wait.
  * Letters and shared pieces: attend_common.cuh.
  */
 #include "kernels/cuda/attend_common.cuh"
+#include "kernels/cuda/common.cuh"
 
 namespace og_attend {
 
@@ -50,22 +55,6 @@ template <int D>
 __device__ inline int swizzled(int r, int ch) {
     return r * (2 * D) + ((ch ^ (r & 7)) << 4);
 }
-
-/* What the tile loads of one block of mma_attend_kernel need: keys are
- * counted from k0, the block's first key (32-bit: a split holds fewer than
- * 2^31 keys). */
-struct mma_keys {
-    const unsigned char *kb, *vb; /* head hk of storage row 0 */
-    const float *knew, *vnew;     /* head hk of the row of k, v holding position L */
-    int64_t k0;                   /* the first key of the split */
-    int64_t row_bytes;            /* bytes between storage rows */
-    int64_t R;                    /* ring slots (slot = key mod R) */
-    int32_t n_stored;             /* keys k0 .. k0 + n_stored - 1 are in storage (< L) */
-    int32_t n;                    /* keys of the split: k0 .. k0 + n - 1 */
-    int32_t row;                  /* floats between rows of k, v */
-    int32_t ring;
-    int32_t scale_rel;            /* int8 / fp8: bytes from a row's head hk quants to its f32 k (v) scale */
-};
 
 /* Starts filling a K and a V tile with keys k0 + jr .. k0 + jr + KT - 1:
  * stored keys by cp.async from storage, keys of this step from k, v rounded
@@ -112,12 +101,6 @@ __device__ inline void mma_tile_load(const mma_keys &q, int32_t jr, unsigned cha
                                                             pack_bf16(vf[4], vf[5]), pack_bf16(vf[6], vf[7]));
         }
     }
-}
-
-/* 4 bytes global -> shared (cp.async); fill false writes zeros. */
-__device__ inline void copy4_async(void *dst, const void *src, bool fill) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(fill ? 4 : 0) : "memory");
 }
 
 /* int8 / fp8 storage on the tensor cores. A stage holds the tile's quants
@@ -254,11 +237,16 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
     const int32_t g_n = min(p.gm, p.G - chunk_i * p.gm);
     const int32_t t = blockIdx.x;
     row_geom rg;
-    if (!block_row<KV, BATCH>(p, t, h0, g_n, rg)) return;
+    const row_status rs = block_row_status<KV, BATCH>(p, t, rg);
+    if (rs == kRowBad) {
+        og_cuda::grid_wait(); /* out may still be read by the kernel before */
+        poison_rows(p, t, h0, g_n);
+    }
+    if (rs != kRowGo) return;
     const int64_t L = rg.L, pos = rg.pos;
     const int64_t lo = first_key(p.ring, rg.W, pos);
     int64_t chunk;
-    const int32_t S = splits_for(pos - lo + 1, p.max_splits, &chunk);
+    const int32_t S = splits_for(pos - lo + 1, p.max_splits, p.split_keys, &chunk);
     const int32_t split = blockIdx.z;
     if (split >= S) return; /* the whole block leaves: no barrier is skipped */
     const int64_t k0 = lo + split * chunk;
@@ -302,10 +290,24 @@ __global__ void __launch_bounds__(kThreads, kWave) mma_attend_kernel(attend_para
             mma_tile_load<D>(q, jr, smem + 2 * b * kTileBytes, smem + (2 * b + 1) * kTileBytes);
         }
     };
+    /* the first stages: before the wait when they hold stored keys alone
+     * (storage rows before L were written by earlier steps; a tile of stored
+     * keys alone reads nothing of k, v) */
+    const bool early = ks.n_stored >= min(ks.n, (kStages - 1) * KT);
+    if (early) {
 #pragma unroll
-    for (int i = 0; i < kStages - 1; i++) {
-        if (i < n_tiles) load_stage(ks, i * KT, i);
-        copies_commit();
+        for (int i = 0; i < kStages - 1; i++) {
+            if (i < n_tiles) load_stage(ks, i * KT, i);
+            copies_commit();
+        }
+    }
+    og_cuda::grid_wait(); /* q, k, v (and the scratch) of the kernels before are ready */
+    if (!early) {
+#pragma unroll
+        for (int i = 0; i < kStages - 1; i++) {
+            if (i < n_tiles) load_stage(ks, i * KT, i);
+            copies_commit();
+        }
     }
 
     /* (after the first tiles are asked for: q's latency hides behind theirs)
@@ -456,7 +458,7 @@ cudaError_t launch_mma_d(const attend_params &p, dim3 grid, cudaStream_t st, int
     static std::atomic<unsigned long long> done{0};
     const cudaError_t e = allow_smem(mma_attend_kernel<KV, D, BATCH>, smem, dev, done);
     if (e != cudaSuccess) return e;
-    mma_attend_kernel<KV, D, BATCH><<<grid, kThreads, smem, st>>>(p);
+    og_cuda::launch_pdl_smem(mma_attend_kernel<KV, D, BATCH>, grid, dim3(kThreads), smem, st, p);
     return cudaGetLastError();
 }
 
