@@ -21,8 +21,10 @@
                                     time of 1); PEER_COMPILE=off disables the automatic
                                     torch.compile of the forward (default: transformers'
                                     own choice, which compiles with a static cache)
-  peer.py floor DIR CTX COPY_GBPS   bytes floor of one decode step: weights read
-                                    once plus the KV of CTX tokens, at the copy rate
+  peer.py floor DIR CTX COPY_GBPS [WEIGHTS]
+                                    bytes floor of one decode step: weights read
+                                    once (matrices as bf16, q8 or q4) plus the KV
+                                    of CTX tokens, at the copy rate
 
 Each prints one JSON line. Timing: CUDA events, warm-up first, median, inputs
 rotated so that one round exceeds the L2.
@@ -191,10 +193,15 @@ def batch(path, ctx, gen, sizes):
         torch.cuda.empty_cache()
 
 
-def floor(path, ctx, copy_gbps):
+# bytes per weight of a matrix in offgraph's formats: q8 and q4 keep an f16
+# scale per group of 32 beside the quants (docs/program-format.md)
+FORMAT_BYTES = {"bf16": 2.0, "q8": 1.0 + 2.0 / 32, "q4": 0.5 + 2.0 / 32}
+
+
+def floor(path, ctx, copy_gbps, weights="bf16"):
     """Bytes a decode step must read: every weight but the embedding table
-    (one row of it is read; a tied table is read whole as the head), and the
-    bf16 KV of ctx positions."""
+    (one row of it is read; a tied table is read whole as the head), matrices
+    in the given format (bf16, q8, q4), and the bf16 KV of ctx positions."""
     import glob
     import os
     from safetensors import safe_open
@@ -209,11 +216,11 @@ def floor(path, ctx, copy_gbps):
                 n = 1
                 for s in t.get_shape():
                     n *= s
-                wbytes += n * 2
+                wbytes += n * (FORMAT_BYTES[weights] if len(t.get_shape()) == 2 else 2)
     kv = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg.get("head_dim", 128) * 2 * ctx
     step = wbytes + kv
     # the copy rate counts bytes moved (read + written); a decode step moves step bytes
-    print(json.dumps({"bench": "e2e_decode", "impl": "bytes_floor", "context": ctx, "bytes_per_token": step,
+    print(json.dumps({"bench": "e2e_decode", "impl": "bytes_floor", "context": ctx, "bytes_per_token": int(step),
                       "decode_tokens_per_s": copy_gbps * 1e9 / step}))
 
 
@@ -230,6 +237,6 @@ if __name__ == "__main__":
     elif cmd == "batch":
         batch(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), [int(b) for b in sys.argv[5:]])
     elif cmd == "floor":
-        floor(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+        floor(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "bf16")
     else:
         sys.exit(__doc__)

@@ -108,6 +108,19 @@ __device__ inline unsigned short ld_scale(const uint16_t *p) {
 }
 __device__ inline float f16_bits(unsigned short v) { return __half2float(__ushort_as_half(v)); }
 
+/* B bytes global -> shared without registers (cp.async; 16 bytes skip L1). */
+template <int B>
+__device__ inline void copy_async(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(B) : "memory");
+}
+__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void copies_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 /* ---- weight formats ----
  * Each names where a lane's weights of unit 0 lie (row: the row's weights or
  * quants at the lane's offset, and its scales), the bytes of a unit of one
@@ -132,6 +145,11 @@ struct fmt_bf16 {
     }
     __device__ static ld load(const uint8_t *qa, const uint8_t *qb, const uint16_t *, const uint16_t *) {
         return ld{ld_stream16(qa), ld_stream16(qb)};
+    }
+    static constexpr int kLaneBytes = 16; /* a lane's bytes of a unit of one row */
+    static constexpr bool kScaled = false;
+    __device__ static ld from_ring(const uint8_t *a, const uint8_t *b, unsigned short, unsigned short) {
+        return ld{*reinterpret_cast<const uint4 *>(a), *reinterpret_cast<const uint4 *>(b)};
     }
     __device__ static int x_at(int s, int c) { return 8 * c + 4 * s; }
     __device__ static void dot(const ld &l, const xfrag &xf, float acc[4]) {
@@ -168,6 +186,11 @@ struct fmt_q8 {
     }
     __device__ static ld load(const uint8_t *qa, const uint8_t *qb, const uint16_t *sa, const uint16_t *sb) {
         return ld{ld_stream8(qa), ld_stream8(qb), ld_scale(sa), ld_scale(sb)};
+    }
+    static constexpr int kLaneBytes = 8;
+    static constexpr bool kScaled = true;
+    __device__ static ld from_ring(const uint8_t *a, const uint8_t *b, unsigned short sa, unsigned short sb) {
+        return ld{*reinterpret_cast<const uint2 *>(a), *reinterpret_cast<const uint2 *>(b), sa, sb};
     }
     __device__ static int x_at(int s, int c) { return 8 * c + 4 * s; }
     __device__ static void dot(const ld &l, const xfrag &xf, float acc[4]) {
@@ -212,6 +235,11 @@ struct fmt_q4 {
     }
     __device__ static ld load(const uint8_t *qa, const uint8_t *qb, const uint16_t *sa, const uint16_t *sb) {
         return ld{ld_stream4(qa), ld_stream4(qb), ld_scale(sa), ld_scale(sb)};
+    }
+    static constexpr int kLaneBytes = 4;
+    static constexpr bool kScaled = true;
+    __device__ static ld from_ring(const uint8_t *a, const uint8_t *b, unsigned short sa, unsigned short sb) {
+        return ld{*reinterpret_cast<const uint32_t *>(a), *reinterpret_cast<const uint32_t *>(b), sa, sb};
     }
     __device__ static int x_at(int s, int c) { return 4 * c + 16 * s; }
     __device__ static void dot(const ld &l, const xfrag &xf, float acc[4]) {
@@ -365,8 +393,50 @@ __device__ inline void load_x_staged(const xstage &xs, int64_t i, xfrag &xf) {
     xf.lo[0][0] = l.x, xf.lo[0][1] = l.y, xf.lo[1][0] = l.z, xf.lo[1][1] = l.w;
 }
 
-/* Bytes of shared memory the staged copy of T rows of K takes. */
+/* Bytes of shared memory the staged copy of T rows of K takes, and the most
+ * the register kernel stages (two blocks of 8 warps still fit an SM's 227 KB
+ * beside their reduction space). */
 constexpr int64_t stage_bytes(int64_t T, int64_t K) { return T * K * 4; }
+constexpr int64_t kStageMax = 96 * 1024;
+
+/* The warps' sums of the block's tile meet in shared memory; warp 0 adds
+ * them in warp order, adds the bias and stores (NM = 2: silu(gate) * up). */
+template <class F, int NM, int W>
+__device__ inline void finish(const tc_params &p, int part, int64_t N, int64_t r0, int64_t r1, const float acc[NM][4]) {
+    __shared__ float red[W][NM][4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[warp][m][i][lane] = acc[m][i];
+    __syncthreads();
+    if (warp != 0) return;
+    float s[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v = red[0][m][i][lane];
+#pragma unroll
+            for (int w = 1; w < W; w++) v += red[w][m][i][lane];
+            s[m][i] = v;
+        }
+    /* fragment element i: row r0 (i < 2) or r1, token 2 c + (i & 1) */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t r = i < 2 ? r0 : r1;
+        const int64_t t = 2 * c + (i & 1);
+        if (r >= N || t >= p.T) continue;
+        float v[NM];
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            const void *b = p.bias[part + m];
+            v[m] = s[m][i] + (b ? load_w(b, F::kBiasBf16, r) : 0.0f);
+        }
+        if (NM == 1) p.out[part][t * N + r] = v[0];
+        else p.out[0][t * N + r] = v[0] / (1.0f + expf(-v[0])) * v[NM - 1];
+    }
+}
 
 /* NM = 1: the tile of one part; NM = 2: the same tile of gate (part 0) and up
  * (part 1), stored as silu(gate) * up. W warps a block. */
@@ -374,7 +444,6 @@ template <class F, int NM, int W, int XM>
 __global__ void __launch_bounds__(32 * W, 8 / W * 2) gemv_tc_kernel(tc_params p) {
     constexpr int NT = 32 * W;
     extern __shared__ uint4 stage_mem[];
-    __shared__ float red[W][NM][4][32];
     constexpr int U = NM == 1 ? F::kUnroll : F::kUnroll2;
     int part = 0;
     if (NM == 1)
@@ -439,75 +508,178 @@ __global__ void __launch_bounds__(32 * W, 8 / W * 2) gemv_tc_kernel(tc_params p)
         if (xr) xr += U * W * kUnitK;
         if (xi >= 0) xi += U * W * 4;
     }
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) red[warp][m][i][lane] = acc[m][i];
-    __syncthreads();
-    if (warp != 0) return;
-    float s[NM][4];
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float v = red[0][m][i][lane];
-#pragma unroll
-            for (int w = 1; w < W; w++) v += red[w][m][i][lane];
-            s[m][i] = v;
-        }
-    /* fragment element i: row r0 (i < 2) or r1, token 2 c + (i & 1) */
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int64_t r = i < 2 ? r0 : r1;
-        const int64_t t = 2 * c + (i & 1);
-        if (r >= N || t >= p.T) continue;
-        float v[NM];
-#pragma unroll
-        for (int m = 0; m < NM; m++) {
-            const void *b = p.bias[part + m];
-            v[m] = s[m][i] + (b ? load_w(b, F::kBiasBf16, r) : 0.0f);
-        }
-        if (NM == 1) p.out[part][t * N + r] = v[0];
-        else p.out[0][t * N + r] = v[0] / (1.0f + expf(-v[0])) * v[NM - 1];
-    }
+    finish<F, NM, W>(p, part, N, r0, r1, acc);
 }
 
-/* Shared memory a block may take for the staged x: two blocks of 8 warps
- * still fit an SM's 227 KB beside their reduction space. */
-constexpr int64_t kStageMax = 96 * 1024;
+/* The same product with the weights in flight held in shared memory
+ * rather than registers: each warp has a ring of S units (a lane's bytes of
+ * rows g and g + 8, per matrix) filled by cp.async, so a block keeps its
+ * rings' bytes of loads in flight (80 KB, or 56 KB beside a staged x of up
+ * to 48 KB; the register kernel's 128-register bound allows 48 KB) at no
+ * cost in registers. A lane reads back only what
+ * it copied itself, so its own wait_group is the only synchronisation; a
+ * slot is refilled after the unit it held has been used. q8/q4 scales (2
+ * bytes, below cp.async's 4) stay in a ring of registers. The sums are those
+ * of gemv_tc_kernel, unit for unit. */
+template <class F, int NM, int W, int RKB>
+constexpr int ring_units() {
+    /* the scales' register ring (2 NM S registers) stays within 40 */
+    constexpr int s = RKB * 1024 / (W * NM * 2 * 32 * F::kLaneBytes), most = F::kScaled ? 20 / NM : 24;
+    return s < most ? s : most;
+}
 
-/* Every kernel that stages x asks for kStageMax of dynamic shared memory
- * once: past 48 KB, dynamic and static together, a launch needs it (the
- * down product of an 8B model stages exactly 48 KB beside 4 KB of its own). */
-template <class F, int NM, int W, int XM>
-og_status launch_kernel(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
-    const size_t smem = XM == X_GLOBAL ? 0 : (size_t)stage_bytes(l->T, l->K);
-    if (XM != X_GLOBAL) {
-        static const cudaError_t allowed = cudaFuncSetAttribute(
-            gemv_tc_kernel<F, NM, W, XM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kStageMax);
-        if (allowed != cudaSuccess) {
-            (void)cudaGetLastError();
-            return og_set_error(OG_ERR_BACKEND, "gemv_cuda: %zu bytes of shared memory refused: %s", smem,
-                                cudaGetErrorString(allowed));
-        }
+/* RKB: the rings' kilobytes a block */
+template <class F, int NM, int W, int XM, int RKB>
+__global__ void __launch_bounds__(32 * W, 8 / W * 2) gemv_tc_ring_kernel(tc_params p) {
+    constexpr int NT = 32 * W, S = ring_units<F, NM, W, RKB>(), LB = F::kLaneBytes;
+    constexpr int kWarpRing = S * NM * 2 * 32 * LB;
+    extern __shared__ uint4 dyn[];
+    int part = 0;
+    if (NM == 1)
+        while (part + 1 < p.n && (int64_t)blockIdx.x >= p.first[part + 1]) part++;
+    const int64_t tile = blockIdx.x - p.first[part], N = p.N[part], K = p.K;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t r0 = tile * kTile + g, r1 = r0 + 8;
+    uint8_t *ring = reinterpret_cast<uint8_t *>(dyn) + warp * kWarpRing + lane * LB;
+    /* the lane's bytes of slot j, matrix m, row r (0: g, 1: g + 8) */
+    const auto slot = [&](int jj, int m, int r) { return ring + ((jj * NM + m) * 2 + r) * 32 * LB; };
+    const uint8_t *qa[NM], *qb[NM];
+    const uint16_t *sa[NM], *sb[NM];
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const row_at a = F::row(p.w[part + m], N, K, r0 < N ? r0 : N - 1, c);
+        const row_at b = F::row(p.w[part + m], N, K, r1 < N ? r1 : N - 1, c);
+        qa[m] = a.q + warp * F::kUnitBytes, qb[m] = b.q + warp * F::kUnitBytes;
+        sa[m] = a.s + warp, sb[m] = b.s + warp;
     }
-    launch_pdl_smem(gemv_tc_kernel<F, NM, W, XM>, dim3(blocks), dim3(32 * W), smem, l->stream, p);
+    constexpr int kStep = F::kUnitBytes * W;
+    const int units = (int)(K / kUnitK);
+    unsigned short sca[NM][S], scb[NM][S];
+#pragma unroll
+    for (int j = 0; j < S; j++) {
+        if (warp + j * W < units)
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                copy_async<LB>(slot(j, m, 0), qa[m] + j * kStep);
+                copy_async<LB>(slot(j, m, 1), qb[m] + j * kStep);
+                if (F::kScaled) sca[m][j] = ld_scale(sa[m] + j * W), scb[m][j] = ld_scale(sb[m] + j * W);
+            }
+        copies_commit(); /* one group a slot, empty or not: the wait below counts them */
+    }
+    grid_wait();
+    const xstage xs = {dyn + W * kWarpRing / 16, dyn + W * kWarpRing / 16 + p.T * K / 8};
+    if (XM == X_STAGED) stage_x<F, NT>(p.x, p.T, K, xs);
+    if (XM == X_NORM) stage_norm<F, NT>(p.nm, p.T, K, xs);
+    if (XM != X_GLOBAL) __syncthreads();
+    const float *xr = XM == X_GLOBAL && g < p.T ? p.x + g * K + warp * kUnitK : nullptr;
+    int64_t xi = g < p.T ? ((int64_t)g * units + warp) * 4 + c : -1;
+    float acc[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+    for (int u0 = warp; u0 < units; u0 += S * W) {
+#pragma unroll
+        for (int j = 0; j < S; j++) {
+            if (u0 + j * W >= units) break;
+            copies_wait<S - 1>(); /* slot j's group is the oldest of S */
+            typename F::ld cur[NM];
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+                cur[m] = F::from_ring(slot(j, m, 0), slot(j, m, 1), F::kScaled ? sca[m][j] : 0,
+                                      F::kScaled ? scb[m][j] : 0);
+            xfrag xf;
+            if (XM == X_GLOBAL) load_x<F>(xr ? xr + j * W * kUnitK : nullptr, c, xf);
+            else load_x_staged(xs, xi >= 0 ? xi + j * W * 4 : -1, xf);
+#pragma unroll
+            for (int m = 0; m < NM; m++) F::dot(cur[m], xf, acc[m]);
+            /* the slot is free once its values were used (dot read them) */
+            if (u0 + (S + j) * W < units)
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    copy_async<LB>(slot(j, m, 0), qa[m] + (S + j) * kStep);
+                    copy_async<LB>(slot(j, m, 1), qb[m] + (S + j) * kStep);
+                    if (F::kScaled)
+                        sca[m][j] = ld_scale(sa[m] + (S + j) * W), scb[m][j] = ld_scale(sb[m] + (S + j) * W);
+                }
+            copies_commit();
+        }
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            qa[m] += S * kStep, qb[m] += S * kStep;
+            sa[m] += S * W, sb[m] += S * W;
+        }
+        if (xr) xr += S * W * kUnitK;
+        if (xi >= 0) xi += S * W * 4;
+    }
+    copies_wait<0>();
+    finish<F, NM, W>(p, part, N, r0, r1, acc);
+}
+
+/* Shared memory of a launch: the ring kernel's rings (RKB > 0; 0 is the
+ * register kernel), and the staged x (X_STAGED, X_NORM). */
+template <class F, int NM, int W, int RKB>
+constexpr int64_t ring_bytes() {
+    return RKB ? (int64_t)W * ring_units<F, NM, W, RKB>() * NM * 2 * 32 * F::kLaneBytes : 0;
+}
+
+/* Every kernel asks for the most dynamic shared memory it may take once:
+ * past 48 KB, dynamic and static together, a launch needs it (the down
+ * product of an 8B model stages exactly 48 KB of x beside 4 KB of its own). */
+template <class F, int NM, int W, int XM, int RKB>
+og_status launch_kernel(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
+    const size_t smem = (size_t)(ring_bytes<F, NM, W, RKB>() + (XM == X_GLOBAL ? 0 : stage_bytes(l->T, l->K)));
+    void (*kernel)(tc_params) = gemv_tc_kernel<F, NM, W, XM>;
+    if constexpr (RKB > 0) kernel = gemv_tc_ring_kernel<F, NM, W, XM, RKB>;
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)(ring_bytes<F, NM, W, RKB>() + kStageMax));
+    if (allowed != cudaSuccess) {
+        (void)cudaGetLastError();
+        return og_set_error(OG_ERR_BACKEND, "gemv_cuda: %zu bytes of shared memory refused: %s", smem,
+                            cudaGetErrorString(allowed));
+    }
+    launch_pdl_smem(kernel, dim3(blocks), dim3(32 * W), smem, l->stream, p);
     return launched("gemv_cuda");
 }
 
+/* Which kernel: OG_CUDA_GEMV=regs keeps the weights in flight in registers
+ * (gemv_tc_kernel), the default holds them in shared memory rings. */
+bool ring_wanted() {
+    static const bool on = [] {
+        const char *v = getenv("OG_CUDA_GEMV");
+        return !(v && !strcmp(v, "regs"));
+    }();
+    return on;
+}
+
+/* With the rings, x is staged in shared memory when two blocks an SM still
+ * fit (x <= 24 KB beside 80 KB of rings, <= 48 KB beside 56 KB; the norm
+ * prologue always stages: og_gemv_cuda_norm_fits bounds it); past that it is
+ * read from memory a unit at a time, which costs: a unit waits for its x. */
 template <class F, int NM, int W>
-og_status launch_x(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
-    if (l->norm) return launch_kernel<F, NM, W, X_NORM>(l, p, blocks);
-    if (stage_bytes(l->T, l->K) <= kStageMax) return launch_kernel<F, NM, W, X_STAGED>(l, p, blocks);
-    return launch_kernel<F, NM, W, X_GLOBAL>(l, p, blocks);
+og_status launch_ring(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
+    const int64_t x = stage_bytes(l->T, l->K);
+    if (l->norm) return launch_kernel<F, NM, W, X_NORM, 80>(l, p, blocks);
+    if (x <= 24 * 1024) return launch_kernel<F, NM, W, X_STAGED, 80>(l, p, blocks);
+    if (x <= 48 * 1024) return launch_kernel<F, NM, W, X_STAGED, 56>(l, p, blocks);
+    return launch_kernel<F, NM, W, X_GLOBAL, 80>(l, p, blocks);
+}
+
+template <class F, int NM, int W>
+og_status launch_regs(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
+    if (l->norm) return launch_kernel<F, NM, W, X_NORM, 0>(l, p, blocks);
+    if (stage_bytes(l->T, l->K) <= kStageMax) return launch_kernel<F, NM, W, X_STAGED, 0>(l, p, blocks);
+    return launch_kernel<F, NM, W, X_GLOBAL, 0>(l, p, blocks);
 }
 
 /* Blocks of 8 warps: one block keeps 8 x U units in flight (48 KB of bf16
- * weights), enough to hold an SM's share of the bandwidth alone, so the
- * blocks of a last, partial wave do not leave the memory idle. */
+ * weights in registers, 80 KB in the rings), enough to hold most of an SM's
+ * share of the bandwidth alone, so the blocks of a last, partial wave do not
+ * leave the memory idle. */
 template <class F>
 og_status launch_fmt(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
-    return l->swiglu ? launch_x<F, 2, 8>(l, p, blocks) : launch_x<F, 1, 8>(l, p, blocks);
+    if (ring_wanted())
+        return l->swiglu ? launch_ring<F, 2, 8>(l, p, blocks) : launch_ring<F, 1, 8>(l, p, blocks);
+    return l->swiglu ? launch_regs<F, 2, 8>(l, p, blocks) : launch_regs<F, 1, 8>(l, p, blocks);
 }
 
 bool tc_wanted() {
@@ -522,6 +694,10 @@ bool tc_wanted() {
 
 bool og_gemv_tc_takes(og_dtype dtype, int64_t T, int64_t K, const float *x, const void *const *w, int n_w) {
     if (dtype != OG_DTYPE_BF16 && dtype != OG_DTYPE_Q8 && dtype != OG_DTYPE_Q4) return false;
+    /* one row of x by q8/q4 weights: the CUDA-core kernel streams them
+     * faster (measured 0.3-0.9 of the copy rate against 0.2-0.35: turning
+     * quants into bf16 operands costs more issue slots than the products) */
+    if (dtype != OG_DTYPE_BF16 && T == 1) return false;
     if (T < 1 || T > OG_GEMV_CUDA_MAX_T || K < kUnitK || K % kUnitK || !tc_wanted()) return false;
     if (x && !aligned16(x)) return false;
     for (int i = 0; i < n_w; i++)

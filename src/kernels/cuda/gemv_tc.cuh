@@ -30,8 +30,9 @@ struct og_gemv_tc_launch {
 };
 
 /* True when the tensor-core kernels take a product of these weights (bf16,
- * q8 or q4; K a multiple of 32; x and every weight 16-byte aligned) and the
- * environment does not ask for the CUDA-core kernels (OG_CUDA_GEMV=cores). */
+ * or q8 / q4 with 2 rows of x or more; K a multiple of 32; x and every
+ * weight 16-byte aligned) and the environment does not ask for the
+ * CUDA-core kernels (OG_CUDA_GEMV=cores). */
 bool og_gemv_tc_takes(og_dtype dtype, int64_t T, int64_t K, const float *x, const void *const *w, int n_w);
 
 /* Enqueues the launch described (already checked by the caller). */

@@ -100,22 +100,54 @@ __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, i
 
 /* ---- residual add + rms norm: a block of 256 per row ----
  * sum = a + b is written (the residual stream goes on), then normed from
- * what was written, so both outputs equal add followed by rms_norm. */
+ * what was written, so both outputs equal add followed by rms_norm. A row of
+ * up to 256 PER elements is held in registers: every load is issued before
+ * the first is used (one round trip to memory, where the loop below makes
+ * one a element: 16 of them at hidden 4096, ~8 us of a decode step's
+ * layer); PER = 0 loops over any width. Both sum in the same order. */
+template <int PER>
 __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *w, bool bf16, int64_t N, float eps,
                                     float *sum, float *out, __nv_bfloat16 *out16) {
     grid_wait();
     const int64_t base = blockIdx.x * N;
     float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-        const float v = a[base + i] + b[base + i];
-        sum[base + i] = v;
-        s = fmaf(v, v, s);
-    }
-    const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-        const float o = (sum[base + i] * r) * load_w(w, bf16, i);
-        out[base + i] = o;
-        if (out16) out16[base + i] = __float2bfloat16_rn(o);
+    if constexpr (PER > 0) {
+        float v[PER];
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * 256;
+            v[k] = i < N ? a[base + i] + b[base + i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * 256;
+            if (i < N) {
+                sum[base + i] = v[k];
+                s = fmaf(v[k], v[k], s);
+            }
+        }
+        const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * 256;
+            if (i < N) {
+                const float o = (v[k] * r) * load_w(w, bf16, i);
+                out[base + i] = o;
+                if (out16) out16[base + i] = __float2bfloat16_rn(o);
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+            const float v = a[base + i] + b[base + i];
+            sum[base + i] = v;
+            s = fmaf(v, v, s);
+        }
+        const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
+        for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+            const float o = (sum[base + i] * r) * load_w(w, bf16, i);
+            out[base + i] = o;
+            if (out16) out16[base + i] = __float2bfloat16_rn(o);
+        }
     }
 }
 
@@ -804,7 +836,9 @@ extern "C" og_status og_add_rms_norm_cuda(void *stream, const float *a, const fl
     if (!a || !b || !sum || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a, b, sum or out is NULL", op);
     if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
-    launch_pdl(add_rms_norm_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), 
+    const auto kernel = N <= 4 * 256 ? add_rms_norm_kernel<4> : N <= 16 * 256 ? add_rms_norm_kernel<16>
+                        : N <= 32 * 256 ? add_rms_norm_kernel<32> : add_rms_norm_kernel<0>;
+    launch_pdl(kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), 
         a, b, weight, weight_dtype == OG_DTYPE_BF16, N, eps, sum, out, reinterpret_cast<__nv_bfloat16 *>(out_bf16));
     return launched(op);
 }
@@ -1053,7 +1087,14 @@ og_status check_gemv(const char *op, const void *weight, og_dtype dt, int64_t T,
 } /* namespace */
 
 extern "C" bool og_gemv_cuda_norm_fits(int64_t T, int64_t K) {
-    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 48 * 1024 / 4 / T;
+    /* Up to 2048 floats of x (the 0.6B shape's hidden 1024 for two rows):
+     * there a product is a few microseconds and the launch saved is worth
+     * it. Past that every block's own norm pass costs more than the separate
+     * add_rms_norm launch, which runs while the product's blocks already load
+     * their weights (programmatic dependent launch): measured on the 8B shape,
+     * the q/k/v product took 26 us with the norm in its blocks and the o
+     * product of 32 MB 13 us (bench/gpu/notes.md). */
+    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 2048 / T;
 }
 
 extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm,
