@@ -150,6 +150,9 @@ void og_kquant_dequantize_row(og_dtype dt, const void *w, int64_t K, int64_t n, 
  * non-finite element is OG_ERR_INVALID_ARGUMENT naming the row (dst then
  * partly written). */
 og_status og_kquant_quantize_rows(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, void *dst);
+/* The same for rows r0 .. r1 - 1 only (in place in the [N, K] dst). */
+og_status og_kquant_quantize_row_range(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, int64_t r0,
+                                       int64_t r1, void *dst);
 
 /* The dtype of a matmul bias beside a weight of dtype w: w itself for float
  * weights, f32 beside quantized ones. */
@@ -173,6 +176,14 @@ static inline const og_f16 *og_quant_scales(og_dtype dt, const void *w, int64_t 
  * to [-127, 127] or [-8, 7]. A non-finite element or scale is
  * OG_ERR_INVALID_ARGUMENT naming the row; dst is then partly written. */
 og_status og_quantize_rows(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, void *dst);
+/* The same for rows r0 .. r1 - 1 only (their quants and scales, in place in
+ * the [N, K] dst): disjoint ranges can be quantized by different threads. */
+og_status og_quantize_row_range(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, int64_t r0,
+                                int64_t r1, void *dst);
+/* Row n of a [N, K] quantized tensor as f32. q8/q4: element = f32(scale) *
+ * q, which f32 holds exactly (an 11-bit scale times a 4- or 8-bit integer);
+ * k-quants: og_kquant_dequantize_row. */
+void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out /* [K] */);
 /* Bytes a [rows, K] weight of dt takes per row, scales included (q8/q4: the
  * quants plus K / OG_QUANT_GROUP f16 scales, apart in the tensor). */
 static inline size_t og_weight_row_bytes(og_dtype dt, int64_t K) {
@@ -180,10 +191,6 @@ static inline size_t og_weight_row_bytes(og_dtype dt, int64_t K) {
     if (og_dtype_is_quantized(dt)) return og_quant_row_bytes(dt, K) + (size_t)(K / OG_QUANT_GROUP) * 2;
     return (size_t)K * og_dtype_size(dt);
 }
-/* Row n of a [N, K] quantized tensor as f32. q8/q4: element = f32(scale) *
- * q, which f32 holds exactly (an 11-bit scale times a 4- or 8-bit integer);
- * k-quants: og_kquant_dequantize_row. */
-void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out /* [K] */);
 
 /* ---- threads ---- */
 

@@ -550,11 +550,16 @@ static void quant_q6_k(const float *x, uint8_t *b) {
 }
 
 og_status og_kquant_quantize_rows(og_dtype dt, const float *src, int64_t N, int64_t K, void *dst) {
-    if (!og_dtype_is_kquant(dt) || !src || !dst || N <= 0 || K <= 0 || K % QK)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: bad arguments (dtype %s, [%lld, %lld])",
-                            og_dtype_name(dt), (long long)N, (long long)K);
+    return og_kquant_quantize_row_range(dt, src, N, K, 0, N, dst);
+}
+
+og_status og_kquant_quantize_row_range(og_dtype dt, const float *src, int64_t N, int64_t K, int64_t r0, int64_t r1,
+                                       void *dst) {
+    if (!og_dtype_is_kquant(dt) || !src || !dst || N <= 0 || K <= 0 || K % QK || r0 < 0 || r1 > N || r0 > r1)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: bad arguments (dtype %s, [%lld, %lld], rows %lld..%lld)",
+                            og_dtype_name(dt), (long long)N, (long long)K, (long long)r0, (long long)r1);
     const size_t bb = og_kquant_block_bytes(dt);
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = r0; n < r1; n++) {
         for (int64_t k = 0; k < K; k++)
             if (!isfinite(src[n * K + k]))
                 return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: row %lld element %lld is not finite",

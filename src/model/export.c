@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -22,7 +23,45 @@ typedef struct weight_src {
     const og_st_tensor *t;
     og_dtype dst;
     const og_export_source *src;
+    og_threadpool *pool; /* quantizes its rows; NULL: the calling thread alone */
 } weight_src;
+
+/* Quantizing one tensor's rows across a pool: blocks of 64 rows, the first
+ * error of any block kept. */
+typedef struct quant_job {
+    og_dtype dt;
+    const float *src;
+    int64_t N, K;
+    void *dst;
+    og_status rc;
+    char why[256];
+    pthread_mutex_t lock;
+} quant_job;
+
+enum { QUANT_BLOCK_ROWS = 64 };
+
+static void quant_task(void *ctx, int64_t i, int thread) {
+    (void)thread;
+    quant_job *j = ctx;
+    const int64_t r0 = i * QUANT_BLOCK_ROWS, r1 = r0 + QUANT_BLOCK_ROWS < j->N ? r0 + QUANT_BLOCK_ROWS : j->N;
+    const og_status rc = og_quantize_row_range(j->dt, j->src, j->N, j->K, r0, r1, j->dst);
+    if (rc == OG_OK) return;
+    pthread_mutex_lock(&j->lock);
+    if (j->rc == OG_OK || r0 == 0) { /* the lowest block's reason is kept when several fail */
+        j->rc = rc;
+        snprintf(j->why, sizeof j->why, "%s", og_last_error());
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static og_status quantize_parallel(og_threadpool *pool, og_dtype dt, const float *src, int64_t N, int64_t K,
+                                   void *dst) {
+    quant_job j = {.dt = dt, .src = src, .N = N, .K = K, .dst = dst, .rc = OG_OK};
+    pthread_mutex_init(&j.lock, NULL);
+    og_parallel_for(pool, (N + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS, quant_task, &j);
+    pthread_mutex_destroy(&j.lock);
+    return j.rc == OG_OK ? OG_OK : og_set_error(j.rc, "%s", j.why);
+}
 
 typedef struct exporter {
     const og_hf_config *cfg;
@@ -37,6 +76,7 @@ typedef struct exporter {
     uint64_t weight_bytes;
     int32_t n_unquantized, n_fallback;
     uint32_t matrix_dtypes; /* bit per dtype a matrix was given */
+    og_threadpool *pool; /* quantizes weights (q8, q4, k-quants) on every CPU; NULL otherwise */
 } exporter;
 
 /* t's elements as f32 into out [numel]. */
@@ -63,7 +103,7 @@ static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
         float *f = og_malloc(n * sizeof *f);
         if (!f) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for tensor \"%s\" as f32", t->name);
         og_status rc = load_f32(s, f);
-        if (rc == OG_OK) rc = og_quantize_rows(s->dst, f, t->shape[0], t->shape[1], dst);
+        if (rc == OG_OK) rc = quantize_parallel(s->pool, s->dst, f, t->shape[0], t->shape[1], dst);
         og_free(f);
         return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", t->name, og_last_error());
     }
@@ -110,6 +150,7 @@ static og_status add_tensor_as(exporter *e, const char *name, int32_t rank, int6
     weight_src *s = &e->srcs[e->n_srcs++];
     s->t = t;
     s->dst = dt;
+    s->pool = e->pool;
     s->src = e->src;
     og_status rc = og_program_writer_add_weight(e->w, name, dt, t->rank, t->shape, fill_weight, s);
     if (rc != OG_OK) return writer_error(e, rc);
@@ -428,6 +469,10 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         e.weights = o.weights;
         e.mix = o.mix;
         if (!e.srcs) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+        /* quantizing is the slow part of a q8 / q4 export (~70 M weights a
+         * second a core): every CPU takes rows of each tensor. Without
+         * threads the calling one quantizes alone. */
+        if (rc == OG_OK && og_dtype_is_quantized(o.weights)) e.pool = og_threadpool_create(0);
     }
     if (rc == OG_OK) { /* a temp file left by a killed export of the same target goes */
         char tmp[4096];
@@ -454,6 +499,7 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         *summary = sum;
     }
     og_program_writer_destroy(e.w);
+    og_threadpool_destroy(e.pool);
     og_free(e.srcs);
     return rc;
 }
