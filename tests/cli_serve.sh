@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # offgraph serve over loopback (ports picked by the kernel: --port 0), with
-# curl for every endpoint and error: /health, /v1/models, /metrics,
+# curl for every endpoint and error: with no --host it listens on 127.0.0.1
+# only, and no path reaches a file; /health, /v1/models, /metrics,
 # completions and chat completions (streamed and not); greedy text over HTTP
 # equals `offgraph run --temp 0`; stop strings; bad JSON, wrong types, an
 # unknown model, n > 1, a prompt past the context, a body past the limit,
@@ -64,6 +65,21 @@ expect_error() {
 
 # ------------------------------------------------------------ server A: defaults, the demo model
 start_server a --max-body 65536 || exit 1
+
+# with no --host it listens on loopback only: 127.0.0.1:PORT, not every address (IPv4 or IPv6)
+hexport=$(printf '%04X' "$PORT")
+grep -q "^ *[0-9]*: 0100007F:$hexport 00000000:0000 0A" /proc/net/tcp ||
+    fail "default --host: no socket listening on 127.0.0.1:$PORT"
+! grep -q "^ *[0-9]*: 00000000:$hexport 00000000:0000 0A" /proc/net/tcp ||
+    fail "default --host: listening on every IPv4 address"
+! grep -q "^ *[0-9]*: 0\{32\}:$hexport 0\{32\}:0000 0A" /proc/net/tcp6 2>/dev/null ||
+    fail "default --host: listening on every IPv6 address"
+# no endpoint reaches a file of the server's: paths that try are unknown endpoints or models
+for path in /../../etc/passwd /v1/../../etc/passwd /v1/models/../../../etc/passwd "/v1/models/%2e%2e%2fetc%2fpasswd" \
+    /static/../../etc/passwd /v1/files /v1/files/x; do
+    code=$(curl -s --path-as-is --max-time 10 -o "$WORK/out" -w '%{http_code}' "http://127.0.0.1:$PORT$path")
+    [ "$code" = 404 ] && ! grep -q "root:" "$WORK/out" || fail "GET $path: HTTP $code: $(head -c 200 "$WORK/out")"
+done
 
 [ "$(req GET /health)" = 200 ] && json "j['status'] == 'ok'" || fail "/health: $(cat "$WORK/out")"
 [ "$(req GET /v1/models)" = 200 ] && json "j['object'] == 'list' and j['data'][0]['id'] == 'kjv-tiny'" ||

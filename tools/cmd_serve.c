@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "generate.h"
+#include "kv/kv.h"
 #include "serve/serve.h"
 
 #include <pthread.h>
@@ -195,6 +196,9 @@ int og_cmd_serve(int argc, char **argv) {
     /* tests hold requests running with it (tests/cli_serve_flood.sh) */
     const char *delay = getenv("OFFGRAPH_TEST_STEP_DELAY_MS");
     if (delay && *delay) p.test_step_delay_s = atof(delay) / 1000;
+    /* and make every n-th KV allocation fail (tests/cli_serve_faults.sh) */
+    const char *kv_fail = getenv("OFFGRAPH_TEST_KV_FAIL_EVERY");
+    if (kv_fail && *kv_fail) og_kv_test_fail_every = atoll(kv_fail);
     og_serve_resolve_params(&p);
     raise_file_limit(p.max_connections);
     p.model.backend = mo.backend;

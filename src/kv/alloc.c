@@ -3,6 +3,8 @@
  * or resize) fail so rollback paths can be tested. */
 #include "kv/kv.h"
 
+#include <stdatomic.h>
+
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 #include <sys/mman.h>
@@ -10,11 +12,30 @@
 #define OG_KV_HAVE_PAGED 1
 #endif
 
+int64_t og_kv_test_fail_every;
+static atomic_llong g_test_allocs;
+
+bool og_kv_test_fault(const char *what, size_t bytes) {
+    const int64_t every = og_kv_test_fail_every;
+    if (every <= 0) return false;
+    /* one in `every` on average, scattered (a hash of the allocation's
+       number), so that a step of many allocations sometimes gets through */
+    uint64_t x = (uint64_t)atomic_fetch_add(&g_test_allocs, 1) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    if (x % (uint64_t)every != 0) return false;
+    og_set_error(OG_ERR_OUT_OF_MEMORY, "kv fault injection: %s of %zu bytes made to fail (one in %lld)", what, bytes,
+                 (long long)every);
+    return true;
+}
+
 static og_status cpu_alloc(void *ctx, size_t bytes, void **out) {
     (void)ctx;
     if (!out || bytes == 0)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv cpu allocator: %s",
                             out ? "zero-byte allocation" : "out is NULL");
+    if (og_kv_test_fault("kv cpu allocator: host memory", bytes)) return OG_ERR_OUT_OF_MEMORY;
     void *p = og_malloc(bytes);
     if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "kv cpu allocator: %zu bytes of host memory unavailable", bytes);
     *out = p;
@@ -403,6 +424,7 @@ static og_status paged_reserve(void *ctx, size_t max_bytes, size_t bytes, void *
     if (!out || bytes == 0 || bytes > max_bytes || max_bytes > SIZE_MAX - c->page)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv paged allocator: reserve of %zu bytes backing %zu: %s",
                             max_bytes, bytes, !out ? "out is NULL" : "bad sizes");
+    if (og_kv_test_fault("kv paged allocator: reserve", bytes)) return OG_ERR_OUT_OF_MEMORY;
     paged_block *b = NULL;
     og_status st = block_new(c, max_bytes, &b);
     if (st != OG_OK) return st;
@@ -475,7 +497,9 @@ static og_status paged_resize(void *ctx, void *ptr, size_t bytes) {
                           !b ? "not a reservation of this allocator" : "outside the reservation");
     } else {
         const size_t target = page_round(c, bytes);
-        if (target > b->backed) st = block_grow(b, target);
+        if (target > b->backed && og_kv_test_fault("kv paged allocator: growth", target - b->backed))
+            st = OG_ERR_OUT_OF_MEMORY;
+        else if (target > b->backed) st = block_grow(b, target);
         else if (target < b->backed) block_shrink(b, target);
     }
     pthread_mutex_unlock(&c->lock);

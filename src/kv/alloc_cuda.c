@@ -3,6 +3,7 @@
  * of the file). Every runtime and driver call is checked and mapped to an
  * og_status. */
 #include "kv/alloc_cuda.h"
+#include "kv/kv.h"
 
 #include "core/core.h"
 
@@ -20,6 +21,7 @@ static og_status cuda_alloc(void *ctx, size_t bytes, void **out) {
     if (!out || bytes == 0)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv cuda allocator: %s",
                             out ? "zero-byte allocation" : "out is NULL");
+    if (og_kv_test_fault("kv cuda allocator: cudaMallocAsync", bytes)) return OG_ERR_OUT_OF_MEMORY;
     void *p = NULL;
     cudaError_t e = cudaMallocAsync(&p, bytes, (cudaStream_t)ctx);
     if (e != cudaSuccess) {
@@ -208,6 +210,7 @@ static og_status vmm_map_to(vmm_ctx *c, vmm_block *b, size_t target) {
     const size_t bytes = target - b->backed;
     const CUdeviceptr at = b->base + b->backed;
     CUmemGenericAllocationHandle h;
+    if (og_kv_test_fault("kv cuda vmm allocator: cuMemCreate", bytes)) return OG_ERR_OUT_OF_MEMORY;
     CUresult r = c->drv.create(&h, bytes, &c->prop, 0);
     if (r != CUDA_SUCCESS) return vmm_status(c, r, "cuMemCreate", bytes);
     if ((r = c->drv.map(at, bytes, 0, h, 0)) != CUDA_SUCCESS) {

@@ -49,4 +49,15 @@ bool og_kv_session_rows_in_host(const og_kv_session *s, int32_t index, int part,
 og_status og_kv_session_restore_begin(og_kv_session *s, int64_t length);
 void og_kv_session_restore_end(og_kv_session *s, int64_t length);
 
+/* Tests only (tests/cli_serve_faults.sh; on a GPU through tests/gpu/run.sh):
+ * when > 0, one in og_kv_test_fail_every allocations of KV storage by the
+ * back ends' own allocators (the host heap and host pages; in device memory
+ * cudaMallocAsync and each cuMemCreate of a growth in place), scattered over
+ * the process's allocations by a hash of their number, fails with
+ * OG_ERR_OUT_OF_MEMORY as an exhausted memory would. Set it before any
+ * session exists. */
+extern int64_t og_kv_test_fail_every;
+/* True, with the error set, when this allocation is one of those. */
+bool og_kv_test_fault(const char *what, size_t bytes);
+
 #endif /* OG_KV_KV_H */

@@ -706,7 +706,9 @@ static void stream_format(gen *g) {
     bool role = g->chat && !g->started;
     g->started = true;
     if (t->done && t->http_error) {
+        /* an end of its own (finish_reason "error"), then the error object */
         if (t->text.n || t->n_lps) buf_event(&g->out, chunk_json(g, t->text.p, t->text.n, t->lps, t->n_lps, role, NULL));
+        buf_event(&g->out, chunk_json(g, "", 0, NULL, 0, role && !t->text.n && !t->n_lps, "error"));
         stream_error(g, t->http_error, t->error);
     } else if (t->done) {
         if (t->text.n || t->n_lps || role)
@@ -754,8 +756,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         }
         g->out.n = g->off = 0;
         if (g->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        /* the role chunk of a chat stream goes out at once */
-        if ((g->started || !g->chat) && !wait_output(g->s, g->r, g->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!wait_output(g->s, g->r, g->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
         stream_format(g);
     }
 }
@@ -804,7 +805,7 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
         ret = respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
     } else if (g->t.http_error) {
         ret = respond_error(cn, c, g->t.http_error, g->t.http_error == 503 ? "service_unavailable" : "server_error",
-                            NULL, NULL, g->t.error, NULL);
+                            NULL, NULL, g->t.error, g->t.http_error == 503 ? "1" : NULL);
     } else {
         cJSON *root = envelope(g, false), *choices = cJSON_AddArrayToObject(root, "choices"),
               *ch = cJSON_CreateObject();
@@ -902,6 +903,23 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
         enum MHD_Result ret = respond_complete(cn, c, g);
         gen_free(g);
         return ret;
+    }
+    /* The status line waits for the first output: a request that fails
+     * before it (no KV memory, a shutdown) is answered with its status. */
+    if (!wait_output(s, r, c)) {
+        gen_free(g);
+        return MHD_NO; /* the client left */
+    }
+    pthread_mutex_lock(&s->lock);
+    const bool failed_early = r->state == OG_REQ_DONE && r->http_error && r->n_text == 0 && r->n_lps == 0;
+    const int early_status = r->http_error;
+    char early_msg[sizeof r->error];
+    snprintf(early_msg, sizeof early_msg, "%s", r->error);
+    pthread_mutex_unlock(&s->lock);
+    if (failed_early) {
+        gen_free(g);
+        return respond_error(cn, c, early_status, early_status == 503 ? "service_unavailable" : "server_error", NULL,
+                             NULL, early_msg, early_status == 503 ? "1" : NULL);
     }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, g, stream_free);
     if (!resp) {

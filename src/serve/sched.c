@@ -585,9 +585,11 @@ static void *sched_main(void *arg) {
                 if (w.status[i] == OG_ERR_CAPACITY) {
                     end_locked(s, r, OG_FINISH_LENGTH);
                 } else {
+                    /* memory that ran out (the KV cache could not grow) may
+                       come back: 503, the others in the batch go on */
                     char msg[256];
                     snprintf(msg, sizeof msg, "the model step failed: %s (%s)", w.why[i], og_status_str(w.status[i]));
-                    finish_locked(s, r, 500, msg);
+                    finish_locked(s, r, w.status[i] == OG_ERR_OUT_OF_MEMORY ? 503 : 500, msg);
                 }
                 continue;
             }

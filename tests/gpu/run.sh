@@ -7,7 +7,8 @@
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
-#   3. parity with the transformers fixtures, every chunking, --backend cuda
+#   3. parity with the transformers fixtures, every chunking, --backend cuda;
+#      offgraph serve under device KV allocation faults (tests/cli_serve_faults.sh)
 #   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
 #      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
@@ -47,6 +48,10 @@ check test_exec_cuda "$B/tests/test_exec_cuda"
 check test_fork_cuda "$B/tests/test_fork_cuda"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
+# offgraph serve with device KV allocations failing (cuMemCreate, cudaMallocAsync): each fault fails
+# its request alone; f32 KV and long requests, so that growth needs a new 2 MiB chunk
+check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_EVERY=2 OG_FAULTS_TOKENS="1400 1600 1800" \
+    OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=512M bash "$SRC/tests/cli_serve_faults.sh" "$B/offgraph" "$(mktemp -d)"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
 elif command -v compute-sanitizer >/dev/null; then
