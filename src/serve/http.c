@@ -955,15 +955,21 @@ static enum MHD_Result models(conn *cn, struct MHD_Connection *c, const char *on
     return respond_json(cn, c, 200, root, NULL);
 }
 
+/* The key is compared in time that depends on its length only, never on
+ * how much of it a guess has right (nor on the guess's length: every byte of
+ * the key is compared, against a zero past the guess's end). */
 static bool authorized(const og_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7)) return false;
     h += 7;
     while (*h == ' ') h++;
-    size_t n = strlen(h), k = strlen(s->api_key);
-    unsigned char diff = (unsigned char)(n != k);
-    for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)(h[i] ^ s->api_key[i]);
+    const size_t n = strlen(h), k = strlen(s->api_key);
+    volatile unsigned char diff = (unsigned char)(n != k);
+    for (size_t i = 0; i < k; i++) {
+        const unsigned char g = i < n ? (unsigned char)h[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)s->api_key[i]);
+    }
     return diff == 0;
 }
 
