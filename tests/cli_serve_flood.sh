@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Slow and idle clients cannot lock others out of offgraph serve (loopback
-# only, about a minute): hundreds of connections trickling their headers,
-# hundreds sending nothing and a few streams never read, from other loopback
+# only, about two minutes): hundreds of connections trickling their headers,
+# hundreds sending nothing and 100 streams never read, from other loopback
 # addresses, while an ordinary client's requests each succeed within a few
 # seconds; the trickling and idle ones are cut at --header-timeout (with a
 # 408), those past --max-connections-per-ip refused at once, the streams

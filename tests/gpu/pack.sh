@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the CUDA configuration and gathers what a machine with a GPU runs into
 # <out-dir> (default build-gpu): the stripped offgraph tool, the GPU tests,
-# compare_logits, the GPU benchmarks, and lib/ with the shared libraries from
+# compare_logits, the GPU benchmarks (and bench_threads, a CPU one that wants a
+# quiet machine), and lib/ with the shared libraries from
 # this system's packages that the binaries need beyond glibc, libstdc++ and
 # the CUDA toolkit (which such a machine has). The CUDA driver is never
 # copied. The build tree itself stays in <out-dir>.tree. The folder is also
@@ -15,12 +16,12 @@ OUT=${1:-build-gpu}
 TREE=$OUT.tree
 cmake -S "$SRC" -B "$TREE" -DOG_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$TREE" -j"${JOBS:-2}" --target offgraph_cli test_ops_cuda test_attend_cuda test_sample_cuda test_exec_cuda test_gpu_kv_alloc test_fork_cuda test_threads \
-    compare_logits bench_attend_cuda bench_gemv_cuda
+    compare_logits bench_attend_cuda bench_gemv_cuda bench_threads
 rm -rf "$OUT"
 mkdir -p "$OUT/tests" "$OUT/bench" "$OUT/lib"
 install -s "$TREE/offgraph" "$OUT/offgraph"
 for t in test_ops_cuda test_attend_cuda test_sample_cuda test_exec_cuda test_gpu_kv_alloc test_fork_cuda test_threads compare_logits; do install -s "$TREE/tests/$t" "$OUT/tests/$t"; done
-for b in bench_attend_cuda bench_gemv_cuda; do install -s "$TREE/bench/$b" "$OUT/bench/$b"; done
+for b in bench_attend_cuda bench_gemv_cuda bench_threads; do install -s "$TREE/bench/$b" "$OUT/bench/$b"; done
 # libraries resolved outside the CUDA toolkit and the C/C++ runtime
 for bin in "$OUT"/offgraph "$OUT"/tests/* "$OUT"/bench/*; do
     ldd "$bin" | awk '$3 ~ /^\// {print $1, $3}'
