@@ -118,7 +118,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
         const og_program_instr *in = og_program_instr_at(m->prog, i);
-        if (in->op == OG_OP_UPDATE_AND_ATTEND) m->last_attend = i;
+        if (og_op_is_stateful(in->op)) m->last_attend = i; /* KV or state: per session, every row */
         if (in->op == OG_OP_ROPE) {
             og_rope_params rp = {
                 .type = in->attrs.rope_type,
@@ -127,6 +127,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
                 .low_freq_factor = (float)in->attrs.low_freq_factor,
                 .high_freq_factor = (float)in->attrs.high_freq_factor,
                 .original_max_position = (int32_t)in->attrs.original_max_position_embeddings,
+                .rotary_dim = (int32_t)in->attrs.rotary_dim,
             };
             st = og_rope_table_init(&m->rope[i], (int32_t)in->attrs.head_dim, &rp);
             if (st != OG_OK) {
@@ -537,6 +538,21 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
 /* ------------------------------------------------------------ fork */
 
 #include "kv/kv.h"
+
+og_status og_session_checkpoint(og_session *s) {
+    if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_checkpoint: session is NULL");
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->stepping, &expected, 1))
+        return og_set_error(OG_ERR_STATE, "og_session_checkpoint: the session is in a step");
+    og_status st = og_kv_session_checkpoint(s->kv);
+    atomic_store(&s->stepping, 0);
+    if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_kv_session_last_error(s->kv));
+    return st;
+}
+
+int64_t og_session_fork_point(const og_session *s, int64_t at_most) {
+    return s ? og_kv_session_fork_point(s->kv, at_most) : -1;
+}
 
 og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out) {
     if (!parent || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_fork: NULL argument");

@@ -34,7 +34,7 @@ struct og_model {
     og_threadpool *pool;   /* owned (CPU back end); NULL: calling thread */
     int32_t n_instrs;
     int32_t logits_instr;  /* the instruction producing "logits"       */
-    int32_t last_attend;   /* the last update_and_attend, -1 if none   */
+    int32_t last_attend;   /* the last op on per-session storage (update_and_attend, a state op), -1 if none */
     int64_t vocab;         /* V */
     og_rope_table *rope;   /* [n_instrs]: filled for rope instructions */
     bool cuda_graphs;      /* CUDA decode steps replay captured graphs */
