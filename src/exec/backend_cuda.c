@@ -486,6 +486,15 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
             return og_set_error(OG_ERR_BACKEND, "%s: the device copy is not 16-byte aligned", what);
         CUDA_TRY(cudaMemcpy(cm->weights[i], t->data, (size_t)t->nbytes, cudaMemcpyHostToDevice), what);
     }
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        const og_op op = og_program_instr_at(m->prog, i)->op;
+        if (op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET || op == OG_OP_RMS_NORM_GATED ||
+            op == OG_OP_SIGMOID_MUL)
+            return og_set_error(OG_ERR_UNSUPPORTED,
+                                "instruction %d (%s): the CUDA back end has no kernel for it yet (hybrid models run "
+                                "on the cpu back end)",
+                                (int)i, og_op_get(op)->name);
+    }
     const size_t per = OG_ROPE_MAX_HEAD_DIM / 2;
     CUDA_TRY(cudaMalloc((void **)&cm->inv_freq, (size_t)m->n_instrs * per * sizeof(float)), "rope tables");
     for (int32_t i = 0; i < m->n_instrs; i++) {
@@ -1006,6 +1015,10 @@ static og_status run_instr(const step_run *x, int32_t i) {
         return og_add_cuda(c->stream, v[0], v[1], T * w[0], out);
     case OG_OP_UPDATE_AND_ATTEND:
         return attend(x, in, &io);
+    case OG_OP_CAUSAL_CONV1D:
+    case OG_OP_GATED_DELTA_NET:
+    case OG_OP_RMS_NORM_GATED:
+    case OG_OP_SIGMOID_MUL: /* refused at load (cuda_model_init) */
     case OG_OP_COUNT:
         break;
     }
