@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Peers timed side by side with offgraph (bench/gpu/run.sh):
 
-  peer.py make-qwen3 DIR            Qwen3-0.6B-shaped checkpoint, random bf16 weights
+  peer.py make-qwen3 DIR [SHAPE]    Qwen3-shaped checkpoint, random bf16 weights; SHAPE is
+                                    0.6b (default: hidden 1024, 28 layers, tied), 8b (hidden
+                                    4096, intermediate 12288, 36 layers, 32/8 heads, untied)
+                                    or 32b (hidden 5120, intermediate 25600, 64 layers, 64/8
+                                    heads, untied)
   peer.py qwen3-tokenizer DIR TEMPLATE_DIR
                                     gives DIR a tokenizer of the model's whole vocabulary
                                     (for offgraph serve): TEMPLATE_DIR's byte-level BPE
@@ -17,8 +21,10 @@
                                     time of 1); PEER_COMPILE=off disables the automatic
                                     torch.compile of the forward (default: transformers'
                                     own choice, which compiles with a static cache)
-  peer.py floor DIR CTX COPY_GBPS   bytes floor of one decode step: weights read
-                                    once plus the KV of CTX tokens, at the copy rate
+  peer.py floor DIR CTX COPY_GBPS [WEIGHTS]
+                                    bytes floor of one decode step: weights read
+                                    once (matrices as bf16, q8 or q4) plus the KV
+                                    of CTX tokens, at the copy rate
 
 Each prints one JSON line. Timing: CUDA events, warm-up first, median, inputs
 rotated so that one round exceeds the L2.
@@ -30,20 +36,38 @@ import time
 import torch
 
 
-def qwen3_config():
+QWEN3_SHAPES = {
+    "0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                 tie_word_embeddings=True),
+    "8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+               tie_word_embeddings=False),
+    "32b": dict(hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
+                tie_word_embeddings=False),
+}
+
+
+def qwen3_config(shape="0.6b"):
     from transformers import Qwen3Config
-    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                       rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0)
+    return Qwen3Config(vocab_size=151936, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                       rms_norm_eps=1e-6, rope_theta=1000000.0, **QWEN3_SHAPES[shape])
 
 
-def make_qwen3(out):
+def make_qwen3(out, shape="0.6b"):
+    """Random weights drawn in bf16 on the device, layer by layer, so that the
+    8b and 32b shapes need no f32 copy of the whole model."""
     from transformers import Qwen3ForCausalLM
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = Qwen3ForCausalLM(qwen3_config()).to(torch.bfloat16)
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(qwen3_config(shape))
+    model = model.to_empty(device="cuda").to(torch.bfloat16)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
     model.save_pretrained(out)
-    print(json.dumps({"made": out, "params": sum(p.numel() for p in model.parameters())}))
+    print(json.dumps({"made": out, "shape": shape, "params": sum(p.numel() for p in model.parameters())}))
 
 
 def qwen3_tokenizer(out, template_dir):
@@ -169,27 +193,41 @@ def batch(path, ctx, gen, sizes):
         torch.cuda.empty_cache()
 
 
-def floor(path, ctx, copy_gbps):
+# bytes per weight of a matrix in offgraph's formats: q8 and q4 keep an f16
+# scale per group of 32 beside the quants (docs/program-format.md)
+FORMAT_BYTES = {"bf16": 2.0, "q8": 1.0 + 2.0 / 32, "q4": 0.5 + 2.0 / 32}
+
+
+def floor(path, ctx, copy_gbps, weights="bf16"):
+    """Bytes a decode step must read: every weight but the embedding table
+    (one row of it is read; a tied table is read whole as the head), matrices
+    in the given format (bf16, q8, q4), and the bf16 KV of ctx positions."""
+    import glob
+    import os
     from safetensors import safe_open
+    cfg = json.load(open(os.path.join(path, "config.json")))
     wbytes = 0
-    with safe_open(f"{path}/model.safetensors", "pt") as f:
-        for k in f.keys():
-            t = f.get_slice(k)
-            n = 1
-            for s in t.get_shape():
-                n *= s
-            wbytes += n * 2
-    kv = 2 * 28 * 8 * 128 * 2 * ctx
+    for shard in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
+        with safe_open(shard, "pt") as f:
+            for k in f.keys():
+                if k.endswith("embed_tokens.weight") and not cfg.get("tie_word_embeddings"):
+                    continue
+                t = f.get_slice(k)
+                n = 1
+                for s in t.get_shape():
+                    n *= s
+                wbytes += n * (FORMAT_BYTES[weights] if len(t.get_shape()) == 2 else 2)
+    kv = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg.get("head_dim", 128) * 2 * ctx
     step = wbytes + kv
     # the copy rate counts bytes moved (read + written); a decode step moves step bytes
-    print(json.dumps({"bench": "e2e_decode", "impl": "bytes_floor", "context": ctx, "bytes_per_token": step,
+    print(json.dumps({"bench": "e2e_decode", "impl": "bytes_floor", "context": ctx, "bytes_per_token": int(step),
                       "decode_tokens_per_s": copy_gbps * 1e9 / step}))
 
 
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make-qwen3":
-        make_qwen3(sys.argv[2])
+        make_qwen3(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "0.6b")
     elif cmd == "qwen3-tokenizer":
         qwen3_tokenizer(sys.argv[2], sys.argv[3])
     elif cmd == "sdpa":
@@ -199,6 +237,6 @@ if __name__ == "__main__":
     elif cmd == "batch":
         batch(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), [int(b) for b in sys.argv[5:]])
     elif cmd == "floor":
-        floor(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+        floor(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "bf16")
     else:
         sys.exit(__doc__)

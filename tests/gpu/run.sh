@@ -38,6 +38,8 @@ check() {
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
 check test_ops_cuda "$B/tests/test_ops_cuda"
+# the CUDA-core decode products, which the tensor-core ones replace where they fit
+check test_ops_cuda_cores env OG_CUDA_GEMV=cores "$B/tests/test_ops_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"

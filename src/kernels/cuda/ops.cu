@@ -10,6 +10,9 @@
  */
 #include "kernels/cuda/ops_cuda.h"
 
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_tc.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,66 +23,11 @@
 
 namespace {
 
-__device__ inline float load_w(const void *w, bool bf16, int64_t i) {
-    return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(w)[i]) : static_cast<const float *>(w)[i];
-}
-
-__device__ inline float warp_sum(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-/* Waits for the kernels this one depends on (programmatic dependent launch;
- * a no-op when launched without it), and lets the next kernel start its own
- * prologue. Every kernel launched by launch_pdl calls it before it reads what
- * an earlier kernel wrote or writes anything. */
-__device__ inline void grid_wait() {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-}
+using namespace og_cuda;
 
 int grid_for(int64_t count, int threads) {
     const int64_t b = (count + threads - 1) / threads;
     return (int)(b < 65536 ? (b < 1 ? 1 : b) : 65536);
-}
-
-og_status launched(const char *op) {
-    const cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return OG_OK;
-    return og_set_error(OG_ERR_BACKEND, "%s: launch: %s (%s)", op, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-/* Launches kernel with programmatic dependent launch allowed (unless the
- * environment sets OG_CUDA_PDL=0): it may start while the kernel before it on
- * the stream still runs, and waits in grid_wait for that kernel's results.
- * Errors are left for launched() to report. */
-bool pdl_enabled() {
-    static const bool on = [] {
-        const char *v = getenv("OG_CUDA_PDL");
-        return !(v && v[0] == '0');
-    }();
-    return on;
-}
-
-template <typename... Params, typename... Args>
-void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
-}
-
-template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-    launch_pdl_smem(kernel, grid, block, 0, stream, args...);
 }
 
 og_status check_dims(const char *op, int64_t a, int64_t b) {
@@ -124,23 +72,6 @@ __global__ void embed_kernel(const int32_t *tokens, const void *table, bool bf16
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) out[t * H + h] = load_w(table, bf16, row + h);
 }
 
-/* The sum of every thread's s over the block (of at most 1024 threads), in
- * every thread: lane trees, then warp 0 adds the warps' sums (the order
- * gemv_norm_x reproduces). */
-__device__ inline float block_sum(float s) {
-    __shared__ float part[32];
-    s = warp_sum(s);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    return part[0];
-}
-
 /* ---- rms norm: a block of 256 per row ---- */
 __global__ void rms_norm_kernel(const float *x, const void *w, bool bf16, int64_t N, float eps, float *out) {
     grid_wait();
@@ -169,22 +100,54 @@ __global__ void head_rms_norm_kernel(const float *x, const void *w, bool bf16, i
 
 /* ---- residual add + rms norm: a block of 256 per row ----
  * sum = a + b is written (the residual stream goes on), then normed from
- * what was written, so both outputs equal add followed by rms_norm. */
+ * what was written, so both outputs equal add followed by rms_norm. A row of
+ * up to 256 PER elements is held in registers: every load is issued before
+ * the first is used (one round trip to memory, where the loop below makes
+ * one a element: 16 of them at hidden 4096, ~8 us of a decode step's
+ * layer); PER = 0 loops over any width. Both sum in the same order. */
+template <int PER>
 __global__ void add_rms_norm_kernel(const float *a, const float *b, const void *w, bool bf16, int64_t N, float eps,
                                     float *sum, float *out, __nv_bfloat16 *out16) {
     grid_wait();
     const int64_t base = blockIdx.x * N;
     float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-        const float v = a[base + i] + b[base + i];
-        sum[base + i] = v;
-        s = fmaf(v, v, s);
-    }
-    const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-        const float o = (sum[base + i] * r) * load_w(w, bf16, i);
-        out[base + i] = o;
-        if (out16) out16[base + i] = __float2bfloat16_rn(o);
+    if constexpr (PER > 0) {
+        float v[PER];
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * 256;
+            v[k] = i < N ? a[base + i] + b[base + i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * 256;
+            if (i < N) {
+                sum[base + i] = v[k];
+                s = fmaf(v[k], v[k], s);
+            }
+        }
+        const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * 256;
+            if (i < N) {
+                const float o = (v[k] * r) * load_w(w, bf16, i);
+                out[base + i] = o;
+                if (out16) out16[base + i] = __float2bfloat16_rn(o);
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+            const float v = a[base + i] + b[base + i];
+            sum[base + i] = v;
+            s = fmaf(v, v, s);
+        }
+        const float r = 1.0f / sqrtf(block_sum(s) / (float)N + eps);
+        for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+            const float o = (sum[base + i] * r) * load_w(w, bf16, i);
+            out[base + i] = o;
+            if (out16) out16[base + i] = __float2bfloat16_rn(o);
+        }
     }
 }
 
@@ -801,7 +764,6 @@ __global__ void argmax_final_kernel(const float *part_v, const int64_t *part_i, 
     if (threadIdx.x == 0) *index = (int32_t)bi;
 }
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 } /* namespace */
 
@@ -874,7 +836,9 @@ extern "C" og_status og_add_rms_norm_cuda(void *stream, const float *a, const fl
     if (!a || !b || !sum || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a, b, sum or out is NULL", op);
     if (!(eps >= 0.0f) || isinf(eps)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)eps);
     if (T > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows", op, (long long)T);
-    launch_pdl(add_rms_norm_kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), 
+    const auto kernel = N <= 4 * 256 ? add_rms_norm_kernel<4> : N <= 16 * 256 ? add_rms_norm_kernel<16>
+                        : N <= 32 * 256 ? add_rms_norm_kernel<32> : add_rms_norm_kernel<0>;
+    launch_pdl(kernel, dim3((unsigned)T), dim3(256), static_cast<cudaStream_t>(stream), 
         a, b, weight, weight_dtype == OG_DTYPE_BF16, N, eps, sum, out, reinterpret_cast<__nv_bfloat16 *>(out_bf16));
     return launched(op);
 }
@@ -1123,7 +1087,14 @@ og_status check_gemv(const char *op, const void *weight, og_dtype dt, int64_t T,
 } /* namespace */
 
 extern "C" bool og_gemv_cuda_norm_fits(int64_t T, int64_t K) {
-    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 48 * 1024 / 4 / T;
+    /* Up to 2048 floats of x (the 0.6B shape's hidden 1024 for two rows):
+     * there a product is a few microseconds and the launch saved is worth
+     * it. Past that every block's own norm pass costs more than the separate
+     * add_rms_norm launch, which runs while the product's blocks already load
+     * their weights (programmatic dependent launch): measured on the 8B shape,
+     * the q/k/v product took 26 us with the norm in its blocks and the o
+     * product of 32 MB 13 us (bench/gpu/notes.md). */
+    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 2048 / T;
 }
 
 extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm,
@@ -1138,11 +1109,20 @@ extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const
         OG_CUDA_TRY(check_gemv(op, parts[i].weight, weight_dtype, T, K, parts[i].N, parts[i].out));
         g.vec = g.vec && aligned16(parts[i].weight);
     }
-    if (og_dtype_is_quantized(weight_dtype)) {
-        OG_CUDA_TRY(check_q_input(op, g));
+    if (og_dtype_is_quantized(weight_dtype)) OG_CUDA_TRY(check_q_input(op, g));
+    const void *ws[OG_GEMV_CUDA_MAX_PARTS];
+    for (int i = 0; i < n_parts; i++) ws[i] = parts[i].weight;
+    if (og_gemv_tc_takes(weight_dtype, T, K, norm ? NULL : x, ws, n_parts)) {
+        og_gemv_tc_launch l = {};
+        l.stream = g.st, l.dtype = weight_dtype, l.T = T, l.K = K, l.x = norm ? NULL : x, l.norm = norm;
+        l.n_parts = n_parts;
+        for (int i = 0; i < n_parts; i++)
+            l.w[i] = parts[i].weight, l.bias[i] = parts[i].bias, l.N[i] = parts[i].N, l.out[i] = parts[i].out;
+        return og_gemv_tc_run(&l);
+    }
+    if (og_dtype_is_quantized(weight_dtype))
         return weight_dtype == OG_DTYPE_Q4 ? launch_gemv_q<true>(g, parts, n_parts)
                                            : launch_gemv_q<false>(g, parts, n_parts);
-    }
     return weight_dtype == OG_DTYPE_BF16 ? launch_gemv<__nv_bfloat16>(g, parts, n_parts)
                                          : launch_gemv<float>(g, parts, n_parts);
 }
@@ -1170,8 +1150,16 @@ extern "C" og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x, cons
     g.vec = g.vec && aligned16(w_gate) && aligned16(w_up);
     const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows);
     const bool bf16 = weight_dtype == OG_DTYPE_BF16;
+    if (og_dtype_is_quantized(weight_dtype)) OG_CUDA_TRY(check_q_input(op, g));
+    const void *ws[2] = {w_gate, w_up};
+    if (og_gemv_tc_takes(weight_dtype, T, K, norm ? NULL : x, ws, 2)) {
+        og_gemv_tc_launch l = {};
+        l.stream = g.st, l.dtype = weight_dtype, l.T = T, l.K = K, l.x = norm ? NULL : x, l.norm = norm;
+        l.swiglu = true;
+        l.w[0] = w_gate, l.w[1] = w_up, l.bias[0] = b_gate, l.bias[1] = b_up, l.N[0] = l.N[1] = F, l.out[0] = out;
+        return og_gemv_tc_run(&l);
+    }
     if (og_dtype_is_quantized(weight_dtype)) {
-        OG_CUDA_TRY(check_q_input(op, g));
         if (weight_dtype == OG_DTYPE_Q4) launch_swiglu_q<true>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
         else launch_swiglu_q<false>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);
     } else if (bf16) launch_swiglu<__nv_bfloat16>(g, blocks, w_gate, b_gate, w_up, b_up, F, out);

@@ -145,9 +145,10 @@ og_status og_gemv_swiglu_cuda(void *stream, const float *x /* [T, K] */, const v
 /* The residual add + rms_norm before a product, folded into the gemv: with
  * norm set, x is not read; the product's input is rms_norm(a + b) (weight,
  * eps) and sum = a + b is written, both with the bits og_add_rms_norm_cuda
- * gives (the normed rows themselves are not written). Fits while the T rows
- * of K floats fit in a block's shared memory (og_gemv_cuda_norm_fits). sum
- * must not overlap a, b or an output. */
+ * gives (the normed rows themselves are not written). Taken while T x K is
+ * at most 2048 (og_gemv_cuda_norm_fits: past that each block's own norm pass
+ * costs more than the launch it saves). sum must not overlap a, b or an
+ * output. */
 typedef struct og_gemv_cuda_norm {
     const float *a, *b;   /* [T, K] */
     const void *weight;   /* [K]    */
