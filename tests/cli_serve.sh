@@ -250,7 +250,8 @@ start_server e --shutdown-grace 0 || exit 1
 curl -sN --max-time 30 -d '{"prompt":"And it came to pass","max_tokens":100000,"stream":true}' \
     "http://127.0.0.1:$PORT/v1/completions" >"$WORK/e.stream" &
 cpid=$!
-sleep 0.2
+# the stream has begun (on a loaded machine curl may take a while to connect)
+for _ in $(seq 100); do [ -s "$WORK/e.stream" ] && break; sleep 0.1; done
 kill -INT $PID
 wait $cpid
 for _ in $(seq 200); do kill -0 $PID 2>/dev/null || break; sleep 0.1; done

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -39,6 +40,23 @@ static void usage(FILE *f) {
             "  --chunk <N>              prompt tokens of one request per step (default 256)\n"
             "  --step-rows <N>          tokens per batched step, all requests (default 512)\n"
             "  --shutdown-grace <S>     seconds running requests get at shutdown (default 5)\n"
+            "  --max-connections-per-ip <N>  open connections from one client address; past it\n"
+            "                           a new one is closed at once (default: max-sessions +\n"
+            "                           max-queue + 64 = 384: every request the server admits,\n"
+            "                           and 64 more to be answered 429; 0: no bound, e.g.\n"
+            "                           behind a proxy, whose address every client has)\n"
+            "  --max-connections <N>    open connections in all; past it a new one is closed at\n"
+            "                           once (default: 2 x (max-sessions + max-queue) + 192 = 832:\n"
+            "                           every admitted request, one address at its bound, and\n"
+            "                           128 to spare)\n"
+            "  --header-timeout <S>     a request's headers must be in S seconds after the\n"
+            "                           connection opened or the last response ended; bytes do\n"
+            "                           not extend it; late: 408 and closed (default 10)\n"
+            "  --min-body-rate <BYTES>  a body must arrive at this many bytes a second on\n"
+            "                           average after --header-timeout of grace (default 16K)\n"
+            "  --write-timeout <S>      output must reach the client's socket S seconds after it\n"
+            "                           was produced; a client that stops reading its stream is\n"
+            "                           disconnected and its request cancelled (default 30)\n"
             "  --log-requests           one line per request on stderr\n"
             "  --kv-dtype <dtype>       KV storage: bf16, f32, int8 or fp8 (default: the program's)\n"
             "  --backend <cpu|cuda|auto> back end (default auto: cuda when a GPU is present)\n"
@@ -65,6 +83,36 @@ static bool parse_bytes(const char *flag, const char *v, int64_t *out) {
     }
     *out = (int64_t)(x * (double)unit);
     return true;
+}
+
+/* Seconds: a positive number up to a day. */
+static bool parse_seconds(const char *flag, const char *v, double *out) {
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0 && x <= 86400)) {
+        fprintf(stderr, "offgraph serve: %s expects seconds (a number > 0, at most 86400), got \"%s\"\n", flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* Every connection is a descriptor: the soft open-file limit goes up to what
+ * --max-connections needs (the model, the log and the sockets of the
+ * threads besides), as far as the hard limit allows. */
+static void raise_file_limit(int32_t max_connections) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    const rlim_t want = (rlim_t)max_connections + 128;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rlim_t cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        struct rlimit nl = {cur, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl.rlim_cur = cur;
+        if (rl.rlim_cur < want)
+            fprintf(stderr, "offgraph serve: the open-file limit (%llu) is below --max-connections %d + 128: "
+                            "connections past it will be refused; raise it (ulimit -n) or lower --max-connections\n",
+                    (unsigned long long)rl.rlim_cur, (int)max_connections);
+    }
 }
 
 int og_cmd_serve(int argc, char **argv) {
@@ -96,6 +144,24 @@ int og_cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "offgraph serve: --max-body must be at least 1 byte\n");
                 return 2;
             } else p.max_body = (size_t)n;
+        } else if (!strcmp(a, "--header-timeout") || !strcmp(a, "--write-timeout")) {
+            double sec;
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !parse_seconds(a, v, &sec)) return 2;
+            if (!strcmp(a, "--header-timeout")) p.header_timeout_s = sec;
+            else p.write_timeout_s = sec;
+        } else if (!strcmp(a, "--min-body-rate")) {
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !parse_bytes(a, v, &n)) return 2;
+            if (n < 1) {
+                fprintf(stderr, "offgraph serve: --min-body-rate must be at least 1 byte a second\n");
+                return 2;
+            }
+            p.min_body_rate = n;
+        } else if (!strcmp(a, "--max-connections") || !strcmp(a, "--max-connections-per-ip")) {
+            const bool per_ip = !strcmp(a, "--max-connections-per-ip");
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, per_ip ? 0 : 1, 1 << 20, &n))
+                return 2;
+            if (per_ip) p.max_connections_per_ip = (int32_t)n;
+            else p.max_connections = (int32_t)n;
         } else if (!strcmp(a, "--shutdown-grace")) {
             if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, 0, 3600, &n)) return 2;
             p.shutdown_grace_s = (double)n;
@@ -126,6 +192,11 @@ int og_cmd_serve(int argc, char **argv) {
                         "models/kjv-tiny\n", p.model_path);
         return 1;
     }
+    /* tests hold requests running with it (tests/cli_serve_flood.sh) */
+    const char *delay = getenv("OFFGRAPH_TEST_STEP_DELAY_MS");
+    if (delay && *delay) p.test_step_delay_s = atof(delay) / 1000;
+    og_serve_resolve_params(&p);
+    raise_file_limit(p.max_connections);
     p.model.backend = mo.backend;
     p.model.n_threads = mo.threads;
     p.session = mo.session;

@@ -134,6 +134,10 @@ static inline const og_f16 *og_quant_scales(og_dtype dt, const void *w, int64_t 
  * to [-127, 127] or [-8, 7]. A non-finite element or scale is
  * OG_ERR_INVALID_ARGUMENT naming the row; dst is then partly written. */
 og_status og_quantize_rows(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, void *dst);
+/* The same for rows r0 .. r1 - 1 only (their quants and scales, in place in
+ * the [N, K] dst): disjoint ranges can be quantized by different threads. */
+og_status og_quantize_row_range(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, int64_t r0,
+                                int64_t r1, void *dst);
 /* Row n of a [N, K] quantized tensor as f32: element = f32(scale) * q, which
  * f32 holds exactly (an 11-bit scale times a 4- or 8-bit integer). */
 void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out /* [K] */);

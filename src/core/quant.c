@@ -6,12 +6,18 @@
 #include <math.h>
 
 og_status og_quantize_rows(og_dtype dt, const float *src, int64_t N, int64_t K, void *dst) {
-    if (!og_dtype_is_quantized(dt) || !src || !dst || N <= 0 || K <= 0 || K % OG_QUANT_GROUP)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: bad arguments (dtype %s, [%lld, %lld])",
-                            og_dtype_name(dt), (long long)N, (long long)K);
+    return og_quantize_row_range(dt, src, N, K, 0, N, dst);
+}
+
+og_status og_quantize_row_range(og_dtype dt, const float *src, int64_t N, int64_t K, int64_t r0, int64_t r1,
+                                void *dst) {
+    if (!og_dtype_is_quantized(dt) || !src || !dst || N <= 0 || K <= 0 || K % OG_QUANT_GROUP || r0 < 0 ||
+        r1 > N || r0 > r1)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: bad arguments (dtype %s, [%lld, %lld], rows %lld..%lld)",
+                            og_dtype_name(dt), (long long)N, (long long)K, (long long)r0, (long long)r1);
     const int64_t groups = K / OG_QUANT_GROUP;
     og_f16 *scales = (og_f16 *)((char *)dst + (size_t)N * og_quant_row_bytes(dt, K));
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = r0; n < r1; n++) {
         uint8_t *q = (uint8_t *)dst + (size_t)n * og_quant_row_bytes(dt, K);
         for (int64_t g = 0; g < groups; g++) {
             const float *x = src + n * K + g * OG_QUANT_GROUP;

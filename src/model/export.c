@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -28,7 +29,45 @@ typedef struct weight_src {
     int64_t shape[2];
     int64_t *rows;         /* [shape[0]]: source row of each row, or NULL; owned */
     bool plus_one;
+    og_threadpool *pool;   /* quantizes its rows; NULL: the calling thread alone */
 } weight_src;
+
+/* Quantizing one tensor's rows across a pool: blocks of 64 rows, the first
+ * error of any block kept. */
+typedef struct quant_job {
+    og_dtype dt;
+    const float *src;
+    int64_t N, K;
+    void *dst;
+    og_status rc;
+    char why[256];
+    pthread_mutex_t lock;
+} quant_job;
+
+enum { QUANT_BLOCK_ROWS = 64 };
+
+static void quant_task(void *ctx, int64_t i, int thread) {
+    (void)thread;
+    quant_job *j = ctx;
+    const int64_t r0 = i * QUANT_BLOCK_ROWS, r1 = r0 + QUANT_BLOCK_ROWS < j->N ? r0 + QUANT_BLOCK_ROWS : j->N;
+    const og_status rc = og_quantize_row_range(j->dt, j->src, j->N, j->K, r0, r1, j->dst);
+    if (rc == OG_OK) return;
+    pthread_mutex_lock(&j->lock);
+    if (j->rc == OG_OK || r0 == 0) { /* the lowest block's reason is kept when several fail */
+        j->rc = rc;
+        snprintf(j->why, sizeof j->why, "%s", og_last_error());
+    }
+    pthread_mutex_unlock(&j->lock);
+}
+
+static og_status quantize_parallel(og_threadpool *pool, og_dtype dt, const float *src, int64_t N, int64_t K,
+                                   void *dst) {
+    quant_job j = {.dt = dt, .src = src, .N = N, .K = K, .dst = dst, .rc = OG_OK};
+    pthread_mutex_init(&j.lock, NULL);
+    og_parallel_for(pool, (N + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS, quant_task, &j);
+    pthread_mutex_destroy(&j.lock);
+    return j.rc == OG_OK ? OG_OK : og_set_error(j.rc, "%s", j.why);
+}
 
 typedef struct exporter {
     const og_hf_config *cfg;
@@ -42,6 +81,7 @@ typedef struct exporter {
     int64_t n_params;
     uint64_t weight_bytes;
     int32_t n_unquantized;
+    og_threadpool *pool; /* quantizes weights (q8, q4) on every CPU; NULL otherwise */
 } exporter;
 
 /* t's elements as f32 into out [numel]. */
@@ -70,7 +110,7 @@ static og_status fill_derived(const weight_src *s, void *dst) {
     }
     if (rc == OG_OK) {
         if (og_dtype_is_quantized(s->dst))
-            rc = og_quantize_rows(s->dst, g, rows, row, dst);
+            rc = quantize_parallel(s->pool, s->dst, g, rows, row, dst);
         else
             for (int64_t i = 0; i < n; i++) og_store_f32(dst, s->dst, (size_t)i, g[i]);
     }
@@ -92,7 +132,7 @@ static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
         float *f = og_malloc(n * sizeof *f);
         if (!f) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for tensor \"%s\" as f32", t->name);
         og_status rc = load_f32(s, f);
-        if (rc == OG_OK) rc = og_quantize_rows(s->dst, f, s->shape[0], s->shape[1], dst);
+        if (rc == OG_OK) rc = quantize_parallel(s->pool, s->dst, f, s->shape[0], s->shape[1], dst);
         og_free(f);
         return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", t->name, og_last_error());
     }
@@ -147,7 +187,8 @@ static og_status add_from(exporter *e, const char *name, const og_st_tensor *t, 
         return og_set_error(OG_ERR_STATE, "export: more weights than planned (%d)", e->cap_srcs);
     }
     weight_src *s = &e->srcs[e->n_srcs++];
-    *s = (weight_src){.t = t, .dst = dt, .src = e->src, .rank = rank, .rows = rows, .plus_one = plus_one};
+    *s = (weight_src){.t = t, .dst = dt, .src = e->src, .rank = rank, .rows = rows, .plus_one = plus_one,
+                      .pool = e->pool};
     memcpy(s->shape, shape, (size_t)rank * sizeof *shape);
     og_status rc = og_program_writer_add_weight(e->w, name, dt, rank, shape, fill_weight, s);
     if (rc != OG_OK) return writer_error(e, rc);
@@ -687,6 +728,10 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         e.dtype = o.dtype;
         e.weights = o.weights;
         if (!e.srcs) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+        /* quantizing is the slow part of a q8 / q4 export (~70 M weights a
+         * second a core): every CPU takes rows of each tensor. Without
+         * threads the calling one quantizes alone. */
+        if (rc == OG_OK && og_dtype_is_quantized(o.weights)) e.pool = og_threadpool_create(0);
     }
     if (rc == OG_OK) { /* a temp file left by a killed export of the same target goes */
         char tmp[4096];
@@ -711,6 +756,7 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
     }
     og_program_writer_destroy(e.w);
     for (int32_t i = 0; i < e.n_srcs; i++) og_free(e.srcs[i].rows);
+    og_threadpool_destroy(e.pool);
     og_free(e.srcs);
     return rc;
 }

@@ -291,6 +291,7 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
         }
         if (!boolean(so, "include_usage", &q->include_usage, e)) goto done;
     }
+    if (!boolean(root, "ignore_eos", &q->ignore_eos, e)) goto done;
     bool echo = false;
     if (!chat && !boolean(root, "echo", &echo, e)) goto done;
     if (echo) {

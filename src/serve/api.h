@@ -47,6 +47,8 @@ typedef struct og_api_request {
     int32_t n_stops;
     int32_t logprobs;           /* -1: none; else top alternatives (0..20) */
     bool stream, include_usage;
+    bool ignore_eos;            /* generate past the end-of-sequence tokens
+                                   (vLLM's and llama.cpp's extension) */
 } og_api_request;
 
 /* Parses a body. False with *e set (400 for bad input, 404 for an unknown

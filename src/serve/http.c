@@ -1,7 +1,9 @@
 /* The HTTP side of the server: libmicrohttpd with a thread per connection,
  * the routes, auth, the body limit, responses and server-sent events. A
  * connection's thread waits for its request's output and notices a client
- * that left (the socket reads end-of-file) while it waits. */
+ * that left (the socket reads end-of-file) while it waits. The connection
+ * guard (below) gives every connection deadlines that bytes do not extend:
+ * for its request's headers, its body, and the output it has not read. */
 #include "serve/api.h"
 #include "serve/sched.h"
 
@@ -10,6 +12,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +60,379 @@ static void buf_event(buf *b, cJSON *j) {
     cJSON_free(s);
 }
 
+/* ------------------------------------------------------------ the connection guard
+ *
+ * libmicrohttpd (0.9.75 in Debian 12) bounds the connections, in all and
+ * from one address (MHD_OPTION_CONNECTION_LIMIT and _PER_IP_CONNECTION_LIMIT:
+ * past either a new connection is closed at once), and closes a connection
+ * idle for MHD_OPTION_CONNECTION_TIMEOUT. But every byte read or written
+ * restarts that timer, so a client that sends a header line every few
+ * seconds, or reads a few bytes now and then, keeps its connection (and its
+ * thread: a thread per connection) as long as it likes. The guard adds the
+ * deadlines bytes do not extend. It knows every connection (from
+ * MHD_OPTION_NOTIFY_CONNECTION) and the phase it is in:
+ *
+ *   HEADERS    waiting for a request's headers: they must be complete
+ *              header_timeout_s after the connection opened or the previous
+ *              response ended;
+ *   BODY       reading the body: min_body_rate bytes a second on average,
+ *              after header_timeout_s of grace;
+ *   WORKING    the request is the server's (parsed, queued, generating): no
+ *              deadline, the client waits for us;
+ *   SENDING    a whole response is queued: the client must have taken it
+ *              write_timeout_s later;
+ *   STREAMING  a stream: the oldest output not yet written to the socket
+ *              must be younger than write_timeout_s, and what the client has
+ *              not taken at most OG_HTTP_MAX_UNSENT bytes; past either the
+ *              request is cancelled (its session freed at the next step).
+ *
+ * A thread checks them every OG_HTTP_GUARD_TICK seconds. An expired
+ * connection gets a 408 when no response was started on it (the headers
+ * or the body were late), then shutdown(2) on its socket: its
+ * libmicrohttpd thread reads end-of-file (or fails to write) and closes it
+ * the ordinary way. The socket stays open until libmicrohttpd has called
+ * NOTIFY_CONNECTION's CLOSED, which takes the connection out of the guard
+ * first, so the guard never touches a descriptor reused by another
+ * connection. Lock order: guard.mu, then s->lock. */
+
+#define OG_HTTP_GUARD_TICK 0.1
+#define OG_HTTP_MAX_UNSENT (1 << 20)
+/* SO_SNDBUF of every connection (the kernel doubles it): the output a
+ * client that stops reading can leave in the kernel, not its 4 MiB default
+ * ceiling, so the write deadline sees the stall early. */
+#define OG_HTTP_SNDBUF (64 << 10)
+
+typedef enum guard_phase { GUARD_HEADERS, GUARD_BODY, GUARD_WORKING, GUARD_SENDING, GUARD_STREAMING } guard_phase;
+
+typedef struct guard_conn {
+    struct guard_conn *prev, *next;
+    int fd;
+    guard_phase phase;
+    double since;      /* og_time_now when the phase began */
+    int64_t received;  /* BODY: body bytes so far */
+    bool answered;     /* a response went out on it before: a late next
+                          request is closed without a 408 (an idle
+                          keep-alive connection has nothing to answer) */
+    bool closed;       /* the guard ended it */
+    og_req *r;         /* STREAMING: a reference to its request */
+} guard_conn;
+
+enum { GUARD_T_HEADERS, GUARD_T_BODY, GUARD_T_WRITE, GUARD_T_UNSENT, GUARD_T_KINDS };
+static const char *const guard_t_names[GUARD_T_KINDS] = {"headers", "body", "write", "unsent"};
+
+struct og_http_guard {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    pthread_t thread;
+    bool started, quit;
+    guard_conn *head;
+    int64_t open, opened_total;          /* mu */
+    int64_t timeouts[GUARD_T_KINDS];     /* mu */
+    /* libmicrohttpd's log, one line a message a while (a flood would
+       print a line per refused connection) */
+    const char *log_fmt[8];
+    double log_t[8];
+    int64_t log_hidden[8];
+};
+
+static void guard_log(void *cls, const char *fmt, va_list ap) {
+    og_http_guard *g = cls;
+    const double now = og_time_now();
+    int64_t hidden = 0;
+    pthread_mutex_lock(&g->mu);
+    int k = 0;
+    for (int i = 0; i < 8; i++) {
+        if (g->log_fmt[i] == fmt) {
+            k = i;
+            break;
+        }
+        if (g->log_t[i] < g->log_t[k]) k = i; /* else the oldest slot */
+    }
+    if (g->log_fmt[k] == fmt && now - g->log_t[k] < 10) {
+        g->log_hidden[k]++;
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    if (g->log_fmt[k] == fmt) hidden = g->log_hidden[k];
+    g->log_fmt[k] = fmt;
+    g->log_t[k] = now;
+    g->log_hidden[k] = 0;
+    pthread_mutex_unlock(&g->mu);
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = 0;
+    if (hidden) fprintf(stderr, "offgraph serve: %s (%lld more in the last 10 s)\n", line, (long long)hidden);
+    else fprintf(stderr, "offgraph serve: %s\n", line);
+}
+
+/* Ends c: a 408 carrying why (NULL: nothing), then shutdown. mu held. A
+ * connection whose client stopped reading is reset when libmicrohttpd
+ * closes it (SO_LINGER 0): what it did not read is dropped at once, where a
+ * FIN would wait behind it, for a window that never opens. */
+static void guard_expire(guard_conn *c, const char *why) {
+    if (c->phase == GUARD_SENDING || c->phase == GUARD_STREAMING) {
+        struct linger lg = {1, 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    if (why && !c->answered) {
+        char body[384], head[256];
+        int nb = snprintf(body, sizeof body,
+                          "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,"
+                          "\"code\":\"request_timeout\"}}",
+                          why);
+        if (nb > 0 && (size_t)nb < sizeof body) {
+            int nh = snprintf(head, sizeof head,
+                              "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                              "Content-Length: %d\r\n\r\n",
+                              nb);
+            /* a best effort: the socket buffer is empty (nothing was sent on
+               this request), and a client that does not read loses nothing */
+            if (nh > 0 && send(c->fd, head, (size_t)nh, MSG_DONTWAIT | MSG_NOSIGNAL) == nh)
+                (void)!send(c->fd, body, (size_t)nb, MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+    }
+    shutdown(c->fd, SHUT_RDWR);
+    c->closed = true;
+}
+
+static void guard_check(og_server *s, og_http_guard *g, double now) {
+    const og_serve_params *p = &s->p;
+    for (guard_conn *c = g->head; c; c = c->next) {
+        if (c->closed) continue;
+        const double age = now - c->since;
+        char why[160];
+        switch (c->phase) {
+        case GUARD_HEADERS:
+            if (age <= p->header_timeout_s) break;
+            snprintf(why, sizeof why, "the request's headers did not arrive within %g s", p->header_timeout_s);
+            guard_expire(c, why);
+            g->timeouts[GUARD_T_HEADERS]++;
+            break;
+        case GUARD_BODY:
+            if (age <= p->header_timeout_s + (double)c->received / (double)p->min_body_rate) break;
+            snprintf(why, sizeof why, "the request body arrived slower than %lld bytes a second",
+                     (long long)p->min_body_rate);
+            guard_expire(c, why);
+            g->timeouts[GUARD_T_BODY]++;
+            break;
+        case GUARD_SENDING:
+            if (age <= p->write_timeout_s) break;
+            guard_expire(c, NULL);
+            g->timeouts[GUARD_T_WRITE]++;
+            break;
+        case GUARD_STREAMING: {
+            og_req *r = c->r;
+            pthread_mutex_lock(&s->lock);
+            double oldest = r->t_pending;
+            if (r->t_sending && (!oldest || r->t_sending < oldest)) oldest = r->t_sending;
+            const size_t unsent = r->n_text + (size_t)r->n_lps * sizeof *r->lps;
+            int kind = -1;
+            if (unsent > OG_HTTP_MAX_UNSENT) kind = GUARD_T_UNSENT;
+            else if (oldest && now - oldest > p->write_timeout_s) kind = GUARD_T_WRITE;
+            if (kind >= 0 && r->state != OG_REQ_DONE) {
+                r->cancelled = true; /* the scheduler frees its session at its next step */
+                pthread_cond_signal(&s->sched_cond);
+            }
+            pthread_mutex_unlock(&s->lock);
+            if (kind < 0) break;
+            guard_expire(c, NULL);
+            g->timeouts[kind]++;
+            break;
+        }
+        case GUARD_WORKING:
+            break;
+        }
+    }
+}
+
+static void *guard_main(void *arg) {
+    og_server *s = arg;
+    og_http_guard *g = s->guard;
+    pthread_mutex_lock(&g->mu);
+    while (!g->quit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(OG_HTTP_GUARD_TICK * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&g->cond, &g->mu, &ts);
+        if (!g->quit) guard_check(s, g, og_time_now());
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection joins (in the accepting thread,
+ * before its own starts) or leaves (after its thread ended, its socket not
+ * yet closed) the guard. */
+static void guard_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
+                         enum MHD_ConnectionNotificationCode code) {
+    og_server *s = cls;
+    og_http_guard *g = s->guard;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        guard_conn *c = ci ? og_calloc(1, sizeof *c) : NULL;
+        *socket_context = c;
+        if (!c) { /* it runs unguarded: libmicrohttpd's idle timeout still holds */
+            og_log(OG_LOG_WARN, "serve: a connection without its deadlines (out of memory)");
+            return;
+        }
+        c->fd = ci->connect_fd;
+        int sndbuf = OG_HTTP_SNDBUF;
+        setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        c->phase = GUARD_HEADERS;
+        c->since = og_time_now();
+        pthread_mutex_lock(&g->mu);
+        c->next = g->head;
+        if (g->head) g->head->prev = c;
+        g->head = c;
+        g->open++;
+        g->opened_total++;
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    guard_conn *c = *socket_context;
+    if (!c) return;
+    pthread_mutex_lock(&g->mu);
+    if (c->prev) c->prev->next = c->next;
+    else g->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    g->open--;
+    og_req *r = c->r;
+    pthread_mutex_unlock(&g->mu);
+    if (r) og_req_release(s, r);
+    og_free(c);
+    *socket_context = NULL;
+}
+
+static guard_conn *guard_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Moves c to phase ph (r: STREAMING's request, referenced here). False when
+ * the guard has ended the connection: the caller gives up on it. */
+static bool guard_enter(og_server *s, guard_conn *c, guard_phase ph, og_req *r) {
+    if (!c) return true;
+    og_http_guard *g = s->guard;
+    if (r) {
+        pthread_mutex_lock(&s->lock);
+        r->refs++;
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_lock(&g->mu);
+    const bool ok = !c->closed;
+    og_req *old = c->r;
+    c->phase = ph;
+    c->since = og_time_now();
+    c->received = 0;
+    c->r = r;
+    pthread_mutex_unlock(&g->mu);
+    if (old) og_req_release(s, old);
+    return ok;
+}
+
+/* A response ended (sent, or abandoned): the connection waits for its next
+ * request's headers. */
+static void guard_response_ended(og_server *s, guard_conn *c) {
+    if (!c) return;
+    pthread_mutex_lock(&s->guard->mu);
+    c->answered = true;
+    pthread_mutex_unlock(&s->guard->mu);
+    guard_enter(s, c, GUARD_HEADERS, NULL);
+}
+
+static bool guard_body_bytes(og_server *s, guard_conn *c, size_t n) {
+    if (!c) return true;
+    pthread_mutex_lock(&s->guard->mu);
+    c->received += (int64_t)n;
+    const bool ok = !c->closed;
+    pthread_mutex_unlock(&s->guard->mu);
+    return ok;
+}
+
+static og_status guard_start(og_server *s) {
+    og_http_guard *g = og_calloc(1, sizeof *g);
+    if (!g) return og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    s->guard = g;
+    if (pthread_create(&g->thread, NULL, guard_main, s) != 0)
+        return og_set_error(OG_ERR_BACKEND, "serve: cannot start the connection guard's thread");
+    g->started = true;
+    return OG_OK;
+}
+
+/* After the daemon stopped (every connection has left the guard). */
+static void guard_stop(og_server *s) {
+    og_http_guard *g = s->guard;
+    if (!g) return;
+    if (g->started) {
+        pthread_mutex_lock(&g->mu);
+        g->quit = true;
+        pthread_cond_signal(&g->cond);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->thread, NULL);
+    }
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->mu);
+    og_free(g);
+    s->guard = NULL;
+}
+
+char *og_http_metrics_text(og_server *s) {
+    og_http_guard *g = s->guard;
+    int64_t open = 0, opened = 0, t[GUARD_T_KINDS] = {0};
+    if (g) {
+        pthread_mutex_lock(&g->mu);
+        open = g->open;
+        opened = g->opened_total;
+        memcpy(t, g->timeouts, sizeof t);
+        pthread_mutex_unlock(&g->mu);
+    }
+    pthread_mutex_lock(&s->lock);
+    const int active = s->active_responses;
+    pthread_mutex_unlock(&s->lock);
+    buf b = {0};
+    char line[512];
+    snprintf(line, sizeof line,
+             "# HELP offgraph_http_connections Open client connections.\n# TYPE offgraph_http_connections gauge\n"
+             "offgraph_http_connections %lld\n"
+             "# HELP offgraph_http_connections_total Client connections accepted.\n"
+             "# TYPE offgraph_http_connections_total counter\noffgraph_http_connections_total %lld\n",
+             (long long)open, (long long)opened);
+    buf_add(&b, line, strlen(line));
+    snprintf(line, sizeof line,
+             "# HELP offgraph_http_connections_max The --max-connections bound.\n"
+             "# TYPE offgraph_http_connections_max gauge\noffgraph_http_connections_max %d\n"
+             "# HELP offgraph_http_connections_per_ip_max The --max-connections-per-ip bound (0: none).\n"
+             "# TYPE offgraph_http_connections_per_ip_max gauge\noffgraph_http_connections_per_ip_max %d\n",
+             (int)s->p.max_connections, (int)s->p.max_connections_per_ip);
+    buf_add(&b, line, strlen(line));
+    snprintf(line, sizeof line,
+             "# HELP offgraph_http_requests_active Requests whose connection the server is answering.\n"
+             "# TYPE offgraph_http_requests_active gauge\noffgraph_http_requests_active %d\n"
+             "# HELP offgraph_http_timeouts_total Connections closed by a deadline, by what was late.\n"
+             "# TYPE offgraph_http_timeouts_total counter\n",
+             active);
+    buf_add(&b, line, strlen(line));
+    for (int k = 0; k < GUARD_T_KINDS; k++) {
+        snprintf(line, sizeof line, "offgraph_http_timeouts_total{kind=\"%s\"} %lld\n", guard_t_names[k],
+                 (long long)t[k]);
+        buf_add(&b, line, strlen(line));
+    }
+    if (b.oom) {
+        og_free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* ------------------------------------------------------------ requests */
+
 typedef struct conn {
     og_server *s;
+    guard_conn *gc; /* its connection in the guard; NULL: unguarded */
     buf body;
     bool too_large;
     bool counted;  /* in s->active_responses */
@@ -75,6 +449,7 @@ static enum MHD_Result respond(conn *cn, struct MHD_Connection *c, unsigned stat
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
+    if (ret == MHD_YES) guard_enter(cn->s, cn->gc, GUARD_SENDING, NULL);
     if (cn->s->p.log_requests) fprintf(stderr, "offgraph serve: %s %s %u\n", cn->method, cn->url, status);
     return ret;
 }
@@ -156,6 +531,7 @@ typedef struct taken {
     char error[256];
     int64_t completion_tokens;
     int64_t cached_tokens; /* prompt tokens the prefix cache gave */
+    double produced;       /* when the oldest of it was produced (0: unknown) */
 } taken;
 
 static void take(og_server *s, og_req *r, taken *t) {
@@ -174,6 +550,8 @@ static void take(og_server *s, og_req *r, taken *t) {
     snprintf(t->error, sizeof t->error, "%s", r->error);
     t->completion_tokens = r->completion_tokens;
     t->cached_tokens = r->reused; /* set at admission, under the lock */
+    t->produced = r->t_pending;
+    r->t_pending = 0;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -191,6 +569,7 @@ typedef struct gen {
     /* streaming */
     buf out;
     size_t off;
+    double out_t; /* when the oldest output in out was produced */
     bool started, ended;
     taken t;
 } gen;
@@ -347,16 +726,30 @@ static void stream_format(gen *g) {
         buf_add(&g->out, "data: [DONE]\n\n", 14);
         g->ended = true;
     }
+    g->out_t = t->produced > 0 ? t->produced : og_time_now();
 }
 
+/* Tells the guard when the oldest output libmicrohttpd holds for the socket
+ * was produced (0: it holds none). */
+static void stream_sending(gen *g, double t) {
+    pthread_mutex_lock(&g->s->lock);
+    g->r->t_sending = t;
+    pthread_mutex_unlock(&g->s->lock);
+}
+
+/* libmicrohttpd asks for more once it has written what it had to the
+ * socket; a client that stops reading stops these calls. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     gen *g = cls;
+    (void)pos;
+    stream_sending(g, 0);
     for (;;) {
         if (g->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (g->off < g->out.n) {
             size_t k = g->out.n - g->off < max ? g->out.n - g->off : max;
             memcpy(out, g->out.p + g->off, k);
             g->off += k;
+            stream_sending(g, g->out_t);
             return (ssize_t)k;
         }
         g->out.n = g->off = 0;
@@ -462,8 +855,9 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     r->n_stops = q.n_stops;
     q.n_stops = 0;
     r->logprobs = q.logprobs;
-    for (int32_t i = 0; i < s->n_eos && r->n_stop_ids < 8; i++) r->stop_ids[r->n_stop_ids++] = s->eos[i];
-    if (chat && s->end_of_turn >= 0 && r->n_stop_ids < 8) r->stop_ids[r->n_stop_ids++] = s->end_of_turn;
+    for (int32_t i = 0; !q.ignore_eos && i < s->n_eos && r->n_stop_ids < 8; i++) r->stop_ids[r->n_stop_ids++] = s->eos[i];
+    if (chat && !q.ignore_eos && s->end_of_turn >= 0 && r->n_stop_ids < 8)
+        r->stop_ids[r->n_stop_ids++] = s->end_of_turn;
     pthread_mutex_lock(&s->lock);
     uint64_t serial = ++s->seed_counter;
     pthread_mutex_unlock(&s->lock);
@@ -518,6 +912,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
+    if (ret == MHD_YES) guard_enter(s, cn->gc, GUARD_STREAMING, r);
     if (s->p.log_requests) fprintf(stderr, "offgraph serve: %s %s 200 (stream)\n", cn->method, cn->url);
     return ret;
 }
@@ -572,10 +967,20 @@ static enum MHD_Result route(conn *cn, struct MHD_Connection *c, const char *url
                              "a valid API key is required: send 'Authorization: Bearer <key>'", NULL);
     if (!strcmp(url, "/metrics")) {
         if (!get) goto not_allowed;
-        char *text = og_sched_metrics_text(s);
-        if (!text) return MHD_NO;
-        enum MHD_Result r = respond(cn, c, 200, "text/plain; version=0.0.4", text, strlen(text), NULL);
+        char *text = og_sched_metrics_text(s), *http = og_http_metrics_text(s);
+        buf all = {0};
+        if (text && http) {
+            buf_add(&all, text, strlen(text));
+            buf_add(&all, http, strlen(http));
+        }
         og_free(text);
+        og_free(http);
+        if (!all.p || all.oom) {
+            og_free(all.p);
+            return MHD_NO;
+        }
+        enum MHD_Result r = respond(cn, c, 200, "text/plain; version=0.0.4", all.p, all.n, NULL);
+        og_free(all.p);
         return r;
     }
     if (!strcmp(url, "/models")) {
@@ -606,9 +1011,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                const char *version, const char *upload, size_t *upload_size, void **state) {
     og_server *s = cls;
     conn *cn = *state;
-    if (!cn) {
+    (void)version;
+    if (!cn) { /* the headers are in: the body's deadline starts */
+        guard_conn *gc = guard_of(c);
+        if (!guard_enter(s, gc, GUARD_BODY, NULL)) return MHD_NO; /* too late: the guard answered 408 */
         if (!(cn = og_calloc(1, sizeof *cn))) return MHD_NO;
         cn->s = s;
+        cn->gc = gc;
         cn->method = method;
         cn->url = url;
         *state = cn;
@@ -626,6 +1035,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     if (*upload_size) {
+        if (!guard_body_bytes(s, cn->gc, *upload_size)) return MHD_NO; /* too slow: the guard answered 408 */
         if (cn->answered) { /* refused at the first call: the rest is dropped */
             *upload_size = 0;
             return MHD_YES;
@@ -637,12 +1047,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (cn->answered) return MHD_YES;
     cn->answered = true;
+    if (!guard_enter(s, cn->gc, GUARD_WORKING, NULL)) return MHD_NO;
     return route(cn, c, url, method);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **state, enum MHD_RequestTerminationCode toe) {
     og_server *s = cls;
     conn *cn = *state;
+    (void)toe;
+    guard_response_ended(s, guard_of(c));
     if (!cn) return;
     if (cn->counted) {
         pthread_mutex_lock(&s->lock);
@@ -663,17 +1076,33 @@ og_status og_http_start(og_server *s) {
     snprintf(port, sizeof port, "%d", (int)s->p.port);
     int rc = getaddrinfo(s->host, port, &hints, &ai);
     if (rc != 0 || !ai) return og_set_error(OG_ERR_INVALID_ARGUMENT, "serve: cannot resolve --host %s: %s", s->host, gai_strerror(rc));
+    og_status st = guard_start(s);
+    if (st != OG_OK) {
+        freeaddrinfo(ai);
+        guard_stop(s);
+        return st;
+    }
+    /* A thread per connection (handlers block while their request runs),
+     * polled with poll(2): select(2) cannot watch descriptors past 1023. In
+     * this mode libmicrohttpd accepts past MHD_OPTION_CONNECTION_LIMIT and
+     * closes at once, as it does past the per-address limit. Its idle
+     * timeout is only the backstop here: the guard's deadlines come first. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                                 MHD_OPTION_END);
+    const double longest = s->p.header_timeout_s > s->p.write_timeout_s ? s->p.header_timeout_s : s->p.write_timeout_s;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, guard_log, s->guard,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, guard_notify, s, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)s->p.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 (unsigned)s->p.max_connections_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)longest + 2, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!s->daemon)
+    if (!s->daemon) {
+        guard_stop(s);
         return og_set_error(OG_ERR_IO, "serve: cannot listen on %s port %d (in use, or not an address of this machine)",
                             s->host, (int)s->p.port);
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : s->p.port;
     return OG_OK;
@@ -688,4 +1117,5 @@ void og_http_quiesce(og_server *s) {
 void og_http_stop(og_server *s) {
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
+    guard_stop(s);
 }

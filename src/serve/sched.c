@@ -335,6 +335,7 @@ static void finish_locked(og_server *s, og_req *r, int http_error, const char *m
     og_free(r->logits);
     r->logits = NULL;
     r->state = OG_REQ_DONE;
+    if (!r->t_pending) r->t_pending = og_time_now(); /* the end is output too */
     if (http_error) {
         r->http_error = http_error;
         snprintf(r->error, sizeof r->error, "%s", msg ? msg : "error");
@@ -457,6 +458,7 @@ static void take_token_locked(og_server *s, og_req *r, int32_t token) {
         }
         r->lps[r->n_lps++] = lp;
     }
+    if (!r->t_pending && (r->n_text || r->n_lps)) r->t_pending = og_time_now();
     if (fin != OG_FINISH_NONE) {
         r->finish = fin;
         finish_locked(s, r, 0, NULL);
@@ -557,6 +559,11 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
 
         og_status st = og_model_step(s->model, w.items, n);
+        if (s->p.test_step_delay_s > 0) {
+            struct timespec d = {(time_t)s->p.test_step_delay_s,
+                                 (long)((s->p.test_step_delay_s - (double)(time_t)s->p.test_step_delay_s) * 1e9)};
+            nanosleep(&d, NULL);
+        }
         for (int32_t i = 0; i < n; i++) w.status[i] = st;
         if (st != OG_OK) {
             /* a step is one transaction: find who cannot step by stepping

@@ -57,6 +57,13 @@ struct og_req {
     int http_error;             /* when DONE with an error: its HTTP status */
     char error[256];            /* ... and its message */
     double t_submit, t_first;   /* og_time_now at submit, at the first token */
+    double t_pending;           /* og_time_now when the oldest output not yet
+                                   taken (text, logprobs, or the end) was
+                                   produced; 0: none. The HTTP side's write
+                                   deadline reads it */
+    double t_sending;           /* the HTTP side's: when the oldest output it
+                                   took but the socket has not yet accepted
+                                   was produced; 0: none */
     og_req *next_waiting;
 
     /* ---- the scheduler's own */
@@ -79,6 +86,7 @@ typedef struct og_serve_slot {
 } og_serve_slot;
 
 struct MHD_Daemon;
+typedef struct og_http_guard og_http_guard;
 
 struct og_server {
     og_serve_params p;
@@ -124,6 +132,7 @@ struct og_server {
     int32_t rate_n, rate_i;
 
     struct MHD_Daemon *daemon;
+    og_http_guard *guard;       /* http.c's: the connections and their deadlines */
     int32_t port;
     int active_responses;       /* lock: responses being written */
     bool stopped;
@@ -166,5 +175,8 @@ og_status og_http_start(og_server *s);
 void og_http_quiesce(og_server *s);
 /* Closes every connection and joins the HTTP threads. */
 void og_http_stop(og_server *s);
+/* The HTTP side's Prometheus figures (connections, deadlines); owned by the
+ * caller: og_free. NULL without memory. */
+char *og_http_metrics_text(og_server *s);
 
 #endif /* OG_SERVE_SCHED_H */

@@ -42,11 +42,36 @@ typedef struct og_serve_params {
     int32_t step_rows;          /* rows (tokens) per step, all requests (512)  */
     double shutdown_grace_s;    /* og_server_stop: time running requests get
                                    to finish before they are cancelled (5)  */
-    int32_t max_connections;    /* open connections at once (512)           */
+    /* Connections (docs/decisions.md, "Slow and idle clients"). -1 picks
+       the default: og_serve_resolve_params says which. */
+    int32_t max_connections;    /* open at once (default: 2 x (max_sessions
+                                   + max_queue) + 192)                      */
+    int32_t max_connections_per_ip; /* open at once from one client address
+                                   (default: max_sessions + max_queue + 64;
+                                   0: no bound)                             */
+    double header_timeout_s;    /* a request's headers must have arrived this
+                                   long after the connection opened or the
+                                   previous response ended (10); bytes do
+                                   not extend it; past it: 408 and close    */
+    int64_t min_body_rate;      /* a body must arrive at this many bytes a
+                                   second on average, after header_timeout_s
+                                   of grace (16 KiB); past it: 408 and close */
+    double write_timeout_s;     /* output must reach the client's socket this
+                                   long after it was produced (30); past it
+                                   the request is cancelled and the
+                                   connection closed                        */
     int log_requests;           /* one line per request on stderr           */
+    double test_step_delay_s;   /* tests only: a pause after every batched
+                                   step, as a slower model would take, so a
+                                   test can keep requests running (0)       */
 } og_serve_params;
 
 og_serve_params og_serve_default_params(void);
+/* Replaces the -1 ("default") connection limits of p by the values they
+ * stand for, from its max_sessions and max_queue. og_server_start does it on
+ * its copy; a caller that sizes something by them (the open-file limit)
+ * calls it first. */
+void og_serve_resolve_params(og_serve_params *p);
 
 typedef struct og_server og_server;
 

@@ -24,8 +24,24 @@ og_serve_params og_serve_default_params(void) {
     p.chunk = 256;
     p.step_rows = 512;
     p.shutdown_grace_s = 5;
-    p.max_connections = 512;
+    p.max_connections = -1;
+    p.max_connections_per_ip = -1;
+    p.header_timeout_s = 10;
+    p.min_body_rate = 16 << 10;
+    p.write_timeout_s = 30;
     return p;
+}
+
+void og_serve_resolve_params(og_serve_params *p) {
+    /* docs/decisions.md, "Slow and idle clients": one address may hold every
+       request the server admits (running and waiting) and 64 connections
+       more, to be answered 429 or to ask /health; the total holds the
+       admitted requests of everyone and one address at its bound besides,
+       with 128 to spare */
+    const int64_t in_flight = (int64_t)p->max_sessions + p->max_queue, per_ip = in_flight + 64,
+                  total = in_flight + per_ip + 128;
+    if (p->max_connections < 0) p->max_connections = (int32_t)(total < 1 << 20 ? total : 1 << 20);
+    if (p->max_connections_per_ip < 0) p->max_connections_per_ip = (int32_t)(per_ip < 1 << 20 ? per_ip : 1 << 20);
 }
 
 static char *model_id_of(const char *path) {
@@ -96,8 +112,12 @@ void og_server_destroy(og_server *s) {
 
 og_status og_server_start(const og_serve_params *p, og_server **out) {
     if (!p || !out || !p->model_path) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_server_start: no model path");
-    if (p->max_sessions < 1 || p->max_queue < 0 || p->chunk < 1 || p->step_rows < 1 || p->max_body < 1 ||
-        p->kv_budget < 0 || p->prefix_cache_bytes < 0 || p->port < 0 || p->port > 65535 || p->max_connections < 1)
+    og_serve_params rp = *p;
+    og_serve_resolve_params(&rp);
+    if (rp.max_sessions < 1 || rp.max_queue < 0 || rp.chunk < 1 || rp.step_rows < 1 || rp.max_body < 1 ||
+        rp.kv_budget < 0 || rp.prefix_cache_bytes < 0 || rp.port < 0 || rp.port > 65535 || rp.max_connections < 1 ||
+        rp.max_connections_per_ip < 0 || !(rp.header_timeout_s > 0 && rp.header_timeout_s <= 86400) ||
+        !(rp.write_timeout_s > 0 && rp.write_timeout_s <= 86400) || rp.min_body_rate < 1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_server_start: a parameter is out of range");
     og_server *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
@@ -105,7 +125,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     pthread_cond_init(&s->sched_cond, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
     s->stopped = true; /* nothing to stop until it runs */
-    s->p = *p;
+    s->p = rp;
     og_status st = OG_OK;
     s->model_path = og_strdup(p->model_path);
     s->model_id = p->model_id ? og_strdup(p->model_id) : model_id_of(p->model_path);
