@@ -137,6 +137,17 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
             }
         }
     }
+    const cJSON *mj = og_program_model_json(m->prog), *ref = cJSON_GetObjectItemCaseSensitive(mj, "refused_token_ids");
+    if (cJSON_IsArray(ref) && cJSON_GetArraySize(ref) > 0) {
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(mj, "refused_tokens_reason"), *e;
+        m->refused_reason = cJSON_IsString(why) ? why->valuestring : "the program does not take it";
+        if (!(m->refused = og_calloc((size_t)cJSON_GetArraySize(ref), sizeof *m->refused))) {
+            og_model_free(m);
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
+        }
+        cJSON_ArrayForEach(e, ref) if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < (double)m->vocab)
+            m->refused[m->n_refused++] = (int32_t)e->valuedouble;
+    }
     st = m->ops->model_init(m, &p);
     if (st != OG_OK) {
         og_set_error(st, "og_model_load: %s: %s back end: %s", path, m->ops->name, og_last_error());
@@ -155,6 +166,7 @@ void og_model_free(og_model *m) {
     og_threadpool_destroy(m->pool);
     og_program_close(m->prog);
     og_free(m->rope);
+    og_free(m->refused);
     pthread_mutex_destroy(&m->lock);
     og_free(m);
 }
@@ -285,11 +297,16 @@ static og_status check_items(og_model *m, og_batch_item *items, int32_t n) {
                                 "og_model_step: item %d: %d tokens exceed the program's max_write %d (one step "
                                 "writes at most max_write; og_session_eval splits longer inputs)",
                                 i, it->n_tokens, max_write);
-        for (int32_t t = 0; t < it->n_tokens; t++)
+        for (int32_t t = 0; t < it->n_tokens; t++) {
             if (it->tokens[t] < 0 || it->tokens[t] >= m->vocab)
                 return og_set_error(OG_ERR_INVALID_ARGUMENT,
                                     "og_model_step: item %d: token id %d at index %d is outside [0, %lld)", i,
                                     it->tokens[t], t, (long long)m->vocab);
+            for (int32_t k = 0; k < m->n_refused; k++)
+                if (it->tokens[t] == m->refused[k])
+                    return og_set_error(OG_ERR_UNSUPPORTED, "og_model_step: item %d: token id %d at index %d is refused: %s",
+                                        i, it->tokens[t], t, m->refused_reason);
+        }
         if ((unsigned)it->output >= OG_OUTPUT_COUNT)
             return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: unknown output %d", i,
                                 (int)it->output);

@@ -665,6 +665,14 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
     if (extra) {
         cJSON_AddNumberToObject(extra, "max_position_embeddings", (double)c->max_position_embeddings);
         cJSON_AddNumberToObject(extra, "sliding_window", c->sliding_window);
+        if (c->n_vision_tokens > 0) { /* og_model_step refuses them by name */
+            cJSON *ids = cJSON_AddArrayToObject(extra, "refused_token_ids");
+            for (int32_t i = 0; ids && i < c->n_vision_tokens; i++)
+                cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)c->vision_tokens[i]));
+            cJSON_AddStringToObject(extra, "refused_tokens_reason",
+                                    "vision inputs: the checkpoint's image and video placeholders (this program is its "
+                                    "text model)");
+        }
     }
     rc = og_program_writer_set_model(e->w, &m, extra);
     if (rc == OG_OK) rc = og_program_writer_set_kv(e->w, &kv);

@@ -421,6 +421,13 @@ og_status og_hf_config_parse(const char *text, size_t len, const char *origin, o
             rc = parse_root(&tc, out);
             if (rc == OG_OK) {
                 out->nested_text = true;
+                static const char *const vision[4] = {"image_token_id", "video_token_id", "vision_start_token_id",
+                                                      "vision_end_token_id"};
+                for (int i = 0; i < 4 && rc == OG_OK; i++) {
+                    int64_t id = -1;
+                    rc = get_int(&c, root, vision[i], vision[i], false, -1, 0, OG_MAX_VOCAB, &id);
+                    if (rc == OG_OK && id >= 0 && id < out->vocab_size) out->vision_tokens[out->n_vision_tokens++] = id;
+                }
                 if (!item(nested, "tie_word_embeddings")) rc = get_bool(&c, "tie_word_embeddings", false, &out->tie_word_embeddings);
                 if (rc == OG_OK && !out->has_dtype) rc = parse_dtype(&c, out);
             }

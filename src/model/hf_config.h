@@ -72,6 +72,10 @@ typedef struct og_hf_config {
     bool attn_output_gate;  /* q_proj holds each head's query and its sigmoid output gate */
     int32_t mtp_layers;     /* multi-token prediction layers (mtp_num_hidden_layers), not exported */
     bool nested_text;       /* config.json nests the text model's config in "text_config" */
+    /* a vision + text checkpoint's placeholder tokens (image, video, vision
+     * start and end): the text model alone cannot take them */
+    int32_t n_vision_tokens;
+    int64_t vision_tokens[4];
 } og_hf_config;
 
 /* True for the families with Gated DeltaNet layers. */
