@@ -218,7 +218,8 @@ static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t
 /* A matrix [d0, d1] in the weights' dtype (or the mix's for it) where its
  * rows are whole blocks, else the fallback; *dt gets the dtype it was
  * stored as (its bias follows og_bias_dtype). */
-static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d1, og_dtype *dt) {
+/* The dtype the matrix `name` [., d1] is stored as, counted in e's figures. */
+static og_dtype matrix_dtype(exporter *e, const char *name, int64_t d1) {
     og_dtype want = e->weights;
     if (e->mix == OG_MIX_AS_STORED) {
         const og_st_tensor *t = e->src->find(e->src->ctx, name);
@@ -230,8 +231,13 @@ static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d
     }
     if (og_dtype_is_quantized(e->weights) && !og_dtype_is_quantized(want)) e->n_unquantized++;
     else if (e->mix == OG_MIX_NONE && want != e->weights) e->n_fallback++;
-    if (dt) *dt = want;
     e->matrix_dtypes |= 1u << want;
+    return want;
+}
+
+static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d1, og_dtype *dt) {
+    const og_dtype want = matrix_dtype(e, name, d1);
+    if (dt) *dt = want;
     return add_tensor_as(e, name, 2, d0, d1, want);
 }
 
@@ -359,12 +365,7 @@ static og_status add_rows_matrix(exporter *e, const char *name, const char *src,
         og_free(rows);
         return rc;
     }
-    og_dtype dt = e->weights;
-    if (og_dtype_is_quantized(dt) && k % OG_QUANT_GROUP) {
-        dt = e->dtype;
-        e->n_unquantized++;
-    }
-    return add_from(e, name, t, 2, shape, dt, rows, false);
+    return add_from(e, name, t, 2, shape, matrix_dtype(e, src, k), rows, false);
 }
 
 /* A (1 + w) norm weight [n] of checkpoint tensor src, as f32 1 + w; its
