@@ -8,6 +8,9 @@
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
 #   3. parity with the transformers fixtures, every chunking, --backend cuda;
+#      the hybrid model (test_gdn_cuda: the Gated DeltaNet kernels against the
+#      C references; test_hybrid cuda: forks, checkpoints, saves, prefix hits,
+#      batches of a hybrid model on the device; cli_parity_hybrid.sh);
 #      offgraph serve under device KV allocation faults (tests/cli_serve_faults.sh)
 #   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
 #      memcheck on the executor and on KV storage growing in place;
@@ -48,6 +51,9 @@ check test_exec_cuda "$B/tests/test_exec_cuda"
 check test_fork_cuda "$B/tests/test_fork_cuda"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
+check test_gdn_cuda "$B/tests/test_gdn_cuda"
+check hybrid_cuda "$B/tests/test_hybrid" cuda
+check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
 # offgraph serve with device KV allocations failing (cuMemCreate, cudaMallocAsync): each fault fails
 # its request alone; f32 KV and long requests, so that growth needs a new 2 MiB chunk
 check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_EVERY=2 OG_FAULTS_TOKENS="1400 1600 1800" \
@@ -63,6 +69,8 @@ elif command -v compute-sanitizer >/dev/null; then
     check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"
+    check memcheck_gdn compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
+    check racecheck_gdn compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
     # the test provokes out-of-memory on purpose: API errors are expected there
     check memcheck_kv_alloc compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/test_gpu_kv_alloc"
     unset OG_CUDA_TEST_QUICK
