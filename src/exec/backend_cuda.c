@@ -454,6 +454,13 @@ static void cuda_model_free(og_model *m) {
     m->be = NULL;
 }
 
+/* The hybrid models' CUDA path (state ops) runs only when the environment
+ * sets OG_CUDA_HYBRID=1, until its kernels have passed on a GPU. */
+static bool hybrid_allowed(void) {
+    const char *v = getenv("OG_CUDA_HYBRID");
+    return v && v[0] == '1';
+}
+
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     (void)p;
     if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
@@ -496,6 +503,12 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
         const og_op op = og_program_instr_at(m->prog, i)->op;
+        if ((op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) && !hybrid_allowed())
+            return og_set_error(OG_ERR_UNSUPPORTED,
+                                "instruction %d (%s): the CUDA kernels of hybrid (Gated DeltaNet) models have not "
+                                "passed their GPU tests yet and are off; OG_CUDA_HYBRID=1 turns them on (or use the "
+                                "cpu back end)",
+                                (int)i, og_op_get(op)->name);
         if (op == OG_OP_GATED_DELTA_NET) { /* the kernels' shared memory, allowed before any capture */
             const og_op_attrs *a = &og_program_instr_at(m->prog, i)->attrs;
             OG_TRY(og_gated_delta_net_cuda_prepare(a->k_head_dim, a->v_head_dim));

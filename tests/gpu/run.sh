@@ -51,8 +51,8 @@ check test_fork_cuda "$B/tests/test_fork_cuda"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 check test_gdn_cuda "$B/tests/test_gdn_cuda"
-check hybrid_cuda "$B/tests/test_hybrid" cuda
-check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
+check hybrid_cuda env OG_CUDA_HYBRID=1 "$B/tests/test_hybrid" cuda
+check parity_hybrid_cuda env OG_CUDA_HYBRID=1 OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
 elif command -v compute-sanitizer >/dev/null; then
