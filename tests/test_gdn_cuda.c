@@ -175,6 +175,58 @@ static void test_norm_gate(og_rng *r) {
             }
 }
 
+/* The batched decode kernels (a table of states, one token a session)
+ * against the one-session kernels, bit for bit (the same device code): a
+ * session with a state, one at length 0 (no state read) and a padded
+ * entry whose rows must stay untouched. */
+static void test_batch(og_rng *r) {
+    og_test_section("batched decode (state tables) against one session at a time");
+    const int64_t Hk = 2, Hv = 4, Dk = 16, Dv = 24, W = 2 * Hk * Dk + Hv * Dv, C = 300, K = 4;
+    const int32_t B = 3;
+    const size_t ns = (size_t)(Hv * Dk * Dv), no = (size_t)(Hv * Dv), nc = (size_t)((K - 1) * C);
+    float *qkv = malloc((size_t)(B * W) * 4), *ab = malloc((size_t)(2 * B * Hv) * 4), *A = malloc((size_t)Hv * 4),
+          *dt = malloc((size_t)Hv * 4), *s0 = malloc(ns * 4), *x = malloc((size_t)(B * C) * 4), *w = malloc((size_t)(C * K) * 4),
+          *c0 = malloc(nc * 4);
+    og_rng_fill(r, qkv, (size_t)(B * W), -1, 1);
+    og_rng_fill(r, ab, (size_t)(2 * B * Hv), -2, 2);
+    og_rng_fill(r, s0, ns, -0.5f, 0.5f);
+    og_rng_fill(r, x, (size_t)(B * C), -2, 2);
+    og_rng_fill(r, w, (size_t)(C * K), -1, 1);
+    og_rng_fill(r, c0, nc, -2, 2);
+    for (int64_t h = 0; h < Hv; h++) A[h] = logf(og_rng_uniform(r, 0.02f, 0.5f)), dt[h] = og_rng_uniform(r, -0.5f, 0.5f);
+    float *dq = up(qkv, (size_t)(B * W) * 4), *dab = up(ab, (size_t)(2 * B * Hv) * 4), *dA = up(A, (size_t)Hv * 4),
+          *ddt = up(dt, (size_t)Hv * 4), *ds0 = up(s0, ns * 4), *dx = up(x, (size_t)(B * C) * 4),
+          *dw = up(w, (size_t)(C * K) * 4), *dc0 = up(c0, nc * 4);
+    float *bs[2] = {poisoned(ns), poisoned(ns)}, *bc[2] = {poisoned(nc), poisoned(nc)};
+    og_state_cuda_seq tab[3] = {{ds0, bs[0]}, {NULL, bs[1]}, {NULL, NULL}}, ctab[3] = {{dc0, bc[0]}, {NULL, bc[1]}, {NULL, NULL}};
+    og_state_cuda_seq *dtab = up(tab, sizeof tab), *dctab = up(ctab, sizeof ctab);
+    float *bout = poisoned((size_t)B * no), *cout = poisoned((size_t)(B * C));
+    og_gdn_args ga = {.qkv = dq, .a = dab, .b = dab + B * Hv, .A_log = dA, .dt_bias = ddt, .A_log_dtype = OG_DTYPE_F32,
+                      .dt_bias_dtype = OG_DTYPE_F32, .T = 1, .Hk = Hk, .Hv = Hv, .Dk = Dk, .Dv = Dv, .out = bout};
+    CHECK_OK(og_gated_delta_net_batch_cuda(NULL, &ga, dtab, B));
+    CHECK_OK(og_causal_conv1d_batch_cuda(NULL, dx, dw, OG_DTYPE_F32, dctab, B, C, K, cout));
+    float *hb = down(bout, (size_t)B * no), *hc = down(cout, (size_t)(B * C));
+    for (int32_t b = 0; b < 2; b++) {
+        float *o1 = poisoned(no), *s1 = poisoned(ns), *co = poisoned((size_t)C), *cs = poisoned(nc);
+        og_gdn_args one = ga;
+        one.qkv = dq + b * W, one.a = dab + b * Hv, one.b = dab + B * Hv + b * Hv, one.out = o1;
+        one.state_in = b == 0 ? ds0 : NULL, one.state_out = s1;
+        CHECK_OK(og_gated_delta_net_cuda(NULL, &one));
+        CHECK_OK(og_causal_conv1d_cuda(NULL, dx + b * C, dw, OG_DTYPE_F32, b == 0 ? dc0 : NULL, cs, 1, C, K, co));
+        float *h1 = down(o1, no), *hs1 = down(s1, ns), *hbs = down(bs[b], ns), *hco = down(co, (size_t)C),
+              *hcs = down(cs, nc), *hbc = down(bc[b], nc);
+        CHECK_MSG(!memcmp(h1, hb + b * no, no * 4) && !memcmp(hs1, hbs, ns * 4), "delta rule entry %d", (int)b);
+        CHECK_MSG(!memcmp(hco, hc + b * C, (size_t)C * 4) && !memcmp(hcs, hbc, nc * 4), "conv entry %d", (int)b);
+        free(h1), free(hs1), free(hbs), free(hco), free(hcs), free(hbc);
+        cudaFree(o1), cudaFree(s1), cudaFree(co), cudaFree(cs);
+    }
+    CHECK(isnan(hb[2 * no]) && isnan(hb[3 * no - 1]) && isnan(hc[2 * C]) && isnan(hc[3 * C - 1])); /* the padded entry */
+    free(hb), free(hc), free(qkv), free(ab), free(A), free(dt), free(s0), free(x), free(w), free(c0);
+    cudaFree(dq), cudaFree(dab), cudaFree(dA), cudaFree(ddt), cudaFree(ds0), cudaFree(dx), cudaFree(dw), cudaFree(dc0);
+    cudaFree(bs[0]), cudaFree(bs[1]), cudaFree(bc[0]), cudaFree(bc[1]), cudaFree(dtab), cudaFree(dctab);
+    cudaFree(bout), cudaFree(cout);
+}
+
 int main(void) {
     if (!og_cuda_device_present()) {
         printf("skipped: no CUDA device\n");
@@ -184,6 +236,7 @@ int main(void) {
     test_gdn(&r);
     test_conv(&r);
     test_norm_gate(&r);
+    test_batch(&r);
     return og_test_finish();
 }
 #endif

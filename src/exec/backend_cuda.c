@@ -25,7 +25,11 @@
  * which keeps them to about 2^-16 relative, close to the CPU's f32
  * products, so a batch's decode rows keep the precision of decode alone;
  * q8/q4 weights by the gemv on chunks of rows, or dequantized to
- * f32 panels and SGEMM for wide steps: quant_products); update_and_attend runs per session over its own storage. The
+ * f32 panels and SGEMM for wide steps: quant_products); update_and_attend runs per session over its own storage,
+ * and so do a hybrid model's state ops (causal_conv1d, gated_delta_net): the
+ * one-token sessions of a step in one launch over the step block's state
+ * table (the committed and the written copy of each session's state),
+ * wider steps one launch each. The
  * tail (after the last attention) runs on the rows whose output is wanted,
  * compacted to the front first.
  *
@@ -121,11 +125,6 @@ typedef struct cuda_model {
      * measurements) */
     enum { PRODUCTS_AUTO, PRODUCTS_SPLIT, PRODUCTS_BF16 } products;
     bool bf16_program; /* activations bf16 (the program's model) */
-    /* the program has state ops (a hybrid model's Gated DeltaNet layers):
-     * they run per session with the state's addresses as arguments, so
-     * decode steps are not captured in graphs (their per-step tables do not
-     * carry states yet) */
-    bool has_states;
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
@@ -145,7 +144,7 @@ typedef struct cuda_session {
 enum { BLOCK_TOKENS = 0, BLOCK_POSITIONS, BLOCK_TAIL_TOKENS, BLOCK_TAIL_POSITIONS, BLOCK_ARRAYS };
 
 typedef struct block_layout {
-    size_t table, samplers, bytes;
+    size_t table, states, samplers, bytes;
 } block_layout;
 
 /* Everything a step of up to cap rows (cap_out tail rows) reads and writes
@@ -455,6 +454,13 @@ static void cuda_model_free(og_model *m) {
     m->be = NULL;
 }
 
+/* The hybrid models' CUDA path (state ops) runs only when the environment
+ * sets OG_CUDA_HYBRID=1, until its kernels have passed on a GPU. */
+static bool hybrid_allowed(void) {
+    const char *v = getenv("OG_CUDA_HYBRID");
+    return v && v[0] == '1';
+}
+
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     (void)p;
     if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
@@ -497,7 +503,16 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
         const og_op op = og_program_instr_at(m->prog, i)->op;
-        if (op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) cm->has_states = true;
+        if ((op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) && !hybrid_allowed())
+            return og_set_error(OG_ERR_UNSUPPORTED,
+                                "instruction %d (%s): the CUDA kernels of hybrid (Gated DeltaNet) models have not "
+                                "passed their GPU tests yet and are off; OG_CUDA_HYBRID=1 turns them on (or use the "
+                                "cpu back end)",
+                                (int)i, og_op_get(op)->name);
+        if (op == OG_OP_GATED_DELTA_NET) { /* the kernels' shared memory, allowed before any capture */
+            const og_op_attrs *a = &og_program_instr_at(m->prog, i)->attrs;
+            OG_TRY(og_gated_delta_net_cuda_prepare(a->k_head_dim, a->v_head_dim));
+        }
     }
     const size_t per = OG_ROPE_MAX_HEAD_DIM / 2;
     CUDA_TRY(cudaMalloc((void **)&cm->inv_freq, (size_t)m->n_instrs * per * sizeof(float)), "rope tables");
@@ -567,15 +582,17 @@ static void cuda_session_free(og_session *s) {
  * of `cap` rows and `cap_out` tail rows:
  *   int32 tokens, positions, tail tokens, tail positions   [cap] each
  *   og_attend_cuda_seq table                               [n_layers, cap]
+ *   og_state_cuda_seq table                                [n_states, cap]
  *   og_sample_cuda_row rows                                [cap_out]
  * The attention kernels and the sampler read the tables at run time, so a
  * graph captured over a row set serves any sessions the host writes there. */
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static block_layout layout_of(int32_t n_layers, int64_t cap, int64_t cap_out) {
+static block_layout layout_of(int32_t n_layers, int32_t n_states, int64_t cap, int64_t cap_out) {
     block_layout b;
     b.table = align16((size_t)BLOCK_ARRAYS * (size_t)cap * sizeof(int32_t));
-    b.samplers = align16(b.table + (size_t)n_layers * (size_t)cap * sizeof(og_attend_cuda_seq));
+    b.states = align16(b.table + (size_t)n_layers * (size_t)cap * sizeof(og_attend_cuda_seq));
+    b.samplers = align16(b.states + (size_t)n_states * (size_t)cap * sizeof(og_state_cuda_seq));
     b.bytes = b.samplers + (size_t)cap_out * sizeof(og_sample_cuda_row);
     return b;
 }
@@ -603,7 +620,7 @@ static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out)
     memset(r, 0, sizeof *r);
     r->cap = cap;
     r->cap_out = cap_out;
-    r->layout = layout_of(kv->n_layers, cap, cap_out);
+    r->layout = layout_of(kv->n_layers, kv->n_states, cap, cap_out);
     og_status st = OG_OK;
 #define SET_TRY(call, what)                                                                                        \
     do {                                                                                                           \
@@ -774,6 +791,11 @@ typedef struct step_run {
 /* Device table of attention layer (manifest index) l. */
 static const og_attend_cuda_seq *table_dev(const row_set *r, int32_t l) {
     return (const og_attend_cuda_seq *)(const void *)(r->block_dev + r->layout.table) + (size_t)l * (size_t)r->cap;
+}
+
+/* Device table of state (manifest index) s. */
+static const og_state_cuda_seq *states_dev(const row_set *r, int32_t s) {
+    return (const og_state_cuda_seq *)(const void *)(r->block_dev + r->layout.states) + (size_t)s * (size_t)r->cap;
 }
 
 static const void *operand_dev(const step_run *x, og_program_operand o, int64_t *width, og_dtype *dtype) {
@@ -992,7 +1014,22 @@ static og_status state_sessions(const step_run *x, const og_program_instr *in, c
     const og_step_plan *p = x->plan;
     const int32_t k = in->op == OG_OP_CAUSAL_CONV1D ? 2 : 5; /* the state operand */
     const og_program_tensor *st = og_program_tensor_at(m->prog, in->in[k].index);
-    for (int32_t i = 0; i < p->n_seqs; i++) {
+    const og_op_attrs *at = &in->attrs;
+    /* the one-token sessions (a graph's B padded rows) in one launch over the step block's table */
+    const int32_t entries = x->B > 0 ? x->B : p->n_single;
+    if (entries > 0 && in->op == OG_OP_CAUSAL_CONV1D) {
+        OG_TRY(og_causal_conv1d_batch_cuda(x->c->stream, io->v[0], io->v[1], io->dt[1],
+                                           states_dev(x->rs, st->state_index), entries, io->w[0],
+                                           og_program_tensor_at(m->prog, in->in[1].index)->shape[1], io->out));
+    } else if (entries > 0) {
+        const og_gdn_args ga = {
+            .qkv = io->v[0], .a = io->v[1], .b = io->v[2], .A_log = io->v[3], .dt_bias = io->v[4],
+            .A_log_dtype = io->dt[3], .dt_bias_dtype = io->dt[4], .T = 1, .Hk = at->k_heads, .Hv = at->v_heads,
+            .Dk = at->k_head_dim, .Dv = at->v_head_dim, .out = io->out,
+        };
+        OG_TRY(og_gated_delta_net_batch_cuda(x->c->stream, &ga, states_dev(x->rs, st->state_index), entries));
+    }
+    for (int32_t i = p->n_single; i < p->n_seqs; i++) { /* wider steps, one launch each */
         const og_step_seq *q = &p->seqs[i];
         og_kv_state_view v;
         OG_TRY(og_kv_session_state_view(q->s->kv, st->state_index, &v));
@@ -1298,6 +1335,20 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
         tpos[j] = p->positions[p->tail_src[j]];
     }
     const og_kv_config *kv = og_program_kv_config(m->prog);
+    og_state_cuda_seq *stab = (og_state_cuda_seq *)(void *)(r->block_host + r->layout.states);
+    for (int32_t sidx = 0; sidx < kv->n_states; sidx++) { /* the states of the one-token sessions */
+        og_state_cuda_seq *t = stab + (size_t)sidx * (size_t)r->cap;
+        const int32_t n = x->B > 0 ? x->B : p->n_single;
+        for (int32_t i = 0; i < n; i++) {
+            if (i >= p->n_single) {
+                t[i] = (og_state_cuda_seq){0}; /* a graph's padding: skipped */
+                continue;
+            }
+            og_kv_state_view v;
+            OG_TRY(og_kv_session_state_view(p->seqs[i].s->kv, sidx, &v));
+            t[i] = (og_state_cuda_seq){.read = p->seqs[i].L > 0 ? v.read : NULL, .write = v.write};
+        }
+    }
     og_attend_cuda_seq *table = (og_attend_cuda_seq *)(void *)(r->block_host + r->layout.table);
     const int32_t entries = x->B > 0 ? x->B : p->n_single;
     for (int32_t l = 0; l < kv->n_layers; l++) {
@@ -1368,7 +1419,7 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
 /* The bucket of a decode step of n sessions (2^b >= n), or -1 when the step
  * does not replay a graph. */
 static int32_t graph_bucket(const og_model *m, const og_step_ctx *c, const og_step_plan *p) {
-    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS || cm_of(m)->has_states) return -1;
+    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
     for (int32_t i = 0; i < p->n_seqs; i++)
         if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype) return -1;
     int32_t b = 0;
@@ -1425,6 +1476,13 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
                                    (size_t)entries * sizeof(og_attend_cuda_seq), (size_t)n_layers,
                                    cudaMemcpyHostToDevice, c->stream),
                  "attention table upload");
+    const int32_t n_states = og_program_kv_config(m->prog)->n_states;
+    const size_t spitch = (size_t)r->cap * sizeof(og_state_cuda_seq);
+    if (entries > 0 && n_states > 0)
+        CUDA_TRY(cudaMemcpy2DAsync(r->block_dev + r->layout.states, spitch, r->block_host + r->layout.states, spitch,
+                                   (size_t)entries * sizeof(og_state_cuda_seq), (size_t)n_states,
+                                   cudaMemcpyHostToDevice, c->stream),
+                 "state table upload");
     if (out_rows > 0)
         CUDA_TRY(cudaMemcpyAsync(r->block_dev + r->layout.samplers, r->block_host + r->layout.samplers,
                                  (size_t)out_rows * sizeof(og_sample_cuda_row), cudaMemcpyHostToDevice, c->stream),

@@ -23,10 +23,8 @@ __device__ inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---- causal_conv1d: one thread per channel, the tokens in turn, the last
  * K inputs of the channel in registers ---- */
-__global__ void conv_kernel(const float *x, const void *w, bool bf16, const float *state_in, float *state_out,
-                            int64_t T, int64_t C, int K, float *out) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+__device__ void conv_channel(int64_t c, const float *x, const void *w, bool bf16, const float *state_in,
+                             float *state_out, int64_t T, int64_t C, int K, float *out) {
     float wk[OG_GDN_MAX_KERNEL], win[OG_GDN_MAX_KERNEL]; /* taps; the last K - 1 inputs then the new one */
     for (int j = 0; j < K; j++) wk[j] = load_w(w, bf16, c * K + j);
     for (int j = 0; j < K - 1; j++) win[j] = state_in ? state_in[(int64_t)j * C + c] : 0.0f;
@@ -40,11 +38,24 @@ __global__ void conv_kernel(const float *x, const void *w, bool bf16, const floa
     for (int j = 0; j < K - 1; j++) state_out[(int64_t)j * C + c] = win[j];
 }
 
+__global__ void conv_kernel(const float *x, const void *w, bool bf16, const float *state_in, float *state_out,
+                            int64_t T, int64_t C, int K, float *out) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < C) conv_channel(c, x, w, bf16, state_in, state_out, T, C, K, out);
+}
+
+/* blockIdx.y: the table entry (one token each) */
+__global__ void conv_batch_kernel(const float *x, const void *w, bool bf16, const og_state_cuda_seq *seqs, int64_t C,
+                                  int K, float *out) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+    const og_state_cuda_seq sq = seqs[b];
+    if (c < C && sq.write) conv_channel(c, x + b * C, w, bf16, sq.read, sq.write, 1, C, K, out + b * C);
+}
+
 /* ---- gated_delta_net: one block per value head, its state in shared
  * memory; thread j owns column j (and j + blockDim.x, ...) of the state ---- */
-__global__ void gdn_kernel(og_gdn_args a, int64_t W) {
-    extern __shared__ float smem[];
-    const int64_t h = blockIdx.x, Dk = a.Dk, Dv = a.Dv, kh = h / (a.Hv / a.Hk);
+__device__ void gdn_head(const og_gdn_args &a, int64_t W, int64_t h, float *smem) {
+    const int64_t Dk = a.Dk, Dv = a.Dv, kh = h / (a.Hv / a.Hk);
     float *S = smem;                  /* [Dk, Dv] */
     float *q = S + Dk * Dv, *k = q + Dk; /* [Dk] each */
     float *u = k + Dk;                /* [Dv] */
@@ -99,6 +110,27 @@ __global__ void gdn_kernel(og_gdn_args a, int64_t W) {
     for (int64_t i = threadIdx.x; i < Dk * Dv; i += blockDim.x) S_out[i] = S[i];
 }
 
+__global__ void gdn_kernel(og_gdn_args a, int64_t W) {
+    extern __shared__ float smem[];
+    gdn_head(a, W, blockIdx.x, smem);
+}
+
+/* blockIdx.y: the table entry; its one token is row blockIdx.y */
+__global__ void gdn_batch_kernel(og_gdn_args a, int64_t W, const og_state_cuda_seq *seqs) {
+    extern __shared__ float smem[];
+    const int64_t b = blockIdx.y;
+    const og_state_cuda_seq sq = seqs[b];
+    if (!sq.write) return; /* a padded entry: the whole block leaves together */
+    a.T = 1;
+    a.qkv += b * W;
+    a.a += b * a.Hv;
+    a.b += b * a.Hv;
+    a.out += b * a.Hv * a.Dv;
+    a.state_in = sq.read;
+    a.state_out = sq.write;
+    gdn_head(a, W, blockIdx.x, smem);
+}
+
 /* ---- rms_norm_gated: one warp per head row ---- */
 __global__ void norm_gated_kernel(const float *x, const float *z, const void *w, bool bf16, int64_t rows, int64_t D,
                                   float eps, float *out) {
@@ -131,22 +163,77 @@ extern "C" og_status og_causal_conv1d_cuda(void *stream, const float *x, const v
     return launched("causal_conv1d_cuda");
 }
 
-extern "C" og_status og_gated_delta_net_cuda(void *stream, const og_gdn_args *a) {
-    const char *op = "gated_delta_net_cuda";
-    OG_TRY(og_gdn_check(op, a));
-    const size_t smem = (size_t)(a->Dk * a->Dv + 2 * a->Dk + a->Dv) * sizeof(float);
+/* The shared memory of a head's block: Dk x Dv state, q, k, u. */
+static size_t gdn_smem_bytes(int64_t Dk, int64_t Dv) { return (size_t)(Dk * Dv + 2 * Dk + Dv) * sizeof(float); }
+
+extern "C" og_status og_gated_delta_net_cuda_prepare(int64_t Dk, int64_t Dv) {
+    const char *op = "gated_delta_net_cuda_prepare";
+    const size_t smem = gdn_smem_bytes(Dk, Dv);
     int dev = 0, max_smem = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
         return launched(op);
     if (smem + 64 > (size_t)max_smem)
         return og_set_error(OG_ERR_UNSUPPORTED, "%s: a head's state of %lld x %lld floats does not fit %d bytes of shared "
-                                                "memory", op, (long long)a->Dk, (long long)a->Dv, max_smem);
-    if (cudaFuncSetAttribute(gdn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+                                                "memory", op, (long long)Dk, (long long)Dv, max_smem);
+    if (cudaFuncSetAttribute((const void *)gdn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute((const void *)gdn_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess)
         return launched(op);
-    const int threads = a->Dv >= 256 ? 256 : (int)((a->Dv + 31) / 32 * 32);
+    return OG_OK;
+}
+
+/* The launch shape of a head's block; the kernels' shared memory must have
+ * been allowed (og_gated_delta_net_cuda_prepare, which the launches below
+ * call when they are not inside a graph capture). */
+static og_status gdn_smem(const char *op, void *stream, const og_gdn_args *a, size_t *smem, int *threads) {
+    *smem = gdn_smem_bytes(a->Dk, a->Dv);
+    *threads = a->Dv >= 256 ? 256 : (int)((a->Dv + 31) / 32 * 32);
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &cs) != cudaSuccess) return launched(op);
+    return cs == cudaStreamCaptureStatusNone ? og_gated_delta_net_cuda_prepare(a->Dk, a->Dv) : OG_OK;
+}
+
+extern "C" og_status og_gated_delta_net_cuda(void *stream, const og_gdn_args *a) {
+    const char *op = "gated_delta_net_cuda";
+    OG_TRY(og_gdn_check(op, a));
+    size_t smem;
+    int threads;
+    OG_TRY(gdn_smem(op, stream, a, &smem, &threads));
     gdn_kernel<<<(unsigned)a->Hv, threads, smem, static_cast<cudaStream_t>(stream)>>>(
         *a, 2 * a->Hk * a->Dk + a->Hv * a->Dv);
+    return launched(op);
+}
+
+extern "C" og_status og_gated_delta_net_batch_cuda(void *stream, const og_gdn_args *a, const og_state_cuda_seq *seqs,
+                                                   int32_t B) {
+    const char *op = "gated_delta_net_batch_cuda";
+    if (!seqs || B < 1 || B > 65535) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d entries, no table", op, (int)B);
+    /* the checks of one session's step of B tokens (shapes, dtypes), with a
+     * stand-in state: the table's are checked by the host that wrote it */
+    og_gdn_args chk = *a;
+    chk.T = B;
+    chk.state_in = NULL;
+    chk.state_out = chk.out + (int64_t)B * a->Hv * a->Dv; /* past out: only its disjointness is checked */
+    OG_TRY(og_gdn_check(op, &chk));
+    size_t smem;
+    int threads;
+    OG_TRY(gdn_smem(op, stream, a, &smem, &threads));
+    gdn_batch_kernel<<<dim3((unsigned)a->Hv, (unsigned)B), threads, smem, static_cast<cudaStream_t>(stream)>>>(
+        *a, 2 * a->Hk * a->Dk + a->Hv * a->Dv, seqs);
+    return launched(op);
+}
+
+extern "C" og_status og_causal_conv1d_batch_cuda(void *stream, const float *x, const void *weight, og_dtype wdt,
+                                                 const og_state_cuda_seq *seqs, int32_t B, int64_t C, int64_t K,
+                                                 float *out) {
+    const char *op = "causal_conv1d_batch_cuda";
+    if (!seqs || B < 1 || B > 65535) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d entries, no table", op, (int)B);
+    float *stand_in = out + (int64_t)B * C; /* past out: only its disjointness is checked */
+    OG_TRY(og_gdn_check_conv(op, x, weight, wdt, NULL, stand_in, B, C, K, out));
+    conv_batch_kernel<<<dim3(blocks_for(C, 256), (unsigned)B), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, weight, wdt == OG_DTYPE_BF16, seqs, C, (int)K, out);
     return launched(op);
 }
 
