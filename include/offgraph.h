@@ -69,7 +69,9 @@ typedef enum og_dtype {
  * planes: the quants of all rows, row-major (q8: K int8 per row; q4: K/2
  * bytes per row, byte j of a group holding element j in its low nibble and
  * element j + 16 in its high one, each as q + 8 in 0..15), then the scales,
- * [N, K / OG_QUANT_GROUP] f16. docs/program-format.md has the details. */
+ * [N, K / OG_QUANT_GROUP] f16. A rank-3 quantized tensor [E, N, K] (the
+ * experts of a mixture-of-experts layer) is E such matrices one after the
+ * other. docs/program-format.md has the details. */
 #define OG_QUANT_GROUP 32
 
 /* Bytes per element of dtype; 0 for an unknown value and for q8/q4, whose
@@ -78,7 +80,7 @@ size_t og_dtype_size(og_dtype dt);
 /* True for OG_DTYPE_Q8 and OG_DTYPE_Q4. */
 bool og_dtype_is_quantized(og_dtype dt);
 /* Bytes of a tensor of dtype and shape (rank 1..4, dims > 0) into *bytes.
- * Quantized dtypes need rank 2 and a last dim that is a multiple of
+ * Quantized dtypes need rank 2 or 3 and a last dim that is a multiple of
  * OG_QUANT_GROUP. False, *bytes untouched, when the dtype is unknown, the
  * shape does not suit it or the count overflows int64. */
 bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);

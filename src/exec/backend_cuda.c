@@ -452,6 +452,10 @@ static void cuda_model_free(og_model *m) {
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     (void)p;
     if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
+    for (int32_t i = 0; i < m->n_instrs; i++)
+        if (og_program_instr_at(m->prog, i)->op == OG_OP_MOE)
+            return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d (moe): the CUDA back end has no mixture-of-experts "
+                                "kernels yet; run this program on the CPU (--backend cpu)", i);
     cuda_model *cm = og_calloc(1, sizeof *cm);
     if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = cm;
@@ -1006,6 +1010,7 @@ static og_status run_instr(const step_run *x, int32_t i) {
         return og_add_cuda(c->stream, v[0], v[1], T * w[0], out);
     case OG_OP_UPDATE_AND_ATTEND:
         return attend(x, in, &io);
+    case OG_OP_MOE: /* refused at load (cuda_model_init) */
     case OG_OP_COUNT:
         break;
     }

@@ -14,6 +14,9 @@
  *                     k_cache, v_cache (runtime)                  -> [T, Hq*D]
  *   swiglu            gate [T, F], up [T, F]                      -> [T, F]
  *   add               a [T, N], b [T, N]                          -> [T, N]
+ *   moe               x [T, H], logits [T, E], gate_up [E, 2F, H], down [E, H, F]
+ *                     (, shared [T, H], shared_gate [T, 1])       -> [T, H]
+ * (E = experts, F = an expert's intermediate size; see og_op_moe below.)
  */
 #ifndef OG_PROGRAM_OPS_H
 #define OG_PROGRAM_OPS_H
@@ -33,6 +36,7 @@ typedef enum og_op {
     OG_OP_UPDATE_AND_ATTEND,
     OG_OP_SWIGLU,
     OG_OP_ADD,
+    OG_OP_MOE,
     OG_OP_COUNT
 } og_op;
 
@@ -62,7 +66,23 @@ typedef struct og_op_attrs {
     int64_t n_heads;               /* update_and_attend: Hq                    */
     int64_t n_kv_heads;            /* update_and_attend: Hkv                   */
     double scale;                  /* update_and_attend: 0 means 1/sqrt(D)     */
+    int64_t top_k;                 /* moe: experts per token, 1..E             */
+    int64_t norm_topk_prob;        /* moe: 1 renormalises the top_k weights    */
 } og_op_attrs;
+
+/* moe: a mixture-of-experts MLP (Qwen3-MoE, Qwen3.5-MoE, Qwen3-Next).
+ * logits are the router's [T, E] (a matmul of x by the router weight before
+ * it). Per row: p = softmax(logits) in f32; the top_k experts by p (larger
+ * first, equal p: the lower expert index first); their weights w = p, or
+ * p / sum(p) of the top_k when norm_topk_prob; then
+ *   out = sum over the selected e, in increasing e, of
+ *         w_e * down[e] @ (silu(gate_up[e][:F] @ x) * (gate_up[e][F:] @ x))
+ *         (+ sigmoid(shared_gate) * shared)
+ * gate_up holds each expert's gate rows then its up rows (Hugging Face's
+ * fused layout); down is [E, H, F]. Both are float (f32, bf16, f16) or
+ * quantized (q8, q4: a rank-3 quantized tensor is E matrices one after the
+ * other, each laid out as a rank-2 one). shared and shared_gate come
+ * together: the shared expert's output and its gate's logit. */
 
 typedef enum og_attr_kind {
     OG_ATTR_INT = 0,   /* an integer-valued JSON number, stored as int64_t */
