@@ -60,6 +60,13 @@ typedef enum og_dtype {
     OG_DTYPE_Q4 = 6,   /* weights: 4-bit in groups of OG_QUANT_GROUP, f16 scale each  */
     OG_DTYPE_INT8 = 7, /* KV storage: int8 with a scale per token and head           */
     OG_DTYPE_FP8 = 8,  /* KV storage: fp8 e4m3 with a scale per token and head       */
+    /* weights: llama.cpp's k-quant super-blocks of OG_KQUANT_BLOCK elements,
+     * each block's bytes exactly as a GGUF file stores them */
+    OG_DTYPE_Q2_K = 9,
+    OG_DTYPE_Q3_K = 10,
+    OG_DTYPE_Q4_K = 11,
+    OG_DTYPE_Q5_K = 12,
+    OG_DTYPE_Q6_K = 13,
     OG_DTYPE_COUNT
 } og_dtype;
 
@@ -74,15 +81,25 @@ typedef enum og_dtype {
  * other. docs/program-format.md has the details. */
 #define OG_QUANT_GROUP 32
 
-/* Bytes per element of dtype; 0 for an unknown value and for q8/q4, whose
- * elements are not whole bytes (og_tensor_bytes sizes those). */
+/* The k-quants (q2_k, q3_k, q4_k, q5_k, q6_k) are [N, K] matrices, K a
+ * multiple of OG_KQUANT_BLOCK, each row a run of super-blocks of 256
+ * elements (84, 110, 144, 176 and 210 bytes) laid out as llama.cpp's GGUF
+ * files hold them: sub-block scales (and mins) packed in the block, f16
+ * super-block scales. docs/program-format.md has the layouts. */
+#define OG_KQUANT_BLOCK 256
+
+/* Bytes per element of dtype; 0 for an unknown value and for the quantized
+ * dtypes, whose elements are not whole bytes (og_tensor_bytes sizes those). */
 size_t og_dtype_size(og_dtype dt);
-/* True for OG_DTYPE_Q8 and OG_DTYPE_Q4. */
+/* True for the quantized weight dtypes: q8, q4 and the k-quants. */
 bool og_dtype_is_quantized(og_dtype dt);
+/* True for the k-quants (OG_DTYPE_Q2_K .. OG_DTYPE_Q6_K). */
+bool og_dtype_is_kquant(og_dtype dt);
 /* Bytes of a tensor of dtype and shape (rank 1..4, dims > 0) into *bytes.
- * Quantized dtypes need rank 2 or 3 and a last dim that is a multiple of
- * OG_QUANT_GROUP. False, *bytes untouched, when the dtype is unknown, the
- * shape does not suit it or the count overflows int64. */
+ * Quantized dtypes need rank 2 (or 3: a stack of matrices) and a last dim
+ * that is a multiple of OG_QUANT_GROUP (q8, q4) or OG_KQUANT_BLOCK
+ * (k-quants). False, *bytes untouched, when the dtype is unknown, the shape
+ * does not suit it or the count overflows int64. */
 bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);
 /* Short lower-case name ("f32", "bf16", ...); "unknown" otherwise. */
 const char *og_dtype_name(og_dtype dt);
@@ -468,6 +485,10 @@ const char *og_model_tokenizer_json(const og_model *m);
 /* The embedded tokenizer_config.json text (with the chat template, when the
  * checkpoint had one), or NULL; borrowed from the model. */
 const char *og_model_tokenizer_config(const og_model *m);
+/* Without a tokenizer: why, as the export recorded it (e.g. "exported from a
+ * GGUF file whose tokenizer.ggml.model is \"no_vocab\""), or NULL when it
+ * did not say (or there is a tokenizer); borrowed from the model. */
+const char *og_model_no_tokenizer_reason(const og_model *m);
 /* The back end the model runs on (never OG_BACKEND_AUTO). */
 og_backend og_model_backend(const og_model *m);
 

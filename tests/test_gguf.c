@@ -693,7 +693,7 @@ static void exporter_refuses(void) {
         const char *needle;
     } cases[] = {
         {M_ARCH, OG_ERR_UNSUPPORTED, "\"general.architecture\" = \"gpt2\": not supported"},
-        {M_Q4, OG_ERR_UNSUPPORTED, "tensor \"blk.0.ffn_up.weight\" has type i8: not supported (f32, f16, bf16, q8_0, q4_0)"},
+        {M_Q4, OG_ERR_UNSUPPORTED, "tensor \"blk.0.ffn_up.weight\" has type i8: not supported (f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K)"},
         {M_MISSING, OG_ERR_FORMAT, "tensor \"blk.0.ffn_up.weight\" is missing"},
         {M_SHAPE, OG_ERR_FORMAT, "tensor \"blk.0.ffn_gate.weight\" has ne [8, 4, 1, 1], the metadata implies [4, 4]"},
         {M_EXTRA, OG_ERR_UNSUPPORTED, "tensor \"blk.0.extra.weight\" is not part of a llama model"},

@@ -18,10 +18,11 @@ static void export_usage(FILE *f) {
             "family into a program file. KV storage is declared, never stored: the file size\n"
             "does not depend on --max-context.\n\n"
             "A GGUF file (llama.cpp's format, version 2 or 3, little-endian) of the llama, qwen2\n"
-            "or qwen3 architecture is read too: f32, f16 and bf16 weights as they are, q8_0\n"
-            "and q4_0 kept as q8 / q4 (copied exactly; --weights bf16 or f32 dequantizes\n"
-            "them), other quantizations refused; the tokenizer from its metadata (byte-level\n"
-            "BPE only).\n\n"
+            "or qwen3 architecture is read too: f32, f16 and bf16 weights as they are; q8_0,\n"
+            "q4_0 and the k-quants q2_K..q6_K kept as q8 / q4 / q2_k..q6_k, each matrix in the\n"
+            "type it is stored in (copied exactly; --weights bf16 or f32 dequantizes them);\n"
+            "other quantizations (IQ types, q4_1, q5_0, ...) refused by name; the tokenizer\n"
+            "from its metadata (byte-level BPE, SentencePiece BPE; none for no_vocab).\n\n"
             "options:\n"
             "  -o, --output <file>       the program file to write (required)\n"
             "  --max-context N           most tokens a session may hold (default: the config's\n"
@@ -30,10 +31,14 @@ static void export_usage(FILE *f) {
             "  --max-write N             most tokens one step writes (default %d, or less)\n"
             "  --dtype bf16|f32          weights and activations (default: the checkpoint's;\n"
             "                            float16 checkpoints become f32)\n"
-            "  --weights q8|q4|bf16|f32  the embedding table and matmul weights: q8 / q4\n"
-            "                            quantize them in groups of %d with an f16 scale each\n"
-            "                            (docs/program-format.md); norms stay in --dtype\n"
-            "                            (default: --dtype; a GGUF file's q8_0 / q4_0 as stored)\n"
+            "  --weights <type>          the embedding table and matmul weights (norms stay in\n"
+            "                            --dtype): bf16, f32; q8, q4 (groups of %d with an f16\n"
+            "                            scale each); q3_k, q4_k, q5_k (every matrix that\n"
+            "                            k-quant); or llama-quantize's k-quant mixes q2_k,\n"
+            "                            q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m,\n"
+            "                            q6_k: each matrix the type that tool gives it, the\n"
+            "                            same bytes as it writes (docs/program-format.md)\n"
+            "                            (default: --dtype; a GGUF file's matrices as stored)\n"
             "  --kv-dtype bf16|f32|int8|fp8  KV storage (default bf16; int8 and fp8 e4m3 carry a\n"
             "                            scale per token and head; a session may choose another)\n"
             "  --force-max-context       allow a --max-context beyond the positions the model was\n"
@@ -141,11 +146,22 @@ int og_cmd_export(int argc, char **argv) {
             if (!parse_float_dtype(a, val, &o.dtype)) return 2;
             i++;
         } else if (!strcmp(a, "--weights")) {
-            if (!val || og_dtype_parse(val, &o.weights) != OG_OK ||
-                (o.weights != OG_DTYPE_Q8 && o.weights != OG_DTYPE_Q4 && o.weights != OG_DTYPE_BF16 &&
-                 o.weights != OG_DTYPE_F32)) {
-                fprintf(stderr, "offgraph export: --weights must be q8, q4, bf16 or f32, got \"%s\"\n", val ? val : "");
+            char name[16] = "";
+            for (size_t k = 0; val && val[k] && k + 1 < sizeof name; k++)
+                name[k] = (char)(val[k] >= 'A' && val[k] <= 'Z' ? val[k] - 'A' + 'a' : val[k]);
+            if (val && og_weight_mix_parse(name, &o.mix) == OG_OK) {
+                o.weights = OG_DTYPE_COUNT;
+            } else if (!val || strlen(val) >= sizeof name || og_dtype_parse(name, &o.weights) != OG_OK ||
+                       (o.weights != OG_DTYPE_Q8 && o.weights != OG_DTYPE_Q4 && o.weights != OG_DTYPE_BF16 &&
+                        o.weights != OG_DTYPE_F32 && o.weights != OG_DTYPE_Q3_K && o.weights != OG_DTYPE_Q4_K &&
+                        o.weights != OG_DTYPE_Q5_K)) {
+                fprintf(stderr,
+                        "offgraph export: --weights must be bf16, f32, q8, q4, q3_k, q4_k, q5_k or a k-quant mix "
+                        "(q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k), got \"%s\"\n",
+                        val ? val : "");
                 return 2;
+            } else {
+                o.mix = OG_MIX_NONE;
             }
             i++;
         } else if (!strcmp(a, "--force-max-context")) {
@@ -211,10 +227,21 @@ int og_cmd_export(int argc, char **argv) {
                 "offgraph export: warning: max-context %lld is beyond the %lld positions the model was trained "
                 "for; expect poor output past them\n",
                 (long long)s.max_context, (long long)s.trained_context);
-    char wdesc[96];
+    char wdesc[160];
     if (s.weights == s.dtype) snprintf(wdesc, sizeof wdesc, "%s", og_dtype_name(s.dtype));
-    else snprintf(wdesc, sizeof wdesc, "%s (norms %s%s)", og_dtype_name(s.weights), og_dtype_name(s.dtype),
-                  s.n_unquantized ? ", some matrices too: rows not whole groups" : "");
+    else if (s.mix == OG_MIX_AS_STORED && s.matrix_dtypes != 1u << s.weights) {
+        /* a mixed file: its matrices' types, as stored */
+        size_t n = 0;
+        for (int d = 0; d < OG_DTYPE_COUNT; d++)
+            if (s.matrix_dtypes & 1u << d)
+                n += (size_t)snprintf(wdesc + n, sizeof wdesc - n, "%s%s", n ? ", " : "", og_dtype_name((og_dtype)d));
+        snprintf(wdesc + n, sizeof wdesc - n, " as stored (norms %s)", og_dtype_name(s.dtype));
+    } else if (s.mix != OG_MIX_NONE && s.mix != OG_MIX_AS_STORED)
+        snprintf(wdesc, sizeof wdesc, "%s mix (norms %s%s)", og_weight_mix_name(s.mix), og_dtype_name(s.dtype),
+                 s.n_unquantized ? ", some matrices too: rows not whole groups" : "");
+    else snprintf(wdesc, sizeof wdesc, "%s (norms %s%s%s)", og_dtype_name(s.weights), og_dtype_name(s.dtype),
+                  s.n_unquantized ? ", some matrices too: rows not whole groups" : "",
+                  s.n_fallback ? "; some matrices q8 or q4: rows not whole super-blocks" : "");
     fprintf(stderr,
             "exported %s -> %s: %s, %d layers (%d ring), %lld parameters, %.1f MB of %s weights, "
             "kv %s, max-context %lld, initial-capacity %lld, max-write %d, tokenizer %s, %.2f s\n",

@@ -174,10 +174,12 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     if (!(g->model = og_cli_load_model(cmd, path, o->run.backend, o->run.threads))) return false;
     const char *json = og_model_tokenizer_json(g->model);
     if (!json) {
+        const char *why = og_model_no_tokenizer_reason(g->model);
         fprintf(stderr,
-                "offgraph %s: %s has no tokenizer: export it from a checkpoint folder that has tokenizer.json "
-                "(offgraph eval works without one, on token ids)\n",
-                cmd, path);
+                "offgraph %s: %s has no tokenizer%s%s%s: export it from a checkpoint folder that has tokenizer.json "
+                "or a GGUF file with a vocabulary (offgraph eval, bench and perplexity --tokens work without one, "
+                "on token ids)\n",
+                cmd, path, why ? " (" : "", why ? why : "", why ? ")" : "");
         return false;
     }
     og_status st = og_tokenizer_load_json(json, &g->tok);

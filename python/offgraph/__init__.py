@@ -46,8 +46,9 @@ _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
 # og_dtype, in the order of the enum (include/offgraph.h)
 _DTYPES = {"f32": 0, "bf16": 1, "int8": 7, "fp8": 8}  # KV dtypes a session may choose
-_DTYPE_NAMES = {0: "f32", 1: "bf16", 2: "f16", 3: "i32", 4: "i64", 5: "q8", 6: "q4", 7: "int8", 8: "fp8"}
-_DTYPE_KEEP = 9  # OG_DTYPE_COUNT: keep the program's kv_dtype
+_DTYPE_NAMES = {0: "f32", 1: "bf16", 2: "f16", 3: "i32", 4: "i64", 5: "q8", 6: "q4", 7: "int8", 8: "fp8",
+                9: "q2_k", 10: "q3_k", 11: "q4_k", 12: "q5_k", 13: "q6_k"}
+_DTYPE_KEEP = 14  # OG_DTYPE_COUNT: keep the program's kv_dtype
 _OUTPUTS = {"none": 0, "logits": 1, "logits_all": 2, "argmax": 3, "sample": 4}
 _ADD_SPECIAL = 1
 _PARSE_SPECIAL = 2

@@ -62,6 +62,7 @@ typedef enum og_scratch_slot {
     OG_SCRATCH_ACTIVATIONS, /* a product's input packed or rounded       */
     OG_SCRATCH_PANELS,      /* a product's weight panels, per thread      */
     OG_SCRATCH_ATTEND,      /* attention's tiles, partials, packed keys   */
+    OG_SCRATCH_QUANT_X,     /* a k-quant product's input as int8 blocks   */
     OG_SCRATCH_SLOTS
 } og_scratch_slot;
 void *og_scratch(og_scratch_slot slot, size_t bytes);
@@ -113,12 +114,53 @@ static inline void og_store_f32(void *base, og_dtype dt, size_t i, float x) {
 
 /* ---- quantized weights (q8, q4; the layout is at OG_QUANT_GROUP) ---- */
 
+/* ---- k-quants (q2_k .. q6_k; the layouts are in docs/program-format.md) ---- */
+
+/* Bytes of one super-block of OG_KQUANT_BLOCK elements; 0 for other dtypes. */
+static inline size_t og_kquant_block_bytes(og_dtype dt) {
+    switch (dt) {
+    case OG_DTYPE_Q2_K: return 84;
+    case OG_DTYPE_Q3_K: return 110;
+    case OG_DTYPE_Q4_K: return 144;
+    case OG_DTYPE_Q5_K: return 176;
+    case OG_DTYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+/* Bytes of one row of K elements (K a multiple of OG_KQUANT_BLOCK). */
+static inline size_t og_kquant_row_bytes(og_dtype dt, int64_t K) {
+    return (size_t)(K / OG_KQUANT_BLOCK) * og_kquant_block_bytes(dt);
+}
+/* Elements per block of a quantized dtype: the row length must be a
+ * multiple of it (OG_QUANT_GROUP or OG_KQUANT_BLOCK); 1 for float dtypes. */
+static inline int64_t og_quant_block_elems(og_dtype dt) {
+    return og_dtype_is_kquant(dt) ? OG_KQUANT_BLOCK : og_dtype_is_quantized(dt) ? OG_QUANT_GROUP : 1;
+}
+
+/* Row n of a [N, K] k-quant tensor as f32, bit for bit what the gguf Python
+ * package (llama.cpp's gguf-py) dequantizes: per sub-block the f32 product
+ * of the f16 super-block scale and the sub-block's integer scale (dl), of
+ * the f16 min scale and the integer min (ml; q2_k, q4_k, q5_k), then each
+ * element dl * q - ml (or dl * q). */
+void og_kquant_dequantize_row(og_dtype dt, const void *w, int64_t K, int64_t n, float *out /* [K] */);
+/* Quantizes rows [N, K] of f32 into dst (og_tensor_bytes of [N, K]) as
+ * llama.cpp's llama-quantize does without an importance matrix: the same
+ * search for sub-block scales and mins, in the same f32 operations and
+ * order, so the bytes equal the ones it writes for the same input. A
+ * non-finite element is OG_ERR_INVALID_ARGUMENT naming the row (dst then
+ * partly written). */
+og_status og_kquant_quantize_rows(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, void *dst);
+/* The same for rows r0 .. r1 - 1 only (in place in the [N, K] dst). */
+og_status og_kquant_quantize_row_range(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, int64_t r0,
+                                       int64_t r1, void *dst);
+
 /* The dtype of a matmul bias beside a weight of dtype w: w itself for float
  * weights, f32 beside quantized ones. */
 static inline og_dtype og_bias_dtype(og_dtype w) {
     return og_dtype_is_quantized(w) ? OG_DTYPE_F32 : w;
 }
-/* Bytes of quants in one row of K elements (K a multiple of the group). */
+/* q8/q4: bytes of quants in one row of K elements (K a multiple of the
+ * group). */
 static inline size_t og_quant_row_bytes(og_dtype dt, int64_t K) {
     return dt == OG_DTYPE_Q8 ? (size_t)K : (size_t)K / 2;
 }
@@ -138,9 +180,17 @@ og_status og_quantize_rows(og_dtype dt, const float *src /* [N, K] */, int64_t N
  * the [N, K] dst): disjoint ranges can be quantized by different threads. */
 og_status og_quantize_row_range(og_dtype dt, const float *src /* [N, K] */, int64_t N, int64_t K, int64_t r0,
                                 int64_t r1, void *dst);
-/* Row n of a [N, K] quantized tensor as f32: element = f32(scale) * q, which
- * f32 holds exactly (an 11-bit scale times a 4- or 8-bit integer). */
+/* Row n of a [N, K] quantized tensor as f32. q8/q4: element = f32(scale) *
+ * q, which f32 holds exactly (an 11-bit scale times a 4- or 8-bit integer);
+ * k-quants: og_kquant_dequantize_row. */
 void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out /* [K] */);
+/* Bytes a [rows, K] weight of dt takes per row, scales included (q8/q4: the
+ * quants plus K / OG_QUANT_GROUP f16 scales, apart in the tensor). */
+static inline size_t og_weight_row_bytes(og_dtype dt, int64_t K) {
+    if (og_dtype_is_kquant(dt)) return og_kquant_row_bytes(dt, K);
+    if (og_dtype_is_quantized(dt)) return og_quant_row_bytes(dt, K) + (size_t)(K / OG_QUANT_GROUP) * 2;
+    return (size_t)K * og_dtype_size(dt);
+}
 
 /* ---- threads ---- */
 

@@ -1,6 +1,7 @@
 /* Quantizing weights to q8 / q4 and reading them back (the layout is at
  * OG_QUANT_GROUP in offgraph.h). This is the reference every quantized
- * kernel is tested against, and what offgraph export writes. */
+ * kernel is tested against, and what offgraph export writes. The k-quants
+ * have their own file (kquant.c); these entry points hand them over. */
 #include "core.h"
 
 #include <math.h>
@@ -11,6 +12,7 @@ og_status og_quantize_rows(og_dtype dt, const float *src, int64_t N, int64_t K, 
 
 og_status og_quantize_row_range(og_dtype dt, const float *src, int64_t N, int64_t K, int64_t r0, int64_t r1,
                                 void *dst) {
+    if (og_dtype_is_kquant(dt)) return og_kquant_quantize_row_range(dt, src, N, K, r0, r1, dst);
     if (!og_dtype_is_quantized(dt) || !src || !dst || N <= 0 || K <= 0 || K % OG_QUANT_GROUP || r0 < 0 ||
         r1 > N || r0 > r1)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "quantize: bad arguments (dtype %s, [%lld, %lld], rows %lld..%lld)",
@@ -53,6 +55,10 @@ og_status og_quantize_row_range(og_dtype dt, const float *src, int64_t N, int64_
 }
 
 void og_dequantize_row(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, float *out) {
+    if (og_dtype_is_kquant(dt)) {
+        og_kquant_dequantize_row(dt, w, K, n, out);
+        return;
+    }
     const int64_t groups = K / OG_QUANT_GROUP;
     const og_f16 *scales = og_quant_scales(dt, w, N, K) + n * groups;
     const uint8_t *q = (const uint8_t *)w + (size_t)n * og_quant_row_bytes(dt, K);

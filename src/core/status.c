@@ -59,14 +59,20 @@ static const struct {
     [OG_DTYPE_F32] = {"f32", 4}, [OG_DTYPE_BF16] = {"bf16", 2}, [OG_DTYPE_F16] = {"f16", 2},
     [OG_DTYPE_I32] = {"i32", 4}, [OG_DTYPE_I64] = {"i64", 8},   [OG_DTYPE_Q8] = {"q8", 0},
     [OG_DTYPE_Q4] = {"q4", 0},   [OG_DTYPE_INT8] = {"int8", 1}, [OG_DTYPE_FP8] = {"fp8", 1},
+    [OG_DTYPE_Q2_K] = {"q2_k", 0}, [OG_DTYPE_Q3_K] = {"q3_k", 0}, [OG_DTYPE_Q4_K] = {"q4_k", 0},
+    [OG_DTYPE_Q5_K] = {"q5_k", 0}, [OG_DTYPE_Q6_K] = {"q6_k", 0},
 };
 
 size_t og_dtype_size(og_dtype dt) {
     return (unsigned)dt < OG_DTYPE_COUNT ? g_dtypes[dt].size : 0;
 }
 
+bool og_dtype_is_kquant(og_dtype dt) {
+    return dt >= OG_DTYPE_Q2_K && dt <= OG_DTYPE_Q6_K;
+}
+
 bool og_dtype_is_quantized(og_dtype dt) {
-    return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4;
+    return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4 || og_dtype_is_kquant(dt);
 }
 
 bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes) {
@@ -74,8 +80,12 @@ bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *b
     int64_t n = 1;
     for (int32_t k = 0; k < rank; k++)
         if (shape[k] <= 0 || !og_mul_overflow_i64(n, shape[k], &n)) return false;
-    if (og_dtype_is_quantized(dt)) {
+    if (og_dtype_is_kquant(dt)) {
         /* a matrix, or a stack of them (the experts of a moe instruction) */
+        if (rank < 2 || rank > 3 || shape[rank - 1] % OG_KQUANT_BLOCK) return false;
+        /* whole super-blocks: n / 256 of them, at most 210 bytes each */
+        n = n / OG_KQUANT_BLOCK * (int64_t)og_kquant_block_bytes(dt);
+    } else if (og_dtype_is_quantized(dt)) {
         if (rank < 2 || rank > 3 || shape[rank - 1] % OG_QUANT_GROUP) return false;
         /* quants (a byte or half a byte each), then one f16 scale per group */
         int64_t quants = dt == OG_DTYPE_Q8 ? n : n / 2;

@@ -478,6 +478,9 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     for (int32_t i = 0; i < n_tensors; i++) {
         const og_program_tensor *t = og_program_tensor_at(m->prog, i);
         if (t->binding != OG_BINDING_WEIGHT || t->nbytes == 0) continue;
+        if (og_dtype_is_kquant(t->dtype))
+            return og_set_error(OG_ERR_UNSUPPORTED, "weight %s is %s: the CUDA back end does not run k-quant weights "
+                                "yet (--backend cpu does)", t->name, og_dtype_name(t->dtype));
         char what[160];
         snprintf(what, sizeof what, "uploading weight %s (%llu bytes)", t->name, (unsigned long long)t->nbytes);
         /* one allocation per tensor, so every tensor starts 256-byte aligned

@@ -162,6 +162,11 @@ int64_t og_model_vocab_size(const og_model *m) { return m->vocab; }
 const og_kv_config *og_model_kv_config(const og_model *m) { return og_program_kv_config(m->prog); }
 const char *og_model_tokenizer_json(const og_model *m) { return og_program_tokenizer_json(m->prog); }
 const char *og_model_tokenizer_config(const og_model *m) { return og_program_tokenizer_config(m->prog); }
+const char *og_model_no_tokenizer_reason(const og_model *m) {
+    if (!m || og_program_tokenizer_json(m->prog)) return NULL;
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(og_program_model_json(m->prog), "no_tokenizer");
+    return cJSON_IsString(why) ? why->valuestring : NULL;
+}
 og_backend og_model_backend(const og_model *m) { return m->backend; }
 
 og_status og_model_metrics_get(const og_model *m, og_model_metrics *out) {

@@ -19,9 +19,12 @@
  * Activations are f32 row-major. Weights (embedding table, norm weights,
  * matmul weights and biases) are OG_DTYPE_BF16 or OG_DTYPE_F32; embedding
  * tables and matmul weights may also be quantized (OG_DTYPE_Q8, OG_DTYPE_Q4:
- * the layout at OG_QUANT_GROUP in offgraph.h; their rows, H or K, a multiple
- * of OG_QUANT_GROUP, else OG_ERR_INVALID_ARGUMENT), a matmul bias beside them
- * being f32 (og_bias_dtype). Any other dtype is OG_ERR_UNSUPPORTED.
+ * the layout at OG_QUANT_GROUP in offgraph.h; the k-quants OG_DTYPE_Q2_K ..
+ * OG_DTYPE_Q6_K, docs/program-format.md; their rows, H or K, a multiple of
+ * the block, og_quant_block_elems, else OG_ERR_INVALID_ARGUMENT), a matmul
+ * bias beside them being f32 (og_bias_dtype). Any other dtype is
+ * OG_ERR_UNSUPPORTED. k-quant decode products round x to two int8 terms
+ * (kquant_cpu.h has the bound); prefill products dequantize exactly.
  * Dimensions must be >= 1. Kernels allocate only scratch that is freed
  * before they return. */
 #ifndef OG_KERNELS_OPS_H

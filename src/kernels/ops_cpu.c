@@ -4,6 +4,7 @@
  * Letters as in ops.h: T tokens, K in features, N out features / row width,
  * V vocabulary, H hidden, F ffn, D head dim, n heads per row. */
 #define _POSIX_C_SOURCE 200809L
+#include "kernels/kquant_cpu.h"
 #include "kernels/ops_internal.h"
 
 #include <cblas.h>
@@ -48,6 +49,10 @@ static quant_block quant_rows(og_dtype dt, const void *w, int64_t N, int64_t K, 
 /* Rows [n0, n0 + rows) of w as f32 (exact: og_dequantize_row's values). */
 static void dequantize_rows(og_cpu_isa isa, og_dtype dt, const void *w, int64_t N, int64_t K,
                             int64_t n0, int64_t rows, float *dst /* [rows, K] */) {
+    if (og_dtype_is_kquant(dt)) {
+        og_kq_dequantize(isa, dt, (const uint8_t *)w + (size_t)n0 * og_kquant_row_bytes(dt, K), K, rows, dst);
+        return;
+    }
     quant_block b = quant_rows(dt, w, N, K, n0);
     if (isa == OG_CPU_ISA_AVX512)
         og_dequantize_rows_avx512(b.q, b.s, dt, K, rows, dst);
@@ -172,6 +177,7 @@ typedef struct {
     int64_t K, N, rows;
     og_cpu_isa isa;
     bool stream;       /* quantized: weights streamed from memory (prefetch into L2) */
+    const og_kq_x *xq; /* k-quant weights: x as int8 blocks [K / 256], else NULL */
     float *out;        /* [N]     */
 } gemv_job;
 
@@ -217,8 +223,13 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
  * at multiples of 4: gemv_task_rows), so a block split any other way gives
  * the same bits. stream: quantized weights stream from memory (prefetched
  * into L2 only). */
-static void gemv_block(og_cpu_isa isa, const float *x, const void *w, og_dtype dt, int64_t K,
-                       int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
+static void gemv_block(og_cpu_isa isa, const float *x, const og_kq_x *xq, const void *w, og_dtype dt,
+                       int64_t K, int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
+    if (og_dtype_is_kquant(dt)) {
+        og_kq_gemv(isa, dt, xq, 1, (const uint8_t *)w + (size_t)n0 * og_kquant_row_bytes(dt, K), K, rows, stream,
+                   out, 1);
+        return;
+    }
     if (og_dtype_is_quantized(dt)) {
         quant_block b = quant_rows(dt, w, N, K, n0);
         if (isa == OG_CPU_ISA_AVX512)
@@ -250,7 +261,7 @@ static void gemv_task(void *ctx, int64_t task, int thread) {
     int64_t n0 = task * j->rows;
     int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
     float *o = j->out + n0;
-    gemv_block(j->isa, j->x, j->w, j->dt, j->K, j->N, n0, rows, j->stream, o);
+    gemv_block(j->isa, j->x, j->xq, j->w, j->dt, j->K, j->N, n0, rows, j->stream, o);
     if (j->bias) add_bias(j->bias, j->dt, n0, rows, o);
 }
 
@@ -263,10 +274,8 @@ static void gemv_task(void *ctx, int64_t task, int thread) {
  * og_matmul_rows_cpu reproduces. */
 static int64_t gemv_task_rows(og_threadpool *pool, og_dtype dt, int64_t K, int64_t N) {
     /* N: the features of the parallel-for (every part's, in a multi call) */
-    /* a quantized row: its quants and its f16 scales */
-    int64_t row_bytes = og_dtype_is_quantized(dt)
-                            ? (int64_t)og_quant_row_bytes(dt, K) + K / OG_QUANT_GROUP * 2
-                            : K * (int64_t)og_dtype_size(dt);
+    /* a quantized row: its quants and its scales */
+    int64_t row_bytes = (int64_t)og_weight_row_bytes(dt, K);
     int64_t rows = 262144 / row_bytes;
     int64_t balance = N / (4 * (int64_t)og_threadpool_size(pool));
     if (rows > balance) rows = balance;
@@ -275,13 +284,25 @@ static int64_t gemv_task_rows(og_threadpool *pool, og_dtype dt, int64_t K, int64
     return rows;
 }
 
-static void gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
-                     og_dtype dt, int64_t K, int64_t N, float *out) {
+/* x [R, K] as og_kq_x blocks in the calling thread's scratch, for
+ * products with k-quant weights; NULL when out of memory. */
+static const og_kq_x *quantize_x(const float *x, int64_t R, int64_t K) {
+    og_kq_x *xq = og_scratch(OG_SCRATCH_QUANT_X, (size_t)(R * (K / OG_KQUANT_BLOCK)) * sizeof *xq);
+    if (xq) og_kq_quantize_x(x, R, K, xq);
+    return xq;
+}
+
+static og_status gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
+                          og_dtype dt, int64_t K, int64_t N, float *out) {
     int64_t rows = gemv_task_rows(pool, dt, K, N);
+    const og_kq_x *xq = NULL;
+    if (og_dtype_is_kquant(dt) && !(xq = quantize_x(x, 1, K)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul: no memory for x as int8 blocks (K %lld)", (long long)K);
     /* as the bf16 GEMV: weights larger than the caches stream through them */
     gemv_job j = {x, w, bias, dt, K, N, rows, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
-                  out};
+                  xq, out};
     og_parallel_for(pool, (N + rows - 1) / rows, gemv_task, &j);
+    return OG_OK;
 }
 
 /* ---- matmul_rows: R decode rows, one pass over the weights ----
@@ -315,6 +336,7 @@ typedef struct {
     int64_t R, K;
     og_cpu_isa isa;
     bool stream;       /* the weights stream from memory (og_cpu_weights_fit_cache) */
+    const og_kq_x *xq; /* [R, K / 256] x as int8 blocks when a part has k-quant weights */
     const rows_part *parts;
     int n_parts;
     float *glu;        /* [R, N]: swiglu(part 0, part 1) per task, or NULL */
@@ -332,7 +354,12 @@ static inline float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u
 
 /* Features [n0, n0 + rows) of part p for all R rows. */
 static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_t rows, int thread) {
-    if (og_dtype_is_quantized(p->dt)) {
+    if (og_dtype_is_kquant(p->dt)) {
+        /* every ISA's k-quant GEMV takes the rows of x itself */
+        og_kq_gemv(j->isa, p->dt, j->xq, j->R,
+                   (const uint8_t *)p->w + (size_t)n0 * og_kquant_row_bytes(p->dt, j->K), j->K, rows, j->stream,
+                   p->out + n0, p->N);
+    } else if (og_dtype_is_quantized(p->dt)) {
         /* AVX-512: tiles of features x rows sharing each widened group;
          * else the GEMV's own loop, once per row. Either way the first row
          * (block) brings the panel into the caches for the others: into L2
@@ -343,7 +370,7 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
                                     p->out + n0, p->N);
         } else {
             for (int64_t r = 0; r < j->R; r++)
-                gemv_block(j->isa, j->x + r * j->K, p->w, p->dt, j->K, p->N, n0, rows,
+                gemv_block(j->isa, j->x + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows,
                            j->stream && r == 0, p->out + r * p->N + n0);
         }
     } else if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
@@ -359,7 +386,7 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
          * pass keep more lines in flight than the tiles' two (the demo
          * model's products at 2 threads: 251 against 272-287 us a token) */
         for (int64_t r = 0; r < j->R; r++)
-            gemv_block(j->isa, j->x + r * j->K, p->w, p->dt, j->K, p->N, n0, rows, false,
+            gemv_block(j->isa, j->x + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows, false,
                        p->out + r * p->N + n0);
     }
     if (p->bias)
@@ -413,9 +440,7 @@ static int guided_chunks(og_threadpool *pool, const rows_part *parts, int n_part
     int n = 0;
     for (int i = 0; i < n_parts; i++) {
         const rows_part *p = &parts[i];
-        const int64_t row_bytes = og_dtype_is_quantized(p->dt)
-                                      ? (int64_t)og_quant_row_bytes(p->dt, K) + K / OG_QUANT_GROUP * 2
-                                      : K * (int64_t)og_dtype_size(p->dt);
+        const int64_t row_bytes = (int64_t)og_weight_row_bytes(p->dt, K);
         int64_t lo = (16384 / row_bytes + 3) & ~(int64_t)3, hi = (262144 / row_bytes + 3) & ~(int64_t)3;
         if (lo < 4) lo = 4;
         if (hi < lo) hi = lo;
@@ -440,7 +465,11 @@ static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_
     rows_part parts[OG_MATMUL_MAX_PARTS];
     rows_chunk chunks[ROWS_MAX_CHUNKS];
     rows_job j = {x, x, NULL, NULL, 0, R, K, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
-                  parts, n_parts, glu, NULL};
+                  NULL, parts, n_parts, glu, NULL};
+    for (int i = 0; i < n_parts && !j.xq; i++)
+        if (og_dtype_is_kquant(in[i].weight_dtype) && !(j.xq = quantize_x(x, R, K)))
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_rows: no memory for %lld rows of x as int8 blocks",
+                                (long long)R);
     int64_t total = 0, tasks = 0;
     for (int i = 0; i < n_parts; i++) total += in[i].N;
     for (int i = 0; i < n_parts; i++) {
@@ -618,10 +647,7 @@ static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, co
 og_status og_matmul_cpu(og_threadpool *pool, const float *x, const void *weight, const void *bias,
                         og_dtype weight_dtype, int64_t T, int64_t K, int64_t N, float *out) {
     OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, T, K, N, out));
-    if (T == 1) {
-        gemv_run(pool, x, weight, bias, weight_dtype, K, N, out);
-        return OG_OK;
-    }
+    if (T == 1) return gemv_run(pool, x, weight, bias, weight_dtype, K, N, out);
     return gemm_run(pool, x, weight, bias, weight_dtype, T, K, N, out);
 }
 

@@ -15,10 +15,11 @@ og_status og_ops_check_ptr(const void *p, const char *op, const char *name);
 og_status og_ops_check_dim(int64_t value, const char *op, const char *name);
 /* BF16 or F32. */
 og_status og_ops_check_weight_dtype(og_dtype dt, const char *op, const char *name);
-/* A matrix of weights (matmul weight, embedding table): BF16, F32, Q8 or Q4. */
+/* A matrix of weights (matmul weight, embedding table): BF16, F32, Q8, Q4
+ * or a k-quant. */
 og_status og_ops_check_matrix_dtype(og_dtype dt, const char *op, const char *name);
 /* Bytes of a [rows, cols] matrix of dt (og_tensor_bytes) into *bytes; a
- * quantized one needs cols a multiple of OG_QUANT_GROUP. */
+ * quantized one needs cols a multiple of its block (og_quant_block_elems). */
 og_status og_ops_check_matrix_size(og_dtype dt, int64_t rows, int64_t cols, const char *op,
                                    const char *name, size_t *bytes);
 /* rows * cols * elem bytes fits in size_t; *bytes gets the product. */

@@ -29,16 +29,16 @@ og_status og_ops_check_weight_dtype(og_dtype dt, const char *op, const char *nam
 og_status og_ops_check_matrix_dtype(og_dtype dt, const char *op, const char *name) {
     if (dt == OG_DTYPE_BF16 || dt == OG_DTYPE_F32 || og_dtype_is_quantized(dt)) return OG_OK;
     return og_set_error(OG_ERR_UNSUPPORTED,
-                        "%s: %s dtype %s is not supported (bf16, f32, q8 or q4)", op, name,
-                        og_dtype_name(dt));
+                        "%s: %s dtype %s is not supported (bf16, f32, q8, q4 or a k-quant)", op,
+                        name, og_dtype_name(dt));
 }
 
 og_status og_ops_check_matrix_size(og_dtype dt, int64_t rows, int64_t cols, const char *op,
                                    const char *name, size_t *bytes) {
-    if (og_dtype_is_quantized(dt) && cols % OG_QUANT_GROUP)
+    if (og_dtype_is_quantized(dt) && cols % og_quant_block_elems(dt))
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
-                            "%s: %s of dtype %s has rows of %lld, not a multiple of %d", op, name,
-                            og_dtype_name(dt), (long long)cols, OG_QUANT_GROUP);
+                            "%s: %s of dtype %s has rows of %lld, not a multiple of %lld", op, name,
+                            og_dtype_name(dt), (long long)cols, (long long)og_quant_block_elems(dt));
     const int64_t shape[2] = {rows, cols};
     int64_t total;
     if (!og_tensor_bytes(dt, 2, shape, &total) || (uint64_t)total > SIZE_MAX)

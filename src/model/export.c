@@ -71,10 +71,12 @@ typedef struct exporter {
     int32_t n_srcs, cap_srcs;
     og_dtype dtype;   /* activations, norms, unquantized matrices          */
     og_dtype weights; /* embedding table and matmul weights                */
+    og_weight_mix mix; /* or per matrix (og_weight_mix_dtype, as stored)  */
     int64_t n_params;
     uint64_t weight_bytes;
-    int32_t n_unquantized;
-    og_threadpool *pool; /* quantizes weights (q8, q4) on every CPU; NULL otherwise */
+    int32_t n_unquantized, n_fallback;
+    uint32_t matrix_dtypes; /* bit per dtype a matrix was given */
+    og_threadpool *pool; /* quantizes weights (q8, q4, k-quants) on every CPU; NULL otherwise */
     struct stack_src **stacks; /* expert stacks' fill contexts, owned */
     int32_t n_stacks, cap_stacks;
 } exporter;
@@ -166,15 +168,23 @@ static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t
     return add_tensor_as(e, name, rank, d0, d1, e->dtype);
 }
 
-/* A matrix [d0, d1] in the weights' dtype where its rows are whole groups;
- * *dt gets the dtype it was stored as (its bias follows og_bias_dtype). */
+/* A matrix [d0, d1] in the weights' dtype (or the mix's for it) where its
+ * rows are whole blocks, else the fallback; *dt gets the dtype it was
+ * stored as (its bias follows og_bias_dtype). */
 static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d1, og_dtype *dt) {
     og_dtype want = e->weights;
-    if (og_dtype_is_quantized(want) && d1 % OG_QUANT_GROUP) {
-        want = e->dtype;
-        e->n_unquantized++;
+    if (e->mix == OG_MIX_AS_STORED) {
+        const og_st_tensor *t = e->src->find(e->src->ctx, name);
+        want = t && og_dtype_is_quantized(t->dtype) ? t->dtype : e->dtype;
+    } else if (e->mix != OG_MIX_NONE) {
+        want = og_weight_mix_dtype(e->mix, e->cfg, name, d1, e->dtype);
+    } else {
+        want = og_kquant_fallback(want, d1, e->dtype);
     }
+    if (og_dtype_is_quantized(e->weights) && !og_dtype_is_quantized(want)) e->n_unquantized++;
+    else if (e->mix == OG_MIX_NONE && want != e->weights) e->n_fallback++;
     if (dt) *dt = want;
+    e->matrix_dtypes |= 1u << want;
     return add_tensor_as(e, name, 2, d0, d1, want);
 }
 
@@ -338,11 +348,19 @@ static og_status add_stack(exporter *e, const char *name, int64_t E, int64_t N, 
         else snprintf(tn, sizeof tn, pieces[i % n_pieces], (int)(i / n_pieces));
         OG_TRY(find_shaped(e, tn, stacked ? E : n, stacked ? n : K, stacked ? K : 0, &s->t[i]));
     }
-    og_dtype dt = e->weights;
-    if (og_dtype_is_quantized(dt) && K % OG_QUANT_GROUP) {
-        dt = e->dtype;
-        e->n_unquantized++;
+    /* q8 / q4 stacks (as --weights asks, or as a GGUF file stores them);
+     * k-quant weights and mixes leave the experts in the program's dtype
+     * (the moe kernels take q8 and q4 stacks) */
+    og_dtype dt = e->dtype;
+    if (e->mix == OG_MIX_AS_STORED) {
+        const og_dtype st = stack_piece(s, 0, 0).dtype;
+        if (st == OG_DTYPE_Q8 || st == OG_DTYPE_Q4) dt = st;
+    } else if (e->mix == OG_MIX_NONE && (e->weights == OG_DTYPE_Q8 || e->weights == OG_DTYPE_Q4) &&
+               K % OG_QUANT_GROUP == 0) {
+        dt = e->weights;
     }
+    if (og_dtype_is_quantized(e->weights) && !og_dtype_is_quantized(dt)) e->n_unquantized++;
+    e->matrix_dtypes |= 1u << dt;
     s->dst = dt;
     const int64_t shape[3] = {E, N, K};
     og_status rc = og_program_writer_add_weight(e->w, name, dt, 3, shape, fill_stack, s);
@@ -539,9 +557,10 @@ static og_status resolve_options(const og_hf_config *c, const og_st_tensor *embe
     }
     if (o->dtype != OG_DTYPE_BF16 && o->dtype != OG_DTYPE_F32)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: dtype %s is not bf16 or f32", og_dtype_name(o->dtype));
+    if (o->mix != OG_MIX_NONE && o->mix != OG_MIX_AS_STORED) o->weights = og_weight_mix_default(o->mix);
     if (o->weights == OG_DTYPE_COUNT) o->weights = o->dtype;
     if (o->weights != o->dtype && !og_dtype_is_quantized(o->weights))
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: weights %s is not q8, q4 or the dtype (%s)",
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "export: weights %s is not q8, q4, a k-quant or the dtype (%s)",
                             og_dtype_name(o->weights), og_dtype_name(o->dtype));
     return OG_OK;
 }
@@ -616,6 +635,8 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
             cJSON_AddNumberToObject(extra, "moe_intermediate_size", (double)c->moe_intermediate_size);
             cJSON_AddNumberToObject(extra, "moe_layers", c->n_moe_layers);
         }
+        if (!e->src->tokenizer_json && e->src->no_tokenizer)
+            cJSON_AddStringToObject(extra, "no_tokenizer", e->src->no_tokenizer);
     }
     rc = og_program_writer_set_model(e->w, &m, extra);
     if (rc == OG_OK) rc = og_program_writer_set_kv(e->w, &kv);
@@ -674,6 +695,7 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         if (!e.stacks) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
         e.dtype = o.dtype;
         e.weights = o.weights;
+        e.mix = o.mix;
         if (!e.srcs) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
         /* quantizing is the slow part of a q8 / q4 export (~70 M weights a
          * second a core): every CPU takes rows of each tensor. Without
@@ -695,6 +717,9 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         sum.kv_dtype = o.kv_dtype;
         sum.weights = o.weights;
         sum.n_unquantized = e.n_unquantized;
+        sum.n_fallback = e.n_fallback;
+        sum.matrix_dtypes = e.matrix_dtypes;
+        sum.mix = o.mix;
         sum.max_context = o.max_context;
         sum.initial_capacity = o.initial_capacity;
         sum.max_write = o.max_write;

@@ -23,7 +23,13 @@
  * j, element j + 16 in its high nibble, as q + 8) are offgraph's q8 and q4
  * one block at a time, so with those weights they are copied exactly (block
  * quants to the quants plane, scales to the scales plane); into a float
- * dtype they are dequantized, scale * q (exact in f32), then rounded. */
+ * dtype they are dequantized, scale * q (exact in f32), then rounded. The
+ * k-quants (q2_K .. q6_K) are offgraph's q2_k .. q6_k block for block: a
+ * row is copied as it is (rows reordered as above where needed, a row
+ * being whole super-blocks), or dequantized by og_kquant_dequantize_row. A
+ * file with quantized matrices is exported with each as stored unless
+ * other weights are asked (OG_MIX_AS_STORED). Other quantizations (IQ
+ * types, q4_1, q5_0, ...) are refused naming the type. */
 #include "core/core.h"
 #include "model/export.h"
 #include "model/gguf.h"
@@ -81,6 +87,18 @@ static void copy_blocks(const og_gguf_tensor *g, int64_t src, int64_t r, int64_t
     }
 }
 
+/* The offgraph k-quant of a ggml k-quant type (OG_DTYPE_COUNT for others). */
+static og_dtype kquant_dtype(uint32_t type) {
+    switch (type) {
+    case OG_GGML_Q2_K: return OG_DTYPE_Q2_K;
+    case OG_GGML_Q3_K: return OG_DTYPE_Q3_K;
+    case OG_GGML_Q4_K: return OG_DTYPE_Q4_K;
+    case OG_GGML_Q5_K: return OG_DTYPE_Q5_K;
+    case OG_GGML_Q6_K: return OG_DTYPE_Q6_K;
+    default: return OG_DTYPE_COUNT;
+    }
+}
+
 /* Row r of a tensor with rows of `cols` as f32; qrow: scratch of a q8 row
  * (og_tensor_bytes of [1, cols]). */
 static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *out, void *qrow) {
@@ -108,6 +126,11 @@ static void load_row(const og_gguf_tensor *g, int64_t r, int64_t cols, float *ou
         og_dequantize_row(dt, qrow, 1, cols, 0, out);
         break;
     }
+    case OG_GGML_Q2_K:
+    case OG_GGML_Q3_K:
+    case OG_GGML_Q4_K:
+    case OG_GGML_Q5_K:
+    case OG_GGML_Q6_K: og_kquant_dequantize_row(kquant_dtype(g->type), g->data, cols, r, out); break;
     default: break; /* refused before */
     }
 }
@@ -136,6 +159,11 @@ static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void 
         if (half) { /* r = head h, half s, index i; stored at h*2*half + 2i + s */
             int64_t h = r / (2 * half), s = (r % (2 * half)) / half, i = r % half;
             src = h * 2 * half + 2 * i + s;
+        }
+        if (og_dtype_is_kquant(dst)) { /* the same blocks: the row as it is */
+            const size_t rb = og_kquant_row_bytes(dst, cols);
+            memcpy((uint8_t *)out + (size_t)r * rb, (const uint8_t *)g->data + (size_t)src * rb, rb);
+            continue;
         }
         if (og_dtype_is_quantized(dst)) {
             copy_blocks(g, src, r, rows, cols, dst, out);
@@ -180,10 +208,15 @@ static og_status map_tensor(gsrc *s, const char *gname, const char *hf_name, int
     case OG_GGML_BF16: dt = OG_DTYPE_BF16; break;
     case OG_GGML_Q8_0: dt = OG_DTYPE_Q8; break; /* its blocks are q8's groups */
     case OG_GGML_Q4_0: dt = OG_DTYPE_Q4; break;
+    case OG_GGML_Q2_K:
+    case OG_GGML_Q3_K:
+    case OG_GGML_Q4_K:
+    case OG_GGML_Q5_K:
+    case OG_GGML_Q6_K: dt = kquant_dtype(g->type); break;
     default:
         return og_set_error(OG_ERR_UNSUPPORTED,
-                            "gguf %s: tensor \"%s\" has type %s: not supported (f32, f16, bf16, q8_0, q4_0)", s->path, gname,
-                            og_ggml_type_name(g->type));
+                            "gguf %s: tensor \"%s\" has type %s: not supported (f32, f16, bf16, q8_0, q4_0, q2_K, "
+                            "q3_K, q4_K, q5_K, q6_K)", s->path, gname, og_ggml_type_name(g->type));
     }
     if (permute_heads && d0 % (2 * permute_heads))
         return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\": %lld rows do not split into %d heads of rotary halves",
@@ -733,11 +766,15 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
     bool found = false;
     og_status rc = og_gguf_get_str(g, "tokenizer.ggml.model", false, &model, &found);
     if (rc != OG_OK || !found) return rc; /* no tokenizer */
+    if (!strcmp(model, "no_vocab")) { /* a file written without one (benchmark files) */
+        og_free(model);
+        return OG_OK;
+    }
     const bool spm = !strcmp(model, "llama");
     if (!spm && strcmp(model, "gpt2")) {
         rc = og_set_error(OG_ERR_UNSUPPORTED,
                           "gguf %s: key \"tokenizer.ggml.model\" = \"%s\": not supported (gpt2: byte-level BPE, llama: "
-                          "SentencePiece BPE)", path, model);
+                          "SentencePiece BPE, no_vocab: none)", path, model);
         og_free(model);
         return rc;
     }
@@ -1093,6 +1130,8 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
         rc = og_set_error(OG_ERR_FORMAT, "gguf %s: key \"tokenizer.ggml.tokens\" has %llu tokens, more than the %lld rows "
                           "of token_embd.weight", gguf_path, (unsigned long long)tokens->count,
                           (long long)cfg->vocab_size);
+    char *tok_model = NULL;
+    if (rc == OG_OK && !tok) og_gguf_get_str(s.g, "tokenizer.ggml.model", false, &tok_model, NULL);
     if (rc == OG_OK) {
         og_export_source src = {.find = gsrc_find,
                                 .fill = gsrc_fill,
@@ -1100,16 +1139,26 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
                                 .origin = gguf_path,
                                 .config_name = "the GGUF metadata",
                                 .tokenizer_json = tok,
-                                .tokenizer_config = tok_cfg};
+                                .tokenizer_config = tok_cfg,
+                                .no_tokenizer = tok_model && !strcmp(tok_model, "no_vocab")
+                                                    ? "exported from a GGUF file whose tokenizer.ggml.model is "
+                                                      "\"no_vocab\""
+                                                    : NULL};
         og_export_options o;
         if (opts) o = *opts;
         else og_export_default_options(&o);
+        /* quantized matrices and no weights asked: each matrix as stored
+         * (a llama-quantize file mixes types), named by attn_q's */
         const og_st_tensor *q = gsrc_find(&s, "model.layers.0.self_attn.q_proj.weight");
-        if (o.weights == OG_DTYPE_COUNT && q && og_dtype_is_quantized(q->dtype)) o.weights = q->dtype;
+        if (o.weights == OG_DTYPE_COUNT && o.mix == OG_MIX_NONE && q && og_dtype_is_quantized(q->dtype)) {
+            o.weights = q->dtype;
+            o.mix = OG_MIX_AS_STORED;
+        }
         rc = og_export_program(cfg, &src, out_path, &o, summary);
     }
     og_free(tok);
     og_free(tok_cfg);
+    og_free(tok_model);
     og_free(s.maps);
     og_gguf_close(s.g);
     og_free(cfg);

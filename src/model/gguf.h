@@ -48,13 +48,18 @@ typedef enum og_gguf_vtype {
 } og_gguf_vtype;
 
 /* ggml tensor types this reader knows the block layout of (the numbering
- * of the format). Only F32, F16, BF16, Q8_0 and Q4_0 can be exported; the
- * others are named in refusals. */
+ * of the format). Only F32, F16, BF16, Q8_0, Q4_0 and the k-quants Q2_K to
+ * Q6_K can be exported; the others are named in refusals. */
 enum {
     OG_GGML_F32 = 0,
     OG_GGML_F16 = 1,
     OG_GGML_Q4_0 = 2,
     OG_GGML_Q8_0 = 8,
+    OG_GGML_Q2_K = 10,
+    OG_GGML_Q3_K = 11,
+    OG_GGML_Q4_K = 12,
+    OG_GGML_Q5_K = 13,
+    OG_GGML_Q6_K = 14,
     OG_GGML_BF16 = 30,
 };
 

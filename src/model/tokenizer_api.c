@@ -28,9 +28,12 @@ og_status og_tokenizer_from_model(const og_model *m, og_tokenizer **out) {
     *out = NULL;
     if (!m) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_from_model: NULL model");
     const char *json = og_model_tokenizer_json(m);
-    if (!json)
-        return og_set_error(OG_ERR_UNSUPPORTED, "og_tokenizer_from_model: the model's program has no tokenizer "
-                                                "(export it from a checkpoint folder that has tokenizer.json)");
+    if (!json) {
+        const char *why = og_model_no_tokenizer_reason(m);
+        return og_set_error(OG_ERR_UNSUPPORTED, "og_tokenizer_from_model: the model's program has no tokenizer%s%s "
+                            "(export it from a checkpoint folder that has tokenizer.json)", why ? ": " : "",
+                            why ? why : "");
+    }
     return load_texts(json, og_model_tokenizer_config(m), "the model's program", out);
 }
 

@@ -97,7 +97,7 @@ static bool is_matrix(const og_shape *s) {
  * quantized one: K a multiple of the group). */
 static bool is_stack(const og_shape *s) {
     if (s->runtime || s->rank != 3 || s->dim[0] <= 0 || s->dim[1] <= 0 || s->dim[2] <= 0) return false;
-    if (og_dtype_is_quantized(s->dtype)) return s->dim[2] % OG_QUANT_GROUP == 0;
+    if (og_dtype_is_quantized(s->dtype)) return s->dim[2] % og_quant_block_elems(s->dtype) == 0;
     return is_float(s->dtype);
 }
 

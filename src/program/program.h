@@ -57,7 +57,7 @@ typedef enum og_program_rule {
     OG_PROGRAM_RULE_ATTR_VALUE,            /* op attributes in range                   */
     OG_PROGRAM_RULE_VALUE_NAME_UNIQUE,     /* an output name is not already a value    */
     OG_PROGRAM_RULE_GRAPH_OUTPUTS,         /* outputs: logits [T, vocab] produced      */
-    OG_PROGRAM_RULE_QUANT_SHAPE,           /* q8/q4: [N, K], K % OG_QUANT_GROUP == 0   */
+    OG_PROGRAM_RULE_QUANT_SHAPE,           /* q8/q4: [N, K], K % OG_QUANT_GROUP == 0; k-quants: K % 256 == 0 */
     OG_PROGRAM_RULE_COUNT
 } og_program_rule;
 

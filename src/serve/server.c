@@ -144,8 +144,10 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     }
     const char *json = og_model_tokenizer_json(s->model);
     if (!json) {
-        st = og_set_error(OG_ERR_UNSUPPORTED, "%s has no tokenizer: export it from a checkpoint folder that has "
-                                              "tokenizer.json", p->model_path);
+        const char *why = og_model_no_tokenizer_reason(s->model);
+        st = og_set_error(OG_ERR_UNSUPPORTED, "%s has no tokenizer%s%s%s: export it from a checkpoint folder that has "
+                          "tokenizer.json or a GGUF file with a vocabulary", p->model_path, why ? " (" : "",
+                          why ? why : "", why ? ")" : "");
         goto fail;
     }
     if ((st = og_tokenizer_load_json(json, &s->tok)) != OG_OK ||

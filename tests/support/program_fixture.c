@@ -251,6 +251,13 @@ static void m_overflow(file_parts *f) {
 }
 /* q8 rows of 16: not a whole group of OG_QUANT_GROUP */
 static void m_quant(file_parts *f) { cJSON_ReplaceItemInObjectCaseSensitive(tensor(f, "embed"), "dtype", cJSON_CreateString("q8")); }
+/* q4_k rows of 64: whole q8 groups, but not a whole super-block of
+ * OG_KQUANT_BLOCK (the k-quants' own block) */
+static void m_quant_k(file_parts *f) {
+    const double shape[2] = {32, 64};
+    cJSON_ReplaceItemInObjectCaseSensitive(tensor(f, "embed"), "dtype", cJSON_CreateString("q4_k"));
+    cJSON_ReplaceItemInObjectCaseSensitive(tensor(f, "embed"), "shape", cJSON_CreateDoubleArray(shape, 2));
+}
 static void m_psize(file_parts *f) { set_num(tensor(f, "embed"), "nbytes", get(tensor(f, "embed"), "nbytes")->valuedouble + 2); }
 static void m_pbounds(file_parts *f) {
     set_num(tensor(f, "final_norm"), "offset", (double)((f->payload_bytes + 63) / 64 * 64));
@@ -383,6 +390,7 @@ static const mutation k_mutations[] = {
     {{"shape_positive.ogp", R(SHAPE_POSITIVE), KV(NONE)}, m_positive},
     {{"shape_overflow.ogp", R(SHAPE_OVERFLOW), KV(NONE)}, m_overflow},
     {{"quant_shape.ogp", R(QUANT_SHAPE), KV(NONE)}, m_quant},
+    {{"quant_shape.q4_k.ogp", R(QUANT_SHAPE), KV(NONE)}, m_quant_k},
     {{"payload_size.ogp", R(PAYLOAD_SIZE), KV(NONE)}, m_psize},
     {{"payload_bounds.ogp", R(PAYLOAD_BOUNDS), KV(NONE)}, m_pbounds},
     {{"payload_aligned.ogp", R(PAYLOAD_ALIGNED), KV(NONE)}, m_paligned},
