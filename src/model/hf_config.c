@@ -261,7 +261,9 @@ static og_status parse_sliding(const ctx *c, og_hf_config *cfg) {
 static og_status parse_moe(const ctx *c, og_hf_config *cfg) {
     og_status rc;
     int64_t step = 1, shared = 0;
-    if ((rc = get_i32(c, "num_experts", false, 128, OG_MAX_EXPERTS, &cfg->num_experts)) ||
+    /* transformers 5 writes num_local_experts (its attribute map's name) */
+    const char *ne = item(c->root, "num_experts") || !item(c->root, "num_local_experts") ? "num_experts" : "num_local_experts";
+    if ((rc = get_i32(c, ne, false, 128, OG_MAX_EXPERTS, &cfg->num_experts)) ||
         (rc = get_i32(c, "num_experts_per_tok", false, 8, cfg->num_experts, &cfg->num_experts_per_tok)) ||
         (rc = get_int(c, c->root, "moe_intermediate_size", "moe_intermediate_size", false, 768, 1,
                       OG_MAX_INTERMEDIATE, &cfg->moe_intermediate_size)) ||
