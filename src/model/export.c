@@ -244,9 +244,11 @@ static void stack_free(stack_src *s) {
     og_free(s);
 }
 
-/* Piece j of expert e as a [n, K] tensor view (stacked: a slice). */
-static og_st_tensor stack_piece(const stack_src *s, int64_t e, int32_t j) {
-    if (!s->stacked) return *s->t[e * s->n_pieces + j];
+/* Piece j of expert e as a [n, K] tensor: a per-expert tensor itself (the
+ * source's own pointer: a fill callback may need it), or a view of a
+ * stacked one's slice written to *view (stacked sources have no fill). */
+static const og_st_tensor *stack_piece(const stack_src *s, int64_t e, int32_t j, og_st_tensor *view) {
+    if (!s->stacked) return s->t[e * s->n_pieces + j];
     og_st_tensor v = *s->t[j];
     const int64_t n = v.shape[1];
     const size_t es = og_dtype_size(v.dtype);
@@ -257,7 +259,8 @@ static og_st_tensor stack_piece(const stack_src *s, int64_t e, int32_t j) {
     v.numel = n * s->K;
     v.nbytes = (size_t)v.numel * es;
     v.data = (const char *)v.data + (size_t)e * v.nbytes;
-    return v;
+    *view = v;
+    return view;
 }
 
 /* A view's elements as f32 into out [numel]. */
@@ -282,14 +285,16 @@ static og_status fill_stack(void *ctx, void *dst, size_t nbytes) {
         uint8_t *out = (uint8_t *)dst + (size_t)(e * per);
         int64_t r = 0;
         bool exact = quant;
-        for (int32_t j = 0; j < s->n_pieces; j++) exact = exact && stack_piece(s, e, j).dtype == s->dst;
+        og_st_tensor view;
+        for (int32_t j = 0; j < s->n_pieces; j++) exact = exact && stack_piece(s, e, j, &view)->dtype == s->dst;
         for (int32_t j = 0; rc == OG_OK && j < s->n_pieces; j++) {
-            const og_st_tensor v = stack_piece(s, e, j);
+            const og_st_tensor *vp = stack_piece(s, e, j, &view);
+            const og_st_tensor v = *vp;
             const int64_t n = v.shape[0];
             if (exact) {
                 /* the source holds these very blocks (GGUF q8_0 / q4_0): its
                  * quants and scales go to this expert's two planes */
-                rc = s->src->fill(s->src->ctx, &v, s->dst, q);
+                rc = s->src->fill(s->src->ctx, vp, s->dst, q);
                 if (rc != OG_OK) break;
                 const size_t rb = og_quant_row_bytes(s->dst, K), sb = (size_t)(K / OG_QUANT_GROUP) * 2;
                 memcpy(out + (size_t)r * rb, q, (size_t)n * rb);
@@ -297,7 +302,7 @@ static og_status fill_stack(void *ctx, void *dst, size_t nbytes) {
             } else if (!quant && !s->src->fill && v.dtype == s->dst) {
                 memcpy(out + (size_t)(r * K) * og_dtype_size(s->dst), v.data, v.nbytes);
             } else {
-                rc = piece_f32(s, &v, f + r * K);
+                rc = piece_f32(s, vp, f + r * K);
                 if (rc == OG_OK && !quant)
                     for (int64_t i = 0; i < n * K; i++) og_store_f32(out, s->dst, (size_t)(r * K + i), f[r * K + i]);
             }
@@ -342,6 +347,8 @@ static og_status add_stack(exporter *e, const char *name, int64_t E, int64_t N, 
     *s = (stack_src){.src = e->src, .E = E, .N = N, .K = K, .n_pieces = n_pieces, .stacked = stacked, .t = s->t,
                      .pool = e->pool};
     const int64_t n = N / n_pieces;
+    if (stacked && e->src->fill)
+        return og_set_error(OG_ERR_UNSUPPORTED, "export: %s: stacked expert tensors from this source", name);
     for (int64_t i = 0; i < n_t; i++) {
         char tn[192];
         if (stacked) snprintf(tn, sizeof tn, "%s", pieces[i]);
@@ -353,7 +360,8 @@ static og_status add_stack(exporter *e, const char *name, int64_t E, int64_t N, 
      * (the moe kernels take q8 and q4 stacks) */
     og_dtype dt = e->dtype;
     if (e->mix == OG_MIX_AS_STORED) {
-        const og_dtype st = stack_piece(s, 0, 0).dtype;
+        og_st_tensor view;
+        const og_dtype st = stack_piece(s, 0, 0, &view)->dtype;
         if (st == OG_DTYPE_Q8 || st == OG_DTYPE_Q4) dt = st;
     } else if (e->mix == OG_MIX_NONE && (e->weights == OG_DTYPE_Q8 || e->weights == OG_DTYPE_Q4) &&
                K % OG_QUANT_GROUP == 0) {
