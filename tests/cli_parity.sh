@@ -46,7 +46,8 @@ CMP=$(dirname "$BIN")/tests/compare_logits
 rm -rf "$WORK" && mkdir -p "$WORK"
 fails=0
 runs=0
-for dir in "$SRC"/tests/data/hf/*/; do
+# OG_PARITY_ONLY=<glob> (e.g. 'qwen3-moe*') runs only the fixtures it names.
+for dir in "$SRC"/tests/data/hf/${OG_PARITY_ONLY:-*}/; do
     name=$(basename "$dir")
     [ -f "$dir/logits_steps.f32" ] && continue # a hybrid fixture: tests/cli_parity_hybrid.sh
     for dtype in f32 bf16; do
