@@ -252,6 +252,8 @@ static og_status instr(exporter *e, og_op op, const char *out, const og_op_attrs
 
 #define IN(...) (int32_t)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), (const char *[]){__VA_ARGS__}
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+/* NAME for a char * of 48 bytes (an output name given by a caller) */
+#define NAME48(buf, ...) (snprintf(buf, 48, __VA_ARGS__), buf)
 
 /* matmul of x by "<w>.weight" (+ "<w>.bias" when bias) into out. */
 static og_status linear(exporter *e, const char *x, const char *w, int64_t n, int64_t k, bool bias,
@@ -677,19 +679,77 @@ static og_status lower_gated_attention(exporter *e, int32_t i, const char *p, co
     return linear(e, ag, NAME(w, "%s.self_attn.o_proj", p), H, Hq * D, false, out);
 }
 
+/* Qwen3-Next's fused projections as Qwen3.5's four: in_proj_qkvz holds,
+ * per key head g (r = Hv / Hk value heads each), q_g [Dk], k_g [Dk], the v
+ * of its r value heads [r Dv] and their z [r Dv]; in_proj_ba, per key head,
+ * the b of its r value heads, then their a. Their rows are gathered into
+ * in_proj_qkv (every q, every k, every v), in_proj_z, in_proj_b and
+ * in_proj_a; outputs named into qkv, z, b, a [48] each. */
+static og_status fused_projections(exporter *e, int32_t i, const char *p, const char *an, char *qkv, char *z, char *b,
+                                   char *a) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim,
+                  Dv = c->linear_v_head_dim, r = Hv / Hk, C = 2 * Hk * Dk + Hv * Dv;
+    const int64_t gw = 2 * Dk + 2 * r * Dv, n_qkvz = Hk * gw;
+    char src[176], w[192];
+    int64_t *rq = og_malloc((size_t)C * sizeof *rq), *rz = og_malloc((size_t)(Hv * Dv) * sizeof *rz);
+    int64_t *rb = og_malloc((size_t)Hv * sizeof *rb), *ra = og_malloc((size_t)Hv * sizeof *ra);
+    if (!rq || !rz || !rb || !ra) {
+        og_free(rq), og_free(rz), og_free(rb), og_free(ra);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
+    int64_t n = 0;
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < Dk; j++) rq[n++] = g * gw + j; /* q */
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < Dk; j++) rq[n++] = g * gw + Dk + j; /* k */
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < r * Dv; j++) rq[n++] = g * gw + 2 * Dk + j; /* v */
+    for (int64_t g = 0, m = 0; g < Hk; g++)
+        for (int64_t j = 0; j < r * Dv; j++) rz[m++] = g * gw + 2 * Dk + r * Dv + j; /* z */
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < r; j++) {
+            rb[g * r + j] = g * 2 * r + j;
+            ra[g * r + j] = g * 2 * r + r + j;
+        }
+    og_status rc;
+    snprintf(src, sizeof src, "%s.linear_attn.in_proj_qkvz.weight", p);
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.qkv", src), src, n_qkvz, H, rq, C)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME48(qkv, "l%d.qkv", i), NULL, IN(an, w)))) {
+        og_free(rz), og_free(rb), og_free(ra);
+        return rc;
+    }
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.z", src), src, n_qkvz, H, rz, Hv * Dv)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME48(z, "l%d.z", i), NULL, IN(an, w)))) {
+        og_free(rb), og_free(ra);
+        return rc;
+    }
+    snprintf(src, sizeof src, "%s.linear_attn.in_proj_ba.weight", p);
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.b", src), src, 2 * Hv, H, rb, Hv)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME48(b, "l%d.b", i), NULL, IN(an, w)))) {
+        og_free(ra);
+        return rc;
+    }
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.a", src), src, 2 * Hv, H, ra, Hv))) return rc;
+    return instr(e, OG_OP_MATMUL, NAME48(a, "l%d.a", i), NULL, IN(an, w));
+}
+
 /* The Gated DeltaNet token mixer of hybrid layer i: an -> out. Qwen3.5
- * stores in_proj_qkv, in_proj_z, in_proj_b and in_proj_a. */
+ * stores in_proj_qkv, in_proj_z, in_proj_b and in_proj_a; Qwen3-Next their
+ * fused forms (fused_projections). */
 static og_status lower_linear_attention(exporter *e, int32_t i, const char *p, const char *an, const char *out) {
     const og_hf_config *c = e->cfg;
     const int64_t H = c->hidden_size, Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim,
                   Dv = c->linear_v_head_dim, K = c->linear_conv_kernel, C = 2 * Hk * Dk + Hv * Dv;
     char w[176], qkv[48], z[48], b[48], a[48], cv[48], core[48], nrm[48], A[176], dt[176], sc[40], sr[40];
     og_status rc;
-    if ((rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_qkv", p), C, H, false, NAME(qkv, "l%d.qkv", i))) ||
-        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_z", p), Hv * Dv, H, false, NAME(z, "l%d.z", i))) ||
-        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_b", p), Hv, H, false, NAME(b, "l%d.b", i))) ||
-        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_a", p), Hv, H, false, NAME(a, "l%d.a", i))))
-        return rc;
+    if (c->family == OG_HF_QWEN3_NEXT)
+        rc = fused_projections(e, i, p, an, qkv, z, b, a);
+    else if (!(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_qkv", p), C, H, false, NAME(qkv, "l%d.qkv", i))) &&
+             !(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_z", p), Hv * Dv, H, false, NAME(z, "l%d.z", i))) &&
+             !(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_b", p), Hv, H, false, NAME(b, "l%d.b", i))))
+        rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_a", p), Hv, H, false, NAME(a, "l%d.a", i));
+    if (rc != OG_OK) return rc;
     /* conv1d.weight [C, 1, K] as [C, K] */
     const int64_t cw[3] = {C, 1, K}, cs[2] = {C, K}, hv[1] = {Hv};
     const og_st_tensor *t;
@@ -717,8 +777,8 @@ static og_status lower_linear_attention(exporter *e, int32_t i, const char *p, c
  * token mixer and the MLP. */
 static og_status lower_hybrid_layer(exporter *e, int32_t i, const char *x, char *out, size_t out_cap) {
     const og_hf_config *c = e->cfg;
-    const int64_t H = c->hidden_size, F = c->intermediate_size;
-    char p[64], w[176], an[48], mix[48], h[48], mn[48], g[48], u[48], act[48], dn[48];
+    const int64_t H = c->hidden_size;
+    char p[64], an[48], mix[48], h[48], mn[48], dn[48];
     og_status rc;
     snprintf(p, sizeof p, "%slayers.%d", e->prefix, i);
     if ((rc = norm_of(e, x, p, "input_layernorm", H, NAME(an, "l%d.attn_norm", i))) ||
@@ -726,10 +786,7 @@ static og_status lower_hybrid_layer(exporter *e, int32_t i, const char *x, char 
                                  : lower_gated_attention(e, i, p, an, NAME(mix, "l%d.mix", i))) ||
         (rc = instr(e, OG_OP_ADD, NAME(h, "l%d.resid", i), NULL, IN(x, mix))) ||
         (rc = norm_of(e, h, p, "post_attention_layernorm", H, NAME(mn, "l%d.mlp_norm", i))) ||
-        (rc = linear(e, mn, NAME(w, "%s.mlp.gate_proj", p), F, H, false, NAME(g, "l%d.gate", i))) ||
-        (rc = linear(e, mn, NAME(w, "%s.mlp.up_proj", p), F, H, false, NAME(u, "l%d.up", i))) ||
-        (rc = instr(e, OG_OP_SWIGLU, NAME(act, "l%d.act", i), NULL, IN(g, u))) ||
-        (rc = linear(e, act, NAME(w, "%s.mlp.down_proj", p), H, F, false, NAME(dn, "l%d.mlp_out", i))))
+        (rc = lower_mlp(e, i, p, mn, NAME(dn, "l%d.mlp_out", i))))
         return rc;
     snprintf(out, out_cap, "l%d.out", i);
     return instr(e, OG_OP_ADD, out, NULL, IN(h, dn));

@@ -10,16 +10,19 @@
 #include <stdio.h>
 
 static const char *const k_family_names[OG_HF_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3", "qwen3_5",
-                                                                "qwen3_moe"};
+                                                                "qwen3_moe", "qwen3_5_moe", "qwen3_next"};
 static const char *const k_architectures[OG_HF_FAMILY_COUNT] = {
     "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3_5ForCausalLM",
-    "Qwen3MoeForCausalLM"};
+    "Qwen3MoeForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"};
 /* Other names of a family: the text model's model_type, and the
  * conditional-generation (vision + text) checkpoint's architecture. */
 static const struct {
     const char *name;
     og_hf_family family;
-} k_aliases[] = {{"qwen3_5_text", OG_HF_QWEN3_5}, {"Qwen3_5ForConditionalGeneration", OG_HF_QWEN3_5}};
+} k_aliases[] = {{"qwen3_5_text", OG_HF_QWEN3_5},
+                 {"Qwen3_5ForConditionalGeneration", OG_HF_QWEN3_5},
+                 {"qwen3_5_moe_text", OG_HF_QWEN3_5_MOE},
+                 {"Qwen3_5MoeForConditionalGeneration", OG_HF_QWEN3_5_MOE}};
 
 const char *og_hf_family_name(og_hf_family f) {
     return (unsigned)f < OG_HF_FAMILY_COUNT ? k_family_names[f] : "unknown";
@@ -118,7 +121,7 @@ static og_status parse_family(const ctx *c, og_hf_family *out) {
                 return OG_OK;
             }
         return bad(c, OG_ERR_UNSUPPORTED, "model_type", mt,
-                   "not supported (llama, mistral, qwen2, qwen3, qwen3_5 / qwen3_5_text, qwen3_moe)");
+                   "not supported (llama, mistral, qwen2, qwen3, qwen3_5 / qwen3_5_text, qwen3_moe, qwen3_5_moe / qwen3_5_moe_text, qwen3_next)");
     }
     const cJSON *arch = item(c->root, "architectures");
     if (!arch)
@@ -137,7 +140,7 @@ static og_status parse_family(const ctx *c, og_hf_family *out) {
         }
     return bad(c, OG_ERR_UNSUPPORTED, "architectures", arch,
                "not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-               "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3MoeForCausalLM)");
+               "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM)");
 }
 
 /* Rope: transformers 5 "rope_parameters" when present, else the
@@ -397,7 +400,10 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if ((rc = get_int(c, c->root, "vocab_size", "vocab_size", true, 0, 1, OG_MAX_VOCAB, &cfg->vocab_size)) ||
         (rc = get_int(c, c->root, "hidden_size", "hidden_size", true, 0, 1, OG_MAX_HIDDEN, &cfg->hidden_size)) ||
         /* qwen3_moe: only its dense layers use it (the class default 6144) */
-        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size", cfg->family != OG_HF_QWEN3_MOE, 6144, 1,
+        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size",
+                      cfg->family != OG_HF_QWEN3_MOE && cfg->family != OG_HF_QWEN3_5_MOE &&
+                          cfg->family != OG_HF_QWEN3_NEXT,
+                      6144, 1,
                       OG_MAX_INTERMEDIATE, &cfg->intermediate_size)) ||
         (rc = get_i32(c, "num_hidden_layers", true, 0, INT32_MAX, &cfg->num_hidden_layers)))
         return rc;
@@ -431,7 +437,7 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if ((rc = get_pos_double(c, c->root, "rms_norm_eps", "rms_norm_eps", false, 1e-6, &cfg->rms_norm_eps)) ||
         (rc = get_bool(c, "tie_word_embeddings", false, &cfg->tie_word_embeddings)))
         return rc;
-    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768, 32768, 32768};
+    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768, 32768, 32768, 32768, 32768};
     if ((rc = get_int(c, c->root, "max_position_embeddings", "max_position_embeddings", false,
                       default_max_pos[cfg->family], 1, INT32_MAX, &v)))
         return rc;
@@ -447,7 +453,11 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if ((rc = parse_rope(c, &cfg->rope)) || (rc = parse_dtype(c, cfg))) return rc;
     cfg->rotary_dim = cfg->head_dim;
     if ((rc = og_hf_is_hybrid(cfg->family) ? parse_hybrid(c, cfg) : parse_sliding(c, cfg))) return rc;
-    if (cfg->family == OG_HF_QWEN3_MOE) return parse_moe(c, cfg);
+    if (cfg->family == OG_HF_QWEN3_MOE || cfg->family == OG_HF_QWEN3_NEXT) return parse_moe(c, cfg);
+    if (cfg->family == OG_HF_QWEN3_5_MOE) { /* every layer sparse; its router always renormalises the top k */
+        if ((rc = parse_moe(c, cfg))) return rc;
+        cfg->norm_topk_prob = true;
+    }
     return OG_OK;
 }
 

@@ -27,6 +27,8 @@ typedef enum og_hf_family {
      * attention ones, (1 + w) RMS norms, partial rotary embeddings */
     OG_HF_QWEN3_5,
     OG_HF_QWEN3_MOE, /* qwen3 attention, mixture-of-experts MLPs */
+    OG_HF_QWEN3_5_MOE, /* hybrid (as qwen3_5), every MLP experts with a gated shared expert */
+    OG_HF_QWEN3_NEXT,  /* hybrid, fused in_proj_qkvz / in_proj_ba projections, expert MLPs */
     OG_HF_FAMILY_COUNT
 } og_hf_family;
 
@@ -90,7 +92,9 @@ typedef struct og_hf_config {
 } og_hf_config;
 
 /* True for the families with Gated DeltaNet layers. */
-static inline bool og_hf_is_hybrid(og_hf_family f) { return f == OG_HF_QWEN3_5; }
+static inline bool og_hf_is_hybrid(og_hf_family f) {
+    return f == OG_HF_QWEN3_5 || f == OG_HF_QWEN3_5_MOE || f == OG_HF_QWEN3_NEXT;
+}
 
 /* Parses config.json text (len bytes, need not be NUL-terminated). origin
  * names the text in messages. OG_ERR_FORMAT for malformed or inconsistent
