@@ -76,7 +76,9 @@ typedef enum og_dtype {
  * planes: the quants of all rows, row-major (q8: K int8 per row; q4: K/2
  * bytes per row, byte j of a group holding element j in its low nibble and
  * element j + 16 in its high one, each as q + 8 in 0..15), then the scales,
- * [N, K / OG_QUANT_GROUP] f16. docs/program-format.md has the details. */
+ * [N, K / OG_QUANT_GROUP] f16. A rank-3 quantized tensor [E, N, K] (the
+ * experts of a mixture-of-experts layer) is E such matrices one after the
+ * other. docs/program-format.md has the details. */
 #define OG_QUANT_GROUP 32
 
 /* The k-quants (q2_k, q3_k, q4_k, q5_k, q6_k) are [N, K] matrices, K a
@@ -94,10 +96,10 @@ bool og_dtype_is_quantized(og_dtype dt);
 /* True for the k-quants (OG_DTYPE_Q2_K .. OG_DTYPE_Q6_K). */
 bool og_dtype_is_kquant(og_dtype dt);
 /* Bytes of a tensor of dtype and shape (rank 1..4, dims > 0) into *bytes.
- * Quantized dtypes need rank 2 and a last dim that is a multiple of
- * OG_QUANT_GROUP (q8, q4) or OG_KQUANT_BLOCK (k-quants). False, *bytes
- * untouched, when the dtype is unknown, the shape does not suit it or the
- * count overflows int64. */
+ * Quantized dtypes need rank 2 (or 3: a stack of matrices) and a last dim
+ * that is a multiple of OG_QUANT_GROUP (q8, q4) or OG_KQUANT_BLOCK
+ * (k-quants). False, *bytes untouched, when the dtype is unknown, the shape
+ * does not suit it or the count overflows int64. */
 bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);
 /* Short lower-case name ("f32", "bf16", ...); "unknown" otherwise. */
 const char *og_dtype_name(og_dtype dt);

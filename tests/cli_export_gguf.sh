@@ -58,7 +58,7 @@ b = open(sys.argv[1], "rb").read()
 i = b.index(b"qwen2", b.index(b"general.architecture"))
 open(sys.argv[2], "wb").write(b[:i] + b"gemma" + b[i + 5:])
 PY
-expect_fail "architecture" '"general.architecture" = "gemma": not supported (llama, qwen2, qwen3)' \
+expect_fail "architecture" '"general.architecture" = "gemma": not supported (llama, qwen2, qwen3, qwen3moe)' \
     export "$WORK/arch.gguf" -o "$WORK/bad.ogp"
 "$BIN" export --help | grep -q 'GGUF' || fail "export --help does not mention GGUF"
 [ $fails -eq 0 ] && echo "cli_export_gguf: all checks passed"

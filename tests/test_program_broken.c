@@ -28,6 +28,17 @@ int main(void) {
     CHECK(og_program_last_rule(NULL) == OG_PROGRAM_RULE_NONE);
     og_program_close(p);
 
+    og_test_section("the moe base of the moe_* broken files is valid");
+    if (valid) {
+        uint8_t *mb = NULL;
+        size_t mn = 0;
+        CHECK_OK(og_fixture_moe_program(valid, vn, &mb, &mn));
+        og_program *mp = NULL;
+        CHECK_OK(og_program_open_memory(mb, mn, &mp));
+        og_program_close(mp);
+        free(mb);
+    }
+
     og_test_section("one broken file per rule, refused by exactly that rule");
     int n;
     const og_broken_case *cases = og_broken_cases(&n);

@@ -37,15 +37,22 @@ static void test_tensor_bytes(void) {
     CHECK(og_dtype_size(OG_DTYPE_Q8) == 0 && og_dtype_size(OG_DTYPE_Q4) == 0);
     CHECK(og_dtype_size(OG_DTYPE_INT8) == 1 && og_dtype_size(OG_DTYPE_FP8) == 1);
 
+    /* a stack of E matrices: E times one matrix's bytes */
+    const int64_t st3[3] = {3, 5, 64}, mat2[2] = {5, 64};
+    int64_t b1 = 0;
+    CHECK(og_tensor_bytes(OG_DTYPE_Q8, 3, st3, &b) && og_tensor_bytes(OG_DTYPE_Q8, 2, mat2, &b1) && b == 3 * b1);
+    CHECK(og_tensor_bytes(OG_DTYPE_Q4, 3, st3, &b) && og_tensor_bytes(OG_DTYPE_Q4, 2, mat2, &b1) && b == 3 * b1);
+
     /* refusals leave *bytes untouched */
-    const int64_t r1[1] = {64}, r3[3] = {2, 2, 64}, k48[2] = {2, 48}, k16[2] = {2, 16},
+    const int64_t r1[1] = {64}, r4[4] = {2, 2, 2, 64}, r3k48[3] = {2, 2, 48}, k48[2] = {2, 48}, k16[2] = {2, 16},
                   zero[2] = {0, 64}, neg[2] = {-2, 64}, kzero[2] = {2, 0},
                   huge[2] = {INT64_MAX / 32, 64}, s5[5] = {1, 1, 1, 1, 1};
     for (int dti = 0; dti < 2; dti++) {
         const og_dtype dt = dti ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
         b = -7;
-        CHECK(!og_tensor_bytes(dt, 1, r1, &b));  /* a quantized tensor is [N, K] */
-        CHECK(!og_tensor_bytes(dt, 3, r3, &b));
+        CHECK(!og_tensor_bytes(dt, 1, r1, &b));  /* a quantized tensor is [N, K] or [E, N, K] */
+        CHECK(!og_tensor_bytes(dt, 4, r4, &b));
+        CHECK(!og_tensor_bytes(dt, 3, r3k48, &b));
         CHECK(!og_tensor_bytes(dt, 2, k48, &b)); /* K not whole groups */
         CHECK(!og_tensor_bytes(dt, 2, k16, &b));
         CHECK(!og_tensor_bytes(dt, 2, zero, &b));

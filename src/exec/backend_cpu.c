@@ -34,6 +34,7 @@
 
 #include "kernels/attend.h"
 #include "kernels/gdn.h"
+#include "kernels/moe.h"
 #include "model/sample.h"
 
 #include <stdio.h>
@@ -425,6 +426,16 @@ static og_status run_instr(const step_run *r, int32_t i) {
         return og_rms_norm_gated_cpu(pool, x[0], x[1], x[2], dt[2], T, a->heads, w[0] / a->heads, (float)a->eps, out);
     case OG_OP_SIGMOID_MUL:
         return og_sigmoid_mul_cpu(pool, x[0], x[1], T * w[0], out);
+    case OG_OP_MOE: {
+        /* rows grouped by expert across every session of the step (moe.h) */
+        const og_program_tensor *gu = og_program_tensor_at(m->prog, in->in[2].index);
+        og_moe_args ma = {.x = x[0], .logits = x[1], .gate_up = x[2], .gate_up_dtype = dt[2], .down = x[3],
+                          .down_dtype = dt[3], .shared = in->n_in > 4 ? x[4] : NULL,
+                          .shared_gate = in->n_in > 5 ? x[5] : NULL, .T = T, .H = w[0], .F = gu->shape[1] / 2,
+                          .E = gu->shape[0], .top_k = (int32_t)a->top_k, .norm_topk_prob = a->norm_topk_prob != 0,
+                          .out = out};
+        return T > 0 ? og_moe_cpu(pool, &ma) : OG_OK;
+    }
     case OG_OP_COUNT:
         break;
     }

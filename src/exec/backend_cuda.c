@@ -63,6 +63,7 @@
 #include "exec/exec.h"
 
 #include "kernels/cuda/gdn_cuda.h"
+#include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/sample_cuda.h"
 #include "kv/alloc_cuda.h"
@@ -162,6 +163,7 @@ typedef struct row_set {
     float *logits;              /* [cap_out, V] the tail rows' logits  */
     uint32_t *marks;            /* [cap_out, W] sampler scratch, zero between steps */
     float *attn_partials;       /* batched attention scratch, counters zero between steps */
+    void *moe_scratch;          /* the moe instructions' (og_moe_cuda_scratch_bytes of cap rows) */
 } row_set;
 
 struct og_step_ctx {
@@ -464,6 +466,13 @@ static bool hybrid_allowed(void) {
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     (void)p;
     if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
+    /* the moe kernels (kernels/cuda/moe.cu) are off until they have passed
+     * on a GPU: OG_CUDA_MOE=1 turns them on */
+    const char *moe_env = getenv("OG_CUDA_MOE");
+    for (int32_t i = 0; i < m->n_instrs && !(moe_env && !strcmp(moe_env, "1")); i++)
+        if (og_program_instr_at(m->prog, i)->op == OG_OP_MOE)
+            return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d (moe): the CUDA mixture-of-experts kernels are not "
+                                "enabled (OG_CUDA_MOE=1 turns them on); run this program on the CPU (--backend cpu)", i);
     cuda_model *cm = og_calloc(1, sizeof *cm);
     if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = cm;
@@ -610,6 +619,7 @@ static void free_set(og_model *m, row_set *r) {
     cudaFree(r->logits);
     cudaFree(r->marks);
     cudaFree(r->attn_partials);
+    cudaFree(r->moe_scratch);
     memset(r, 0, sizeof *r);
 }
 
@@ -648,6 +658,20 @@ static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out)
         SET_TRY(cudaMalloc((void **)&r->split_lo, parts), "matmul scratch");
     }
     SET_TRY(cudaMalloc((void **)&r->logits, (size_t)cap_out * (size_t)m->vocab * sizeof(float)), "logits");
+    size_t moe_bytes = 0;
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, i);
+        if (in->op != OG_OP_MOE) continue;
+        const og_program_tensor *gu = og_program_tensor_at(m->prog, in->in[2].index);
+        const size_t b = og_moe_cuda_scratch_bytes(cap, (int32_t)in->attrs.top_k, gu->shape[0], gu->shape[2],
+                                                   gu->shape[1] / 2);
+        if (b == 0) {
+            st = og_set_error(OG_ERR_INVALID_ARGUMENT, "moe scratch of %lld rows overflows", (long long)cap);
+            goto fail;
+        }
+        if (b > moe_bytes) moe_bytes = b;
+    }
+    if (moe_bytes) SET_TRY(cudaMalloc(&r->moe_scratch, moe_bytes), "moe scratch");
     const size_t marks = (size_t)cap_out * og_sample_cuda_marks_bytes(m->vocab);
     SET_TRY(cudaMalloc((void **)&r->marks, marks), "sampler scratch");
     SET_TRY(cudaMemset(r->marks, 0, marks), "sampler scratch");
@@ -1097,6 +1121,15 @@ static og_status run_instr(const step_run *x, int32_t i) {
                                       out);
     case OG_OP_SIGMOID_MUL:
         return og_sigmoid_mul_cuda(c->stream, v[0], v[1], T * w[0], out);
+    case OG_OP_MOE: {
+        const og_program_tensor *gu = og_program_tensor_at(m->prog, in->in[2].index);
+        const og_moe_cuda_args ma = {.x = v[0], .logits = v[1], .gate_up = v[2], .gate_up_dtype = dt[2],
+                                     .down = v[3], .down_dtype = dt[3], .shared = in->n_in > 4 ? v[4] : NULL,
+                                     .shared_gate = in->n_in > 5 ? v[5] : NULL, .T = T, .H = w[0],
+                                     .F = gu->shape[1] / 2, .E = gu->shape[0], .top_k = (int32_t)a->top_k,
+                                     .norm_topk_prob = a->norm_topk_prob != 0, .out = out};
+        return T > 0 ? og_moe_cuda(c->stream, &ma, x->rs->moe_scratch) : OG_OK;
+    }
     case OG_OP_COUNT:
         break;
     }

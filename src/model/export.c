@@ -84,6 +84,8 @@ typedef struct exporter {
     int32_t n_unquantized, n_fallback;
     uint32_t matrix_dtypes; /* bit per dtype a matrix was given */
     og_threadpool *pool; /* quantizes weights (q8, q4, k-quants) on every CPU; NULL otherwise */
+    struct stack_src **stacks; /* expert stacks' fill contexts, owned */
+    int32_t n_stacks, cap_stacks;
 } exporter;
 
 /* t's elements as f32 into out [numel]. */
@@ -250,6 +252,8 @@ static og_status instr(exporter *e, og_op op, const char *out, const og_op_attrs
 
 #define IN(...) (int32_t)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), (const char *[]){__VA_ARGS__}
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+/* NAME for a char * of 48 bytes (an output name given by a caller) */
+#define NAME48(buf, ...) (snprintf(buf, 48, __VA_ARGS__), buf)
 
 /* matmul of x by "<w>.weight" (+ "<w>.bias" when bias) into out. */
 static og_status linear(exporter *e, const char *x, const char *w, int64_t n, int64_t k, bool bias,
@@ -262,12 +266,240 @@ static og_status linear(exporter *e, const char *x, const char *w, int64_t n, in
     return bias ? instr(e, OG_OP_MATMUL, out, NULL, IN(x, wn, bn)) : instr(e, OG_OP_MATMUL, out, NULL, IN(x, wn));
 }
 
+/* ---- mixture-of-experts MLPs ----
+ * A sparse layer lowers to: the router's matmul (its weight stays in the
+ * program's dtype: quantizing it would move routing decisions), then for a
+ * shared expert its gate/up matmuls, swiglu, down matmul and its gate's
+ * [1, H] matmul, then one moe instruction over two expert stacks,
+ * <p>.mlp.experts.gate_up_proj [E, 2F, H] (per expert F gate rows, then F
+ * up rows: transformers' fused layout) and <p>.mlp.experts.down_proj
+ * [E, H, F]. The stacks are gathered from either checkpoint layout: the
+ * fused 3-D tensors of those names, or one tensor per expert
+ * (<p>.mlp.experts.<e>.gate_proj.weight, up_proj, down_proj; a GGUF file's
+ * expert tensors are mapped to these names). With --weights q8|q4 the
+ * stacks are quantized expert by expert (a quantized stack is E quantized
+ * matrices one after the other). */
+
+/* A stack [E, N, K] gathered from checkpoint tensors: expert e's rows are
+ * its pieces' rows one after the other. A piece is a [n, K] tensor of its
+ * own (one per expert: t[e * n_pieces + j]) or expert e's slice of an
+ * [E, n, K] tensor (stacked: t[j]). */
+typedef struct stack_src {
+    const og_export_source *src;
+    char name[192];        /* the program tensor, in messages */
+    og_dtype dst;
+    int64_t E, N, K;
+    int32_t n_pieces;      /* 1 or 2 */
+    bool stacked;
+    const og_st_tensor **t;
+    og_threadpool *pool;
+} stack_src;
+
+static void stack_free(stack_src *s) {
+    if (!s) return;
+    og_free(s->t);
+    og_free(s);
+}
+
+/* Piece j of expert e as a [n, K] tensor: a per-expert tensor itself (the
+ * source's own pointer: a fill callback may need it), or a view of a
+ * stacked one's slice written to *view (stacked sources have no fill). */
+static const og_st_tensor *stack_piece(const stack_src *s, int64_t e, int32_t j, og_st_tensor *view) {
+    if (!s->stacked) return s->t[e * s->n_pieces + j];
+    og_st_tensor v = *s->t[j];
+    const int64_t n = v.shape[1];
+    const size_t es = og_dtype_size(v.dtype);
+    v.rank = 2;
+    v.shape[0] = n;
+    v.shape[1] = s->K;
+    v.shape[2] = 0;
+    v.numel = n * s->K;
+    v.nbytes = (size_t)v.numel * es;
+    v.data = (const char *)v.data + (size_t)e * v.nbytes;
+    *view = v;
+    return view;
+}
+
+/* A view's elements as f32 into out [numel]. */
+static og_status piece_f32(const stack_src *s, const og_st_tensor *v, float *out) {
+    if (s->src->fill) return s->src->fill(s->src->ctx, v, OG_DTYPE_F32, out);
+    for (size_t i = 0; i < (size_t)v->numel; i++)
+        out[i] = v->dtype == OG_DTYPE_F16 ? og_f32_from_f16(((const og_f16 *)v->data)[i]) : og_load_f32(v->data, v->dtype, i);
+    return OG_OK;
+}
+
+static og_status fill_stack(void *ctx, void *dst, size_t nbytes) {
+    const stack_src *s = ctx;
+    const int64_t shape[2] = {s->N, s->K}, N = s->N, K = s->K;
+    int64_t per = 0;
+    if (!og_tensor_bytes(s->dst, 2, shape, &per) || nbytes != (size_t)(per * s->E))
+        return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": writer asked for %zu bytes", s->name, nbytes);
+    const bool quant = og_dtype_is_quantized(s->dst);
+    float *f = og_malloc((size_t)(N * K) * sizeof *f);
+    void *q = quant ? og_malloc((size_t)per) : NULL; /* a piece's own quantized [n, K] */
+    og_status rc = f && (q || !quant) ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for \"%s\"", s->name);
+    for (int64_t e = 0; rc == OG_OK && e < s->E; e++) {
+        uint8_t *out = (uint8_t *)dst + (size_t)(e * per);
+        int64_t r = 0;
+        bool exact = quant;
+        og_st_tensor view;
+        for (int32_t j = 0; j < s->n_pieces; j++) exact = exact && stack_piece(s, e, j, &view)->dtype == s->dst;
+        for (int32_t j = 0; rc == OG_OK && j < s->n_pieces; j++) {
+            const og_st_tensor *vp = stack_piece(s, e, j, &view);
+            const og_st_tensor v = *vp;
+            const int64_t n = v.shape[0];
+            if (exact) {
+                /* the source holds these very blocks (GGUF q8_0 / q4_0): its
+                 * quants and scales go to this expert's two planes */
+                rc = s->src->fill(s->src->ctx, vp, s->dst, q);
+                if (rc != OG_OK) break;
+                const size_t rb = og_quant_row_bytes(s->dst, K), sb = (size_t)(K / OG_QUANT_GROUP) * 2;
+                memcpy(out + (size_t)r * rb, q, (size_t)n * rb);
+                memcpy(out + (size_t)N * rb + (size_t)r * sb, (uint8_t *)q + (size_t)n * rb, (size_t)n * sb);
+            } else if (!quant && !s->src->fill && v.dtype == s->dst) {
+                memcpy(out + (size_t)(r * K) * og_dtype_size(s->dst), v.data, v.nbytes);
+            } else {
+                rc = piece_f32(s, vp, f + r * K);
+                if (rc == OG_OK && !quant)
+                    for (int64_t i = 0; i < n * K; i++) og_store_f32(out, s->dst, (size_t)(r * K + i), f[r * K + i]);
+            }
+            r += n;
+        }
+        if (rc == OG_OK && quant && !exact) rc = quantize_parallel(s->pool, s->dst, f, N, K, out);
+    }
+    og_free(f);
+    og_free(q);
+    return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", s->name, og_last_error());
+}
+
+/* The checkpoint tensor `name`, which must be [d0, d1] (d2 > 0: [d0, d1, d2]). */
+static og_status find_shaped(exporter *e, const char *name, int64_t d0, int64_t d1, int64_t d2,
+                             const og_st_tensor **out) {
+    const og_st_tensor *t = e->src->find(e->src->ctx, name);
+    if (!t) return og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"%s\" is missing", e->src->origin, name);
+    const int32_t rank = d2 > 0 ? 3 : 2;
+    if (t->rank != rank || t->shape[0] != d0 || t->shape[1] != d1 || (rank == 3 && t->shape[2] != d2))
+        return og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"%s\" has rank %d shape [%lld, %lld, %lld], %s implies "
+                            "[%lld, %lld%s%lld]", t->file, name, t->rank, (long long)t->shape[0],
+                            (long long)(t->rank > 1 ? t->shape[1] : 0), (long long)(t->rank > 2 ? t->shape[2] : 0),
+                            e->src->config_name, (long long)d0, (long long)d1, rank == 3 ? ", " : "] (",
+                            (long long)(rank == 3 ? d2 : 2));
+    *out = t;
+    return OG_OK;
+}
+
+/* Adds the stack `name` [E, N, K] of the n_pieces tensors pieces[] (printf
+ * patterns with the expert's index, or names of stacked tensors). */
+static og_status add_stack(exporter *e, const char *name, int64_t E, int64_t N, int64_t K, bool stacked, int32_t n_pieces,
+                           const char *const *pieces) {
+    if (e->n_stacks == e->cap_stacks) return og_set_error(OG_ERR_STATE, "export: more expert stacks than planned");
+    stack_src *s = og_calloc(1, sizeof *s);
+    const int64_t n_t = stacked ? n_pieces : E * n_pieces;
+    if (s) s->t = og_calloc((size_t)n_t, sizeof *s->t);
+    if (!s || !s->t) {
+        stack_free(s);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
+    e->stacks[e->n_stacks++] = s;
+    *s = (stack_src){.src = e->src, .E = E, .N = N, .K = K, .n_pieces = n_pieces, .stacked = stacked, .t = s->t,
+                     .pool = e->pool};
+    const int64_t n = N / n_pieces;
+    if (stacked && e->src->fill)
+        return og_set_error(OG_ERR_UNSUPPORTED, "export: %s: stacked expert tensors from this source", name);
+    for (int64_t i = 0; i < n_t; i++) {
+        char tn[192];
+        if (stacked) snprintf(tn, sizeof tn, "%s", pieces[i]);
+        else snprintf(tn, sizeof tn, pieces[i % n_pieces], (int)(i / n_pieces));
+        OG_TRY(find_shaped(e, tn, stacked ? E : n, stacked ? n : K, stacked ? K : 0, &s->t[i]));
+    }
+    /* q8 / q4 stacks (as --weights asks, or as a GGUF file stores them);
+     * k-quant weights and mixes leave the experts in the program's dtype
+     * (the moe kernels take q8 and q4 stacks) */
+    og_dtype dt = e->dtype;
+    if (e->mix == OG_MIX_AS_STORED) {
+        og_st_tensor view;
+        const og_dtype st = stack_piece(s, 0, 0, &view)->dtype;
+        if (st == OG_DTYPE_Q8 || st == OG_DTYPE_Q4) dt = st;
+    } else if (e->mix == OG_MIX_NONE && (e->weights == OG_DTYPE_Q8 || e->weights == OG_DTYPE_Q4) &&
+               K % OG_QUANT_GROUP == 0) {
+        dt = e->weights;
+    }
+    if (og_dtype_is_quantized(e->weights) && !og_dtype_is_quantized(dt)) e->n_unquantized++;
+    e->matrix_dtypes |= 1u << dt;
+    s->dst = dt;
+    const int64_t shape[3] = {E, N, K};
+    og_status rc = og_program_writer_add_weight(e->w, name, dt, 3, shape, fill_stack, s);
+    if (rc != OG_OK) return writer_error(e, rc);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    int64_t bytes = 0;
+    og_tensor_bytes(dt, 3, shape, &bytes);
+    e->n_params += E * N * K;
+    e->weight_bytes += (uint64_t)bytes;
+    return OG_OK;
+}
+
+/* The experts and router of sparse layer i (prefix p), x its normed input. */
+static og_status lower_moe(exporter *e, int32_t i, const char *p, const char *x, const char *out) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
+    const int64_t S = c->shared_expert_intermediate_size;
+    char w[192], router[64], gu[192], dn[192], sh[64], sg[64];
+    og_status rc;
+    char shg[64], shu[64], sha[64];
+    if (S > 0 && ((rc = linear(e, x, NAME(w, "%s.mlp.shared_expert.gate_proj", p), S, H, false, NAME(shg, "l%d.shared_gate_proj", i))) ||
+                  (rc = linear(e, x, NAME(w, "%s.mlp.shared_expert.up_proj", p), S, H, false, NAME(shu, "l%d.shared_up", i))) ||
+                  (rc = instr(e, OG_OP_SWIGLU, NAME(sha, "l%d.shared_act", i), NULL, IN(shg, shu))) ||
+                  (rc = linear(e, sha, NAME(w, "%s.mlp.shared_expert.down_proj", p), H, S, false, NAME(sh, "l%d.shared", i))) ||
+                  (rc = add_weight(e, NAME(w, "%s.mlp.shared_expert_gate.weight", p), 2, 1, H)) ||
+                  (rc = instr(e, OG_OP_MATMUL, NAME(sg, "l%d.shared_gate", i), NULL, IN(x, w)))))
+        return rc;
+    if ((rc = add_weight(e, NAME(w, "%s.mlp.gate.weight", p), 2, E, H)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME(router, "l%d.router", i), NULL, IN(x, w))))
+        return rc;
+    NAME(gu, "%s.mlp.experts.gate_up_proj", p);
+    NAME(dn, "%s.mlp.experts.down_proj", p);
+    if (e->src->find(e->src->ctx, gu)) {
+        const char *g1[1] = {gu}, *d1[1] = {dn};
+        rc = add_stack(e, gu, E, 2 * F, H, true, 1, g1);
+        if (rc == OG_OK) rc = add_stack(e, dn, E, H, F, true, 1, d1);
+    } else {
+        char pg[160], pu[160], pd[160];
+        snprintf(pg, sizeof pg, "%s.mlp.experts.%%d.gate_proj.weight", p);
+        snprintf(pu, sizeof pu, "%s.mlp.experts.%%d.up_proj.weight", p);
+        snprintf(pd, sizeof pd, "%s.mlp.experts.%%d.down_proj.weight", p);
+        if (!e->src->find(e->src->ctx, NAME(w, pg, 0)))
+            return og_set_error(OG_ERR_FORMAT, "checkpoint %s: layer %d has neither \"%s\" nor \"%s\" (experts fused or one "
+                                "tensor per expert)", e->src->origin, i, gu, w);
+        const char *g2[2] = {pg, pu}, *d1[1] = {pd};
+        rc = add_stack(e, gu, E, 2 * F, H, false, 2, g2);
+        if (rc == OG_OK) rc = add_stack(e, dn, E, H, F, false, 1, d1);
+    }
+    if (rc != OG_OK) return rc;
+    og_op_attrs ma = {.top_k = c->num_experts_per_tok, .norm_topk_prob = c->norm_topk_prob};
+    return S > 0 ? instr(e, OG_OP_MOE, out, &ma, IN(x, router, gu, dn, sh, sg))
+                 : instr(e, OG_OP_MOE, out, &ma, IN(x, router, gu, dn));
+}
+
+/* Layer i's MLP of x (its normed input) into out: dense or experts. */
+static og_status lower_mlp(exporter *e, int32_t i, const char *p, const char *x, const char *out) {
+    const og_hf_config *c = e->cfg;
+    if (c->num_experts > 0 && c->layer_moe[i]) return lower_moe(e, i, p, x, out);
+    const int64_t H = c->hidden_size, F = c->intermediate_size;
+    char w[160], g[64], u[64], act[64];
+    og_status rc;
+    if ((rc = linear(e, x, NAME(w, "%s.mlp.gate_proj", p), F, H, c->mlp_bias, NAME(g, "l%d.gate", i))) ||
+        (rc = linear(e, x, NAME(w, "%s.mlp.up_proj", p), F, H, c->mlp_bias, NAME(u, "l%d.up", i))) ||
+        (rc = instr(e, OG_OP_SWIGLU, NAME(act, "l%d.act", i), NULL, IN(g, u))))
+        return rc;
+    return linear(e, act, NAME(w, "%s.mlp.down_proj", p), H, F, c->mlp_bias, out);
+}
+
 static og_status lower_layer(exporter *e, int32_t i, const char *x, char *out, size_t out_cap) {
     const og_hf_config *c = e->cfg;
-    const int64_t H = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
+    const int64_t H = c->hidden_size, D = c->head_dim;
     const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
-    char p[48], w[160], an[64], q[64], k[64], v[64], qr[64], kr[64], at[64], o[64], h[64], mn[64], g[64],
-        u[64], act[64], dn[64], kc[48], vc[48];
+    char p[48], w[160], an[64], q[64], k[64], v[64], qr[64], kr[64], at[64], o[64], h[64], mn[64], dn[64], kc[48],
+        vc[48];
     og_status rc;
     snprintf(p, sizeof p, "%slayers.%d", e->prefix, i);
     og_op_attrs norm = {.eps = c->rms_norm_eps};
@@ -307,10 +539,7 @@ static og_status lower_layer(exporter *e, int32_t i, const char *x, char *out, s
         (rc = instr(e, OG_OP_ADD, NAME(h, "l%d.resid", i), NULL, IN(x, o))) ||
         (rc = add_weight(e, NAME(w, "%s.post_attention_layernorm.weight", p), 1, H, 0)) ||
         (rc = instr(e, OG_OP_RMS_NORM, NAME(mn, "l%d.mlp_norm", i), &norm, IN(h, w))) ||
-        (rc = linear(e, mn, NAME(w, "%s.mlp.gate_proj", p), F, H, c->mlp_bias, NAME(g, "l%d.gate", i))) ||
-        (rc = linear(e, mn, NAME(w, "%s.mlp.up_proj", p), F, H, c->mlp_bias, NAME(u, "l%d.up", i))) ||
-        (rc = instr(e, OG_OP_SWIGLU, NAME(act, "l%d.act", i), NULL, IN(g, u))) ||
-        (rc = linear(e, act, NAME(w, "%s.mlp.down_proj", p), H, F, c->mlp_bias, NAME(dn, "l%d.mlp_out", i))))
+        (rc = lower_mlp(e, i, p, mn, NAME(dn, "l%d.mlp_out", i))))
         return rc;
     snprintf(out, out_cap, "l%d.out", i);
     return instr(e, OG_OP_ADD, out, NULL, IN(h, dn));
@@ -450,19 +679,77 @@ static og_status lower_gated_attention(exporter *e, int32_t i, const char *p, co
     return linear(e, ag, NAME(w, "%s.self_attn.o_proj", p), H, Hq * D, false, out);
 }
 
+/* Qwen3-Next's fused projections as Qwen3.5's four: in_proj_qkvz holds,
+ * per key head g (r = Hv / Hk value heads each), q_g [Dk], k_g [Dk], the v
+ * of its r value heads [r Dv] and their z [r Dv]; in_proj_ba, per key head,
+ * the b of its r value heads, then their a. Their rows are gathered into
+ * in_proj_qkv (every q, every k, every v), in_proj_z, in_proj_b and
+ * in_proj_a; outputs named into qkv, z, b, a [48] each. */
+static og_status fused_projections(exporter *e, int32_t i, const char *p, const char *an, char *qkv, char *z, char *b,
+                                   char *a) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim,
+                  Dv = c->linear_v_head_dim, r = Hv / Hk, C = 2 * Hk * Dk + Hv * Dv;
+    const int64_t gw = 2 * Dk + 2 * r * Dv, n_qkvz = Hk * gw;
+    char src[176], w[192];
+    int64_t *rq = og_malloc((size_t)C * sizeof *rq), *rz = og_malloc((size_t)(Hv * Dv) * sizeof *rz);
+    int64_t *rb = og_malloc((size_t)Hv * sizeof *rb), *ra = og_malloc((size_t)Hv * sizeof *ra);
+    if (!rq || !rz || !rb || !ra) {
+        og_free(rq), og_free(rz), og_free(rb), og_free(ra);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
+    int64_t n = 0;
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < Dk; j++) rq[n++] = g * gw + j; /* q */
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < Dk; j++) rq[n++] = g * gw + Dk + j; /* k */
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < r * Dv; j++) rq[n++] = g * gw + 2 * Dk + j; /* v */
+    for (int64_t g = 0, m = 0; g < Hk; g++)
+        for (int64_t j = 0; j < r * Dv; j++) rz[m++] = g * gw + 2 * Dk + r * Dv + j; /* z */
+    for (int64_t g = 0; g < Hk; g++)
+        for (int64_t j = 0; j < r; j++) {
+            rb[g * r + j] = g * 2 * r + j;
+            ra[g * r + j] = g * 2 * r + r + j;
+        }
+    og_status rc;
+    snprintf(src, sizeof src, "%s.linear_attn.in_proj_qkvz.weight", p);
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.qkv", src), src, n_qkvz, H, rq, C)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME48(qkv, "l%d.qkv", i), NULL, IN(an, w)))) {
+        og_free(rz), og_free(rb), og_free(ra);
+        return rc;
+    }
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.z", src), src, n_qkvz, H, rz, Hv * Dv)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME48(z, "l%d.z", i), NULL, IN(an, w)))) {
+        og_free(rb), og_free(ra);
+        return rc;
+    }
+    snprintf(src, sizeof src, "%s.linear_attn.in_proj_ba.weight", p);
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.b", src), src, 2 * Hv, H, rb, Hv)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME48(b, "l%d.b", i), NULL, IN(an, w)))) {
+        og_free(ra);
+        return rc;
+    }
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.a", src), src, 2 * Hv, H, ra, Hv))) return rc;
+    return instr(e, OG_OP_MATMUL, NAME48(a, "l%d.a", i), NULL, IN(an, w));
+}
+
 /* The Gated DeltaNet token mixer of hybrid layer i: an -> out. Qwen3.5
- * stores in_proj_qkv, in_proj_z, in_proj_b and in_proj_a. */
+ * stores in_proj_qkv, in_proj_z, in_proj_b and in_proj_a; Qwen3-Next their
+ * fused forms (fused_projections). */
 static og_status lower_linear_attention(exporter *e, int32_t i, const char *p, const char *an, const char *out) {
     const og_hf_config *c = e->cfg;
     const int64_t H = c->hidden_size, Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim,
                   Dv = c->linear_v_head_dim, K = c->linear_conv_kernel, C = 2 * Hk * Dk + Hv * Dv;
     char w[176], qkv[48], z[48], b[48], a[48], cv[48], core[48], nrm[48], A[176], dt[176], sc[40], sr[40];
     og_status rc;
-    if ((rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_qkv", p), C, H, false, NAME(qkv, "l%d.qkv", i))) ||
-        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_z", p), Hv * Dv, H, false, NAME(z, "l%d.z", i))) ||
-        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_b", p), Hv, H, false, NAME(b, "l%d.b", i))) ||
-        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_a", p), Hv, H, false, NAME(a, "l%d.a", i))))
-        return rc;
+    if (c->family == OG_HF_QWEN3_NEXT)
+        rc = fused_projections(e, i, p, an, qkv, z, b, a);
+    else if (!(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_qkv", p), C, H, false, NAME(qkv, "l%d.qkv", i))) &&
+             !(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_z", p), Hv * Dv, H, false, NAME(z, "l%d.z", i))) &&
+             !(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_b", p), Hv, H, false, NAME(b, "l%d.b", i))))
+        rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_a", p), Hv, H, false, NAME(a, "l%d.a", i));
+    if (rc != OG_OK) return rc;
     /* conv1d.weight [C, 1, K] as [C, K] */
     const int64_t cw[3] = {C, 1, K}, cs[2] = {C, K}, hv[1] = {Hv};
     const og_st_tensor *t;
@@ -490,8 +777,8 @@ static og_status lower_linear_attention(exporter *e, int32_t i, const char *p, c
  * token mixer and the MLP. */
 static og_status lower_hybrid_layer(exporter *e, int32_t i, const char *x, char *out, size_t out_cap) {
     const og_hf_config *c = e->cfg;
-    const int64_t H = c->hidden_size, F = c->intermediate_size;
-    char p[64], w[176], an[48], mix[48], h[48], mn[48], g[48], u[48], act[48], dn[48];
+    const int64_t H = c->hidden_size;
+    char p[64], an[48], mix[48], h[48], mn[48], dn[48];
     og_status rc;
     snprintf(p, sizeof p, "%slayers.%d", e->prefix, i);
     if ((rc = norm_of(e, x, p, "input_layernorm", H, NAME(an, "l%d.attn_norm", i))) ||
@@ -499,10 +786,7 @@ static og_status lower_hybrid_layer(exporter *e, int32_t i, const char *x, char 
                                  : lower_gated_attention(e, i, p, an, NAME(mix, "l%d.mix", i))) ||
         (rc = instr(e, OG_OP_ADD, NAME(h, "l%d.resid", i), NULL, IN(x, mix))) ||
         (rc = norm_of(e, h, p, "post_attention_layernorm", H, NAME(mn, "l%d.mlp_norm", i))) ||
-        (rc = linear(e, mn, NAME(w, "%s.mlp.gate_proj", p), F, H, false, NAME(g, "l%d.gate", i))) ||
-        (rc = linear(e, mn, NAME(w, "%s.mlp.up_proj", p), F, H, false, NAME(u, "l%d.up", i))) ||
-        (rc = instr(e, OG_OP_SWIGLU, NAME(act, "l%d.act", i), NULL, IN(g, u))) ||
-        (rc = linear(e, act, NAME(w, "%s.mlp.down_proj", p), H, F, false, NAME(dn, "l%d.mlp_out", i))))
+        (rc = lower_mlp(e, i, p, mn, NAME(dn, "l%d.mlp_out", i))))
         return rc;
     snprintf(out, out_cap, "l%d.out", i);
     return instr(e, OG_OP_ADD, out, NULL, IN(h, dn));
@@ -677,6 +961,12 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
     if (extra) {
         cJSON_AddNumberToObject(extra, "max_position_embeddings", (double)c->max_position_embeddings);
         cJSON_AddNumberToObject(extra, "sliding_window", c->sliding_window);
+        if (c->num_experts > 0) { /* for inspect and the benchmarks: the moe instructions carry what runs */
+            cJSON_AddNumberToObject(extra, "num_experts", c->num_experts);
+            cJSON_AddNumberToObject(extra, "num_experts_per_tok", c->num_experts_per_tok);
+            cJSON_AddNumberToObject(extra, "moe_intermediate_size", (double)c->moe_intermediate_size);
+            cJSON_AddNumberToObject(extra, "moe_layers", c->n_moe_layers);
+        }
         if (c->n_vision_tokens > 0) { /* og_model_step refuses them by name */
             cJSON *ids = cJSON_AddArrayToObject(extra, "refused_token_ids");
             for (int32_t i = 0; ids && i < c->n_vision_tokens; i++)
@@ -747,6 +1037,9 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
          * up to 3 q/k/v + 1 o + 3 mlp biases, 2 q/k norms */
         e.cap_srcs = 3 + cfg->num_hidden_layers * 24;
         e.srcs = og_calloc((size_t)e.cap_srcs, sizeof *e.srcs);
+        e.cap_stacks = 2 * cfg->num_hidden_layers;
+        e.stacks = og_calloc((size_t)e.cap_stacks, sizeof *e.stacks);
+        if (!e.stacks) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
         e.dtype = o.dtype;
         e.weights = o.weights;
         e.mix = o.mix;
@@ -784,6 +1077,8 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
     for (int32_t i = 0; i < e.n_srcs; i++) og_free(e.srcs[i].rows);
     og_threadpool_destroy(e.pool);
     og_free(e.srcs);
+    for (int32_t i = 0; i < e.n_stacks; i++) stack_free(e.stacks[i]);
+    og_free(e.stacks);
     return rc;
 }
 

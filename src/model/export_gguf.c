@@ -50,6 +50,7 @@ typedef struct gmap {
     og_st_tensor t;            /* Hugging Face name and shape; data in the mapping */
     const og_gguf_tensor *g;
     int32_t permute_heads;     /* > 0: undo the q/k row interleave, per head    */
+    int64_t row0;              /* first row of g it is (an expert of a 3-D one) */
     char hf_name[96];
 } gmap;
 
@@ -154,7 +155,7 @@ static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void 
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
     }
     for (int64_t r = 0; r < rows; r++) {
-        int64_t src = r;
+        int64_t src = r + m->row0;
         if (half) { /* r = head h, half s, index i; stored at h*2*half + 2i + s */
             int64_t h = r / (2 * half), s = (r % (2 * half)) / half, i = r % half;
             src = h * 2 * half + 2 * i + s;
@@ -238,6 +239,39 @@ static og_status map_tensor(gsrc *s, const char *gname, const char *hf_name, int
     return OG_OK;
 }
 
+/* Expert e of the 3-D GGUF tensor gname (ne [K, n, E]) as the [n, K]
+ * tensor hf_name: its rows e*n .. e*n + n - 1. */
+static og_status map_expert(gsrc *s, const char *gname, const char *hf_name, int64_t e, int64_t E, int64_t n, int64_t K) {
+    const og_gguf_tensor *g = og_gguf_find_tensor(s->g, gname);
+    if (!g) return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"%s\" is missing", s->path, gname);
+    if (g->ne[0] != K || g->ne[1] != n || g->ne[2] != E || g->ne[3] != 1)
+        return og_set_error(OG_ERR_FORMAT,
+                            "gguf %s: tensor \"%s\" has ne [%lld, %lld, %lld, %lld], the metadata implies [%lld, %lld, %lld]",
+                            s->path, gname, (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2],
+                            (long long)g->ne[3], (long long)K, (long long)n, (long long)E);
+    og_dtype dt;
+    switch (g->type) {
+    case OG_GGML_F32: dt = OG_DTYPE_F32; break;
+    case OG_GGML_F16: dt = OG_DTYPE_F16; break;
+    case OG_GGML_BF16: dt = OG_DTYPE_BF16; break;
+    case OG_GGML_Q8_0: dt = OG_DTYPE_Q8; break;
+    case OG_GGML_Q4_0: dt = OG_DTYPE_Q4; break;
+    default:
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "gguf %s: tensor \"%s\" has type %s: not supported (f32, f16, bf16, q8_0, q4_0)", s->path, gname,
+                            og_ggml_type_name(g->type));
+    }
+    if (s->n == s->cap) return og_set_error(OG_ERR_STATE, "export: more GGUF tensors than planned (%d)", s->cap);
+    gmap *m = &s->maps[s->n++];
+    memset(m, 0, sizeof *m);
+    snprintf(m->hf_name, sizeof m->hf_name, "%s", hf_name);
+    m->g = g;
+    m->row0 = e * n;
+    m->t = (og_st_tensor){.name = m->hf_name, .dtype = dt, .rank = 2, .shape = {n, K}, .numel = n * K,
+                          .data = g->data, .nbytes = g->nbytes, .file = s->path};
+    return OG_OK;
+}
+
 /* ------------------------------------------------------------ hyperparameters */
 
 typedef struct arch_info {
@@ -245,7 +279,8 @@ typedef struct arch_info {
     og_hf_family family;
 } arch_info;
 
-static const arch_info k_archs[] = {{"llama", OG_HF_LLAMA}, {"qwen2", OG_HF_QWEN2}, {"qwen3", OG_HF_QWEN3}};
+static const arch_info k_archs[] = {
+    {"llama", OG_HF_LLAMA}, {"qwen2", OG_HF_QWEN2}, {"qwen3", OG_HF_QWEN3}, {"qwen3moe", OG_HF_QWEN3_MOE}};
 
 static og_status arch_int(const og_gguf *g, const char *arch, const char *key, bool required, int64_t lo, int64_t hi,
                           int64_t def, int64_t *out) {
@@ -357,12 +392,28 @@ static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, siz
     size_t k = 0;
     while (k < sizeof k_archs / sizeof k_archs[0] && strcmp(k_archs[k].name, arch)) k++;
     if (k == sizeof k_archs / sizeof k_archs[0])
-        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"general.architecture\" = \"%s\": not supported (llama, qwen2, qwen3)",
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"general.architecture\" = \"%s\": not supported (llama, qwen2, "
+                            "qwen3, qwen3moe)",
                             path, arch);
     c->family = k_archs[k].family;
     int64_t v;
+    const bool moe = c->family == OG_HF_QWEN3_MOE;
+    if (moe) {
+        /* llama.cpp's qwen3moe: softmax router, top expert_used_count of
+         * expert_count, weights renormalised (it always normalises them) */
+        int64_t ne, nu;
+        if ((rc = arch_int(g, arch, "expert_count", true, 1, OG_MAX_EXPERTS, 0, &ne)) ||
+            (rc = arch_int(g, arch, "expert_used_count", true, 1, ne < 64 ? ne : 64, 0, &nu)) ||
+            (rc = arch_int(g, arch, "expert_feed_forward_length", true, 1, OG_MAX_INTERMEDIATE, 0,
+                           &c->moe_intermediate_size)))
+            return rc;
+        c->num_experts = (int32_t)ne;
+        c->num_experts_per_tok = (int32_t)nu;
+        c->norm_topk_prob = true;
+    }
     if ((rc = arch_int(g, arch, "embedding_length", true, 1, OG_MAX_HIDDEN, 0, &c->hidden_size)) ||
-        (rc = arch_int(g, arch, "feed_forward_length", true, 1, OG_MAX_INTERMEDIATE, 0, &c->intermediate_size)) ||
+        (rc = arch_int(g, arch, "feed_forward_length", !moe, 1, OG_MAX_INTERMEDIATE, c->moe_intermediate_size,
+                       &c->intermediate_size)) ||
         (rc = arch_int(g, arch, "block_count", true, 1, OG_HF_MAX_LAYERS, 0, &v)))
         return rc;
     c->num_hidden_layers = (int32_t)v;
@@ -433,7 +484,7 @@ static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, siz
                             "supported)", path, key, c->num_hidden_layers);
     for (int32_t i = 0; i < c->num_hidden_layers; i++)
         c->layer_sliding[i] = window > 0 && (!pat || pat->elems[i]);
-    c->qk_norm = c->family == OG_HF_QWEN3;
+    c->qk_norm = c->family == OG_HF_QWEN3 || moe;
     return OG_OK;
 }
 
@@ -978,13 +1029,32 @@ static og_status map_all(gsrc *s, og_hf_config *c) {
                              c->family != OG_HF_QWEN2, &qb)) ||
             (rc = map_tensor(s, G("attn_output.bias"), HF("self_attn.o_proj.bias"), 1, H, 0, 0, true, &ob)) ||
             (rc = map_tensor(s, G("ffn_norm.weight"), HF("post_attention_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("ffn_gate.weight"), HF("mlp.gate_proj.weight"), 2, F, H, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("ffn_up.weight"), HF("mlp.up_proj.weight"), 2, F, H, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("ffn_down.weight"), HF("mlp.down_proj.weight"), 2, H, F, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("ffn_gate.bias"), HF("mlp.gate_proj.bias"), 1, F, 0, 0, true, &mb)) ||
-            (rc = map_tensor(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), 1, D, 0, 0,
-                             c->family != OG_HF_QWEN3, &qn)))
+            (rc = map_tensor(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), 1, D, 0, 0, !c->qk_norm, &qn)))
             return rc;
+        /* qwen3moe: a layer with a router (ffn_gate_inp) is sparse, its
+         * experts' 3-D tensors mapped expert by expert to the per-expert
+         * Hugging Face names; any other layer is dense */
+        c->layer_moe[i] = c->family == OG_HF_QWEN3_MOE && og_gguf_find_tensor(s->g, G("ffn_gate_inp.weight"));
+        if (c->layer_moe[i]) {
+            const int64_t E = c->num_experts, FE = c->moe_intermediate_size;
+            c->n_moe_layers++;
+            if ((rc = map_tensor(s, G("ffn_gate_inp.weight"), HF("mlp.gate.weight"), 2, E, H, 0, false, NULL)))
+                return rc;
+            static const char *const gnames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+            static const char *const hnames[3] = {"gate_proj", "up_proj", "down_proj"};
+            for (int64_t e = 0; e < E; e++)
+                for (int j = 0; j < 3; j++) {
+                    char en[64];
+                    snprintf(en, sizeof en, "mlp.experts.%lld.%s.weight", (long long)e, hnames[j]);
+                    if ((rc = map_expert(s, G(gnames[j]), HF(en), e, E, j == 2 ? H : FE, j == 2 ? FE : H)))
+                        return rc;
+                }
+        } else if ((rc = map_tensor(s, G("ffn_gate.weight"), HF("mlp.gate_proj.weight"), 2, F, H, 0, false, NULL)) ||
+                   (rc = map_tensor(s, G("ffn_up.weight"), HF("mlp.up_proj.weight"), 2, F, H, 0, false, NULL)) ||
+                   (rc = map_tensor(s, G("ffn_down.weight"), HF("mlp.down_proj.weight"), 2, H, F, 0, false, NULL)) ||
+                   (rc = map_tensor(s, G("ffn_gate.bias"), HF("mlp.gate_proj.bias"), 1, F, 0, 0, true, &mb))) {
+            return rc;
+        }
         if (i == 0) {
             c->qkv_bias = qb;
             c->o_bias = ob;
@@ -1036,8 +1106,9 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
     og_status rc = og_gguf_open_file(gguf_path, &s.g);
     if (rc == OG_OK) rc = read_hparams(s.g, cfg, arch, sizeof arch);
     if (rc == OG_OK) {
-        /* 3 + per layer: 2 norms, 7 matrices, 7 biases, 2 q/k norms */
-        s.cap = 3 + cfg->num_hidden_layers * 18;
+        /* 3 + per layer: 2 norms, 7 matrices, 7 biases, 2 q/k norms, and
+         * a router and 3 tensors per expert in a sparse layer */
+        s.cap = 3 + cfg->num_hidden_layers * (18 + 1 + 3 * cfg->num_experts);
         s.maps = og_calloc((size_t)s.cap, sizeof *s.maps);
         if (!s.maps) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
     }

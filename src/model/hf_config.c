@@ -1,4 +1,4 @@
-/* config.json reader for llama, mistral, qwen2, qwen3 and qwen3_5 checkpoints. */
+/* config.json reader for llama, mistral, qwen2, qwen3, qwen3_5 and qwen3_moe checkpoints. */
 #include "model/hf_config.h"
 
 #include "core/core.h"
@@ -9,15 +9,20 @@
 #include <math.h>
 #include <stdio.h>
 
-static const char *const k_family_names[OG_HF_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3", "qwen3_5"};
+static const char *const k_family_names[OG_HF_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3", "qwen3_5",
+                                                                "qwen3_moe", "qwen3_5_moe", "qwen3_next"};
 static const char *const k_architectures[OG_HF_FAMILY_COUNT] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3_5ForCausalLM"};
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3_5ForCausalLM",
+    "Qwen3MoeForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"};
 /* Other names of a family: the text model's model_type, and the
  * conditional-generation (vision + text) checkpoint's architecture. */
 static const struct {
     const char *name;
     og_hf_family family;
-} k_aliases[] = {{"qwen3_5_text", OG_HF_QWEN3_5}, {"Qwen3_5ForConditionalGeneration", OG_HF_QWEN3_5}};
+} k_aliases[] = {{"qwen3_5_text", OG_HF_QWEN3_5},
+                 {"Qwen3_5ForConditionalGeneration", OG_HF_QWEN3_5},
+                 {"qwen3_5_moe_text", OG_HF_QWEN3_5_MOE},
+                 {"Qwen3_5MoeForConditionalGeneration", OG_HF_QWEN3_5_MOE}};
 
 const char *og_hf_family_name(og_hf_family f) {
     return (unsigned)f < OG_HF_FAMILY_COUNT ? k_family_names[f] : "unknown";
@@ -116,7 +121,7 @@ static og_status parse_family(const ctx *c, og_hf_family *out) {
                 return OG_OK;
             }
         return bad(c, OG_ERR_UNSUPPORTED, "model_type", mt,
-                   "not supported (llama, mistral, qwen2, qwen3, qwen3_5 / qwen3_5_text)");
+                   "not supported (llama, mistral, qwen2, qwen3, qwen3_5 / qwen3_5_text, qwen3_moe, qwen3_5_moe / qwen3_5_moe_text, qwen3_next)");
     }
     const cJSON *arch = item(c->root, "architectures");
     if (!arch)
@@ -135,7 +140,7 @@ static og_status parse_family(const ctx *c, og_hf_family *out) {
         }
     return bad(c, OG_ERR_UNSUPPORTED, "architectures", arch,
                "not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-               "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration)");
+               "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3MoeForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM)");
 }
 
 /* Rope: transformers 5 "rope_parameters" when present, else the
@@ -220,7 +225,7 @@ static og_status parse_sliding(const ctx *c, og_hf_config *cfg) {
     int64_t window = 0;
     bool family_slides = cfg->family != OG_HF_LLAMA;
     bool use = cfg->family == OG_HF_MISTRAL;
-    if (cfg->family == OG_HF_QWEN2 || cfg->family == OG_HF_QWEN3)
+    if (cfg->family == OG_HF_QWEN2 || cfg->family == OG_HF_QWEN3 || cfg->family == OG_HF_QWEN3_MOE)
         if ((rc = get_bool(c, "use_sliding_window", false, &use)) != OG_OK) return rc;
     if (family_slides) {
         /* absent: the class default 4096; null: no window */
@@ -259,11 +264,57 @@ static og_status parse_sliding(const ctx *c, og_hf_config *cfg) {
         return OG_OK;
     }
     int64_t first_sliding = 0;
-    if ((cfg->family == OG_HF_QWEN2 || cfg->family == OG_HF_QWEN3) &&
+    if ((cfg->family == OG_HF_QWEN2 || cfg->family == OG_HF_QWEN3 || cfg->family == OG_HF_QWEN3_MOE) &&
         (rc = get_int(c, c->root, "max_window_layers", "max_window_layers", false, 28, 0, INT32_MAX,
                       &first_sliding)) != OG_OK)
         return rc;
     for (int32_t i = 0; i < n; i++) cfg->layer_sliding[i] = window > 0 && i >= first_sliding;
+    return OG_OK;
+}
+
+/* The expert layers, following transformers' Qwen3-MoE / Qwen3-Next: layer
+ * i is sparse when it is not in mlp_only_layers and (i + 1) is a multiple
+ * of decoder_sparse_step; the rest keep a dense MLP. Missing fields take
+ * the Qwen3MoeConfig defaults (128 experts, top 8, moe_intermediate_size
+ * 768, norm_topk_prob false, step 1, no mlp_only_layers);
+ * shared_expert_intermediate_size (Qwen3.5-MoE, Qwen3-Next) is 0 when
+ * absent. Hybrid families call this too (Qwen3.5-MoE always renormalises:
+ * it sets norm_topk_prob after). */
+static og_status parse_moe(const ctx *c, og_hf_config *cfg) {
+    og_status rc;
+    int64_t step = 1, shared = 0;
+    /* transformers 5 writes num_local_experts (its attribute map's name) */
+    const char *ne = item(c->root, "num_experts") || !item(c->root, "num_local_experts") ? "num_experts" : "num_local_experts";
+    if ((rc = get_i32(c, ne, false, 128, OG_MAX_EXPERTS, &cfg->num_experts)) ||
+        (rc = get_i32(c, "num_experts_per_tok", false, 8, cfg->num_experts, &cfg->num_experts_per_tok)) ||
+        (rc = get_int(c, c->root, "moe_intermediate_size", "moe_intermediate_size", false, 768, 1,
+                      OG_MAX_INTERMEDIATE, &cfg->moe_intermediate_size)) ||
+        (rc = get_int(c, c->root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", false, 0, 0,
+                      OG_MAX_INTERMEDIATE, &shared)) ||
+        (rc = get_int(c, c->root, "decoder_sparse_step", "decoder_sparse_step", false, 1, 1, INT32_MAX, &step)) ||
+        (rc = get_bool(c, "norm_topk_prob", false, &cfg->norm_topk_prob)))
+        return rc;
+    if (cfg->num_experts_per_tok > 64)
+        return bad(c, OG_ERR_UNSUPPORTED, "num_experts_per_tok", item(c->root, "num_experts_per_tok"),
+                   "more experts per token than this build supports (64)");
+    cfg->shared_expert_intermediate_size = shared;
+    const int32_t n = cfg->num_hidden_layers;
+    for (int32_t i = 0; i < n; i++) cfg->layer_moe[i] = (i + 1) % step == 0;
+    const cJSON *only = item(c->root, "mlp_only_layers");
+    if (only) {
+        if (!cJSON_IsArray(only)) return bad(c, OG_ERR_FORMAT, "mlp_only_layers", only, "must be a list of layer indices");
+        for (const cJSON *e = only->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                e->valuedouble >= n) {
+                char why[64];
+                snprintf(why, sizeof why, "must hold layer indices in [0, %d)", n);
+                return bad(c, OG_ERR_FORMAT, "mlp_only_layers", only, why);
+            }
+            cfg->layer_moe[(int32_t)e->valuedouble] = 0;
+        }
+    }
+    cfg->n_moe_layers = 0;
+    for (int32_t i = 0; i < n; i++) cfg->n_moe_layers += cfg->layer_moe[i];
     return OG_OK;
 }
 
@@ -348,8 +399,12 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
      * before anything is sized from them */
     if ((rc = get_int(c, c->root, "vocab_size", "vocab_size", true, 0, 1, OG_MAX_VOCAB, &cfg->vocab_size)) ||
         (rc = get_int(c, c->root, "hidden_size", "hidden_size", true, 0, 1, OG_MAX_HIDDEN, &cfg->hidden_size)) ||
-        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size", true, 0, 1, OG_MAX_INTERMEDIATE,
-                      &cfg->intermediate_size)) ||
+        /* qwen3_moe: only its dense layers use it (the class default 6144) */
+        (rc = get_int(c, c->root, "intermediate_size", "intermediate_size",
+                      cfg->family != OG_HF_QWEN3_MOE && cfg->family != OG_HF_QWEN3_5_MOE &&
+                          cfg->family != OG_HF_QWEN3_NEXT,
+                      6144, 1,
+                      OG_MAX_INTERMEDIATE, &cfg->intermediate_size)) ||
         (rc = get_i32(c, "num_hidden_layers", true, 0, INT32_MAX, &cfg->num_hidden_layers)))
         return rc;
     if (cfg->num_hidden_layers > OG_HF_MAX_LAYERS)
@@ -382,7 +437,7 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if ((rc = get_pos_double(c, c->root, "rms_norm_eps", "rms_norm_eps", false, 1e-6, &cfg->rms_norm_eps)) ||
         (rc = get_bool(c, "tie_word_embeddings", false, &cfg->tie_word_embeddings)))
         return rc;
-    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768, 32768};
+    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768, 32768, 32768, 32768, 32768};
     if ((rc = get_int(c, c->root, "max_position_embeddings", "max_position_embeddings", false,
                       default_max_pos[cfg->family], 1, INT32_MAX, &v)))
         return rc;
@@ -394,10 +449,16 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     cfg->qkv_bias = attention_bias || cfg->family == OG_HF_QWEN2;
     cfg->o_bias = attention_bias;
     if (cfg->family == OG_HF_LLAMA && (rc = get_bool(c, "mlp_bias", false, &cfg->mlp_bias))) return rc;
-    cfg->qk_norm = cfg->family == OG_HF_QWEN3;
+    cfg->qk_norm = cfg->family == OG_HF_QWEN3 || cfg->family == OG_HF_QWEN3_MOE;
     if ((rc = parse_rope(c, &cfg->rope)) || (rc = parse_dtype(c, cfg))) return rc;
     cfg->rotary_dim = cfg->head_dim;
-    return og_hf_is_hybrid(cfg->family) ? parse_hybrid(c, cfg) : parse_sliding(c, cfg);
+    if ((rc = og_hf_is_hybrid(cfg->family) ? parse_hybrid(c, cfg) : parse_sliding(c, cfg))) return rc;
+    if (cfg->family == OG_HF_QWEN3_MOE || cfg->family == OG_HF_QWEN3_NEXT) return parse_moe(c, cfg);
+    if (cfg->family == OG_HF_QWEN3_5_MOE) { /* every layer sparse; its router always renormalises the top k */
+        if ((rc = parse_moe(c, cfg))) return rc;
+        cfg->norm_topk_prob = true;
+    }
+    return OG_OK;
 }
 
 og_status og_hf_config_parse(const char *text, size_t len, const char *origin, og_hf_config *out) {

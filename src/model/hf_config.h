@@ -1,5 +1,5 @@
 /* config.json of Hugging Face checkpoints for the llama, mistral, qwen2,
- * qwen3 and the hybrid qwen3_5 (qwen3_5_text) families, in both dialects:
+ * qwen3, the hybrid qwen3_5 (qwen3_5_text) and qwen3_moe families, in both dialects:
  *   transformers 5: "rope_parameters" {rope_theta, rope_type, scaling fields}, "dtype";
  *   transformers 4: top-level "rope_theta", "rope_scaling" {rope_type | type,
  *                   factor, low_freq_factor, high_freq_factor,
@@ -26,6 +26,9 @@ typedef enum og_hf_family {
     /* hybrid: Gated DeltaNet (linear attention) layers beside gated full
      * attention ones, (1 + w) RMS norms, partial rotary embeddings */
     OG_HF_QWEN3_5,
+    OG_HF_QWEN3_MOE, /* qwen3 attention, mixture-of-experts MLPs */
+    OG_HF_QWEN3_5_MOE, /* hybrid (as qwen3_5), every MLP experts with a gated shared expert */
+    OG_HF_QWEN3_NEXT,  /* hybrid, fused in_proj_qkvz / in_proj_ba projections, expert MLPs */
     OG_HF_FAMILY_COUNT
 } og_hf_family;
 
@@ -76,10 +79,22 @@ typedef struct og_hf_config {
      * start and end): the text model alone cannot take them */
     int32_t n_vision_tokens;
     int64_t vision_tokens[4];
+    /* mixture of experts (og_hf_parse_moe): layer i's MLP is num_experts
+     * experts of moe_intermediate_size, top num_experts_per_tok, when
+     * layer_moe[i]; a dense MLP of intermediate_size otherwise */
+    int32_t num_experts;            /* 0: no expert layers                */
+    int32_t num_experts_per_tok;
+    int64_t moe_intermediate_size;
+    int64_t shared_expert_intermediate_size; /* 0: no shared expert       */
+    bool norm_topk_prob;            /* renormalise the top-k weights      */
+    int32_t n_moe_layers;
+    uint8_t layer_moe[OG_HF_MAX_LAYERS];
 } og_hf_config;
 
 /* True for the families with Gated DeltaNet layers. */
-static inline bool og_hf_is_hybrid(og_hf_family f) { return f == OG_HF_QWEN3_5; }
+static inline bool og_hf_is_hybrid(og_hf_family f) {
+    return f == OG_HF_QWEN3_5 || f == OG_HF_QWEN3_5_MOE || f == OG_HF_QWEN3_NEXT;
+}
 
 /* Parses config.json text (len bytes, need not be NUL-terminated). origin
  * names the text in messages. OG_ERR_FORMAT for malformed or inconsistent
@@ -90,7 +105,7 @@ og_status og_hf_config_parse(const char *text, size_t len, const char *origin, o
 /* Reads and parses a config.json file. */
 og_status og_hf_config_load(const char *path, og_hf_config *out);
 
-/* "llama", "mistral", "qwen2", "qwen3", "qwen3_5"; "unknown" otherwise. Static. */
+/* "llama", "mistral", "qwen2", "qwen3", "qwen3_5", "qwen3_moe"; "unknown" otherwise. Static. */
 const char *og_hf_family_name(og_hf_family f);
 
 #endif

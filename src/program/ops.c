@@ -36,6 +36,8 @@ static const og_op_info k_ops[OG_OP_COUNT] = {
     [OG_OP_RMS_NORM_GATED] = {"rms_norm_gated", 3, 3, {"x", "z", "weight"}, 2,
                               {A(heads, OG_ATTR_INT), A(eps, OG_ATTR_FLOAT)}},
     [OG_OP_SIGMOID_MUL] = {"sigmoid_mul", 2, 2, {"x", "gate"}, 0, {{0}}},
+    [OG_OP_MOE] = {"moe", 4, 6, {"x", "logits", "gate_up", "down", "shared", "shared_gate"}, 2,
+                   {A(top_k, OG_ATTR_INT), A(norm_topk_prob, OG_ATTR_INT)}},
 };
 
 static const char *const k_rope_names[OG_ROPE_TYPE_COUNT] = {
@@ -97,6 +99,14 @@ static bool is_weight(const og_shape *s, int32_t rank) {
 static bool is_matrix(const og_shape *s) {
     if (s->runtime || s->rank != 2 || s->dim[0] <= 0 || s->dim[1] <= 0) return false;
     return is_float(s->dtype) || og_dtype_is_quantized(s->dtype);
+}
+
+/* A static [E, N, K] stack of E matrices of a float or quantized dtype (a
+ * quantized one: K a multiple of the group). */
+static bool is_stack(const og_shape *s) {
+    if (s->runtime || s->rank != 3 || s->dim[0] <= 0 || s->dim[1] <= 0 || s->dim[2] <= 0) return false;
+    if (og_dtype_is_quantized(s->dtype)) return s->dim[2] % og_quant_block_elems(s->dtype) == 0;
+    return is_float(s->dtype);
 }
 
 #define FAIL(kind, ...) (snprintf(why, why_cap, __VA_ARGS__), (kind))
@@ -254,6 +264,31 @@ og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int3
                         info->input_names[0]);
         width = n;
         break;
+    case OG_OP_MOE: {
+        if (!is_act(&in[0], &n)) return FAIL(OG_OP_CHECK_OPERAND, "x must be a [T, H] float activation");
+        if (!is_act(&in[1], &m)) return FAIL(OG_OP_CHECK_OPERAND, "logits must be a [T, E] float activation");
+        if (!is_stack(&in[2]) || in[2].dim[0] != m || in[2].dim[2] != n || in[2].dim[1] % 2 != 0)
+            return FAIL(OG_OP_CHECK_OPERAND, "gate_up must be a float or quantized [E, 2F, H] weight with E %lld "
+                        "(the logits' width) and H %lld", (long long)m, (long long)n);
+        const int64_t F = in[2].dim[1] / 2;
+        if (!is_stack(&in[3]) || in[3].dim[0] != m || in[3].dim[1] != n || in[3].dim[2] != F)
+            return FAIL(OG_OP_CHECK_OPERAND, "down must be a float or quantized [%lld, %lld, %lld] weight ([E, H, F])",
+                        (long long)m, (long long)n, (long long)F);
+        if (a->top_k < 1 || a->top_k > m)
+            return FAIL(OG_OP_CHECK_ATTR, "top_k %lld must be in [1, %lld] (the experts)", (long long)a->top_k,
+                        (long long)m);
+        if (a->norm_topk_prob != 0 && a->norm_topk_prob != 1)
+            return FAIL(OG_OP_CHECK_ATTR, "norm_topk_prob must be 0 or 1");
+        if (n_in == 5) return FAIL(OG_OP_CHECK_OPERAND, "shared and shared_gate come together (6 inputs, or 4)");
+        if (n_in == 6) {
+            if (!is_act(&in[4], &width) || width != n)
+                return FAIL(OG_OP_CHECK_OPERAND, "shared must be [T, %lld] like x", (long long)n);
+            if (!is_act(&in[5], &width) || width != 1)
+                return FAIL(OG_OP_CHECK_OPERAND, "shared_gate must be a [T, 1] float activation");
+        }
+        width = n;
+        break;
+    }
     case OG_OP_COUNT:
         return FAIL(OG_OP_CHECK_ATTR, "unknown op");
     }

@@ -21,6 +21,9 @@
  *   sigmoid_mul       x [T, N], gate [T, N]                       -> [T, N]
  * (Hk/Hv = key/value heads and Dk/Dv their dims in a Gated DeltaNet layer;
  * C its convolution's channels, K its kernel size.)
+ *   moe               x [T, H], logits [T, E], gate_up [E, 2F, H], down [E, H, F]
+ *                     (, shared [T, H], shared_gate [T, 1])       -> [T, H]
+ * (E = experts, F = an expert's intermediate size; see og_op_moe below.)
  */
 #ifndef OG_PROGRAM_OPS_H
 #define OG_PROGRAM_OPS_H
@@ -44,6 +47,7 @@ typedef enum og_op {
     OG_OP_GATED_DELTA_NET,
     OG_OP_RMS_NORM_GATED,
     OG_OP_SIGMOID_MUL,
+    OG_OP_MOE,
     OG_OP_COUNT
 } og_op;
 
@@ -85,7 +89,23 @@ typedef struct og_op_attrs {
     int64_t rotary_dim;            /* rope (optional): dims of each head that rotate; 0 = head_dim */
     int64_t k_heads, v_heads;      /* gated_delta_net: Hk, Hv (Hv % Hk == 0)    */
     int64_t k_head_dim, v_head_dim;/* gated_delta_net: Dk, Dv                  */
+    int64_t top_k;                 /* moe: experts per token, 1..E             */
+    int64_t norm_topk_prob;        /* moe: 1 renormalises the top_k weights    */
 } og_op_attrs;
+
+/* moe: a mixture-of-experts MLP (Qwen3-MoE, Qwen3.5-MoE, Qwen3-Next).
+ * logits are the router's [T, E] (a matmul of x by the router weight before
+ * it). Per row: p = softmax(logits) in f32; the top_k experts by p (larger
+ * first, equal p: the lower expert index first); their weights w = p, or
+ * p / sum(p) of the top_k when norm_topk_prob; then
+ *   out = sum over the selected e, in increasing e, of
+ *         w_e * down[e] @ (silu(gate_up[e][:F] @ x) * (gate_up[e][F:] @ x))
+ *         (+ sigmoid(shared_gate) * shared)
+ * gate_up holds each expert's gate rows then its up rows (Hugging Face's
+ * fused layout); down is [E, H, F]. Both are float (f32, bf16, f16) or
+ * quantized (q8, q4: a rank-3 quantized tensor is E matrices one after the
+ * other, each laid out as a rank-2 one). shared and shared_gate come
+ * together: the shared expert's output and its gate's logit. */
 
 typedef enum og_attr_kind {
     OG_ATTR_INT = 0,   /* an integer-valued JSON number, stored as int64_t */

@@ -96,6 +96,7 @@ typedef struct og_program_rope {
 #define OG_MAX_HEADS 65536                     /* attention and KV heads     */
 #define OG_MAX_HEAD_DIM 65536                  /* head_dim                   */
 #define OG_MAX_ATTN_WIDTH ((int64_t)1 << 22)   /* heads x head_dim           */
+#define OG_MAX_EXPERTS 4096                    /* num_experts (moe)          */
 
 /* Model hyper-parameters (the manifest's "model" object). */
 typedef struct og_program_model {

@@ -3,7 +3,8 @@
 # (nothing is built here). Prints one line per check and a summary last; the
 # full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
 #   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda,
-#      test_sample_cuda: the device sampler against og_sampler_sample)
+#      test_sample_cuda: the device sampler against og_sampler_sample;
+#      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
@@ -46,6 +47,7 @@ check test_ops_cuda "$B/tests/test_ops_cuda"
 check test_ops_cuda_cores env OG_CUDA_GEMV=cores "$B/tests/test_ops_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
+check test_moe_cuda "$B/tests/test_moe_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check test_fork_cuda "$B/tests/test_fork_cuda"
@@ -66,6 +68,8 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"
+    check memcheck_moe compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_moe_cuda"
+    check racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_moe_cuda"
     check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"

@@ -284,6 +284,76 @@ static void m_kv_version(file_parts *f) { set_num(kv(f), "version", 2); }
 static void m_kv_count(file_parts *f) { cJSON_ReplaceItemInObjectCaseSensitive(kv(f), "layers", cJSON_CreateArray()); }
 static void m_kv_heads(file_parts *f) { set_num(layer(f, 0), "n_kv_heads", 0); }
 static void m_kv_head_dim(file_parts *f) { set_num(layer(f, 1), "head_dim", 0); }
+/* Layer 0's MLP as a mixture of 3 experts (top 2) over the same payload
+ * bytes, retyped: l0.gate [24, 16] bf16 becomes the gate_up stack
+ * [3, 8, 16] (768 bytes), l0.down the down stack [3, 16, 4] (its first 384
+ * bytes), l0.up the router [3, 16] (its first 96); the gate product reads
+ * the router, the up product becomes the moe instruction, and the swiglu
+ * and down product become adds of H-wide values. Valid as it is
+ * (og_fixture_moe_program); each m_moe_* then breaks one thing. */
+static void set_shape(cJSON *t, int rank, const double *d) {
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "shape", cJSON_CreateDoubleArray(d, rank));
+}
+static void set_in(cJSON *in, int n, const char *const *names) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    cJSON_ReplaceItemInObjectCaseSensitive(in, "in", arr);
+}
+static cJSON *ins_out(file_parts *f, const char *out) {
+    cJSON *e;
+    cJSON_ArrayForEach(e, get(f->root, "instructions"))
+        if (strcmp(get(e, "out")->valuestring, out) == 0) return e;
+    return NULL;
+}
+static void make_moe(file_parts *f) {
+    static const double gu[3] = {3, 8, 16}, dn[3] = {3, 16, 4}, rt[2] = {3, 16};
+    set_shape(tensor(f, "l0.gate"), 3, gu);
+    set_shape(tensor(f, "l0.down"), 3, dn);
+    set_num(tensor(f, "l0.down"), "nbytes", 384);
+    set_shape(tensor(f, "l0.up"), 2, rt);
+    set_num(tensor(f, "l0.up"), "nbytes", 96);
+    cJSON *g = ins_out(f, "l0.g"), *u = ins_out(f, "l0.u"), *sw = ins_out(f, "l0.s"), *d = ins_out(f, "l0.d");
+    set_in(g, 2, (const char *[]){"l0.h2", "l0.up"});
+    set_str(u, "op", "moe");
+    set_in(u, 4, (const char *[]){"l0.h2", "l0.g", "l0.gate", "l0.down"});
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "top_k", 2);
+    cJSON_AddNumberToObject(a, "norm_topk_prob", 1);
+    cJSON_AddItemToObject(u, "attrs", a);
+    set_str(sw, "op", "add");
+    set_in(sw, 2, (const char *[]){"l0.u", "l0.h2"});
+    set_str(d, "op", "add");
+    set_in(d, 2, (const char *[]){"l0.s", "l0.h2"});
+}
+static void m_moe_top_k(file_parts *f) { make_moe(f), set_num(get(ins_out(f, "l0.u"), "attrs"), "top_k", 4); }
+static void m_moe_norm(file_parts *f) { make_moe(f), set_num(get(ins_out(f, "l0.u"), "attrs"), "norm_topk_prob", 2); }
+/* the router's logits replaced by x: 16 wide for 3 experts */
+static void m_moe_logits(file_parts *f) {
+    make_moe(f);
+    set_in(ins_out(f, "l0.u"), 4, (const char *[]){"l0.h2", "l0.h2", "l0.gate", "l0.down"});
+}
+/* gate_up and down swapped */
+static void m_moe_down(file_parts *f) {
+    make_moe(f);
+    set_in(ins_out(f, "l0.u"), 4, (const char *[]){"l0.h2", "l0.g", "l0.down", "l0.gate"});
+}
+/* an i32 stack of the same bytes: [3, 4, 16] */
+static void m_moe_dtype(file_parts *f) {
+    static const double gu[3] = {3, 4, 16};
+    make_moe(f);
+    set_str(tensor(f, "l0.gate"), "dtype", "i32");
+    set_shape(tensor(f, "l0.gate"), 3, gu);
+}
+/* a shared expert whose gate is H wide, not 1 */
+static void m_moe_shared(file_parts *f) {
+    make_moe(f);
+    set_in(ins_out(f, "l0.u"), 6, (const char *[]){"l0.h2", "l0.g", "l0.gate", "l0.down", "l0.h2", "l0.h2"});
+}
+/* a q8 stack of rows of 16: not whole groups */
+static void m_moe_quant(file_parts *f) {
+    make_moe(f);
+    set_str(tensor(f, "l0.gate"), "dtype", "q8");
+}
 /* Adds kv.states [{layer_id, name, dtype, shape [d0, d1]}]. */
 static void add_state(file_parts *f, int layer_id, const char *name, const char *dt, int d0, int d1) {
     cJSON *arr = cJSON_AddArrayToObject(kv(f), "states"), *e = cJSON_CreateObject(), *shape = cJSON_CreateArray();
@@ -384,6 +454,13 @@ static const mutation k_mutations[] = {
     {{"attr_value.ogp", R(ATTR_VALUE), KV(NONE)}, m_attr},
     {{"value_name_unique.ogp", R(VALUE_NAME_UNIQUE), KV(NONE)}, m_value_name},
     {{"graph_outputs.ogp", R(GRAPH_OUTPUTS), KV(NONE)}, m_outputs},
+    {{"attr_value.moe_top_k.ogp", R(ATTR_VALUE), KV(NONE)}, m_moe_top_k},
+    {{"attr_value.moe_norm_topk_prob.ogp", R(ATTR_VALUE), KV(NONE)}, m_moe_norm},
+    {{"operand_shape.moe_logits.ogp", R(OPERAND_SHAPE), KV(NONE)}, m_moe_logits},
+    {{"operand_shape.moe_down.ogp", R(OPERAND_SHAPE), KV(NONE)}, m_moe_down},
+    {{"operand_shape.moe_dtype.ogp", R(OPERAND_SHAPE), KV(NONE)}, m_moe_dtype},
+    {{"operand_shape.moe_shared.ogp", R(OPERAND_SHAPE), KV(NONE)}, m_moe_shared},
+    {{"quant_shape.moe_stack.ogp", R(QUANT_SHAPE), KV(NONE)}, m_moe_quant},
     {{"kv_manifest.state_owner.ogp", R(KV_MANIFEST), KV(STATE_OWNER)}, m_state_owner},
     {{"kv_manifest.state_name.ogp", R(KV_MANIFEST), KV(STATE_NAME)}, m_state_name},
     {{"kv_manifest.state_dtype.ogp", R(KV_MANIFEST), KV(STATE_DTYPE)}, m_state_dtype},
@@ -408,9 +485,23 @@ static uint64_t le64(const uint8_t *b) {
 }
 static void put_le64(uint8_t *b, uint64_t v) { for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> 8 * i); }
 
+static og_status build_mutated(int i, void (*fn)(file_parts *), const uint8_t *valid, size_t valid_size, uint8_t **out,
+                               size_t *out_size);
+
+og_status og_fixture_moe_program(const uint8_t *valid, size_t valid_size, uint8_t **out, size_t *out_size) {
+    if (valid_size < OG_PROGRAM_HEADER_SIZE) return og_set_error(OG_ERR_INVALID_ARGUMENT, "moe program: bad input");
+    return build_mutated(-1, make_moe, valid, valid_size, out, out_size);
+}
+
 og_status og_broken_build(int i, const uint8_t *valid, size_t valid_size, uint8_t **out, size_t *out_size) {
     if (i < 0 || i >= N_MUTATIONS || valid_size < OG_PROGRAM_HEADER_SIZE)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "broken case %d: bad index or input", i);
+    return build_mutated(i, k_mutations[i].fn, valid, valid_size, out, out_size);
+}
+
+static og_status build_mutated(int i, void (*fn)(file_parts *), const uint8_t *valid, size_t valid_size, uint8_t **out,
+                               size_t *out_size) {
+    (void)valid_size;
     file_parts f;
     memcpy(f.header, valid, sizeof f.header);
     uint64_t mlen = le64(valid + 16), poff = le64(valid + 24);
@@ -418,12 +509,12 @@ og_status og_broken_build(int i, const uint8_t *valid, size_t valid_size, uint8_
     f.payload = valid + poff;
     f.root = cJSON_ParseWithLength((const char *)valid + OG_PROGRAM_HEADER_SIZE, (size_t)mlen);
     if (!f.root) return og_set_error(OG_ERR_FORMAT, "broken case %d: the valid file's manifest does not parse", i);
-    k_mutations[i].fn(&f);
+    fn(&f);
     char *text = cJSON_PrintUnformatted(f.root);
     cJSON_Delete(f.root);
     if (!text) return og_set_error(OG_ERR_OUT_OF_MEMORY, "broken case %d: out of memory", i);
     size_t tlen = strlen(text);
-    if (k_mutations[i].fn == m_manifest_json) tlen--; /* drop the closing brace */
+    if (fn == m_manifest_json) tlen--; /* drop the closing brace */
     uint64_t new_poff = (OG_PROGRAM_HEADER_SIZE + tlen + 63) / 64 * 64;
     size_t total = (size_t)(new_poff + f.payload_bytes);
     uint8_t *buf = calloc(1, total);

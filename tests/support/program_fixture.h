@@ -65,6 +65,10 @@ const og_broken_case *og_broken_cases(int *n);
  * (owned by the caller: free) holds *out_size bytes. */
 og_status og_broken_build(int i, const uint8_t *valid, size_t valid_size, uint8_t **out, size_t *out_size);
 
+/* The valid program with layer 0's MLP a mixture of 3 experts (top 2), the
+ * base of the moe broken cases (owned by the caller: free). */
+og_status og_fixture_moe_program(const uint8_t *valid, size_t valid_size, uint8_t **out, size_t *out_size);
+
 /* Reads a whole file (owned by the caller: free); NULL on failure. */
 uint8_t *og_fixture_read_file(const char *path, size_t *size);
 

@@ -1,0 +1,64 @@
+/* CUDA kernels of the moe instruction (program/ops.h; the CPU versions and
+ * their definition are in kernels/moe.h), callable from C. Conventions as
+ * ops_cuda.h: device pointers, a stream passed as void *, host-side argument
+ * checks, launches checked, nothing allocated (the caller's scratch).
+ *
+ * Letters as kernels/moe.h: T rows, H hidden, E experts, k top_k, F an
+ * expert's intermediate size, M = T * k (row, expert) pairs.
+ *
+ * The whole layer is six launches whose sizes depend on T alone (so a decode
+ * step's graph replays them whatever the rows pick) and no host round trip:
+ *   1. route: per row, softmax of the router logits and the top k (larger
+ *      first, equal p the lower expert index), weights renormalised when
+ *      asked;
+ *   2. group: the M pairs counted and placed by expert (a device-side list
+ *      of the experts some row picked, with each one's pairs);
+ *   3. gate_up: one launch over (feature tile, listed expert): each block
+ *      reads its expert's rows once for all of that expert's pairs, across
+ *      tokens and sessions (a grouped GEMV; blocks past the list's length
+ *      return at once);
+ *   4. SwiGLU of the pairs' gate and up halves;
+ *   5. down: as 3 over the pairs' SwiGLU;
+ *   6. combine: per row, the sum over its experts in increasing index of
+ *      weight * output, from zero, plus sigmoid(shared_gate) * shared.
+ * Products accumulate in f32 (bf16, f32, q8 and q4 stacks: a q8/q4 stack is
+ * E quantized matrices one after the other). Wide steps run the same grouped
+ * kernels on the CUDA cores; tensor cores are not used yet. */
+#ifndef OG_KERNELS_MOE_CUDA_H
+#define OG_KERNELS_MOE_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "core/core.h"
+
+typedef struct og_moe_cuda_args {
+    const float *x;          /* [T, H]                                 */
+    const float *logits;     /* [T, E]                                 */
+    const void *gate_up;     /* [E, 2F, H]                             */
+    og_dtype gate_up_dtype;  /* f32, bf16, q8, q4                      */
+    const void *down;        /* [E, H, F]                              */
+    og_dtype down_dtype;
+    const float *shared;     /* [T, H] or NULL                         */
+    const float *shared_gate;/* [T] (with shared)                      */
+    int64_t T, H, F, E;
+    int32_t top_k;           /* 1..min(E, 64)                          */
+    bool norm_topk_prob;
+    float *out;              /* [T, H]                                 */
+} og_moe_cuda_args;
+
+/* Bytes of device scratch og_moe_cuda needs for these sizes (16-byte
+ * aligned pieces); 0 when they overflow. */
+size_t og_moe_cuda_scratch_bytes(int64_t T, int32_t top_k, int64_t E, int64_t H, int64_t F);
+
+/* The moe instruction on the stream; scratch holds at least
+ * og_moe_cuda_scratch_bytes(T, top_k, E, H, F) bytes (no contents kept
+ * between calls). */
+og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OG_KERNELS_MOE_CUDA_H */
