@@ -29,7 +29,7 @@
  * Batched decode (og_update_and_attend_batch_cuda) against the reference run
  * per entry on host copies: B 1, 2, 3, 17, 64; lengths mixed in one call (0,
  * 1, 3, 127, 128, 129, 1000, 4097); flat and ring (W 4 and 64, wrapping);
- * bf16 and f32; Hq/Hkv 16/8, 4/1, 6/3; D 64 and 128; padded entries (T = 0)
+ * bf16 and f32; Hq/Hkv 16/8, 4/1, 6/3, 16/2; D 64 and 128; padded entries (T = 0)
  * whose out rows stay poisoned and whose storage stays as it was; packed rows
  * (k and v of an entry in one block with other bytes around them), every
  * storage block compared byte for byte; max_keys below the longest entry (a
@@ -46,11 +46,15 @@
  * more f32 rounding per product), so the split-K tolerance holds. Storage
  * around the rows is random bytes; the rows hold valid quantized rows. And
  * rows holding every int8 value and every finite e4m3 byte, decoded by both.
- * int8 / fp8 cases with D 64 / 128 run the tensor-core kernel too (quants
- * widened to bf16 exactly, the scales folded as above: kMmaAtol holds).
+ * int8 / fp8 cases with D 64 / 128 run the tensor-core kernel too
+ * (qmma_attend_kernel: quants as exact f16 operands, q and the weights in
+ * f16 hi + lo; kQmmaAtol says its tolerance) and, outside the quick set,
+ * the variant that widens tiles to bf16 (the scales folded as above:
+ * kMmaAtol holds). The graph cases replay int8 and fp8 tables on it too.
  * OG_CUDA_TEST_QUICK=1 keeps T <= 17, histories <= 257 and B <= 17
  * (sanitizer runs); OG_ATTEND_CUDA_TEST_BATCH_ONLY=1 runs the batched cases
- * alone (racecheck of the batched kernel).
+ * alone (racecheck of the batched kernel), OG_ATTEND_CUDA_TEST_QUANT_ONLY=1
+ * the int8 / fp8 cases alone.
  * Skipped (77) without a CUDA build or device. */
 #include "attend_seq.h"
 #include "harness.h"
@@ -95,6 +99,40 @@ int main(void) {
  * (q . quants) x k scale and the weight p x v scale, two more f32 roundings
  * (2^-24 each) of the same terms: the same bound. */
 static const double kMmaAtol = 4.5e-4;
+
+/* Tolerance of the tensor-core kernel over int8 / fp8 storage
+ * (qmma_attend_kernel, D 64 and 128), from its roundings. Scores: y = q x c
+ * (c = scale log2(e)) in f32 (2^-24), times a power of two 2^e that puts a
+ * head's largest |y| in [2^14, 2^15) (exact), split into f16 hi + lo: y -
+ * hi is exact and lo rounds it by 2^-11 relative (f16 keeps 11 significant
+ * bits) or, below f16's normal range (2^-14), by at most 2^-25, which is
+ * 2^-39 of max |y|; so each element is off by at most 2^-22 |y| + 2^-39
+ * max|y|. The quants are exact f16 values and the products exact in f32
+ * (11 + 11 bits); the mma sums them over D / 16 steps (2^-23 of the terms'
+ * magnitude each, allowing truncation), the hi and lo rows are added
+ * (2^-24) and the sum is multiplied by 2^-e (exact) and the k scale
+ * (2^-24): a score is off by at most (2^-22 + (D/16 + 2) 2^-23) sum |y k|
+ * + 2^-39 max|y| sum |k| <= 1.43e-6 x 16.3 + 3e-11 = 2.3e-5 (D 128, |q|,
+ * |k| <= 1, scale 1/sqrt(D): sum |y k| <= c D = 16.3), and a weight
+ * exp2(s - m) by ln 2 x 2.3e-5 + exp2f's 2 ulp = 1.7e-5 relative. The weight
+ * of P V, w = p x v scale x 2^15 / vmax (vmax: the largest v scale the warp
+ * has seen), takes three f32 roundings (1.8e-7), and its f16 hi + lo is off
+ * by at most 2^-22 w + 2^-25, which over the key's quants times vmax 2^-15
+ * is at most 2^-22 p |v| + 2^-40 max|v| per key: 3.6e-7 max|v| over 2^17
+ * keys (the row sum is at least 1). The f32 accumulators take one rounding
+ * per 64-key tile for the sum and one for the rescale (2^-23 + 2^-24); a
+ * warp sees at most 66 tiles here (one split over 4226 keys): 1.2e-5. So
+ * eta <= 1.7e-5 + 1.2e-5 + 0.05e-5 = 3.0e-5 relative per weight, and an
+ * output, a convex mix, moves by at most 2 eta max|v| = 6.0e-5 (|v| <= 1).
+ * Elementwise bound: atol 1e-4 beside the split-K rtol 5e-4 (the merge of
+ * warps and splits is the split-K kernel's), the case-wide 1e-3 relative
+ * norm; 4.5 times tighter than the bf16 tensor-core kernel's bound. */
+static const double kQmmaAtol = 1e-4;
+
+/* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
+static bool g_quick;
+/* OG_ATTEND_CUDA_TEST_QUANT_ONLY: the int8 / fp8 cases alone (a sanitizer run over their kernels) */
+static bool g_quant_only;
 
 typedef struct attend_case {
     og_kv_policy policy;
@@ -177,16 +215,20 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
      * counters the first left at 0, and rewrites the same storage rows), the
      * same on the tensor cores where that kernel applies, then tiled where it
      * applies */
+    const og_attend_cuda_quant_decode qprev = og_attend_cuda_set_quant_decode(OG_ATTEND_CUDA_QUANT_MMA);
     const bool tiled = og_attend_cuda_tiled(T, c->dtype, D), mma = og_attend_cuda_decode_mma(c->dtype, D);
-    enum { SIMT, MMA, TILED };
-    int kinds[5], n_pass = 0;
+    const bool quant = og_kv_dtype_quantized(c->dtype);
+    enum { SIMT, MMA, WIDEN, TILED }; /* WIDEN: int8 / fp8 on the tensor cores through bf16 tiles */
+    int kinds[6], n_pass = 0;
     kinds[n_pass++] = SIMT, kinds[n_pass++] = SIMT;
     if (mma) kinds[n_pass++] = MMA, kinds[n_pass++] = MMA;
+    if (mma && quant && !g_quick) kinds[n_pass++] = WIDEN;
     if (tiled) kinds[n_pass++] = TILED;
     const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
     for (int pass = 0; pass < n_pass; pass++) {
         const int kind = kinds[pass];
-        og_attend_cuda_set_decode(kind == MMA ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+        og_attend_cuda_set_decode(kind == MMA || kind == WIDEN ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+        og_attend_cuda_set_quant_decode(kind == WIDEN ? OG_ATTEND_CUDA_QUANT_WIDEN : OG_ATTEND_CUDA_QUANT_MMA);
         og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = T, .n_heads = Hq, .scale = c->scale,
                                   .kv = view, .length = dlen, .partials = partials, .split_k = kind != TILED};
         ga.kv.k = dkc, ga.kv.v = dvc;
@@ -215,7 +257,8 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
         }
         CK(cudaMemcpy(kc_got, dkc, sn * es, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(vc_got, dvc, sn * es, cudaMemcpyDeviceToHost));
-        const double atol = kind == TILED ? 4.2e-3 : kind == MMA ? kMmaAtol : 5e-5;
+        const double atol = kind == TILED ? 4.2e-3 : kind == MMA ? (quant ? kQmmaAtol : kMmaAtol)
+                                                   : kind == WIDEN ? kMmaAtol : 5e-5;
         size_t worst = 0;
         double r = og_tol_ratio(got, ref, qn, atol, kind == TILED ? 0.0 : 5e-4, &worst);
         double err2 = 0.0, ref2 = 0.0;
@@ -226,7 +269,8 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
         const double rel = sqrt(err2 / ref2);
         CHECK_MSG(r <= 1.0 && !(rel > (kind == TILED ? 1e-2 : 1e-3)),
                   "%s %s %s T=%d L=%lld Hq=%d Hkv=%d D=%d W=%d: ratio %.3g at %zu (got %g, want %g), rel %.3g",
-                  kind == TILED ? "tiled" : kind == MMA ? "split-K (tensor cores)" : "split-K",
+                  kind == TILED ? "tiled" : kind == MMA ? "split-K (tensor cores)"
+                                           : kind == WIDEN ? "split-K (tensor cores, widened tiles)" : "split-K",
                   c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype), T, (long long)c->L, Hq, Hkv, D,
                   c->W, r, worst, (double)got[worst], (double)ref[worst], rel);
         CHECK_MSG(memcmp(kc_got, kc, sn * es) == 0 && memcmp(vc_got, vc, sn * es) == 0,
@@ -234,6 +278,7 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
                   (long long)c->RS);
     }
     og_attend_cuda_set_decode(prev);
+    og_attend_cuda_set_quant_decode(qprev);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dkc), cudaFree(dvc), cudaFree(dout), cudaFree(partials),
         cudaFree(dlen);
     free(q), free(k), free(v), free(ref), free(got), free(kc), free(vc), free(kc_got), free(vc_got), free(pos);
@@ -260,6 +305,7 @@ static void test_decode_edges(og_rng *rng, cudaStream_t stream, bool quick) {
                         if (quick && (combo++ % 5 != 0 || Ls[li] > 257)) continue;
                         const int32_t Hkv = Gs[gi] == 8 ? 1 : 2, D = d ? 128 : 64;
                         const og_dtype dt = dts[di];
+                        if (g_quant_only && dt == OG_DTYPE_BF16) continue;
                         /* packed: 16 more bytes a row (bf16: 8 elements) */
                         const int64_t packed = dt == OG_DTYPE_BF16 ? (int64_t)Hkv * D + 8
                                                                    : og_kv_dtype_row_bytes(dt, Hkv, D) + 16;
@@ -307,23 +353,28 @@ static void test_every_quant_value(og_rng *rng, cudaStream_t stream) {
         og_attend_cuda_args ga = {.q = dq, .k = dk, .v = dv, .out = dout, .T = 1, .n_heads = HQ, .kv = view,
                                   .partials = partials};
         ga.kv.k = dkc, ga.kv.v = dvc;
-        /* the CUDA-core kernel, then (where it serves the storage) the tensor-core one, whose bound
-         * kMmaAtol scales with max |v|: 2 here */
+        /* the CUDA-core kernel, then the tensor-core one (kQmmaAtol) and the one through bf16 tiles
+         * (kMmaAtol), whose bounds scale with max |v|: 2 here */
         const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
-        for (int kind = 0; kind < (og_attend_cuda_decode_mma(dt, D) ? 2 : 1); kind++) {
+        const og_attend_cuda_quant_decode qprev = og_attend_cuda_get_quant_decode();
+        for (int kind = 0; kind < 3; kind++) {
             og_attend_cuda_set_decode(kind ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+            og_attend_cuda_set_quant_decode(kind == 2 ? OG_ATTEND_CUDA_QUANT_WIDEN : OG_ATTEND_CUDA_QUANT_MMA);
             CHECK_OK(og_update_and_attend_cuda(stream, &ga)); /* a second step rewrites the same row */
             CK(cudaStreamSynchronize(stream));
             CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(kg, dkc, sb, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(vg, dvc, sb, cudaMemcpyDeviceToHost));
             size_t worst = 0;
-            const double r = og_tol_ratio(got, want, HQ * D, kind ? 2 * kMmaAtol : 5e-5, 5e-4, &worst);
+            const double atol = kind == 2 ? 2 * kMmaAtol : kind == 1 ? 2 * kQmmaAtol : 5e-5;
+            const double r = og_tol_ratio(got, want, HQ * D, atol, 5e-4, &worst);
             CHECK_MSG(r <= 1.0, "%s%s: element %zu got %.9g want %.9g (ratio %.3g)", name,
-                      kind ? " (tensor cores)" : "", worst, (double)got[worst], (double)want[worst], r);
+                      kind == 2 ? " (tensor cores, widened tiles)" : kind ? " (tensor cores)" : "", worst,
+                      (double)got[worst], (double)want[worst], r);
             CHECK_MSG(!memcmp(kg, k, sb) && !memcmp(vg, v, sb), "%s: storage differs from the reference's", name);
         }
         og_attend_cuda_set_decode(prev);
+        og_attend_cuda_set_quant_decode(qprev);
         cudaFree(dkc), cudaFree(dvc), cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(partials);
         free(k), free(v), free(kg), free(vg);
     }
@@ -509,6 +560,9 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
     const int32_t B = c->B, Hkv = c->Hkv, Hq = c->Hkv * c->G, D = c->D;
     /* the kernel the call (or the graph, captured under the same choice) runs */
     const bool mma = og_attend_cuda_get_decode() == OG_ATTEND_CUDA_MMA && og_attend_cuda_decode_mma(c->dtype, D);
+    const bool qmma = mma && og_kv_dtype_quantized(c->dtype) &&
+                      og_attend_cuda_get_quant_decode() == OG_ATTEND_CUDA_QUANT_MMA;
+    const double atol = qmma ? kQmmaAtol : mma ? kMmaAtol : 5e-5;
     /* a row's own elements: Hkv x D, or int8 / fp8 bytes (quants, scales, padding) */
     const size_t es = og_dtype_size(c->dtype), row = (size_t)og_kv_dtype_row_bytes(c->dtype, Hkv, D) / es;
     /* packed: row = [16 bytes of another layer | k | v | 16 more]: 16-byte multiples (8 elements of bf16,
@@ -578,12 +632,13 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
                 continue;
             }
             size_t worst = 0;
-            const double r = og_tol_ratio(got + o, ref + o, n, mma ? kMmaAtol : 5e-5, 5e-4, &worst);
+            const double r = og_tol_ratio(got + o, ref + o, n, atol, 5e-4, &worst);
             bad += r > 1.0;
             CHECK_MSG(r <= 1.0,
                       "batch%s%s %s %s %s B=%d entry %d L=%lld Hq=%d Hkv=%d D=%d W=%d max_keys=%lld: ratio %.3g at "
                       "%zu (got %g, want %g)",
-                      graph ? " (graph)" : "", mma ? " (tensor cores)" : "", c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype),
+                      graph ? " (graph)" : "", qmma ? " (tensor cores, quants in registers)" : mma ? " (tensor cores)" : "",
+                      c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype),
                       c->packed ? "packed" : "dense", B, b, (long long)c->L[b], Hq, Hkv, D, c->W,
                       (long long)max_keys, r, worst, (double)got[o + worst], (double)ref[o + worst]);
         }
@@ -612,12 +667,12 @@ static const int64_t kBatchLs[] = {0, 1, 3, 127, 128, 129, 1000, 4097};
 static void test_batch(og_rng *rng, cudaStream_t stream, bool quick, bool quant) {
     og_test_section(quant ? "batched decode vs reference, int8 and fp8" : "batched decode vs reference");
     const int32_t Bs[] = {1, 2, 3, 17, 64};
-    const int32_t heads[][2] = {{16, 8}, {4, 1}, {6, 3}}; /* Hq, Hkv */
+    const int32_t heads[][2] = {{16, 8}, {4, 1}, {6, 3}, {16, 2}}; /* Hq, Hkv (G 2, 4, 2, 8) */
     const int32_t Ds[] = {64, 128};
     int n = 0;
     for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
         for (int ring = 0; ring < 2; ring++)
-            for (size_t hi = 0; hi < 3; hi++)
+            for (size_t hi = 0; hi < 4; hi++)
                 for (size_t di = 0; di < 2; di++) {
                     const int32_t B = Bs[bi];
                     if (quick && (B == 64 || di == 1 || (B == 17 && hi != 0))) continue;
@@ -643,6 +698,12 @@ static void test_batch(og_rng *rng, cudaStream_t stream, bool quick, bool quant)
                     if (og_attend_cuda_decode_mma(c.dtype, c.D)) { /* and on the tensor cores */
                         const og_attend_cuda_decode prev = og_attend_cuda_set_decode(OG_ATTEND_CUDA_MMA);
                         run_batch(&c, rng, stream, &bufs, max_keys, NULL, 2);
+                        if (quant && !quick) { /* int8 / fp8: the variant through bf16 tiles too */
+                            const og_attend_cuda_quant_decode qp =
+                                og_attend_cuda_set_quant_decode(OG_ATTEND_CUDA_QUANT_WIDEN);
+                            run_batch(&c, rng, stream, &bufs, max_keys, NULL, 1);
+                            og_attend_cuda_set_quant_decode(qp);
+                        }
                         og_attend_cuda_set_decode(prev);
                     }
                     batch_bufs_free(&bufs);
@@ -654,19 +715,28 @@ static void test_batch(og_rng *rng, cudaStream_t stream, bool quick, bool quant)
 
 /* One graph captured over a table at a fixed address, replayed after the
  * host rewrote the table (lengths, padding and storage bases change: fresh
- * storage every round) and the step's inputs. */
+ * storage every round) and the step's inputs. Variants: bf16 flat and f32
+ * ring on the CUDA cores, bf16 flat on the tensor cores, and int8 flat
+ * (4 heads a block or fewer) and fp8 ring (8 heads a block, packed) on the
+ * tensor cores with the call captured twice in a row: the second launch may
+ * start before the first ends (programmatic dependent launch) and must
+ * still give the same outputs and storage. */
 static void test_batch_graph(og_rng *rng, cudaStream_t stream, bool quick) {
     og_test_section("batched decode replayed in a graph");
     const og_attend_cuda_decode prev = og_attend_cuda_get_decode();
-    for (int variant = 0; variant < 3; variant++) { /* 2: variant 0 captured with the tensor-core kernel */
-        og_attend_cuda_set_decode(variant == 2 ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
-        const bool ring = variant == 1;
+    const og_attend_cuda_quant_decode qprev = og_attend_cuda_set_quant_decode(OG_ATTEND_CUDA_QUANT_MMA);
+    for (int variant = g_quant_only ? 3 : 0; variant < 5; variant++) {
+        og_attend_cuda_set_decode(variant >= 2 ? OG_ATTEND_CUDA_MMA : OG_ATTEND_CUDA_SIMT);
+        const bool ring = variant == 1 || variant == 4;
         const int32_t B = quick ? 5 : 17;
         int64_t *L = malloc((size_t)B * sizeof *L);
-        batch_case c = {.B = B, .Hkv = ring ? 3 : 8, .G = 2, .D = ring ? 64 : 128, .W = ring ? 64 : 0,
-                        .policy = ring ? OG_KV_RING : OG_KV_FLAT,
-                        .dtype = ring ? OG_DTYPE_F32 : OG_DTYPE_BF16, .packed = ring, .scale = 0.0f,
-                        .L = L};
+        batch_case c = {.B = B, .Hkv = variant == 4 ? 1 : ring ? 3 : 8, .G = variant == 4 ? 8 : 2,
+                        .D = ring ? 64 : 128, .W = ring ? 64 : 0, .policy = ring ? OG_KV_RING : OG_KV_FLAT,
+                        .dtype = variant == 4   ? OG_DTYPE_FP8
+                                 : variant == 3 ? OG_DTYPE_INT8
+                                 : ring         ? OG_DTYPE_F32
+                                                : OG_DTYPE_BF16,
+                        .packed = ring, .scale = 0.0f, .L = L};
         const int64_t max_keys = ring ? 64 : 4200;
         batch_bufs bufs;
         batch_bufs_make(&bufs, B, c.Hkv * c.G, c.Hkv, c.D, max_keys);
@@ -675,6 +745,7 @@ static void test_batch_graph(og_rng *rng, cudaStream_t stream, bool quick) {
         const og_attend_batch_cuda_args a = batch_args(&c, &bufs, max_keys);
         CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
         CHECK_OK(og_update_and_attend_batch_cuda(stream, &a));
+        if (variant >= 3) CHECK_OK(og_update_and_attend_batch_cuda(stream, &a));
         CK(cudaStreamEndCapture(stream, &g));
         CK(cudaGraphInstantiate(&ge, g, 0));
         for (int round = 0; round < 3; round++) {
@@ -691,6 +762,7 @@ static void test_batch_graph(og_rng *rng, cudaStream_t stream, bool quick) {
         free(L);
     }
     og_attend_cuda_set_decode(prev);
+    og_attend_cuda_set_quant_decode(qprev);
 }
 
 /* The grid's depth follows B, the heads and max_keys; the scratch bound
@@ -726,9 +798,11 @@ int main(void) {
     og_rng rng = og_rng_seed(20251202);
     /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
     const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;
+    g_quick = quick;
+    g_quant_only = getenv("OG_ATTEND_CUDA_TEST_QUANT_ONLY") != NULL;
     test_every_quant_value(&rng, stream);
     test_decode_edges(&rng, stream, quick);
-    test_batch(&rng, stream, quick, false);
+    if (!g_quant_only) test_batch(&rng, stream, quick, false);
     test_batch(&rng, stream, quick, true);
     test_batch_graph(&rng, stream, quick);
     /* OG_ATTEND_CUDA_TEST_BATCH_ONLY: the batched kernel alone (a sanitizer run over it) */
@@ -742,7 +816,7 @@ int main(void) {
     const int32_t Ds[] = {64, 128, 8};
     int n = 0;
     og_test_section("kernel vs reference");
-    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+    for (size_t ti = 0; ti < (g_quant_only ? 0 : sizeof Ts / sizeof *Ts); ti++)
         for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++)
             for (size_t gi = 0; gi < sizeof Gs / sizeof *Gs; gi++)
                 for (size_t di = 0; di < sizeof Ds / sizeof *Ds; di++) {

@@ -193,7 +193,7 @@ og_status og_argmax_cuda(void *stream, const float *x /* [V] */, int64_t V, int3
  * visible keys: flat 0..p, ring max(0, p-W+1)..p; query head h reads kv head
  * h / G, and every kv head is read once for all G query heads of its group.
  *
- * Two kernels (attend.cu says how each works):
+ * Two kernels (attend.cu and the files it names say how each works):
  *  - tiled, on the tensor cores, for prefill: T > 1 over bf16 storage with D
  *    of 16, 32, 64 or 128 (og_attend_cuda_tiled). q is carried as bf16 hi +
  *    lo, the softmax weights p are rounded to bf16 for P x V (f32 sums): an
@@ -257,22 +257,44 @@ int32_t og_attend_cuda_splits(int64_t n, int32_t T, int32_t n_heads, int32_t n_k
 og_status og_update_and_attend_cuda(void *stream, const og_attend_cuda_args *a);
 
 /* The split-K kernel of steps over storage and heads that
- * og_attend_cuda_decode_mma accepts (bf16 with heads of 64 or 128; int8 and
- * fp8 too where attend.cu's kMmaQuant is set or the environment has
- * OG_CUDA_ATTEND_QUANT=1, until that variant has run on a GPU),
- * single-session and batched: on the CUDA cores (SIMT: per-lane dot products reduced by shuffles) or on
- * the tensor cores (MMA: mma.sync with q and the softmax weights carried as
- * bf16 hi + lo, each kept to ~2^-16; same grid, splits, scratch and storage
- * write). Other storage and head dims always run on the CUDA cores. The choice is
- * the process's: read from the environment variable OG_CUDA_ATTEND ("simt";
- * anything else or unset: mma) at the first call, or set by
- * og_attend_cuda_set_decode (tests, benchmarks; it returns the previous
- * choice). A graph captured earlier keeps the kernel it captured. */
+ * og_attend_cuda_decode_mma accepts (bf16, int8 and fp8 with heads of 64 or
+ * 128), single-session and batched: on the CUDA cores (SIMT: per-lane dot
+ * products reduced by shuffles) or on the tensor cores (MMA: mma.sync; bf16
+ * storage with q and the softmax weights carried as bf16 hi + lo, each kept
+ * to ~2^-16; int8 / fp8 storage with the quants as exact f16 operands and q
+ * and the weights as f16 hi + lo, ~2^-22; same grid, splits, scratch and
+ * storage write). Other storage and head dims always run on the CUDA cores.
+ * The choice is the process's: read from the environment variable
+ * OG_CUDA_ATTEND ("simt"; anything else or unset: mma) at the first call, or
+ * set by og_attend_cuda_set_decode (tests, benchmarks; it returns the
+ * previous choice). A graph captured earlier keeps the kernel it captured. */
 typedef enum og_attend_cuda_decode { OG_ATTEND_CUDA_SIMT = 0, OG_ATTEND_CUDA_MMA = 1 } og_attend_cuda_decode;
 og_attend_cuda_decode og_attend_cuda_get_decode(void);
 og_attend_cuda_decode og_attend_cuda_set_decode(og_attend_cuda_decode d);
+/* int8 / fp8 storage under the MMA choice: the tensor-core kernel that
+ * dequantizes in registers (QUANT_MMA, the default), the CUDA cores
+ * (QUANT_SIMT: og_attend_cuda_decode_mma is then false for those formats),
+ * or the earlier tensor-core variant that widens each tile to bf16 in shared
+ * memory (QUANT_WIDEN). Read from OG_CUDA_ATTEND_QMMA ("0": SIMT, "widen":
+ * WIDEN, anything else or unset: MMA) at the first call, or set by
+ * og_attend_cuda_set_quant_decode (returns the previous choice). */
+typedef enum og_attend_cuda_quant_decode {
+    OG_ATTEND_CUDA_QUANT_SIMT = 0,
+    OG_ATTEND_CUDA_QUANT_MMA = 1,
+    OG_ATTEND_CUDA_QUANT_WIDEN = 2
+} og_attend_cuda_quant_decode;
+og_attend_cuda_quant_decode og_attend_cuda_get_quant_decode(void);
+og_attend_cuda_quant_decode og_attend_cuda_set_quant_decode(og_attend_cuda_quant_decode d);
 /* True when the tensor-core split-K kernel serves storage of kv_dtype with heads of head_dim. */
 bool og_attend_cuda_decode_mma(og_dtype kv_dtype, int32_t head_dim);
+/* Keys a split takes before the next is opened, in place of
+ * OG_ATTEND_CUDA_SPLIT_KEYS (keys < 1 restores it; returns the previous
+ * value), for every later launch of the process, single-session and
+ * batched: a benchmark's knob (bench_attend_cuda sweeps it). The grid's
+ * depth and the scratch do not depend on it (a row never takes more splits
+ * than the depth), so any value is safe; og_attend_cuda_splits counts with it. */
+int32_t og_attend_cuda_get_split_keys(void);
+int32_t og_attend_cuda_set_split_keys(int32_t keys);
 
 /* ---- batched decode update_and_attend (DESIGN.md section 7) ----
  * One layer of a step in which each of B sessions decodes one token: entry b
