@@ -143,6 +143,23 @@ typedef struct og_kv_layer_config {
 
 #define OG_KV_MANIFEST_VERSION 1
 
+/* One per-session state tensor, the third storage kind beside flat and ring
+ * KV (a hybrid model's Gated DeltaNet layers keep a recurrent state and a
+ * convolution state): a fixed shape, no rows, never grows, rewritten whole by
+ * every step of its layer. A session holds two copies (the committed state
+ * and the one a step writes; its commit swaps them), allocated when the
+ * session is created. At length 0 a state is zero by definition: kernels do
+ * not read it then, so a new or reset session needs no clearing. */
+#define OG_KV_STATE_NAME_CAP 16
+#define OG_KV_STATE_MAX_RANK 4
+typedef struct og_kv_state_config {
+    int32_t layer_id;                    /* the model layer that owns it        */
+    char name[OG_KV_STATE_NAME_CAP];     /* unique within the layer, e.g. "conv" */
+    og_dtype dtype;                      /* OG_DTYPE_F32                        */
+    int32_t rank;                        /* 1 .. OG_KV_STATE_MAX_RANK           */
+    int64_t shape[OG_KV_STATE_MAX_RANK];
+} og_kv_state_config;
+
 /* The KV manifest: what a program declares about the storage it attends over. */
 typedef struct og_kv_config {
     int32_t version;          /* OG_KV_MANIFEST_VERSION              */
@@ -153,6 +170,8 @@ typedef struct og_kv_config {
     int32_t n_model_layers;   /* layer ids must be < this; 0 = no bound */
     int32_t n_layers;         /* entries in layers                   */
     const og_kv_layer_config *layers; /* borrowed; copied by sessions */
+    int32_t n_states;         /* entries in states (0: none)         */
+    const og_kv_state_config *states; /* borrowed; copied by sessions */
 } og_kv_config;
 
 /* Every manifest rule, so that a refusal can be tested by its name. */
@@ -163,7 +182,7 @@ typedef enum og_kv_rule {
     OG_KV_RULE_MAX_CAPACITY,     /* max_capacity > 0                         */
     OG_KV_RULE_INITIAL_CAPACITY, /* 0 < initial_capacity <= max_capacity     */
     OG_KV_RULE_MAX_WRITE,        /* 1 <= max_write <= max_capacity           */
-    OG_KV_RULE_LAYER_COUNT,      /* n_layers >= 1 and layers != NULL         */
+    OG_KV_RULE_LAYER_COUNT,      /* n_layers >= 1 and layers != NULL (or n_layers 0 with states) */
     OG_KV_RULE_LAYER_ID_RANGE,   /* 0 <= layer_id (< n_model_layers if set)  */
     OG_KV_RULE_LAYER_ID_UNIQUE,  /* no two entries share a layer_id          */
     OG_KV_RULE_POLICY,           /* policy is flat or ring                   */
@@ -172,6 +191,10 @@ typedef enum og_kv_rule {
     OG_KV_RULE_KV_HEADS,         /* n_kv_heads > 0                           */
     OG_KV_RULE_HEAD_DIM,         /* head_dim > 0                             */
     OG_KV_RULE_SIZE_OVERFLOW,    /* storage byte counts fit in 64 bits       */
+    OG_KV_RULE_STATE_OWNER,      /* a state's layer_id in range              */
+    OG_KV_RULE_STATE_NAME,       /* a state's name is 1..15 characters and unique in its layer */
+    OG_KV_RULE_STATE_DTYPE,      /* a state's dtype is f32                   */
+    OG_KV_RULE_STATE_SHAPE,      /* rank 1..4, dims > 0, bytes fit in 64 bits */
     OG_KV_RULE_COUNT
 } og_kv_rule;
 
@@ -371,6 +394,42 @@ og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_
  * and fp8. */
 int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v);
 
+/* The storage a step binds for one state of the manifest (index into
+ * cfg->states). `read` holds the committed state (what the session's
+ * length L left), `write` the other copy, which a prepared step fills with
+ * the state after it; the step's commit makes `write` the committed one, an
+ * abort or rollback leaves `read` as it was. Both are [shape] of dtype,
+ * row-major, valid until the next prepare, commit, reset or destroy. At
+ * length 0 the state is zero by definition and `read` is not to be read. */
+typedef struct og_kv_state_view {
+    int32_t layer_id;
+    const char *name;   /* borrowed from the session */
+    og_dtype dtype;
+    int32_t rank;
+    int64_t shape[OG_KV_STATE_MAX_RANK];
+    int64_t bytes;      /* of one copy */
+    int64_t length;     /* committed length L */
+    void *read;
+    void *write;
+} og_kv_state_view;
+og_status og_kv_session_state_view(const og_kv_session *s, int32_t index, og_kv_state_view *out);
+
+/* Keeps a copy of the session's committed state (every state of the
+ * manifest) at its length L, so that og_kv_session_fork can later start a
+ * session there; it replaces the previous checkpoint (a session keeps one).
+ * The copy is allocated on first use and counted in the metrics. OG_OK and
+ * nothing kept for a manifest without states (any length is a fork point
+ * there); OG_ERR_STATE with a step prepared; an allocation or copy failure
+ * keeps the previous checkpoint. */
+og_status og_kv_session_checkpoint(og_kv_session *s);
+/* The length of the session's checkpoint, -1 when it has none. */
+int64_t og_kv_session_checkpoint_length(const og_kv_session *s);
+/* The largest length p <= at_most the session can be forked at (see
+ * og_kv_session_fork), or -1 when there is none: without states every p
+ * from og_kv_session_fork_floor to L; with states only 0, L and the
+ * checkpoint's length (those at or above the floor). */
+int64_t og_kv_session_fork_point(const og_kv_session *s, int64_t at_most);
+
 /* Per-session metrics. */
 typedef struct og_kv_metrics {
     int64_t length;          /* committed tokens L                        */
@@ -391,6 +450,11 @@ typedef struct og_kv_metrics {
      * this one was forked from (og_kv_session_fork): the same memory, held
      * once; 0 when nothing is shared. */
     int64_t bytes_shared;
+    int32_t n_states;        /* states of the manifest                   */
+    /* Of bytes_allocated, the states' storage: two copies of every state
+     * (allocated when the session is created) and the checkpoint when one
+     * was taken. bytes_live counts one copy. */
+    int64_t bytes_state;
 } og_kv_metrics;
 og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out);
 /* Allocated rows of one manifest layer (index into cfg->layers), -1 if out of range. */
@@ -414,6 +478,13 @@ void og_kv_session_note_capture(og_kv_session *s);
  * the length; neither session writes those shared granules again (a reset
  * of either gives its packed block back instead, and its next step reserves
  * a new one). Otherwise the rows below at_length are copied (O(length)).
+ *
+ * States (see og_kv_state_config) are copied, never shared (every step
+ * rewrites all of a state): the parent's committed state when at_length is
+ * its length L, its checkpoint's when at_length is the checkpoint's length
+ * (og_kv_session_checkpoint), nothing at 0 (zero by definition). A state
+ * holds no history, so any other at_length is refused (OG_ERR_UNSUPPORTED,
+ * naming the state's layer and the lengths that can be forked).
  *
  * Refused: NULL arguments, at_length outside [0, L] (OG_ERR_INVALID_ARGUMENT),
  * a parent with a step prepared (OG_ERR_STATE), at_length below
@@ -599,6 +670,18 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
  * (OG_ERR_OUT_OF_MEMORY) leaves no child. og_last_error() and the parent's
  * og_session_last_error() say why. */
 og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out);
+/* Hybrid models (per-session state: og_kv_state_config) hold their state
+ * only at the session's length, so og_session_fork starts a child only at
+ * 0, at the parent's length or at its checkpoint. og_session_checkpoint
+ * keeps a copy of the state at the current length (replacing the previous
+ * one; e.g. when a prompt has been read, so that a later turn can start
+ * from there); OG_OK and nothing kept for a model without state. Refused:
+ * NULL (OG_ERR_INVALID_ARGUMENT), a session in a step (OG_ERR_STATE); an
+ * allocation failure (OG_ERR_OUT_OF_MEMORY) keeps the previous checkpoint.
+ * og_session_fork_point: the largest length <= at_most the session can be
+ * forked at, -1 when none (og_kv_session_fork_point). */
+og_status og_session_checkpoint(og_session *s);
+int64_t og_session_fork_point(const og_session *s, int64_t at_most);
 
 /* Saves the session's KV rows to a file at path, crash-safe: the rows are
  * written to a temp file <path>.tmp.XXXXXX in the same directory, its

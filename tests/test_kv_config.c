@@ -12,12 +12,16 @@
 
 #define N_LAYERS 3
 
+#define N_STATES 2
+
 typedef struct fixture {
     og_kv_layer_config layers[N_LAYERS];
+    og_kv_state_config states[N_STATES];
     og_kv_config cfg;
 } fixture;
 
-/* A valid manifest: two flat layers and a ring layer, 8 model layers. */
+/* A valid manifest: two flat layers and a ring layer, and the two states of
+ * a Gated DeltaNet layer (layer 1), 8 model layers. */
 static void fixture_init(fixture *f) {
     const og_kv_layer_config layers[N_LAYERS] = {
         {.layer_id = 0, .policy = OG_KV_FLAT, .window = 0, .n_kv_heads = 2, .head_dim = 8},
@@ -34,7 +38,14 @@ static void fixture_init(fixture *f) {
         .n_model_layers = 8,
         .n_layers = N_LAYERS,
         .layers = f->layers,
+        .n_states = N_STATES,
+        .states = f->states,
     };
+    const og_kv_state_config states[N_STATES] = {
+        {.layer_id = 1, .name = "conv", .dtype = OG_DTYPE_F32, .rank = 2, .shape = {3, 96}},
+        {.layer_id = 1, .name = "recurrent", .dtype = OG_DTYPE_F32, .rank = 3, .shape = {4, 16, 24}},
+    };
+    memcpy(f->states, states, sizeof states);
 }
 
 /* Breaks exactly one rule of a valid fixture. */
@@ -49,7 +60,7 @@ static void break_rule(fixture *f, og_kv_rule r) {
         break;
     case OG_KV_RULE_INITIAL_CAPACITY: f->cfg.initial_capacity = 2048; break;
     case OG_KV_RULE_MAX_WRITE: f->cfg.max_write = 0; break;
-    case OG_KV_RULE_LAYER_COUNT: f->cfg.n_layers = 0; break;
+    case OG_KV_RULE_LAYER_COUNT: f->cfg.n_layers = 0, f->cfg.n_states = 0; break;
     case OG_KV_RULE_LAYER_ID_RANGE: f->layers[2].layer_id = 8; break;
     case OG_KV_RULE_LAYER_ID_UNIQUE: f->layers[2].layer_id = 3; break;
     case OG_KV_RULE_POLICY: f->layers[1].policy = (og_kv_policy)7; break;
@@ -61,9 +72,48 @@ static void break_rule(fixture *f, og_kv_rule r) {
         /* 2^60 rows x 4 heads x 16 dims x 2 bytes overflows; nothing else breaks. */
         f->cfg.max_capacity = (int64_t)1 << 60;
         break;
+    case OG_KV_RULE_STATE_OWNER: f->states[1].layer_id = 8; break;
+    case OG_KV_RULE_STATE_NAME: memcpy(f->states[1].name, "conv", 5); break; /* layer 1 has a "conv" already */
+    case OG_KV_RULE_STATE_DTYPE: f->states[0].dtype = OG_DTYPE_BF16; break;
+    case OG_KV_RULE_STATE_SHAPE: f->states[1].shape[2] = 0; break;
     case OG_KV_RULE_NONE:
     case OG_KV_RULE_COUNT: break;
     }
+}
+
+static void test_states(void) {
+    og_test_section("states: the other ways to break their rules, and a manifest of states only");
+    fixture f;
+    og_kv_rule broken;
+    fixture_init(&f);
+    f.states[0].layer_id = -1;
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_STATE_OWNER);
+    fixture_init(&f);
+    memset(f.states[0].name, 0, sizeof f.states[0].name); /* empty */
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_STATE_NAME);
+    fixture_init(&f);
+    memset(f.states[0].name, 'x', sizeof f.states[0].name); /* 16 characters: no terminator */
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_STATE_NAME);
+    fixture_init(&f);
+    f.states[1].rank = 5;
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_STATE_SHAPE);
+    fixture_init(&f);
+    f.states[1].shape[0] = (int64_t)1 << 40, f.states[1].shape[1] = (int64_t)1 << 20; /* x 24 x 4 bytes x 3 copies */
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_STATE_SHAPE);
+    fixture_init(&f);
+    f.states[1].layer_id = 2; /* the same name in another layer is fine */
+    memcpy(f.states[1].name, "conv", 5);
+    CHECK_OK(og_kv_config_validate(&f.cfg, &broken));
+    /* a model of Gated DeltaNet layers only: states and no KV layer */
+    fixture_init(&f);
+    f.cfg.n_layers = 0;
+    f.cfg.layers = NULL;
+    CHECK_OK(og_kv_config_validate(&f.cfg, &broken));
+    f.cfg.n_states = 0;
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_LAYER_COUNT);
+    f.cfg.n_states = 1;
+    f.cfg.states = NULL;
+    CHECK(og_kv_config_validate(&f.cfg, &broken) != OG_OK && broken == OG_KV_RULE_LAYER_COUNT);
 }
 
 static void test_valid(void) {
@@ -262,6 +312,7 @@ static void test_program_manifest(void) {
 int main(void) {
     test_valid();
     test_each_rule();
+    test_states();
     test_messages();
     test_names_and_slots();
     test_row_bytes();

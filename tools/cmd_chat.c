@@ -748,9 +748,13 @@ int og_cmd_chat(int argc, char **argv) {
              * prefix (or the reply's text reads as other tokens): go back to
              * the prefix, sharing its rows */
             og_session *child = NULL;
-            if (og_session_fork(g.session, conv.opaque + keep, &child) == OG_OK) {
+            /* a hybrid model's session can go back only to its checkpoint
+             * (taken where the last prompt ended), not to any length */
+            const int64_t at = og_session_fork_point(g.session, conv.opaque + keep);
+            if (at >= conv.opaque && og_session_fork(g.session, at, &child) == OG_OK) {
                 og_session_destroy(g.session);
                 g.session = child;
+                keep = at - conv.opaque;
             } else { /* e.g. below a sliding window's floor: read it all again */
                 og_session_reset(g.session);
                 keep = 0;
@@ -763,6 +767,9 @@ int og_cmd_chat(int argc, char **argv) {
         n -= keep;
         double t0 = og_time_now();
         ok = og_gen_prefill("chat", &g, fresh, n, o.max_tokens > 0) && held_append(&conv, fresh, n);
+        /* the state where the prompt ends (hybrid models; nothing otherwise),
+         * so that a next turn whose template rewrites the reply starts there */
+        if (ok) og_session_checkpoint(g.session);
         double t1 = og_time_now();
         og_gen_result res = {0};
         ok = ok && og_gen_decode("chat", &g, o.max_tokens, true, stdout, true, &res) &&

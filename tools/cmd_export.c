@@ -242,12 +242,22 @@ int og_cmd_export(int argc, char **argv) {
     else snprintf(wdesc, sizeof wdesc, "%s (norms %s%s%s)", og_dtype_name(s.weights), og_dtype_name(s.dtype),
                   s.n_unquantized ? ", some matrices too: rows not whole groups" : "",
                   s.n_fallback ? "; some matrices q8 or q4: rows not whole super-blocks" : "");
+    char layers[96];
+    if (s.n_state_layers)
+        snprintf(layers, sizeof layers, "%d ring, %d Gated DeltaNet with per-session state", s.n_ring_layers,
+                 s.n_state_layers);
+    else
+        snprintf(layers, sizeof layers, "%d ring", s.n_ring_layers);
     fprintf(stderr,
-            "exported %s -> %s: %s, %d layers (%d ring), %lld parameters, %.1f MB of %s weights, "
+            "exported %s -> %s: %s, %d layers (%s), %lld parameters, %.1f MB of %s weights, "
             "kv %s, max-context %lld, initial-capacity %lld, max-write %d, tokenizer %s, %.2f s\n",
-            in, out, og_hf_family_name(s.family), s.n_layers, s.n_ring_layers, (long long)s.n_params,
-            s.weight_bytes / 1e6, wdesc, og_dtype_name(s.kv_dtype), (long long)s.max_context,
-            (long long)s.initial_capacity, s.max_write, s.has_tokenizer ? "embedded" : "absent",
-            og_time_now() - ps.start);
+            in, out, og_hf_family_name(s.family), s.n_layers, layers, (long long)s.n_params, s.weight_bytes / 1e6,
+            wdesc, og_dtype_name(s.kv_dtype), (long long)s.max_context, (long long)s.initial_capacity, s.max_write,
+            s.has_tokenizer ? "embedded" : "absent", og_time_now() - ps.start);
+    if (s.n_skipped)
+        fprintf(stderr,
+                "offgraph export: note: %d tensors of the checkpoint were not exported: multi-token prediction "
+                "(mtp.*) and vision (model.visual.*) weights; the program reads text only\n",
+                s.n_skipped);
     return 0;
 }

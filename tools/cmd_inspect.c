@@ -68,6 +68,15 @@ static void print_text(const char *path, const og_program *p) {
                l->policy == OG_KV_RING ? "ring" : "flat", l->window, l->n_kv_heads, l->head_dim,
                (long long)og_kv_layer_slots(kv, l));
     }
+    for (int32_t i = 0; i < kv->n_states; i++) {
+        const og_kv_state_config *st = &kv->states[i];
+        char sh[96] = "[";
+        for (int32_t d = 0; d < st->rank; d++)
+            snprintf(sh + strlen(sh), sizeof sh - strlen(sh), "%s%lld", d ? ", " : "", (long long)st->shape[d]);
+        strncat(sh, "]", sizeof sh - strlen(sh) - 1);
+        printf("  layer %-3d state %-10.*s %s %s, per session, fixed\n", st->layer_id, (int)sizeof st->name, st->name,
+               og_dtype_name(st->dtype), sh);
+    }
     const char *tok = og_program_tokenizer_json(p);
     if (tok) printf("tokenizer: embedded (%zu bytes%s)\n", strlen(tok), og_program_tokenizer_config(p) ? ", with config" : "");
     else printf("tokenizer: absent\n");
@@ -125,6 +134,21 @@ static cJSON *json_report(const char *path, const og_program *p) {
         cJSON_AddNumberToObject(o, "head_dim", l->head_dim);
         cJSON_AddNumberToObject(o, "slots", (double)og_kv_layer_slots(kv, l));
         cJSON_AddItemToArray(jl, o);
+    }
+    if (kv->n_states > 0) {
+        cJSON *js = cJSON_AddArrayToObject(jk, "states");
+        for (int32_t i = 0; i < kv->n_states; i++) {
+            const og_kv_state_config *st = &kv->states[i];
+            char name[sizeof st->name + 1] = "";
+            memcpy(name, st->name, sizeof st->name);
+            cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+            cJSON_AddNumberToObject(o, "layer_id", st->layer_id);
+            cJSON_AddStringToObject(o, "name", name);
+            cJSON_AddStringToObject(o, "dtype", og_dtype_name(st->dtype));
+            for (int32_t d = 0; d < st->rank; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)st->shape[d]));
+            cJSON_AddItemToObject(o, "shape", sh);
+            cJSON_AddItemToArray(js, o);
+        }
     }
     cJSON_AddBoolToObject(r, "tokenizer", og_program_tokenizer_json(p) != NULL);
     cJSON_AddNumberToObject(r, "instructions", og_program_n_instrs(p));

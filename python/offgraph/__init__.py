@@ -83,14 +83,14 @@ class _SamplerParams(Structure):
 class _KvConfig(Structure):
     _fields_ = [("version", c_int32), ("kv_dtype", c_int), ("max_capacity", c_int64),
                 ("initial_capacity", c_int64), ("max_write", c_int32), ("n_model_layers", c_int32),
-                ("n_layers", c_int32), ("layers", c_void_p)]
+                ("n_layers", c_int32), ("layers", c_void_p), ("n_states", c_int32), ("states", c_void_p)]
 
 
 class _KvMetrics(Structure):
     _fields_ = [("length", c_int64), ("n_layers", c_int32), ("rows_allocated", c_int64),
                 ("bytes_allocated", c_int64), ("bytes_live", c_int64), ("growth_count", c_int64),
                 ("rebinds", c_int64), ("graph_captures", c_int64), ("steps", c_int64),
-                ("bytes_shared", c_int64)]
+                ("bytes_shared", c_int64), ("n_states", c_int32), ("bytes_state", c_int64)]
 
 
 class _ModelMetrics(Structure):

@@ -13,7 +13,11 @@
  * prefix extended token by token past the last whole block. A prefix is
  * usable when it is at least the entry's fork floor (sliding-window layers
  * keep only their last positions) and leaves at least one prompt token to
- * feed; when the deepest entries' is not, shallower ones are tried.
+ * feed; when the deepest entries' is not, shallower ones are tried. A
+ * session with per-session state (a hybrid model's Gated DeltaNet layers)
+ * holds that state only at its end and at its checkpoint
+ * (og_session_checkpoint: the server takes one when a prompt has been read),
+ * so its entry is reused at the longest of those within the common prefix.
  *
  * Charges: an entry counts its session's bytes_allocated (shared bytes
  * included, so the budget errs on the safe side). */
@@ -165,6 +169,18 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
     return i;
 }
 
+/* True when session kv (holding o's tokens and more) can be forked at every
+ * length o can: without states, when its fork floor is no higher; with
+ * states (forks only at 0, the end and a checkpoint), at o's end and at
+ * o's checkpoint. */
+static bool serves(const og_kv_session *kv, const entry *o) {
+    og_kv_metrics km;
+    og_kv_session_metrics(kv, &km);
+    if (!km.n_states) return og_kv_session_fork_floor(kv) <= og_kv_session_fork_floor(o->s->kv);
+    const int64_t cp = og_kv_session_checkpoint_length(o->s->kv);
+    return og_kv_session_fork_point(kv, o->n) == o->n && (cp < 0 || og_kv_session_fork_point(kv, cp) == cp);
+}
+
 og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *tokens, int64_t n) {
     if (!c || !s || (!tokens && n > 0) || n < 0) {
         og_session_destroy(s);
@@ -200,7 +216,6 @@ og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *
     og_kv_metrics km;
     og_session_metrics(s, &km);
     e->charge = km.bytes_allocated;
-    const int64_t floor = og_kv_session_fork_floor(s->kv);
     pthread_mutex_lock(&c->lock);
     c->metrics.puts++;
     /* entries this one serves as well (same model, their tokens a prefix of
@@ -216,7 +231,7 @@ og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *
             entry_free(e);
             return OG_OK;
         }
-        if (floor <= og_kv_session_fork_floor(o->s->kv)) entry_drop(c, o);
+        if (serves(e->s->kv, o)) entry_drop(c, o);
     }
     uint64_t key = KEY_SEED;
     for (int64_t b = 0; b < e->n_blocks; b++) {
@@ -237,13 +252,16 @@ og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *
     return OG_OK;
 }
 
-/* The usable prefix of entry e for tokens [n]: the common prefix, at most
- * n - 1 and e's length; 0 when below e's fork floor. */
+/* The usable prefix of entry e for tokens [n]: the longest length e can be
+ * forked at (og_kv_session_fork_point: at or above its fork floor; with
+ * states, its end or its checkpoint) within the common prefix and at most
+ * n - 1; 0 when there is none. */
 static int64_t usable(const entry *e, const int32_t *tokens, int64_t n) {
     int64_t k = common_prefix(e->tokens, e->n, tokens, n);
     if (k > n - 1) k = n - 1;
-    if (k < 1 || k < og_kv_session_fork_floor(e->s->kv)) return 0;
-    return k;
+    if (k < 1) return 0;
+    const int64_t p = og_kv_session_fork_point(e->s->kv, k);
+    return p >= 1 ? p : 0;
 }
 
 og_status og_prefix_cache_lookup(og_prefix_cache *c, og_model *m, const int32_t *tokens, int64_t n, og_session **out,

@@ -66,6 +66,7 @@
 
 #define SAVE_MAGIC "OGKVSES\n"
 #define SAVE_VERSION 2u
+#define SAVE_VERSION_STATES 3u /* written when the program has states: version 2 and the state table */
 #define SAVE_VERSION_OG_HASH 1u /* payload checks by hash.h: read, no longer written */
 #define HDR_BYTES 128
 #define ENTRY_BYTES 64
@@ -81,14 +82,23 @@ typedef struct save_layer {
     uint64_t offset, bytes, check;
 } save_layer;
 
+/* A state's entry: its geometry, where its committed copy is in the file. */
+typedef struct save_state {
+    int32_t layer_id, dtype, rank;
+    int64_t shape[OG_KV_STATE_MAX_RANK];
+    uint64_t offset, bytes, check;
+} save_state;
+
 typedef struct save_header {
-    uint32_t version; /* read from a file; a save writes SAVE_VERSION */
+    uint32_t version; /* read from a file; a save writes SAVE_VERSION or SAVE_VERSION_STATES */
     uint64_t manifest_hash, weights_hash;
     uint32_t kv_dtype;
     int32_t n_layers, max_write;
     int64_t max_capacity, length;
     uint64_t file_bytes, check;
     save_layer *layers; /* [n_layers] */
+    int32_t n_states;   /* version 3 */
+    save_state *states; /* [n_states] */
 } save_header;
 
 /* ------------------------------------------------------------ identity */
@@ -121,14 +131,15 @@ static void program_identity(const og_program *p, uint64_t *manifest, uint64_t *
 static void put32(unsigned char *b, uint32_t v) { og_put_le32(b, v); }
 static void put64(unsigned char *b, uint64_t v) { og_put_le64(b, v); }
 
-static size_t header_size(int32_t n_layers) { return HDR_BYTES + (size_t)n_layers * ENTRY_BYTES; }
+static size_t header_size(int32_t n_entries) { return HDR_BYTES + (size_t)n_entries * ENTRY_BYTES; }
 
 /* Writes h into b [header_size], with its check computed (h->check set). */
 static void header_encode(save_header *h, unsigned char *b) {
-    const size_t size = header_size(h->n_layers);
+    const size_t size = header_size(h->n_layers + h->n_states);
     memset(b, 0, size);
     memcpy(b, SAVE_MAGIC, 8);
-    put32(b + 8, SAVE_VERSION);
+    put32(b + 8, h->n_states ? SAVE_VERSION_STATES : SAVE_VERSION);
+    put32(b + 44, (uint32_t)h->n_states);
     put32(b + 12, (uint32_t)size);
     put64(b + 16, h->manifest_hash);
     put64(b + 24, h->weights_hash);
@@ -152,6 +163,16 @@ static void header_encode(save_header *h, unsigned char *b) {
         put64(e + 48, l->bytes);
         put64(e + 56, l->check);
     }
+    for (int32_t i = 0; i < h->n_states; i++) {
+        unsigned char *e = b + HDR_BYTES + (size_t)(h->n_layers + i) * ENTRY_BYTES;
+        const save_state *t = &h->states[i];
+        put32(e, (uint32_t)t->layer_id);
+        put32(e + 4, (uint32_t)t->dtype);
+        put32(e + 8, (uint32_t)t->rank);
+        for (int d = 0; d < OG_KV_STATE_MAX_RANK; d++) put64(e + 16 + 8 * d, (uint64_t)t->shape[d]);
+        put64(e + 48, t->offset);
+        put64(e + 56, t->check);
+    }
     h->check = og_hash64(b, size, SAVE_SEED);
     put64(b + HDR_CHECK_AT, h->check);
 }
@@ -160,7 +181,7 @@ static void header_encode(save_header *h, unsigned char *b) {
 
 /* The layers' saved positions and payload places for a session of length L. */
 static void plan_layers(const og_kv_config *cfg, int64_t L, save_header *h) {
-    uint64_t off = header_size(cfg->n_layers);
+    uint64_t off = header_size(cfg->n_layers + h->n_states);
     for (int32_t i = 0; i < cfg->n_layers; i++) {
         const og_kv_layer_config *l = &cfg->layers[i];
         save_layer *s = &h->layers[i];
@@ -176,7 +197,49 @@ static void plan_layers(const og_kv_config *cfg, int64_t L, save_header *h) {
         s->bytes = 2 * (uint64_t)s->rows * (uint64_t)og_kv_row_bytes(cfg, l);
         off += s->bytes;
     }
+    for (int32_t i = 0; i < h->n_states; i++) { /* the committed copy of every state, after the rows */
+        const og_kv_state_config *c = &cfg->states[i];
+        save_state *t = &h->states[i];
+        t->layer_id = c->layer_id;
+        t->dtype = (int32_t)c->dtype;
+        t->rank = c->rank;
+        memset(t->shape, 0, sizeof t->shape);
+        memcpy(t->shape, c->shape, (size_t)c->rank * sizeof *c->shape);
+        t->offset = off;
+        t->bytes = (uint64_t)og_kv_state_bytes(c);
+        off += t->bytes;
+    }
     h->file_bytes = off;
+}
+
+/* Writes (save) or reads and checks (restore) the states' payloads of h:
+ * the committed copy of each (zeros at length 0, where a state is zero by
+ * definition), through a host buffer. */
+static og_status run_states(og_kv_session *kv, save_header *h, bool save, int fd, const char *path) {
+    og_status st = OG_OK;
+    for (int32_t i = 0; i < h->n_states && st == OG_OK; i++) {
+        save_state *t = &h->states[i];
+        unsigned char *buf = og_calloc(1, (size_t)t->bytes);
+        if (!buf) return og_set_error(OG_ERR_OUT_OF_MEMORY, "saved session: no memory for a state of %llu bytes",
+                                      (unsigned long long)t->bytes);
+        if (save) {
+            if (h->length > 0) st = og_kv_session_state_to_host(kv, i, buf);
+            if (st == OG_OK && pwrite(fd, buf, (size_t)t->bytes, (off_t)t->offset) != (ssize_t)t->bytes)
+                st = og_set_error(OG_ERR_IO, "og_session_save: writing state %d of %s: %s", (int)i, path, strerror(errno));
+            if (st == OG_OK) t->check = XXH3_64bits_withSeed(buf, (size_t)t->bytes, SAVE_SEED);
+        } else {
+            if (pread(fd, buf, (size_t)t->bytes, (off_t)t->offset) != (ssize_t)t->bytes)
+                st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: reading state %d: truncated or unreadable", path,
+                                  (int)i);
+            else if (XXH3_64bits_withSeed(buf, (size_t)t->bytes, SAVE_SEED) != t->check)
+                st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: state %d (layer_id %d): checksum mismatch (it "
+                                                 "is corrupt)", path, (int)i, (int)t->layer_id);
+            else
+                st = og_kv_session_state_from_host(kv, i, buf);
+        }
+        og_free(buf);
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------ i/o */
@@ -570,13 +633,15 @@ og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint6
     const double t0 = og_time_now();
     const og_kv_config *cfg = og_kv_session_config(kv);
     save_header h = {0};
-    h.layers = og_calloc((size_t)cfg->n_layers, sizeof *h.layers);
-    const size_t hsize = header_size(cfg->n_layers);
+    h.layers = og_calloc((size_t)(cfg->n_layers > 0 ? cfg->n_layers : 1), sizeof *h.layers);
+    h.n_states = cfg->n_states;
+    h.states = og_calloc((size_t)(cfg->n_states > 0 ? cfg->n_states : 1), sizeof *h.states);
+    const size_t hsize = header_size(cfg->n_layers + cfg->n_states);
     unsigned char *hdr = og_malloc(hsize);
     char *tmp = og_malloc(strlen(path) + 16);
     og_status st = OG_OK;
     int fd = -1;
-    if (!h.layers || !hdr || !tmp) {
+    if (!h.layers || !h.states || !hdr || !tmp) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_save: no memory");
         goto done;
     }
@@ -599,6 +664,7 @@ og_status og_kv_save_file(const og_kv_session *kv, uint64_t manifest_hash, uint6
     memset(hdr, 0, hsize);
     if ((st = write_all(fd, hdr, hsize, tmp)) != OG_OK) goto done;
     if ((st = run_layers((og_kv_session *)kv, &h, true, fd, tmp)) != OG_OK) goto done;
+    if ((st = run_states((og_kv_session *)kv, &h, true, fd, tmp)) != OG_OK) goto done;
     header_encode(&h, hdr);
     if (pwrite(fd, hdr, hsize, 0) != (ssize_t)hsize) {
         st = og_set_error(OG_ERR_IO, "og_session_save: writing the header of %s: %s", tmp, strerror(errno));
@@ -629,6 +695,7 @@ done:
     og_free(tmp);
     og_free(hdr);
     og_free(h.layers);
+    og_free(h.states);
     return st;
 }
 
@@ -676,9 +743,9 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: bad magic: not a saved offgraph session (or an "
                                            "incomplete save)", path);
     const uint32_t version = get32(fixed + 8);
-    if (version != SAVE_VERSION && version != SAVE_VERSION_OG_HASH)
-        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: version %u is not one this build reads (%u or %u)",
-                            path, version, SAVE_VERSION_OG_HASH, SAVE_VERSION);
+    if (version != SAVE_VERSION && version != SAVE_VERSION_OG_HASH && version != SAVE_VERSION_STATES)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: version %u is not one this build reads (%u to %u)",
+                            path, version, SAVE_VERSION_OG_HASH, SAVE_VERSION_STATES);
     h->version = version;
     h->manifest_hash = get64(fixed + 16);
     h->weights_hash = get64(fixed + 24);
@@ -689,6 +756,11 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
     h->length = (int64_t)get64(fixed + 56);
     h->file_bytes = get64(fixed + 64);
     h->check = get64(fixed + HDR_CHECK_AT);
+    h->n_states = version == SAVE_VERSION_STATES ? (int32_t)get32(fixed + 44) : 0;
+    if ((version == SAVE_VERSION_STATES) != (cfg->n_states > 0))
+        return og_set_error(OG_ERR_FORMAT,
+                            "og_session_restore: %s: version %u: a program %s states is saved in version %s", path,
+                            version, cfg->n_states > 0 ? "with" : "without", cfg->n_states > 0 ? "3" : "1 or 2");
     if (h->manifest_hash != manifest)
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another program: its manifest hash %016llx is not "
                                            "this program's %016llx", path, (unsigned long long)h->manifest_hash,
@@ -714,24 +786,31 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
         return og_set_error(OG_ERR_FORMAT,
                             "og_session_restore: %s: another geometry: max_capacity %lld, the program's is %lld", path,
                             (long long)h->max_capacity, (long long)cfg->max_capacity);
+    if (h->n_states != cfg->n_states)
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: %d states, the program has %d",
+                            path, (int)h->n_states, (int)cfg->n_states);
     if (h->length < 0 || h->length > cfg->max_capacity)
         return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: length %lld is outside [0, %lld]", path,
                             (long long)h->length, (long long)cfg->max_capacity);
-    const size_t hsize = header_size(h->n_layers);
+    const size_t hsize = header_size(h->n_layers + h->n_states);
     if (get32(fixed + 12) != hsize)
-        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: header_bytes %u, want %zu for %d layers", path,
-                            get32(fixed + 12), hsize, (int)h->n_layers);
+        return og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: header_bytes %u, want %zu for %d layers and %d states",
+                            path, get32(fixed + 12), hsize, (int)h->n_layers, (int)h->n_states);
     unsigned char *all = og_malloc(hsize);
-    h->layers = og_calloc((size_t)h->n_layers, sizeof *h->layers);
-    if (!all || !h->layers) {
+    h->layers = og_calloc((size_t)(h->n_layers > 0 ? h->n_layers : 1), sizeof *h->layers);
+    h->states = og_calloc((size_t)(h->n_states > 0 ? h->n_states : 1), sizeof *h->states);
+    if (!all || !h->layers || !h->states) {
         og_free(all);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
     }
     memcpy(all, fixed, HDR_BYTES);
     st = read_all(fd, all + HDR_BYTES, hsize - HDR_BYTES, path, "the layer table");
-    /* the geometry of every layer, and where its rows must be */
-    save_header want = {.layers = og_calloc((size_t)h->n_layers, sizeof *want.layers)};
-    if (st == OG_OK && !want.layers) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
+    /* the geometry of every layer and state, and where its bytes must be */
+    save_header want = {.layers = og_calloc((size_t)(h->n_layers > 0 ? h->n_layers : 1), sizeof *want.layers),
+                        .n_states = h->n_states,
+                        .states = og_calloc((size_t)(h->n_states > 0 ? h->n_states : 1), sizeof *want.states)};
+    if (st == OG_OK && (!want.layers || !want.states))
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_restore: no memory");
     og_kv_config geo = *cfg;
     geo.kv_dtype = (og_dtype)h->kv_dtype;
     if (st == OG_OK) plan_layers(&geo, h->length, &want);
@@ -769,6 +848,26 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
             st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: layer %d (layer_id %d): the %s disagrees with the "
                                              "length %lld", path, (int)i, (int)l->layer_id, field, (long long)h->length);
     }
+    for (int32_t i = 0; i < h->n_states && st == OG_OK; i++) {
+        const unsigned char *e = all + HDR_BYTES + (size_t)(h->n_layers + i) * ENTRY_BYTES;
+        save_state *t = &h->states[i];
+        const save_state *w = &want.states[i];
+        t->layer_id = (int32_t)get32(e);
+        t->dtype = (int32_t)get32(e + 4);
+        t->rank = (int32_t)get32(e + 8);
+        for (int d = 0; d < OG_KV_STATE_MAX_RANK; d++) t->shape[d] = (int64_t)get64(e + 16 + 8 * d);
+        t->offset = get64(e + 48);
+        t->check = get64(e + 56);
+        t->bytes = w->bytes;
+        if (t->layer_id != w->layer_id || t->dtype != w->dtype || t->rank != w->rank ||
+            memcmp(t->shape, w->shape, sizeof t->shape))
+            st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: another geometry: state %d (layer_id %d) differs "
+                                             "from the program's", path, (int)i, (int)t->layer_id);
+        else if (t->offset != w->offset)
+            st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: state %d (layer_id %d): the payload offset "
+                                             "disagrees with the length %lld", path, (int)i, (int)t->layer_id,
+                              (long long)h->length);
+    }
     if (st == OG_OK && h->file_bytes != want.file_bytes)
         st = og_set_error(OG_ERR_FORMAT, "og_session_restore: %s: file_bytes %llu disagrees with the layers (%llu)", path,
                           (unsigned long long)h->file_bytes, (unsigned long long)want.file_bytes);
@@ -786,6 +885,7 @@ static og_status read_header(int fd, const char *path, const og_kv_config *cfg, 
                           path, (uint64_t)sb.st_size < h->file_bytes ? "truncated" : "trailing bytes",
                           (long long)sb.st_size, (unsigned long long)h->file_bytes);
     og_free(want.layers);
+    og_free(want.states);
     og_free(all);
     return st;
 }
@@ -845,9 +945,11 @@ og_status og_kv_restore_file(og_kv_session *kv, uint64_t manifest_hash, uint64_t
     if (st == OG_OK && (st = og_kv_session_restore_begin(kv, h.length)) != OG_OK)
         og_set_error(st, "og_session_restore: %s: %s", path, og_kv_session_last_error(kv));
     if (st == OG_OK) st = run_layers(kv, &h, false, fd, path);
+    if (st == OG_OK && h.length > 0) st = run_states(kv, &h, false, fd, path);
     if (st == OG_OK) og_kv_session_restore_end(kv, h.length);
     close(fd);
     og_free(h.layers);
+    og_free(h.states);
     return st;
 }
 
@@ -867,6 +969,7 @@ og_status og_session_restore(og_model *m, const char *path, og_session **out) {
     og_status st = read_header(fd, path, og_program_kv_config(m->prog), manifest, weights, OG_DTYPE_COUNT, &h);
     close(fd);
     og_free(h.layers);
+    og_free(h.states);
     if (st != OG_OK) return st;
     og_session_params p = og_session_default_params();
     p.kv_dtype = (og_dtype)h.kv_dtype;

@@ -33,6 +33,7 @@
 #include "kernels/cpu_isa.h"
 
 #include "kernels/attend.h"
+#include "kernels/gdn.h"
 #include "model/sample.h"
 
 #include <stdio.h>
@@ -344,6 +345,46 @@ static og_status attend(const step_run *r, const og_program_instr *in, const flo
     return st;
 }
 
+/* The state of the step's session i that operand o (a runtime state tensor) names. */
+static og_status state_of(const step_run *r, int32_t i, og_program_operand o, og_kv_state_view *v) {
+    const og_program_tensor *t = og_program_tensor_at(r->m->prog, o.index);
+    return og_kv_session_state_view(r->plan->seqs[i].s->kv, t->state_index, v);
+}
+
+/* causal_conv1d of every session of the step over its own state. */
+static og_status conv_sessions(const step_run *r, const og_program_instr *in, const float *x, const void *w,
+                               og_dtype wdt, int64_t C, int64_t K, float *out) {
+    for (int32_t i = 0; i < r->plan->n_seqs; i++) {
+        const og_step_seq *q = &r->plan->seqs[i];
+        og_kv_state_view v;
+        OG_TRY(state_of(r, i, in->in[2], &v));
+        OG_TRY(og_causal_conv1d_cpu(r->m->pool, x + q->row0 * C, w, wdt, q->L > 0 ? v.read : NULL, v.write, q->T, C,
+                                    K, out + q->row0 * C));
+    }
+    return OG_OK;
+}
+
+/* gated_delta_net of every session of the step over its own state. */
+static og_status gdn_sessions(const step_run *r, const og_program_instr *in, const void *const *x,
+                              const og_dtype *dt, float *out) {
+    const og_op_attrs *at = &in->attrs;
+    const int64_t W = 2 * at->k_heads * at->k_head_dim + at->v_heads * at->v_head_dim, Hv = at->v_heads;
+    for (int32_t i = 0; i < r->plan->n_seqs; i++) {
+        const og_step_seq *q = &r->plan->seqs[i];
+        og_kv_state_view v;
+        OG_TRY(state_of(r, i, in->in[5], &v));
+        const og_gdn_args ga = {
+            .qkv = (const float *)x[0] + q->row0 * W, .a = (const float *)x[1] + q->row0 * Hv,
+            .b = (const float *)x[2] + q->row0 * Hv, .A_log = x[3], .dt_bias = x[4], .A_log_dtype = dt[3],
+            .dt_bias_dtype = dt[4], .T = q->T, .Hk = at->k_heads, .Hv = Hv, .Dk = at->k_head_dim,
+            .Dv = at->v_head_dim, .state_in = q->L > 0 ? v.read : NULL, .state_out = v.write,
+            .out = out + q->row0 * Hv * at->v_head_dim,
+        };
+        OG_TRY(og_gated_delta_net_cpu(r->m->pool, &ga));
+    }
+    return OG_OK;
+}
+
 static og_status run_instr(const step_run *r, int32_t i) {
     const og_model *m = r->m;
     const og_program_instr *in = og_program_instr_at(m->prog, i);
@@ -374,6 +415,16 @@ static og_status run_instr(const step_run *r, int32_t i) {
         return og_add_cpu(pool, x[0], x[1], T * w[0], out);
     case OG_OP_UPDATE_AND_ATTEND:
         return attend(r, in, x[0], x[1], x[2], out);
+    case OG_OP_CAUSAL_CONV1D: {
+        const og_program_tensor *wt = og_program_tensor_at(m->prog, in->in[1].index);
+        return conv_sessions(r, in, x[0], x[1], dt[1], w[0], wt->shape[1], out);
+    }
+    case OG_OP_GATED_DELTA_NET:
+        return gdn_sessions(r, in, x, dt, out);
+    case OG_OP_RMS_NORM_GATED:
+        return og_rms_norm_gated_cpu(pool, x[0], x[1], x[2], dt[2], T, a->heads, w[0] / a->heads, (float)a->eps, out);
+    case OG_OP_SIGMOID_MUL:
+        return og_sigmoid_mul_cpu(pool, x[0], x[1], T * w[0], out);
     case OG_OP_COUNT:
         break;
     }

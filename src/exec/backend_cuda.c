@@ -58,6 +58,7 @@
  */
 #include "exec/exec.h"
 
+#include "kernels/cuda/gdn_cuda.h"
 #include "kernels/cuda/kquant_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/sample_cuda.h"
@@ -121,6 +122,11 @@ typedef struct cuda_model {
      * measurements) */
     enum { PRODUCTS_AUTO, PRODUCTS_SPLIT, PRODUCTS_BF16 } products;
     bool bf16_program; /* activations bf16 (the program's model) */
+    /* the program has state ops (a hybrid model's Gated DeltaNet layers):
+     * they run per session with the state's addresses as arguments, so
+     * decode steps are not captured in graphs (their per-step tables do not
+     * carry states yet) */
+    bool has_states;
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
@@ -495,6 +501,10 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
         if (og_dtype_is_quantized(t->dtype) && ((uintptr_t)cm->weights[i] & 15u))
             return og_set_error(OG_ERR_BACKEND, "%s: the device copy is not 16-byte aligned", what);
         CUDA_TRY(cudaMemcpy(cm->weights[i], t->data, (size_t)t->nbytes, cudaMemcpyHostToDevice), what);
+    }
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        const og_op op = og_program_instr_at(m->prog, i)->op;
+        if (op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) cm->has_states = true;
     }
     const size_t per = OG_ROPE_MAX_HEAD_DIM / 2;
     CUDA_TRY(cudaMalloc((void **)&cm->inv_freq, (size_t)m->n_instrs * per * sizeof(float)), "rope tables");
@@ -993,6 +1003,39 @@ static og_status attend(const step_run *x, const og_program_instr *in, const ins
     return OG_OK;
 }
 
+/* causal_conv1d and gated_delta_net of every session of the step over its
+ * own state (the committed copy read, or none at length 0; the other
+ * written), one launch per session. */
+static og_status state_sessions(const step_run *x, const og_program_instr *in, const instr_io *io) {
+    const og_model *m = x->m;
+    const og_step_plan *p = x->plan;
+    const int32_t k = in->op == OG_OP_CAUSAL_CONV1D ? 2 : 5; /* the state operand */
+    const og_program_tensor *st = og_program_tensor_at(m->prog, in->in[k].index);
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        og_kv_state_view v;
+        OG_TRY(og_kv_session_state_view(q->s->kv, st->state_index, &v));
+        const float *read = q->L > 0 ? v.read : NULL;
+        if (in->op == OG_OP_CAUSAL_CONV1D) {
+            const int64_t C = io->w[0], K = og_program_tensor_at(m->prog, in->in[1].index)->shape[1];
+            OG_TRY(og_causal_conv1d_cuda(x->c->stream, (const float *)io->v[0] + q->row0 * C, io->v[1], io->dt[1], read,
+                                         v.write, q->T, C, K, io->out + q->row0 * C));
+            continue;
+        }
+        const og_op_attrs *a = &in->attrs;
+        const int64_t W = io->w[0], Hv = a->v_heads;
+        const og_gdn_args ga = {
+            .qkv = (const float *)io->v[0] + q->row0 * W, .a = (const float *)io->v[1] + q->row0 * Hv,
+            .b = (const float *)io->v[2] + q->row0 * Hv, .A_log = io->v[3], .dt_bias = io->v[4],
+            .A_log_dtype = io->dt[3], .dt_bias_dtype = io->dt[4], .T = q->T, .Hk = a->k_heads, .Hv = Hv,
+            .Dk = a->k_head_dim, .Dv = a->v_head_dim, .state_in = read, .state_out = v.write,
+            .out = io->out + q->row0 * Hv * a->v_head_dim,
+        };
+        OG_TRY(og_gated_delta_net_cuda(x->c->stream, &ga));
+    }
+    return OG_OK;
+}
+
 static og_status run_instr(const step_run *x, int32_t i) {
     const og_model *m = x->m;
     og_step_ctx *c = x->c;
@@ -1030,6 +1073,14 @@ static og_status run_instr(const step_run *x, int32_t i) {
         return og_add_cuda(c->stream, v[0], v[1], T * w[0], out);
     case OG_OP_UPDATE_AND_ATTEND:
         return attend(x, in, &io);
+    case OG_OP_CAUSAL_CONV1D:
+    case OG_OP_GATED_DELTA_NET:
+        return state_sessions(x, in, &io);
+    case OG_OP_RMS_NORM_GATED:
+        return og_rms_norm_gated_cuda(c->stream, v[0], v[1], v[2], dt[2], T, a->heads, w[0] / a->heads, (float)a->eps,
+                                      out);
+    case OG_OP_SIGMOID_MUL:
+        return og_sigmoid_mul_cuda(c->stream, v[0], v[1], T * w[0], out);
     case OG_OP_COUNT:
         break;
     }
@@ -1338,7 +1389,7 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
 /* The bucket of a decode step of n sessions (2^b >= n), or -1 when the step
  * does not replay a graph. */
 static int32_t graph_bucket(const og_model *m, const og_step_ctx *c, const og_step_plan *p) {
-    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
+    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS || cm_of(m)->has_states) return -1;
     for (int32_t i = 0; i < p->n_seqs; i++)
         if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype) return -1;
     int32_t b = 0;

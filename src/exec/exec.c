@@ -118,7 +118,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
         const og_program_instr *in = og_program_instr_at(m->prog, i);
-        if (in->op == OG_OP_UPDATE_AND_ATTEND) m->last_attend = i;
+        if (og_op_is_stateful(in->op)) m->last_attend = i; /* KV or state: per session, every row */
         if (in->op == OG_OP_ROPE) {
             og_rope_params rp = {
                 .type = in->attrs.rope_type,
@@ -127,6 +127,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
                 .low_freq_factor = (float)in->attrs.low_freq_factor,
                 .high_freq_factor = (float)in->attrs.high_freq_factor,
                 .original_max_position = (int32_t)in->attrs.original_max_position_embeddings,
+                .rotary_dim = (int32_t)in->attrs.rotary_dim,
             };
             st = og_rope_table_init(&m->rope[i], (int32_t)in->attrs.head_dim, &rp);
             if (st != OG_OK) {
@@ -135,6 +136,17 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
                 return st;
             }
         }
+    }
+    const cJSON *mj = og_program_model_json(m->prog), *ref = cJSON_GetObjectItemCaseSensitive(mj, "refused_token_ids");
+    if (cJSON_IsArray(ref) && cJSON_GetArraySize(ref) > 0) {
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(mj, "refused_tokens_reason"), *e;
+        m->refused_reason = cJSON_IsString(why) ? why->valuestring : "the program does not take it";
+        if (!(m->refused = og_calloc((size_t)cJSON_GetArraySize(ref), sizeof *m->refused))) {
+            og_model_free(m);
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
+        }
+        cJSON_ArrayForEach(e, ref) if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < (double)m->vocab)
+            m->refused[m->n_refused++] = (int32_t)e->valuedouble;
     }
     st = m->ops->model_init(m, &p);
     if (st != OG_OK) {
@@ -154,6 +166,7 @@ void og_model_free(og_model *m) {
     og_threadpool_destroy(m->pool);
     og_program_close(m->prog);
     og_free(m->rope);
+    og_free(m->refused);
     pthread_mutex_destroy(&m->lock);
     og_free(m);
 }
@@ -289,11 +302,16 @@ static og_status check_items(og_model *m, og_batch_item *items, int32_t n) {
                                 "og_model_step: item %d: %d tokens exceed the program's max_write %d (one step "
                                 "writes at most max_write; og_session_eval splits longer inputs)",
                                 i, it->n_tokens, max_write);
-        for (int32_t t = 0; t < it->n_tokens; t++)
+        for (int32_t t = 0; t < it->n_tokens; t++) {
             if (it->tokens[t] < 0 || it->tokens[t] >= m->vocab)
                 return og_set_error(OG_ERR_INVALID_ARGUMENT,
                                     "og_model_step: item %d: token id %d at index %d is outside [0, %lld)", i,
                                     it->tokens[t], t, (long long)m->vocab);
+            for (int32_t k = 0; k < m->n_refused; k++)
+                if (it->tokens[t] == m->refused[k])
+                    return og_set_error(OG_ERR_UNSUPPORTED, "og_model_step: item %d: token id %d at index %d is refused: %s",
+                                        i, it->tokens[t], t, m->refused_reason);
+        }
         if ((unsigned)it->output >= OG_OUTPUT_COUNT)
             return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_step: item %d: unknown output %d", i,
                                 (int)it->output);
@@ -542,6 +560,21 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
 /* ------------------------------------------------------------ fork */
 
 #include "kv/kv.h"
+
+og_status og_session_checkpoint(og_session *s) {
+    if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_checkpoint: session is NULL");
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->stepping, &expected, 1))
+        return og_set_error(OG_ERR_STATE, "og_session_checkpoint: the session is in a step");
+    og_status st = og_kv_session_checkpoint(s->kv);
+    atomic_store(&s->stepping, 0);
+    if (st != OG_OK) og_errbuf_set(&s->err, st, "%s", og_kv_session_last_error(s->kv));
+    return st;
+}
+
+int64_t og_session_fork_point(const og_session *s, int64_t at_most) {
+    return s ? og_kv_session_fork_point(s->kv, at_most) : -1;
+}
 
 og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out) {
     if (!parent || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_session_fork: NULL argument");

@@ -34,9 +34,14 @@ struct og_model {
     og_threadpool *pool;   /* owned (CPU back end); NULL: calling thread */
     int32_t n_instrs;
     int32_t logits_instr;  /* the instruction producing "logits"       */
-    int32_t last_attend;   /* the last update_and_attend, -1 if none   */
+    int32_t last_attend;   /* the last op on per-session storage (update_and_attend, a state op), -1 if none */
     int64_t vocab;         /* V */
     og_rope_table *rope;   /* [n_instrs]: filled for rope instructions */
+    /* tokens the program cannot take (the model object's "refused_token_ids",
+     * e.g. a vision + text checkpoint's image placeholders), and why */
+    int32_t *refused;      /* [n_refused] */
+    int32_t n_refused;
+    const char *refused_reason; /* borrowed from the program */
     bool cuda_graphs;      /* CUDA decode steps replay captured graphs */
     /* step contexts not in use (each step takes one, so steps of one model
      * may run on several threads at once) */

@@ -169,6 +169,10 @@ typedef struct og_rope_params {
     float low_freq_factor;               /* LLAMA3                          */
     float high_freq_factor;              /* LLAMA3: > low_freq_factor       */
     int32_t original_max_position;       /* LLAMA3: original_max_position_embeddings */
+    /* rotary dims rd (even, <= head_dim; 0 = head_dim): inv_freq is computed
+     * as for a head of rd dims and is 0 past rd/2, so pairs (i, i + D/2)
+     * with i >= rd/2 turn by angle 0 (left as they are) */
+    int32_t rotary_dim;
 } og_rope_params;
 
 #define OG_ROPE_MAX_HEAD_DIM 1024

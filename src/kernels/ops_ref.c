@@ -304,13 +304,17 @@ og_status og_rope_table_init(og_rope_table *table, int32_t head_dim, const og_ro
                             op, (double)p->low_freq_factor, (double)p->high_freq_factor,
                             p->original_max_position);
 
+    const int32_t rd = p->rotary_dim ? p->rotary_dim : head_dim;
+    if (rd < 2 || rd > head_dim || rd % 2)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rotary_dim %d must be even and in [2, head_dim %d]", op,
+                            (int)p->rotary_dim, head_dim);
     memset(table, 0, sizeof *table);
     table->head_dim = head_dim;
-    int32_t half = head_dim / 2;
     /* _compute_default_rope_parameters: 1.0 / (base ** (arange(0, dim, 2).float() / dim)),
-     * every operation in f32. */
+     * every operation in f32, with dim the rotary dims; the pairs past them stay 0 */
+    int32_t half = rd / 2;
     for (int32_t i = 0; i < half; i++) {
-        float e = (float)(2 * i) / (float)head_dim;
+        float e = (float)(2 * i) / (float)rd;
         table->inv_freq[i] = 1.0f / powf(p->theta, e);
     }
     if (p->type == OG_ROPE_LINEAR) {

@@ -8,6 +8,7 @@
 #include "kernels/attend_quant.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static const char *const k_rule_names[OG_KV_RULE_COUNT] = {
     [OG_KV_RULE_NONE] = "none",
@@ -25,6 +26,10 @@ static const char *const k_rule_names[OG_KV_RULE_COUNT] = {
     [OG_KV_RULE_KV_HEADS] = "kv_heads",
     [OG_KV_RULE_HEAD_DIM] = "head_dim",
     [OG_KV_RULE_SIZE_OVERFLOW] = "size_overflow",
+    [OG_KV_RULE_STATE_OWNER] = "state_owner",
+    [OG_KV_RULE_STATE_NAME] = "state_name",
+    [OG_KV_RULE_STATE_DTYPE] = "state_dtype",
+    [OG_KV_RULE_STATE_SHAPE] = "state_shape",
 };
 
 const char *og_kv_rule_name(og_kv_rule r) {
@@ -80,6 +85,50 @@ static bool layer_bytes_fit(const og_kv_config *cfg, const og_kv_layer_config *l
     return og_add_overflow_i64(*total, b, total);
 }
 
+int64_t og_kv_state_bytes(const og_kv_state_config *st) {
+    int64_t b = (int64_t)og_dtype_size(st->dtype);
+    for (int32_t d = 0; d < st->rank; d++) b *= st->shape[d]; /* fits: state_shape */
+    return b;
+}
+
+/* The state rules, after every KV rule: total is the KV storage's bytes. */
+static og_status validate_states(const og_kv_config *cfg, og_kv_rule *broken, int64_t total) {
+    const og_kv_state_config *st = cfg->states;
+    const int32_t n = cfg->n_states;
+    for (int32_t i = 0; i < n; i++)
+        if (st[i].layer_id < 0 || (cfg->n_model_layers > 0 && st[i].layer_id >= cfg->n_model_layers))
+            return broken_rule(broken, OG_KV_RULE_STATE_OWNER, "state %d: layer_id %d out of range [0, %d)", (int)i,
+                               (int)st[i].layer_id, cfg->n_model_layers > 0 ? (int)cfg->n_model_layers : INT32_MAX);
+    for (int32_t i = 0; i < n; i++) {
+        const size_t len = strnlen(st[i].name, OG_KV_STATE_NAME_CAP);
+        if (len == 0 || len == OG_KV_STATE_NAME_CAP)
+            return broken_rule(broken, OG_KV_RULE_STATE_NAME, "state %d (layer_id %d): the name must be 1 to %d characters",
+                               (int)i, (int)st[i].layer_id, OG_KV_STATE_NAME_CAP - 1);
+        for (int32_t j = 0; j < i; j++)
+            if (st[j].layer_id == st[i].layer_id && !strcmp(st[j].name, st[i].name))
+                return broken_rule(broken, OG_KV_RULE_STATE_NAME, "state %d: layer_id %d already has a state \"%s\" (state %d)",
+                                   (int)i, (int)st[i].layer_id, st[i].name, (int)j);
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (st[i].dtype != OG_DTYPE_F32)
+            return broken_rule(broken, OG_KV_RULE_STATE_DTYPE, "state %d (layer_id %d, \"%s\"): dtype %s must be f32",
+                               (int)i, (int)st[i].layer_id, st[i].name, og_dtype_name(st[i].dtype));
+    for (int32_t i = 0; i < n; i++) {
+        bool ok = st[i].rank >= 1 && st[i].rank <= OG_KV_STATE_MAX_RANK;
+        int64_t b = (int64_t)og_dtype_size(st[i].dtype);
+        for (int32_t d = 0; ok && d < st[i].rank; d++)
+            ok = st[i].shape[d] > 0 && og_mul_overflow_i64(b, st[i].shape[d], &b);
+        /* two copies of every state, a checkpoint, and the KV storage */
+        ok = ok && og_mul_overflow_i64(b, 3, &b) && og_add_overflow_i64(total, b, &total);
+        if (!ok)
+            return broken_rule(broken, OG_KV_RULE_STATE_SHAPE,
+                               "state %d (layer_id %d, \"%s\"): rank %d must be 1 to %d with every dim > 0, and the "
+                               "bytes (three copies, summed with the KV storage) must fit in 64 bits",
+                               (int)i, (int)st[i].layer_id, st[i].name, (int)st[i].rank, OG_KV_STATE_MAX_RANK);
+    }
+    return OG_OK;
+}
+
 og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken) {
     if (broken) *broken = OG_KV_RULE_NONE;
     if (!cfg) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_config_validate: cfg is NULL");
@@ -100,9 +149,12 @@ og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken) {
     if (cfg->max_write < 1 || cfg->max_write > cfg->max_capacity)
         return broken_rule(broken, OG_KV_RULE_MAX_WRITE, "max_write %d must be in [1, max_capacity %lld]",
                            (int)cfg->max_write, (long long)cfg->max_capacity);
-    if (cfg->n_layers < 1 || !cfg->layers)
-        return broken_rule(broken, OG_KV_RULE_LAYER_COUNT, "n_layers %d with layers %s: need >= 1 layer",
-                           (int)cfg->n_layers, cfg->layers ? "set" : "NULL");
+    if (cfg->n_layers < 0 || (cfg->n_layers > 0 && !cfg->layers) || (cfg->n_layers == 0 && cfg->n_states < 1) ||
+        cfg->n_states < 0 || (cfg->n_states > 0 && !cfg->states))
+        return broken_rule(broken, OG_KV_RULE_LAYER_COUNT,
+                           "n_layers %d with layers %s, n_states %d with states %s: need >= 1 layer or state",
+                           (int)cfg->n_layers, cfg->layers ? "set" : "NULL", (int)cfg->n_states,
+                           cfg->states ? "set" : "NULL");
 
     const og_kv_layer_config *ls = cfg->layers;
     int32_t n = cfg->n_layers;
@@ -146,5 +198,5 @@ og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken) {
                                "summed over layers) overflows 64 bits",
                                (int)i, (int)ls[i].layer_id, (long long)og_kv_layer_slots(cfg, &ls[i]),
                                (int)ls[i].n_kv_heads, (int)ls[i].head_dim, og_dtype_name(cfg->kv_dtype));
-    return OG_OK;
+    return validate_states(cfg, broken, total);
 }

@@ -5,6 +5,9 @@
 #include "core/core.h"
 #include "kv/plan.h"
 
+/* Bytes of one copy of a state (of a validated config). */
+int64_t og_kv_state_bytes(const og_kv_state_config *st);
+
 /* Bytes of one row (one position) of one of a layer's k or v: Hkv * D * dtype size. */
 int64_t og_kv_row_bytes(const og_kv_config *cfg, const og_kv_layer_config *layer);
 
@@ -47,6 +50,10 @@ bool og_kv_session_rows_in_host(const og_kv_session *s, int32_t index, int part,
  * (og_kv_session_rows_from_host) and og_kv_session_restore_end sets the
  * length. */
 og_status og_kv_session_restore_begin(og_kv_session *s, int64_t length);
+/* Copies the committed copy of state `index` to host memory [bytes], or
+ * host memory into it (restore, between restore_begin and restore_end). */
+og_status og_kv_session_state_to_host(const og_kv_session *s, int32_t index, void *dst);
+og_status og_kv_session_state_from_host(og_kv_session *s, int32_t index, const void *src);
 void og_kv_session_restore_end(og_kv_session *s, int64_t length);
 
 #endif /* OG_KV_KV_H */

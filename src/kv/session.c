@@ -69,9 +69,26 @@ typedef struct kv_pack {
     bool moved;         /* the block was given back: the next binding is a rebind */
 } kv_pack;
 
+/* The states (og_kv_state_config): one block [2][half] allocated at create,
+ * each state at the same offset in both halves; `cur` names the half that
+ * holds the committed state, the other is what a prepared step writes. */
+typedef struct kv_states {
+    void *block;          /* [2 * half] bytes, NULL without states            */
+    int64_t *offset;      /* [n_states] byte offsets within a half            */
+    size_t half;          /* bytes of one copy of every state                 */
+    int cur;              /* 0 or 1                                           */
+    void *checkpoint;     /* [half] bytes: the committed state at checkpoint_len, allocated on first use */
+    int64_t checkpoint_len; /* -1: no checkpoint                              */
+} kv_states;
+
+/* States start on this boundary (bytes) within a half. */
+#define KV_STATE_ALIGN 256
+
 struct og_kv_session {
     og_kv_config cfg;           /* cfg.layers points at `layers`            */
     og_kv_layer_config *layers; /* [n_layers], owned                        */
+    og_kv_state_config *states; /* [n_states], owned (cfg.states)           */
+    kv_states st;
     og_kv_allocator alloc;
     bool packed;                /* alloc grows in place: the packed layout  */
     kv_pack pack;               /* packed mode only                         */
@@ -139,6 +156,28 @@ static og_status pack_layout(og_kv_session *s) {
     return OG_OK;
 }
 
+/* Lays out the states and allocates both copies (nothing without states). */
+static og_status states_create(og_kv_session *s) {
+    int64_t half = 0;
+    for (int32_t i = 0; i < s->cfg.n_states; i++) {
+        s->st.offset[i] = half;
+        half += align_up(og_kv_state_bytes(&s->states[i]), KV_STATE_ALIGN); /* fits: state_shape */
+    }
+    s->st.half = (size_t)half;
+    if (!half) return OG_OK;
+    og_status st = s->alloc.alloc(s->alloc.ctx, 2 * s->st.half, &s->st.block);
+    if (st != OG_OK) {
+        s->st.block = NULL;
+        return og_set_error(st, "og_kv_session_create: %zu bytes for two copies of %d states: %s", 2 * s->st.half,
+                            (int)s->cfg.n_states, og_last_error());
+    }
+    return OG_OK;
+}
+
+static unsigned char *state_half(const og_kv_session *s, int which) {
+    return (unsigned char *)s->st.block + (size_t)which * s->st.half;
+}
+
 og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *alloc,
                                og_kv_session **out) {
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_create: out is NULL");
@@ -154,7 +193,9 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
                             "og_kv_session_create: allocator has %s but not %s (growth in place needs both)",
                             alloc->reserve ? "reserve" : "resize", alloc->reserve ? "resize" : "reserve");
 
-    size_t n = (size_t)cfg->n_layers;
+    /* every array gets at least one element, so that a manifest of states
+     * only (no KV layer) allocates as one of layers does */
+    size_t n = (size_t)(cfg->n_layers > 0 ? cfg->n_layers : 1), ns = (size_t)(cfg->n_states > 0 ? cfg->n_states : 1);
     og_kv_session *s = og_calloc(1, sizeof *s);
     if (s) {
         s->layers = og_calloc(n, sizeof *s->layers);
@@ -163,17 +204,27 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
         s->before = og_calloc(n, sizeof *s->before);
         s->plans = og_calloc(n, sizeof *s->plans);
         s->pack.offset = og_calloc(2 * n, sizeof *s->pack.offset);
+        s->states = og_calloc(ns, sizeof *s->states);
+        s->st.offset = og_calloc(ns, sizeof *s->st.offset);
+        s->st.checkpoint_len = -1;
     }
-    if (!s || !s->layers || !s->store || !s->fresh || !s->before || !s->plans || !s->pack.offset) {
+    if (!s || !s->layers || !s->store || !s->fresh || !s->before || !s->plans || !s->pack.offset || !s->states ||
+        !s->st.offset) {
         og_kv_session_destroy(s);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_kv_session_create: no host memory for %zu layers", n);
     }
-    memcpy(s->layers, cfg->layers, n * sizeof *s->layers);
+    if (cfg->n_layers > 0) memcpy(s->layers, cfg->layers, (size_t)cfg->n_layers * sizeof *s->layers);
+    if (cfg->n_states > 0) memcpy(s->states, cfg->states, (size_t)cfg->n_states * sizeof *s->states);
     s->cfg = *cfg;
     s->cfg.layers = s->layers;
+    s->cfg.states = cfg->n_states > 0 ? s->states : NULL;
     s->alloc = alloc ? *alloc : og_kv_allocator_cpu();
     s->packed = s->alloc.reserve != NULL;
     if (s->packed && (st = pack_layout(s)) != OG_OK) {
+        og_kv_session_destroy(s);
+        return st;
+    }
+    if ((st = states_create(s)) != OG_OK) {
         og_kv_session_destroy(s);
         return st;
     }
@@ -193,6 +244,10 @@ void og_kv_session_destroy(og_kv_session *s) {
             if (s->store[i].v) s->alloc.free(s->alloc.ctx, s->store[i].v);
         }
     }
+    if (s->st.block) s->alloc.free(s->alloc.ctx, s->st.block);
+    if (s->st.checkpoint) s->alloc.free(s->alloc.ctx, s->st.checkpoint);
+    og_free(s->states);
+    og_free(s->st.offset);
     og_free(s->layers);
     og_free(s->store);
     og_free(s->fresh);
@@ -221,6 +276,7 @@ void og_kv_session_reset(og_kv_session *s) {
     if (!s) return;
     s->length = 0;
     s->prepared = 0;
+    s->st.checkpoint_len = -1; /* states at length 0 are zero by definition: nothing to clear */
     if (s->packed && s->pack.frozen) pack_release(s);
 }
 
@@ -446,6 +502,7 @@ og_status og_kv_session_commit(og_kv_session *s, int32_t T) {
     s->length += T;
     s->steps++;
     s->prepared = 0;
+    s->st.cur ^= 1; /* the copy the step wrote is the committed state now */
     return OG_OK;
 }
 
@@ -553,6 +610,10 @@ og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out) {
         if (s->pack.ring) m.bytes_allocated += (int64_t)s->pack.ring_bytes;
         m.bytes_shared = (int64_t)s->pack.shared;
     }
+    m.n_states = s->cfg.n_states;
+    m.bytes_state = (int64_t)((s->st.block ? 2 : 0) + (s->st.checkpoint ? 1 : 0)) * (int64_t)s->st.half;
+    m.bytes_allocated += m.bytes_state;
+    if (s->length > 0) m.bytes_live += (int64_t)s->st.half;
     m.growth_count = s->growth_count;
     m.rebinds = s->rebinds;
     m.graph_captures = s->graph_captures;
@@ -589,9 +650,9 @@ static void capacity_packed(const og_kv_session *s, int64_t budget_bytes, og_kv_
         if (reach < s->length) reach = s->length;
     }
     out->tokens_reachable = reach - s->length;
-    out->fresh_sessions = budget_bytes / fresh;
+    out->fresh_session_bytes = fresh + 2 * (int64_t)s->st.half;
+    out->fresh_sessions = out->fresh_session_bytes > 0 ? budget_bytes / out->fresh_session_bytes : INT64_MAX;
     out->bytes_per_token = pk->row_bytes;
-    out->fresh_session_bytes = fresh;
 }
 
 /* Capacity estimate. Assumes steps no wider than initial_capacity (decode).
@@ -650,9 +711,9 @@ og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes, o
         reach = rows;
     }
     out->tokens_reachable = reach - s->length;
-    out->fresh_sessions = budget_bytes / fresh;
+    out->fresh_session_bytes = fresh + 2 * (int64_t)s->st.half;
+    out->fresh_sessions = out->fresh_session_bytes > 0 ? budget_bytes / out->fresh_session_bytes : INT64_MAX;
     out->bytes_per_token = per_token;
-    out->fresh_session_bytes = fresh;
     return OG_OK;
 }
 
@@ -754,6 +815,24 @@ og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_
                                     (long long)floor);
         }
     }
+    const void *state_src = NULL; /* the parent's state at at_length */
+    if (parent->cfg.n_states > 0 && at_length > 0) {
+        if (at_length == parent->length) {
+            state_src = state_half(parent, parent->st.cur);
+        } else if (at_length == parent->st.checkpoint_len) {
+            state_src = parent->st.checkpoint;
+        } else {
+            const og_kv_state_config *st0 = &parent->states[0];
+            char also[64] = "";
+            if (parent->st.checkpoint_len >= 0)
+                snprintf(also, sizeof also, ", its checkpoint's %lld", (long long)parent->st.checkpoint_len);
+            return og_set_error(OG_ERR_UNSUPPORTED,
+                                "og_kv_session_fork: at_length %lld: state layer_id %d (\"%s\") holds no history, only "
+                                "the state at the session's length; a fork can start at 0, at the length %lld%s "
+                                "(og_kv_session_checkpoint keeps another)",
+                                (long long)at_length, (int)st0->layer_id, st0->name, (long long)parent->length, also);
+        }
+    }
     const og_kv_allocator *a = alloc ? alloc : &parent->alloc;
     if (!a->reserve != !parent->alloc.reserve)
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
@@ -764,6 +843,10 @@ og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_
     if (st != OG_OK) return st;
     if (at_length > 0) {
         st = c->packed ? fork_packed(c, parent, at_length) : fork_dense(c, parent, at_length);
+        if (st == OG_OK && state_src) {
+            st = c->alloc.copy(c->alloc.ctx, state_half(c, 0), state_src, c->st.half);
+            if (st != OG_OK) st = fail_with_last(c, st, "kv session fork: states");
+        }
         if (st != OG_OK) {
             og_set_error(st, "%s", c->err.msg);
             og_kv_session_destroy(c);
@@ -774,6 +857,84 @@ og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_
     c->length = at_length;
     *out = c;
     return OG_OK;
+}
+
+/* ------------------------------------------------------------ states */
+
+og_status og_kv_session_state_view(const og_kv_session *s, int32_t index, og_kv_state_view *out) {
+    if (!s || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_state_view: NULL argument");
+    if (index < 0 || index >= s->cfg.n_states)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_state_view: state index %d out of [0, %d)",
+                            (int)index, (int)s->cfg.n_states);
+    const og_kv_state_config *c = &s->states[index];
+    *out = (og_kv_state_view){
+        .layer_id = c->layer_id,
+        .name = c->name,
+        .dtype = c->dtype,
+        .rank = c->rank,
+        .bytes = og_kv_state_bytes(c),
+        .length = s->length,
+        .read = state_half(s, s->st.cur) + s->st.offset[index],
+        .write = state_half(s, s->st.cur ^ 1) + s->st.offset[index],
+    };
+    memcpy(out->shape, c->shape, sizeof out->shape);
+    return OG_OK;
+}
+
+og_status og_kv_session_checkpoint(og_kv_session *s) {
+    if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_checkpoint: session is NULL");
+    if (s->prepared)
+        return og_errbuf_set(&s->err, OG_ERR_STATE, "kv session checkpoint at L=%lld: a step of T=%d is prepared",
+                             (long long)s->length, (int)s->prepared);
+    if (!s->st.half) return OG_OK;
+    if (s->length > 0) {
+        void *cp = s->st.checkpoint;
+        og_status st = cp ? OG_OK : s->alloc.alloc(s->alloc.ctx, s->st.half, &cp);
+        if (st != OG_OK) return fail_with_last(s, st, "kv session checkpoint: a copy of the states");
+        s->st.checkpoint = cp;
+        s->st.checkpoint_len = -1; /* a failed copy leaves no checkpoint rather than a wrong one */
+        st = s->alloc.copy(s->alloc.ctx, cp, state_half(s, s->st.cur), s->st.half);
+        if (st != OG_OK) return fail_with_last(s, st, "kv session checkpoint: copying the states");
+    }
+    s->st.checkpoint_len = s->length;
+    return OG_OK;
+}
+
+int64_t og_kv_session_checkpoint_length(const og_kv_session *s) {
+    return s && s->st.half ? s->st.checkpoint_len : -1;
+}
+
+int64_t og_kv_session_fork_point(const og_kv_session *s, int64_t at_most) {
+    if (!s || at_most < 0) return -1;
+    if (at_most > s->length) at_most = s->length;
+    const int64_t floor = og_kv_session_fork_floor(s);
+    if (!s->st.half) return at_most >= floor ? at_most : -1;
+    int64_t best = floor == 0 ? 0 : -1;
+    if (s->length <= at_most && s->length >= floor) best = s->length;
+    const int64_t cp = s->st.checkpoint_len;
+    if (cp >= 0 && cp <= at_most && cp >= floor && cp > best) best = cp;
+    return best;
+}
+
+/* Copies the committed copy of state i between the storage and the host. */
+static og_status state_copy(const og_kv_session *s, int32_t i, void *host, bool to_host) {
+    if (!s || !host || i < 0 || i >= s->cfg.n_states)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "kv session state: bad argument");
+    unsigned char *dev = state_half(s, s->st.cur) + s->st.offset[i];
+    const size_t bytes = (size_t)og_kv_state_bytes(&s->states[i]);
+    if (to_host && s->alloc.to_host) return s->alloc.to_host(s->alloc.ctx, host, bytes, dev, bytes, bytes, 1);
+    if (!to_host && s->alloc.from_host) return s->alloc.from_host(s->alloc.ctx, dev, bytes, host, bytes, bytes, 1);
+    if (to_host) memcpy(host, dev, bytes);
+    else memcpy(dev, host, bytes);
+    return OG_OK;
+}
+
+og_status og_kv_session_state_to_host(const og_kv_session *s, int32_t index, void *dst) {
+    return state_copy(s, index, dst, true);
+}
+
+og_status og_kv_session_state_from_host(og_kv_session *s, int32_t index, const void *src) {
+    return state_copy(s, index, (void *)src, false);
 }
 
 /* ------------------------------------------------- rows to and from the host */

@@ -18,12 +18,18 @@ void og_export_default_options(og_export_options *o) {
     o->weights = OG_DTYPE_COUNT;
 }
 
-/* One weight to convert while the payload is written. */
+/* One weight to convert while the payload is written: a checkpoint tensor
+ * as stored (reshaped at most), or derived from one: some of its rows in
+ * another order (rows), each value plus one (plus_one). */
 typedef struct weight_src {
     const og_st_tensor *t;
     og_dtype dst;
     const og_export_source *src;
-    og_threadpool *pool; /* quantizes its rows; NULL: the calling thread alone */
+    int32_t rank;          /* the program tensor's shape                   */
+    int64_t shape[2];
+    int64_t *rows;         /* [shape[0]]: source row of each row, or NULL; owned */
+    bool plus_one;
+    og_threadpool *pool;   /* quantizes its rows; NULL: the calling thread alone */
 } weight_src;
 
 /* Quantizing one tensor's rows across a pool: blocks of 64 rows, the first
@@ -66,6 +72,7 @@ static og_status quantize_parallel(og_threadpool *pool, og_dtype dt, const float
 typedef struct exporter {
     const og_hf_config *cfg;
     const og_export_source *src;
+    const char *prefix; /* of the text model's tensors: "model." or "model.language_model." */
     og_program_writer *w;
     weight_src *srcs; /* one per weight added; fill contexts */
     int32_t n_srcs, cap_srcs;
@@ -91,19 +98,43 @@ static og_status load_f32(const weight_src *s, float *out) {
 /* Converts t's elements to dst; called by the writer during finish. A
  * quantized dst is quantized from f32 here, unless the source holds that
  * very format (a GGUF q8_0 / q4_0 tensor), which its fill copies exactly. */
+/* A derived tensor (weight_src.rows / plus_one): the source in f32, its
+ * rows gathered, plus one, then stored or quantized as dst. */
+static og_status fill_derived(const weight_src *s, void *dst) {
+    const og_st_tensor *t = s->t;
+    const int64_t src_rows = t->shape[0], row = t->numel / src_rows;
+    const int64_t rows = s->shape[0], n = rows * row;
+    float *f = og_malloc((size_t)t->numel * sizeof *f), *g = og_malloc((size_t)n * sizeof *g);
+    og_status rc = f && g ? load_f32(s, f) : og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for \"%s\"", t->name);
+    for (int64_t r = 0; rc == OG_OK && r < rows; r++) {
+        const int64_t from = s->rows ? s->rows[r] : r;
+        for (int64_t i = 0; i < row; i++) g[r * row + i] = f[from * row + i] + (s->plus_one ? 1.0f : 0.0f);
+    }
+    if (rc == OG_OK) {
+        if (og_dtype_is_quantized(s->dst))
+            rc = quantize_parallel(s->pool, s->dst, g, rows, row, dst);
+        else
+            for (int64_t i = 0; i < n; i++) og_store_f32(dst, s->dst, (size_t)i, g[i]);
+    }
+    og_free(f);
+    og_free(g);
+    return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", t->name, og_last_error());
+}
+
 static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
     const weight_src *s = ctx;
     const og_st_tensor *t = s->t;
     const size_t n = (size_t)t->numel;
     int64_t want = 0;
-    if (!og_tensor_bytes(s->dst, t->rank, t->shape, &want) || nbytes != (size_t)want)
+    if (!og_tensor_bytes(s->dst, s->rank, s->shape, &want) || nbytes != (size_t)want)
         return og_set_error(OG_ERR_STATE, "export: tensor \"%s\": writer asked for %zu bytes, expected %lld",
                             t->name, nbytes, (long long)want);
+    if (s->rows || s->plus_one) return fill_derived(s, dst);
     if (og_dtype_is_quantized(s->dst) && t->dtype != s->dst) {
         float *f = og_malloc(n * sizeof *f);
         if (!f) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for tensor \"%s\" as f32", t->name);
         og_status rc = load_f32(s, f);
-        if (rc == OG_OK) rc = quantize_parallel(s->pool, s->dst, f, t->shape[0], t->shape[1], dst);
+        if (rc == OG_OK) rc = quantize_parallel(s->pool, s->dst, f, s->shape[0], s->shape[1], dst);
         og_free(f);
         return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", t->name, og_last_error());
     }
@@ -127,38 +158,56 @@ static og_status writer_error(const exporter *e, og_status rc) {
     return og_set_error(rc, "%s", og_program_writer_last_error(e->w));
 }
 
-/* Adds the checkpoint tensor `name`, which must have the given shape, as
- * dtype dt. */
-static og_status add_tensor_as(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1, og_dtype dt) {
+/* The checkpoint tensor `name`, which must have the shape want [rank]. */
+static og_status find_checked(exporter *e, const char *name, int32_t rank, const int64_t *want,
+                              const og_st_tensor **out) {
     const og_st_tensor *t = e->src->find(e->src->ctx, name);
     if (!t) return og_set_error(OG_ERR_FORMAT, "checkpoint: tensor \"%s\" is missing", name);
-    int64_t want[2] = {d0, d1};
     bool ok = t->rank == rank;
     for (int32_t i = 0; ok && i < rank; i++) ok = t->shape[i] == want[i];
     if (!ok) {
-        char got[96] = "[", exp[64];
+        char got[96] = "[", exp[96] = "[";
         for (int32_t i = 0; i < t->rank; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        for (int32_t i = 0; i < rank; i++)
+            snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? ", " : "", (long long)want[i]);
         strncat(got, "]", sizeof got - strlen(got) - 1);
-        if (rank == 1) snprintf(exp, sizeof exp, "[%lld]", (long long)d0);
-        else snprintf(exp, sizeof exp, "[%lld, %lld]", (long long)d0, (long long)d1);
+        strncat(exp, "]", sizeof exp - strlen(exp) - 1);
         return og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"%s\" has shape %s, %s implies %s", t->file, name,
                             got, e->src->config_name, exp);
     }
-    if (e->n_srcs == e->cap_srcs)
+    *out = t;
+    return OG_OK;
+}
+
+/* Adds program tensor `name` [rank: shape] of dtype dt, filled from t as
+ * stored, or derived from it (rows, owned from here on; plus_one). */
+static og_status add_from(exporter *e, const char *name, const og_st_tensor *t, int32_t rank, const int64_t *shape,
+                          og_dtype dt, int64_t *rows, bool plus_one) {
+    if (e->n_srcs == e->cap_srcs) {
+        og_free(rows);
         return og_set_error(OG_ERR_STATE, "export: more weights than planned (%d)", e->cap_srcs);
+    }
     weight_src *s = &e->srcs[e->n_srcs++];
-    s->t = t;
-    s->dst = dt;
-    s->pool = e->pool;
-    s->src = e->src;
-    og_status rc = og_program_writer_add_weight(e->w, name, dt, t->rank, t->shape, fill_weight, s);
+    *s = (weight_src){.t = t, .dst = dt, .src = e->src, .rank = rank, .rows = rows, .plus_one = plus_one,
+                      .pool = e->pool};
+    memcpy(s->shape, shape, (size_t)rank * sizeof *shape);
+    og_status rc = og_program_writer_add_weight(e->w, name, dt, rank, shape, fill_weight, s);
     if (rc != OG_OK) return writer_error(e, rc);
     int64_t bytes = 0;
-    og_tensor_bytes(dt, t->rank, t->shape, &bytes);
-    e->n_params += t->numel;
+    og_tensor_bytes(dt, rank, shape, &bytes);
+    e->n_params += rank == 1 ? shape[0] : shape[0] * shape[1];
     e->weight_bytes += (uint64_t)bytes;
     return OG_OK;
+}
+
+/* Adds the checkpoint tensor `name`, which must have the given shape, as
+ * dtype dt. */
+static og_status add_tensor_as(exporter *e, const char *name, int32_t rank, int64_t d0, int64_t d1, og_dtype dt) {
+    const int64_t want[2] = {d0, d1};
+    const og_st_tensor *t;
+    OG_TRY(find_checked(e, name, rank, want, &t));
+    return add_from(e, name, t, rank, want, dt, NULL, false);
 }
 
 /* A norm weight (or any tensor that stays in the program's dtype). */
@@ -169,7 +218,8 @@ static og_status add_weight(exporter *e, const char *name, int32_t rank, int64_t
 /* A matrix [d0, d1] in the weights' dtype (or the mix's for it) where its
  * rows are whole blocks, else the fallback; *dt gets the dtype it was
  * stored as (its bias follows og_bias_dtype). */
-static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d1, og_dtype *dt) {
+/* The dtype the matrix `name` [., d1] is stored as, counted in e's figures. */
+static og_dtype matrix_dtype(exporter *e, const char *name, int64_t d1) {
     og_dtype want = e->weights;
     if (e->mix == OG_MIX_AS_STORED) {
         const og_st_tensor *t = e->src->find(e->src->ctx, name);
@@ -181,8 +231,13 @@ static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d
     }
     if (og_dtype_is_quantized(e->weights) && !og_dtype_is_quantized(want)) e->n_unquantized++;
     else if (e->mix == OG_MIX_NONE && want != e->weights) e->n_fallback++;
-    if (dt) *dt = want;
     e->matrix_dtypes |= 1u << want;
+    return want;
+}
+
+static og_status add_matrix(exporter *e, const char *name, int64_t d0, int64_t d1, og_dtype *dt) {
+    const og_dtype want = matrix_dtype(e, name, d1);
+    if (dt) *dt = want;
     return add_tensor_as(e, name, 2, d0, d1, want);
 }
 
@@ -214,7 +269,7 @@ static og_status lower_layer(exporter *e, int32_t i, const char *x, char *out, s
     char p[48], w[160], an[64], q[64], k[64], v[64], qr[64], kr[64], at[64], o[64], h[64], mn[64], g[64],
         u[64], act[64], dn[64], kc[48], vc[48];
     og_status rc;
-    snprintf(p, sizeof p, "model.layers.%d", i);
+    snprintf(p, sizeof p, "%slayers.%d", e->prefix, i);
     og_op_attrs norm = {.eps = c->rms_norm_eps};
     if ((rc = add_weight(e, NAME(w, "%s.input_layernorm.weight", p), 1, H, 0)) ||
         (rc = instr(e, OG_OP_RMS_NORM, NAME(an, "l%d.attn_norm", i), &norm, IN(x, w))) ||
@@ -261,18 +316,222 @@ static og_status lower_layer(exporter *e, int32_t i, const char *x, char *out, s
     return instr(e, OG_OP_ADD, out, NULL, IN(h, dn));
 }
 
+/* ---- hybrid families (qwen3_5) ----
+ * Norms scale by (1 + w): their weights are stored as f32 values 1 + w (what
+ * transformers computes in f32 before the product, bf16 checkpoints
+ * included), so rms_norm and head_rms_norm run them as they are. The gated
+ * attention's q_proj holds, per head, the D query rows and then the D rows
+ * of its output gate: they become two matrices. Partial RoPE rotates pairs
+ * (i, i + rd/2) of each head's first rd dims; the rope op rotates pairs (i,
+ * i + D/2), so the query and key rows (and their norm weights) are stored
+ * with each head's dims permuted to put pair (i, i + rd/2) on (i, i + D/2),
+ * the rest pairing up as rotations by angle 0 (rotary_dim: zero inverse
+ * frequencies past rd/2). Scores q.k are sums over the dims and do not
+ * change when both sides are permuted alike; values are not permuted. */
+
+/* The rope op's largest head dim (kernels/ops.h OG_ROPE_MAX_HEAD_DIM). */
+#define ROPE_MAX_HEAD_DIM 1024
+
+/* perm [D]: the dim stored at each position of a permuted head. */
+static void rope_perm(int64_t D, int64_t rd, int64_t *perm) {
+    for (int64_t i = 0; i < rd / 2; i++) {
+        perm[i] = i;
+        perm[D / 2 + i] = rd / 2 + i;
+    }
+    for (int64_t j = 0; j < (D - rd) / 2; j++) {
+        perm[rd / 2 + j] = rd + 2 * j;
+        perm[D / 2 + rd / 2 + j] = rd + 2 * j + 1;
+    }
+}
+
+/* Rows [heads * D] of a derived tensor: head h's position p takes source
+ * row h * stride + offset + perm[p] (perm NULL: p). Owned by the caller. */
+static int64_t *head_rows(int64_t heads, int64_t D, int64_t stride, int64_t offset, const int64_t *perm) {
+    int64_t *r = og_malloc((size_t)(heads * D) * sizeof *r);
+    if (!r) return NULL;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t p = 0; p < D; p++) r[h * D + p] = h * stride + offset + (perm ? perm[p] : p);
+    return r;
+}
+
+/* A derived matrix [n, k] (quantized like the others when its rows are
+ * whole groups) of rows of checkpoint tensor src [src_n, k]; rows owned. */
+static og_status add_rows_matrix(exporter *e, const char *name, const char *src, int64_t src_n, int64_t k,
+                                 int64_t *rows, int64_t n) {
+    const int64_t want[2] = {src_n, k}, shape[2] = {n, k};
+    const og_st_tensor *t;
+    og_status rc = rows ? find_checked(e, src, 2, want, &t) : og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    if (rc != OG_OK) {
+        og_free(rows);
+        return rc;
+    }
+    return add_from(e, name, t, 2, shape, matrix_dtype(e, src, k), rows, false);
+}
+
+/* A (1 + w) norm weight [n] of checkpoint tensor src, as f32 1 + w; its
+ * positions permuted per head of D when perm is set. */
+static og_status add_norm_plus_one(exporter *e, const char *name, const char *src, int64_t n, const int64_t *perm) {
+    const int64_t want[1] = {n};
+    const og_st_tensor *t;
+    OG_TRY(find_checked(e, src, 1, want, &t));
+    int64_t *rows = perm ? head_rows(1, n, n, 0, perm) : NULL;
+    if (perm && !rows) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    return add_from(e, name, t, 1, want, OG_DTYPE_F32, rows, true);
+}
+
+/* A norm of x by `<p>.<norm>.weight` in the family's form, into out. */
+static og_status norm_of(exporter *e, const char *x, const char *p, const char *norm, int64_t n, const char *out) {
+    char src[160], w[176];
+    og_op_attrs na = {.eps = e->cfg->rms_norm_eps};
+    snprintf(src, sizeof src, "%s.%s.weight", p, norm);
+    if (e->cfg->norm_plus_one) {
+        snprintf(w, sizeof w, "%s.plus1", src);
+        OG_TRY(add_norm_plus_one(e, w, src, n, NULL));
+    } else {
+        snprintf(w, sizeof w, "%s", src);
+        OG_TRY(add_weight(e, w, 1, n, 0));
+    }
+    return instr(e, OG_OP_RMS_NORM, out, &na, IN(x, w));
+}
+
+/* The gated full-attention token mixer of hybrid layer i: an (its normed
+ * input) -> out. */
+static og_status lower_gated_attention(exporter *e, int32_t i, const char *p, const char *an, const char *out) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, D = c->head_dim, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const int64_t rd = c->rotary_dim;
+    char src[160], w[176], q[48], g[48], k[48], v[48], qn[48], kn[48], qr[48], kr[48], at[48], ag[48], kc[32], vc[32];
+    int64_t perm[ROPE_MAX_HEAD_DIM];
+    if (D > ROPE_MAX_HEAD_DIM)
+        return og_set_error(OG_ERR_UNSUPPORTED, "export: head_dim %lld is over the rope op's %d", (long long)D,
+                            ROPE_MAX_HEAD_DIM);
+    rope_perm(D, rd, perm);
+    const int64_t *pm = rd < D ? perm : NULL;
+    og_status rc;
+    /* q_proj [Hq * 2D, H]: per head D query rows, then D gate rows */
+    snprintf(src, sizeof src, "%s.self_attn.q_proj.weight", p);
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.query", src), src, Hq * 2 * D, H, head_rows(Hq, D, 2 * D, 0, pm), Hq * D)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME(q, "l%d.q", i), NULL, IN(an, w))) ||
+        (rc = add_rows_matrix(e, NAME(w, "%s.gate", src), src, Hq * 2 * D, H, head_rows(Hq, D, 2 * D, D, NULL), Hq * D)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME(g, "l%d.gate_attn", i), NULL, IN(an, w))))
+        return rc;
+    snprintf(src, sizeof src, "%s.self_attn.k_proj.weight", p);
+    if ((rc = add_rows_matrix(e, NAME(w, "%s.rope_perm", src), src, Hkv * D, H, head_rows(Hkv, D, D, 0, pm), Hkv * D)) ||
+        (rc = instr(e, OG_OP_MATMUL, NAME(k, "l%d.k", i), NULL, IN(an, w))) ||
+        (rc = linear(e, an, NAME(w, "%s.self_attn.v_proj", p), Hkv * D, H, false, NAME(v, "l%d.v", i))))
+        return rc;
+    og_op_attrs qa = {.eps = c->rms_norm_eps, .heads = Hq}, ka = {.eps = c->rms_norm_eps, .heads = Hkv};
+    snprintf(src, sizeof src, "%s.self_attn.q_norm.weight", p);
+    if ((rc = add_norm_plus_one(e, NAME(w, "%s.plus1", src), src, D, pm)) ||
+        (rc = instr(e, OG_OP_HEAD_RMS_NORM, NAME(qn, "l%d.q_norm", i), &qa, IN(q, w))))
+        return rc;
+    snprintf(src, sizeof src, "%s.self_attn.k_norm.weight", p);
+    if ((rc = add_norm_plus_one(e, NAME(w, "%s.plus1", src), src, D, pm)) ||
+        (rc = instr(e, OG_OP_HEAD_RMS_NORM, NAME(kn, "l%d.k_norm", i), &ka, IN(k, w))))
+        return rc;
+    og_op_attrs rope = {.head_dim = D,
+                        .theta = c->rope.theta,
+                        .rope_type = c->rope.type,
+                        .factor = c->rope.factor,
+                        .low_freq_factor = c->rope.low_freq_factor,
+                        .high_freq_factor = c->rope.high_freq_factor,
+                        .original_max_position_embeddings = c->rope.original_max_position_embeddings,
+                        .rotary_dim = rd < D ? rd : 0};
+    og_op_attrs rq = rope, rk = rope;
+    rq.heads = Hq;
+    rk.heads = Hkv;
+    og_op_attrs attn = {.layer_id = i, .n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D, .scale = 0.0};
+    if ((rc = instr(e, OG_OP_ROPE, NAME(qr, "l%d.q_rope", i), &rq, IN(qn, "positions"))) ||
+        (rc = instr(e, OG_OP_ROPE, NAME(kr, "l%d.k_rope", i), &rk, IN(kn, "positions"))) ||
+        (rc = instr(e, OG_OP_UPDATE_AND_ATTEND, NAME(at, "l%d.attn", i), &attn,
+                    IN(qr, kr, v, "positions", NAME(kc, "kv.%d.k", i), NAME(vc, "kv.%d.v", i)))) ||
+        (rc = instr(e, OG_OP_SIGMOID_MUL, NAME(ag, "l%d.attn_gated", i), NULL, IN(at, g))))
+        return rc;
+    return linear(e, ag, NAME(w, "%s.self_attn.o_proj", p), H, Hq * D, false, out);
+}
+
+/* The Gated DeltaNet token mixer of hybrid layer i: an -> out. Qwen3.5
+ * stores in_proj_qkv, in_proj_z, in_proj_b and in_proj_a. */
+static og_status lower_linear_attention(exporter *e, int32_t i, const char *p, const char *an, const char *out) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim,
+                  Dv = c->linear_v_head_dim, K = c->linear_conv_kernel, C = 2 * Hk * Dk + Hv * Dv;
+    char w[176], qkv[48], z[48], b[48], a[48], cv[48], core[48], nrm[48], A[176], dt[176], sc[40], sr[40];
+    og_status rc;
+    if ((rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_qkv", p), C, H, false, NAME(qkv, "l%d.qkv", i))) ||
+        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_z", p), Hv * Dv, H, false, NAME(z, "l%d.z", i))) ||
+        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_b", p), Hv, H, false, NAME(b, "l%d.b", i))) ||
+        (rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_a", p), Hv, H, false, NAME(a, "l%d.a", i))))
+        return rc;
+    /* conv1d.weight [C, 1, K] as [C, K] */
+    const int64_t cw[3] = {C, 1, K}, cs[2] = {C, K}, hv[1] = {Hv};
+    const og_st_tensor *t;
+    snprintf(w, sizeof w, "%s.linear_attn.conv1d.weight", p);
+    og_op_attrs conv = {.layer_id = i};
+    if ((rc = find_checked(e, w, 3, cw, &t)) || (rc = add_from(e, w, t, 2, cs, e->dtype, NULL, false)) ||
+        (rc = instr(e, OG_OP_CAUSAL_CONV1D, NAME(cv, "l%d.conv", i), &conv, IN(qkv, w, NAME(sc, "state.%d.conv", i)))))
+        return rc;
+    /* A_log and dt_bias in f32, as transformers takes them */
+    snprintf(A, sizeof A, "%s.linear_attn.A_log", p);
+    snprintf(dt, sizeof dt, "%s.linear_attn.dt_bias", p);
+    og_op_attrs ga = {.layer_id = i, .k_heads = Hk, .v_heads = Hv, .k_head_dim = Dk, .v_head_dim = Dv};
+    og_op_attrs na = {.heads = Hv, .eps = c->rms_norm_eps};
+    if ((rc = find_checked(e, A, 1, hv, &t)) || (rc = add_from(e, A, t, 1, hv, OG_DTYPE_F32, NULL, false)) ||
+        (rc = find_checked(e, dt, 1, hv, &t)) || (rc = add_from(e, dt, t, 1, hv, OG_DTYPE_F32, NULL, false)) ||
+        (rc = instr(e, OG_OP_GATED_DELTA_NET, NAME(core, "l%d.delta", i), &ga,
+                    IN(cv, a, b, A, dt, NAME(sr, "state.%d.recurrent", i)))) ||
+        (rc = add_weight(e, NAME(w, "%s.linear_attn.norm.weight", p), 1, Dv, 0)) ||
+        (rc = instr(e, OG_OP_RMS_NORM_GATED, NAME(nrm, "l%d.delta_norm", i), &na, IN(core, z, w))))
+        return rc;
+    return linear(e, nrm, NAME(w, "%s.linear_attn.out_proj", p), H, Hv * Dv, false, out);
+}
+
+/* Hybrid layer i: (1 + w) norms around a Gated DeltaNet or gated attention
+ * token mixer and the MLP. */
+static og_status lower_hybrid_layer(exporter *e, int32_t i, const char *x, char *out, size_t out_cap) {
+    const og_hf_config *c = e->cfg;
+    const int64_t H = c->hidden_size, F = c->intermediate_size;
+    char p[64], w[176], an[48], mix[48], h[48], mn[48], g[48], u[48], act[48], dn[48];
+    og_status rc;
+    snprintf(p, sizeof p, "%slayers.%d", e->prefix, i);
+    if ((rc = norm_of(e, x, p, "input_layernorm", H, NAME(an, "l%d.attn_norm", i))) ||
+        (rc = c->layer_linear[i] ? lower_linear_attention(e, i, p, an, NAME(mix, "l%d.mix", i))
+                                 : lower_gated_attention(e, i, p, an, NAME(mix, "l%d.mix", i))) ||
+        (rc = instr(e, OG_OP_ADD, NAME(h, "l%d.resid", i), NULL, IN(x, mix))) ||
+        (rc = norm_of(e, h, p, "post_attention_layernorm", H, NAME(mn, "l%d.mlp_norm", i))) ||
+        (rc = linear(e, mn, NAME(w, "%s.mlp.gate_proj", p), F, H, false, NAME(g, "l%d.gate", i))) ||
+        (rc = linear(e, mn, NAME(w, "%s.mlp.up_proj", p), F, H, false, NAME(u, "l%d.up", i))) ||
+        (rc = instr(e, OG_OP_SWIGLU, NAME(act, "l%d.act", i), NULL, IN(g, u))) ||
+        (rc = linear(e, act, NAME(w, "%s.mlp.down_proj", p), H, F, false, NAME(dn, "l%d.mlp_out", i))))
+        return rc;
+    snprintf(out, out_cap, "l%d.out", i);
+    return instr(e, OG_OP_ADD, out, NULL, IN(h, dn));
+}
+
 /* The KV manifest: ring for sliding layers whose window is shorter than
  * max_context, flat otherwise. layers[] has cfg->num_hidden_layers entries. */
 static int32_t build_kv(const og_hf_config *c, const og_export_options *o, og_kv_layer_config *layers,
-                        og_kv_config *kv) {
-    int32_t rings = 0;
+                        og_kv_state_config *states, og_kv_config *kv) {
+    int32_t rings = 0, n = 0, ns = 0;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        if (og_hf_is_hybrid(c->family) && c->layer_linear[i]) {
+            /* a Gated DeltaNet layer: its convolution's last K - 1 inputs and
+             * the recurrent state of every value head */
+            const int64_t C = 2 * (int64_t)c->linear_k_heads * c->linear_k_head_dim +
+                              (int64_t)c->linear_v_heads * c->linear_v_head_dim;
+            states[ns++] = (og_kv_state_config){.layer_id = i, .name = "conv", .dtype = OG_DTYPE_F32, .rank = 2,
+                                                .shape = {c->linear_conv_kernel - 1, C}};
+            states[ns++] = (og_kv_state_config){
+                .layer_id = i, .name = "recurrent", .dtype = OG_DTYPE_F32, .rank = 3,
+                .shape = {c->linear_v_heads, c->linear_k_head_dim, c->linear_v_head_dim}};
+            continue;
+        }
         bool ring = c->layer_sliding[i] && c->sliding_window < o->max_context;
-        layers[i] = (og_kv_layer_config){.layer_id = i,
-                                         .policy = ring ? OG_KV_RING : OG_KV_FLAT,
-                                         .window = ring ? c->sliding_window : 0,
-                                         .n_kv_heads = c->num_key_value_heads,
-                                         .head_dim = c->head_dim};
+        layers[n++] = (og_kv_layer_config){.layer_id = i,
+                                           .policy = ring ? OG_KV_RING : OG_KV_FLAT,
+                                           .window = ring ? c->sliding_window : 0,
+                                           .n_kv_heads = c->num_key_value_heads,
+                                           .head_dim = c->head_dim};
         rings += ring;
     }
     *kv = (og_kv_config){.version = OG_KV_MANIFEST_VERSION,
@@ -281,8 +540,10 @@ static int32_t build_kv(const og_hf_config *c, const og_export_options *o, og_kv
                          .initial_capacity = o->initial_capacity,
                          .max_write = o->max_write,
                          .n_model_layers = c->num_hidden_layers,
-                         .n_layers = c->num_hidden_layers,
-                         .layers = layers};
+                         .n_layers = n,
+                         .layers = layers,
+                         .n_states = ns,
+                         .states = ns ? states : NULL};
     return rings;
 }
 
@@ -386,9 +647,15 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
     const og_hf_config *c = e->cfg;
     og_status rc;
     og_kv_layer_config *layers = og_calloc((size_t)c->num_hidden_layers, sizeof *layers);
-    if (!layers) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    og_kv_state_config *states = og_calloc(2 * (size_t)c->num_hidden_layers, sizeof *states);
+    if (!layers || !states) {
+        og_free(layers);
+        og_free(states);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
+    }
     og_kv_config kv;
-    sum->n_ring_layers = build_kv(c, o, layers, &kv);
+    sum->n_ring_layers = build_kv(c, o, layers, states, &kv);
+    sum->n_state_layers = kv.n_states / 2;
     og_program_model m = {.activation_dtype = o->dtype,
                           .vocab_size = c->vocab_size,
                           .hidden_size = c->hidden_size,
@@ -410,6 +677,14 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
     if (extra) {
         cJSON_AddNumberToObject(extra, "max_position_embeddings", (double)c->max_position_embeddings);
         cJSON_AddNumberToObject(extra, "sliding_window", c->sliding_window);
+        if (c->n_vision_tokens > 0) { /* og_model_step refuses them by name */
+            cJSON *ids = cJSON_AddArrayToObject(extra, "refused_token_ids");
+            for (int32_t i = 0; ids && i < c->n_vision_tokens; i++)
+                cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)c->vision_tokens[i]));
+            cJSON_AddStringToObject(extra, "refused_tokens_reason",
+                                    "vision inputs: the checkpoint's image and video placeholders (this program is its "
+                                    "text model)");
+        }
         if (!e->src->tokenizer_json && e->src->no_tokenizer)
             cJSON_AddStringToObject(extra, "no_tokenizer", e->src->no_tokenizer);
     }
@@ -417,22 +692,24 @@ static og_status lower(exporter *e, const og_export_options *o, og_export_summar
     if (rc == OG_OK) rc = og_program_writer_set_kv(e->w, &kv);
     if (rc == OG_OK) rc = og_program_writer_add_kv_runtime(e->w);
     og_free(layers);
+    og_free(states);
     if (rc != OG_OK) return writer_error(e, rc);
 
     const int64_t V = c->vocab_size, H = c->hidden_size;
-    char x[64] = "embed";
-    if ((rc = add_matrix(e, "model.embed_tokens.weight", V, H, NULL)) ||
-        (rc = instr(e, OG_OP_EMBED, x, NULL, IN("tokens", "model.embed_tokens.weight"))))
+    char x[64] = "embed", embed[96], model[64];
+    snprintf(embed, sizeof embed, "%sembed_tokens.weight", e->prefix);
+    snprintf(model, sizeof model, "%.*s", (int)strlen(e->prefix) - 1, e->prefix); /* without the final dot */
+    if ((rc = add_matrix(e, embed, V, H, NULL)) || (rc = instr(e, OG_OP_EMBED, x, NULL, IN("tokens", embed))))
         return rc;
     for (int32_t i = 0; i < c->num_hidden_layers; i++) {
         char next[64];
-        if ((rc = lower_layer(e, i, x, next, sizeof next))) return rc;
+        if ((rc = og_hf_is_hybrid(c->family) ? lower_hybrid_layer(e, i, x, next, sizeof next)
+                                             : lower_layer(e, i, x, next, sizeof next)))
+            return rc;
         memcpy(x, next, sizeof x);
     }
-    og_op_attrs norm = {.eps = c->rms_norm_eps};
-    const char *head = c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    if ((rc = add_weight(e, "model.norm.weight", 1, H, 0)) ||
-        (rc = instr(e, OG_OP_RMS_NORM, "final_norm", &norm, IN(x, "model.norm.weight"))) ||
+    const char *head = c->tie_word_embeddings ? embed : "lm_head.weight";
+    if ((rc = norm_of(e, x, model, "norm", H, "final_norm")) ||
         (!c->tie_word_embeddings && (rc = add_matrix(e, head, V, H, NULL))) ||
         (rc = instr(e, OG_OP_MATMUL, "logits", NULL, IN("final_norm", head))))
         return rc;
@@ -452,10 +729,15 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
     og_export_options o;
     if (opts) o = *opts;
     else og_export_default_options(&o);
-    exporter e = {.cfg = cfg, .src = src};
+    exporter e = {.cfg = cfg, .src = src, .prefix = "model."};
     og_export_summary sum = {0};
     og_status rc = OG_OK;
     const og_st_tensor *embed = src->find(src->ctx, "model.embed_tokens.weight");
+    if (!embed && og_hf_is_hybrid(cfg->family)) {
+        /* a vision + text checkpoint keeps the text model's tensors there */
+        embed = src->find(src->ctx, "model.language_model.embed_tokens.weight");
+        if (embed) e.prefix = "model.language_model.";
+    }
     if (!embed)
         rc = og_set_error(OG_ERR_FORMAT, "checkpoint %s: tensor \"model.embed_tokens.weight\" is missing",
                           src->origin);
@@ -463,7 +745,7 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
     if (rc == OG_OK) {
         /* embed, final norm, lm_head, and per layer: 2 norms, 7 matrices,
          * up to 3 q/k/v + 1 o + 3 mlp biases, 2 q/k norms */
-        e.cap_srcs = 3 + cfg->num_hidden_layers * 18;
+        e.cap_srcs = 3 + cfg->num_hidden_layers * 24;
         e.srcs = og_calloc((size_t)e.cap_srcs, sizeof *e.srcs);
         e.dtype = o.dtype;
         e.weights = o.weights;
@@ -499,6 +781,7 @@ og_status og_export_program(const og_hf_config *cfg, const og_export_source *src
         *summary = sum;
     }
     og_program_writer_destroy(e.w);
+    for (int32_t i = 0; i < e.n_srcs; i++) og_free(e.srcs[i].rows);
     og_threadpool_destroy(e.pool);
     og_free(e.srcs);
     return rc;
@@ -529,6 +812,12 @@ og_status og_export_hf(const char *hf_dir, const char *out_path, const og_export
                                 .tokenizer_json = tok,
                                 .tokenizer_config = tok ? tok_cfg : NULL};
         rc = og_export_program(cfg, &src, out_path, opts, summary);
+    }
+    if (rc == OG_OK && summary) { /* what a text model does not run: multi-token prediction, vision */
+        for (int64_t i = 0; i < og_safetensors_count(st); i++) {
+            const char *n = og_safetensors_at(st, i)->name;
+            summary->n_skipped += !strncmp(n, "mtp.", 4) || !strncmp(n, "model.visual.", 13);
+        }
     }
     og_free(tok);
     og_free(tok_cfg);

@@ -102,6 +102,8 @@ typedef struct og_export_summary {
     og_hf_family family;
     int32_t n_layers;
     int32_t n_ring_layers;
+    int32_t n_state_layers; /* Gated DeltaNet layers: per-session state, no KV */
+    int32_t n_skipped;      /* checkpoint tensors not exported (multi-token prediction, vision) */
     int64_t n_params;      /* elements of the weights written (tied counted once) */
     uint64_t weight_bytes; /* bytes of the weights written                   */
     og_dtype dtype, kv_dtype;

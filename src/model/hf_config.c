@@ -1,4 +1,4 @@
-/* config.json reader for llama, mistral, qwen2 and qwen3 checkpoints. */
+/* config.json reader for llama, mistral, qwen2, qwen3 and qwen3_5 checkpoints. */
 #include "model/hf_config.h"
 
 #include "core/core.h"
@@ -9,9 +9,15 @@
 #include <math.h>
 #include <stdio.h>
 
-static const char *const k_family_names[OG_HF_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const k_family_names[OG_HF_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3", "qwen3_5"};
 static const char *const k_architectures[OG_HF_FAMILY_COUNT] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3_5ForCausalLM"};
+/* Other names of a family: the text model's model_type, and the
+ * conditional-generation (vision + text) checkpoint's architecture. */
+static const struct {
+    const char *name;
+    og_hf_family family;
+} k_aliases[] = {{"qwen3_5_text", OG_HF_QWEN3_5}, {"Qwen3_5ForConditionalGeneration", OG_HF_QWEN3_5}};
 
 const char *og_hf_family_name(og_hf_family f) {
     return (unsigned)f < OG_HF_FAMILY_COUNT ? k_family_names[f] : "unknown";
@@ -104,7 +110,13 @@ static og_status parse_family(const ctx *c, og_hf_family *out) {
                 *out = (og_hf_family)f;
                 return OG_OK;
             }
-        return bad(c, OG_ERR_UNSUPPORTED, "model_type", mt, "not supported (llama, mistral, qwen2, qwen3)");
+        for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
+            if (!strcmp(mt->valuestring, k_aliases[i].name)) {
+                *out = k_aliases[i].family;
+                return OG_OK;
+            }
+        return bad(c, OG_ERR_UNSUPPORTED, "model_type", mt,
+                   "not supported (llama, mistral, qwen2, qwen3, qwen3_5 / qwen3_5_text)");
     }
     const cJSON *arch = item(c->root, "architectures");
     if (!arch)
@@ -116,8 +128,14 @@ static og_status parse_family(const ctx *c, og_hf_family *out) {
             *out = (og_hf_family)f;
             return OG_OK;
         }
+    for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
+        if (!strcmp(a0->valuestring, k_aliases[i].name)) {
+            *out = k_aliases[i].family;
+            return OG_OK;
+        }
     return bad(c, OG_ERR_UNSUPPORTED, "architectures", arch,
-               "not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+               "not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+               "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration)");
 }
 
 /* Rope: transformers 5 "rope_parameters" when present, else the
@@ -249,6 +267,75 @@ static og_status parse_sliding(const ctx *c, og_hf_config *cfg) {
     return OG_OK;
 }
 
+/* The hybrid families' layers and Gated DeltaNet geometry, following
+ * transformers: an explicit "layer_types" of "linear_attention" and
+ * "full_attention" wins; otherwise every full_attention_interval-th layer
+ * (default 4) is full attention. Sizes default to the config class's. */
+static og_status parse_hybrid(const ctx *c, og_hf_config *cfg) {
+    og_status rc;
+    const int32_t n = cfg->num_hidden_layers;
+    const cJSON *lt = item(c->root, "layer_types");
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
+            char why[64];
+            snprintf(why, sizeof why, "must be a list of %d layer types", n);
+            return bad(c, OG_ERR_FORMAT, "layer_types", lt, why);
+        }
+        int32_t i = 0;
+        for (const cJSON *e = lt->child; e; e = e->next, i++) {
+            char field[32];
+            snprintf(field, sizeof field, "layer_types[%d]", i);
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention"))
+                cfg->layer_linear[i] = 1;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))
+                cfg->layer_linear[i] = 0;
+            else
+                return bad(c, OG_ERR_UNSUPPORTED, field, e, "must be \"linear_attention\" or \"full_attention\"");
+        }
+    } else {
+        int64_t every = 4;
+        if ((rc = get_int(c, c->root, "full_attention_interval", "full_attention_interval", false, 4, 1, INT32_MAX,
+                          &every)))
+            return rc;
+        for (int32_t i = 0; i < n; i++) cfg->layer_linear[i] = (i + 1) % every != 0;
+    }
+    for (int32_t i = 0; i < n; i++) cfg->n_linear_layers += cfg->layer_linear[i];
+    if ((rc = get_i32(c, "linear_conv_kernel_dim", false, 4, 64, &cfg->linear_conv_kernel)) ||
+        (rc = get_i32(c, "linear_key_head_dim", false, 128, OG_MAX_STATE_HEAD_DIM, &cfg->linear_k_head_dim)) ||
+        (rc = get_i32(c, "linear_value_head_dim", false, 128, OG_MAX_STATE_HEAD_DIM, &cfg->linear_v_head_dim)) ||
+        (rc = get_i32(c, "linear_num_key_heads", false, 16, OG_MAX_STATE_HEADS, &cfg->linear_k_heads)) ||
+        (rc = get_i32(c, "linear_num_value_heads", false, 32, OG_MAX_STATE_HEADS, &cfg->linear_v_heads)))
+        return rc;
+    if (cfg->linear_conv_kernel < 2)
+        return bad(c, OG_ERR_FORMAT, "linear_conv_kernel_dim", item(c->root, "linear_conv_kernel_dim"), "must be >= 2");
+    if (cfg->linear_v_heads % cfg->linear_k_heads)
+        return bad(c, OG_ERR_FORMAT, "linear_num_value_heads", item(c->root, "linear_num_value_heads"),
+                   "must be a multiple of linear_num_key_heads");
+    /* partial rotary embeddings: rope_parameters' partial_rotary_factor, or
+     * the top-level one (transformers 4), 0.25 by default */
+    const cJSON *params = item(c->root, "rope_parameters");
+    const cJSON *prf = params && cJSON_IsObject(params) ? item(params, "partial_rotary_factor") : NULL;
+    const char *prf_field = prf ? "rope_parameters.partial_rotary_factor" : "partial_rotary_factor";
+    if (!prf) prf = item(c->root, "partial_rotary_factor");
+    double factor = 0.25;
+    if (prf) {
+        if (!cJSON_IsNumber(prf) || !(prf->valuedouble > 0) || prf->valuedouble > 1)
+            return bad(c, OG_ERR_FORMAT, prf_field, prf, "must be a number in (0, 1]");
+        factor = prf->valuedouble;
+    }
+    cfg->rotary_dim = (int32_t)(cfg->head_dim * factor); /* transformers: int(head_dim * factor) */
+    if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
+        return bad(c, OG_ERR_FORMAT, prf_field, prf, "gives an odd or empty rotary dimension (head_dim x factor)");
+    int64_t mtp = 0;
+    if ((rc = get_int(c, c->root, "mtp_num_hidden_layers", "mtp_num_hidden_layers", false, 0, 0, INT32_MAX, &mtp)))
+        return rc;
+    cfg->mtp_layers = (int32_t)mtp;
+    cfg->norm_plus_one = true;
+    cfg->attn_output_gate = true;
+    cfg->qk_norm = true;
+    return OG_OK;
+}
+
 static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     og_status rc;
     memset(cfg, 0, sizeof *cfg);
@@ -295,7 +382,7 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     if ((rc = get_pos_double(c, c->root, "rms_norm_eps", "rms_norm_eps", false, 1e-6, &cfg->rms_norm_eps)) ||
         (rc = get_bool(c, "tie_word_embeddings", false, &cfg->tie_word_embeddings)))
         return rc;
-    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768};
+    static const int64_t default_max_pos[OG_HF_FAMILY_COUNT] = {2048, 131072, 32768, 32768, 32768};
     if ((rc = get_int(c, c->root, "max_position_embeddings", "max_position_embeddings", false,
                       default_max_pos[cfg->family], 1, INT32_MAX, &v)))
         return rc;
@@ -308,9 +395,9 @@ static og_status parse_root(const ctx *c, og_hf_config *cfg) {
     cfg->o_bias = attention_bias;
     if (cfg->family == OG_HF_LLAMA && (rc = get_bool(c, "mlp_bias", false, &cfg->mlp_bias))) return rc;
     cfg->qk_norm = cfg->family == OG_HF_QWEN3;
-    if ((rc = parse_rope(c, &cfg->rope)) || (rc = parse_dtype(c, cfg)) || (rc = parse_sliding(c, cfg)))
-        return rc;
-    return OG_OK;
+    if ((rc = parse_rope(c, &cfg->rope)) || (rc = parse_dtype(c, cfg))) return rc;
+    cfg->rotary_dim = cfg->head_dim;
+    return og_hf_is_hybrid(cfg->family) ? parse_hybrid(c, cfg) : parse_sliding(c, cfg);
 }
 
 og_status og_hf_config_parse(const char *text, size_t len, const char *origin, og_hf_config *out) {
@@ -323,7 +410,30 @@ og_status og_hf_config_parse(const char *text, size_t len, const char *origin, o
         rc = og_set_error(OG_ERR_FORMAT, "%s: not a JSON object", origin);
     } else {
         ctx c = {origin, root};
-        rc = parse_root(&c, out);
+        og_hf_family family;
+        const cJSON *nested = item(root, "text_config");
+        if (nested && cJSON_IsObject(nested) && parse_family(&c, &family) == OG_OK && og_hf_is_hybrid(family)) {
+            /* a vision + text checkpoint: the text model's config is nested;
+             * what it lacks the outer config may say (tie_word_embeddings, dtype) */
+            char inner[512];
+            snprintf(inner, sizeof inner, "%s (text_config)", origin);
+            ctx tc = {inner, nested};
+            rc = parse_root(&tc, out);
+            if (rc == OG_OK) {
+                out->nested_text = true;
+                static const char *const vision[4] = {"image_token_id", "video_token_id", "vision_start_token_id",
+                                                      "vision_end_token_id"};
+                for (int i = 0; i < 4 && rc == OG_OK; i++) {
+                    int64_t id = -1;
+                    rc = get_int(&c, root, vision[i], vision[i], false, -1, 0, OG_MAX_VOCAB, &id);
+                    if (rc == OG_OK && id >= 0 && id < out->vocab_size) out->vision_tokens[out->n_vision_tokens++] = id;
+                }
+                if (!item(nested, "tie_word_embeddings")) rc = get_bool(&c, "tie_word_embeddings", false, &out->tie_word_embeddings);
+                if (rc == OG_OK && !out->has_dtype) rc = parse_dtype(&c, out);
+            }
+        } else {
+            rc = parse_root(&c, out);
+        }
     }
     cJSON_Delete(root);
     return rc;

@@ -1,5 +1,5 @@
-/* config.json of Hugging Face checkpoints for the llama, mistral, qwen2 and
- * qwen3 families, in both dialects:
+/* config.json of Hugging Face checkpoints for the llama, mistral, qwen2,
+ * qwen3 and the hybrid qwen3_5 (qwen3_5_text) families, in both dialects:
  *   transformers 5: "rope_parameters" {rope_theta, rope_type, scaling fields}, "dtype";
  *   transformers 4: top-level "rope_theta", "rope_scaling" {rope_type | type,
  *                   factor, low_freq_factor, high_freq_factor,
@@ -23,6 +23,9 @@ typedef enum og_hf_family {
     OG_HF_MISTRAL,
     OG_HF_QWEN2,
     OG_HF_QWEN3,
+    /* hybrid: Gated DeltaNet (linear attention) layers beside gated full
+     * attention ones, (1 + w) RMS norms, partial rotary embeddings */
+    OG_HF_QWEN3_5,
     OG_HF_FAMILY_COUNT
 } og_hf_family;
 
@@ -58,7 +61,25 @@ typedef struct og_hf_config {
     og_dtype dtype; /* f32, bf16 or f16 when has_dtype                    */
     int32_t sliding_window; /* W of the sliding layers; 0 when none is    */
     uint8_t layer_sliding[OG_HF_MAX_LAYERS]; /* 1: layer i uses the window */
+    /* hybrid families (og_hf_is_hybrid) */
+    uint8_t layer_linear[OG_HF_MAX_LAYERS]; /* 1: layer i is a Gated DeltaNet layer */
+    int32_t n_linear_layers;
+    int32_t linear_conv_kernel;  /* linear_conv_kernel_dim                */
+    int32_t linear_k_heads, linear_v_heads;       /* linear_num_key/value_heads */
+    int32_t linear_k_head_dim, linear_v_head_dim; /* linear_key/value_head_dim  */
+    int32_t rotary_dim;     /* head_dim * partial_rotary_factor; head_dim when not partial */
+    bool norm_plus_one;     /* RMS norms scale by (1 + w) (the gated norm of a linear layer excepted) */
+    bool attn_output_gate;  /* q_proj holds each head's query and its sigmoid output gate */
+    int32_t mtp_layers;     /* multi-token prediction layers (mtp_num_hidden_layers), not exported */
+    bool nested_text;       /* config.json nests the text model's config in "text_config" */
+    /* a vision + text checkpoint's placeholder tokens (image, video, vision
+     * start and end): the text model alone cannot take them */
+    int32_t n_vision_tokens;
+    int64_t vision_tokens[4];
 } og_hf_config;
+
+/* True for the families with Gated DeltaNet layers. */
+static inline bool og_hf_is_hybrid(og_hf_family f) { return f == OG_HF_QWEN3_5; }
 
 /* Parses config.json text (len bytes, need not be NUL-terminated). origin
  * names the text in messages. OG_ERR_FORMAT for malformed or inconsistent
@@ -69,7 +90,7 @@ og_status og_hf_config_parse(const char *text, size_t len, const char *origin, o
 /* Reads and parses a config.json file. */
 og_status og_hf_config_load(const char *path, og_hf_config *out);
 
-/* "llama", "mistral", "qwen2", "qwen3"; "unknown" otherwise. Static. */
+/* "llama", "mistral", "qwen2", "qwen3", "qwen3_5"; "unknown" otherwise. Static. */
 const char *og_hf_family_name(og_hf_family f);
 
 #endif

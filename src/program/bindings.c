@@ -4,8 +4,9 @@
 #include "program/program_internal.h"
 
 typedef struct binding {
-    void *data;   /* [rows, Hkv, D] of the session's kv dtype, NULL when unbound */
+    void *data;   /* [rows, Hkv, D] of the session's kv dtype (a state: its committed copy), NULL when unbound */
     int64_t rows;
+    void *write;  /* a state: the copy a step writes */
 } binding;
 
 struct og_program_bindings {
@@ -57,13 +58,36 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
                                  l, v.layer_id, v.n_kv_heads, v.head_dim, og_dtype_name(v.dtype), l, want->layer_id,
                                  want->n_kv_heads, want->head_dim, og_dtype_name(p->kv.kv_dtype));
     }
+    og_kv_metrics km;
+    og_kv_session_metrics(s, &km);
+    if (km.n_states != p->kv.n_states)
+        return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
+                             "program bindings: the session has %d states, the program's manifest %d", (int)km.n_states,
+                             (int)p->kv.n_states);
+    for (int32_t i = 0; i < p->kv.n_states; i++) {
+        const og_kv_state_config *want = &p->states[i];
+        og_kv_state_view v;
+        og_kv_session_state_view(s, i, &v);
+        if (v.layer_id != want->layer_id || strncmp(v.name, want->name, sizeof want->name) || v.dtype != want->dtype ||
+            v.rank != want->rank || memcmp(v.shape, want->shape, sizeof v.shape))
+            return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
+                                 "program bindings: session state %d (layer_id %d, \"%s\") does not match the program's "
+                                 "kv.states[%d] (layer_id %d)",
+                                 (int)i, (int)v.layer_id, v.name, (int)i, (int)want->layer_id);
+    }
     for (int32_t i = 0; i < p->n_tensors; i++) {
         const og_program_tensor *t = &p->tensors[i];
         if (t->binding != OG_BINDING_RUNTIME) continue;
+        if (t->state_index >= 0) {
+            og_kv_state_view v;
+            og_kv_session_state_view(s, t->state_index, &v);
+            b->slots[i] = (binding){v.read, 0, v.write};
+            continue;
+        }
         og_kv_layer_view v;
         og_kv_session_layer_view(s, t->kv_index, &v);
         void *data = t->part == OG_KV_PART_K ? v.k : v.v;
-        b->slots[i] = (binding){data, data ? v.rows : 0};
+        b->slots[i] = (binding){data, data ? v.rows : 0, NULL};
     }
     return OG_OK;
 }
@@ -76,7 +100,7 @@ og_status og_program_bindings_check(og_program_bindings *b) {
         if (t->binding == OG_BINDING_RUNTIME && !b->slots[i].data)
             return og_errbuf_set(&b->err, OG_ERR_UNBOUND,
                                  "program bindings: runtime tensor \"%s\" (layer %d %s) is unbound", t->name,
-                                 t->layer_id, t->part == OG_KV_PART_K ? "k" : "v");
+                                 t->layer_id, t->state_index >= 0 ? "state" : t->part == OG_KV_PART_K ? "k" : "v");
     }
     return OG_OK;
 }
@@ -86,6 +110,11 @@ void *og_program_binding_get(const og_program_bindings *b, int32_t i, int64_t *r
     if (!b || i < 0 || i >= b->prog->n_tensors || !b->slots[i].data) return NULL;
     if (rows) *rows = b->slots[i].rows;
     return b->slots[i].data;
+}
+
+void *og_program_binding_get_write(const og_program_bindings *b, int32_t i) {
+    if (!b || i < 0 || i >= b->prog->n_tensors) return NULL;
+    return b->slots[i].write;
 }
 
 const char *og_program_bindings_last_error(const og_program_bindings *b) { return b ? b->err.msg : ""; }

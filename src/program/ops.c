@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define A(field, kind) {#field, kind, offsetof(og_op_attrs, field)}
+#define A(field, kind) {#field, kind, offsetof(og_op_attrs, field), false}
+#define OPT(field, kind) {#field, kind, offsetof(og_op_attrs, field), true}
 
 static const og_op_info k_ops[OG_OP_COUNT] = {
     [OG_OP_EMBED] = {"embed", 2, 2, {"tokens", "table"}, 0, {{0}}},
@@ -15,12 +16,12 @@ static const og_op_info k_ops[OG_OP_COUNT] = {
     [OG_OP_HEAD_RMS_NORM] = {"head_rms_norm", 2, 2, {"x", "weight"}, 2,
                              {A(heads, OG_ATTR_INT), A(eps, OG_ATTR_FLOAT)}},
     [OG_OP_MATMUL] = {"matmul", 2, 3, {"x", "weight", "bias"}, 0, {{0}}},
-    [OG_OP_ROPE] = {"rope", 2, 2, {"x", "positions"}, 8,
+    [OG_OP_ROPE] = {"rope", 2, 2, {"x", "positions"}, 9,
                     {A(heads, OG_ATTR_INT), A(head_dim, OG_ATTR_INT), A(theta, OG_ATTR_FLOAT),
-                     {"type", OG_ATTR_ROPE_TYPE, offsetof(og_op_attrs, rope_type)},
+                     {"type", OG_ATTR_ROPE_TYPE, offsetof(og_op_attrs, rope_type), false},
                      A(factor, OG_ATTR_FLOAT), A(low_freq_factor, OG_ATTR_FLOAT),
                      A(high_freq_factor, OG_ATTR_FLOAT),
-                     A(original_max_position_embeddings, OG_ATTR_INT)}},
+                     A(original_max_position_embeddings, OG_ATTR_INT), OPT(rotary_dim, OG_ATTR_INT)}},
     [OG_OP_UPDATE_AND_ATTEND] = {"update_and_attend", 6, 6,
                                  {"q", "k", "v", "positions", "k_cache", "v_cache"}, 5,
                                  {A(layer_id, OG_ATTR_INT), A(n_heads, OG_ATTR_INT),
@@ -28,6 +29,13 @@ static const og_op_info k_ops[OG_OP_COUNT] = {
                                   A(scale, OG_ATTR_FLOAT)}},
     [OG_OP_SWIGLU] = {"swiglu", 2, 2, {"gate", "up"}, 0, {{0}}},
     [OG_OP_ADD] = {"add", 2, 2, {"a", "b"}, 0, {{0}}},
+    [OG_OP_CAUSAL_CONV1D] = {"causal_conv1d", 3, 3, {"x", "weight", "state"}, 1, {A(layer_id, OG_ATTR_INT)}},
+    [OG_OP_GATED_DELTA_NET] = {"gated_delta_net", 6, 6, {"qkv", "a", "b", "A_log", "dt_bias", "state"}, 5,
+                               {A(layer_id, OG_ATTR_INT), A(k_heads, OG_ATTR_INT), A(v_heads, OG_ATTR_INT),
+                                A(k_head_dim, OG_ATTR_INT), A(v_head_dim, OG_ATTR_INT)}},
+    [OG_OP_RMS_NORM_GATED] = {"rms_norm_gated", 3, 3, {"x", "z", "weight"}, 2,
+                              {A(heads, OG_ATTR_INT), A(eps, OG_ATTR_FLOAT)}},
+    [OG_OP_SIGMOID_MUL] = {"sigmoid_mul", 2, 2, {"x", "gate"}, 0, {{0}}},
 };
 
 static const char *const k_rope_names[OG_ROPE_TYPE_COUNT] = {
@@ -93,6 +101,15 @@ static bool is_matrix(const og_shape *s) {
 
 #define FAIL(kind, ...) (snprintf(why, why_cap, __VA_ARGS__), (kind))
 
+/* Operand k is the runtime state of layer_id with exactly this f32 shape. */
+static bool is_state(const og_shape *s, const og_op_context *ctx, int k, int64_t layer_id, int32_t rank,
+                     const int64_t *dims) {
+    if (!s->runtime || ctx->state_layer_id[k] != layer_id || s->rank != rank || s->dtype != OG_DTYPE_F32) return false;
+    for (int32_t d = 0; d < rank; d++)
+        if (s->dim[d] != dims[d]) return false;
+    return true;
+}
+
 og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int32_t n_in,
                         const og_op_context *ctx, og_shape *out, char *why, size_t why_cap) {
     const og_op_info *info = og_op_get(op);
@@ -142,6 +159,63 @@ og_op_check og_op_infer(og_op op, const og_op_attrs *a, const og_shape *in, int3
             return FAIL(OG_OP_CHECK_OPERAND, "x must be [T, heads*head_dim] with heads %lld, head_dim %lld",
                         (long long)a->heads, (long long)a->head_dim);
         if (!is_index_vec(&in[1])) return FAIL(OG_OP_CHECK_OPERAND, "positions must be [T] i32");
+        if (a->rotary_dim < 0 || a->rotary_dim > a->head_dim || a->rotary_dim % 2 != 0)
+            return FAIL(OG_OP_CHECK_ATTR, "rotary_dim %lld must be even and in [0, head_dim %lld] (0: all of it)",
+                        (long long)a->rotary_dim, (long long)a->head_dim);
+        width = n;
+        break;
+    case OG_OP_CAUSAL_CONV1D: {
+        if (a->layer_id < 0) return FAIL(OG_OP_CHECK_ATTR, "layer_id must be >= 0");
+        if (!is_act(&in[0], &n)) return FAIL(OG_OP_CHECK_OPERAND, "x must be a [T, C] float activation");
+        if (!is_weight(&in[1], 2) || in[1].dim[0] != n || in[1].dim[1] < 2)
+            return FAIL(OG_OP_CHECK_OPERAND, "weight must be a float [C, K] with C == %lld and kernel K >= 2", (long long)n);
+        const int64_t dims[2] = {in[1].dim[1] - 1, n};
+        if (!is_state(&in[2], ctx, 2, a->layer_id, 2, dims))
+            return FAIL(OG_OP_CHECK_OPERAND, "state must be a runtime state of layer %lld, f32 [%lld, %lld] (K - 1, C)",
+                        (long long)a->layer_id, (long long)dims[0], (long long)dims[1]);
+        width = n;
+        break;
+    }
+    case OG_OP_GATED_DELTA_NET: {
+        if (a->layer_id < 0 || a->k_heads <= 0 || a->v_heads <= 0 || a->k_head_dim <= 0 || a->v_head_dim <= 0 ||
+            a->v_heads % a->k_heads != 0 || a->k_heads > OG_MAX_STATE_HEADS || a->v_heads > OG_MAX_STATE_HEADS ||
+            a->k_head_dim > OG_MAX_STATE_HEAD_DIM || a->v_head_dim > OG_MAX_STATE_HEAD_DIM)
+            return FAIL(OG_OP_CHECK_ATTR,
+                        "need layer_id >= 0, k_heads and v_heads in [1, %d] with v_heads %% k_heads == 0, and head "
+                        "dims in [1, %d]",
+                        OG_MAX_STATE_HEADS, OG_MAX_STATE_HEAD_DIM);
+        const int64_t qkv = 2 * a->k_heads * a->k_head_dim + a->v_heads * a->v_head_dim;
+        if (!is_act(&in[0], &n) || n != qkv)
+            return FAIL(OG_OP_CHECK_OPERAND, "qkv must be [T, %lld] (2 * k_heads * k_head_dim + v_heads * v_head_dim)",
+                        (long long)qkv);
+        for (int k = 1; k <= 2; k++)
+            if (!is_act(&in[k], &m) || m != a->v_heads)
+                return FAIL(OG_OP_CHECK_OPERAND, "%s must be [T, %lld] (v_heads)", info->input_names[k],
+                            (long long)a->v_heads);
+        for (int k = 3; k <= 4; k++)
+            if (!is_weight(&in[k], 1) || in[k].dim[0] != a->v_heads)
+                return FAIL(OG_OP_CHECK_OPERAND, "%s must be a float [%lld] (v_heads)", info->input_names[k],
+                            (long long)a->v_heads);
+        const int64_t dims[3] = {a->v_heads, a->k_head_dim, a->v_head_dim};
+        if (!is_state(&in[5], ctx, 5, a->layer_id, 3, dims))
+            return FAIL(OG_OP_CHECK_OPERAND, "state must be a runtime state of layer %lld, f32 [%lld, %lld, %lld] "
+                                             "(v_heads, k_head_dim, v_head_dim)",
+                        (long long)a->layer_id, (long long)dims[0], (long long)dims[1], (long long)dims[2]);
+        width = a->v_heads * a->v_head_dim;
+        break;
+    }
+    case OG_OP_RMS_NORM_GATED:
+        if (!(a->eps > 0)) return FAIL(OG_OP_CHECK_ATTR, "eps must be > 0");
+        if (a->heads <= 0) return FAIL(OG_OP_CHECK_ATTR, "heads must be > 0");
+        if (!is_act(&in[0], &n)) return FAIL(OG_OP_CHECK_OPERAND, "x must be a [T, heads*D] float activation");
+        if (!is_act(&in[1], &m) || m != n) return FAIL(OG_OP_CHECK_OPERAND, "z must be [T, %lld] like x", (long long)n);
+        if (!is_weight(&in[2], 1) || in[2].dim[0] > n / a->heads || in[2].dim[0] * a->heads != n)
+            return FAIL(OG_OP_CHECK_OPERAND, "weight must be [D] with heads*D == %lld", (long long)n);
+        width = n;
+        break;
+    case OG_OP_SIGMOID_MUL:
+        if (!is_act(&in[0], &n)) return FAIL(OG_OP_CHECK_OPERAND, "x must be a [T, N] float activation");
+        if (!is_act(&in[1], &m) || m != n) return FAIL(OG_OP_CHECK_OPERAND, "gate must be [T, %lld] like x", (long long)n);
         width = n;
         break;
     case OG_OP_UPDATE_AND_ATTEND: {

@@ -14,6 +14,13 @@
  *                     k_cache, v_cache (runtime)                  -> [T, Hq*D]
  *   swiglu            gate [T, F], up [T, F]                      -> [T, F]
  *   add               a [T, N], b [T, N]                          -> [T, N]
+ *   causal_conv1d     x [T, C], weight [C, K], state [K-1, C] (runtime state) -> [T, C]
+ *   gated_delta_net   qkv [T, 2*Hk*Dk + Hv*Dv], a [T, Hv], b [T, Hv], A_log [Hv],
+ *                     dt_bias [Hv], state [Hv, Dk, Dv] (runtime state) -> [T, Hv*Dv]
+ *   rms_norm_gated    x [T, heads*D], z [T, heads*D], weight [D]  -> [T, heads*D]
+ *   sigmoid_mul       x [T, N], gate [T, N]                       -> [T, N]
+ * (Hk/Hv = key/value heads and Dk/Dv their dims in a Gated DeltaNet layer;
+ * C its convolution's channels, K its kernel size.)
  */
 #ifndef OG_PROGRAM_OPS_H
 #define OG_PROGRAM_OPS_H
@@ -33,11 +40,24 @@ typedef enum og_op {
     OG_OP_UPDATE_AND_ATTEND,
     OG_OP_SWIGLU,
     OG_OP_ADD,
+    OG_OP_CAUSAL_CONV1D,
+    OG_OP_GATED_DELTA_NET,
+    OG_OP_RMS_NORM_GATED,
+    OG_OP_SIGMOID_MUL,
     OG_OP_COUNT
 } og_op;
 
+/* Ops that read and write per-session storage (KV or state): they run per
+ * session, on every row of the step, before the tail. */
+static inline bool og_op_is_stateful(int op) {
+    return op == OG_OP_UPDATE_AND_ATTEND || op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET;
+}
+
 #define OG_OP_MAX_INPUTS 6
-#define OG_OP_MAX_ATTRS 8
+/* Limits of this build for a Gated DeltaNet layer's heads and head dims. */
+#define OG_MAX_STATE_HEADS 4096
+#define OG_MAX_STATE_HEAD_DIM 1024
+#define OG_OP_MAX_ATTRS 9
 
 #include "kernels/rope_type.h"
 
@@ -62,6 +82,9 @@ typedef struct og_op_attrs {
     int64_t n_heads;               /* update_and_attend: Hq                    */
     int64_t n_kv_heads;            /* update_and_attend: Hkv                   */
     double scale;                  /* update_and_attend: 0 means 1/sqrt(D)     */
+    int64_t rotary_dim;            /* rope (optional): dims of each head that rotate; 0 = head_dim */
+    int64_t k_heads, v_heads;      /* gated_delta_net: Hk, Hv (Hv % Hk == 0)    */
+    int64_t k_head_dim, v_head_dim;/* gated_delta_net: Dk, Dv                  */
 } og_op_attrs;
 
 typedef enum og_attr_kind {
@@ -74,6 +97,7 @@ typedef struct og_attr_desc {
     const char *name;   /* JSON key inside "attrs"      */
     og_attr_kind kind;
     size_t offset;      /* offsetof(og_op_attrs, field) */
+    bool optional;      /* may be absent (then 0); written only when not 0 */
 } og_attr_desc;
 
 /* The shape of an activation or tensor during inference. A dim of
@@ -96,6 +120,9 @@ typedef struct og_op_context {
     /* the manifest layer with attrs.layer_id: found, Hkv, D */
     bool layer_found;
     int64_t layer_kv_heads, layer_head_dim;
+    /* per operand: the layer_id of the manifest state a runtime operand is,
+     * -1 for any other operand */
+    int64_t state_layer_id[OG_OP_MAX_INPUTS];
 } og_op_context;
 
 typedef struct og_op_info {

@@ -58,6 +58,8 @@ typedef enum og_program_rule {
     OG_PROGRAM_RULE_VALUE_NAME_UNIQUE,     /* an output name is not already a value    */
     OG_PROGRAM_RULE_GRAPH_OUTPUTS,         /* outputs: logits [T, vocab] produced      */
     OG_PROGRAM_RULE_QUANT_SHAPE,           /* q8/q4: [N, K], K % OG_QUANT_GROUP == 0; k-quants: K % 256 == 0 */
+    OG_PROGRAM_RULE_LAYER_HAS_STATE,       /* every manifest state has its runtime tensor */
+    OG_PROGRAM_RULE_STATE_USED_ONCE,       /* every state tensor is an operand of exactly one instruction */
     OG_PROGRAM_RULE_COUNT
 } og_program_rule;
 
@@ -131,11 +133,14 @@ typedef struct og_program_tensor {
     uint64_t offset;
     uint64_t nbytes;
     const void *data;
-    /* runtime: the manifest layer (index into kv.layers and its layer_id)
-     * and which half; weight: -1, -1, OG_KV_PART_K */
+    /* runtime KV: the manifest layer (index into kv.layers and its
+     * layer_id) and which half; runtime state: -1, the state's layer_id;
+     * weight: -1, -1, OG_KV_PART_K */
     int32_t kv_index;
     int32_t layer_id;
     og_kv_part part;
+    /* runtime state: its index into kv.states; else -1 */
+    int32_t state_index;
 } og_program_tensor;
 
 /* ------------------------------------------------------- instructions */
@@ -257,7 +262,8 @@ og_status og_program_writer_add_runtime(og_program_writer *w, const char *name, 
                                         int32_t rank, const int64_t *shape, int32_t layer_id,
                                         og_kv_part part);
 /* Adds "kv.<layer_id>.k" and ".v" for every layer of the KV manifest (set
- * first), with the declared shape [slots, Hkv, D] and kv_dtype. */
+ * first), with the declared shape [slots, Hkv, D] and kv_dtype, and
+ * "state.<layer_id>.<name>" for every state, of its declared dtype and shape. */
 og_status og_program_writer_add_kv_runtime(og_program_writer *w);
 /* Appends an instruction; in[] names operands (graph input, tensor or an
  * earlier output); only the attrs the op's table row names are written. */
@@ -294,10 +300,13 @@ void og_program_bindings_clear(og_program_bindings *b);
 /* OG_OK when every runtime tensor is bound; OG_ERR_UNBOUND naming the
  * first unbound one otherwise. */
 og_status og_program_bindings_check(og_program_bindings *b);
-/* The storage bound to tensor index i ([rows, Hkv, D] of kv_dtype),
- * NULL when unbound or not a runtime tensor; *rows (if non-NULL) gets the
- * bound rows. Borrowed from the session. */
+/* The storage bound to tensor index i ([rows, Hkv, D] of kv_dtype; for a
+ * state, its committed copy), NULL when unbound or not a runtime tensor;
+ * *rows (if non-NULL) gets the bound rows (0 for a state). Borrowed from
+ * the session. */
 void *og_program_binding_get(const og_program_bindings *b, int32_t i, int64_t *rows);
+/* For a state tensor: the copy the step writes (og_kv_state_view.write), NULL otherwise. */
+void *og_program_binding_get_write(const og_program_bindings *b, int32_t i);
 /* Message of the last failure; never NULL; owned by the table. */
 const char *og_program_bindings_last_error(const og_program_bindings *b);
 

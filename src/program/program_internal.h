@@ -16,6 +16,7 @@ struct og_program {
     og_program_model model;
     og_kv_config kv;
     og_kv_layer_config *layers; /* [kv.n_layers] */
+    og_kv_state_config *states; /* [kv.n_states] */
 
     og_program_tensor *tensors; /* [n_tensors] */
     int32_t n_tensors;

@@ -71,6 +71,7 @@ void og_program_close(og_program *p) {
     if (p->map) munmap(p->map, p->size);
     cJSON_Delete(p->root);
     og_free(p->layers);
+    og_free(p->states);
     og_free(p->tensors);
     og_free(p->instrs);
     og_free(p);

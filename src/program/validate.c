@@ -41,6 +41,8 @@ static const char *const k_rule_names[OG_PROGRAM_RULE_COUNT] = {
     [OG_PROGRAM_RULE_ATTR_VALUE] = "attr_value",
     [OG_PROGRAM_RULE_VALUE_NAME_UNIQUE] = "value_name_unique",
     [OG_PROGRAM_RULE_GRAPH_OUTPUTS] = "graph_outputs",
+    [OG_PROGRAM_RULE_LAYER_HAS_STATE] = "layer_has_state",
+    [OG_PROGRAM_RULE_STATE_USED_ONCE] = "state_used_once",
 };
 
 const char *og_program_rule_name(og_program_rule r) {
@@ -290,6 +292,47 @@ int64_t og_program_layer_slots(const og_kv_config *cfg, const og_kv_layer_config
     return l->policy == OG_KV_RING ? (int64_t)l->window + cfg->max_write - 1 : cfg->max_capacity;
 }
 
+/* The optional "states" of the KV manifest: [{layer_id, name, dtype,
+ * shape}]; the values' rules are og_kv_config_validate's (state_*). */
+static og_status parse_states(og_program *p, const cJSON *kv) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(kv, "states"), *e;
+    if (!arr) return OG_OK;
+    if (!cJSON_IsArray(arr)) return refuse(OG_PROGRAM_RULE_FIELD_TYPE, "kv: \"states\" must be an array");
+    const int n = cJSON_GetArraySize(arr);
+    if (n > 4 * OG_MAX_LAYERS)
+        return refuse(OG_PROGRAM_RULE_FIELD_VALUE, "kv: %d states, this build reads at most %d", n, 4 * OG_MAX_LAYERS);
+    if (n > 0 && !(p->states = og_calloc((size_t)n, sizeof *p->states)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "program: out of memory for %d states", n);
+    int i = 0;
+    cJSON_ArrayForEach(e, arr) {
+        char where[48];
+        og_kv_state_config *st = &p->states[i];
+        snprintf(where, sizeof where, "kv.states[%d]", i);
+        if (!cJSON_IsObject(e)) return refuse(OG_PROGRAM_RULE_FIELD_TYPE, "%s must be an object", where);
+        TRY(field_i32(e, "layer_id", where, INT32_MIN, &st->layer_id));
+        const char *name;
+        TRY(field_str(e, "name", where, &name));
+        /* a longer name is kept cut and unterminated: the state_name rule refuses it */
+        memcpy(st->name, name, strnlen(name, sizeof st->name));
+        TRY(field_dtype(e, "dtype", where, &st->dtype));
+        const cJSON *shape, *d;
+        TRY(field_arr(e, "shape", where, &shape));
+        st->rank = cJSON_GetArraySize(shape);
+        if (st->rank > OG_KV_STATE_MAX_RANK) st->rank = OG_KV_STATE_MAX_RANK + 1; /* the state_shape rule refuses it */
+        int k = 0;
+        cJSON_ArrayForEach(d, shape) {
+            if (k >= OG_KV_STATE_MAX_RANK) break;
+            int64_t v;
+            TRY(as_int(d, "shape", where, -(int64_t)JSON_INT_MAX, (int64_t)JSON_INT_MAX, &v));
+            st->shape[k++] = v;
+        }
+        i++;
+    }
+    p->kv.states = p->states;
+    p->kv.n_states = n;
+    return OG_OK;
+}
+
 static og_status parse_kv(og_program *p) {
     const cJSON *kv, *layers;
     og_kv_config *c = &p->kv;
@@ -339,6 +382,7 @@ static og_status parse_kv(og_program *p) {
                 return refuse(OG_PROGRAM_RULE_LAYER_ID, "%s: layer_id %d repeats kv.layers[%d]", where, l->layer_id, j);
         i++;
     }
+    TRY(parse_states(p, kv));
     og_kv_rule broken = OG_KV_RULE_NONE;
     if (og_kv_config_validate(c, &broken) != OG_OK) {
         char why[OG_ERRMSG_CAP];
@@ -393,6 +437,7 @@ static og_status parse_weight(og_program *p, const cJSON *t, const char *where, 
         return refuse(OG_PROGRAM_RULE_PAYLOAD_BOUNDS, "%s: bytes [%lld, %lld) pass the payload's end (%llu)", where,
                       (long long)off, (long long)(off + nb), (unsigned long long)p->payload_bytes);
     x->binding = OG_BINDING_WEIGHT;
+    x->state_index = -1;
     x->offset = (uint64_t)off;
     x->nbytes = (uint64_t)nb;
     x->data = p->data + p->payload_offset + off;
@@ -402,12 +447,49 @@ static og_status parse_weight(og_program *p, const cJSON *t, const char *where, 
     return OG_OK;
 }
 
+/* A runtime tensor naming a state of the manifest: {"layer_id", "state": name}. */
+static og_status parse_runtime_state(og_program *p, const cJSON *t, const char *where, og_program_tensor *x,
+                                     int32_t index) {
+    const char *name;
+    TRY(field_str(t, "state", where, &name));
+    if (cJSON_GetObjectItemCaseSensitive(t, "kv"))
+        return refuse(OG_PROGRAM_RULE_FIELD_VALUE, "%s: a runtime tensor is a KV half (\"kv\") or a state, not both",
+                      where);
+    x->binding = OG_BINDING_RUNTIME;
+    x->kv_index = -1;
+    x->part = OG_KV_PART_K;
+    for (int32_t i = 0; i < p->kv.n_states; i++)
+        if (p->states[i].layer_id == x->layer_id && !strncmp(p->states[i].name, name, sizeof p->states[i].name) &&
+            strlen(name) < sizeof p->states[i].name)
+            x->state_index = i;
+    if (x->state_index < 0)
+        return refuse(OG_PROGRAM_RULE_RUNTIME_MATCHES_LAYER, "%s: layer_id %d has no state \"%.32s\" in the manifest",
+                      where, x->layer_id, name);
+    for (int32_t j = 0; j < index; j++)
+        if (p->tensors[j].binding == OG_BINDING_RUNTIME && p->tensors[j].state_index == x->state_index)
+            return refuse(OG_PROGRAM_RULE_RUNTIME_MATCHES_LAYER, "%s: layer %d's state \"%s\" is also tensor \"%s\"",
+                          where, x->layer_id, name, p->tensors[j].name);
+    const og_kv_state_config *st = &p->states[x->state_index];
+    bool same = x->dtype == st->dtype && x->rank == st->rank;
+    for (int32_t d = 0; same && d < st->rank; d++) same = x->shape[d] == st->shape[d];
+    if (!same) {
+        char dims[96] = "";
+        for (int32_t d = 0; d < st->rank; d++)
+            snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? ", " : "", (long long)st->shape[d]);
+        return refuse(OG_PROGRAM_RULE_RUNTIME_SHAPE, "%s: the state \"%s\" of layer %d is declared %s [%s]", where,
+                      name, x->layer_id, og_dtype_name(st->dtype), dims);
+    }
+    return OG_OK;
+}
+
 static og_status parse_runtime(og_program *p, const cJSON *t, const char *where, og_program_tensor *x,
                                int32_t index) {
     if (cJSON_GetObjectItemCaseSensitive(t, "offset") || cJSON_GetObjectItemCaseSensitive(t, "nbytes"))
         return refuse(OG_PROGRAM_RULE_RUNTIME_NO_PAYLOAD, "%s: a runtime tensor must have no offset or nbytes", where);
     const char *part;
     TRY(field_i32(t, "layer_id", where, INT32_MIN, &x->layer_id));
+    x->state_index = -1;
+    if (cJSON_GetObjectItemCaseSensitive(t, "state")) return parse_runtime_state(p, t, where, x, index);
     TRY(field_str(t, "kv", where, &part));
     if (strcmp(part, "k") == 0)
         x->part = OG_KV_PART_K;
@@ -424,7 +506,7 @@ static og_status parse_runtime(og_program *p, const cJSON *t, const char *where,
                       x->layer_id);
     for (int32_t j = 0; j < index; j++) {
         const og_program_tensor *o = &p->tensors[j];
-        if (o->binding == OG_BINDING_RUNTIME && o->kv_index == x->kv_index && o->part == x->part)
+        if (o->binding == OG_BINDING_RUNTIME && o->state_index < 0 && o->kv_index == x->kv_index && o->part == x->part)
             return refuse(OG_PROGRAM_RULE_RUNTIME_MATCHES_LAYER, "%s: layer %d's %s storage is also tensor \"%s\"",
                           where, x->layer_id, part, o->name);
     }
@@ -507,6 +589,13 @@ static og_status parse_tensors(og_program *p) {
             return refuse(OG_PROGRAM_RULE_LAYER_HAS_KV, "KV layer %d (kv.layers[%d]) has no runtime %s tensor",
                           p->layers[l].layer_id, l, has[0] ? "v" : "k");
     }
+    for (int32_t k = 0; k < p->kv.n_states; k++) {
+        bool has = false;
+        for (int32_t j = 0; j < p->n_tensors && !has; j++) has = p->tensors[j].state_index == k;
+        if (!has)
+            return refuse(OG_PROGRAM_RULE_LAYER_HAS_STATE, "the state \"%s\" of layer %d (kv.states[%d]) has no runtime tensor",
+                          p->states[k].name, p->states[k].layer_id, k);
+    }
     return OG_OK;
 }
 
@@ -567,6 +656,7 @@ static og_status parse_attrs(const cJSON *ins, const og_op_info *info, const cha
     for (int k = 0; k < info->n_attrs; k++) {
         const og_attr_desc *d = &info->attrs[k];
         const cJSON *f = NULL;
+        if (d->optional && !cJSON_GetObjectItemCaseSensitive(attrs, d->name)) continue; /* stays 0 */
         TRY(field(attrs, d->name, where, &f));
         char *dst = (char *)a + d->offset;
         if (d->kind == OG_ATTR_INT) {
@@ -639,6 +729,7 @@ static og_status parse_instr(og_program *p, const cJSON *ins, int32_t i) {
 
     og_shape shapes[OG_OP_MAX_INPUTS];
     og_op_context ctx = {.act_dtype = p->model.activation_dtype, .cache_layer_id = {-1, -1}, .cache_part = {-1, -1}};
+    for (int j = 0; j < OG_OP_MAX_INPUTS; j++) ctx.state_layer_id[j] = -1;
     int k = 0;
     cJSON_ArrayForEach(e, in) {
         if (!cJSON_IsString(e)) return refuse(OG_PROGRAM_RULE_FIELD_TYPE, "%s: in[%d] must be a string", where, k);
@@ -646,10 +737,14 @@ static og_status parse_instr(og_program *p, const cJSON *ins, int32_t i) {
             return refuse(OG_PROGRAM_RULE_OPERAND_EXISTS,
                           "%s: %s operand \"%.64s\" is no graph input, tensor or earlier output", where,
                           info->input_names[k], e->valuestring);
-        if (k >= 4 && x->in[k].kind == OG_VALUE_TENSOR) {
+        if (x->in[k].kind == OG_VALUE_TENSOR) {
             const og_program_tensor *t = &p->tensors[x->in[k].index];
-            ctx.cache_layer_id[k - 4] = t->binding == OG_BINDING_RUNTIME ? t->layer_id : -1;
-            ctx.cache_part[k - 4] = t->binding == OG_BINDING_RUNTIME ? (int32_t)t->part : -1;
+            const bool kv = t->binding == OG_BINDING_RUNTIME && t->state_index < 0;
+            if (k >= 4) {
+                ctx.cache_layer_id[k - 4] = kv ? t->layer_id : -1;
+                ctx.cache_part[k - 4] = kv ? (int32_t)t->part : -1;
+            }
+            if (t->state_index >= 0) ctx.state_layer_id[k] = t->layer_id;
         }
         k++;
     }
@@ -691,6 +786,22 @@ static og_status parse_instrs(og_program *p) {
     cJSON_ArrayForEach(ins, arr) {
         TRY(parse_instr(p, ins, i));
         p->n_instrs = ++i;
+    }
+    /* a step commits every state as the new one: each must be written by
+     * exactly one instruction of every step */
+    for (int32_t t = 0; t < p->n_tensors; t++) {
+        if (p->tensors[t].state_index < 0) continue;
+        int32_t uses = 0, first = -1;
+        for (int32_t k = 0; k < p->n_instrs; k++)
+            for (int32_t j = 0; j < p->instrs[k].n_in; j++)
+                if (p->instrs[k].in[j].kind == OG_VALUE_TENSOR && p->instrs[k].in[j].index == t) {
+                    if (!uses++) first = k;
+                }
+        if (uses != 1)
+            return refuse(OG_PROGRAM_RULE_STATE_USED_ONCE,
+                          "the state tensor \"%s\" is an operand of %d instructions (the first: instructions[%d], "
+                          "-1 for none); a step writes every state exactly once",
+                          p->tensors[t].name, (int)uses, (int)first);
     }
     return OG_OK;
 }

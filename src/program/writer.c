@@ -20,6 +20,7 @@ typedef struct wtensor {
     uint64_t nbytes, offset;
     int32_t layer_id; /* runtime */
     og_kv_part part;
+    int32_t state;    /* runtime state: index into kv.states, else -1 */
 } wtensor;
 
 struct og_program_writer {
@@ -31,6 +32,7 @@ struct og_program_writer {
     bool have_kv;
     og_kv_config kv;
     og_kv_layer_config *layers; /* owned copy */
+    og_kv_state_config *states; /* owned copy */
     wtensor *tensors;
     int32_t n_tensors, cap_tensors;
     cJSON *instrs;            /* owned array */
@@ -57,6 +59,7 @@ void og_program_writer_destroy(og_program_writer *w) {
     cJSON_Delete(w->model_extra);
     cJSON_Delete(w->instrs);
     og_free(w->layers);
+    og_free(w->states);
     og_free(w->tok_json);
     og_free(w->tok_config);
     og_free(w->path);
@@ -90,16 +93,30 @@ og_status og_program_writer_set_model(og_program_writer *w, const og_program_mod
 og_status og_program_writer_set_kv(og_program_writer *w, const og_kv_config *cfg) {
     if (!w || !cfg || (cfg->n_layers > 0 && !cfg->layers) || cfg->n_layers < 0)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_writer_set_kv: NULL argument or bad layer count");
+    if (cfg->n_states < 0 || (cfg->n_states > 0 && !cfg->states))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_writer_set_kv: bad state count");
     og_kv_layer_config *l = NULL;
+    og_kv_state_config *st = NULL;
     if (cfg->n_layers > 0) {
         l = og_calloc((size_t)cfg->n_layers, sizeof *l);
         if (!l) return WFAIL(OG_ERR_OUT_OF_MEMORY, "program writer: out of memory");
         memcpy(l, cfg->layers, (size_t)cfg->n_layers * sizeof *l);
     }
+    if (cfg->n_states > 0) {
+        st = og_calloc((size_t)cfg->n_states, sizeof *st);
+        if (!st) {
+            og_free(l);
+            return WFAIL(OG_ERR_OUT_OF_MEMORY, "program writer: out of memory");
+        }
+        memcpy(st, cfg->states, (size_t)cfg->n_states * sizeof *st);
+    }
     og_free(w->layers);
+    og_free(w->states);
     w->layers = l;
+    w->states = st;
     w->kv = *cfg;
     w->kv.layers = l;
+    w->kv.states = st;
     w->have_kv = true;
     return OG_OK;
 }
@@ -125,6 +142,7 @@ static og_status add_tensor(og_program_writer *w, const char *name, og_dtype dty
     }
     wtensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
+    t->state = -1;
     if (!(t->name = og_strdup(name))) return WFAIL(OG_ERR_OUT_OF_MEMORY, "program writer: out of memory");
     t->dtype = dtype;
     t->rank = rank;
@@ -170,12 +188,24 @@ og_status og_program_writer_add_runtime(og_program_writer *w, const char *name, 
     t->binding = OG_BINDING_RUNTIME;
     t->layer_id = layer_id;
     t->part = part;
+    t->state = -1;
     return OG_OK;
 }
 
 og_status og_program_writer_add_kv_runtime(og_program_writer *w) {
     if (!w) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_writer_add_kv_runtime: NULL writer");
     if (!w->have_kv) return WFAIL(OG_ERR_STATE, "program writer: set the KV manifest before its runtime tensors");
+    for (int32_t i = 0; i < w->kv.n_states; i++) {
+        const og_kv_state_config *sc = &w->states[i];
+        char name[64];
+        snprintf(name, sizeof name, "state.%d.%.*s", sc->layer_id, (int)sizeof sc->name, sc->name);
+        wtensor *t;
+        og_status st = add_tensor(w, name, sc->dtype, sc->rank, sc->shape, &t);
+        if (st != OG_OK) return st;
+        t->binding = OG_BINDING_RUNTIME;
+        t->layer_id = sc->layer_id;
+        t->state = i;
+    }
     for (int32_t i = 0; i < w->kv.n_layers; i++) {
         const og_kv_layer_config *l = &w->layers[i];
         int64_t shape[3] = {og_program_layer_slots(&w->kv, l), l->n_kv_heads, l->head_dim};
@@ -214,6 +244,7 @@ og_status og_program_writer_add_instr(og_program_writer *w, og_op op, const char
         if (d->kind == OG_ATTR_INT) {
             int64_t v;
             memcpy(&v, src, sizeof v);
+            if (d->optional && v == 0) continue; /* absent means 0 */
             ok = cJSON_AddNumberToObject(a, d->name, (double)v) != NULL;
         } else if (d->kind == OG_ATTR_FLOAT) {
             double v;
@@ -323,6 +354,20 @@ static char *build_manifest(og_program_writer *w) {
              cJSON_AddNumberToObject(e, "window", l->window) && cJSON_AddNumberToObject(e, "n_kv_heads", l->n_kv_heads) &&
              cJSON_AddNumberToObject(e, "head_dim", l->head_dim);
     }
+    cJSON *states = ok && w->kv.n_states > 0 ? cJSON_AddArrayToObject(kv, "states") : NULL;
+    ok = ok && (w->kv.n_states == 0 || states);
+    for (int32_t i = 0; ok && i < w->kv.n_states; i++) {
+        const og_kv_state_config *sc = &w->states[i];
+        char sn[sizeof sc->name + 1] = "";
+        memcpy(sn, sc->name, sizeof sc->name);
+        cJSON *e = cJSON_CreateObject(), *shape = e ? cJSON_CreateArray() : NULL;
+        ok = e && cJSON_AddItemToArray(states, e) && cJSON_AddNumberToObject(e, "layer_id", sc->layer_id) &&
+             cJSON_AddStringToObject(e, "name", sn) && cJSON_AddStringToObject(e, "dtype", og_dtype_name(sc->dtype)) &&
+             shape && cJSON_AddItemToObject(e, "shape", shape);
+        if (!ok) cJSON_Delete(shape);
+        for (int32_t k = 0; ok && k < sc->rank && k < OG_KV_STATE_MAX_RANK; k++)
+            ok = add_owned(shape, cJSON_CreateNumber((double)sc->shape[k]));
+    }
 
     cJSON *tensors = ok ? cJSON_AddArrayToObject(root, "tensors") : NULL;
     ok = ok && tensors;
@@ -339,7 +384,12 @@ static char *build_manifest(og_program_writer *w) {
             ok = cJSON_AddStringToObject(e, "binding", "weight") &&
                  cJSON_AddNumberToObject(e, "offset", (double)t->offset) &&
                  cJSON_AddNumberToObject(e, "nbytes", (double)t->nbytes);
-        else if (ok)
+        else if (ok && t->state >= 0) {
+            char sn[sizeof w->states[0].name + 1] = "";
+            memcpy(sn, w->states[t->state].name, sizeof w->states[0].name);
+            ok = cJSON_AddStringToObject(e, "binding", "runtime") && cJSON_AddNumberToObject(e, "layer_id", t->layer_id) &&
+                 cJSON_AddStringToObject(e, "state", sn);
+        } else if (ok)
             ok = cJSON_AddStringToObject(e, "binding", "runtime") && cJSON_AddNumberToObject(e, "layer_id", t->layer_id) &&
                  cJSON_AddStringToObject(e, "kv", t->part == OG_KV_PART_V ? "v" : "k");
     }

@@ -595,6 +595,9 @@ static void *sched_main(void *arg) {
             if (prefill) {
                 r->fed += it->n_tokens;
                 s->prompt_tokens_total += it->n_tokens;
+                /* a hybrid model holds its state only at the session's end:
+                 * keep it where the prompt ends, for the prefix cache */
+                if (r->fed == r->n_prompt && s->prefix) og_session_checkpoint(it->session);
             }
             og_kv_metrics km;
             if (og_session_metrics(it->session, &km) == OG_OK) {

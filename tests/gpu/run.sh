@@ -9,7 +9,10 @@
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
-#   3. parity with the transformers fixtures, every chunking, --backend cuda
+#   3. parity with the transformers fixtures, every chunking, --backend cuda;
+#      the hybrid model (test_gdn_cuda: the Gated DeltaNet kernels against the
+#      C references; test_hybrid cuda: forks, checkpoints, saves, prefix hits,
+#      batches of a hybrid model on the device; cli_parity_hybrid.sh)
 #   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
 #      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
@@ -50,6 +53,9 @@ check test_fork_cuda "$B/tests/test_fork_cuda"
 check test_kquant_cuda "$B/tests/test_kquant_cuda"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
+check test_gdn_cuda "$B/tests/test_gdn_cuda"
+check hybrid_cuda "$B/tests/test_hybrid" cuda
+check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
 elif command -v compute-sanitizer >/dev/null; then
@@ -62,6 +68,8 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"
     check memcheck_kquant compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_kquant_cuda"
+    check memcheck_gdn compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
+    check racecheck_gdn compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
     # the test provokes out-of-memory on purpose: API errors are expected there
     check memcheck_kv_alloc compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/test_gpu_kv_alloc"
     unset OG_CUDA_TEST_QUICK

@@ -15,8 +15,9 @@ static const og_kv_layer_config k_layers[2] = {
 };
 
 og_kv_config og_fixture_kv_config(int64_t max_capacity) {
-    og_kv_config c = {OG_KV_MANIFEST_VERSION, OG_DTYPE_BF16, max_capacity ? max_capacity : 64, 16,
-                      OG_FIX_MAX_WRITE, 2, 2, k_layers};
+    og_kv_config c = {.version = OG_KV_MANIFEST_VERSION, .kv_dtype = OG_DTYPE_BF16,
+                      .max_capacity = max_capacity ? max_capacity : 64, .initial_capacity = 16,
+                      .max_write = OG_FIX_MAX_WRITE, .n_model_layers = 2, .n_layers = 2, .layers = k_layers};
     return c;
 }
 
@@ -283,6 +284,41 @@ static void m_kv_version(file_parts *f) { set_num(kv(f), "version", 2); }
 static void m_kv_count(file_parts *f) { cJSON_ReplaceItemInObjectCaseSensitive(kv(f), "layers", cJSON_CreateArray()); }
 static void m_kv_heads(file_parts *f) { set_num(layer(f, 0), "n_kv_heads", 0); }
 static void m_kv_head_dim(file_parts *f) { set_num(layer(f, 1), "head_dim", 0); }
+/* Adds kv.states [{layer_id, name, dtype, shape [d0, d1]}]. */
+static void add_state(file_parts *f, int layer_id, const char *name, const char *dt, int d0, int d1) {
+    cJSON *arr = cJSON_AddArrayToObject(kv(f), "states"), *e = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    cJSON_AddNumberToObject(e, "layer_id", layer_id);
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddStringToObject(e, "dtype", dt);
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(d0));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(d1));
+    cJSON_AddItemToObject(e, "shape", shape);
+    cJSON_AddItemToArray(arr, e);
+}
+/* ... and its runtime tensor state.<layer_id>.<name>. */
+static void add_state_tensor(file_parts *f, int layer_id, const char *name, int d0, int d1) {
+    cJSON *e = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    char tn[48];
+    snprintf(tn, sizeof tn, "state.%d.%s", layer_id, name);
+    cJSON_AddStringToObject(e, "name", tn);
+    cJSON_AddStringToObject(e, "dtype", "f32");
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(d0));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(d1));
+    cJSON_AddItemToObject(e, "shape", shape);
+    cJSON_AddStringToObject(e, "binding", "runtime");
+    cJSON_AddNumberToObject(e, "layer_id", layer_id);
+    cJSON_AddStringToObject(e, "state", name);
+    cJSON_AddItemToArray(get(f->root, "tensors"), e);
+}
+static void m_state_owner(file_parts *f) { add_state(f, 2, "conv", "f32", 3, 16); }
+static void m_state_name(file_parts *f) { add_state(f, 0, "", "f32", 3, 16); }
+static void m_state_dtype(file_parts *f) { add_state(f, 0, "conv", "bf16", 3, 16); }
+static void m_state_shape(file_parts *f) { add_state(f, 0, "conv", "f32", 3, -16); }
+static void m_has_state(file_parts *f) { add_state(f, 0, "conv", "f32", 3, 16); }
+static void m_state_used(file_parts *f) {
+    add_state(f, 0, "conv", "f32", 3, 16);
+    add_state_tensor(f, 0, "conv", 3, 16);
+}
 static void m_inputs(file_parts *f) { set_str(item(get(f->root, "inputs"), 1), "dtype", "i64"); }
 static void m_unknown_op(file_parts *f) { set_str(ins(f, 1), "op", "conv2d"); }
 static void m_count(file_parts *f) { cJSON_AddItemToArray(get(ins(f, 0), "in"), cJSON_CreateString("positions")); }
@@ -348,6 +384,12 @@ static const mutation k_mutations[] = {
     {{"attr_value.ogp", R(ATTR_VALUE), KV(NONE)}, m_attr},
     {{"value_name_unique.ogp", R(VALUE_NAME_UNIQUE), KV(NONE)}, m_value_name},
     {{"graph_outputs.ogp", R(GRAPH_OUTPUTS), KV(NONE)}, m_outputs},
+    {{"kv_manifest.state_owner.ogp", R(KV_MANIFEST), KV(STATE_OWNER)}, m_state_owner},
+    {{"kv_manifest.state_name.ogp", R(KV_MANIFEST), KV(STATE_NAME)}, m_state_name},
+    {{"kv_manifest.state_dtype.ogp", R(KV_MANIFEST), KV(STATE_DTYPE)}, m_state_dtype},
+    {{"kv_manifest.state_shape.ogp", R(KV_MANIFEST), KV(STATE_SHAPE)}, m_state_shape},
+    {{"layer_has_state.ogp", R(LAYER_HAS_STATE), KV(NONE)}, m_has_state},
+    {{"state_used_once.ogp", R(STATE_USED_ONCE), KV(NONE)}, m_state_used},
 };
 #define N_MUTATIONS ((int)(sizeof k_mutations / sizeof k_mutations[0]))
 
