@@ -91,3 +91,25 @@ if [[ -x $llama_bench ]]; then
 else
   echo "llama.cpp rows skipped: no llama-bench at $llama_bench (build llama.cpp's llama-bench and set LLAMA_BENCH to it, or put it there; README, \"Speed\")"
 fi
+# Quantized GGUF files, the very same file on both sides: the bf16 GGUF of
+# the checkpoint quantized by llama.cpp's llama-quantize to each type of
+# KQUANT_TYPES (default Q4_K_M Q6_K Q8_0; zero weights: every block zero, the
+# bytes read per token those of a real file), exported by offgraph as stored
+# (k-quants and q8_0 copied), then decode at context 128 and a 128-token
+# prefill beside llama-bench on the same file. Skipped without llama-bench or
+# llama-quantize ($LLAMA_QUANTIZE, else beside llama-bench).
+llama_quantize=${LLAMA_QUANTIZE:-$(dirname "$llama_bench")/llama-quantize}
+if [[ -x $llama_bench && -x $llama_quantize && -f ${gguf:-} ]]; then
+  printf '\n%-34s %12s %12s %9s\n' "quantized files, $lthreads threads" "offgraph" "llama.cpp" "ratio"
+  for ft in ${KQUANT_TYPES:-Q4_K_M Q6_K Q8_0}; do
+    qg=$work/qwen3-0.6b-$ft.gguf qp=$work/qwen3-0.6b-$ft.ogp
+    [[ -f $qg ]] || { "$llama_quantize" "$gguf" "$qg.part" "$ft" >>"$work/llama-quantize.log" 2>&1 && mv "$qg.part" "$qg"; }
+    [[ -f $qp || ! -f $qg ]] || "$build/offgraph" export "$qg" -o "$qp" --max-context 4096 2>>"$work/llama-quantize.log"
+    if [[ ! -f $qp ]]; then echo "$ft: no file (see $work/llama-quantize.log)"; continue; fi
+    oq=$("$build/offgraph" bench -m "$qp" --backend cpu --json --prompt 128 --gen 32)
+    qrows=$("$llama_bench" -m "$qg" -t "$lthreads" -o jsonl -p 128 -n 32 -d 0 2>>"$work/llama-bench.log"; "$llama_bench" -m "$qg" -t "$lthreads" -o jsonl -p 0 -n 32 -d 128 2>>"$work/llama-bench.log") || true
+    qts() { echo "$qrows" | grep "\"n_prompt\": *$1," | grep "\"n_gen\": *$2," | grep "\"n_depth\": *$3," | grep -o '"avg_ts": *[0-9.e+-]*' | grep -o '[0-9.e+-]*$'; }
+    lrow "$ft decode tok/s at context 128" "$(field "$oq" decode_tokens_per_s)" "$(qts 0 32 128)"
+    lrow "$ft prefill tok/s, 128 tokens" "$(field "$oq" prefill_tokens_per_s)" "$(qts 128 0 0)"
+  done
+fi

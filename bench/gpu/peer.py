@@ -224,12 +224,31 @@ def floor(path, ctx, copy_gbps, weights="bf16"):
                       "decode_tokens_per_s": copy_gbps * 1e9 / step}))
 
 
+def floor_ogp(path, ctx, copy_gbps):
+    """floor() from a program file's own byte counts (for formats that mix
+    types per matrix, as the k-quant mixes do): every weight but an untied
+    embedding table (one row of it is read), and the bf16 KV of ctx positions."""
+    import struct
+    with open(path, "rb") as fh:
+        head = fh.read(40)
+        m = json.loads(fh.read(struct.unpack("<Q", head[16:24])[0]))
+    model = m["model"]
+    wbytes = sum(t["nbytes"] for t in m["tensors"] if t.get("binding") == "weight" and
+                 not (t["name"] == "model.embed_tokens.weight" and not model.get("tie_word_embeddings")))
+    kv = 2 * model["num_hidden_layers"] * model["num_key_value_heads"] * model["head_dim"] * 2 * ctx
+    step = wbytes + kv
+    print(json.dumps({"bench": "e2e_decode", "impl": "bytes_floor", "context": ctx, "bytes_per_token": int(step),
+                      "decode_tokens_per_s": copy_gbps * 1e9 / step}))
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make-qwen3":
         make_qwen3(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "0.6b")
     elif cmd == "qwen3-tokenizer":
         qwen3_tokenizer(sys.argv[2], sys.argv[3])
+    elif cmd == "floor-ogp":
+        floor_ogp(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif cmd == "sdpa":
         sdpa()
     elif cmd == "generate":

@@ -10,10 +10,13 @@
 #   3. end-to-end decode tokens/s of each shape in SHAPES (default "0.6b 8b";
 #      random bf16 weights made by peer.py make-qwen3) at its contexts (0.6b:
 #      CONTEXTS_0_6B, default 128 4096 32768; 8b: CONTEXTS_8B, default 512 4096)
-#      for each weight format in WEIGHTS (default "bf16 q8 q4": offgraph export
-#      --weights), beside transformers generate with a static cache (bf16) and
+#      for each weight format in WEIGHTS (default "bf16 q8 q4 q4_k_m q6_k":
+#      offgraph export --weights; the k-quant mixes give the bytes llama-quantize
+#      writes for the same checkpoint, so both sides run the very same weights),
+#      beside transformers generate with a static cache (bf16) and
 #      llama.cpp's llama-bench (CUDA, flash attention on) on a GGUF of the same
-#      weights (bf16, and q8_0 / q4_0 by llama-quantize where it is given), with
+#      weights (bf16, and q8_0 / q4_0 / Q4_K_M / Q6_K by llama-quantize where it
+#      is given), with
 #      the bytes floor of every format (weights read once plus the KV of the
 #      context, at the copy rate) and each figure's fraction of it.
 #   4. prefill tokens/s of a prompt of each 0.6b context's length, offgraph and llama.cpp.
@@ -39,7 +42,7 @@ export PYTHONUNBUFFERED=1
 PEER="python3 $SRC/bench/gpu/peer.py"
 WORK=${BENCH_WORK:-$(mktemp -d)}
 SHAPES=${SHAPES:-0.6b 8b}
-WEIGHTS=${WEIGHTS:-bf16 q8 q4}
+WEIGHTS=${WEIGHTS:-bf16 q8 q4 q4_k_m q6_k}
 LLAMA_DIR=${LLAMA_DIR:-$SRC/build-llama-cuda}
 LLAMA_BENCH=${LLAMA_BENCH:-$LLAMA_DIR/bin/llama-bench}
 LLAMA_QUANTIZE=${LLAMA_QUANTIZE:-$(dirname "$LLAMA_BENCH")/llama-quantize}
@@ -76,11 +79,15 @@ for shape in $SHAPES; do
             out=$("$B/offgraph" bench -m "$ogp" --backend cuda --prompt "$ctx" --gen 256 --json 2>>"$LOG")
             echo "$out" >>"$LOG"
             [ -n "$out" ] && echo "$out" | tag "$shape" "$wt" offgraph "$ctx" >>"$J"
-            $PEER floor "$dir" "$ctx" "${copy:-4200}" "$wt" 2>>"$LOG" | tag "$shape" "$wt" bytes_floor "$ctx" >>"$J"
+            case $wt in
+            q4_k_m | q6_k) $PEER floor-ogp "$ogp" "$ctx" "${copy:-4200}" 2>>"$LOG" | tag "$shape" "$wt" bytes_floor "$ctx" >>"$J" ;;
+            *) $PEER floor "$dir" "$ctx" "${copy:-4200}" "$wt" 2>>"$LOG" | tag "$shape" "$wt" bytes_floor "$ctx" >>"$J" ;;
+            esac
         done
         rm -f "$ogp"
     done
-    for ctx in $contexts; do
+    for ctx in $contexts; do # TRANSFORMERS=0 leaves the transformers rows out
+        [ "${TRANSFORMERS:-1}" = 0 ] && break
         $PEER generate "$dir" "$ctx" 128 2>>"$LOG" | tee -a "$LOG" | grep '^{' | tag "$shape" bf16 transformers_static_cache "$ctx" >>"$J"
     done
 
@@ -97,6 +104,8 @@ for shape in $SHAPES; do
             case $wt in
             q8) file=$WORK/qwen3-$shape-q8_0.gguf; qt=Q8_0 ;;
             q4) file=$WORK/qwen3-$shape-q4_0.gguf; qt=Q4_0 ;;
+            q4_k_m) file=$WORK/qwen3-$shape-Q4_K_M.gguf; qt=Q4_K_M ;;
+            q6_k) file=$WORK/qwen3-$shape-Q6_K.gguf; qt=Q6_K ;;
             esac
             if [ "$wt" != bf16 ]; then
                 if [ -x "$LLAMA_QUANTIZE" ]; then
@@ -107,7 +116,7 @@ for shape in $SHAPES; do
                 fi
             fi
             lrows=$( { "$LLAMA_BENCH" -m "$file" -ngl 99 -fa on -o jsonl -p 0 -n 128 -d "$depths"
-                       if [ "$shape" = 0.6b ] && [ "$wt" = bf16 ]; then
+                       if { [ "$shape" = 0.6b ] && [ "$wt" = bf16 ]; } || [ "$wt" = q4_k_m ] || [ "$wt" = q6_k ]; then
                            "$LLAMA_BENCH" -m "$file" -ngl 99 -fa on -o jsonl -p "$depths" -n 0
                        fi; } 2>>"$LOG")
             echo "$lrows" >>"$LOG"

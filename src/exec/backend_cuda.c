@@ -63,6 +63,7 @@
 #include "exec/exec.h"
 
 #include "kernels/cuda/gdn_cuda.h"
+#include "kernels/cuda/kquant_cuda.h"
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/sample_cuda.h"
@@ -238,11 +239,18 @@ static void add_group(plan_ctx *c, int kind, int32_t n, const int32_t *members) 
     }
 }
 
+/* A product whose weight is a k-quant: it runs alone (kquant_cuda.h's
+ * kernels), in no fused step. */
+static bool kquant_product(const og_model *m, const og_program_instr *a) {
+    return a->op == OG_OP_MATMUL && a->in[1].kind == OG_VALUE_TENSOR &&
+           og_dtype_is_kquant(og_program_tensor_at(m->prog, a->in[1].index)->dtype);
+}
+
 static bool weights_alike(const og_model *m, const og_program_instr *a, const og_program_instr *b) {
     const og_program_tensor *wa = og_program_tensor_at(m->prog, a->in[1].index);
     const og_program_tensor *wb = og_program_tensor_at(m->prog, b->in[1].index);
     return a->in[1].kind == OG_VALUE_TENSOR && b->in[1].kind == OG_VALUE_TENSOR && wa->dtype == wb->dtype &&
-           a->n_in == b->n_in;
+           a->n_in == b->n_in && !og_dtype_is_kquant(wa->dtype);
 }
 
 static void find_groups(plan_ctx *c) {
@@ -369,6 +377,8 @@ static bool takes_prologue(const plan_ctx *c, const cuda_step *p, int32_t norm) 
     if (p->n_pre || !(p->kind == STEP_GEMVS || p->kind == STEP_GATE_UP ||
                       (p->kind == STEP_ONE && at(c, p->instr[0])->op == OG_OP_MATMUL)))
         return false;
+    for (int32_t j = 0; j < p->n; j++)
+        if (kquant_product(c->m, at(c, p->instr[j]))) return false;
     if ((p->instr[0] > c->m->last_attend) != (norm > c->m->last_attend)) return false; /* rows differ in the tail */
     int32_t reads = 0;
     for (int32_t j = 0; j < p->n; j++) {
@@ -495,9 +505,6 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     for (int32_t i = 0; i < n_tensors; i++) {
         const og_program_tensor *t = og_program_tensor_at(m->prog, i);
         if (t->binding != OG_BINDING_WEIGHT || t->nbytes == 0) continue;
-        if (og_dtype_is_kquant(t->dtype))
-            return og_set_error(OG_ERR_UNSUPPORTED, "weight %s is %s: the CUDA back end does not run k-quant weights "
-                                "yet (--backend cpu does)", t->name, og_dtype_name(t->dtype));
         char what[160];
         snprintf(what, sizeof what, "uploading weight %s (%llu bytes)", t->name, (unsigned long long)t->nbytes);
         /* one allocation per tensor, so every tensor starts 256-byte aligned
@@ -861,7 +868,17 @@ static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
 static og_status quant_products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                                 const og_gemv_cuda_part *parts, int n) {
     og_step_ctx *c = x->c;
-    const int64_t chunk = gemv_rows(x);
+    const bool kq = og_dtype_is_kquant(dt); /* k-quants: kquant_cuda.h's gemv and dequantization */
+    const int64_t rows_max = kq ? OG_KQUANT_GEMV_CUDA_MAX_T : OG_GEMV_CUDA_MAX_T;
+    const int64_t chunk = gemv_rows(x) < rows_max ? gemv_rows(x) : rows_max;
+    if (kq && chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {
+        for (int64_t t0 = 0; t0 < T; t0 += chunk)
+            for (int k = 0; k < n; k++)
+                OG_TRY(og_kquant_gemv_cuda(c->stream, in + t0 * K, parts[k].weight, parts[k].bias, dt,
+                                           T - t0 < chunk ? T - t0 : chunk, K, parts[k].N,
+                                           parts[k].out + t0 * parts[k].N));
+        return OG_OK;
+    }
     if (chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {
         for (int64_t t0 = 0; t0 < T; t0 += chunk) {
             og_gemv_cuda_part pc[OG_GEMV_CUDA_MAX_PARTS];
@@ -887,7 +904,8 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
         }
         for (int64_t n0 = 0; n0 < pt->N; n0 += panel) {
             const int64_t rows = pt->N - n0 < panel ? pt->N - n0 : panel;
-            OG_TRY(og_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
+            if (kq) OG_TRY(og_kquant_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
+            else OG_TRY(og_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
             /* out[T, N] row-major is [N, T] column-major (ld N); the panel's
              * features are its rows n0 .. n0 + rows - 1 */
             const cublasStatus_t bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one,
@@ -924,6 +942,7 @@ static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
     og_step_ctx *c = x->c;
+    if (og_dtype_is_kquant(dt) && T <= gemv_rows(x)) return quant_products(x, in, dt, T, K, parts, n);
     if (T <= gemv_rows(x)) return og_gemv_multi_cuda(c->stream, in, dt, T, K, parts, n);
     for (int k = 0; k < n; k++)
         if (T > INT32_MAX || K > INT32_MAX || parts[k].N > INT32_MAX || K > cm_of(x->m)->max_k)
@@ -1092,6 +1111,8 @@ static og_status run_instr(const step_run *x, int32_t i) {
     switch (in->op) {
     case OG_OP_EMBED: {
         const og_program_tensor *t = og_program_tensor_at(m->prog, in->in[1].index);
+        if (og_dtype_is_kquant(dt[1]))
+            return og_kquant_embed_cuda(c->stream, v[0], T, v[1], dt[1], t->shape[0], t->shape[1], out);
         return og_embed_cuda(c->stream, v[0], T, v[1], dt[1], t->shape[0], t->shape[1], out);
     }
     case OG_OP_RMS_NORM:

@@ -5,6 +5,8 @@
 #   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda,
 #      test_sample_cuda: the device sampler against og_sampler_sample;
 #      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
+#      test_kquant_cuda: the k-quant kernels, and the back end on k-quant
+#      programs against the CPU's)
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
@@ -51,6 +53,7 @@ check test_moe_cuda "$B/tests/test_moe_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check test_fork_cuda "$B/tests/test_fork_cuda"
+check test_kquant_cuda "$B/tests/test_kquant_cuda"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 check test_gdn_cuda "$B/tests/test_gdn_cuda"
@@ -73,6 +76,7 @@ elif command -v compute-sanitizer >/dev/null; then
     check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"
+    check memcheck_kquant compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_kquant_cuda"
     check memcheck_gdn compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
     check racecheck_gdn compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
     # the test provokes out-of-memory on purpose: API errors are expected there

@@ -1,0 +1,264 @@
+/* The CUDA kernels of kquant_cuda.h against the C references (og_matmul_ref,
+ * og_embed_ref, og_dequantize_row: the weights' exact values, which
+ * test_kquant checks against the gguf package), and the CUDA back end on
+ * k-quant programs against the CPU back end.
+ *
+ * Kernels, every k-quant, weights from og_quantize_rows (rows of varied
+ * magnitude) and from random bytes with finite scales; odd sizes: N 1, 17,
+ * 67, 259; K 256, 768, 2048; T 1, 3, 8:
+ *  - gemv (f32 x, exact weights, f32 sums in another order): within
+ *    2 gamma_(K+16) sum |x w| (+ |bias|) of the reference, the bound of any
+ *    two f32 orders of the same sum;
+ *  - dequantization of a panel and embedding: bit for bit.
+ * Back end: the checkpoint of tests/data/kquant's files (written here by
+ * kquant_fixture.c) exported with the q4_k_m, q5_k_m and q2_k mixes and
+ * every matrix q3_k, f32 activations; logits of a 48-token prompt fed at
+ * once (prefill: dequantized panels and SGEMM on both) and a token at a time
+ * (decode: the CUDA gemv with f32 x, the CPU with x in two int8 terms,
+ * 1/64516 of a block's largest value an element) within 5e-4 of the logits'
+ * scale of each other, measured near 1e-4 on the CPU's own decode against
+ * its prefill (test_gguf_kquant). Skipped (77) without CUDA or a device. */
+#include "harness.h"
+
+#ifndef OG_HAVE_CUDA
+int main(void) {
+    printf("skipped: built without CUDA\n");
+    return OG_TEST_SKIP;
+}
+#else
+#include "core/core.h"
+#include "kernels/cuda/kquant_cuda.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/ops.h"
+#include "kquant_fixture.h"
+#include "model/export.h"
+
+#include "cuda_check.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { QK = OG_KQUANT_BLOCK };
+static const double U = 0x1p-24;
+static double gamma_n(int64_t n) { return (double)n * U / (1.0 - (double)n * U); }
+static const og_dtype k_types[] = {OG_DTYPE_Q2_K, OG_DTYPE_Q3_K, OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};
+static og_rng rng;
+
+static void *up(const void *host, size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static float *down(const float *dev, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    CK(cudaMemcpy(h, dev, n * sizeof *h, cudaMemcpyDeviceToHost));
+    return h;
+}
+static float *poisoned(size_t n) {
+    float *h = malloc(n * sizeof *h);
+    og_poison(h, n);
+    float *d = up(h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+/* Offsets of each block's f16 scales (d, then dmin or -1). */
+static void scale_offsets(og_dtype dt, int *d, int *dmin) {
+    switch (dt) {
+    case OG_DTYPE_Q2_K: *d = 80, *dmin = 82; return;
+    case OG_DTYPE_Q3_K: *d = 108, *dmin = -1; return;
+    case OG_DTYPE_Q6_K: *d = 208, *dmin = -1; return;
+    default: *d = 0, *dmin = 2; return;
+    }
+}
+
+/* A [N, K] k-quant tensor (host) and its values. */
+static uint8_t *make_weights(og_dtype dt, int64_t N, int64_t K, bool random_bytes, float *w_exact) {
+    const size_t rb = og_kquant_row_bytes(dt, K), bb = og_kquant_block_bytes(dt);
+    uint8_t *w = malloc(rb * (size_t)N);
+    if (random_bytes) {
+        for (size_t i = 0; i < rb * (size_t)N; i++) w[i] = (uint8_t)og_rng_next(&rng);
+        int od, om;
+        scale_offsets(dt, &od, &om);
+        for (size_t b = 0; b < rb * (size_t)N / bb; b++)
+            for (int k = 0; k < 2; k++) {
+                const int off = k ? om : od;
+                if (off < 0) continue;
+                uint8_t *h = w + b * bb + (size_t)off;
+                h[1] = (uint8_t)((h[1] & 0x83) | ((1 + og_rng_next(&rng) % 8) << 2));
+            }
+    } else {
+        float *src = malloc(sizeof(float) * (size_t)(N * K));
+        og_rng_fill(&rng, src, (size_t)(N * K), -1.0f, 1.0f);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) src[n * K + k] *= ldexpf(1.0f, (int)(n % 5) - 2);
+        CHECK_OK(og_quantize_rows(dt, src, N, K, w));
+        free(src);
+    }
+    for (int64_t n = 0; n < N; n++) og_dequantize_row(dt, w, N, K, n, w_exact + n * K);
+    return w;
+}
+
+static void check_gemv(og_dtype dt, int64_t K, int64_t N, bool random_bytes, bool with_bias) {
+    static const int64_t Ts[] = {1, 3, 8};
+    float *we = malloc(sizeof(float) * (size_t)(N * K));
+    uint8_t *w = make_weights(dt, N, K, random_bytes, we);
+    void *dw = up(w, og_kquant_row_bytes(dt, K) * (size_t)N);
+    float *bias = malloc(sizeof(float) * (size_t)N);
+    og_rng_fill(&rng, bias, (size_t)N, -1.0f, 1.0f);
+    float *dbias = with_bias ? up(bias, sizeof(float) * (size_t)N) : NULL;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        const int64_t T = Ts[ti];
+        float *x = malloc(sizeof(float) * (size_t)(T * K)), *ref = malloc(sizeof(float) * (size_t)(T * N));
+        og_rng_fill(&rng, x, (size_t)(T * K), -1.0f, 1.0f);
+        CHECK_OK(og_matmul_ref(x, w, with_bias ? bias : NULL, dt, T, K, N, ref));
+        float *dx = up(x, sizeof(float) * (size_t)(T * K)), *dout = poisoned((size_t)(T * N));
+        CHECK_OK(og_kquant_gemv_cuda(NULL, dx, dw, dbias, dt, T, K, N, dout));
+        CK(cudaDeviceSynchronize());
+        float *out = down(dout, (size_t)(T * N));
+        double worst = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < N; n++) {
+                double mag = with_bias ? fabs((double)bias[n]) : 0;
+                for (int64_t k = 0; k < K; k++) mag += fabs((double)x[t * K + k] * we[n * K + k]);
+                double d = fabs((double)out[t * N + n] - ref[t * N + n]) / (2 * gamma_n(K + 16) * mag + 1e-30);
+                if (isnan(out[t * N + n])) d = INFINITY;
+                worst = d > worst ? d : worst;
+            }
+        CHECK_MSG(worst <= 1.0, "gemv %s K=%lld N=%lld T=%lld bytes=%d bias=%d: ratio %.3g", og_dtype_name(dt),
+                  (long long)K, (long long)N, (long long)T, random_bytes, with_bias, worst);
+        free(x), free(ref), free(out);
+        CK(cudaFree(dx));
+        CK(cudaFree(dout));
+    }
+    /* a panel of rows, dequantized */
+    const int64_t row0 = N / 3, rows = N - row0;
+    float *dp = poisoned((size_t)(rows * K));
+    CHECK_OK(og_kquant_dequantize_cuda(NULL, dw, dt, N, K, row0, rows, dp));
+    CK(cudaDeviceSynchronize());
+    float *p = down(dp, (size_t)(rows * K));
+    CHECK_MSG(memcmp(p, we + row0 * K, sizeof(float) * (size_t)(rows * K)) == 0, "dequantize %s K=%lld N=%lld",
+              og_dtype_name(dt), (long long)K, (long long)N);
+    free(p);
+    CK(cudaFree(dp));
+    /* embedding rows */
+    const int32_t tokens[5] = {0, (int32_t)(N - 1), (int32_t)(N / 2), 0, (int32_t)(N / 3)};
+    float *ref = malloc(sizeof(float) * (size_t)(5 * K));
+    CHECK_OK(og_embed_ref(tokens, 5, w, dt, N, K, ref));
+    int32_t *dtok = up(tokens, sizeof tokens);
+    float *de = poisoned((size_t)(5 * K));
+    CHECK_OK(og_kquant_embed_cuda(NULL, dtok, 5, dw, dt, N, K, de));
+    CK(cudaDeviceSynchronize());
+    float *e = down(de, (size_t)(5 * K));
+    CHECK_MSG(memcmp(e, ref, sizeof(float) * (size_t)(5 * K)) == 0, "embed %s K=%lld", og_dtype_name(dt),
+              (long long)K);
+    free(e), free(ref);
+    CK(cudaFree(dtok));
+    CK(cudaFree(de));
+    free(we), free(w), free(bias);
+    CK(cudaFree(dw));
+    if (dbias) CK(cudaFree(dbias));
+}
+
+static void check_refusals(void) {
+    og_test_section("arguments refused before anything runs");
+    float *dx = poisoned(1024), *dout = poisoned(1024);
+    uint8_t *dw = NULL;
+    CK(cudaMalloc((void **)&dw, 4096));
+    CHECK_STATUS(og_kquant_gemv_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 128, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 9, 256, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_cuda(NULL, dx, dw + 2, NULL, OG_DTYPE_Q6_K, 1, 256, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q8, 1, 256, 2, dout), OG_ERR_UNSUPPORTED);
+    CHECK_STATUS(og_kquant_dequantize_cuda(NULL, dw, OG_DTYPE_Q4_K, 2, 256, 1, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CK(cudaFree(dx));
+    CK(cudaFree(dout));
+    CK(cudaFree(dw));
+}
+
+/* ---- the back end ---- */
+
+static float *logits(const char *path, og_backend b, const int32_t *tok, int n, int chunk) {
+    og_model_params mp = og_model_default_params();
+    mp.backend = b;
+    og_model *m = NULL;
+    CHECK_OK(og_model_load(path, &mp, &m));
+    const int64_t V = m ? og_model_vocab_size(m) : 0;
+    float *out = malloc(sizeof(float) * (size_t)(n * (V ? V : 1)));
+    og_session_params sp = og_session_default_params();
+    sp.kv_dtype = OG_DTYPE_F32;
+    og_session *s = NULL;
+    if (m) CHECK_OK(og_session_create(m, &sp, &s));
+    if (s) CHECK_OK(og_session_eval(s, tok, n, chunk, out, 1));
+    og_session_destroy(s);
+    og_model_free(m);
+    return out;
+}
+
+static void check_backend(const char *dir) {
+    static const struct {
+        const char *mix;
+        og_dtype uniform;
+    } k[] = {{"q4_k_m", OG_DTYPE_COUNT}, {"q5_k_m", OG_DTYPE_COUNT}, {"q2_k", OG_DTYPE_COUNT},
+             {NULL, OG_DTYPE_Q3_K}};
+    enum { N = 48, V = 256 };
+    int32_t tok[N];
+    uint64_t s = 7;
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(og_test_splitmix(&s) % V);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char title[96], path[] = "/tmp/og_kq_cuda_XXXXXX";
+        snprintf(title, sizeof title, "back end: %s program, CUDA against CPU",
+                 k[i].mix ? k[i].mix : og_dtype_name(k[i].uniform));
+        og_test_section(title);
+        int fd = mkstemp(path);
+        if (fd >= 0) close(fd);
+        og_export_options o;
+        og_export_default_options(&o);
+        o.dtype = OG_DTYPE_F32;
+        if (k[i].mix) CHECK_OK(og_weight_mix_parse(k[i].mix, &o.mix));
+        else o.weights = k[i].uniform;
+        CHECK_OK(og_export_hf(dir, path, &o, NULL));
+        for (int chunk = 0; chunk <= 1; chunk++) {
+            float *c = logits(path, OG_BACKEND_CPU, tok, N, chunk), *g = logits(path, OG_BACKEND_CUDA, tok, N, chunk);
+            double worst = 0, scale = 0;
+            for (int j = 0; j < N * V; j++) {
+                const double d = fabs((double)c[j] - g[j]);
+                worst = d > worst || isnan(d) ? d : worst;
+                scale = fmax(scale, fabs((double)c[j]));
+            }
+            CHECK_MSG(worst <= 5e-4 * scale, "%s, %s: max |logit diff| %g, %g of the scale %g", title,
+                      chunk ? "a token at a time" : "prefill", worst, worst / scale, scale);
+            fprintf(stderr, "%s, %s: max |logit diff| %.3g (%.3g of the scale)\n", title,
+                    chunk ? "a token at a time" : "prefill", worst, worst / scale);
+            free(c), free(g);
+        }
+        unlink(path);
+    }
+}
+
+int main(void) {
+    if (!og_cuda_device_present()) {
+        printf("skipped: no CUDA device\n");
+        return OG_TEST_SKIP;
+    }
+    rng = og_rng_seed(35035);
+    const int64_t Ks[] = {256, 768, 2048}, Ns[] = {1, 17, 67, 259};
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++) {
+        og_test_section(og_dtype_name(k_types[t]));
+        for (size_t a = 0; a < sizeof Ks / sizeof Ks[0]; a++)
+            for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
+                check_gemv(k_types[t], Ks[a], Ns[b], (a + b) % 2 == 0, b % 2 == 1);
+    }
+    check_refusals();
+    char dir[] = "/tmp/og_kq_cuda_ckpt_XXXXXX";
+    if (mkdtemp(dir)) {
+        CHECK(og_test_write_kq_checkpoint(dir));
+        check_backend(dir);
+        char p[600];
+        snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
+        snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);
+        rmdir(dir);
+    }
+    return og_test_finish();
+}
+#endif
