@@ -96,9 +96,9 @@ bool og_dtype_is_quantized(og_dtype dt);
 /* True for the k-quants (OG_DTYPE_Q2_K .. OG_DTYPE_Q6_K). */
 bool og_dtype_is_kquant(og_dtype dt);
 /* Bytes of a tensor of dtype and shape (rank 1..4, dims > 0) into *bytes.
- * Quantized dtypes need rank 2 (or 3: a stack of matrices) and a last dim
- * that is a multiple of OG_QUANT_GROUP (q8, q4) or OG_KQUANT_BLOCK
- * (k-quants). False, *bytes untouched, when the dtype is unknown, the shape
+ * Quantized dtypes need rank 2 (q8 and q4 also 3: a stack of matrices)
+ * and a last dim that is a multiple of OG_QUANT_GROUP (q8, q4) or
+ * OG_KQUANT_BLOCK (k-quants). False, *bytes untouched, when the dtype is unknown, the shape
  * does not suit it or the count overflows int64. */
 bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);
 /* Short lower-case name ("f32", "bf16", ...); "unknown" otherwise. */

@@ -81,11 +81,11 @@ bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *b
     for (int32_t k = 0; k < rank; k++)
         if (shape[k] <= 0 || !og_mul_overflow_i64(n, shape[k], &n)) return false;
     if (og_dtype_is_kquant(dt)) {
-        /* a matrix, or a stack of them (the experts of a moe instruction) */
-        if (rank < 2 || rank > 3 || shape[rank - 1] % OG_KQUANT_BLOCK) return false;
+        if (rank != 2 || shape[1] % OG_KQUANT_BLOCK) return false;
         /* whole super-blocks: n / 256 of them, at most 210 bytes each */
         n = n / OG_KQUANT_BLOCK * (int64_t)og_kquant_block_bytes(dt);
     } else if (og_dtype_is_quantized(dt)) {
+        /* a matrix, or a stack of them (the experts of a moe instruction) */
         if (rank < 2 || rank > 3 || shape[rank - 1] % OG_QUANT_GROUP) return false;
         /* quants (a byte or half a byte each), then one f16 scale per group */
         int64_t quants = dt == OG_DTYPE_Q8 ? n : n / 2;

@@ -411,9 +411,11 @@ static og_status parse_shape(const cJSON *t, const char *where, og_dtype dt, og_
         out->shape[i++] = v;
     }
     /* a second pass so that a non-positive dim is reported before the rest */
-    if (og_dtype_is_quantized(dt) && (rank < 2 || rank > 3 || out->shape[rank - 1] % og_quant_block_elems(dt)))
-        return refuse(OG_PROGRAM_RULE_QUANT_SHAPE, "%s: a %s tensor must be [N, K] or [E, N, K] with K a multiple of %lld",
-                      where, og_dtype_name(dt), (long long)og_quant_block_elems(dt));
+    /* q8 / q4 may also be a stack [E, N, K] (a moe instruction's experts) */
+    const int max_rank = og_dtype_is_kquant(dt) ? 2 : 3;
+    if (og_dtype_is_quantized(dt) && (rank < 2 || rank > max_rank || out->shape[rank - 1] % og_quant_block_elems(dt)))
+        return refuse(OG_PROGRAM_RULE_QUANT_SHAPE, "%s: a %s tensor must be [N, K]%s with K a multiple of %lld", where,
+                      og_dtype_name(dt), max_rank == 3 ? " or [E, N, K]" : "", (long long)og_quant_block_elems(dt));
     int64_t n;
     if (!og_tensor_bytes(dt, rank, out->shape, &n))
         return refuse(OG_PROGRAM_RULE_SHAPE_OVERFLOW, "%s: the byte count of the shape overflows 64 bits", where);
