@@ -44,7 +44,7 @@ static void *stack(og_rng *rng, og_dtype dt, int64_t E, int64_t N, int64_t K, fl
 static void *up(const void *h, size_t n) {
     void *d = NULL;
     CK(cudaMalloc(&d, n ? n : 1));
-    if (n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    if (h && n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice)); /* h NULL: an output buffer */
     return d;
 }
 

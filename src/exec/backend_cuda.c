@@ -466,23 +466,22 @@ static void cuda_model_free(og_model *m) {
     m->be = NULL;
 }
 
-/* The hybrid models' CUDA path (state ops) runs only when the environment
- * sets OG_CUDA_HYBRID=1, until its kernels have passed on a GPU. */
-static bool hybrid_allowed(void) {
-    const char *v = getenv("OG_CUDA_HYBRID");
-    return v && v[0] == '1';
+/* A family of kernels the environment turns off by name (NAME=0): the
+ * hybrid models' state kernels (OG_CUDA_HYBRID) and the mixture-of-experts
+ * kernels (OG_CUDA_MOE), on by default since they passed their GPU tests and
+ * parity; off, such a program is refused by name rather than run. */
+static bool kernels_allowed(const char *name) {
+    const char *v = getenv(name);
+    return !v || strcmp(v, "0") != 0;
 }
 
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     (void)p;
     if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
-    /* the moe kernels (kernels/cuda/moe.cu) are off until they have passed
-     * on a GPU: OG_CUDA_MOE=1 turns them on */
-    const char *moe_env = getenv("OG_CUDA_MOE");
-    for (int32_t i = 0; i < m->n_instrs && !(moe_env && !strcmp(moe_env, "1")); i++)
+    for (int32_t i = 0; i < m->n_instrs && !kernels_allowed("OG_CUDA_MOE"); i++)
         if (og_program_instr_at(m->prog, i)->op == OG_OP_MOE)
-            return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d (moe): the CUDA mixture-of-experts kernels are not "
-                                "enabled (OG_CUDA_MOE=1 turns them on); run this program on the CPU (--backend cpu)", i);
+            return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d (moe): the CUDA mixture-of-experts kernels are "
+                                "turned off (OG_CUDA_MOE=0); run this program on the CPU (--backend cpu)", i);
     cuda_model *cm = og_calloc(1, sizeof *cm);
     if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = cm;
@@ -519,11 +518,10 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
         const og_op op = og_program_instr_at(m->prog, i)->op;
-        if ((op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) && !hybrid_allowed())
+        if ((op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) && !kernels_allowed("OG_CUDA_HYBRID"))
             return og_set_error(OG_ERR_UNSUPPORTED,
-                                "instruction %d (%s): the CUDA kernels of hybrid (Gated DeltaNet) models have not "
-                                "passed their GPU tests yet and are off; OG_CUDA_HYBRID=1 turns them on (or use the "
-                                "cpu back end)",
+                                "instruction %d (%s): the CUDA kernels of hybrid (Gated DeltaNet) models are turned "
+                                "off (OG_CUDA_HYBRID=0); run this program on the CPU (--backend cpu)",
                                 (int)i, og_op_get(op)->name);
         if (op == OG_OP_GATED_DELTA_NET) { /* the kernels' shared memory, allowed before any capture */
             const og_op_attrs *a = &og_program_instr_at(m->prog, i)->attrs;

@@ -57,11 +57,11 @@ check test_kquant_cuda "$B/tests/test_kquant_cuda"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 check test_gdn_cuda "$B/tests/test_gdn_cuda"
-check hybrid_cuda env OG_CUDA_HYBRID=1 "$B/tests/test_hybrid" cuda
-check parity_hybrid_cuda env OG_CUDA_HYBRID=1 OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
+check hybrid_cuda "$B/tests/test_hybrid" cuda
+check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
 # offgraph serve with device KV allocations failing (cuMemCreate, cudaMallocAsync): each fault fails
 # its request alone; f32 KV and long requests, so that growth needs a new 2 MiB chunk
-check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_EVERY=2 OG_FAULTS_TOKENS="1400 1600 1800" \
+check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_TEXT=length OG_FAULTS_EVERY=2 OG_FAULTS_TOKENS="1400 1600 1800" \
     OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=512M bash "$SRC/tests/cli_serve_faults.sh" "$B/offgraph" "$(mktemp -d)"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"

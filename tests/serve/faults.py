@@ -8,10 +8,19 @@ a 503 with an OpenAI error object before any byte of its answer, or a
 stream that ends with finish_reason "error", an error event and [DONE],
 whose text so far is a prefix of the reference. Standard library only.
 
+OG_FAULTS_TEXT=length (the CUDA run) checks a success by its length and
+finish_reason instead of its text, and counts how many still have the
+reference text: CUDA rows depend on the batch's width and the prefill's
+chunking within the bound test_exec_cuda holds (the attention's split count
+follows the batch), so a greedy text may take another word at a near-tie
+after a fault changed its batch or turned a prefix hit into a miss. The
+exact check runs on the CPU, whose rows are the same bits in any batch.
+
   python3 faults.py PORT REFERENCES.json CLIENTS FAULTS SECONDS
 """
 import http.client
 import json
+import os
 import random
 import sys
 import threading
@@ -21,7 +30,8 @@ PORT = int(sys.argv[1])
 REF = json.load(open(sys.argv[2]))
 CLIENTS, FAULTS, SECONDS = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 lock = threading.Lock()
-tally = {"ok": 0, "503": 0, "stream_error": 0}
+EXACT = os.environ.get("OG_FAULTS_TEXT", "exact") != "length"
+tally = {"ok": 0, "503": 0, "stream_error": 0, "same": 0}
 bad = []
 stop = threading.Event()
 
@@ -45,6 +55,10 @@ def one(rng):
     assert r.status == 200, (r.status, data[:300])
     if not stream:
         j = json.loads(data)
+        if not EXACT:
+            assert j["choices"][0]["finish_reason"] == "length" and j["usage"]["completion_tokens"] == \
+                ref["request"]["max_tokens"], ("whole answer cut short", j["choices"][0]["finish_reason"], j["usage"])
+            return "same" if j["choices"][0]["text"] == ref["text"] else "ok"
         assert j["choices"][0]["text"] == ref["text"], ("whole answer differs", j["choices"][0]["text"][:80],
                                                        ref["text"][:80])
         return "ok"
@@ -63,8 +77,11 @@ def one(rng):
     if error is not None:
         assert finish == "error", ("an error event without finish_reason error", finish)
         assert error["message"] and error["type"] == "service_unavailable", error
-        assert ref["text"].startswith(text), ("the text before the error is not the reference's start", text[:80])
+        assert not EXACT or ref["text"].startswith(text), ("the text before the error is not the reference's start", text[:80])
         return "stream_error"
+    if not EXACT:
+        assert finish == "length" and text, ("stream cut short", finish, text[:80])
+        return "same" if text == ref["text"] else "ok"
     assert finish in ("stop", "length") and text == ref["text"], ("stream differs", finish, text[:80],
                                                                   ref["text"][:80])
     return "ok"
@@ -97,12 +114,15 @@ def main():
     for t in ts:
         t.join(180)
     failed = tally["503"] + tally["stream_error"]
-    print("%.0f s: %d requests succeeded with the reference text, %d failed by a fault (%d with a 503 before their "
+    ok_n = tally["ok"] + tally["same"]
+    print("%.0f s: %d requests succeeded %s, %d failed by a fault (%d with a 503 before their "
           "first byte, %d streams ended with finish_reason error), %d wrong"
-          % (time.monotonic() - t0, tally["ok"], failed, tally["503"], tally["stream_error"], len(bad)))
+          % (time.monotonic() - t0, ok_n, "with the reference text" if EXACT else
+             "whole (%d of them with the reference text)" % tally["same"], failed, tally["503"],
+             tally["stream_error"], len(bad)))
     for b in bad[:5]:
         print("wrong: " + b)
-    ok = not bad and failed >= FAULTS and tally["ok"] > 0
+    ok = not bad and failed >= FAULTS and ok_n > 0
     sys.exit(0 if ok else 1)
 
 
