@@ -71,10 +71,11 @@ inline bool pdl_enabled() {
  * waits in grid_wait for that kernel's results. Errors are left for
  * launched() to report. */
 template <typename... Params, typename... Args>
-void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+void launch_ex(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               Args... args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl && pdl_enabled() ? 1 : 0;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -83,6 +84,20 @@ void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sm
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    launch_ex(true, kernel, grid, block, smem, stream, args...);
+}
+
+/* Launches kernel after the kernel before it on the stream has finished
+ * (no programmatic dependent launch): for kernels that read, before their
+ * grid_wait, memory an earlier kernel may still be writing. */
+template <typename... Params, typename... Args>
+void launch_after_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args... args) {
+    launch_ex(false, kernel, grid, block, smem, stream, args...);
 }
 
 template <typename... Params, typename... Args>
