@@ -374,7 +374,8 @@ extern "C" og_attend_cuda_quant_decode og_attend_cuda_get_quant_decode(void) {
     int d = g_quant.load(std::memory_order_relaxed);
     if (d < 0) {
         const char *env = getenv("OG_CUDA_ATTEND_QMMA");
-        d = !env || !strcmp(env, "0") ? OG_ATTEND_CUDA_QUANT_SIMT
+        d = !env ? OG_ATTEND_CUDA_QUANT_MMA
+            : !strcmp(env, "0") ? OG_ATTEND_CUDA_QUANT_SIMT
             : !strcmp(env, "widen") ? OG_ATTEND_CUDA_QUANT_WIDEN
                                     : OG_ATTEND_CUDA_QUANT_MMA;
         int expect = -1;
