@@ -362,10 +362,12 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_dp4a_kernel(const xq_block *_
                                                                const uint8_t *__restrict__ w,
                                                                const float *__restrict__ bias, int64_t nb, int64_t N,
                                                                float *__restrict__ out) {
-    grid_wait();
     const int lane = threadIdx.x & 31, p = lane & 7;
     const int64_t n0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * R;
-    if (n0 >= N) return;
+    if (n0 >= N) {
+        grid_wait();
+        return;
+    }
     const int bb = block_bytes(DT);
     const int span = DT == OG_DTYPE_Q6_K ? 64 : 32;            /* run 2 starts span elements after run 1 */
     const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (p >> 2) + 16 * (p & 3) : 64 * (p >> 1) + 16 * (p & 1);
@@ -377,10 +379,26 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_dp4a_kernel(const xq_block *_
     for (int t = 0; t < T; t++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
-    for (int64_t kb = lane >> 3; kb < nb; kb += 4) {
-        unit_w<DT> wu[R];
+    /* The weights are read-only: the first round's loads are issued before
+     * grid_wait, so they overlap the kernel before (x's quantization). With
+     * 2 rows a warp (few registers) the next round's loads are issued before
+     * this round's products; with 4 after them. */
+    constexpr bool ahead = R == 2;
+    unit_w<DT> wu[R];
+    int64_t kb = lane >> 3;
+    if (kb < nb) {
 #pragma unroll
         for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + kb * bb, p, wu[r]);
+    }
+    grid_wait();
+    for (; kb < nb; kb += 4) {
+        unit_w<DT> cu[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) cu[r] = wu[r];
+        if (ahead && kb + 4 < nb) {
+#pragma unroll
+            for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (kb + 4) * bb, p, wu[r]);
+        }
 #pragma unroll
         for (int t = 0; t < T; t++) {
             const xq_block *xb = xq + t * nb + kb;
@@ -399,20 +417,24 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_dp4a_kernel(const xq_block *_
                 int a1 = 0, b1 = 0, a2 = 0, b2 = 0;
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    a1 = __dp4a(wu[r].l1[k], hv1[k], a1);
-                    b1 = __dp4a(wu[r].l1[k], lv1[k], b1);
-                    a2 = __dp4a(wu[r].l2[k], hv2[k], a2);
-                    b2 = __dp4a(wu[r].l2[k], lv2[k], b2);
+                    a1 = __dp4a(cu[r].l1[k], hv1[k], a1);
+                    b1 = __dp4a(cu[r].l1[k], lv1[k], b1);
+                    a2 = __dp4a(cu[r].l2[k], hv2[k], a2);
+                    b2 = __dp4a(cu[r].l2[k], lv2[k], b2);
                 }
                 const int32_t s1 = 254 * a1 + b1, s2 = 254 * a2 + b2; /* |s| <= 63 * 32385 * 16 */
                 if (DT == OG_DTYPE_Q6_K) {
-                    const int64_t A = (int64_t)wu[r].sc1 * (s1 - 32 * x1) + (int64_t)wu[r].sc2 * (s2 - 32 * x2);
-                    acc[t][r] += (u * wu[r].d) * (float)A;
+                    const int64_t A = (int64_t)cu[r].sc1 * (s1 - 32 * x1) + (int64_t)cu[r].sc2 * (s2 - 32 * x2);
+                    acc[t][r] += (u * cu[r].d) * (float)A;
                 } else { /* |A| <= 2 * 63 * 31 * 32385 * 16 < 2^31 */
-                    const int32_t A = wu[r].sc1 * s1 + wu[r].sc2 * s2, B = wu[r].m1 * x1 + wu[r].m2 * x2;
-                    acc[t][r] += (u * wu[r].d) * (float)A - (u * wu[r].dmin) * (float)B;
+                    const int32_t A = cu[r].sc1 * s1 + cu[r].sc2 * s2, B = cu[r].m1 * x1 + cu[r].m2 * x2;
+                    acc[t][r] += (u * cu[r].d) * (float)A - (u * cu[r].dmin) * (float)B;
                 }
             }
+        }
+        if (!ahead && kb + 4 < nb) {
+#pragma unroll
+            for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (kb + 4) * bb, p, wu[r]);
         }
     }
 #pragma unroll
