@@ -910,17 +910,16 @@ void og_tokenizer_free(og_tokenizer *t);
  * PARSE_SPECIAL alone, as apply_chat_template(tokenize=True) does: the
  * template writes its own BOS).
  * The tokens ADD_SPECIAL adds (the one rule every front end follows, as
- * transformers' tokenizers backend does): when tokenizer_config.json has
- * an add_bos_token or an add_eos_token key (either), [bos] text [eos], the
- * bos there when add_bos_token is true and the config names a bos_token,
- * the eos likewise; otherwise what tokenizer.json's post_processor puts
- * around a single sequence (TemplateProcessing, BertProcessing and
- * RobertaProcessing: cls text sep, ByteLevel: nothing, or a Sequence of
- * them); nothing without one.
+ * transformers 5's tokenizer(text) does): what tokenizer.json's
+ * post_processor puts around a single sequence (TemplateProcessing,
+ * BertProcessing and RobertaProcessing: cls text sep, ByteLevel: nothing,
+ * or a Sequence of them, each wrapping what the one before made); nothing
+ * without one. tokenizer_config.json's add_bos_token / add_eos_token are
+ * not read (transformers 5 does not apply them either).
  * On success *ids is owned by the caller: og_free (NULL when *n is 0).
  * Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT), ADD_SPECIAL with
- * another post_processor that the config does not replace
- * (OG_ERR_UNSUPPORTED, naming it). On failure *ids is NULL and *n 0. */
+ * another post_processor (OG_ERR_UNSUPPORTED, naming it). On failure *ids
+ * is NULL and *n 0. */
 og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                       int64_t *n);
 /* Decodes n ids into NUL-terminated UTF-8, special tokens kept as their

@@ -3,10 +3,9 @@
  * tokens around a single sequence (TemplateProcessing: the SpecialToken
  * entries before and after $A, by the ids of its special_tokens map;
  * BertProcessing and RobertaProcessing: cls $A sep; ByteLevel: nothing; a
- * Sequence applies each in turn, so a later one wraps what the earlier made),
- * unless tokenizer_config.json names add_bos_token or add_eos_token: then
- * [bos] $A [eos], each there when its flag is true and the config names the
- * token (transformers' tokenizers backend). Every expected list here is
+ * Sequence applies each in turn, so a later one wraps what the earlier made);
+ * tokenizer_config.json's add_bos_token and add_eos_token change nothing, as
+ * in transformers 5. Every expected list here is
  * written out from those definitions and the fixtures' ids (mistral-sw: <s> 1,
  * </s> 2; bert-uncased: [CLS] 2, [SEP] 3, [MASK] 4); the text's own ids come
  * from og_tokenize without special tokens, which test_tokenizer_api holds to
@@ -113,28 +112,23 @@ int main(void) {
          NULL, CLS_MASK, 2, SEP_SEP, 2);
     rule("an unknown post_processor", "hf/mistral-sw", "{\"type\":\"SomethingElse\"}", NULL, NONE, -1, NONE, 0);
 
-    /* tokenizer_config.json's add_bos_token / add_eos_token replace it */
-    rule("add_bos_token true", "hf/mistral-sw", NULL, "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", BOS, 1,
-         NONE, 0);
-    rule("add_bos_token true, the file's BOS too: one BOS", "hf/mistral-sw", bos_tpl,
+    /* tokenizer_config.json's add_bos_token / add_eos_token change nothing
+     * (transformers 5.17 gives the same: tests/test_special_tokens.c) */
+    rule("add_bos_token true, no post_processor tokens", "hf/mistral-sw", NULL,
+         "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", NONE, 0, NONE, 0);
+    rule("add_bos_token true, the file's BOS: one BOS", "hf/mistral-sw", bos_tpl,
          "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", BOS, 1, NONE, 0);
-    rule("add_bos_token false removes the file's BOS", "hf/mistral-sw", bos_tpl,
-         "{\"bos_token\":\"<s>\",\"add_bos_token\":false}", NONE, 0, NONE, 0);
-    rule("add_eos_token alone: the file's BOS goes (add_bos_token defaults to false)", "hf/mistral-sw", bos_tpl,
-         "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"add_eos_token\":true}", NONE, 0, EOS, 1);
-    rule("add_bos_token and add_eos_token", "hf/mistral-sw", NULL,
-         "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"add_bos_token\":true,\"add_eos_token\":true}", BOS, 1, EOS,
-         1);
-    rule("add_bos_token without a bos_token: nothing", "hf/mistral-sw", NULL,
-         "{\"eos_token\":\"</s>\",\"add_bos_token\":true}", NONE, 0, NONE, 0);
-    rule("add_bos_token null counts as named, and false", "hf/mistral-sw", bos_tpl,
-         "{\"bos_token\":\"<s>\",\"add_bos_token\":null}", NONE, 0, NONE, 0);
-    rule("a config without the keys keeps the file's", "hf/mistral-sw", bos_tpl, cfg, BOS, 1, NONE, 0);
-    rule("the config's keys replace an unknown post_processor", "hf/mistral-sw", "{\"type\":\"SomethingElse\"}",
-         "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", BOS, 1, NONE, 0);
-    rule("BertProcessing replaced by add_bos_token false", "tokenizers/bert-uncased",
+    rule("add_bos_token false keeps the file's BOS", "hf/mistral-sw", bos_tpl,
+         "{\"bos_token\":\"<s>\",\"add_bos_token\":false}", BOS, 1, NONE, 0);
+    rule("add_eos_token true adds no EOS", "hf/mistral-sw", bos_tpl,
+         "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"add_eos_token\":true}", BOS, 1, NONE, 0);
+    rule("the file's BOS without a bos_token in the config", "hf/mistral-sw", bos_tpl, "{\"eos_token\":\"</s>\"}",
+         BOS, 1, NONE, 0);
+    rule("BertProcessing kept with add_bos_token false", "tokenizers/bert-uncased",
          "{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",3],\"cls\":[\"[CLS]\",2]}", "{\"add_bos_token\":false}",
-         NONE, 0, NONE, 0);
+         CLS, 1, SEP, 1);
+    rule("an unknown post_processor, whatever the config says", "hf/mistral-sw", "{\"type\":\"SomethingElse\"}",
+         "{\"bos_token\":\"<s>\",\"add_bos_token\":true}", NONE, -1, NONE, 0);
 
     /* the stop ids: eos, then the template's end of turn, once each */
     og_test_section("stop ids");

@@ -441,8 +441,8 @@ class Tokenizer(_Handle):
     def encode(self, text, add_special=True, parse_special=True):
         """Token ids of text (str, or bytes of UTF-8). add_special: the
         special tokens a model is fed around a text (e.g. a BOS), by the
-        library's one rule (og_tokenize: tokenizer_config.json's
-        add_bos_token / add_eos_token, else tokenizer.json's post-processor);
+        library's one rule (og_tokenize: tokenizer.json's post-processor, as
+        transformers 5's tokenizer(text));
         parse_special: special tokens written in the text become their ids.
         Both True is Hugging Face's encode(text)."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)

@@ -1088,16 +1088,6 @@ void og_tokenizer_free(og_tokenizer *t) {
     og_free(t);
 }
 
-/* Python's truth of a JSON value (what transformers tests a flag with):
- * absent, null, false, 0, "", [] and {} are false. */
-static bool json_truthy(const cJSON *v) {
-    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return false;
-    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
-    if (cJSON_IsString(v)) return v->valuestring[0] != 0;
-    if (cJSON_IsArray(v) || cJSON_IsObject(v)) return v->child != NULL;
-    return true;
-}
-
 /* A token named in tokenizer_config.json: "text" or {"content": "text"}. */
 static og_status config_token(og_tokenizer *t, const cJSON *cfg, const char *key, int32_t *id) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
@@ -1123,19 +1113,9 @@ og_status og_tokenizer_load_config(og_tokenizer *t, const char *config_json) {
     if (rc == OG_OK) rc = config_token(t, cfg, "bos_token", &bos);
     if (rc == OG_OK && eos >= 0) rc = og_tokenizer_add_eos(t, eos);
     if (rc == OG_OK) t->bos = bos;
-    /* The BOS / EOS rule (docs/decisions.md): as transformers' tokenizers
-     * backend, a config that names add_bos_token or add_eos_token (either)
-     * replaces tokenizer.json's post_processor by [bos] A [eos], each token
-     * there when its flag is true and the config names the token; without
-     * either key the file's post_processor stands. */
-    const cJSON *add_bos = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token"),
-                *add_eos = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-    if (rc == OG_OK && (add_bos || add_eos)) {
-        t->n_post_pre = t->n_post_suf = 0;
-        t->post_unsupported[0] = 0;
-        if (json_truthy(add_bos) && bos >= 0) t->post_pre[t->n_post_pre++] = bos;
-        if (json_truthy(add_eos) && eos >= 0) t->post_suf[t->n_post_suf++] = eos;
-    }
+    /* add_bos_token / add_eos_token are not read: the special tokens a
+     * prompt gets are tokenizer.json's post_processor's alone, as
+     * transformers 5 gives them (docs/decisions.md) */
     const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *it;
     const char *text = cJSON_IsString(tpl) ? tpl->valuestring : NULL;
     if (cJSON_IsArray(tpl)) /* [{"name": "default", "template": ...}, ...] */

@@ -7,10 +7,13 @@ prompts) and, for a chat, `offgraph chat` and `/v1/chat/completions`.
 For every tokenizer fixture (tests/data/hf/{llama-gqa,mistral-sw,qwen2-bias}
 and tests/data/tokenizers/*), two checkpoints are made from models/kjv-tiny's
 weights (vocabulary 4096, more than any fixture's ids) with that tokenizer:
-one whose prompts get no BOS, one whose prompts do (by a TemplateProcessing
-"<bos> $A" post_processor in tokenizer.json for half the fixtures, by
-tokenizer_config.json's add_bos_token for the other half). Both carry a chat
-template that writes {{ bos_token }} itself, as Llama 2's does.
+one whose prompts get no BOS (its tokenizer_config.json says add_bos_token:
+true for half the fixtures, which changes nothing, as in transformers 5), one
+whose prompts do, by its tokenizer.json's post_processor: TemplateProcessing
+"<bos> $A" (as Llama 2's) for half the fixtures, ByteLevel + TemplateProcessing
+(as Llama 3's) with add_bos_token: false in the config (ignored) for the
+other half. Both carry a chat template that writes {{ bos_token }} itself, as
+Llama 2's does.
 
 The prompt ids the library gives are checked against the rule (the BOS, then
 the text's own ids); run's prompt_tokens (--stats), the server's
@@ -72,10 +75,10 @@ def bos_of(tj):
     return specials[0]
 
 
-def checkpoint(name, folder, with_bos, by_config):
+def checkpoint(name, folder, with_bos, odd):
     """A checkpoint folder: kjv-tiny's weights and config, the fixture's
-    tokenizer, a config whose bos_token is set (so the template writes it) and
-    whose BOS rule gives a BOS only when with_bos."""
+    tokenizer, a config whose bos_token is set (so the template writes it);
+    its post_processor gives a BOS only when with_bos."""
     d = os.path.join(WORK, "%s-%s" % (name, "bos" if with_bos else "plain"))
     os.makedirs(d)
     for f in ("config.json", "generation_config.json", "model.safetensors"):
@@ -87,15 +90,19 @@ def checkpoint(name, folder, with_bos, by_config):
     cfg = json.load(open(cfg_path, encoding="utf-8")) if os.path.exists(cfg_path) else {}
     cfg["bos_token"] = bos
     cfg["chat_template"] = TEMPLATE
-    if with_bos and by_config:
-        cfg["add_bos_token"] = True
-    elif with_bos:
-        tj["post_processor"] = {
+    if odd:
+        cfg["add_bos_token"] = not with_bos  # not read: the post_processor decides
+    if with_bos:
+        tpl = {
             "type": "TemplateProcessing",
             "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
             "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
                      {"Sequence": {"id": "B", "type_id": 1}}],
             "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
+        tj["post_processor"] = tpl if not odd else {
+            "type": "Sequence",
+            "processors": [{"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+                           tpl]}
     json.dump(tj, open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8"), ensure_ascii=False)
     json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
     prog = d + ".ogp"
@@ -225,11 +232,12 @@ def main():
     n = 0
     for k, (name, folder) in enumerate(fixtures()):
         for with_bos in (False, True):
-            by_config = k % 2 == 1
-            label = "%s %s" % (name, ("BOS by add_bos_token" if by_config else "BOS by post_processor")
-                               if with_bos else "no BOS")
+            odd = k % 2 == 1
+            label = "%s %s" % (name, ("BOS by ByteLevel + TemplateProcessing, add_bos_token false" if odd else
+                                      "BOS by TemplateProcessing") if with_bos else
+                               ("no BOS, add_bos_token true" if odd else "no BOS"))
             try:
-                prog, bos, bos_id = checkpoint(name, folder, with_bos, by_config)
+                prog, bos, bos_id = checkpoint(name, folder, with_bos, odd)
                 check(prog, label, with_bos, bos, bos_id)
                 n += 1
                 os.remove(prog)
