@@ -26,9 +26,10 @@ extern "C" {
  * (-fvisibility=hidden), so everything else it holds stays internal; with
  * GCC and Clang OG_API gives the declarations default visibility, elsewhere
  * it is empty. A program may define OG_API itself before including this
- * header (e.g. to add an import attribute). scripts/check_exports.sh holds
- * the rule: every function declared here is one line beginning with OG_API,
- * and the exported names equal those declared. */
+ * header (e.g. to add an import attribute). The rule scripts/check_exports.sh
+ * reads this header by: every function declaration here starts on a line
+ * that begins with OG_API; it checks that the library exports exactly the
+ * functions so declared. */
 #ifndef OG_API
 #if defined(__GNUC__) || defined(__clang__)
 #define OG_API __attribute__((visibility("default")))

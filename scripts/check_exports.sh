@@ -14,7 +14,9 @@
 # hidden by the library's -fvisibility=hidden.
 #
 # The library's side: `nm -D --defined-only`, every symbol but the few the
-# linker itself defines (_init, _fini, _edata, _end, __bss_start). Each must
+# toolchain defines (the linker's _init, _fini, _edata, _end, __bss_start;
+# in sanitizer builds, the sanitizers' __asan_* / __odr_asan* / __ubsan_* /
+# __sanitizer_* / __lsan_* / __tsan_* hooks). Each must
 # be a declared function (type T), and each declared function must be there.
 # Every name is printed on a difference, in either direction; exit 1 then.
 #
@@ -76,6 +78,7 @@ fi
 nm -D --defined-only "$LIB" >"$TMP/nm" 2>"$TMP/nm.err" || { echo "FAIL: nm: $(cat "$TMP/nm.err")"; exit 1; }
 awk 'NF >= 2 { name = $NF; sub(/@.*/, "", name)
                if (name ~ /^(_init|_fini|_edata|_end|__bss_start)$/) next
+               if (name ~ /^__(asan|odr_asan|ubsan|sanitizer|lsan|tsan)/) next
                print name, $(NF - 1) }' "$TMP/nm" | sort -u >"$TMP/exported_typed"
 awk '{print $1}' "$TMP/exported_typed" | sort -u >"$TMP/exported"
 
