@@ -10,6 +10,20 @@
  *    2 gamma_(K+16) sum |x w| (+ |bias|) of the reference, the bound of any
  *    two f32 orders of the same sum;
  *  - dequantization of a panel and embedding: bit for bit.
+ * The integer gemv (q4_k, q5_k, q6_k; T 1 to 8; K 256, 768, 2048, 4096; N
+ * as above), against the CPU's plain C integer gemv og_kq_gemv_scalar:
+ *  - x's int8 terms (og_kquant_quantize_x_cuda) equal og_kq_quantize_x's
+ *    bit for bit (hi, lo, the sums by 16, u = d / 254), zero blocks and a
+ *    block with a NaN included;
+ *  - the products: the integer sums are exact on both, so they differ by
+ *    f32 rounding only. A unit's term (u d) A_i - (u dmin) B_i takes 3
+ *    roundings, a lane adds at most ceil(nb / 4) of them, 5 shuffle levels
+ *    and the bias follow: gamma_(nb/4 + 10) S on the GPU; the CPU's block
+ *    terms take 3, its two sums nb and the difference 1 (and the bias 1):
+ *    gamma_(nb + 5) S; S = sum |(u d) A_i| + |(u dmin) B_i| over units <=
+ *    sum over elements of |x~| (|w| + 2 |dmin m|) + |bias| (x~ = u (254 hi
+ *    + lo), w the exact weight, dmin m its sub-block's min: q4_k, q5_k), so
+ *    |gpu - cpu| <= (gamma_(nb/4 + 10) + gamma_(nb + 5)) S.
  * Back end: the checkpoint of tests/data/kquant's files (written here by
  * kquant_fixture.c) exported with the q4_k_m, q5_k_m and q2_k mixes and
  * every matrix q3_k, f32 activations; logits of a 48-token prompt fed at
@@ -29,6 +43,7 @@ int main(void) {
 #include "core/core.h"
 #include "kernels/cuda/kquant_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/kquant_cpu.h"
 #include "kernels/ops.h"
 #include "kquant_fixture.h"
 #include "model/export.h"
@@ -161,6 +176,95 @@ static void check_gemv(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
     if (dbias) CK(cudaFree(dbias));
 }
 
+/* dmin * min of the sub-block of element k of row n (q4_k, q5_k; else 0). */
+static double min_at(og_dtype dt, const uint8_t *w, int64_t K, int64_t n, int64_t k) {
+    if (dt != OG_DTYPE_Q4_K && dt != OG_DTYPE_Q5_K) return 0;
+    const uint8_t *b = w + (size_t)n * og_kquant_row_bytes(dt, K) + (size_t)(k / QK) * og_kquant_block_bytes(dt);
+    const int j = (int)(k % QK) / 32;
+    const int m = j < 4 ? b[8 + j] & 63 : (b[8 + j] >> 4) | ((b[j] >> 6) << 4);
+    return (double)og_f32_from_f16((og_f16)(b[2] | (b[3] << 8))) * m;
+}
+
+static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, bool with_bias) {
+    const int64_t nb = K / QK;
+    float *we = malloc(sizeof(float) * (size_t)(N * K));
+    uint8_t *w = make_weights(dt, N, K, random_bytes, we);
+    void *dw = up(w, og_kquant_row_bytes(dt, K) * (size_t)N);
+    float *bias = malloc(sizeof(float) * (size_t)N);
+    og_rng_fill(&rng, bias, (size_t)N, -1.0f, 1.0f);
+    float *dbias = with_bias ? up(bias, sizeof(float) * (size_t)N) : NULL;
+    double *mins = malloc(sizeof(double) * (size_t)(N * K));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) mins[n * K + k] = min_at(dt, w, K, n, k);
+    for (int64_t T = 1; T <= OG_KQUANT_GEMV_CUDA_MAX_T; T++) {
+        float *x = malloc(sizeof(float) * (size_t)(T * K)), *ref = malloc(sizeof(float) * (size_t)(T * N));
+        og_rng_fill(&rng, x, (size_t)(T * K), -1.0f, 1.0f);
+        for (int64_t i = 0; i < T * K; i++) x[i] *= ldexpf(1.0f, (int)((i / QK) % 7) - 3); /* blocks of varied scale */
+        if (T >= 2) memset(x + K, 0, QK * sizeof(float));                                 /* a block of zeros */
+        const bool nan_row = T == OG_KQUANT_GEMV_CUDA_MAX_T;
+        if (nan_row) x[(T - 1) * K + 5] = NAN;
+        og_kq_x *xh = malloc(sizeof(og_kq_x) * (size_t)(T * nb));
+        og_kq_quantize_x(x, T, K, xh);
+        og_kq_gemv_scalar(dt, xh, T, w, K, N, ref, N);
+        float *dx = up(x, sizeof(float) * (size_t)(T * K)), *dout = poisoned((size_t)(T * N));
+        const size_t xq_bytes = og_kquant_x_cuda_bytes(T, K);
+        CHECK(xq_bytes == (size_t)(T * nb) * 592);
+        void *dxq = NULL;
+        CK(cudaMalloc(&dxq, xq_bytes));
+        CK(cudaMemset(dxq, 0xA5, xq_bytes));
+        CHECK_OK(og_kquant_quantize_x_cuda(NULL, dx, T, K, dxq));
+        CHECK_OK(og_kquant_gemv_int8_cuda(NULL, dxq, dw, dbias, dt, T, K, N, dout));
+        CK(cudaDeviceSynchronize());
+        /* the terms: the layout of kquant.cu's xq_block (hi, lo, sum16, u) */
+        uint8_t *xq = malloc(xq_bytes);
+        CK(cudaMemcpy(xq, dxq, xq_bytes, cudaMemcpyDeviceToHost));
+        int bad_terms = 0;
+        for (int64_t i = 0; i < T * nb; i++) {
+            const uint8_t *g = xq + (size_t)i * 592;
+            const float u = xh[i].d / 254.0f;
+            bad_terms += memcmp(g, xh[i].hi, QK) != 0 || memcmp(g + QK, xh[i].lo, QK) != 0 ||
+                         memcmp(g + 2 * QK, xh[i].sum16, sizeof xh[i].sum16) != 0 ||
+                         (isnan(u) ? !isnan(*(const float *)(g + 2 * QK + 64)) : memcmp(g + 2 * QK + 64, &u, 4) != 0);
+        }
+        CHECK_MSG(bad_terms == 0, "x terms %s K=%lld T=%lld: %d of %lld blocks differ from og_kq_quantize_x",
+                  og_dtype_name(dt), (long long)K, (long long)T, bad_terms, (long long)(T * nb));
+        float *out = down(dout, (size_t)(T * N));
+        const double tol = gamma_n(nb / 4 + 10) + gamma_n(nb + 5);
+        double worst = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < N; n++) {
+                const float r = ref[t * N + n] + (with_bias ? bias[n] : 0.0f), o = out[t * N + n];
+                if (nan_row && t == T - 1) {
+                    CHECK_MSG(isnan(o) && isnan(r), "int8 gemv %s: a row of x with a NaN gave %g (CPU %g)",
+                              og_dtype_name(dt), o, r);
+                    continue;
+                }
+                double mag = with_bias ? fabs((double)bias[n]) : 0;
+                for (int64_t b = 0; b < nb; b++) {
+                    const og_kq_x *xb = &xh[t * nb + b];
+                    const double u = (double)(xb->d / 254.0f);
+                    for (int e = 0; e < QK; e++) {
+                        const int64_t k = b * QK + e;
+                        mag += u * fabs(254.0 * xb->hi[e] + xb->lo[e]) *
+                               (fabs((double)we[n * K + k]) * (1 + 0x1p-20) + 2 * fabs(mins[n * K + k]));
+                    }
+                }
+                double d = fabs((double)o - r) / (tol * mag + 1e-37);
+                if (isnan(o) || isnan(r)) d = INFINITY;
+                worst = d > worst ? d : worst;
+            }
+        CHECK_MSG(worst <= 1.0, "int8 gemv %s K=%lld N=%lld T=%lld bytes=%d bias=%d: ratio %.3g", og_dtype_name(dt),
+                  (long long)K, (long long)N, (long long)T, random_bytes, with_bias, worst);
+        free(x), free(ref), free(out), free(xh), free(xq);
+        CK(cudaFree(dx));
+        CK(cudaFree(dout));
+        CK(cudaFree(dxq));
+    }
+    free(we), free(w), free(bias), free(mins);
+    CK(cudaFree(dw));
+    if (dbias) CK(cudaFree(dbias));
+}
+
 static void check_refusals(void) {
     og_test_section("arguments refused before anything runs");
     float *dx = poisoned(1024), *dout = poisoned(1024);
@@ -171,6 +275,12 @@ static void check_refusals(void) {
     CHECK_STATUS(og_kquant_gemv_cuda(NULL, dx, dw + 2, NULL, OG_DTYPE_Q6_K, 1, 256, 2, dout), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_gemv_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q8, 1, 256, 2, dout), OG_ERR_UNSUPPORTED);
     CHECK_STATUS(og_kquant_dequantize_cuda(NULL, dw, OG_DTYPE_Q4_K, 2, 256, 1, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout), OG_ERR_UNSUPPORTED);
+    CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 9, 256, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 200, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_quantize_x_cuda(NULL, dx, 9, 256, dw), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_quantize_x_cuda(NULL, dx + 1, 1, 256, dw), OG_ERR_INVALID_ARGUMENT);
+    CHECK(og_kquant_x_cuda_bytes(1, 300) == 0);
     CK(cudaFree(dx));
     CK(cudaFree(dout));
     CK(cudaFree(dw));
@@ -207,8 +317,9 @@ static void check_backend(const char *dir) {
     for (int i = 0; i < N; i++) tok[i] = (int32_t)(og_test_splitmix(&s) % V);
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         char title[96], path[] = "/tmp/og_kq_cuda_XXXXXX";
-        snprintf(title, sizeof title, "back end: %s program, CUDA against CPU",
-                 k[i].mix ? k[i].mix : og_dtype_name(k[i].uniform));
+        snprintf(title, sizeof title, "back end: %s program, CUDA (%s gemv) against CPU",
+                 k[i].mix ? k[i].mix : og_dtype_name(k[i].uniform),
+                 og_kquant_gemv_cuda_int8_wanted() ? "integer" : "f32 x");
         og_test_section(title);
         int fd = mkstemp(path);
         if (fd >= 0) close(fd);
@@ -249,11 +360,26 @@ int main(void) {
             for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
                 check_gemv(k_types[t], Ks[a], Ns[b], (a + b) % 2 == 0, b % 2 == 1);
     }
+    static const og_dtype int8_types[] = {OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};
+    const int64_t Ks8[] = {256, 768, 2048, 4096};
+    for (size_t t = 0; t < sizeof int8_types / sizeof int8_types[0]; t++) {
+        char title[64];
+        snprintf(title, sizeof title, "%s: integer gemv against og_kq_gemv_scalar", og_dtype_name(int8_types[t]));
+        og_test_section(title);
+        for (size_t a = 0; a < sizeof Ks8 / sizeof Ks8[0]; a++)
+            for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
+                check_int8(int8_types[t], Ks8[a], Ns[b], (a + b) % 2 == 0, b % 2 == 1);
+    }
     check_refusals();
     char dir[] = "/tmp/og_kq_cuda_ckpt_XXXXXX";
     if (mkdtemp(dir)) {
         CHECK(og_test_write_kq_checkpoint(dir));
+        unsetenv("OG_CUDA_KQUANT_GEMV"); /* the default: f32 x */
         check_backend(dir);
+        setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1); /* the integer gemv where it takes the dtype */
+        CHECK(og_kquant_gemv_cuda_int8_wanted());
+        check_backend(dir);
+        unsetenv("OG_CUDA_KQUANT_GEMV");
         char p[600];
         snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
         snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);

@@ -6,7 +6,9 @@
 #      offgraph (bench_attend_cuda) and torch SDPA enable_gqa=True; KV bytes per
 #      second as a fraction of a device-to-device copy measured in the same run.
 #   2. the decode products (bench_gemv_cuda): every product of the 0.6B, 8B and
-#      a 32B-like shape, bf16 / q8 / q4, 1-8 rows, as a fraction of the copy rate.
+#      a 32B-like shape, bf16 / q8 / q4, 1-8 rows, as a fraction of the copy rate;
+#      the k-quant ones of the 8B shape (bench_kquant_cuda: q4_k / q5_k / q6_k,
+#      the f32-x and the integer gemv; KQUANT=0 leaves it out).
 #   3. end-to-end decode tokens/s of each shape in SHAPES (default "0.6b 8b";
 #      random bf16 weights made by peer.py make-qwen3) at its contexts (0.6b:
 #      CONTEXTS_0_6B, default 128 4096 32768; 8b: CONTEXTS_8B, default 512 4096)
@@ -54,6 +56,7 @@ if [ "${ATTEND:-1}" != 0 ]; then
 fi
 copy=$(grep -m1 -o '"copy_GBps":[0-9.]*' "$J" | cut -d: -f2)
 [ "${GEMV:-1}" != 0 ] && run "$B/bench/bench_gemv_cuda"
+[ "${KQUANT:-1}" != 0 ] && run "$B/bench/bench_kquant_cuda"
 [ -n "$copy" ] || copy=$(grep -m1 -o '"copy_GBps":[0-9.]*' "$J" | cut -d: -f2)
 
 # tags every JSON line of one offgraph / llama.cpp figure with its shape, format and context

@@ -115,6 +115,7 @@ typedef struct cuda_model {
     int32_t n_slots;
     int64_t max_k;      /* widest input of a product (the bf16 split scratch) */
     int64_t max_dequant;/* floats of the widest dequantized panel of a quantized weight, 0 when none */
+    int64_t kq_max_k;   /* widest input of a product with k-quant weights, 0 when none */
     int64_t attend_scratch; /* floats of og_update_and_attend_cuda's scratch */
     /* the widest attention layer, for the batched attention's scratch */
     int32_t max_heads, max_head_dim;
@@ -165,6 +166,7 @@ typedef struct row_set {
     uint32_t *marks;            /* [cap_out, W] sampler scratch, zero between steps */
     float *attn_partials;       /* batched attention scratch, counters zero between steps */
     void *moe_scratch;          /* the moe instructions' (og_moe_cuda_scratch_bytes of cap rows) */
+    void *kq_x;                 /* x as int8 terms for the k-quant integer gemv (og_kquant_x_cuda_bytes) */
 } row_set;
 
 struct og_step_ctx {
@@ -556,6 +558,7 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
                 const int64_t N = w->shape[0], panel = QUANT_PANEL_FLOATS / K > 1 ? QUANT_PANEL_FLOATS / K : 1;
                 const int64_t floats = (N < panel ? N : panel) * K;
                 if (floats > cm->max_dequant) cm->max_dequant = floats;
+                if (og_dtype_is_kquant(w->dtype) && K > cm->kq_max_k) cm->kq_max_k = K;
             }
         }
     }
@@ -625,6 +628,7 @@ static void free_set(og_model *m, row_set *r) {
     cudaFree(r->marks);
     cudaFree(r->attn_partials);
     cudaFree(r->moe_scratch);
+    cudaFree(r->kq_x);
     memset(r, 0, sizeof *r);
 }
 
@@ -677,6 +681,9 @@ static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out)
         if (b > moe_bytes) moe_bytes = b;
     }
     if (moe_bytes) SET_TRY(cudaMalloc(&r->moe_scratch, moe_bytes), "moe scratch");
+    if (cm->kq_max_k > 0)
+        SET_TRY(cudaMalloc(&r->kq_x, og_kquant_x_cuda_bytes(OG_KQUANT_GEMV_CUDA_MAX_T, cm->kq_max_k)),
+                "k-quant x scratch");
     const size_t marks = (size_t)cap_out * og_sample_cuda_marks_bytes(m->vocab);
     SET_TRY(cudaMalloc((void **)&r->marks, marks), "sampler scratch");
     SET_TRY(cudaMemset(r->marks, 0, marks), "sampler scratch");
@@ -870,11 +877,20 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
     const int64_t rows_max = kq ? OG_KQUANT_GEMV_CUDA_MAX_T : OG_GEMV_CUDA_MAX_T;
     const int64_t chunk = gemv_rows(x) < rows_max ? gemv_rows(x) : rows_max;
     if (kq && chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {
-        for (int64_t t0 = 0; t0 < T; t0 += chunk)
+        /* the integer gemv when asked for (OG_CUDA_KQUANT_GEMV=dp4a): x
+         * written once as int8 terms for all the parts */
+        void *xq = x->rs->kq_x;
+        const bool int8 = xq && K <= cm_of(x->m)->kq_max_k && og_kquant_gemv_cuda_int8_takes(dt) &&
+                          og_kquant_gemv_cuda_int8_wanted();
+        for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+            const int64_t tc = T - t0 < chunk ? T - t0 : chunk;
+            if (int8) OG_TRY(og_kquant_quantize_x_cuda(c->stream, in + t0 * K, tc, K, xq));
             for (int k = 0; k < n; k++)
-                OG_TRY(og_kquant_gemv_cuda(c->stream, in + t0 * K, parts[k].weight, parts[k].bias, dt,
-                                           T - t0 < chunk ? T - t0 : chunk, K, parts[k].N,
-                                           parts[k].out + t0 * parts[k].N));
+                OG_TRY(int8 ? og_kquant_gemv_int8_cuda(c->stream, xq, parts[k].weight, parts[k].bias, dt, tc, K,
+                                                       parts[k].N, parts[k].out + t0 * parts[k].N)
+                            : og_kquant_gemv_cuda(c->stream, in + t0 * K, parts[k].weight, parts[k].bias, dt, tc, K,
+                                                  parts[k].N, parts[k].out + t0 * parts[k].N));
+        }
         return OG_OK;
     }
     if (chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {

@@ -13,6 +13,10 @@
  * summed at the end (warp_sum). q2_k and q3_k lanes take 8 consecutive
  * elements each and multiply the dequantized values.
  *
+ * The integer gemv (q4_k, q5_k, q6_k; OG_CUDA_KQUANT_GEMV=dp4a in the back
+ * end) first writes x as the CPU's int8 terms (quantize_x_kernel), then
+ * dots them with the weights' level bytes by __dp4a: see below.
+ *
  * Letters as in kquant_cuda.h: T rows of x, K in features, N out features. */
 #include "kernels/cuda/kquant_cuda.h"
 
@@ -21,6 +25,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -199,6 +205,274 @@ og_status gemv_t(cudaStream_t st, const float *x, const uint8_t *w, const float 
     return launched("kquant_gemv_cuda");
 }
 
+/* ---- x in two int8 terms and the integer gemv (q4_k, q5_k, q6_k) ----
+ *
+ * quantize_x_kernel writes each super-block of a row of x as og_kq_quantize_x
+ * does on the CPU (kquant_cpu.h): hi, lo with x ~ u (254 hi + lo), the sums
+ * of 254 hi + lo by 16 elements, and u = (amax / 127) / 254; the same f32
+ * operations in the same order (IEEE division, a product, round to nearest
+ * even), so the terms are the CPU's bit for bit. A warp takes a block, a
+ * lane 8 elements. */
+
+struct xq_block { /* og_kquant_x_cuda_bytes: one of these a row and block */
+    int8_t hi[QK];
+    int8_t lo[QK];
+    int32_t sum16[QK / 16];
+    float u;
+    float pad[3];
+};
+static_assert(sizeof(xq_block) == 592, "xq_block: 16-byte multiple");
+
+__global__ void __launch_bounds__(128) quantize_x_kernel(const float *__restrict__ x, int64_t K, int64_t blocks,
+                                                         xq_block *__restrict__ out) {
+    grid_wait();
+    const int lane = threadIdx.x & 31;
+    const int64_t i = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (i >= blocks) return;
+    const int64_t nb = K / QK, t = i / nb, b = i % nb;
+    const float *v = x + t * K + b * QK + 8 * lane;
+    const float4 v0 = *reinterpret_cast<const float4 *>(v), v1 = *reinterpret_cast<const float4 *>(v + 4);
+    const float e[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    float amax = 0.0f;
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float a = fabsf(e[j]);
+        finite = finite && a <= 3.4028235e38f; /* false for NaN and infinity */
+        amax = a > amax ? a : amax;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    finite = __all_sync(0xffffffffu, finite);
+    xq_block *q = out + i;
+    if (!finite || amax == 0.0f) {
+        *reinterpret_cast<uint2 *>(q->hi + 8 * lane) = make_uint2(0, 0);
+        *reinterpret_cast<uint2 *>(q->lo + 8 * lane) = make_uint2(0, 0);
+        if (lane < 16) q->sum16[lane] = 0;
+        if (lane == 0) q->u = finite ? 0.0f : NAN;
+        return;
+    }
+    const float id = __fdiv_rn(127.0f, amax);
+    uint32_t hw[2] = {0, 0}, lw[2] = {0, 0};
+    int32_t s = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float tq = __fmul_rn(e[j], id); /* x in units of d */
+        int h = __float2int_rn(tq);
+        h = h > 127 ? 127 : h < -127 ? -127 : h;
+        int l = __float2int_rn(__fmul_rn(__fsub_rn(tq, (float)h), 254.0f));
+        l = l > 127 ? 127 : l < -127 ? -127 : l;
+        hw[j >> 2] |= (uint32_t)(h & 255) << (8 * (j & 3));
+        lw[j >> 2] |= (uint32_t)(l & 255) << (8 * (j & 3));
+        s += 254 * h + l;
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    *reinterpret_cast<uint2 *>(q->hi + 8 * lane) = make_uint2(hw[0], hw[1]);
+    *reinterpret_cast<uint2 *>(q->lo + 8 * lane) = make_uint2(lw[0], lw[1]);
+    if (!(lane & 1)) q->sum16[lane >> 1] = s;
+    if (lane == 0) q->u = __fdiv_rn(__fdiv_rn(amax, 127.0f), 254.0f);
+}
+
+/* The integer gemv. A weight block of 256 is cut into 8 units of 32
+ * elements: two runs of 16 (q4_k, q5_k: 16 bytes of nibbles, the low ones
+ * run 1 in sub-block 2c, the high ones run 2 in sub-block 2c + 1, 32
+ * elements further; q6_k: 16 bytes of its low nibbles, runs 64 elements
+ * apart, with the 16 bytes of high bits they share). A warp takes R output
+ * features; lanes 8 g .. 8 g + 7 take the 8 units of block 4 i + g of each
+ * of the R rows, all loads of a round issued before any product (R x 2 or
+ * 3 vectors of 16 bytes a lane in flight). Each x row's terms for the
+ * unit (4 vectors of 16 bytes) are read once for the R rows. Per run the
+ * level bytes meet hi and lo in __dp4a sums (exact int32); a unit's
+ *   A = sc1 (254 s1hi + s1lo) + sc2 (254 s2hi + s2lo)   (q6_k: less 32 x sums)
+ *   B = m1 sum16(run 1) + m2 sum16(run 2)                (q4_k, q5_k)
+ * are the CPU's block integers restricted to the unit, exact; the unit adds
+ * (u d) A - (u dmin) B to its lane's f32 sum, lanes summed at the end. So
+ * the result is the CPU's og_kq_gemv but for the f32 order of the additions
+ * (8 integer partials a block converted to f32 instead of one). */
+
+template <og_dtype DT> struct unit_w {
+    int32_t l1[4], l2[4]; /* level bytes of runs 1 and 2 */
+    int sc1, sc2, m1, m2;
+    float d, dmin;
+};
+
+__device__ __forceinline__ uint32_t ld_u32_2aligned(const uint8_t *p) {
+    const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+/* q4_k / q5_k scale (sc) and min of sub-block j from the packed words of
+ * bytes 4..15 of the block (s[0..3], s[4..7], s[8..11]). */
+__device__ __forceinline__ void scale_min_w(const uint32_t s[3], int j, int *sc, int *m) {
+    const auto byte = [&](int i) { return (int)((s[i >> 2] >> (8 * (i & 3))) & 255u); };
+    if (j < 4) {
+        *sc = byte(j) & 63;
+        *m = byte(j + 4) & 63;
+    } else {
+        *sc = (byte(j + 4) & 15) | ((byte(j - 4) >> 6) << 4);
+        *m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+    }
+}
+
+template <og_dtype DT> __device__ __forceinline__ void load_unit(const uint8_t *b, int p, unit_w<DT> &u) {
+    if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
+        const int c = p >> 1, l0 = 16 * (p & 1);
+        const uint4 hd = *reinterpret_cast<const uint4 *>(b);
+        const uint4 q = *reinterpret_cast<const uint4 *>(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0);
+        const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+        uint32_t hw[4] = {0, 0, 0, 0};
+        if (DT == OG_DTYPE_Q5_K) {
+            const uint4 h = *reinterpret_cast<const uint4 *>(b + 16 + l0);
+            hw[0] = h.x, hw[1] = h.y, hw[2] = h.z, hw[3] = h.w;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u.l1[k] = (int32_t)(qw[k] & 0x0F0F0F0Fu);
+            u.l2[k] = (int32_t)((qw[k] >> 4) & 0x0F0F0F0Fu);
+            if (DT == OG_DTYPE_Q5_K) {
+                u.l1[k] |= (int32_t)(((hw[k] >> (2 * c)) & 0x01010101u) << 4);
+                u.l2[k] |= (int32_t)(((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
+            }
+        }
+        const uint32_t s[3] = {hd.y, hd.z, hd.w};
+        scale_min_w(s, 2 * c, &u.sc1, &u.m1);
+        scale_min_w(s, 2 * c + 1, &u.sc2, &u.m2);
+        u.d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu)));
+        u.dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+    } else { /* q6_k: 210-byte blocks, 2-byte aligned */
+        const int h = p >> 2, j0 = 16 * (p & 3), k1 = j0 >> 5;
+        const uint8_t *ql = b + 64 * h + j0, *qh = b + 128 + 32 * h + (j0 & 31);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t lw = ld_u32_2aligned(ql + 4 * k), hw = ld_u32_2aligned(qh + 4 * k);
+            u.l1[k] = (int32_t)((lw & 0x0F0F0F0Fu) | (((hw >> (2 * k1)) & 0x03030303u) << 4));
+            u.l2[k] = (int32_t)(((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * k1 + 4)) & 0x03030303u) << 4));
+        }
+        const int e1 = 128 * h + j0;
+        u.sc1 = (int8_t)b[192 + (e1 >> 4)];
+        u.sc2 = (int8_t)b[192 + ((e1 + 64) >> 4)];
+        u.m1 = u.m2 = 0;
+        u.d = f16_at(b + 208);
+        u.dmin = 0.0f;
+    }
+}
+
+template <og_dtype DT, int T, int R>
+__global__ void __launch_bounds__(32 * WARPS) gemv_dp4a_kernel(const xq_block *__restrict__ xq,
+                                                               const uint8_t *__restrict__ w,
+                                                               const float *__restrict__ bias, int64_t nb, int64_t N,
+                                                               float *__restrict__ out) {
+    const int lane = threadIdx.x & 31, p = lane & 7;
+    const int64_t n0 = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * R;
+    if (n0 >= N) {
+        grid_wait();
+        return;
+    }
+    const int bb = block_bytes(DT);
+    const int span = DT == OG_DTYPE_Q6_K ? 64 : 32;            /* run 2 starts span elements after run 1 */
+    const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (p >> 2) + 16 * (p & 3) : 64 * (p >> 1) + 16 * (p & 1);
+    const uint8_t *rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = w + (n0 + r < N ? n0 + r : N - 1) * nb * bb;
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    /* The weights are read-only: the first round's loads are issued before
+     * grid_wait, so they overlap the kernel before (x's quantization). With
+     * 2 rows a warp (few registers) the next round's loads are issued before
+     * this round's products; with 4 after them. */
+    constexpr bool ahead = R == 2;
+    unit_w<DT> wu[R];
+    int64_t kb = lane >> 3;
+    if (kb < nb) {
+#pragma unroll
+        for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + kb * bb, p, wu[r]);
+    }
+    grid_wait();
+    for (; kb < nb; kb += 4) {
+        unit_w<DT> cu[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) cu[r] = wu[r];
+        if (ahead && kb + 4 < nb) {
+#pragma unroll
+            for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (kb + 4) * bb, p, wu[r]);
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const xq_block *xb = xq + t * nb + kb;
+            const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + e1);
+            const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + e1 + span);
+            const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + e1);
+            const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + e1 + span);
+            const int32_t x1 = xb->sum16[e1 >> 4], x2 = xb->sum16[(e1 + span) >> 4];
+            const float u = xb->u;
+            const int hv1[4] = {(int)h1.x, (int)h1.y, (int)h1.z, (int)h1.w};
+            const int hv2[4] = {(int)h2.x, (int)h2.y, (int)h2.z, (int)h2.w};
+            const int lv1[4] = {(int)o1.x, (int)o1.y, (int)o1.z, (int)o1.w};
+            const int lv2[4] = {(int)o2.x, (int)o2.y, (int)o2.z, (int)o2.w};
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                int a1 = 0, b1 = 0, a2 = 0, b2 = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    a1 = __dp4a(cu[r].l1[k], hv1[k], a1);
+                    b1 = __dp4a(cu[r].l1[k], lv1[k], b1);
+                    a2 = __dp4a(cu[r].l2[k], hv2[k], a2);
+                    b2 = __dp4a(cu[r].l2[k], lv2[k], b2);
+                }
+                const int32_t s1 = 254 * a1 + b1, s2 = 254 * a2 + b2; /* |s| <= 63 * 32385 * 16 */
+                if (DT == OG_DTYPE_Q6_K) {
+                    const int64_t A = (int64_t)cu[r].sc1 * (s1 - 32 * x1) + (int64_t)cu[r].sc2 * (s2 - 32 * x2);
+                    acc[t][r] += (u * cu[r].d) * (float)A;
+                } else { /* |A| <= 2 * 63 * 31 * 32385 * 16 < 2^31 */
+                    const int32_t A = cu[r].sc1 * s1 + cu[r].sc2 * s2, B = cu[r].m1 * x1 + cu[r].m2 * x2;
+                    acc[t][r] += (u * cu[r].d) * (float)A - (u * cu[r].dmin) * (float)B;
+                }
+            }
+        }
+        if (!ahead && kb + 4 < nb) {
+#pragma unroll
+            for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (kb + 4) * bb, p, wu[r]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = warp_sum(acc[t][r]);
+            if (lane == 0 && n0 + r < N) out[t * N + n0 + r] = s + (bias ? bias[n0 + r] : 0.0f);
+        }
+}
+
+/* Output features a warp: enough rows to read each unit of x once for
+ * several weights (x's terms are 4x a unit's weight bytes a row of x). */
+template <int T> constexpr int rows_per_warp() { return T <= 2 ? 2 : 4; }
+
+template <og_dtype DT, int T>
+void launch_dp4a(cudaStream_t st, const xq_block *xq, const uint8_t *w, const float *bias, int64_t nb, int64_t N,
+                 float *out) {
+    constexpr int R = rows_per_warp<T>();
+    const dim3 grid((unsigned)((N + WARPS * R - 1) / (WARPS * R))), block(32 * WARPS);
+    launch_pdl(gemv_dp4a_kernel<DT, T, R>, grid, block, st, xq, w, bias, nb, N, out);
+}
+
+template <og_dtype DT>
+void gemv_dp4a_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const float *bias, int64_t T, int64_t nb,
+                 int64_t N, float *out) {
+    switch (T) {
+    case 1: launch_dp4a<DT, 1>(st, xq, w, bias, nb, N, out); break;
+    case 2: launch_dp4a<DT, 2>(st, xq, w, bias, nb, N, out); break;
+    case 3: launch_dp4a<DT, 3>(st, xq, w, bias, nb, N, out); break;
+    case 4: launch_dp4a<DT, 4>(st, xq, w, bias, nb, N, out); break;
+    case 5: launch_dp4a<DT, 5>(st, xq, w, bias, nb, N, out); break;
+    case 6: launch_dp4a<DT, 6>(st, xq, w, bias, nb, N, out); break;
+    case 7: launch_dp4a<DT, 7>(st, xq, w, bias, nb, N, out); break;
+    default: launch_dp4a<DT, 8>(st, xq, w, bias, nb, N, out); break;
+    }
+}
+
 /* ---- dequantization and embedding: a thread per element ---- */
 
 template <og_dtype DT>
@@ -296,5 +570,60 @@ extern "C" og_status og_kquant_embed_cuda(void *stream, const int32_t *tokens, i
 #define OG_KQ_EMB(DT) launch_pdl(embed_kernel<DT>, dim3((unsigned)T), dim3(256), st, tokens, tb, V, H, out)
     OG_KQ_DISPATCH(dt, OG_KQ_EMB)
 #undef OG_KQ_EMB
+    return launched(op);
+}
+
+
+extern "C" size_t og_kquant_x_cuda_bytes(int64_t T, int64_t K) {
+    if (T < 1 || K < QK || K % QK) return 0;
+    return (size_t)T * (size_t)(K / QK) * sizeof(xq_block);
+}
+
+extern "C" bool og_kquant_gemv_cuda_int8_takes(og_dtype dt) {
+    return dt == OG_DTYPE_Q4_K || dt == OG_DTYPE_Q5_K || dt == OG_DTYPE_Q6_K;
+}
+
+extern "C" bool og_kquant_gemv_cuda_int8_wanted(void) {
+    const char *v = getenv("OG_CUDA_KQUANT_GEMV");
+    return v && !strcmp(v, "dp4a");
+}
+
+extern "C" og_status og_kquant_quantize_x_cuda(void *stream, const float *x, int64_t T, int64_t K, void *xq) {
+    const char *op = "kquant_quantize_x_cuda";
+    if (!x || !xq || !aligned16(x) || !aligned16(xq))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x or xq is NULL or not 16-byte aligned", op);
+    if (T < 1 || T > OG_KQUANT_GEMV_CUDA_MAX_T || K < QK || K % QK || K / QK > INT32_MAX / 8)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld, K = %lld (a multiple of %d)", op, (long long)T,
+                            (long long)K, QK);
+    const int64_t blocks = T * (K / QK);
+    launch_pdl(quantize_x_kernel, dim3((unsigned)((blocks + 3) / 4)), dim3(128), static_cast<cudaStream_t>(stream), x,
+               K, blocks, static_cast<xq_block *>(xq));
+    return launched(op);
+}
+
+extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, const void *w, const float *bias,
+                                              og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
+    const char *op = "kquant_gemv_int8_cuda";
+    og_status rc = check(op, w, dt, N, K);
+    if (rc != OG_OK) return rc;
+    if (!og_kquant_gemv_cuda_int8_takes(dt))
+        return og_set_error(OG_ERR_UNSUPPORTED, "%s: no integer gemv for %s (q4_k, q5_k, q6_k)", op,
+                            og_dtype_name(dt));
+    if (T < 1 || T > OG_KQUANT_GEMV_CUDA_MAX_T)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: T = %lld rows (1 to %d)", op, (long long)T,
+                            OG_KQUANT_GEMV_CUDA_MAX_T);
+    if (!xq || !out || !aligned16(xq))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: xq or out is NULL, or xq is not 16-byte aligned", op);
+    if ((N + WARPS * 2 - 1) / (WARPS * 2) > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const xq_block *xb = static_cast<const xq_block *>(xq);
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const int64_t nb = K / QK;
+    switch (dt) {
+    case OG_DTYPE_Q4_K: gemv_dp4a_t<OG_DTYPE_Q4_K>(st, xb, wb, bias, T, nb, N, out); break;
+    case OG_DTYPE_Q5_K: gemv_dp4a_t<OG_DTYPE_Q5_K>(st, xb, wb, bias, T, nb, N, out); break;
+    default: gemv_dp4a_t<OG_DTYPE_Q6_K>(st, xb, wb, bias, T, nb, N, out); break;
+    }
     return launched(op);
 }

@@ -32,6 +32,30 @@ og_status og_kquant_gemv_cuda(void *stream, const float *x /* [T, K] */, const v
                               const float *bias /* [N] or NULL */, og_dtype dt, int64_t T, int64_t K, int64_t N,
                               float *out /* [T, N] */);
 
+/* The integer gemv (q4_k, q5_k, q6_k): x written first as the CPU's int8
+ * terms (og_kq_quantize_x of kquant_cpu.h, bit for bit: hi, lo, the sums by
+ * 16 and u), then each unit of 32 weights dotted with them by __dp4a in
+ * exact integers, scaled per unit as the CPU scales per block:
+ *   out = sum over units of (u d) A - (u dmin) B  (+ bias)
+ * So out differs from the CPU's og_kq_gemv (the same x terms) by the f32
+ * order of the additions only, and from the exact product of f32 x by x's
+ * rounding (kquant_cpu.h: at most amax / 64516 an element of a block).
+ * The back end takes it where og_kquant_gemv_cuda_int8_wanted() (the
+ * environment sets OG_CUDA_KQUANT_GEMV=dp4a, read at each call) and
+ * og_kquant_gemv_cuda_int8_takes(dt).
+ *
+ * og_kquant_x_cuda_bytes: bytes of xq for T rows of K (0 if K is not a
+ * positive multiple of 256). og_kquant_quantize_x_cuda writes them (T in
+ * [1, OG_KQUANT_GEMV_CUDA_MAX_T], x and xq 16-byte aligned); one xq serves
+ * every product of that x. */
+size_t og_kquant_x_cuda_bytes(int64_t T, int64_t K);
+bool og_kquant_gemv_cuda_int8_takes(og_dtype dt);
+bool og_kquant_gemv_cuda_int8_wanted(void);
+og_status og_kquant_quantize_x_cuda(void *stream, const float *x /* [T, K] */, int64_t T, int64_t K, void *xq);
+og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq /* T rows of K */, const void *w /* [N, K] */,
+                                   const float *bias /* [N] or NULL */, og_dtype dt, int64_t T, int64_t K, int64_t N,
+                                   float *out /* [T, N] */);
+
 /* Rows row0 .. row0 + rows - 1 of a [N, K] k-quant weight as f32, bit for
  * bit og_kquant_dequantize_row's: the panel a cuBLAS product of a wide step
  * multiplies. */
