@@ -27,6 +27,7 @@ int main(void) {
 }
 #else
 #include "kernels/cuda/kquant_cuda.h"
+#include "kernels/cuda/ops_cuda.h"
 
 #include "cuda_check.h"
 #include <stdlib.h>

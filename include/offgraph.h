@@ -916,19 +916,29 @@ OG_API og_status og_tokenizer_from_file(const char *tokenizer_json_path, const c
 OG_API void og_tokenizer_free(og_tokenizer *t);
 
 /* Flags of og_tokenize. */
-#define OG_TOKENIZE_ADD_SPECIAL 1u   /* add the tokens tokenizer.json's post_processor adds
-                                        around a text (e.g. a bos token)              */
+#define OG_TOKENIZE_ADD_SPECIAL 1u   /* add the special tokens a model is fed around a text
+                                        (e.g. a bos token), by the rule below          */
 #define OG_TOKENIZE_PARSE_SPECIAL 2u /* special tokens written in the text ("<|im_end|>")
                                         become their ids; without it they are text    */
 
 /* Encodes len bytes of text (NUL bytes included; text may be NULL when len
  * is 0). flags: OG_TOKENIZE_* or'ed (0: the text alone, special tokens in
- * it encoded as plain text; Hugging Face's encode(text) is ADD_SPECIAL |
- * PARSE_SPECIAL). On success *ids is owned by the caller: og_free (NULL
- * when *n is 0). Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT),
- * ADD_SPECIAL with a post_processor other than TemplateProcessing,
- * ByteLevel or a Sequence of them (OG_ERR_UNSUPPORTED, naming it). On
- * failure *ids is NULL and *n 0. */
+ * it encoded as plain text; transformers' tokenizer(text) is ADD_SPECIAL |
+ * PARSE_SPECIAL, and a rendered chat template is tokenized with
+ * PARSE_SPECIAL alone, as apply_chat_template(tokenize=True) does: the
+ * template writes its own BOS).
+ * The tokens ADD_SPECIAL adds (the one rule every front end follows, as
+ * transformers' tokenizers backend does): when tokenizer_config.json has
+ * an add_bos_token or an add_eos_token key (either), [bos] text [eos], the
+ * bos there when add_bos_token is true and the config names a bos_token,
+ * the eos likewise; otherwise what tokenizer.json's post_processor puts
+ * around a single sequence (TemplateProcessing, BertProcessing and
+ * RobertaProcessing: cls text sep, ByteLevel: nothing, or a Sequence of
+ * them); nothing without one.
+ * On success *ids is owned by the caller: og_free (NULL when *n is 0).
+ * Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT), ADD_SPECIAL with
+ * another post_processor that the config does not replace
+ * (OG_ERR_UNSUPPORTED, naming it). On failure *ids is NULL and *n 0. */
 OG_API og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                              int64_t *n);
 /* Decodes n ids into NUL-terminated UTF-8, special tokens kept as their
@@ -964,6 +974,12 @@ OG_API int og_tokenizer_is_special(const og_tokenizer *t, int32_t id);
 OG_API int32_t og_tokenizer_bos(const og_tokenizer *t);
 OG_API int32_t og_tokenizer_eos(const og_tokenizer *t);
 OG_API int32_t og_tokenizer_eot(const og_tokenizer *t);
+/* The ids that end a generation (of text or of a chat reply alike): the
+ * config's eos token and the end of turn (og_tokenizer_eot), each once, in
+ * that order. Writes the first cap of them to ids (which may be NULL when
+ * cap is 0) and returns how many there are; 0 for NULL t. Every front end
+ * (run, chat, serve, the Python binding) stops on these. */
+OG_API int32_t og_tokenizer_stop_ids(const og_tokenizer *t, int32_t *ids, int32_t cap);
 
 /* Streaming decode, for text generated one token at a time: each push gives
  * out the text that token completes. Bytes that begin a UTF-8 character not

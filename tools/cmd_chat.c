@@ -566,9 +566,8 @@ int og_cmd_chat(int argc, char **argv) {
     conv.eos = og_tokenizer_eos_ids(g.tok, &eos_ids) > 0 ? og_tokenizer_token_text(g.tok, eos_ids[0]) : NULL;
     if (system && *system) conv.system = strdup(system);
     if (!tpl_text) fprintf(stderr, "offgraph chat: warning: the model has no chat template; turns are plain text\n");
-    /* the end of a reply: the template's end-of-turn token (eos is a stop already) */
-    const char *eot = og_chat_template_end_marker(tpl_text);
-    og_gen_add_stop(&g, eot ? og_tokenizer_token_id(g.tok, eot) : -1);
+    /* the end of a reply (the template's end-of-turn token) is one of the
+     * stops og_gen_open took from og_tokenizer_stop_ids */
     /* Ctrl-C: no SA_RESTART, so that a read waiting at the prompt returns */
     struct sigaction sa, old_sa;
     memset(&sa, 0, sizeof sa);

@@ -4,7 +4,6 @@
 #include "cli.h"
 #include "core/core.h"
 
-#include <cjson/cJSON.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +82,8 @@ void og_gen_options_usage(FILE *f) {
                "  --repeat-penalty <R>     discourage the last --repeat-last-n tokens (default 1, off)\n"
                "  --repeat-last-n <N>      (default 64)\n"
                "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n"
-               "  --no-special             add no BOS (or other special tokens of the tokenizer's\n"
-               "                           post-processor) to the prompt\n");
+               "  --no-special             add no BOS (or other special tokens the tokenizer adds)\n"
+               "                           to the prompt\n");
 }
 
 void og_gen_add_stop(og_gen *g, int32_t id) {
@@ -92,71 +91,6 @@ void og_gen_add_stop(og_gen *g, int32_t id) {
     for (int32_t i = 0; i < g->n_stop; i++)
         if (g->stop[i] == id) return;
     g->stop[g->n_stop++] = id;
-}
-
-/* The ids of the special tokens a TemplateProcessing step puts before
- * (*pre) and after (*post) sequence A of its "single" template. */
-static void template_tokens(const og_tokenizer *tok, const cJSON *pp, int32_t *pre, int32_t *n_pre, int32_t *post,
-                            int32_t *n_post) {
-    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
-    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
-    bool after = false;
-    const cJSON *item;
-    cJSON_ArrayForEach(item, single) {
-        if (cJSON_GetObjectItemCaseSensitive(item, "Sequence")) {
-            after = true;
-            continue;
-        }
-        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(item, "SpecialToken");
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
-        if (!cJSON_IsString(name)) continue;
-        /* the ids the special_tokens map gives it, else the token of that text */
-        const cJSON *ent = cJSON_GetObjectItemCaseSensitive(specials, name->valuestring);
-        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(ent, "ids");
-        int32_t got[4], n = 0;
-        const cJSON *id;
-        cJSON_ArrayForEach(id, ids) if (cJSON_IsNumber(id) && n < 4) got[n++] = (int32_t)id->valuedouble;
-        if (!n && (got[0] = og_tokenizer_token_id(tok, name->valuestring)) >= 0) n = 1;
-        for (int32_t i = 0; i < n; i++) {
-            if (after && *n_post < 4) post[(*n_post)++] = got[i];
-            else if (!after && *n_pre < 4) pre[(*n_pre)++] = got[i];
-        }
-    }
-}
-
-/* What the tokenizer's post-processor adds to a single sequence: the
- * special tokens of a TemplateProcessing (alone or in a Sequence of
- * processors), with BOS forced on or off by tokenizer_config.json's
- * add_bos_token when it says (as transformers' fast tokenizers do). */
-static void special_tokens(og_gen *g, const char *tok_json, const char *cfg_json) {
-    cJSON *root = cJSON_Parse(tok_json);
-    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(pp, "type");
-    if (cJSON_IsString(type) && !strcmp(type->valuestring, "TemplateProcessing"))
-        template_tokens(g->tok, pp, g->prefix, &g->n_prefix, g->suffix, &g->n_suffix);
-    else if (cJSON_IsString(type) && !strcmp(type->valuestring, "Sequence")) {
-        const cJSON *p;
-        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(pp, "processors")) {
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type");
-            if (cJSON_IsString(t) && !strcmp(t->valuestring, "TemplateProcessing"))
-                template_tokens(g->tok, p, g->prefix, &g->n_prefix, g->suffix, &g->n_suffix);
-        }
-    }
-    cJSON_Delete(root);
-    const int32_t bos = og_tokenizer_bos_id(g->tok);
-    cJSON *cfg = cfg_json ? cJSON_Parse(cfg_json) : NULL;
-    const cJSON *add = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-    if (bos >= 0 && cJSON_IsBool(add)) {
-        bool has = g->n_prefix > 0 && g->prefix[0] == bos;
-        if (cJSON_IsTrue(add) && !has && g->n_prefix < 4) {
-            memmove(g->prefix + 1, g->prefix, (size_t)g->n_prefix * sizeof g->prefix[0]);
-            g->prefix[0] = bos;
-            g->n_prefix++;
-        } else if (cJSON_IsFalse(add) && has) {
-            memmove(g->prefix, g->prefix + 1, (size_t)--g->n_prefix * sizeof g->prefix[0]);
-        }
-    }
-    cJSON_Delete(cfg);
 }
 
 bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
@@ -188,10 +122,10 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
         fprintf(stderr, "offgraph %s: the tokenizer of %s: %s\n", cmd, path, og_last_error());
         return false;
     }
-    const int32_t *eos;
-    int32_t n_eos = og_tokenizer_eos_ids(g->tok, &eos);
-    for (int32_t i = 0; i < n_eos; i++) og_gen_add_stop(g, eos[i]);
-    if (!o->no_special) special_tokens(g, json, og_model_tokenizer_config(g->model));
+    int32_t stops[8];
+    int32_t n_stops = og_tokenizer_stop_ids(g->tok, stops, 8);
+    for (int32_t i = 0; i < n_stops && i < 8; i++) og_gen_add_stop(g, stops[i]);
+    g->no_special = o->no_special;
     g->vocab = og_model_vocab_size(g->model);
     g->max_ctx = og_model_kv_config(g->model)->max_capacity;
     if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
@@ -239,32 +173,11 @@ bool og_gen_prompt_fits(const char *cmd, const og_gen *g, int64_t n) {
 }
 
 bool og_gen_encode(const char *cmd, const og_gen *g, const char *text, bool special, int32_t **ids, int64_t *n) {
-    int32_t *body = NULL;
-    int64_t nb = 0;
-    *ids = NULL;
-    *n = 0;
-    if (og_tokenizer_encode(g->tok, text, strlen(text), &body, &nb) != OG_OK) {
+    unsigned flags = OG_TOKENIZE_PARSE_SPECIAL | (special && !g->no_special ? OG_TOKENIZE_ADD_SPECIAL : 0u);
+    if (og_tokenize(g->tok, text, strlen(text), flags, ids, n) != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
         return false;
     }
-    const int32_t pre = special ? g->n_prefix : 0, post = special ? g->n_suffix : 0;
-    if (!pre && !post) {
-        *ids = body;
-        *n = nb;
-        return true;
-    }
-    int32_t *all = og_malloc((size_t)(nb + pre + post) * sizeof *all);
-    if (!all) {
-        og_free(body);
-        fprintf(stderr, "offgraph %s: out of memory\n", cmd);
-        return false;
-    }
-    memcpy(all, g->prefix, (size_t)pre * sizeof *all);
-    if (nb) memcpy(all + pre, body, (size_t)nb * sizeof *all);
-    memcpy(all + pre + nb, g->suffix, (size_t)post * sizeof *all);
-    og_free(body);
-    *ids = all;
-    *n = nb + pre + post;
     return true;
 }
 

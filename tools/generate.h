@@ -29,10 +29,7 @@ typedef struct og_gen {
     int32_t stop[8]; /* tokens that end generation */
     int32_t n_stop;
     int64_t max_ctx; /* the most tokens a session holds (the program's max-context) */
-    /* the special tokens the tokenizer's post-processor puts around a
-     * single sequence (TemplateProcessing; BOS as tokenizer_config.json's
-     * add_bos_token says); none with --no-special */
-    int32_t prefix[4], n_prefix, suffix[4], n_suffix;
+    bool no_special; /* --no-special: og_gen_encode adds no special tokens */
     const char *const *stop_strings; /* ends generation, never written */
     int32_t n_stop_strings;
     /* when set (by a signal handler), og_gen_decode ends the reply at the
@@ -69,8 +66,11 @@ void og_gen_add_stop(og_gen *g, int32_t id);
  * the prompt's tokens, the limit and export --max-context): checked before
  * any step. */
 bool og_gen_prompt_fits(const char *cmd, const og_gen *g, int64_t n);
-/* Encodes text with the post-processor's special tokens around it (none
- * when !special): *ids owned by the caller (og_free). */
+/* Encodes text (special tokens written in it parsed) with, when special
+ * and not --no-special, the special tokens the library's rule adds
+ * (og_tokenize's OG_TOKENIZE_ADD_SPECIAL: the prompt of run); a rendered
+ * chat is encoded without (!special), as transformers' apply_chat_template.
+ * *ids owned by the caller (og_free). */
 bool og_gen_encode(const char *cmd, const og_gen *g, const char *text, bool special, int32_t **ids, int64_t *n);
 
 /* Feeds n prompt tokens and, when draw (og_gen_decode will generate at

@@ -22,7 +22,6 @@ sessions first, a tokenizer its decode streams.
 import array
 import ctypes
 import ctypes.util
-import json
 import os
 import threading
 import weakref
@@ -159,6 +158,7 @@ _PROTOTYPES = {
     "og_tokenizer_bos": (c_int32, [_P]),
     "og_tokenizer_eos": (c_int32, [_P]),
     "og_tokenizer_eot": (c_int32, [_P]),
+    "og_tokenizer_stop_ids": (c_int32, [_P, POINTER(c_int32), c_int32]),
     "og_decode_stream_new": (c_int, [_P, POINTER(_P)]),
     "og_decode_stream_destroy": (None, [_P]),
     "og_decode_stream_push": (c_int, [_P, c_int32, POINTER(c_void_p), POINTER(c_size_t)]),
@@ -440,7 +440,9 @@ class Tokenizer(_Handle):
 
     def encode(self, text, add_special=True, parse_special=True):
         """Token ids of text (str, or bytes of UTF-8). add_special: the
-        tokens the tokenizer's post-processor adds (e.g. a BOS);
+        special tokens a model is fed around a text (e.g. a BOS), by the
+        library's one rule (og_tokenize: tokenizer_config.json's
+        add_bos_token / add_eos_token, else tokenizer.json's post-processor);
         parse_special: special tokens written in the text become their ids.
         Both True is Hugging Face's encode(text)."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -507,6 +509,14 @@ class Tokenizer(_Handle):
         """The token that ends an assistant's turn in the chat format, or None."""
         return self._special(_L().og_tokenizer_eot)
 
+    @property
+    def stop_ids(self):
+        """The ids that end a generation (og_tokenizer_stop_ids: eos and end
+        of turn), as every front end stops on them."""
+        buf = (c_int32 * 8)()
+        n = _L().og_tokenizer_stop_ids(self._ptr(), buf, 8)
+        return [buf[i] for i in range(min(n, 8))]
+
 
 # ----------------------------------------------------------------- models
 
@@ -547,7 +557,6 @@ class Model(_Handle):
         self._sessions = weakref.WeakSet()
         self._tokenizer = None
         self._unknown_ids = None
-        self._add_bos = ()  # not read yet
 
     def close(self):
         """Closes every live session of the model, its tokenizer, then the model."""
@@ -613,48 +622,12 @@ class Model(_Handle):
         _check(_L().og_session_restore(self._ptr(), _path(path), byref(h)), "restore %s" % path)
         return Session(self, _handle=h.value)
 
-    def _add_bos_token(self):
-        """tokenizer_config.json's add_bos_token (True, False, or None when
-        it does not say or the program has no config)."""
-        if self._add_bos == ():
-            text = _L().og_model_tokenizer_config(self._ptr())
-            try:
-                cfg = json.loads(text.decode("utf-8")) if text else {}
-            except ValueError:
-                cfg = {}
-            add = cfg.get("add_bos_token") if isinstance(cfg, dict) else None
-            self._add_bos = add if isinstance(add, bool) else None
-        return self._add_bos
-
     def prompt_ids(self, text, add_special=True):
-        """The ids a text prompt is fed as, as `offgraph run` makes them: the
-        text's tokens (special tokens written in it parsed) and, with
-        add_special, the special tokens the tokenizer's post-processor puts
-        around it, with the BOS forced on or off where tokenizer_config.json's
-        add_bos_token says (as transformers' tokenizers do)."""
-        tok = self.tokenizer
-        if not add_special:
-            return tok.encode(text, add_special=False)
-        ids = tok.encode(text)
-        bos, add = tok.bos_id, self._add_bos_token()
-        if bos is None or add is None:
-            return ids
-        plain = tok.encode(text, add_special=False)
-        # what the post-processor put before and after the text (all of it
-        # before an empty text)
-        if not plain:
-            pre, post = ids, []
-        else:
-            at = next((k for k in range(len(ids) - len(plain) + 1) if ids[k:k + len(plain)] == plain), None)
-            if at is None:
-                return ids
-            pre, post = ids[:at], ids[at + len(plain):]
-        has = pre[:1] == [bos]
-        if add and not has:
-            pre = [bos] + pre
-        elif not add and has:
-            pre = pre[1:]
-        return pre + plain + post
+        """The ids a text prompt is fed as, as `offgraph run` and
+        /v1/completions make them: Tokenizer.encode(text, add_special), the
+        special tokens the library's rule adds (og_tokenize) around the
+        text's tokens (special tokens written in it parsed)."""
+        return self.tokenizer.encode(text, add_special=add_special)
 
     def sampler(self, **params):
         """A Sampler over this model's vocabulary, the ids the tokenizer does
@@ -869,7 +842,7 @@ class Session(_Handle):
         if self.length + len(ids) > model.max_context:
             raise OffgraphError("generate: the prompt is %d tokens and the session holds %d: more than the "
                                 "model's context limit of %d" % (len(ids), self.length, model.max_context))
-        stops = {i for i in (tok.eos_id, tok.eot_id) if i is not None}
+        stops = set(tok.stop_ids)
         stops.update(int(i) for i in (stop_ids or ()))
         own = sampler is None
         if own:

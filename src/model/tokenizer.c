@@ -919,13 +919,28 @@ static og_status load_added(og_tokenizer *t, const cJSON *arr) {
     return added_set_build(t, &t->added_norm, 1);
 }
 
+/* A processor that puts pre[0..n_pre) before and suf[0..n_suf) after what
+ * the processors before it made: wraps the ids collected so far. */
+static og_status wrap_post(og_tokenizer *t, const int32_t *pre, int n_pre, const int32_t *suf, int n_suf,
+                           const char *type) {
+    if (t->n_post_pre + n_pre > 8 || t->n_post_suf + n_suf > 8)
+        return TOK_ERR(OG_ERR_UNSUPPORTED, "post_processor %s: more than 8 special tokens on a side", type);
+    memmove(t->post_pre + n_pre, t->post_pre, (size_t)t->n_post_pre * sizeof *pre);
+    memcpy(t->post_pre, pre, (size_t)n_pre * sizeof *pre);
+    t->n_post_pre += n_pre;
+    memcpy(t->post_suf + t->n_post_suf, suf, (size_t)n_suf * sizeof *suf);
+    t->n_post_suf += n_suf;
+    return OG_OK;
+}
+
 /* TemplateProcessing's "single" template: the ids of its special tokens
  * before and after sequence A. */
 static og_status load_template(og_tokenizer *t, const cJSON *o) {
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(o, "single"),
                 *specials = cJSON_GetObjectItemCaseSensitive(o, "special_tokens"), *it;
     if (!cJSON_IsArray(single)) return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing has no \"single\" list");
-    int seen_a = 0;
+    int32_t pre[8], suf[8];
+    int n_pre = 0, n_suf = 0, seen_a = 0;
     cJSON_ArrayForEach(it, single) {
         const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
         if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) {
@@ -938,21 +953,36 @@ static og_status load_template(og_tokenizer *t, const cJSON *o) {
         if (!cJSON_IsArray(ids))
             return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing: special token \"%s\" has no ids", name);
         cJSON_ArrayForEach(v, ids) {
-            int *n = seen_a ? &t->n_post_suf : &t->n_post_pre;
-            int32_t *dst = seen_a ? t->post_suf : t->post_pre;
+            int *n = seen_a ? &n_suf : &n_pre;
+            int32_t *dst = seen_a ? suf : pre;
             if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
                 return TOK_ERR(OG_ERR_FORMAT, "post_processor TemplateProcessing: special token \"%s\" has a bad id", name);
             if (*n == 8) return TOK_ERR(OG_ERR_UNSUPPORTED, "post_processor TemplateProcessing adds more than 8 tokens on a side");
             dst[(*n)++] = (int32_t)v->valuedouble;
         }
     }
-    return OG_OK;
+    return wrap_post(t, pre, n_pre, suf, n_suf, "TemplateProcessing");
+}
+
+/* BertProcessing / RobertaProcessing: {"sep": [text, id], "cls": [text, id]};
+ * a single sequence becomes cls A sep. */
+static og_status load_cls_sep(og_tokenizer *t, const cJSON *o, const char *type) {
+    int32_t id[2];
+    static const char *const keys[2] = {"cls", "sep"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, keys[k]), 1);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
+            return TOK_ERR(OG_ERR_FORMAT, "post_processor %s: \"%s\" is not a [text, id] pair", type, keys[k]);
+        id[k] = (int32_t)v->valuedouble;
+    }
+    return wrap_post(t, &id[0], 1, &id[1], 1, type);
 }
 
 static og_status load_post_processor(og_tokenizer *t, const cJSON *o) {
     const char *type = json_str(o, "type");
     if (!type) return TOK_ERR(OG_ERR_FORMAT, "post_processor has no type");
     if (!strcmp(type, "TemplateProcessing")) return load_template(t, o);
+    if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) return load_cls_sep(t, o, type);
     if (!strcmp(type, "ByteLevel")) return OG_OK; /* offsets only: adds no token */
     if (!strcmp(type, "Sequence")) {
         const cJSON *it;
@@ -1058,6 +1088,16 @@ void og_tokenizer_free(og_tokenizer *t) {
     og_free(t);
 }
 
+/* Python's truth of a JSON value (what transformers tests a flag with):
+ * absent, null, false, 0, "", [] and {} are false. */
+static bool json_truthy(const cJSON *v) {
+    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return false;
+    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+    if (cJSON_IsString(v)) return v->valuestring[0] != 0;
+    if (cJSON_IsArray(v) || cJSON_IsObject(v)) return v->child != NULL;
+    return true;
+}
+
 /* A token named in tokenizer_config.json: "text" or {"content": "text"}. */
 static og_status config_token(og_tokenizer *t, const cJSON *cfg, const char *key, int32_t *id) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
@@ -1083,6 +1123,19 @@ og_status og_tokenizer_load_config(og_tokenizer *t, const char *config_json) {
     if (rc == OG_OK) rc = config_token(t, cfg, "bos_token", &bos);
     if (rc == OG_OK && eos >= 0) rc = og_tokenizer_add_eos(t, eos);
     if (rc == OG_OK) t->bos = bos;
+    /* The BOS / EOS rule (docs/decisions.md): as transformers' tokenizers
+     * backend, a config that names add_bos_token or add_eos_token (either)
+     * replaces tokenizer.json's post_processor by [bos] A [eos], each token
+     * there when its flag is true and the config names the token; without
+     * either key the file's post_processor stands. */
+    const cJSON *add_bos = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token"),
+                *add_eos = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
+    if (rc == OG_OK && (add_bos || add_eos)) {
+        t->n_post_pre = t->n_post_suf = 0;
+        t->post_unsupported[0] = 0;
+        if (json_truthy(add_bos) && bos >= 0) t->post_pre[t->n_post_pre++] = bos;
+        if (json_truthy(add_eos) && eos >= 0) t->post_suf[t->n_post_suf++] = eos;
+    }
     const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *it;
     const char *text = cJSON_IsString(tpl) ? tpl->valuestring : NULL;
     if (cJSON_IsArray(tpl)) /* [{"name": "default", "template": ...}, ...] */

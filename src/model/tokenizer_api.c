@@ -91,6 +91,19 @@ int32_t og_tokenizer_eot(const og_tokenizer *t) {
     return eot ? og_tokenizer_token_id(t, eot) : -1;
 }
 
+int32_t og_tokenizer_stop_ids(const og_tokenizer *t, int32_t *ids, int32_t cap) {
+    if (!t) return 0;
+    const int32_t *eos = NULL;
+    int32_t n_eos = og_tokenizer_eos_ids(t, &eos), n = 0, all[9];
+    for (int32_t i = 0; i < n_eos && n < 8; i++) all[n++] = eos[i];
+    int32_t eot = og_tokenizer_eot(t);
+    bool seen = false;
+    for (int32_t i = 0; i < n; i++) seen |= all[i] == eot;
+    if (eot >= 0 && !seen) all[n++] = eot;
+    for (int32_t i = 0; i < n && i < cap; i++) ids[i] = all[i];
+    return n;
+}
+
 og_status og_decode_stream_new(const og_tokenizer *t, og_decode_stream **out) {
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_new: NULL out");
     *out = NULL;

@@ -56,10 +56,17 @@ static bool boolean(const cJSON *root, const char *name, bool *out, og_api_error
     return true;
 }
 
-static bool encode(const og_serve_ctx *c, const char *text, og_api_request *q, og_api_error *e, const char *param) {
+/* A text prompt's ids. A completion's prompt gets the special tokens the
+ * tokenizer's rule adds (og_tokenize's ADD_SPECIAL, as `offgraph run`); a
+ * rendered chat gets none (the template writes its own BOS), as
+ * transformers' apply_chat_template(tokenize=True). Special tokens written
+ * in the text are parsed in both. */
+static bool encode(const og_serve_ctx *c, const char *text, bool add_special, og_api_request *q, og_api_error *e,
+                   const char *param) {
     int32_t *ids = NULL;
     int64_t n = 0;
-    if (og_tokenizer_encode(c->tok, text, strlen(text), &ids, &n) != OG_OK)
+    unsigned flags = OG_TOKENIZE_PARSE_SPECIAL | (add_special ? OG_TOKENIZE_ADD_SPECIAL : 0u);
+    if (og_tokenize(c->tok, text, strlen(text), flags, &ids, &n) != OG_OK)
         return fail(e, 500, "server_error", NULL, param, "cannot tokenize the prompt: %s", og_last_error());
     q->prompt = ids;
     q->n_prompt = n;
@@ -195,7 +202,7 @@ static bool completion_prompt(const og_serve_ctx *c, const cJSON *p, og_api_requ
     if (!p) return BAD(e, "prompt", "'prompt' is required");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
-    if (cJSON_IsString(p)) return encode(c, p->valuestring, q, e, "prompt");
+    if (cJSON_IsString(p)) return encode(c, p->valuestring, true, q, e, "prompt");
     if (!cJSON_IsArray(p))
         return BAD(e, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
     if (cJSON_GetArraySize(p) == 0) return BAD(e, "prompt", "'prompt' is empty");
@@ -342,7 +349,7 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
     if (chat) {
         char *text = NULL;
         if (!render_chat(c, field(root, "messages"), field(root, "chat_template_kwargs"), &text, e)) goto done;
-        bool enc = encode(c, text, q, e, "messages");
+        bool enc = encode(c, text, false, q, e, "messages");
         og_free(text);
         if (!enc) goto done;
     } else if (!completion_prompt(c, field(root, "prompt"), q, e)) {

@@ -856,9 +856,8 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     r->n_stops = q.n_stops;
     q.n_stops = 0;
     r->logprobs = q.logprobs;
-    for (int32_t i = 0; !q.ignore_eos && i < s->n_eos && r->n_stop_ids < 8; i++) r->stop_ids[r->n_stop_ids++] = s->eos[i];
-    if (chat && !q.ignore_eos && s->end_of_turn >= 0 && r->n_stop_ids < 8)
-        r->stop_ids[r->n_stop_ids++] = s->end_of_turn;
+    for (int32_t i = 0; !q.ignore_eos && i < s->n_stop_ids && r->n_stop_ids < 8; i++)
+        r->stop_ids[r->n_stop_ids++] = s->stop_ids[i];
     pthread_mutex_lock(&s->lock);
     uint64_t serial = ++s->seed_counter;
     pthread_mutex_unlock(&s->lock);

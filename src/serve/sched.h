@@ -100,9 +100,8 @@ struct og_server {
     int64_t vocab;
     int32_t *forbidden;         /* ids the tokenizer does not know */
     int32_t n_forbidden;
-    int32_t eos[8];
-    int32_t n_eos;
-    int32_t end_of_turn;        /* the chat format's, or -1 */
+    int32_t stop_ids[8];        /* what ends a generation: og_tokenizer_stop_ids */
+    int32_t n_stop_ids;
     int chat_format;            /* og_chat_format */
     int64_t created;            /* unix time of start */
     og_serve_ctx api;           /* what request parsing needs */

@@ -159,12 +159,9 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     s->ctx = kv->max_capacity;
     s->max_write = kv->max_write;
     s->vocab = og_model_vocab_size(s->model);
-    const int32_t *eos;
-    int32_t n_eos = og_tokenizer_eos_ids(s->tok, &eos);
-    for (int32_t i = 0; i < n_eos && s->n_eos < 8; i++) s->eos[s->n_eos++] = eos[i];
+    s->n_stop_ids = og_tokenizer_stop_ids(s->tok, s->stop_ids, 8);
+    if (s->n_stop_ids > 8) s->n_stop_ids = 8;
     s->chat_format = og_chat_format_detect(og_tokenizer_chat_template(s->tok));
-    const char *eot = og_chat_template_end_marker(og_tokenizer_chat_template(s->tok));
-    s->end_of_turn = eot ? og_tokenizer_token_id(s->tok, eot) : -1;
     for (int64_t i = 0; i < s->vocab; i++) {
         if (og_tokenizer_token_text(s->tok, (int32_t)i)) continue;
         if (!s->forbidden && !(s->forbidden = og_calloc((size_t)s->vocab, sizeof *s->forbidden))) {

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The same prompt gives the same token ids through `offgraph tokenize`, `run`,
+# `chat`, `serve` (/v1/completions, /v1/chat/completions) and the Python
+# binding, for every tokenizer fixture with and without a BOS
+# (tests/python/check_prompt_ids.py says how). Loopback only; the binding is
+# imported from python/ with this build's liboffgraph.so.
+# Args: the built offgraph, a scratch folder.
+set -u
+BIN=$1
+WORK=$2
+SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+if ! command -v python3 >/dev/null; then
+    echo "cli_prompt_ids: python3 is missing: skipped"
+    exit 77
+fi
+export OFFGRAPH_LIB=${OFFGRAPH_LIB:-$(cd "$(dirname "$BIN")" && pwd)/liboffgraph.so}
+exec python3 "$SRC/tests/python/check_prompt_ids.py" "$BIN" "$WORK" "$SRC"
