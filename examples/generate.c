@@ -30,6 +30,9 @@ static int continue_session(og_session *s, const og_tokenizer *tok, og_sampler *
     size_t len;
     int32_t token = first;
     int rc = 0;
+    int32_t stops[8]; /* what ends a generation: eos and the chat's end of turn */
+    int32_t n_stops = og_tokenizer_stop_ids(tok, stops, 8);
+    if (n_stops > 8) n_stops = 8;
     for (int i = 0; i < max_tokens; i++) {
         int32_t next;
         if (og_session_eval_sample(s, &token, 1, 0, sampler, &next) != OG_OK) {
@@ -37,7 +40,9 @@ static int continue_session(og_session *s, const og_tokenizer *tok, og_sampler *
             rc = 1;
             break;
         }
-        if (next == og_tokenizer_eos(tok) || next == og_tokenizer_eot(tok)) break;
+        int stop = 0;
+        for (int32_t k = 0; k < n_stops; k++) stop |= next == stops[k];
+        if (stop) break;
         if (og_decode_stream_push(stream, next, &text, &len) != OG_OK) {
             rc = fail("decode");
             break;
