@@ -21,6 +21,23 @@ extern "C" {
 #define OG_VERSION_MAJOR 0
 #define OG_VERSION_MINOR 1
 
+/* OG_API marks each function of this API; it is the only thing
+ * liboffgraph.so exports. The library is compiled with hidden visibility
+ * (-fvisibility=hidden), so everything else it holds stays internal; with
+ * GCC and Clang OG_API gives the declarations default visibility, elsewhere
+ * it is empty. A program may define OG_API itself before including this
+ * header (e.g. to add an import attribute). The rule scripts/check_exports.sh
+ * reads this header by: every function declaration here starts on a line
+ * that begins with OG_API; it checks that the library exports exactly the
+ * functions so declared. */
+#ifndef OG_API
+#if defined(__GNUC__) || defined(__clang__)
+#define OG_API __attribute__((visibility("default")))
+#else
+#define OG_API
+#endif
+#endif
+
 /* ---------------------------------------------------------------- core */
 
 /* Status codes. New values are only ever added at the end. */
@@ -42,12 +59,12 @@ typedef enum og_status {
 } og_status;
 
 /* Returns a static string naming the status; never NULL. */
-const char *og_status_str(og_status s);
+OG_API const char *og_status_str(og_status s);
 
 /* The message of the last failure on this thread for calls that take no
  * handle (e.g. og_kv_config_validate). Owned by the library; valid until the
  * next failing call on the same thread. Never NULL. */
-const char *og_last_error(void);
+OG_API const char *og_last_error(void);
 
 /* Element types of tensors and KV storage. */
 typedef enum og_dtype {
@@ -90,22 +107,22 @@ typedef enum og_dtype {
 
 /* Bytes per element of dtype; 0 for an unknown value and for the quantized
  * dtypes, whose elements are not whole bytes (og_tensor_bytes sizes those). */
-size_t og_dtype_size(og_dtype dt);
+OG_API size_t og_dtype_size(og_dtype dt);
 /* True for the quantized weight dtypes: q8, q4 and the k-quants. */
-bool og_dtype_is_quantized(og_dtype dt);
+OG_API bool og_dtype_is_quantized(og_dtype dt);
 /* True for the k-quants (OG_DTYPE_Q2_K .. OG_DTYPE_Q6_K). */
-bool og_dtype_is_kquant(og_dtype dt);
+OG_API bool og_dtype_is_kquant(og_dtype dt);
 /* Bytes of a tensor of dtype and shape (rank 1..4, dims > 0) into *bytes.
  * Quantized dtypes need rank 2 (q8 and q4 also 3: a stack of matrices)
  * and a last dim that is a multiple of OG_QUANT_GROUP (q8, q4) or
  * OG_KQUANT_BLOCK (k-quants). False, *bytes untouched, when the dtype is unknown, the shape
  * does not suit it or the count overflows int64. */
-bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);
+OG_API bool og_tensor_bytes(og_dtype dt, int32_t rank, const int64_t *shape, int64_t *bytes);
 /* Short lower-case name ("f32", "bf16", ...); "unknown" otherwise. */
-const char *og_dtype_name(og_dtype dt);
+OG_API const char *og_dtype_name(og_dtype dt);
 /* Parses a name as written by og_dtype_name; returns OG_ERR_INVALID_ARGUMENT
  * for an unknown name. */
-og_status og_dtype_parse(const char *name, og_dtype *out);
+OG_API og_status og_dtype_parse(const char *name, og_dtype *out);
 
 /* Logging: messages at or above the level go to stderr. Default: WARN. */
 typedef enum og_log_level {
@@ -115,7 +132,7 @@ typedef enum og_log_level {
     OG_LOG_ERROR,
     OG_LOG_NONE
 } og_log_level;
-void og_log_set_level(og_log_level level);
+OG_API void og_log_set_level(og_log_level level);
 
 /* Host allocator hooks for every long-lived host allocation the library
  * makes. NULL members restore the defaults (malloc/realloc/free). */
@@ -125,7 +142,7 @@ typedef struct og_host_allocator {
     void (*free)(void *ptr, void *user);
     void *user;
 } og_host_allocator;
-void og_set_host_allocator(const og_host_allocator *a);
+OG_API void og_set_host_allocator(const og_host_allocator *a);
 
 /* ------------------------------------------------------- KV manifest */
 
@@ -201,16 +218,16 @@ typedef enum og_kv_rule {
 } og_kv_rule;
 
 /* Static name of a rule, e.g. "ring_window"; never NULL. */
-const char *og_kv_rule_name(og_kv_rule r);
+OG_API const char *og_kv_rule_name(og_kv_rule r);
 
 /* Checks every rule in the order of the enum. Returns OG_OK, or
  * OG_ERR_INVALID_CONFIG with *broken (if non-NULL) set to the first broken
  * rule and og_last_error() naming the rule, the layer and the bad value. */
-og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken);
+OG_API og_status og_kv_config_validate(const og_kv_config *cfg, og_kv_rule *broken);
 
 /* Ring capacity R = W + max_write - 1 for a ring layer; for a flat layer,
  * max_capacity. */
-int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *layer);
+OG_API int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_config *layer);
 
 /* ------------------------------------------------- storage allocators */
 
@@ -267,7 +284,7 @@ typedef struct og_kv_allocator {
 } og_kv_allocator;
 
 /* The host-heap allocator. Returned by value; needs no cleanup. */
-og_kv_allocator og_kv_allocator_cpu(void);
+OG_API og_kv_allocator og_kv_allocator_cpu(void);
 
 /* A host allocator that grows in place, in pages: reserve maps address space
  * for max_bytes that nothing may touch, and makes its first bytes (rounded
@@ -282,11 +299,11 @@ og_kv_allocator og_kv_allocator_cpu(void);
  * success *out must be released with og_kv_allocator_paged_release after
  * every session using it is destroyed; its calls may come from several
  * threads. */
-og_status og_kv_allocator_paged(og_kv_allocator *out);
+OG_API og_status og_kv_allocator_paged(og_kv_allocator *out);
 /* Releases what og_kv_allocator_paged holds (reservations still live are
  * unmapped, with a warning) and zeroes *a; a no-op for other allocators and
  * NULL. */
-void og_kv_allocator_paged_release(og_kv_allocator *a);
+OG_API void og_kv_allocator_paged_release(og_kv_allocator *a);
 
 /* Fault injection: an allocator that forwards to `inner` but fails the
  * fail_at-th allocation (1-based, counted since the last arm) with
@@ -304,9 +321,9 @@ typedef struct og_kv_fault_state {
     int64_t alloc_calls; /* allocations seen since the last arm */
     int64_t failures;    /* allocations refused so far          */
 } og_kv_fault_state;
-og_kv_allocator og_kv_allocator_faulty(og_kv_fault_state *state);
+OG_API og_kv_allocator og_kv_allocator_faulty(og_kv_fault_state *state);
 /* Re-arms: the fail_at-th allocation from now on fails. */
-void og_kv_fault_arm(og_kv_fault_state *state, int64_t fail_at);
+OG_API void og_kv_fault_arm(og_kv_fault_state *state, int64_t fail_at);
 
 /* ------------------------------------------------------------ sessions */
 
@@ -330,15 +347,15 @@ typedef struct og_kv_session og_kv_session;
  * as row_stride. With any other allocator every layer has its own dense k
  * and v blocks (row_stride 0), and a flat layer grows geometrically from
  * initial_capacity by alloc + copy + free. */
-og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *alloc,
-                               og_kv_session **out);
+OG_API og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *alloc,
+                                      og_kv_session **out);
 /* Frees the session and all of its storage. NULL is a no-op. */
-void og_kv_session_destroy(og_kv_session *s);
+OG_API void og_kv_session_destroy(og_kv_session *s);
 /* Sets the committed length to 0; keeps (does not free or clear) storage. */
-void og_kv_session_reset(og_kv_session *s);
+OG_API void og_kv_session_reset(og_kv_session *s);
 
 /* Committed logical length L. */
-int64_t og_kv_session_length(const og_kv_session *s);
+OG_API int64_t og_kv_session_length(const og_kv_session *s);
 
 /* Step transaction, part 1. Plans every layer for a step of T tokens at the
  * committed length, then allocates or grows storage all-or-nothing and binds
@@ -346,12 +363,12 @@ int64_t og_kv_session_length(const og_kv_session *s);
  * T > max_write (OG_ERR_WRITE_TOO_WIDE), L + T > max_capacity
  * (OG_ERR_CAPACITY), a step already prepared (OG_ERR_STATE). On an
  * allocation failure every layer keeps the storage, rows and length it had. */
-og_status og_kv_session_prepare(og_kv_session *s, int32_t T);
+OG_API og_status og_kv_session_prepare(og_kv_session *s, int32_t T);
 /* Step transaction, part 2: advances L by T. T must equal the prepared width. */
-og_status og_kv_session_commit(og_kv_session *s, int32_t T);
+OG_API og_status og_kv_session_commit(og_kv_session *s, int32_t T);
 /* Drops a prepared step without advancing L (storage growth is kept: rows
  * past L are never read). No-op when nothing is prepared. */
-void og_kv_session_abort(og_kv_session *s);
+OG_API void og_kv_session_abort(og_kv_session *s);
 /* Drops a prepared step and undoes what its prepare did to the storage:
  * blocks it allocated are freed, layers it moved are back at their old
  * blocks (a dense prepare keeps a replaced block until commit or abort for
@@ -359,11 +376,11 @@ void og_kv_session_abort(og_kv_session *s);
  * Only memory a failed shrink could not give back may stay backed. This is
  * what a batched step does to every session when any of them fails. No-op
  * when nothing is prepared. */
-void og_kv_session_rollback(og_kv_session *s);
+OG_API void og_kv_session_rollback(og_kv_session *s);
 
 /* Message of the last failure on this session; never NULL. Owned by the
  * session, valid until its next call. */
-const char *og_kv_session_last_error(const og_kv_session *s);
+OG_API const char *og_kv_session_last_error(const og_kv_session *s);
 
 /* The storage a step binds for one manifest layer (index into cfg->layers).
  * Pointers are borrowed from the session and valid until the next prepare,
@@ -390,11 +407,11 @@ typedef struct og_kv_layer_view {
      * og_kv_session_create) reports the packed row's width. */
     int64_t row_stride;
 } og_kv_layer_view;
-og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_layer_view *out);
+OG_API og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_layer_view *out);
 /* Elements between consecutive rows of the view: row_stride, or when it is
  * 0 the dense row: Hkv * D, or round_up(Hkv * (D + 4), 16) bytes for int8
  * and fp8. */
-int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v);
+OG_API int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v);
 
 /* The storage a step binds for one state of the manifest (index into
  * cfg->states). `read` holds the committed state (what the session's
@@ -414,7 +431,7 @@ typedef struct og_kv_state_view {
     void *read;
     void *write;
 } og_kv_state_view;
-og_status og_kv_session_state_view(const og_kv_session *s, int32_t index, og_kv_state_view *out);
+OG_API og_status og_kv_session_state_view(const og_kv_session *s, int32_t index, og_kv_state_view *out);
 
 /* Keeps a copy of the session's committed state (every state of the
  * manifest) at its length L, so that og_kv_session_fork can later start a
@@ -423,14 +440,14 @@ og_status og_kv_session_state_view(const og_kv_session *s, int32_t index, og_kv_
  * nothing kept for a manifest without states (any length is a fork point
  * there); OG_ERR_STATE with a step prepared; an allocation or copy failure
  * keeps the previous checkpoint. */
-og_status og_kv_session_checkpoint(og_kv_session *s);
+OG_API og_status og_kv_session_checkpoint(og_kv_session *s);
 /* The length of the session's checkpoint, -1 when it has none. */
-int64_t og_kv_session_checkpoint_length(const og_kv_session *s);
+OG_API int64_t og_kv_session_checkpoint_length(const og_kv_session *s);
 /* The largest length p <= at_most the session can be forked at (see
  * og_kv_session_fork), or -1 when there is none: without states every p
  * from og_kv_session_fork_floor to L; with states only 0, L and the
  * checkpoint's length (those at or above the floor). */
-int64_t og_kv_session_fork_point(const og_kv_session *s, int64_t at_most);
+OG_API int64_t og_kv_session_fork_point(const og_kv_session *s, int64_t at_most);
 
 /* Per-session metrics. */
 typedef struct og_kv_metrics {
@@ -458,11 +475,11 @@ typedef struct og_kv_metrics {
      * was taken. bytes_live counts one copy. */
     int64_t bytes_state;
 } og_kv_metrics;
-og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out);
+OG_API og_status og_kv_session_metrics(const og_kv_session *s, og_kv_metrics *out);
 /* Allocated rows of one manifest layer (index into cfg->layers), -1 if out of range. */
-int64_t og_kv_session_layer_rows(const og_kv_session *s, int32_t index);
+OG_API int64_t og_kv_session_layer_rows(const og_kv_session *s, int32_t index);
 /* Counts one graph capture (called by the executor). */
-void og_kv_session_note_capture(og_kv_session *s);
+OG_API void og_kv_session_note_capture(og_kv_session *s);
 
 /* Fork: a new session holding the parent's first at_length positions, that
  * diverges from there (its steps and the parent's never see each other's
@@ -494,13 +511,13 @@ void og_kv_session_note_capture(og_kv_session *s);
  * allocator of the other layout (OG_ERR_INVALID_ARGUMENT); an allocation
  * failure (OG_ERR_OUT_OF_MEMORY) leaves nothing behind. The parent is not
  * changed, except that it remembers which of its bytes are shared. */
-og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_kv_allocator *alloc,
-                             og_kv_session **out);
+OG_API og_status og_kv_session_fork(og_kv_session *parent, int64_t at_length, const og_kv_allocator *alloc,
+                                    og_kv_session **out);
 /* The smallest length the session can be forked at: 0 without ring layers;
  * a ring layer of window W holds only the last R positions, and a fork at a
  * needs positions a - W + 1 .. a - 1, so once L > R the floor is
  * L - R + W - 1 = L - max_write (0 while L <= R). */
-int64_t og_kv_session_fork_floor(const og_kv_session *s);
+OG_API int64_t og_kv_session_fork_floor(const og_kv_session *s);
 
 /* Capacity estimate against a memory budget in bytes (what the caller has
  * left for KV storage beyond what this session already holds). */
@@ -512,8 +529,8 @@ typedef struct og_kv_capacity {
     int64_t fresh_session_bytes;/* storage of a new session's first step
                                    (packed: ring block + one row's backing)  */
 } og_kv_capacity;
-og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes,
-                                 og_kv_capacity *out);
+OG_API og_status og_kv_session_capacity(const og_kv_session *s, int64_t budget_bytes,
+                                        og_kv_capacity *out);
 
 /* ------------------------------------------------------------ models */
 
@@ -534,7 +551,7 @@ typedef struct og_model_params {
      * only when the session's storage moved. 1 (default) on, 0 off. */
     int32_t cuda_graphs;
 } og_model_params;
-og_model_params og_model_default_params(void);
+OG_API og_model_params og_model_default_params(void);
 
 /* Loads and validates the program at path. On success *out is owned by the
  * caller: og_model_free. On failure og_last_error() says why (a program
@@ -544,24 +561,24 @@ og_model_params og_model_default_params(void);
  * SIGBUS or other bytes). Replace it by writing a new file and renaming it
  * over the path, as `offgraph export` and the program writer do; the loaded
  * model keeps reading the old file. */
-og_status og_model_load(const char *path, const og_model_params *params, og_model **out);
+OG_API og_status og_model_load(const char *path, const og_model_params *params, og_model **out);
 /* Frees the model. Every session of it must be destroyed first. NULL is a no-op. */
-void og_model_free(og_model *m);
+OG_API void og_model_free(og_model *m);
 /* Vocabulary size (width of a logits row). */
-int64_t og_model_vocab_size(const og_model *m);
+OG_API int64_t og_model_vocab_size(const og_model *m);
 /* The KV manifest the program declares; borrowed from the model. */
-const og_kv_config *og_model_kv_config(const og_model *m);
+OG_API const og_kv_config *og_model_kv_config(const og_model *m);
 /* The embedded tokenizer.json text, or NULL; borrowed from the model. */
-const char *og_model_tokenizer_json(const og_model *m);
+OG_API const char *og_model_tokenizer_json(const og_model *m);
 /* The embedded tokenizer_config.json text (with the chat template, when the
  * checkpoint had one), or NULL; borrowed from the model. */
-const char *og_model_tokenizer_config(const og_model *m);
+OG_API const char *og_model_tokenizer_config(const og_model *m);
 /* Without a tokenizer: why, as the export recorded it (e.g. "exported from a
  * GGUF file whose tokenizer.ggml.model is \"no_vocab\""), or NULL when it
  * did not say (or there is a tokenizer); borrowed from the model. */
-const char *og_model_no_tokenizer_reason(const og_model *m);
+OG_API const char *og_model_no_tokenizer_reason(const og_model *m);
 /* The back end the model runs on (never OG_BACKEND_AUTO). */
-og_backend og_model_backend(const og_model *m);
+OG_API og_backend og_model_backend(const og_model *m);
 
 /* ------------------------------------------------------------ sampling */
 
@@ -585,25 +602,25 @@ typedef struct og_sampler_params {
 
 /* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0
  * (off), repeat_last_n 64, seed 0. */
-og_sampler_params og_sampler_default_params(void);
+OG_API og_sampler_params og_sampler_default_params(void);
 
 typedef struct og_sampler og_sampler;
 
 /* For rows of vocab logits. On success *out is owned by the caller:
  * og_sampler_destroy. Refuses vocab < 1 or a negative top_p/min_p. */
-og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sampler **out);
+OG_API og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sampler **out);
 /* NULL is a no-op. */
-void og_sampler_destroy(og_sampler *s);
+OG_API void og_sampler_destroy(og_sampler *s);
 /* Adds a token to the history the repetition penalty looks at (prompt
  * tokens too; og_sampler_sample adds what it returns). */
-void og_sampler_accept(og_sampler *s, int32_t token);
+OG_API void og_sampler_accept(og_sampler *s, int32_t token);
 /* Rules a token out for good (e.g. ids of a padded vocabulary that the
  * tokenizer does not know). Refuses an id outside [0, vocab). */
-og_status og_sampler_forbid(og_sampler *s, int32_t token);
+OG_API og_status og_sampler_forbid(og_sampler *s, int32_t token);
 /* Forgets the history and reseeds; forbidden tokens stay forbidden. */
-void og_sampler_reset(og_sampler *s);
+OG_API void og_sampler_reset(og_sampler *s);
 /* Picks the next token from logits [vocab] (not modified). */
-int32_t og_sampler_sample(og_sampler *s, const float *logits);
+OG_API int32_t og_sampler_sample(og_sampler *s, const float *logits);
 
 /* ------------------------------------------------- sessions of a model */
 
@@ -622,14 +639,14 @@ typedef struct og_session_params {
      * to test failures; the CUDA back end refuses one. */
     const og_kv_allocator *kv_allocator;
 } og_session_params;
-og_session_params og_session_default_params(void);
+OG_API og_session_params og_session_default_params(void);
 
 /* On success *out is owned by the caller: og_session_destroy. */
-og_status og_session_create(og_model *m, const og_session_params *params, og_session **out);
+OG_API og_status og_session_create(og_model *m, const og_session_params *params, og_session **out);
 /* NULL is a no-op. */
-void og_session_destroy(og_session *s);
+OG_API void og_session_destroy(og_session *s);
 /* Forgets the conversation (length 0), keeping storage. */
-void og_session_reset(og_session *s);
+OG_API void og_session_reset(og_session *s);
 
 /* Feeds n tokens, chunk at a time (chunk <= 0: all at once), each step at
  * most max_write tokens: the executor splits longer inputs. Every step is a
@@ -638,13 +655,13 @@ void og_session_reset(og_session *s);
  * logits: NULL, or [n, vocab] f32 for every input position (all_rows), or
  * [vocab] for the last position only (!all_rows; cheaper: the layers after
  * the last attention run on the last row alone). */
-og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
-                          float *logits, int all_rows);
+OG_API og_status og_session_eval(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                 float *logits, int all_rows);
 /* Like og_session_eval without logits, and then *next = the arg-max token
  * of the last position (torch.argmax rules: first maximum, NaN wins). On CUDA
  * the arg-max runs on the device and only the token is copied back. */
-og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
-                               int32_t *next);
+OG_API og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                      int32_t *next);
 /* Like og_session_eval without logits, and then *next = a token drawn from
  * the last position's logits by og_sampler_sample (the sampler's vocabulary
  * must be the model's). The sampler advances exactly as og_sampler_sample
@@ -654,8 +671,8 @@ og_status og_session_eval_next(og_session *s, const int32_t *tokens, int64_t n, 
  * (temperature > 0 keeping more than 1024 candidates: top_k <= 0 or top_k >
  * 1024, over a vocabulary of more than 1024): then the logits come back and
  * the host samples them. */
-og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
-                                 og_sampler *sampler, int32_t *next);
+OG_API og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n, int32_t chunk,
+                                        og_sampler *sampler, int32_t *next);
 /* A new session of the parent's model holding the parent's first at_length
  * tokens (0 <= at_length <= og_session_length(parent)), that diverges from
  * there: what either session feeds afterwards is never seen by the other.
@@ -671,7 +688,7 @@ og_status og_session_eval_sample(og_session *s, const int32_t *tokens, int64_t n
  * (og_kv_session_fork_floor: OG_ERR_UNSUPPORTED); an allocation failure
  * (OG_ERR_OUT_OF_MEMORY) leaves no child. og_last_error() and the parent's
  * og_session_last_error() say why. */
-og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out);
+OG_API og_status og_session_fork(og_session *parent, int64_t at_length, og_session **out);
 /* Hybrid models (per-session state: og_kv_state_config) hold their state
  * only at the session's length, so og_session_fork starts a child only at
  * 0, at the parent's length or at its checkpoint. og_session_checkpoint
@@ -682,8 +699,8 @@ og_status og_session_fork(og_session *parent, int64_t at_length, og_session **ou
  * allocation failure (OG_ERR_OUT_OF_MEMORY) keeps the previous checkpoint.
  * og_session_fork_point: the largest length <= at_most the session can be
  * forked at, -1 when none (og_kv_session_fork_point). */
-og_status og_session_checkpoint(og_session *s);
-int64_t og_session_fork_point(const og_session *s, int64_t at_most);
+OG_API og_status og_session_checkpoint(og_session *s);
+OG_API int64_t og_session_fork_point(const og_session *s, int64_t at_most);
 
 /* Saves the session's KV rows to a file at path, crash-safe: the rows are
  * written to a temp file <path>.tmp.XXXXXX in the same directory, its
@@ -705,7 +722,7 @@ int64_t og_session_fork_point(const og_session *s, int64_t at_most);
  * Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT), a session in a step on
  * another thread (OG_ERR_STATE); a failure to write, fsync or rename is
  * OG_ERR_IO, and leaves path as it was and no temp file. */
-og_status og_session_save(og_session *s, const char *path);
+OG_API og_status og_session_save(og_session *s, const char *path);
 /* Creates a session of model m (default parameters, the file's kv dtype)
  * holding what the file at path holds: the next steps give what the saved
  * session's would have given, bit for bit. On success *out is owned by the
@@ -718,14 +735,14 @@ og_status og_session_save(og_session *s, const char *path);
  * disagrees with the length, a header whose checksum fails, a truncated
  * file (or one with trailing bytes), a layer whose rows fail their checksum
  * (naming the layer). */
-og_status og_session_restore(og_model *m, const char *path, og_session **out);
+OG_API og_status og_session_restore(og_model *m, const char *path, og_session **out);
 /* The same into an existing session of the file's model, created by the
  * caller with any parameters (e.g. a kv_allocator); its kv dtype must be
  * the file's. The session's conversation is replaced: refused before any
  * change when the header is refused; a failure after that (allocation,
  * a layer's checksum) leaves the session empty (length 0). OG_ERR_STATE
  * for a session in a step. */
-og_status og_session_restore_into(og_session *s, const char *path);
+OG_API og_status og_session_restore_into(og_session *s, const char *path);
 
 /* ------------------------------------------------------- prefix reuse */
 
@@ -745,7 +762,7 @@ typedef struct og_prefix_cache_params {
     int32_t block_tokens; /* tokens in a key block (>= 1)                  */
 } og_prefix_cache_params;
 /* budget 1 GiB, blocks of 64 tokens. */
-og_prefix_cache_params og_prefix_cache_default_params(void);
+OG_API og_prefix_cache_params og_prefix_cache_default_params(void);
 
 typedef struct og_prefix_cache_metrics {
     int64_t lookups;       /* og_prefix_cache_lookup calls                     */
@@ -760,12 +777,12 @@ typedef struct og_prefix_cache_metrics {
 
 /* params NULL: the defaults. On success *out is owned by the caller:
  * og_prefix_cache_destroy. Refuses a negative budget or block_tokens < 1. */
-og_status og_prefix_cache_create(const og_prefix_cache_params *params, og_prefix_cache **out);
+OG_API og_status og_prefix_cache_create(const og_prefix_cache_params *params, og_prefix_cache **out);
 /* Destroys every cached session and the cache; call it before freeing the
  * models of the sessions it holds. NULL is a no-op. */
-void og_prefix_cache_destroy(og_prefix_cache *c);
+OG_API void og_prefix_cache_destroy(og_prefix_cache *c);
 /* Destroys every cached session; the cache stays usable. */
-void og_prefix_cache_clear(og_prefix_cache *c);
+OG_API void og_prefix_cache_clear(og_prefix_cache *c);
 /* Puts an idle session whose KV holds exactly tokens [n] (n must equal
  * og_session_length(s)). The cache takes ownership of s in every case,
  * also on failure (then s is destroyed): the caller must not use it again
@@ -777,7 +794,7 @@ void og_prefix_cache_clear(og_prefix_cache *c);
  * when it alone exceeds it). Refused: NULL arguments or n != the session's
  * length (OG_ERR_INVALID_ARGUMENT), a session in a step (OG_ERR_STATE),
  * no memory (OG_ERR_OUT_OF_MEMORY). */
-og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *tokens, int64_t n);
+OG_API og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *tokens, int64_t n);
 /* Finds the cached session of model m sharing the longest prefix with
  * tokens [n] (at least one whole block; at most n - 1 tokens, so that the
  * caller feeds at least the last token and gets its logits; at least the
@@ -786,14 +803,14 @@ og_status og_prefix_cache_put(og_prefix_cache *c, og_session *s, const int32_t *
  * caller feeds tokens [*reused, n). On a miss *out is NULL and *reused 0,
  * and the call still returns OG_OK. Errors (OG_ERR_INVALID_ARGUMENT, or a
  * failed fork: OG_ERR_OUT_OF_MEMORY) leave *out NULL. */
-og_status og_prefix_cache_lookup(og_prefix_cache *c, og_model *m, const int32_t *tokens, int64_t n,
-                                 og_session **out, int64_t *reused);
-og_status og_prefix_cache_metrics_get(og_prefix_cache *c, og_prefix_cache_metrics *out);
+OG_API og_status og_prefix_cache_lookup(og_prefix_cache *c, og_model *m, const int32_t *tokens, int64_t n,
+                                        og_session **out, int64_t *reused);
+OG_API og_status og_prefix_cache_metrics_get(og_prefix_cache *c, og_prefix_cache_metrics *out);
 /* Evicts least recently used entries while the entries' KV bytes exceed
  * max_bytes (a negative max_bytes counts as 0), each counted in
  * metrics.evictions, e.g. when a server needs their memory for a new
  * request. Returns the bytes held afterwards (0 for NULL c). */
-int64_t og_prefix_cache_trim(og_prefix_cache *c, int64_t max_bytes);
+OG_API int64_t og_prefix_cache_trim(og_prefix_cache *c, int64_t max_bytes);
 
 /* ------------------------------------------- many sessions in one step */
 
@@ -841,7 +858,7 @@ typedef struct og_batch_item {
  * another vocabulary. Items are read and their `token` written; the call
  * keeps no pointer to them. Steps of one model may run on several threads,
  * each with its own sessions. */
-og_status og_model_step(og_model *m, og_batch_item *items, int32_t n_items);
+OG_API og_status og_model_step(og_model *m, og_batch_item *items, int32_t n_items);
 
 /* Model-wide figures of batched steps. CUDA decode steps replay a graph
  * captured once per batch bucket (1, 2, 4, ..., 256 sessions, padded rows
@@ -854,16 +871,16 @@ typedef struct og_model_metrics {
     int64_t bucket_captures[OG_BATCH_BUCKETS]; /* bucket b holds 2^b sessions        */
     int64_t bucket_replays[OG_BATCH_BUCKETS];
 } og_model_metrics;
-og_status og_model_metrics_get(const og_model *m, og_model_metrics *out);
+OG_API og_status og_model_metrics_get(const og_model *m, og_model_metrics *out);
 
 /* Committed length. */
-int64_t og_session_length(const og_session *s);
+OG_API int64_t og_session_length(const og_session *s);
 /* KV metrics of the session (see og_kv_metrics). */
-og_status og_session_metrics(const og_session *s, og_kv_metrics *out);
+OG_API og_status og_session_metrics(const og_session *s, og_kv_metrics *out);
 /* The session's KV manager handle, borrowed (for layer views and capacity). */
-const og_kv_session *og_session_kv(const og_session *s);
+OG_API const og_kv_session *og_session_kv(const og_session *s);
 /* Message of the last failure on this session; never NULL. */
-const char *og_session_last_error(const og_session *s);
+OG_API const char *og_session_last_error(const og_session *s);
 
 
 /* ----------------------------------------------------------- tokenizer */
@@ -878,7 +895,7 @@ typedef struct og_tokenizer og_tokenizer;
 
 /* Frees an array or a string that a tokenizer call gave the caller (ids,
  * text, pieces), through the host allocator. NULL is a no-op. */
-void og_free(void *ptr);
+OG_API void og_free(void *ptr);
 
 /* The tokenizer of a model: the tokenizer.json and tokenizer_config.json
  * its program embeds (see og_model_tokenizer_json). The tokenizer copies
@@ -888,14 +905,15 @@ void og_free(void *ptr);
  * (OG_ERR_UNSUPPORTED); a file that is malformed (OG_ERR_FORMAT) or asks
  * for what this build does not support (OG_ERR_UNSUPPORTED), with
  * og_last_error() naming the file and what in it. *out is NULL on failure. */
-og_status og_tokenizer_from_model(const og_model *m, og_tokenizer **out);
+OG_API og_status og_tokenizer_from_model(const og_model *m, og_tokenizer **out);
 /* The same from files: tokenizer_json_path, and config_path (a
  * tokenizer_config.json; NULL for none: then no bos and no eos). A file
  * that cannot be read is OG_ERR_IO, naming the path. */
-og_status og_tokenizer_from_file(const char *tokenizer_json_path, const char *config_path, og_tokenizer **out);
+OG_API og_status og_tokenizer_from_file(const char *tokenizer_json_path, const char *config_path,
+                                        og_tokenizer **out);
 /* Frees the tokenizer; every decode stream of it must be destroyed first.
  * NULL is a no-op. */
-void og_tokenizer_free(og_tokenizer *t);
+OG_API void og_tokenizer_free(og_tokenizer *t);
 
 /* Flags of og_tokenize. */
 #define OG_TOKENIZE_ADD_SPECIAL 1u   /* add the special tokens a model is fed around a text
@@ -920,47 +938,47 @@ void og_tokenizer_free(og_tokenizer *t);
  * Refused: NULL arguments (OG_ERR_INVALID_ARGUMENT), ADD_SPECIAL with
  * another post_processor (OG_ERR_UNSUPPORTED, naming it). On failure *ids
  * is NULL and *n 0. */
-og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
-                      int64_t *n);
+OG_API og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                             int64_t *n);
 /* Decodes n ids into NUL-terminated UTF-8, special tokens kept as their
  * text, exactly as Hugging Face's decode(ids) does. On success *text is
  * owned by the caller: og_free; *len (if non-NULL) gets its length in
  * bytes. An id that is not a token is OG_ERR_INVALID_ARGUMENT, naming it
  * and its index; *text is NULL on failure. */
-og_status og_detokenize(const og_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
+OG_API og_status og_detokenize(const og_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
 
 /* One past the largest token id (vocabulary and added tokens); 0 for NULL.
  * Ids below it may still be holes that are no token (og_token_piece says). */
-int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
+OG_API int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
 /* The id of the token whose stored piece is exactly `piece` (added tokens
  * first, then the vocabulary, e.g. "<|im_end|>" or "\u0120the" of a byte-level
  * vocabulary), or -1 when there is none or an argument is NULL. */
-int32_t og_tokenizer_token_id(const og_tokenizer *t, const char *piece);
+OG_API int32_t og_tokenizer_token_id(const og_tokenizer *t, const char *piece);
 /* The token's piece as the vocabulary stores it (e.g. "\u0120the"), or NULL
  * for an id that is no token; borrowed from t, valid until og_tokenizer_free. */
-const char *og_tokenizer_token_text(const og_tokenizer *t, int32_t id);
+OG_API const char *og_tokenizer_token_text(const og_tokenizer *t, int32_t id);
 /* The text of the token decoded on its own (" the"; a byte of a character
  * cut between tokens comes out as U+FFFD). On success *text is owned by the
  * caller: og_free; *len (if non-NULL) gets its length. OG_ERR_INVALID_ARGUMENT
  * for an id that is no token. */
-og_status og_token_piece(const og_tokenizer *t, int32_t id, char **text, size_t *len);
+OG_API og_status og_token_piece(const og_tokenizer *t, int32_t id, char **text, size_t *len);
 /* Whether id is an added token marked special (0 for anything else). */
-int og_tokenizer_is_special(const og_tokenizer *t, int32_t id);
+OG_API int og_tokenizer_is_special(const og_tokenizer *t, int32_t id);
 
 /* Special ids, -1 when there is none. bos: tokenizer_config.json's
  * bos_token. eos: its eos_token. End of turn: the token that ends an
  * assistant's reply in the chat format of the config's chat_template
  * ("<|im_end|>", "<|eot_id|>", "</s>", "<end_of_turn>", "<|end|>"); -1
  * without a recognised template. */
-int32_t og_tokenizer_bos(const og_tokenizer *t);
-int32_t og_tokenizer_eos(const og_tokenizer *t);
-int32_t og_tokenizer_eot(const og_tokenizer *t);
+OG_API int32_t og_tokenizer_bos(const og_tokenizer *t);
+OG_API int32_t og_tokenizer_eos(const og_tokenizer *t);
+OG_API int32_t og_tokenizer_eot(const og_tokenizer *t);
 /* The ids that end a generation (of text or of a chat reply alike): the
  * config's eos token and the end of turn (og_tokenizer_eot), each once, in
  * that order. Writes the first cap of them to ids (which may be NULL when
  * cap is 0) and returns how many there are; 0 for NULL t. Every front end
  * (run, chat, serve, the Python binding) stops on these. */
-int32_t og_tokenizer_stop_ids(const og_tokenizer *t, int32_t *ids, int32_t cap);
+OG_API int32_t og_tokenizer_stop_ids(const og_tokenizer *t, int32_t *ids, int32_t cap);
 
 /* Streaming decode, for text generated one token at a time: each push gives
  * out the text that token completes. Bytes that begin a UTF-8 character not
@@ -975,17 +993,17 @@ typedef struct og_decode_stream og_decode_stream;
 /* Borrows t, which must outlive the stream. On success *out is owned by the
  * caller: og_decode_stream_destroy. OG_ERR_INVALID_ARGUMENT for NULL
  * arguments, OG_ERR_OUT_OF_MEMORY. */
-og_status og_decode_stream_new(const og_tokenizer *t, og_decode_stream **out);
+OG_API og_status og_decode_stream_new(const og_tokenizer *t, og_decode_stream **out);
 /* NULL is a no-op. */
-void og_decode_stream_destroy(og_decode_stream *s);
+OG_API void og_decode_stream_destroy(og_decode_stream *s);
 /* Adds token id. *text gets the newly complete text and *len its length
  * (possibly 0); *text is borrowed from s, NUL-terminated, valid until the
  * next call on s. An id that is no token is OG_ERR_INVALID_ARGUMENT and
  * leaves the stream as it was. */
-og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **text, size_t *len);
+OG_API og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **text, size_t *len);
 /* Gives out what is held back (an incomplete character as U+FFFD) and
  * starts the stream over; *text as for push. */
-og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
+OG_API og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The installed library, as a program that uses it sees it: `cmake --install`
 # (what `make install PREFIX=...` runs) into a scratch prefix, and staged
-# under DESTDIR; examples/generate.c compiled against that prefix once with
-# pkg-config and once as a CMake project with find_package(offgraph); both
-# run on the demo model, and their greedy continuation equals what
-# `offgraph run --temp 0` prints after the prompt. Every step is bounded.
+# under DESTDIR; examples/generate.c compiled against that prefix with
+# pkg-config and as a CMake project with find_package(offgraph), each linked
+# once to the shared library and once to the static one; all four run on the
+# demo model, and their greedy continuation equals what `offgraph run --temp 0`
+# prints after the prompt. The shared library's consumers link -loffgraph
+# alone, and the installed library exports exactly the header's functions
+# (scripts/check_exports.sh). Every step is bounded.
 # Args: the built offgraph, a scratch folder.
 set -u
 BIN=$1
@@ -66,7 +69,37 @@ else
     fail "cc with pkg-config: $(head -20 "$WORK/cc.log")"
 fi
 
-# 2. CMake: find_package(offgraph), target offgraph::offgraph
+# The dependencies are the library's own business: a program linking the
+# shared library is given -loffgraph alone and the prefix's include folder
+# (they are Libs.private), needs none of them itself, and needs none of their
+# pkg-config files (PKG_CONFIG_LIBDIR hides the system's: the offgraph.pc
+# of the prefix is all pkg-config sees).
+cflags=$(PKG_CONFIG_LIBDIR=$PREFIX/lib/pkgconfig pkg-config --cflags offgraph 2>&1) ||
+    fail "pkg-config --cflags offgraph without the system's .pc files: $cflags"
+[ "$(echo $cflags)" = "-I$PREFIX/lib/pkgconfig/../../include" ] || fail "pkg-config --cflags offgraph gives '$cflags'"
+libs=$(PKG_CONFIG_LIBDIR=$PREFIX/lib/pkgconfig pkg-config --libs offgraph 2>&1) ||
+    fail "pkg-config --libs offgraph without the system's .pc files: $libs"
+for dep in cjson openblas pcre2 utf8proc microhttpd xxhash; do
+    case " $libs " in *"-l$dep"*) fail "pkg-config --libs offgraph names -l$dep: '$libs'" ;; esac
+    if [ -x "$WORK/generate_pc" ] && readelf -d "$WORK/generate_pc" | grep -q "NEEDED.*lib$dep"; then
+        fail "pkg-config: the example itself needs lib$dep"
+    fi
+done
+# The installed library exports exactly the header's functions.
+bash "$SRC/scripts/check_exports.sh" "$PREFIX/lib/liboffgraph.so" "$PREFIX/include/offgraph.h" >"$WORK/exports.log" 2>&1 ||
+    fail "the installed library's exports: $(head -20 "$WORK/exports.log")"
+
+# 2. pkg-config --static: the archive (-l:liboffgraph.a) and the private dependencies
+static_libs=$(pkg-config --static --libs offgraph | sed 's/-loffgraph\b/-l:liboffgraph.a/')
+if timeout 300 cc -std=c11 -Wall -Wextra -Werror "$SRC/examples/generate.c" -o "$WORK/generate_static" \
+        $(pkg-config --cflags offgraph) $static_libs >"$WORK/cc-static.log" 2>&1; then
+    readelf -d "$WORK/generate_static" | grep -q "NEEDED.*liboffgraph" && fail "pkg-config --static: linked to the shared library"
+    check_example "$WORK/generate_static" pkg-config-static
+else
+    fail "cc with pkg-config --static: $(head -20 "$WORK/cc-static.log")"
+fi
+
+# 3. CMake: find_package(offgraph), targets offgraph::offgraph and offgraph::offgraph_static
 mkdir -p "$WORK/cmake-project"
 cat >"$WORK/cmake-project/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.16)
@@ -74,11 +107,16 @@ project(og_example LANGUAGES C)
 find_package(offgraph 0 REQUIRED)
 add_executable(generate $SRC/examples/generate.c)
 target_link_libraries(generate PRIVATE offgraph::offgraph)
+add_executable(generate_static $SRC/examples/generate.c)
+target_link_libraries(generate_static PRIVATE offgraph::offgraph_static)
 CM
 if timeout 300 cmake -S "$WORK/cmake-project" -B "$WORK/cmake-build" -DCMAKE_PREFIX_PATH="$PREFIX" \
         -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 &&
    timeout 300 cmake --build "$WORK/cmake-build" >>"$WORK/cmake.log" 2>&1; then
     check_example "$WORK/cmake-build/generate" cmake
+    readelf -d "$WORK/cmake-build/generate_static" | grep -q "NEEDED.*liboffgraph" &&
+        fail "CMake offgraph::offgraph_static: linked to the shared library"
+    check_example "$WORK/cmake-build/generate_static" cmake-static
 else
     fail "the CMake project: $(tail -20 "$WORK/cmake.log")"
 fi
@@ -87,4 +125,4 @@ if [ $fails -gt 0 ]; then
     echo "$fails failure(s)"
     exit 1
 fi
-echo "ok: installed library built with pkg-config and with CMake, example output checked"
+echo "ok: installed library built with pkg-config and with CMake, shared and static, example output checked"

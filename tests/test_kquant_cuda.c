@@ -374,12 +374,12 @@ int main(void) {
     char dir[] = "/tmp/og_kq_cuda_ckpt_XXXXXX";
     if (mkdtemp(dir)) {
         CHECK(og_test_write_kq_checkpoint(dir));
-        unsetenv("OG_CUDA_KQUANT_GEMV"); /* the default: f32 x */
+        setenv("OG_CUDA_KQUANT_GEMV", "f32x", 1); /* the f32-x gemv */
+        CHECK(!og_kquant_gemv_cuda_int8_wanted());
         check_backend(dir);
-        setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1); /* the integer gemv where it takes the dtype */
+        unsetenv("OG_CUDA_KQUANT_GEMV"); /* the default: the integer gemv where it takes the dtype */
         CHECK(og_kquant_gemv_cuda_int8_wanted());
         check_backend(dir);
-        unsetenv("OG_CUDA_KQUANT_GEMV");
         char p[600];
         snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
         snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);

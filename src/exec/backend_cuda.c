@@ -877,7 +877,7 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
     const int64_t rows_max = kq ? OG_KQUANT_GEMV_CUDA_MAX_T : OG_GEMV_CUDA_MAX_T;
     const int64_t chunk = gemv_rows(x) < rows_max ? gemv_rows(x) : rows_max;
     if (kq && chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {
-        /* the integer gemv when asked for (OG_CUDA_KQUANT_GEMV=dp4a): x
+        /* the integer gemv unless OG_CUDA_KQUANT_GEMV=f32x: x
          * written once as int8 terms for all the parts */
         void *xq = x->rs->kq_x;
         const bool int8 = xq && K <= cm_of(x->m)->kq_max_k && og_kquant_gemv_cuda_int8_takes(dt) &&

@@ -40,8 +40,8 @@ og_status og_kquant_gemv_cuda(void *stream, const float *x /* [T, K] */, const v
  * So out differs from the CPU's og_kq_gemv (the same x terms) by the f32
  * order of the additions only, and from the exact product of f32 x by x's
  * rounding (kquant_cpu.h: at most amax / 64516 an element of a block).
- * The back end takes it where og_kquant_gemv_cuda_int8_wanted() (the
- * environment sets OG_CUDA_KQUANT_GEMV=dp4a, read at each call) and
+ * The back end takes it where og_kquant_gemv_cuda_int8_wanted() (unless
+ * the environment sets OG_CUDA_KQUANT_GEMV=f32x, read at each call) and
  * og_kquant_gemv_cuda_int8_takes(dt).
  *
  * og_kquant_x_cuda_bytes: bytes of xq for T rows of K (0 if K is not a
