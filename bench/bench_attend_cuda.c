@@ -43,16 +43,11 @@ int main(void) {
 #include "kernels/attend_quant.h"
 #include "kernels/cuda/ops_cuda.h"
 
-#include "cuda_check.h"
+#include "cuda_bench.h"
 #include <stdlib.h>
 #include <string.h>
 
 enum { REPS = 200, BATCH = 16 };
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* Fills n bf16 values with a cheap pattern of small random-looking numbers. */
 static void fill_bf16(uint16_t *h, size_t n, uint64_t seed) {
@@ -80,30 +75,6 @@ static void fill_quant(unsigned char *h, og_dtype dt, size_t rows, size_t row_by
     }
     free(b);
     free(x);
-}
-
-/* Device-to-device copy rate in bytes (read + written) per second. */
-static double copy_rate(cudaStream_t st) {
-    const size_t bytes = (size_t)1 << 30;
-    void *a = NULL, *b = NULL;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 1, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    float ms[20];
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        if (i >= 3) CK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
-    }
-    qsort(ms, 20, sizeof *ms, cmp_float);
-    cudaFree(a), cudaFree(b);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return 2.0 * (double)bytes / (ms[10] * 1e-3);
 }
 
 /* Fills `bytes` of device memory: a bf16 pattern, or int8 / fp8 rows of Hkv

@@ -31,17 +31,12 @@ int main(void) {
 #else
 #include "kernels/cuda/ops_cuda.h"
 
-#include "cuda_check.h"
+#include "cuda_bench.h"
 #include <stdlib.h>
 #include <string.h>
 
 enum { REPS = 50, BATCH = 16, MAX_CASES = 256 };
 #define L2_BYTES ((size_t)60 << 20)
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* A weight [N, K] of dtype dt on the device, `copies` times, filled with a
  * 16 MiB block of bytes made by a cheap generator and repeated. For q8/q4 the
@@ -80,31 +75,6 @@ static void **make_weights(og_dtype dt, int64_t N, int64_t K, int copies, size_t
     free(host), free(scales);
     *bytes = (size_t)nb;
     return d;
-}
-
-/* Device-to-device copy rate in bytes (read + written) per second: the
- * median of 20 copies of 1 GiB. */
-static double copy_rate(cudaStream_t st) {
-    const size_t n = (size_t)1 << 30;
-    void *a = NULL, *b = NULL;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    CK(cudaMemset(a, 1, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    float ms[20];
-    for (int r = -2; r < 20; r++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        if (r >= 0) CK(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    qsort(ms, 20, sizeof *ms, cmp_float);
-    cudaFree(a), cudaFree(b);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return 2.0 * (double)n / ((double)ms[10] * 1e-3);
 }
 
 typedef struct shape {

@@ -29,17 +29,12 @@ int main(void) {
 #include "kernels/cuda/kquant_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 
-#include "cuda_check.h"
+#include "cuda_bench.h"
 #include <stdlib.h>
 #include <string.h>
 
 enum { REPS = 15, BATCH = 16, MAX_CASES = 128 };
 #define L2_BYTES ((size_t)60 << 20)
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
 
 /* `copies` device copies of a [N, K] k-quant weight: whole rows of random
  * bytes in a tile of about 16 MiB, repeated, each block's f16 scales set to
@@ -73,31 +68,6 @@ static void **make_weights(og_dtype dt, int64_t N, int64_t K, int copies, size_t
     free(host);
     *bytes = total;
     return d;
-}
-
-/* Device-to-device copy rate in bytes (read + written) per second: the
- * median of 20 copies of 1 GiB. */
-static double copy_rate(cudaStream_t st) {
-    const size_t n = (size_t)1 << 30;
-    void *a = NULL, *b = NULL;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    CK(cudaMemset(a, 1, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    float ms[20];
-    for (int r = -2; r < 20; r++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        if (r >= 0) CK(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    qsort(ms, 20, sizeof *ms, cmp_float);
-    cudaFree(a), cudaFree(b);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return 2.0 * (double)n / ((double)ms[10] * 1e-3);
 }
 
 typedef struct shape {
