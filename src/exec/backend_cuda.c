@@ -480,10 +480,19 @@ static bool kernels_allowed(const char *name) {
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     (void)p;
     if (!og_cuda_device_present()) return og_set_error(OG_ERR_NO_DEVICE, "no CUDA device is present");
-    for (int32_t i = 0; i < m->n_instrs && !kernels_allowed("OG_CUDA_MOE"); i++)
-        if (og_program_instr_at(m->prog, i)->op == OG_OP_MOE)
+    /* kernel families turned off: refused before any weight is uploaded */
+    const bool moe_on = kernels_allowed("OG_CUDA_MOE"), hybrid_on = kernels_allowed("OG_CUDA_HYBRID");
+    for (int32_t i = 0; i < m->n_instrs; i++) {
+        const og_op op = og_program_instr_at(m->prog, i)->op;
+        if (op == OG_OP_MOE && !moe_on)
             return og_set_error(OG_ERR_UNSUPPORTED, "instruction %d (moe): the CUDA mixture-of-experts kernels are "
                                 "turned off (OG_CUDA_MOE=0); run this program on the CPU (--backend cpu)", i);
+        if ((op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) && !hybrid_on)
+            return og_set_error(OG_ERR_UNSUPPORTED,
+                                "instruction %d (%s): the CUDA kernels of hybrid (Gated DeltaNet) models are turned "
+                                "off (OG_CUDA_HYBRID=0); run this program on the CPU (--backend cpu)",
+                                (int)i, og_op_get(op)->name);
+    }
     cuda_model *cm = og_calloc(1, sizeof *cm);
     if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = cm;
@@ -520,11 +529,6 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
         const og_op op = og_program_instr_at(m->prog, i)->op;
-        if ((op == OG_OP_CAUSAL_CONV1D || op == OG_OP_GATED_DELTA_NET) && !kernels_allowed("OG_CUDA_HYBRID"))
-            return og_set_error(OG_ERR_UNSUPPORTED,
-                                "instruction %d (%s): the CUDA kernels of hybrid (Gated DeltaNet) models are turned "
-                                "off (OG_CUDA_HYBRID=0); run this program on the CPU (--backend cpu)",
-                                (int)i, og_op_get(op)->name);
         if (op == OG_OP_GATED_DELTA_NET) { /* the kernels' shared memory, allowed before any capture */
             const og_op_attrs *a = &og_program_instr_at(m->prog, i)->attrs;
             OG_TRY(og_gated_delta_net_cuda_prepare(a->k_head_dim, a->v_head_dim));
