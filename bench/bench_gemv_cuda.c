@@ -15,7 +15,11 @@
  * weight bytes read per second (quants and scales for q8/q4), that rate as a
  * fraction of a device-to-device copy measured in the same run (bytes read +
  * written per second: the ceiling a decode product is held to), and the time
- * as a fraction of bf16's. One JSON line per case, a table last.
+ * as a fraction of bf16's. q8 and q4 are timed twice: with the kernels
+ * taken by default ("kernel":"default") and with the bandwidth-first kernel
+ * of gemv_q.cu ("kernel":"gemvq", OG_CUDA_GEMVQ=ring, switched on in the
+ * process by og_gemvq_cuda_set; dtype "q8+gemvq" in the table). One JSON
+ * line per case, a table last.
  *   bench_gemv_cuda [shape ...]     (default: 0.6b 8b 32b)
  * The weights' values are random bytes: a product's time does not depend on
  * them. Built in every configuration; without CUDA it says so and exits 77. */
@@ -35,7 +39,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
-enum { REPS = 50, BATCH = 16, MAX_CASES = 256 };
+enum { REPS = 50, BATCH = 16, MAX_CASES = 512 };
 #define L2_BYTES ((size_t)60 << 20)
 
 /* A weight [N, K] of dtype dt on the device, `copies` times, filled with a
@@ -84,7 +88,8 @@ typedef struct shape {
 } shape;
 
 typedef struct result {
-    const char *model, *name, *dt;
+    const char *model, *name;
+    char dt[16];
     int64_t T;
     double us, frac, vs_bf16;
 } result;
@@ -175,19 +180,27 @@ int main(int argc, char **argv) {
             CK(cudaMalloc((void **)&x, (size_t)(8 * s->K) * sizeof(float)));
             CK(cudaMemset(x, 0, (size_t)(8 * s->K) * sizeof(float)));
             CK(cudaMalloc((void **)&out, (size_t)(8 * out_n) * sizeof(float)));
-            for (int ti = 0; ti < 4; ti++) {
-                const double us = time_case(st, s, dts[di], w, copies, Ts[ti], x, out);
-                if (di == 0) bf16_us[ti] = us;
-                const double gbps = (double)per_copy / us / 1e3;
-                printf("{\"bench\":\"gemv\",\"model\":\"%s\",\"shape\":\"%s\",\"T\":%lld,\"weights\":\"%s\",\"us\":%.2f,"
-                       "\"weight_bytes\":%zu,\"GBps\":%.0f,\"fraction_of_copy\":%.3f,\"time_vs_bf16\":%.3f}\n",
-                       s->model, s->name, (long long)Ts[ti], og_dtype_name(dts[di]), us, per_copy, gbps,
-                       gbps * 1e9 / copy, us / bf16_us[ti]);
-                fflush(stdout);
-                if (n_res < MAX_CASES)
-                    res[n_res++] = (result){s->model, s->name, og_dtype_name(dts[di]), Ts[ti], us, gbps * 1e9 / copy,
-                                            us / bf16_us[ti]};
+            const bool gemvq_was = og_gemvq_cuda_get();
+            for (int kern = 0; kern < (og_dtype_is_quantized(dts[di]) ? 2 : 1); kern++) {
+                og_gemvq_cuda_set(kern == 1);
+                for (int ti = 0; ti < 4; ti++) {
+                    const double us = time_case(st, s, dts[di], w, copies, Ts[ti], x, out);
+                    if (di == 0) bf16_us[ti] = us;
+                    const double gbps = (double)per_copy / us / 1e3;
+                    printf("{\"bench\":\"gemv\",\"model\":\"%s\",\"shape\":\"%s\",\"T\":%lld,\"weights\":\"%s\","
+                           "\"kernel\":\"%s\",\"us\":%.2f,\"weight_bytes\":%zu,\"GBps\":%.0f,\"fraction_of_copy\":%.3f,"
+                           "\"time_vs_bf16\":%.3f}\n",
+                           s->model, s->name, (long long)Ts[ti], og_dtype_name(dts[di]), kern ? "gemvq" : "default", us,
+                           per_copy, gbps, gbps * 1e9 / copy, us / bf16_us[ti]);
+                    fflush(stdout);
+                    if (n_res < MAX_CASES) {
+                        result *r = &res[n_res++];
+                        *r = (result){s->model, s->name, "", Ts[ti], us, gbps * 1e9 / copy, us / bf16_us[ti]};
+                        snprintf(r->dt, sizeof r->dt, "%s%s", og_dtype_name(dts[di]), kern ? "+gemvq" : "");
+                    }
+                }
             }
+            og_gemvq_cuda_set(gemvq_was);
             for (int p = 0; p < parts; p++) {
                 for (int k = 0; k < copies; k++) cudaFree(w[p][k]);
                 free(w[p]);
@@ -196,10 +209,16 @@ int main(int argc, char **argv) {
         }
     }
     printf("---- decode products, fraction of the copy rate (%.0f GB/s) by rows of x\n", copy / 1e9);
-    printf("%-5s %-15s %-5s %8s %8s %8s %8s\n", "model", "product", "dtype", "T=1", "T=2", "T=4", "T=8");
+    printf("%-5s %-15s %-8s %8s %8s %8s %8s\n", "model", "product", "dtype", "T=1", "T=2", "T=4", "T=8");
     for (int i = 0; i + 3 < n_res; i += 4)
-        printf("%-5s %-15s %-5s %8.2f %8.2f %8.2f %8.2f\n", res[i].model, res[i].name, res[i].dt, res[i].frac,
+        printf("%-5s %-15s %-8s %8.2f %8.2f %8.2f %8.2f\n", res[i].model, res[i].name, res[i].dt, res[i].frac,
                res[i + 1].frac, res[i + 2].frac, res[i + 3].frac);
+    printf("---- the same, GB/s of weights read\n");
+    printf("%-5s %-15s %-8s %8s %8s %8s %8s\n", "model", "product", "dtype", "T=1", "T=2", "T=4", "T=8");
+    for (int i = 0; i + 3 < n_res; i += 4)
+        printf("%-5s %-15s %-8s %8.0f %8.0f %8.0f %8.0f\n", res[i].model, res[i].name, res[i].dt,
+               res[i].frac * copy / 1e9, res[i + 1].frac * copy / 1e9, res[i + 2].frac * copy / 1e9,
+               res[i + 3].frac * copy / 1e9);
     cudaStreamDestroy(st);
     return 0;
 }

@@ -676,6 +676,115 @@ static void test_quant_fused(void) {
             }
 }
 
+/* Random quantized [N, K] weights made directly in the format (quants
+ * uniform over their range, q8 in [-127, 127]; scales in [0, 1/127] or
+ * [0, 1/8], so |w| <= 1): fast enough for the model-sized matrices below,
+ * where og_quantize_rows on random floats would take most of the test. */
+static void *rand_q_fast(og_dtype dt, int64_t N, int64_t K, size_t *bytes) {
+    const int64_t shape[2] = {N, K};
+    int64_t nb = 0;
+    CHECK(og_tensor_bytes(dt, 2, shape, &nb));
+    uint8_t *w = malloc((size_t)nb);
+    const size_t nq = (size_t)(N * K) / (dt == OG_DTYPE_Q4 ? 2 : 1);
+    uint64_t st = 0x9e3779b97f4a7c15ull ^ (uint64_t)(N * 131 + K);
+    for (size_t i = 0; i < nq; i++) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        uint8_t b = (uint8_t)(st >> 32);
+        if (dt == OG_DTYPE_Q8 && b == 0x80) b = 0x81; /* -128 is outside q8's range */
+        w[i] = b;
+    }
+    og_f16 *sc = (og_f16 *)(w + nq);
+    const size_t ns = ((size_t)nb - nq) / 2;
+    for (size_t i = 0; i < ns; i++)
+        sc[i] = og_f16_from_f32(og_rng_uniform(&rng, 0, 1) / (dt == OG_DTYPE_Q4 ? 8.0f : 127.0f));
+    *bytes = (size_t)nb;
+    return w;
+}
+
+/* The decode products of three model shapes (0.6B, 8B and a 32B-like one:
+ * q/k/v in one multi-part launch, o, gate/up with the swiglu epilogue,
+ * down), q8 and q4, T = 1..8, against og_matmul_ref (computed once for 8
+ * rows: a row's output does not depend on the others) at the products'
+ * tolerance. Run with OG_CUDA_GEMVQ off and on (og_gemvq_cuda_set); cases
+ * past its shared memory (T x K > 28160 floats) take the other kernels.
+ * OG_CUDA_TEST_QUICK=1 (the sanitizer runs) keeps the 0.6B shape only. */
+static void test_quant_model_shapes(void) {
+    og_test_section(og_gemvq_cuda_get() ? "quantized: model-shaped products, OG_CUDA_GEMVQ=ring"
+                                        : "quantized: model-shaped products");
+    typedef struct {
+        const char *model;
+        int64_t H, I, q, kv, o_in;
+    } mshape;
+    const mshape ms[] = {{"0.6b", 1024, 3072, 2048, 1024, 2048},
+                         {"8b", 4096, 12288, 4096, 1024, 4096},
+                         {"32b", 5120, 25600, 8192, 1024, 8192}};
+    const char *quick = getenv("OG_CUDA_TEST_QUICK");
+    const int n_models = quick && quick[0] == '1' ? 1 : 3;
+    enum { TM = OG_GEMV_CUDA_MAX_T };
+    for (int mi = 0; mi < n_models; mi++)
+        for (int q = 0; q < 2; q++) {
+            const mshape *m = &ms[mi];
+            const og_dtype dt = q ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
+            char what[160];
+            /* product 0: q/k/v (3 parts, a bias on q), 1: o, 2: gate/up + swiglu, 3: down */
+            for (int pi = 0; pi < 4; pi++) {
+                const int64_t K = pi == 1 ? m->o_in : pi == 3 ? m->I : m->H;
+                const int n_w = pi == 0 ? 3 : pi == 2 ? 2 : 1;
+                int64_t Ns[3] = {pi == 0 ? m->q : pi == 1 ? m->H : pi == 2 ? m->I : m->H, m->kv, pi == 2 ? m->I : m->kv};
+                if (pi == 2) Ns[1] = m->I;
+                void *w[3], *dw[3];
+                float *ref[3], *dout[3];
+                float *x = rand_f32((size_t)(TM * K)), *bias = rand_f32((size_t)Ns[0]);
+                float *dx = up(x, (size_t)(TM * K) * 4), *dbias = up(bias, (size_t)Ns[0] * 4);
+                for (int i = 0; i < n_w; i++) {
+                    size_t nb;
+                    w[i] = rand_q_fast(dt, Ns[i], K, &nb);
+                    dw[i] = up(w[i], nb);
+                    ref[i] = malloc((size_t)(TM * Ns[i]) * 4);
+                    CHECK_OK(og_matmul_ref(x, w[i], pi == 0 && i == 0 ? bias : NULL, dt, TM, K, Ns[i], ref[i]));
+                    dout[i] = poisoned((size_t)(TM * Ns[i]));
+                }
+                float *sw_ref = NULL;
+                if (pi == 2) {
+                    sw_ref = malloc((size_t)(TM * Ns[0]) * 4);
+                    CHECK_OK(og_swiglu_ref(ref[0], ref[1], TM, Ns[0], sw_ref));
+                }
+                static const char *names[] = {"qkv", "o", "gate_up_swiglu", "down"};
+                for (int64_t T = 1; T <= TM; T++) {
+                    snprintf(what, sizeof what, "%s %s %s T=%lld K=%lld", m->model, names[pi], og_dtype_name(dt),
+                             (long long)T, (long long)K);
+                    if (pi == 0) {
+                        og_gemv_cuda_part parts[3];
+                        for (int i = 0; i < 3; i++)
+                            parts[i] = (og_gemv_cuda_part){dw[i], i == 0 ? dbias : NULL, Ns[i], dout[i]};
+                        CHECK_OK(og_gemv_multi_cuda(NULL, dx, dt, T, K, parts, 3));
+                    } else if (pi == 2) {
+                        CHECK_OK(og_gemv_swiglu_cuda(NULL, dx, dw[0], NULL, dw[1], NULL, dt, T, K, Ns[0], dout[0]));
+                    } else {
+                        CHECK_OK(og_gemv_cuda(NULL, dx, dw[0], NULL, dt, T, K, Ns[0], dout[0]));
+                    }
+                    if (pi == 2) {
+                        float *got = down(dout[0], (size_t)(T * Ns[0]));
+                        compare_swiglu(what, got, ref[0], ref[1], sw_ref, (size_t)(T * Ns[0]), K);
+                        free(got);
+                    } else {
+                        for (int i = 0; i < n_w; i++) {
+                            float *got = down(dout[i], (size_t)(T * Ns[i]));
+                            compare(what, got, ref[i], (size_t)(T * Ns[i]), 1e-5 * sqrt((double)K), 1e-5);
+                            free(got);
+                        }
+                    }
+                }
+                for (int i = 0; i < n_w; i++) {
+                    free(w[i]), free(ref[i]);
+                    cudaFree(dw[i]), cudaFree(dout[i]);
+                }
+                free(x), free(bias), free(sw_ref);
+                cudaFree(dx), cudaFree(dbias);
+            }
+        }
+}
+
 static void test_argmax(void) {
     og_test_section("argmax");
     const int64_t Vs[] = {1, 2, 1023, 1025, 32769, 151936}; /* 32769: one past a full pass of the blocks */
@@ -716,8 +825,17 @@ int main(void) {
     test_rows();
     test_fused();
     test_quant_embed();
-    test_quant_matmul();
-    test_quant_fused();
+    /* the q8 / q4 products with the bandwidth-first kernel off, then on
+     * (OG_CUDA_GEMVQ=ring), whatever the environment asked */
+    const bool gemvq = og_gemvq_cuda_set(false);
+    for (int on = 0; on < 2; on++) {
+        og_gemvq_cuda_set(on);
+        og_test_section(on ? "==== q8 / q4 products, OG_CUDA_GEMVQ=ring" : "==== q8 / q4 products, OG_CUDA_GEMVQ off");
+        test_quant_matmul();
+        test_quant_fused();
+        test_quant_model_shapes();
+    }
+    og_gemvq_cuda_set(gemvq);
     test_argmax();
     return og_test_finish();
 }

@@ -11,6 +11,7 @@
 #include "kernels/cuda/ops_cuda.h"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_q.cuh"
 #include "kernels/cuda/gemv_tc.cuh"
 
 #include <cuda_bf16.h>
@@ -1110,6 +1111,15 @@ extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const
         g.vec = g.vec && aligned16(parts[i].weight);
     }
     if (og_dtype_is_quantized(weight_dtype)) OG_CUDA_TRY(check_q_input(op, g));
+    if (og_gemvq_takes(weight_dtype, T, K)) {
+        og_gemvq_launch l = {};
+        l.stream = g.st, l.dtype = weight_dtype, l.T = T, l.K = K, l.x = norm ? NULL : x, l.norm = norm;
+        l.n_parts = n_parts;
+        for (int i = 0; i < n_parts; i++)
+            l.w[i] = parts[i].weight, l.bias[i] = static_cast<const float *>(parts[i].bias), l.N[i] = parts[i].N,
+            l.out[i] = parts[i].out;
+        return og_gemvq_run(&l);
+    }
     const void *ws[OG_GEMV_CUDA_MAX_PARTS];
     for (int i = 0; i < n_parts; i++) ws[i] = parts[i].weight;
     if (og_gemv_tc_takes(weight_dtype, T, K, norm ? NULL : x, ws, n_parts)) {
@@ -1151,6 +1161,14 @@ extern "C" og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x, cons
     const unsigned blocks = (unsigned)((F + kGemvRows - 1) / kGemvRows);
     const bool bf16 = weight_dtype == OG_DTYPE_BF16;
     if (og_dtype_is_quantized(weight_dtype)) OG_CUDA_TRY(check_q_input(op, g));
+    if (og_gemvq_takes(weight_dtype, T, K)) {
+        og_gemvq_launch l = {};
+        l.stream = g.st, l.dtype = weight_dtype, l.T = T, l.K = K, l.x = norm ? NULL : x, l.norm = norm;
+        l.swiglu = true;
+        l.w[0] = w_gate, l.w[1] = w_up, l.bias[0] = static_cast<const float *>(b_gate),
+        l.bias[1] = static_cast<const float *>(b_up), l.N[0] = l.N[1] = F, l.out[0] = out;
+        return og_gemvq_run(&l);
+    }
     const void *ws[2] = {w_gate, w_up};
     if (og_gemv_tc_takes(weight_dtype, T, K, norm ? NULL : x, ws, 2)) {
         og_gemv_tc_launch l = {};

@@ -166,6 +166,17 @@ og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NUL
                                    const void *w_gate, const void *b_gate, const void *w_up, const void *b_up,
                                    og_dtype weight_dtype, int64_t T, int64_t K, int64_t F, float *out /* [T, F] */);
 
+/* The bandwidth-first kernel for q8 / q4 decode products (gemv_q.cu: 16-byte
+ * weight loads, 8 in flight a lane, x staged in shared memory; T <= 8 and T x K
+ * floats within 110 KB), taken by every gemv entry point above when on;
+ * elsewhere the kernels described above. Off unless the environment sets
+ * OG_CUDA_GEMVQ=ring (read at the first call); og_gemvq_cuda_set switches it
+ * (tests, benchmarks) and returns the previous setting. Same tolerance as the
+ * CUDA-core kernel (each lane's 4 products summed, then scaled), and the
+ * fused forms give the bits of the plain one. */
+bool og_gemvq_cuda_get(void);
+bool og_gemvq_cuda_set(bool on);
+
 /* Rows row0 .. row0 + rows - 1 of a quantized [N, K] weight (q8 or q4) as
  * f32, the exact values scale * q (og_dequantize_row's): the weight panel a
  * cuBLAS product of a wide step reads. out 16-byte aligned. */
