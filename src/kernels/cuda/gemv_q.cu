@@ -183,100 +183,123 @@ __device__ inline void step_dot(const uint4 cur[R], const unsigned short cs[R], 
     }
 }
 
-/* MT: rows of x the registers are sized for (1, or 8 with T <= 8). A warp
- * with no task (past the last part) takes part in the staging only. */
-template <bool Q4, int R, int MT, bool SW, bool NORM>
-__global__ void __launch_bounds__(kThreads, 2) gemvq_kernel(q_params p) {
-    constexpr int U = kLoads / R;          /* steps in flight */
-    constexpr int RF = SW ? R / 2 : R;     /* features of a warp */
-    constexpr int kScaleStep = Q4 ? 32 : 16; /* groups (scales) of a row a step */
-    extern __shared__ float4 xs[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t task = (int64_t)blockIdx.x * kWarps + warp;
-    int part = 0;
-    while (part + 1 < p.n && task >= p.first[part + 1]) part++;
-    const bool busy = task < p.first[p.n];
-    const int64_t N = p.N[part], K = p.K, K4 = K / 4;
-    const int64_t rb = Q4 ? K / 2 : K; /* bytes of a row of quants */
-    const int64_t j0 = (task - p.first[part]) * RF;
+/* A warp's task: R rows of one part (or R / 2 features of gate and up),
+ * where its quants and scales lie, and the first U steps of them loaded. */
+template <bool Q4, int R, int U, bool SW>
+struct q_task {
+    static constexpr int RF = SW ? R / 2 : R;      /* features of a task */
+    static constexpr int kScaleStep = Q4 ? 32 : 16; /* groups (scales) of a row a step */
+    int part;
+    int64_t N, j0;
     const uint8_t *q[R];
     const unsigned short *s[R];
+
+    __device__ void start(const q_params &p, int64_t task, int64_t rb, int steps, int lane, uint4 buf[R][U],
+                          unsigned short sc[R][U]) {
+        part = 0;
+        while (part + 1 < p.n && task >= p.first[part + 1]) part++;
+        N = p.N[part];
+        j0 = (task - p.first[part]) * RF;
+        const int64_t K = p.K;
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int m = SW ? r / RF : 0;
-        const int64_t j = j0 + (SW ? r % RF : r), row = j < N ? j : N - 1;
-        const uint8_t *base = p.w[part + m];
-        q[r] = base + row * rb + 16 * lane;
-        s[r] = reinterpret_cast<const unsigned short *>(base + N * rb) + row * (K / OG_QUANT_GROUP) +
-               (Q4 ? lane : lane / 2);
-    }
-    const int steps = (int)((rb + kStepBytes - 1) / kStepBytes);
-    const auto active = [&](int st) { return (int64_t)st * kStepBytes + 16 * lane < rb; };
-    uint4 buf[R][U];
-    unsigned short sc[R][U];
+        for (int r = 0; r < R; r++) {
+            const int m = SW ? r / RF : 0;
+            const int64_t j = j0 + (SW ? r % RF : r), row = j < N ? j : N - 1;
+            const uint8_t *base = p.w[part + m];
+            q[r] = base + row * rb + 16 * lane;
+            s[r] = reinterpret_cast<const unsigned short *>(base + N * rb) + row * (K / OG_QUANT_GROUP) +
+                   (Q4 ? lane : lane / 2);
+        }
 #pragma unroll
-    for (int u = 0; u < U; u++)
-        if (busy && u < steps && active(u))
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                buf[r][u] = ld_stream16(q[r] + (int64_t)u * kStepBytes);
-                sc[r][u] = ld_scale(s[r] + u * kScaleStep);
-            }
-    grid_wait();
-    if (NORM) stage_norm(p.nm, p.T, K, xs);
-    else stage_x(p.x, p.T, K, xs);
-    __syncthreads();
-    if (!busy) return;
-    float acc[R][MT];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < MT; t++) acc[r][t] = 0.0f;
-    for (int s0 = 0; s0 < steps; s0 += U) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int st = s0 + u;
-            if (st >= steps) break;
-            uint4 cur[R];
-            unsigned short cs[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) cur[r] = buf[r][u], cs[r] = sc[r][u];
-            const int nx = st + U;
-            if (nx < steps && active(nx))
+        for (int u = 0; u < U; u++)
+            if (u < steps && (int64_t)u * kStepBytes + 16 * lane < rb)
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    buf[r][u] = ld_stream16(q[r] + (int64_t)nx * kStepBytes);
-                    sc[r][u] = ld_scale(s[r] + nx * kScaleStep);
+                    buf[r][u] = ld_stream16(q[r] + (int64_t)u * kStepBytes);
+                    sc[r][u] = ld_scale(s[r] + u * kScaleStep);
                 }
-            if (active(st)) {
-                /* the lane's first float4 of x: q8 k = 512 st + 16 l, q4 k = 32 (32 st + l) */
-                const int c0 = Q4 ? (st * 32 + lane) * 8 : st * 128 + 4 * lane;
-                step_dot<Q4, R, MT>(cur, cs, xs, K4, swz(c0), p.T, acc);
+    }
+};
+
+/* MT: rows of x the registers are sized for (1, or 8 with T <= 8). The
+ * grid is at most two blocks an SM, and warp w of block b takes tasks
+ * w * gridDim + b, then every gridDim * 8 on: when tasks outnumber warps,
+ * the warps with one more task are spread over every SM. A warp with no
+ * task takes part in the staging only. */
+template <bool Q4, int R, int MT, bool SW, bool NORM>
+__global__ void __launch_bounds__(kThreads, 2) gemvq_kernel(q_params p) {
+    constexpr int U = kLoads / R; /* steps in flight */
+    using task_t = q_task<Q4, R, U, SW>;
+    constexpr int RF = task_t::RF, kScaleStep = task_t::kScaleStep;
+    extern __shared__ float4 xs[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t ntasks = p.first[p.n], stride = (int64_t)gridDim.x * kWarps;
+    const int64_t K = p.K, K4 = K / 4, T = p.T;
+    const int64_t rb = Q4 ? K / 2 : K; /* bytes of a row of quants */
+    const int steps = (int)((rb + kStepBytes - 1) / kStepBytes);
+    const auto active = [&](int st) { return (int64_t)st * kStepBytes + 16 * lane < rb; };
+    int64_t task = (int64_t)warp * gridDim.x + blockIdx.x;
+    task_t tk;
+    uint4 buf[R][U];
+    unsigned short sc[R][U];
+    if (task < ntasks) tk.start(p, task, rb, steps, lane, buf, sc);
+    grid_wait();
+    if (NORM) stage_norm(p.nm, T, K, xs);
+    else stage_x(p.x, T, K, xs);
+    __syncthreads();
+    for (; task < ntasks; task += stride) {
+        if (task >= stride) tk.start(p, task, rb, steps, lane, buf, sc); /* not the first: loaded above */
+        float acc[R][MT];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < MT; t++) acc[r][t] = 0.0f;
+        for (int s0 = 0; s0 < steps; s0 += U) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int st = s0 + u;
+                if (st >= steps) break;
+                uint4 cur[R];
+                unsigned short cs[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) cur[r] = buf[r][u], cs[r] = sc[r][u];
+                const int nx = st + U;
+                if (nx < steps && active(nx))
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        buf[r][u] = ld_stream16(tk.q[r] + (int64_t)nx * kStepBytes);
+                        sc[r][u] = ld_scale(tk.s[r] + nx * kScaleStep);
+                    }
+                if (active(st)) {
+                    /* the lane's first float4 of x: q8 k = 512 st + 16 l, q4 k = 32 (32 st + l) */
+                    const int c0 = Q4 ? (st * 32 + lane) * 8 : st * 128 + 4 * lane;
+                    step_dot<Q4, R, MT>(cur, cs, xs, K4, swz(c0), T, acc);
+                }
             }
         }
-    }
-    const int64_t T = p.T;
-    float *out = p.out[part];
+        const int64_t N = tk.N, j0 = tk.j0;
+        float *out = p.out[tk.part];
 #pragma unroll
-    for (int r = 0; r < RF; r++) {
-        const int64_t j = j0 + r;
-        if (j >= N) break; /* warp-uniform */
-        if (SW) {
-            const float bg = p.bias[0] ? p.bias[0][j] : 0.0f, bu = p.bias[1] ? p.bias[1][j] : 0.0f;
+        for (int r = 0; r < RF; r++) {
+            const int64_t j = j0 + r;
+            if (j >= N) break; /* warp-uniform */
+            if (SW) {
+                const float bg = p.bias[0] ? p.bias[0][j] : 0.0f, bu = p.bias[1] ? p.bias[1][j] : 0.0f;
 #pragma unroll
-            for (int t = 0; t < MT; t++)
-                if (t < T) {
-                    const float g = warp_sum(acc[r][t]) + bg, u = warp_sum(acc[RF + r][t]) + bu;
-                    if (lane == 0) out[t * N + j] = g / (1.0f + expf(-g)) * u;
-                }
-        } else {
-            const float b = p.bias[part] ? p.bias[part][j] : 0.0f;
+                for (int t = 0; t < MT; t++)
+                    if (t < T) {
+                        const float g = warp_sum(acc[r][t]) + bg, u = warp_sum(acc[RF + r][t]) + bu;
+                        if (lane == 0) out[t * N + j] = g / (1.0f + expf(-g)) * u;
+                    }
+            } else {
+                const float b = p.bias[tk.part] ? p.bias[tk.part][j] : 0.0f;
 #pragma unroll
-            for (int t = 0; t < MT; t++)
-                if (t < T) {
-                    const float v = warp_sum(acc[r][t]);
-                    if (lane == 0) out[t * N + j] = v + b;
-                }
+                for (int t = 0; t < MT; t++)
+                    if (t < T) {
+                        const float v = warp_sum(acc[r][t]);
+                        if (lane == 0) out[t * N + j] = v + b;
+                    }
+            }
         }
     }
 }
@@ -304,8 +327,8 @@ og_status launch(const og_gemvq_launch *l, q_params &p) {
         tasks += (p.N[i] + RF - 1) / RF;
     }
     p.first[n] = tasks;
-    const int64_t blocks = (tasks + kWarps - 1) / kWarps;
-    if (blocks > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)blocks);
+    int64_t blocks = (tasks + kWarps - 1) / kWarps;
+    if (blocks > (int64_t)2 * sm_count()) blocks = (int64_t)2 * sm_count(); /* the rest loop (gemvq_kernel) */
     void (*kernel)(q_params) = gemvq_kernel<Q4, R, MT, SW, NORM>;
     static const cudaError_t allowed =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemMax);
