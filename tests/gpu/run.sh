@@ -2,7 +2,8 @@
 # Every GPU check in one command, from a folder made by tests/gpu/pack.sh
 # (nothing is built here). Prints one line per check and a summary last; the
 # full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
-#   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda,
+#   1. kernel tests against the C references (test_ops_cuda, also with the
+#      CUDA-core gemv and with the split-K bf16 gemv (OG_CUDA_GEMV_SPLIT=1), test_attend_cuda,
 #      test_sample_cuda: the device sampler against og_sampler_sample;
 #      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
 #      test_kquant_cuda: the k-quant kernels, and the back end on k-quant
@@ -47,6 +48,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>
 check test_ops_cuda "$B/tests/test_ops_cuda"
 # the CUDA-core decode products, which the tensor-core ones replace where they fit
 check test_ops_cuda_cores env OG_CUDA_GEMV=cores "$B/tests/test_ops_cuda"
+# the split-K bf16 products (off by default) under every gemv test, the fused and graph-captured ones included
+check test_ops_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_ops_cuda"
+check test_exec_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_exec_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
 check test_moe_cuda "$B/tests/test_moe_cuda"
@@ -68,6 +72,8 @@ if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
 elif command -v compute-sanitizer >/dev/null; then
     export OG_CUDA_TEST_QUICK=1
     check memcheck_ops compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
+    check memcheck_split env OG_CUDA_TEST_SPLIT_ONLY=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
+    check racecheck_split env OG_CUDA_TEST_SPLIT_ONLY=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"
