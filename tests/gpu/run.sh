@@ -65,14 +65,14 @@ check hybrid_cuda "$B/tests/test_hybrid" cuda
 check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
 # offgraph serve with device KV allocations failing (cuMemCreate, cudaMallocAsync): each fault fails
 # its request alone. The checkpoint has kjv-tiny's tokenizer and wide KV rows (8 KiB a token and
-# layer in f32), so that every request outgrows several 2 MiB chunks: kjv-tiny's own rows fit a
-# whole request into the first chunk, which a server's pooled sessions keep, and faults were rare;
-# a budget of about two grown sessions makes the server give idle sessions' storage back and
-# new requests allocate theirs again
+# layer in f32) and no sliding layers, so that every request starts from a fork of a cached prompt
+# and outgrows several 2 MiB chunks: kjv-tiny's own rows fit a whole request into the first chunk,
+# which a server's pooled sessions keep, and its rings kept the prefix cache from forking, so
+# faults were rare
 WIDE=$(mktemp -d)
 python3 "$SRC/tests/serve/wide_kv_model.py" "$SRC/models/kjv-tiny" "$WIDE/wide" >>"$LOG" 2>&1
 check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_TEXT=length OG_FAULTS_MODEL="$WIDE/wide" OG_FAULTS_EVERY=16 \
-    OG_FAULTS_TOKENS="300 450 600" OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=128M \
+    OG_FAULTS_TOKENS="300 450 600" OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=512M \
     bash "$SRC/tests/cli_serve_faults.sh" "$B/offgraph" "$(mktemp -d)"
 rm -rf "$WIDE"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then

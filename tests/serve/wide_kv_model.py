@@ -1,9 +1,12 @@
-"""A Hugging Face Qwen3 checkpoint with kjv-tiny's tokenizer and layer plan but
+"""A Hugging Face Qwen3 checkpoint with kjv-tiny's tokenizer and sizes but
 wide KV rows (8 key/value heads of 128 dimensions: 8 KiB a token and layer
-in f32, against kjv-tiny's 512 bytes) and random bf16 weights, so that a
-request of a few hundred tokens outgrows several of the CUDA KV allocator's
-2 MiB chunks and every request allocates device memory as it grows
-(tests/cli_serve_faults.sh on a GPU). Standard library only.
+in f32, against kjv-tiny's 512 bytes), every layer full attention (a fork of
+a session past a sliding window's reach is refused, so kjv-tiny's rings would
+keep the prefix cache from ever forking at a prompt's end) and random bf16
+weights. A request then starts from a fork of a cached prompt and outgrows
+several of the CUDA KV allocator's 2 MiB chunks: every request allocates
+device memory as it grows (tests/cli_serve_faults.sh on a GPU). Standard
+library only.
 
   python3 wide_kv_model.py MODELS/kjv-tiny OUT_DIR
 """
@@ -17,7 +20,9 @@ import sys
 src, out = sys.argv[1], sys.argv[2]
 os.makedirs(out, exist_ok=True)
 cfg = json.load(open(os.path.join(src, "config.json")))
-cfg.update(num_attention_heads=8, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096)
+cfg.update(num_attention_heads=8, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+           use_sliding_window=False, sliding_window=None,
+           layer_types=["full_attention"] * cfg["num_hidden_layers"])
 H, D, I, V = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"], cfg["vocab_size"]
 Hq, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
 
