@@ -16,6 +16,12 @@
  * fraction of a device-to-device copy measured in the same run (bytes read +
  * written per second: the ceiling a decode product is held to), and the time
  * as a fraction of bf16's. One JSON line per case, a table last.
+ * bf16 runs each case under several kernels ("kernel" in the JSON): ring
+ * (the default gemv_tc ring kernel), split (the split-K kernel of
+ * OG_CUDA_GEMV_SPLIT=1, its split count chosen from the shape), split1 /
+ * split2 / split4 (the count forced) and split_r32 (rings capped at 32 KB a
+ * block), through og_gemv_cuda_set_split; a second table sets split beside
+ * ring in microseconds and fraction of the copy rate.
  *   bench_gemv_cuda [shape ...]     (default: 0.6b 8b 32b)
  * The weights' values are random bytes: a product's time does not depend on
  * them. Built in every configuration; without CUDA it says so and exits 77. */
@@ -32,10 +38,11 @@ int main(void) {
 #include "kernels/cuda/ops_cuda.h"
 
 #include "cuda_bench.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { REPS = 50, BATCH = 16, MAX_CASES = 256 };
+enum { REPS = 50, BATCH = 16, MAX_CASES = 1024 };
 #define L2_BYTES ((size_t)60 << 20)
 
 /* A weight [N, K] of dtype dt on the device, `copies` times, filled with a
@@ -83,8 +90,17 @@ typedef struct shape {
     int64_t K, N[3];
 } shape;
 
+/* The kernels a bf16 case runs under (og_gemv_cuda_set_split's arguments). */
+typedef struct variant {
+    const char *name;
+    int mode, splits, ring_kb;
+} variant;
+static const variant bf16_variants[] = {{"ring", 0, 0, 0},   {"split", 1, 0, 0},  {"split1", 1, 1, 0},
+                                        {"split2", 1, 2, 0}, {"split4", 1, 4, 0}, {"split_r32", 1, 0, 32}};
+static const variant env_variant = {"default", -1, 0, 0};
+
 typedef struct result {
-    const char *model, *name, *dt;
+    const char *model, *name, *dt, *kernel;
     int64_t T;
     double us, frac, vs_bf16;
 } result;
@@ -113,9 +129,13 @@ static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **con
             } else {
                 stt = og_gemv_swiglu_cuda(st, x, w[0][c], NULL, w[1][c], NULL, dt, T, s->K, s->N[0], out);
             }
-            if (stt != OG_OK) {
-                fprintf(stderr, "%s %s %s: %s\n", s->model, s->name, og_dtype_name(dt), og_last_error());
-                exit(1);
+            if (stt != OG_OK) { /* a variant that cannot launch: its rows are left out, the rest go on */
+                fprintf(stderr, "%s %s %s T=%lld: %s\n", s->model, s->name, og_dtype_name(dt), (long long)T,
+                        og_last_error());
+                (void)cudaStreamSynchronize(st);
+                (void)cudaGetLastError();
+                cudaEventDestroy(e0), cudaEventDestroy(e1);
+                return -1.0;
             }
         }
         CK(cudaEventRecord(e1, st));
@@ -158,6 +178,8 @@ int main(int argc, char **argv) {
         const int parts = s->n_parts ? s->n_parts : 2;
         double bf16_us[4] = {0};
         for (int di = 0; di < 3; di++) {
+            const bool bf16 = dts[di] == OG_DTYPE_BF16;
+            const int n_var = bf16 ? (int)(sizeof bf16_variants / sizeof *bf16_variants) : 1;
             size_t per_copy = 0, nb[3];
             for (int p = 0; p < parts; p++) {
                 const int64_t shp[2] = {s->N[p], s->K};
@@ -175,19 +197,35 @@ int main(int argc, char **argv) {
             CK(cudaMalloc((void **)&x, (size_t)(8 * s->K) * sizeof(float)));
             CK(cudaMemset(x, 0, (size_t)(8 * s->K) * sizeof(float)));
             CK(cudaMalloc((void **)&out, (size_t)(8 * out_n) * sizeof(float)));
-            for (int ti = 0; ti < 4; ti++) {
-                const double us = time_case(st, s, dts[di], w, copies, Ts[ti], x, out);
-                if (di == 0) bf16_us[ti] = us;
-                const double gbps = (double)per_copy / us / 1e3;
-                printf("{\"bench\":\"gemv\",\"model\":\"%s\",\"shape\":\"%s\",\"T\":%lld,\"weights\":\"%s\",\"us\":%.2f,"
-                       "\"weight_bytes\":%zu,\"GBps\":%.0f,\"fraction_of_copy\":%.3f,\"time_vs_bf16\":%.3f}\n",
-                       s->model, s->name, (long long)Ts[ti], og_dtype_name(dts[di]), us, per_copy, gbps,
-                       gbps * 1e9 / copy, us / bf16_us[ti]);
-                fflush(stdout);
-                if (n_res < MAX_CASES)
-                    res[n_res++] = (result){s->model, s->name, og_dtype_name(dts[di]), Ts[ti], us, gbps * 1e9 / copy,
-                                            us / bf16_us[ti]};
+            for (int vi = 0; vi < n_var; vi++) {
+                const variant *v = bf16 ? &bf16_variants[vi] : &env_variant;
+                og_gemv_cuda_set_split(v->mode, v->splits, v->ring_kb);
+                for (int ti = 0; ti < 4; ti++) {
+                    const double us = time_case(st, s, dts[di], w, copies, Ts[ti], x, out);
+                    if (us < 0) { /* the table keeps its row, as nan */
+                        if (bf16 && vi == 0) exit(1);
+                        printf("{\"bench\":\"gemv\",\"model\":\"%s\",\"shape\":\"%s\",\"T\":%lld,\"weights\":\"%s\","
+                               "\"kernel\":\"%s\",\"error\":\"launch failed\"}\n",
+                               s->model, s->name, (long long)Ts[ti], og_dtype_name(dts[di]), v->name);
+                        if (n_res < MAX_CASES)
+                            res[n_res++] = (result){s->model, s->name, og_dtype_name(dts[di]), v->name, Ts[ti], NAN,
+                                                    NAN, NAN};
+                        continue;
+                    }
+                    if (bf16 && vi == 0) bf16_us[ti] = us;
+                    const double gbps = (double)per_copy / us / 1e3;
+                    printf("{\"bench\":\"gemv\",\"model\":\"%s\",\"shape\":\"%s\",\"T\":%lld,\"weights\":\"%s\","
+                           "\"kernel\":\"%s\",\"us\":%.2f,\"weight_bytes\":%zu,\"GBps\":%.0f,\"fraction_of_copy\":%.3f,"
+                           "\"time_vs_bf16\":%.3f}\n",
+                           s->model, s->name, (long long)Ts[ti], og_dtype_name(dts[di]), v->name, us, per_copy, gbps,
+                           gbps * 1e9 / copy, us / bf16_us[ti]);
+                    fflush(stdout);
+                    if (n_res < MAX_CASES)
+                        res[n_res++] = (result){s->model, s->name, og_dtype_name(dts[di]), v->name, Ts[ti], us,
+                                                gbps * 1e9 / copy, us / bf16_us[ti]};
+                }
             }
+            og_gemv_cuda_set_split(-1, 0, 0);
             for (int p = 0; p < parts; p++) {
                 for (int k = 0; k < copies; k++) cudaFree(w[p][k]);
                 free(w[p]);
@@ -196,10 +234,23 @@ int main(int argc, char **argv) {
         }
     }
     printf("---- decode products, fraction of the copy rate (%.0f GB/s) by rows of x\n", copy / 1e9);
-    printf("%-5s %-15s %-5s %8s %8s %8s %8s\n", "model", "product", "dtype", "T=1", "T=2", "T=4", "T=8");
+    printf("%-5s %-15s %-5s %-9s %8s %8s %8s %8s\n", "model", "product", "dtype", "kernel", "T=1", "T=2", "T=4",
+           "T=8");
     for (int i = 0; i + 3 < n_res; i += 4)
-        printf("%-5s %-15s %-5s %8.2f %8.2f %8.2f %8.2f\n", res[i].model, res[i].name, res[i].dt, res[i].frac,
-               res[i + 1].frac, res[i + 2].frac, res[i + 3].frac);
+        printf("%-5s %-15s %-5s %-9s %8.2f %8.2f %8.2f %8.2f\n", res[i].model, res[i].name, res[i].dt, res[i].kernel,
+               res[i].frac, res[i + 1].frac, res[i + 2].frac, res[i + 3].frac);
+    printf("---- bf16: ring kernel -> split kernel, us (fraction of copy) by rows of x\n");
+    printf("%-5s %-15s %25s %25s %25s %25s\n", "model", "product", "T=1", "T=2", "T=4", "T=8");
+    for (int i = 0; i + 3 < n_res; i += 4) {
+        if (strcmp(res[i].kernel, "ring")) continue;
+        int j = i + 4; /* the split rows of the same product */
+        while (j + 3 < n_res && strcmp(res[j].kernel, "split")) j += 4;
+        if (j + 3 >= n_res || strcmp(res[j].name, res[i].name) || strcmp(res[j].model, res[i].model)) continue;
+        printf("%-5s %-15s", res[i].model, res[i].name);
+        for (int t = 0; t < 4; t++)
+            printf(" %6.1f %.2f->%6.1f %.2f", res[i + t].us, res[i + t].frac, res[j + t].us, res[j + t].frac);
+        printf("\n");
+    }
     cudaStreamDestroy(st);
     return 0;
 }

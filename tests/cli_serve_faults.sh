@@ -21,8 +21,10 @@ SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 BACKEND=${OG_BACKEND:-cpu}
 rm -rf "$WORK" && mkdir -p "$WORK"
 . "$SRC/tests/serve/server.sh"
-# a longer context than the demo's 1,024, so that requests grow their storage
-"$BIN" export "$SRC/models/kjv-tiny" -o "$WORK/long.ogp" --max-context 4096 --force-max-context >"$WORK/export.log" 2>&1 ||
+# a longer context than the demo's 1,024, so that requests grow their storage;
+# OG_FAULTS_MODEL: another checkpoint (tests/gpu/run.sh: wider KV rows, made by
+# tests/serve/wide_kv_model.py, so that every request outgrows device chunks)
+"$BIN" export "${OG_FAULTS_MODEL:-$SRC/models/kjv-tiny}" -o "$WORK/long.ogp" --max-context 4096 --force-max-context >"$WORK/export.log" 2>&1 ||
     { fail "export: $(cat "$WORK/export.log")"; exit 1; }
 
 # the environment can change the requests' lengths, the fault rate and the

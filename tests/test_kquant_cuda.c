@@ -24,6 +24,15 @@
  *    sum over elements of |x~| (|w| + 2 |dmin m|) + |bias| (x~ = u (254 hi
  *    + lo), w the exact weight, dmin m its sub-block's min: q4_k, q5_k), so
  *    |gpu - cpu| <= (gamma_(nb/4 + 10) + gamma_(nb + 5)) S.
+ *    The second cut (variant 2, OG_CUDA_KQUANT_GEMV=v2) adds the same unit
+ *    terms, ceil(nb / 16) a lane, then 5 shuffle levels, 2 levels across
+ *    its 4 warps and the bias: gamma_(ceil(nb/16) + 12) S on the GPU (3
+ *    roundings a term, 1 spare). Both variants run on every case, and v2
+ *    again through og_kquant_gemv_int8_cuda with the switch set; v2 also on
+ *    N 4227 (K 4096) and 2001 (K 2048), every T: its blocks of 4 and 2 rows
+ *    (on 132 SMs; fewer than 6 blocks an SM of them take 1) and their tails, and
+ *    the 8B products' shapes (K 4096 N 6144, K 12288 N 4096; T 1, 2, 5, 8),
+ *    left out with OG_CUDA_TEST_QUICK=1 (sanitizer runs).
  * Back end: the checkpoint of tests/data/kquant's files (written here by
  * kquant_fixture.c) exported with the q4_k_m, q5_k_m and q2_k mixes and
  * every matrix q3_k, f32 activations; logits of a 48-token prompt fed at
@@ -185,7 +194,12 @@ static double min_at(og_dtype dt, const uint8_t *w, int64_t K, int64_t n, int64_
     return (double)og_f32_from_f16((og_f16)(b[2] | (b[3] << 8))) * m;
 }
 
-static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, bool with_bias) {
+/* Rounding steps of the GPU's sums in the integer gemv's variant v (see
+ * the header). */
+static int64_t gpu_steps(int v, int64_t nb) { return v == 1 ? nb / 4 + 10 : (nb + 15) / 16 + 12; }
+
+static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, bool with_bias, const int64_t *Ts,
+                          int nT) {
     const int64_t nb = K / QK;
     float *we = malloc(sizeof(float) * (size_t)(N * K));
     uint8_t *w = make_weights(dt, N, K, random_bytes, we);
@@ -193,10 +207,11 @@ static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
     float *bias = malloc(sizeof(float) * (size_t)N);
     og_rng_fill(&rng, bias, (size_t)N, -1.0f, 1.0f);
     float *dbias = with_bias ? up(bias, sizeof(float) * (size_t)N) : NULL;
-    double *mins = malloc(sizeof(double) * (size_t)(N * K));
+    double *mins = malloc(sizeof(double) * (size_t)(N * K / 32)); /* one a sub-block of 32 */
     for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < K; k++) mins[n * K + k] = min_at(dt, w, K, n, k);
-    for (int64_t T = 1; T <= OG_KQUANT_GEMV_CUDA_MAX_T; T++) {
+        for (int64_t k = 0; k < K; k += 32) mins[(n * K + k) / 32] = min_at(dt, w, K, n, k);
+    for (int ti = 0; ti < nT; ti++) {
+        const int64_t T = Ts[ti];
         float *x = malloc(sizeof(float) * (size_t)(T * K)), *ref = malloc(sizeof(float) * (size_t)(T * N));
         og_rng_fill(&rng, x, (size_t)(T * K), -1.0f, 1.0f);
         for (int64_t i = 0; i < T * K; i++) x[i] *= ldexpf(1.0f, (int)((i / QK) % 7) - 3); /* blocks of varied scale */
@@ -213,7 +228,6 @@ static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
         CK(cudaMalloc(&dxq, xq_bytes));
         CK(cudaMemset(dxq, 0xA5, xq_bytes));
         CHECK_OK(og_kquant_quantize_x_cuda(NULL, dx, T, K, dxq));
-        CHECK_OK(og_kquant_gemv_int8_cuda(NULL, dxq, dw, dbias, dt, T, K, N, dout));
         CK(cudaDeviceSynchronize());
         /* the terms: the layout of kquant.cu's xq_block (hi, lo, sum16, u) */
         uint8_t *xq = malloc(xq_bytes);
@@ -228,34 +242,56 @@ static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
         }
         CHECK_MSG(bad_terms == 0, "x terms %s K=%lld T=%lld: %d of %lld blocks differ from og_kq_quantize_x",
                   og_dtype_name(dt), (long long)K, (long long)T, bad_terms, (long long)(T * nb));
-        float *out = down(dout, (size_t)(T * N));
-        const double tol = gamma_n(nb / 4 + 10) + gamma_n(nb + 5);
-        double worst = 0;
+        /* S of the header for each (t, n), once for every variant */
+        double *mag = malloc(sizeof(double) * (size_t)(T * N));
         for (int64_t t = 0; t < T; t++)
             for (int64_t n = 0; n < N; n++) {
-                const float r = ref[t * N + n] + (with_bias ? bias[n] : 0.0f), o = out[t * N + n];
-                if (nan_row && t == T - 1) {
-                    CHECK_MSG(isnan(o) && isnan(r), "int8 gemv %s: a row of x with a NaN gave %g (CPU %g)",
-                              og_dtype_name(dt), o, r);
-                    continue;
-                }
-                double mag = with_bias ? fabs((double)bias[n]) : 0;
+                double m = with_bias ? fabs((double)bias[n]) : 0;
                 for (int64_t b = 0; b < nb; b++) {
                     const og_kq_x *xb = &xh[t * nb + b];
                     const double u = (double)(xb->d / 254.0f);
                     for (int e = 0; e < QK; e++) {
                         const int64_t k = b * QK + e;
-                        mag += u * fabs(254.0 * xb->hi[e] + xb->lo[e]) *
-                               (fabs((double)we[n * K + k]) * (1 + 0x1p-20) + 2 * fabs(mins[n * K + k]));
+                        m += u * fabs(254.0 * xb->hi[e] + xb->lo[e]) *
+                             (fabs((double)we[n * K + k]) * (1 + 0x1p-20) + 2 * fabs(mins[(n * K + k) / 32]));
                     }
                 }
-                double d = fabs((double)o - r) / (tol * mag + 1e-37);
-                if (isnan(o) || isnan(r)) d = INFINITY;
-                worst = d > worst ? d : worst;
+                mag[t * N + n] = m;
             }
-        CHECK_MSG(worst <= 1.0, "int8 gemv %s K=%lld N=%lld T=%lld bytes=%d bias=%d: ratio %.3g", og_dtype_name(dt),
-                  (long long)K, (long long)N, (long long)T, random_bytes, with_bias, worst);
-        free(x), free(ref), free(out), free(xh), free(xq);
+        /* variant 1, variant 2, and variant 2 chosen by the switch */
+        for (int run = 0; run < 3; run++) {
+            const int v = run == 0 ? 1 : 2;
+            CK(cudaMemset(dout, 0xFF, sizeof(float) * (size_t)(T * N))); /* NaN until written */
+            if (run < 2) CHECK_OK(og_kquant_gemv_int8_variant_cuda(NULL, v, dxq, dw, dbias, dt, T, K, N, dout));
+            else {
+                setenv("OG_CUDA_KQUANT_GEMV", "v2", 1);
+                CHECK(og_kquant_gemv_cuda_v2_wanted() && og_kquant_gemv_cuda_int8_wanted());
+                CHECK_OK(og_kquant_gemv_int8_cuda(NULL, dxq, dw, dbias, dt, T, K, N, dout));
+                unsetenv("OG_CUDA_KQUANT_GEMV");
+                CHECK(!og_kquant_gemv_cuda_v2_wanted());
+            }
+            CK(cudaDeviceSynchronize());
+            float *out = down(dout, (size_t)(T * N));
+            const double tol = gamma_n(gpu_steps(v, nb)) + gamma_n(nb + 5);
+            double worst = 0;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t n = 0; n < N; n++) {
+                    const float r = ref[t * N + n] + (with_bias ? bias[n] : 0.0f), o = out[t * N + n];
+                    if (nan_row && t == T - 1) {
+                        CHECK_MSG(isnan(o) && isnan(r), "int8 gemv v%d %s: a row of x with a NaN gave %g (CPU %g)", v,
+                                  og_dtype_name(dt), o, r);
+                        continue;
+                    }
+                    double d = fabs((double)o - r) / (tol * mag[t * N + n] + 1e-37);
+                    if (isnan(o) || isnan(r)) d = INFINITY;
+                    worst = d > worst ? d : worst;
+                }
+            CHECK_MSG(worst <= 1.0, "int8 gemv v%d%s %s K=%lld N=%lld T=%lld bytes=%d bias=%d: ratio %.3g", v,
+                      run == 2 ? " (switch)" : "", og_dtype_name(dt), (long long)K, (long long)N, (long long)T,
+                      random_bytes, with_bias, worst);
+            free(out);
+        }
+        free(x), free(ref), free(mag), free(xh), free(xq);
         CK(cudaFree(dx));
         CK(cudaFree(dout));
         CK(cudaFree(dxq));
@@ -263,6 +299,11 @@ static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
     free(we), free(w), free(bias), free(mins);
     CK(cudaFree(dw));
     if (dbias) CK(cudaFree(dbias));
+}
+
+static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, bool with_bias) {
+    static const int64_t all_T[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    check_int8_ts(dt, K, N, random_bytes, with_bias, all_T, 8);
 }
 
 static void check_refusals(void) {
@@ -278,6 +319,12 @@ static void check_refusals(void) {
     CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout), OG_ERR_UNSUPPORTED);
     CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 9, 256, 2, dout), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 200, 2, dout), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 3, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 256, 2, dout),
+                 OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 2, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout),
+                 OG_ERR_UNSUPPORTED);
+    CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 2, dx, dw, NULL, OG_DTYPE_Q6_K, 9, 256, 2, dout),
+                 OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_quantize_x_cuda(NULL, dx, 9, 256, dw), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_quantize_x_cuda(NULL, dx + 1, 1, 256, dw), OG_ERR_INVALID_ARGUMENT);
     CHECK(og_kquant_x_cuda_bytes(1, 300) == 0);
@@ -319,7 +366,9 @@ static void check_backend(const char *dir) {
         char title[96], path[] = "/tmp/og_kq_cuda_XXXXXX";
         snprintf(title, sizeof title, "back end: %s program, CUDA (%s gemv) against CPU",
                  k[i].mix ? k[i].mix : og_dtype_name(k[i].uniform),
-                 og_kquant_gemv_cuda_int8_wanted() ? "integer" : "f32 x");
+                 !og_kquant_gemv_cuda_int8_wanted() ? "f32 x"
+                 : og_kquant_gemv_cuda_v2_wanted()  ? "integer v2"
+                                                    : "integer");
         og_test_section(title);
         int fd = mkstemp(path);
         if (fd >= 0) close(fd);
@@ -369,6 +418,14 @@ int main(void) {
         for (size_t a = 0; a < sizeof Ks8 / sizeof Ks8[0]; a++)
             for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
                 check_int8(int8_types[t], Ks8[a], Ns[b], (a + b) % 2 == 0, b % 2 == 1);
+        if (!getenv("OG_CUDA_TEST_QUICK")) {
+            /* v2's blocks of several rows (N past 132 x 8 blocks of them) and their tail; the 8B shapes */
+            static const int64_t some_T[] = {1, 2, 5, 8};
+            check_int8(int8_types[t], 4096, 4227, t % 2 == 0, true);
+            check_int8(int8_types[t], 2048, 2001, t % 2 == 1, true); /* 2 rows a block on 132 SMs */
+            check_int8_ts(int8_types[t], 4096, 6144, false, false, some_T, 4);
+            check_int8_ts(int8_types[t], 12288, 4096, true, false, some_T, 4);
+        }
     }
     check_refusals();
     char dir[] = "/tmp/og_kq_cuda_ckpt_XXXXXX";
@@ -380,6 +437,10 @@ int main(void) {
         unsetenv("OG_CUDA_KQUANT_GEMV"); /* the default: the integer gemv where it takes the dtype */
         CHECK(og_kquant_gemv_cuda_int8_wanted());
         check_backend(dir);
+        setenv("OG_CUDA_KQUANT_GEMV", "v2", 1); /* the integer gemv's second cut */
+        CHECK(og_kquant_gemv_cuda_int8_wanted() && og_kquant_gemv_cuda_v2_wanted());
+        check_backend(dir);
+        unsetenv("OG_CUDA_KQUANT_GEMV");
         char p[600];
         snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
         snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);

@@ -29,7 +29,9 @@
  * dequantized panels and SGEMM), and the fused variants against the
  * unfused kernels bit for bit. Odd sizes: N = 1, 17, 67, 259; K of one
  * group to five rounds of the slabs a lane loads ahead; T = 1, 3, 8, 40,
- * 200. Skipped (77) without a CUDA build or device. */
+ * 200. The split-K bf16 products (og_gemv_cuda_set_split) at the 0.6B, 8B
+ * and 32B-like shapes: test_split. Skipped (77) without a CUDA build or
+ * device. */
 #include "harness.h"
 
 #ifndef OG_HAVE_CUDA
@@ -434,6 +436,236 @@ static void test_fused(void) {
     }
 }
 
+/* ---- the split-K bf16 products (og_gemv_cuda_set_split) ----
+ * Every product of the 0.6B, 8B and 32B-like shapes (q/k/v in one launch
+ * with biases, o, gate/up with the swiglu epilogue, down, the LM head of
+ * vocabulary 151936) at T = 1..8, with the split kernel on and its split
+ * count chosen from the shape: against og_matmul_ref (and og_swiglu_ref) on
+ * a sample of output features (every row of a small matrix; of a large one
+ * every s-th row, s odd so that the sample meets every row of a tile, and
+ * the last tile), at the gemv's tolerance. Then bit for bit: the counts
+ * forced to 1, 2 and 4 and the rings capped at 16 KB give the chosen
+ * count's bits (the sums do not depend on the split), the T rows of a call
+ * are the first T rows of the T = 8 call, and the add + rms_norm prologue
+ * gives the bits of og_add_rms_norm_cuda then the product. Two odd products
+ * (K of 3 and 129 units, N = 17 and 67) take forced counts against the
+ * reference. The weights repeat a block of 1000003 random bf16 values (a
+ * prime: no row or unit of 32 has another's values at the same k), so that
+ * 1.5 GB heads are quick to make. OG_CUDA_TEST_QUICK=1 keeps the 0.6B shape
+ * without its head, T = 1, 3, 8; OG_CUDA_TEST_SPLIT_ONLY=1 runs this section
+ * alone. */
+enum { SPLIT_PERIOD = 1000003 };
+static uint16_t *split_pattern; /* [SPLIT_PERIOD * 64 + SPLIT_PERIOD] */
+
+static void *split_weights(int64_t N, int64_t K, size_t off) {
+    const size_t n = (size_t)(N * K), chunk = (size_t)SPLIT_PERIOD * 64;
+    uint8_t *d = NULL;
+    CK(cudaMalloc((void **)&d, n * 2));
+    for (size_t i = 0; i < n; i += chunk)
+        CK(cudaMemcpy(d + i * 2, split_pattern + off, (n - i < chunk ? n - i : chunk) * 2, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* The sampled rows' reference products: ref[t * N + r] for the rows r kept by split_row. */
+static bool split_row(int64_t r, int64_t N, int64_t stride) { return r % stride == 0 || r >= N - 16; }
+
+static void split_ref(const float *x, int64_t T, int64_t K, int64_t N, size_t off, const uint16_t *bias,
+                      int64_t stride, float *ref) {
+    float col[OG_GEMV_CUDA_MAX_T];
+    for (int64_t r = 0; r < N; r++) {
+        if (!split_row(r, N, stride)) continue;
+        const uint16_t *w = split_pattern + (off + (size_t)(r * K)) % SPLIT_PERIOD;
+        CHECK_OK(og_matmul_ref(x, w, bias ? bias + r : NULL, OG_DTYPE_BF16, T, K, 1, col));
+        for (int64_t t = 0; t < T; t++) ref[t * N + r] = col[t];
+    }
+}
+
+/* got (device [T, N]) against ref on the sampled rows. */
+static void split_compare(const char *what, const float *dgot, const float *ref, int64_t T, int64_t K, int64_t N,
+                          int64_t stride) {
+    float *got = down(dgot, (size_t)(T * N));
+    float *a = malloc((size_t)(T * N) * 4), *b = malloc((size_t)(T * N) * 4);
+    size_t n = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < N; r++)
+            if (split_row(r, N, stride)) a[n] = got[t * N + r], b[n] = ref[t * N + r], n++;
+    compare(what, a, b, n, 1e-5 * sqrt((double)K), 1e-5);
+    free(got), free(a), free(b);
+}
+
+typedef struct split_shape {
+    const char *name;
+    int kind; /* 0: parts of one launch, 1: gate/up + swiglu */
+    int n_parts;
+    int64_t K, N[3];
+    bool bias;
+} split_shape;
+
+static void split_case(const split_shape *s, const int64_t *Ts, int nT, int forced) {
+    const int parts = s->kind ? 2 : s->n_parts;
+    const int64_t K = s->K;
+    int64_t most = 0;
+    for (int p = 0; p < parts; p++) most += s->N[p] * K;
+    const int64_t stride = most > (4 << 20) ? (most / (4 << 20)) | 1 : 1;
+    void *dw[3];
+    uint16_t *bias[3] = {NULL, NULL, NULL};
+    void *db[3] = {NULL, NULL, NULL};
+    size_t off[3];
+    for (int p = 0; p < parts; p++) {
+        off[p] = (size_t)(p * 7919 + K) % SPLIT_PERIOD;
+        dw[p] = split_weights(s->N[p], K, off[p]);
+        if (s->bias) {
+            bias[p] = rand_w((size_t)s->N[p], OG_DTYPE_BF16);
+            db[p] = up(bias[p], (size_t)s->N[p] * 2);
+        }
+    }
+    const int64_t TM = OG_GEMV_CUDA_MAX_T;
+    float *x = rand_f32((size_t)(TM * K));
+    float *dx = up(x, (size_t)(TM * K) * 4);
+    float *ref[3], *d8[3], *dout[3];
+    for (int p = 0; p < parts; p++) {
+        ref[p] = malloc((size_t)(TM * s->N[p]) * 4);
+        split_ref(x, TM, K, s->N[p], off[p], bias[p], stride, ref[p]);
+        d8[p] = poisoned((size_t)(TM * s->N[p]));
+        dout[p] = poisoned((size_t)(TM * s->N[p]));
+    }
+    float *sw = NULL;
+    if (s->kind) { /* the swiglu of the two references */
+        sw = malloc((size_t)(TM * s->N[0]) * 4);
+        CHECK_OK(og_swiglu_ref(ref[0], ref[1], TM, s->N[0], sw));
+    }
+    /* runs the product at T rows into out (parts, or out[0] for swiglu) */
+#define SPLIT_RUN(T_, out)                                                                                         \
+    do {                                                                                                           \
+        if (s->kind) {                                                                                             \
+            CHECK_OK(og_gemv_swiglu_cuda(NULL, dx, dw[0], db[0], dw[1], db[1], OG_DTYPE_BF16, (T_), K, s->N[0],    \
+                                         (out)[0]));                                                               \
+        } else {                                                                                                   \
+            og_gemv_cuda_part pt[3];                                                                               \
+            for (int p_ = 0; p_ < parts; p_++) pt[p_] = (og_gemv_cuda_part){dw[p_], db[p_], s->N[p_], (out)[p_]};  \
+            CHECK_OK(og_gemv_multi_cuda(NULL, dx, OG_DTYPE_BF16, (T_), K, pt, parts));                             \
+        }                                                                                                          \
+    } while (0)
+    const int outs = s->kind ? 1 : parts;
+    og_gemv_cuda_set_split(1, forced, 0);
+    SPLIT_RUN(TM, d8);
+    for (int ti = 0; ti < nT; ti++) {
+        const int64_t T = Ts[ti];
+        char what[128];
+        og_gemv_cuda_set_split(1, forced, 0);
+        SPLIT_RUN(T, dout);
+        for (int p = 0; p < outs; p++) {
+            snprintf(what, sizeof what, "split %s part %d T=%lld splits %d", s->name, p, (long long)T, forced);
+            if (!s->kind) {
+                split_compare(what, dout[p], ref[p], T, K, s->N[p], stride);
+            } else { /* swiglu of the sampled rows, at compare_swiglu's tolerance */
+                const int64_t F = s->N[0];
+                float *got = down(dout[0], (size_t)(T * F));
+                float *g = malloc((size_t)(T * F) * 4), *u = malloc((size_t)(T * F) * 4);
+                float *a = malloc((size_t)(T * F) * 4), *b = malloc((size_t)(T * F) * 4);
+                size_t n = 0;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t r = 0; r < F; r++)
+                        if (split_row(r, F, stride))
+                            g[n] = ref[0][t * F + r], u[n] = ref[1][t * F + r], a[n] = got[t * F + r],
+                            b[n] = sw[t * F + r], n++;
+                compare_swiglu(what, a, g, u, b, n, K);
+                free(got), free(g), free(u), free(a), free(b);
+            }
+            /* the first T rows of the T = 8 call */
+            same_bits(what, dout[p], d8[p], (size_t)(T * (s->kind ? s->N[0] : s->N[p])));
+        }
+        if (forced) continue;
+        /* forced counts and capped rings: the same bits */
+        const int variants[4][2] = {{1, 0}, {2, 0}, {4, 0}, {0, 16}};
+        for (int v = 0; v < 4; v++) {
+            float *alt[3];
+            for (int p = 0; p < outs; p++) alt[p] = poisoned((size_t)(T * s->N[p]));
+            og_gemv_cuda_set_split(1, variants[v][0], variants[v][1]);
+            SPLIT_RUN(T, alt);
+            for (int p = 0; p < outs; p++) {
+                snprintf(what, sizeof what, "split %s part %d T=%lld: splits %d ring %d KB vs chosen", s->name, p,
+                         (long long)T, variants[v][0], variants[v][1]);
+                same_bits(what, alt[p], dout[p], (size_t)(T * s->N[p]));
+                cudaFree(alt[p]);
+            }
+        }
+        /* the add + rms_norm prologue where it is taken: x = rms_norm(a + b) */
+        if (og_gemv_cuda_norm_fits(T, K)) {
+            float *ra = rand_f32((size_t)(T * K)), *rb = rand_f32((size_t)(T * K));
+            void *wn = rand_w((size_t)K, OG_DTYPE_BF16);
+            float *na = up(ra, (size_t)(T * K) * 4), *nb = up(rb, (size_t)(T * K) * 4);
+            void *dwn = up(wn, (size_t)K * 2);
+            float *nsum = poisoned((size_t)(T * K)), *normed = poisoned((size_t)(T * K)), *fsum = poisoned((size_t)(T * K));
+            float *uo[3], *fo[3];
+            for (int p = 0; p < outs; p++) uo[p] = poisoned((size_t)(T * s->N[p])), fo[p] = poisoned((size_t)(T * s->N[p]));
+            og_gemv_cuda_set_split(1, 0, 0);
+            CHECK_OK(og_add_rms_norm_cuda(NULL, na, nb, dwn, OG_DTYPE_BF16, T, K, 1e-6f, nsum, normed, NULL));
+            const og_gemv_cuda_norm nm = {na, nb, dwn, OG_DTYPE_BF16, 1e-6f, fsum};
+            og_gemv_cuda_part pt[3], fp[3];
+            for (int p = 0; p < parts; p++) {
+                pt[p] = (og_gemv_cuda_part){dw[p], db[p], s->N[p], s->kind ? uo[0] : uo[p]};
+                fp[p] = (og_gemv_cuda_part){dw[p], db[p], s->N[p], s->kind ? fo[0] : fo[p]};
+            }
+            if (s->kind) {
+                CHECK_OK(og_gemv_swiglu_cuda(NULL, normed, dw[0], db[0], dw[1], db[1], OG_DTYPE_BF16, T, K, s->N[0], uo[0]));
+                CHECK_OK(og_gemv_norm_swiglu_cuda(NULL, NULL, &nm, dw[0], db[0], dw[1], db[1], OG_DTYPE_BF16, T, K,
+                                                  s->N[0], fo[0]));
+            } else {
+                CHECK_OK(og_gemv_multi_cuda(NULL, normed, OG_DTYPE_BF16, T, K, pt, parts));
+                CHECK_OK(og_gemv_norm_multi_cuda(NULL, NULL, &nm, OG_DTYPE_BF16, T, K, fp, parts));
+            }
+            snprintf(what, sizeof what, "split %s T=%lld with add+rms_norm", s->name, (long long)T);
+            same_bits(what, fsum, nsum, (size_t)(T * K));
+            for (int p = 0; p < outs; p++) {
+                same_bits(what, fo[p], uo[p], (size_t)(T * s->N[p]));
+                cudaFree(uo[p]), cudaFree(fo[p]);
+            }
+            free(ra), free(rb), free(wn);
+            cudaFree(na), cudaFree(nb), cudaFree(dwn), cudaFree(nsum), cudaFree(normed), cudaFree(fsum);
+        }
+    }
+#undef SPLIT_RUN
+    og_gemv_cuda_set_split(-1, 0, 0);
+    for (int p = 0; p < parts; p++) {
+        cudaFree(dw[p]), cudaFree(db[p]), cudaFree(d8[p]), cudaFree(dout[p]);
+        free(bias[p]), free(ref[p]);
+    }
+    free(x), free(sw);
+    cudaFree(dx);
+}
+
+static void test_split(void) {
+    og_test_section("split-K bf16 products at model shapes");
+    const bool quick = getenv("OG_CUDA_TEST_QUICK") && getenv("OG_CUDA_TEST_QUICK")[0] == '1';
+    const size_t n = (size_t)SPLIT_PERIOD * 65;
+    split_pattern = malloc(n * 2);
+    for (size_t i = 0; i < SPLIT_PERIOD; i++) split_pattern[i] = og_bf16_from_f32(og_rng_uniform(&rng, -1, 1));
+    for (size_t i = SPLIT_PERIOD; i < n; i++) split_pattern[i] = split_pattern[i - SPLIT_PERIOD];
+    const split_shape shapes[] = {
+        {"0.6b qkv", 0, 3, 1024, {2048, 1024, 1024}, true}, {"0.6b o", 0, 1, 2048, {1024}, false},
+        {"0.6b gate_up", 1, 2, 1024, {3072, 3072}, false}, {"0.6b down", 0, 1, 3072, {1024}, false},
+        {"0.6b head", 0, 1, 1024, {151936}, false},
+        {"8b qkv", 0, 3, 4096, {4096, 1024, 1024}, true}, {"8b o", 0, 1, 4096, {4096}, false},
+        {"8b gate_up", 1, 2, 4096, {12288, 12288}, false}, {"8b down", 0, 1, 12288, {4096}, false},
+        {"8b head", 0, 1, 4096, {151936}, false},
+        {"32b qkv", 0, 3, 5120, {8192, 1024, 1024}, true}, {"32b o", 0, 1, 8192, {5120}, false},
+        {"32b gate_up", 1, 2, 5120, {25600, 25600}, true}, {"32b down", 0, 1, 25600, {5120}, false},
+        {"32b head", 0, 1, 5120, {151936}, false},
+    };
+    const int64_t all[] = {1, 2, 3, 4, 5, 6, 7, 8}, few[] = {1, 3, 8};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        if (quick && (i >= 4)) break;
+        split_case(&shapes[i], quick ? few : all, quick ? 3 : 8, 0);
+    }
+    /* odd sizes: 3 and 129 units of K (the last round of chains partly empty), N not a multiple of 16 */
+    const split_shape odd[] = {{"odd K=96", 0, 2, 96, {17, 5}, true}, {"odd K=4128", 0, 1, 4128, {67}, true}};
+    for (size_t i = 0; i < 2; i++)
+        for (int f = 1; f <= 4; f *= 2) split_case(&odd[i], few, 3, f);
+    free(split_pattern);
+    split_pattern = NULL;
+}
+
 /* ---- quantized weights (q8, q4) ---- */
 
 /* Random [N, K] weights in [-1, 1) quantized to dt (og_quantize_rows, the
@@ -711,10 +943,15 @@ int main(void) {
         return OG_TEST_SKIP;
     }
     rng = og_rng_seed(77001);
+    if (getenv("OG_CUDA_TEST_SPLIT_ONLY") && getenv("OG_CUDA_TEST_SPLIT_ONLY")[0] == '1') { /* a sanitizer's run */
+        test_split();
+        return og_test_finish();
+    }
     test_matmul_first_staged(); /* first: no launch before it may have asked for the shared memory */
     test_matmul();
     test_rows();
     test_fused();
+    test_split();
     test_quant_embed();
     test_quant_matmul();
     test_quant_fused();

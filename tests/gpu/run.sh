@@ -2,7 +2,8 @@
 # Every GPU check in one command, from a folder made by tests/gpu/pack.sh
 # (nothing is built here). Prints one line per check and a summary last; the
 # full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
-#   1. kernel tests against the C references (test_ops_cuda, test_attend_cuda,
+#   1. kernel tests against the C references (test_ops_cuda, also with the
+#      CUDA-core gemv and with the split-K bf16 gemv (OG_CUDA_GEMV_SPLIT=1), test_attend_cuda,
 #      test_sample_cuda: the device sampler against og_sampler_sample;
 #      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
 #      test_kquant_cuda: the k-quant kernels, and the back end on k-quant
@@ -19,6 +20,9 @@
 #      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
 # A check that exits 77 (no device) is reported as skipped.
+# OG_GPU_CHECKS: an extended regular expression of check names; only the
+# checks it matches whole run (several such runs side by side, each with its
+# own RESULTS_DIR, fit all of them into a shorter time on one GPU).
 set -u
 B=$(cd "${1:?usage: tests/gpu/run.sh <build-dir>}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,6 +37,7 @@ fails=0
 check() {
     local name=$1
     shift
+    [ -n "${OG_GPU_CHECKS:-}" ] && ! [[ $name =~ ^(${OG_GPU_CHECKS})$ ]] && return 0
     local t0=$SECONDS
     echo "==== $name: $*" >>"$LOG"
     "$@" >>"$LOG" 2>&1
@@ -47,6 +52,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>
 check test_ops_cuda "$B/tests/test_ops_cuda"
 # the CUDA-core decode products, which the tensor-core ones replace where they fit
 check test_ops_cuda_cores env OG_CUDA_GEMV=cores "$B/tests/test_ops_cuda"
+# the split-K bf16 products (off by default) under every gemv test, the fused and graph-captured ones included
+check test_ops_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_ops_cuda"
+check test_exec_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_exec_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
 check test_moe_cuda "$B/tests/test_moe_cuda"
@@ -60,14 +68,24 @@ check test_gdn_cuda "$B/tests/test_gdn_cuda"
 check hybrid_cuda "$B/tests/test_hybrid" cuda
 check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
 # offgraph serve with device KV allocations failing (cuMemCreate, cudaMallocAsync): each fault fails
-# its request alone; f32 KV and long requests, so that growth needs a new 2 MiB chunk
-check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_TEXT=length OG_FAULTS_EVERY=2 OG_FAULTS_TOKENS="1400 1600 1800" \
-    OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=512M bash "$SRC/tests/cli_serve_faults.sh" "$B/offgraph" "$(mktemp -d)"
+# its request alone. The checkpoint has kjv-tiny's tokenizer and wide KV rows (8 KiB a token and
+# layer in f32) and no sliding layers, so that every request starts from a fork of a cached prompt
+# and outgrows several 2 MiB chunks: kjv-tiny's own rows fit a whole request into the first chunk,
+# which a server's pooled sessions keep, and its rings kept the prefix cache from forking, so
+# faults were rare
+WIDE=$(mktemp -d)
+python3 "$SRC/tests/serve/wide_kv_model.py" "$SRC/models/kjv-tiny" "$WIDE/wide" >>"$LOG" 2>&1
+check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_TEXT=length OG_FAULTS_MODEL="$WIDE/wide" OG_FAULTS_EVERY=16 \
+    OG_FAULTS_TOKENS="300 450 600" OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=512M \
+    bash "$SRC/tests/cli_serve_faults.sh" "$B/offgraph" "$(mktemp -d)"
+rm -rf "$WIDE"
 if [ "${OG_GPU_SANITIZERS:-1}" = 0 ]; then
     echo "OG_GPU_SANITIZERS=0: sanitizer checks not run" | tee -a "$LOG"
 elif command -v compute-sanitizer >/dev/null; then
     export OG_CUDA_TEST_QUICK=1
     check memcheck_ops compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
+    check memcheck_split env OG_CUDA_TEST_SPLIT_ONLY=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
+    check racecheck_split env OG_CUDA_TEST_SPLIT_ONLY=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"

@@ -24,7 +24,7 @@ __device__ inline float warp_sum(float x) {
 
 /* The sum of every thread's s over the block (of at most 1024 threads), in
  * every thread: lane trees, then warp 0 adds the warps' sums (the order the
- * gemv norm prologues reproduce). */
+ * gemv norm prologues reproduce). Calls may follow each other directly. */
 __device__ inline float block_sum(float s) {
     __shared__ float part[32];
     s = warp_sum(s);
@@ -36,7 +36,9 @@ __device__ inline float block_sum(float s) {
         if (threadIdx.x == 0) part[0] = v;
     }
     __syncthreads();
-    return part[0];
+    const float sum = part[0];
+    __syncthreads(); /* a next call's writes to part wait until every thread has read this one's sum */
+    return sum;
 }
 
 /* Waits for the kernels this one depends on (programmatic dependent launch;

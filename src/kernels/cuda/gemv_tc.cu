@@ -43,10 +43,13 @@
 
 #include "kernels/cuda/common.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <string.h>
+
+#include <type_traits>
 
 namespace {
 
@@ -283,6 +286,8 @@ struct tc_params {
     const float *x;
     tc_norm nm;
     int64_t T, K;
+    int slots;  /* split kernel: ring slots a warp takes */
+    int64_t nl; /* split kernel: units of x a block stages a row */
 };
 
 /* Where x comes from: read from memory by each lane as a unit needs it
@@ -331,11 +336,10 @@ __device__ void stage_x(const float *x, int64_t T, int64_t K, const xstage &xs) 
  * threads here stands for threads tid, tid + NT, ... of it, sums as it does
  * (in k order, fmaf), and the 8 warp sums are added as block_sum adds them.
  * Block 0 writes sum = a + b. */
-template <class F, int NT>
-__device__ void stage_norm(const tc_norm &nm, int64_t T, int64_t K, const xstage &xs) {
+template <int NT>
+__device__ void norm_scales(const tc_norm &nm, int64_t T, int64_t K, float *rs) {
     constexpr int kNormThreads = 256, kV = kNormThreads / NT;
     __shared__ float part[kNormThreads / 32];
-    __shared__ float rs[OG_GEMV_CUDA_MAX_T];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int64_t t = 0; t < T; t++) {
         const int64_t base = t * K;
@@ -358,17 +362,29 @@ __device__ void stage_norm(const tc_norm &nm, int64_t T, int64_t K, const xstage
         }
         __syncthreads();
     }
+}
+
+/* The normed x into the staged copy (rs: norm_scales'). */
+template <class F>
+__device__ inline void stage_normed(const tc_norm &nm, int64_t K, int64_t t, int64_t u, int c, const float *rs,
+                                    const xstage &xs, int64_t i) {
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const int64_t k = u * kUnitK + F::x_at(e / 4, c) + (e & 3);
+        v[e] = ((nm.a[t * K + k] + nm.b[t * K + k]) * rs[t]) * load_w(nm.w, nm.bf16, k);
+    }
+    stage_granule<F>(xs, i, v);
+}
+
+template <class F, int NT>
+__device__ void stage_norm(const tc_norm &nm, int64_t T, int64_t K, const xstage &xs) {
+    __shared__ float rs[OG_GEMV_CUDA_MAX_T];
+    norm_scales<NT>(nm, T, K, rs);
     const int64_t units = K / kUnitK, n = T * units * 4;
     for (int64_t i = threadIdx.x; i < n; i += NT) {
         const int64_t t = i / (units * 4), u = (i / 4) % units;
-        const int c = (int)(i & 3);
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int64_t k = u * kUnitK + F::x_at(e / 4, c) + (e & 3);
-            v[e] = ((nm.a[t * K + k] + nm.b[t * K + k]) * rs[t]) * load_w(nm.w, nm.bf16, k);
-        }
-        stage_granule<F>(xs, i, v);
+        stage_normed<F>(nm, K, t, u, (int)(i & 3), rs, xs, i);
     }
 }
 
@@ -614,6 +630,194 @@ __global__ void __launch_bounds__(32 * W, 8 / W * 2) gemv_tc_ring_kernel(tc_para
     finish<F, NM, W>(p, part, N, r0, r1, acc);
 }
 
+/* ---- split-K over a cluster (bf16; OG_CUDA_GEMV_SPLIT=1, off by default) ----
+ * The products above run one block a tile: the 8B q/k/v, o and down
+ * products are a single wave of blocks, whose ramp and tail leave the memory
+ * idle (0.68-0.77 of the copy rate against 0.86-0.93 for the many-wave gate/up
+ * and head). Here a tile's K is split among S = 1, 2 or 4 blocks of one
+ * thread-block cluster, so a launch has S times the blocks, each with 1/S of
+ * the bytes and of x to stage, and the blocks' partial sums meet through
+ * distributed shared memory: no scratch in global memory, no counters, and
+ * nothing a captured graph must reset.
+ *
+ * The sum does not depend on S: a tile's units (32 k each) belong to 32
+ * chains, unit u to chain u % 32, and each chain is summed in unit order in
+ * one accumulator; block b of the cluster holds chains b 32 / S .. (b + 1) 32 /
+ * S - 1, CW = 32 / (8 S) of them a warp. The cluster's block 0 then adds the
+ * 32 chains' values in chain order (read from the other blocks' shared memory),
+ * adds the bias and stores (or applies silu(gate) * up). So S may follow the
+ * launch's shape (its tile count) and the split kernel still gives every
+ * output the same bits whatever S, T, the part or the form is (the fused
+ * forms are the plain one's bits, a row's bits do not depend on other rows);
+ * those bits differ from the unsplit kernels' (other sums), within the same
+ * bound. With the add + rms_norm prologue every block computes the norm's
+ * scales over all of K (stage_norm's bits) and stages its chains.
+ *
+ * A warp's units, in order: n = 0, 1, ... is unit (n / CW) 32 + c0 + n % CW
+ * (c0: its first chain), in a ring of `slots` (a multiple of CW, at most R)
+ * filled by cp.async as in gemv_tc_ring_kernel; slot j's unit feeds
+ * accumulator j % CW. A block's ring is sized to its units (a block of 1/4
+ * of a 4096-wide tile takes 32 KB, not 80), so more blocks fit an SM. x is
+ * staged (its split fragments) for the block's chains only. */
+constexpr int kChains = 32;
+
+template <class F, int NM, int W, int CW>
+constexpr int split_slots() {
+    return ring_units<F, NM, W, 80>() / CW * CW;
+}
+
+/* The block's chains of x into the staged copy: local unit l (of nl a row)
+ * is unit (l / kLocal) 32 + rank kLocal + l % kLocal. */
+template <class F, int NT>
+__device__ void stage_x_split(const float *x, int64_t T, int64_t K, int64_t nl, int kLocal, int rank,
+                              const xstage &xs) {
+    const int64_t units = K / kUnitK, n = T * nl * 4;
+    for (int64_t i = threadIdx.x; i < n; i += NT) {
+        const int64_t t = i / (nl * 4), l = (i / 4) % nl;
+        const int64_t u = (l / kLocal) * kChains + rank * kLocal + l % kLocal;
+        if (u >= units) continue; /* past K: never read */
+        const int c = (int)(i & 3);
+        const float *xr = x + t * K + u * kUnitK;
+        const float4 a = *reinterpret_cast<const float4 *>(xr + F::x_at(0, c));
+        const float4 b = *reinterpret_cast<const float4 *>(xr + F::x_at(1, c));
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        stage_granule<F>(xs, i, v);
+    }
+}
+
+/* The same for the add + rms_norm prologue: the scales over all of K (the
+ * bits of stage_norm), then the block's chains. */
+template <class F, int NT>
+__device__ void stage_norm_split(const tc_norm &nm, int64_t T, int64_t K, int64_t nl, int kLocal, int rank,
+                                 const xstage &xs) {
+    __shared__ float rs[OG_GEMV_CUDA_MAX_T];
+    norm_scales<NT>(nm, T, K, rs);
+    const int64_t units = K / kUnitK, n = T * nl * 4;
+    for (int64_t i = threadIdx.x; i < n; i += NT) {
+        const int64_t t = i / (nl * 4), l = (i / 4) % nl;
+        const int64_t u = (l / kLocal) * kChains + rank * kLocal + l % kLocal;
+        if (u < units) stage_normed<F>(nm, K, t, u, (int)(i & 3), rs, xs, i);
+    }
+}
+
+template <class F, int NM, int W, int XM, int CW>
+__global__ void __launch_bounds__(32 * W, CW == 4 || XM == X_NORM ? 2 : CW == 2 ? 3 : 4) gemv_tc_split_kernel(tc_params p) {
+    constexpr int S = kChains / (W * CW), kLocal = kChains / S, R = split_slots<F, NM, W, CW>();
+    constexpr int NT = 32 * W, LB = F::kLaneBytes;
+    static_assert(S * W * CW == kChains && R >= CW, "split shape");
+    extern __shared__ uint4 dyn[];
+    const int rank = (int)(blockIdx.x % S);
+    const int64_t tile_all = blockIdx.x / S;
+    int part = 0;
+    if (NM == 1)
+        while (part + 1 < p.n && tile_all >= p.first[part + 1]) part++;
+    const int64_t tile = tile_all - p.first[part], N = p.N[part], K = p.K;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int64_t r0 = tile * kTile + g, r1 = r0 + 8;
+    const int slots = p.slots, wring = slots * NM * 2 * 32 * LB;
+    uint8_t *ring = reinterpret_cast<uint8_t *>(dyn) + warp * wring + lane * LB;
+    const auto slot = [&](int jj, int m, int r) { return ring + ((jj * NM + m) * 2 + r) * 32 * LB; };
+    const int c0 = rank * kLocal + warp * CW; /* the warp's first chain */
+    const int units = (int)(K / kUnitK), adv = slots / CW * kChains; /* units from a slot's unit to its refill's */
+    const uint8_t *qa[NM], *qb[NM];
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        qa[m] = F::row(p.w[part + m], N, K, r0 < N ? r0 : N - 1, c).q;
+        qb[m] = F::row(p.w[part + m], N, K, r1 < N ? r1 : N - 1, c).q;
+    }
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        const int u = (j / CW) * kChains + c0 + j % CW;
+        if (j < slots && u < units)
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                copy_async<LB>(slot(j, m, 0), qa[m] + (int64_t)u * F::kUnitBytes);
+                copy_async<LB>(slot(j, m, 1), qb[m] + (int64_t)u * F::kUnitBytes);
+            }
+        copies_commit(); /* R groups a round, empty or not: the waits count them */
+    }
+    grid_wait();
+    const int64_t nl = p.nl;
+    const int64_t ring_all = (int64_t)W * wring / 16;
+    const xstage xs = {dyn + ring_all, dyn + ring_all + p.T * nl * 4};
+    if (XM == X_STAGED) stage_x_split<F, NT>(p.x, p.T, K, nl, kLocal, rank, xs);
+    if (XM == X_NORM) stage_norm_split<F, NT>(p.nm, p.T, K, nl, kLocal, rank, xs);
+    if (XM != X_GLOBAL) __syncthreads();
+    float acc[CW][NM][4];
+#pragma unroll
+    for (int k = 0; k < CW; k++)
+#pragma unroll
+        for (int m = 0; m < NM; m++) acc[k][m][0] = acc[k][m][1] = acc[k][m][2] = acc[k][m][3] = 0.0f;
+    for (int q0 = 0; q0 * kChains + c0 < units; q0 += slots / CW) {
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const int q = q0 + j / CW, u = q * kChains + c0 + j % CW;
+            if (j >= slots || u >= units) break;
+            copies_wait<R - 1>(); /* slot j's group is the oldest of R */
+            typename F::ld cur[NM];
+#pragma unroll
+            for (int m = 0; m < NM; m++) cur[m] = F::from_ring(slot(j, m, 0), slot(j, m, 1), 0, 0);
+            xfrag xf;
+            if (XM == X_GLOBAL) load_x<F>(g < p.T ? p.x + g * K + (int64_t)u * kUnitK : nullptr, c, xf);
+            else load_x_staged(xs, g < p.T ? ((int64_t)g * nl + q * kLocal + warp * CW + j % CW) * 4 + c : -1, xf);
+#pragma unroll
+            for (int m = 0; m < NM; m++) F::dot(cur[m], xf, acc[j % CW][m]);
+            if (u + adv < units)
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    copy_async<LB>(slot(j, m, 0), qa[m] + (int64_t)(u + adv) * F::kUnitBytes);
+                    copy_async<LB>(slot(j, m, 1), qb[m] + (int64_t)(u + adv) * F::kUnitBytes);
+                }
+            copies_commit();
+        }
+        for (int e = slots; e < R; e++) copies_commit(); /* keep R groups a round */
+    }
+    copies_wait<0>();
+    __syncthreads(); /* every ring read: the rings hold the chains' values now */
+    /* chain values [kLocal][NM][4][32] at the start of the block's rings
+     * (they take at most half of them: 512 NM bytes a chain against a ring
+     * of 1024 NM bytes a slot, slots >= CW a warp) */
+    float *cv = reinterpret_cast<float *>(dyn);
+#pragma unroll
+    for (int k = 0; k < CW; k++)
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) cv[(((warp * CW + k) * NM + m) * 4 + i) * 32 + lane] = acc[k][m][i];
+    namespace cg = cooperative_groups;
+    if (S > 1) cg::this_cluster().sync();
+    else __syncthreads();
+    if (rank == 0 && threadIdx.x < 128) {
+        /* thread (i, ln): fragment element i of lane ln of every warp */
+        const int i = threadIdx.x >> 5, ln = threadIdx.x & 31;
+        float v[NM];
+#pragma unroll
+        for (int m = 0; m < NM; m++) v[m] = 0.0f;
+#pragma unroll 8
+        for (int ch = 0; ch < kChains; ch++) {
+            const float *src = cv;
+            if (S > 1) src = cg::this_cluster().map_shared_rank(cv, ch / kLocal);
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                const float e = src[(((ch % kLocal) * NM + m) * 4 + i) * 32 + ln];
+                v[m] = ch == 0 ? e : v[m] + e;
+            }
+        }
+        const int64_t r = (i < 2 ? r0 - g : r1 - g) + (ln >> 2); /* the row of lane ln */
+        const int64_t t = 2 * (ln & 3) + (i & 1);
+        if (r < N && t < p.T) {
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                const void *b = p.bias[part + m];
+                v[m] += b ? load_w(b, F::kBiasBf16, r) : 0.0f;
+            }
+            if (NM == 1) p.out[part][t * N + r] = v[0];
+            else p.out[0][t * N + r] = v[0] / (1.0f + expf(-v[0])) * v[NM - 1];
+        }
+    }
+    if (S > 1) cg::this_cluster().sync(); /* block 0 has read the others' chains */
+}
+
 /* Shared memory of a launch: the ring kernel's rings (RKB > 0; 0 is the
  * register kernel), and the staged x (X_STAGED, X_NORM). */
 template <class F, int NM, int W, int RKB>
@@ -671,12 +875,115 @@ og_status launch_regs(const og_gemv_tc_launch *l, const tc_params &p, unsigned b
     return launch_kernel<F, NM, W, X_GLOBAL, 0>(l, p, blocks);
 }
 
+/* ---- the split kernel's launch ---- */
+
+/* The split kernel's settings: on or off (OG_CUDA_GEMV_SPLIT=1 turns it on),
+ * the blocks a tile (OG_CUDA_GEMV_SPLITS=1, 2 or 4; 0: chosen from the
+ * shape) and a cap on a block's rings in KB (OG_CUDA_GEMV_SPLIT_RING; 0:
+ * none), read once; og_gemv_cuda_set_split overrides them. */
+struct split_cfg {
+    bool on;
+    int splits, ring_kb;
+};
+
+int env_int(const char *name) {
+    const char *v = getenv(name);
+    return v ? atoi(v) : 0;
+}
+
+split_cfg split_override = {false, 0, 0};
+bool split_overridden = false;
+
+split_cfg split_wanted() {
+    static const split_cfg env = {env_int("OG_CUDA_GEMV_SPLIT") == 1, env_int("OG_CUDA_GEMV_SPLITS"),
+                                  env_int("OG_CUDA_GEMV_SPLIT_RING")};
+    return split_overridden ? split_override : env;
+}
+
+/* Blocks a tile: 4 while a launch has fewer than 1024 blocks (about 8 an SM
+ * of 132: the last wave is a small part of the time), and each block still
+ * reads at least 16 KB of weights; 1 for launches of many tiles (the LM head,
+ * gate/up of a 32B model) whose single-block tiles already stream well. */
+int split_count(int64_t tiles, int64_t K, int NM, int forced) {
+    if (forced == 1 || forced == 2 || forced == 4) return forced;
+    int s = 1;
+    while (s < 4 && tiles * s < 1024 && kTile * (K / (2 * s)) * 2 * NM >= 16 * 1024) s *= 2;
+    return s;
+}
+
+template <int NM, int XM, int CW>
+og_status launch_split_kernel(const og_gemv_tc_launch *l, tc_params p, unsigned blocks, size_t smem) {
+    using F = fmt_bf16;
+    constexpr int W = 8, S = kChains / (W * CW);
+    void (*kernel)(tc_params) = gemv_tc_split_kernel<F, NM, W, XM, CW>;
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    if (allowed != cudaSuccess) {
+        (void)cudaGetLastError();
+        return og_set_error(OG_ERR_BACKEND, "gemv_cuda: %zu bytes of shared memory refused: %s", smem,
+                            cudaGetErrorString(allowed));
+    }
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = S;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks * S);
+    cfg.blockDim = dim3(32 * W);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = l->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = S > 1 ? 2 : 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, p);
+    return launched("gemv_cuda");
+}
+
+/* x is staged for the block's chains when that and the rings fit twice an
+ * SM (104 KB a block), else read from memory a unit at a time. */
+template <int NM, int CW>
+og_status launch_split_cw(const og_gemv_tc_launch *l, tc_params p, unsigned tiles, int ring_kb) {
+    using F = fmt_bf16;
+    constexpr int W = 8, S = kChains / (W * CW), R = split_slots<F, NM, W, CW>();
+    constexpr int64_t kSlotBytes = (int64_t)NM * 2 * 32 * F::kLaneBytes; /* a warp's slot */
+    const int64_t units = p.K / kUnitK, rounds = (units + kChains - 1) / kChains;
+    int64_t slots = rounds * CW < R ? rounds * CW : R; /* a warp's units, at most */
+    if (ring_kb > 0) {
+        const int64_t cap = (int64_t)ring_kb * 1024 / (W * kSlotBytes) / CW * CW;
+        slots = cap < slots ? (cap > CW ? cap : CW) : slots;
+    }
+    p.slots = (int)slots;
+    p.nl = rounds * (kChains / S);
+    if ((int64_t)tiles * S > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemv_cuda: %lld blocks", (long long)tiles * S);
+    const int64_t ring = W * slots * kSlotBytes, stage = l->T * p.nl * kUnitK * 4;
+    if (l->norm) return launch_split_kernel<NM, X_NORM, CW>(l, p, tiles, (size_t)(ring + stage));
+    if (ring + stage <= 104 * 1024) return launch_split_kernel<NM, X_STAGED, CW>(l, p, tiles, (size_t)(ring + stage));
+    return launch_split_kernel<NM, X_GLOBAL, CW>(l, p, tiles, (size_t)ring);
+}
+
+template <int NM>
+og_status launch_split(const og_gemv_tc_launch *l, const tc_params &p, unsigned tiles, const split_cfg &cfg) {
+    switch (split_count(tiles, l->K, NM, cfg.splits)) {
+    case 1: return launch_split_cw<NM, 4>(l, p, tiles, cfg.ring_kb);
+    case 2: return launch_split_cw<NM, 2>(l, p, tiles, cfg.ring_kb);
+    default: return launch_split_cw<NM, 1>(l, p, tiles, cfg.ring_kb);
+    }
+}
+
 /* Blocks of 8 warps: one block keeps 8 x U units in flight (48 KB of bf16
  * weights in registers, 80 KB in the rings), enough to hold most of an SM's
  * share of the bandwidth alone, so the blocks of a last, partial wave do not
  * leave the memory idle. */
 template <class F>
 og_status launch_fmt(const og_gemv_tc_launch *l, const tc_params &p, unsigned blocks) {
+    if constexpr (std::is_same<F, fmt_bf16>::value) {
+        const split_cfg cfg = split_wanted();
+        if (cfg.on)
+            return l->swiglu ? launch_split<2>(l, p, blocks, cfg) : launch_split<1>(l, p, blocks, cfg);
+    }
     if (ring_wanted())
         return l->swiglu ? launch_ring<F, 2, 8>(l, p, blocks) : launch_ring<F, 1, 8>(l, p, blocks);
     return l->swiglu ? launch_regs<F, 2, 8>(l, p, blocks) : launch_regs<F, 1, 8>(l, p, blocks);
@@ -733,4 +1040,9 @@ og_status og_gemv_tc_run(const og_gemv_tc_launch *l) {
     case OG_DTYPE_Q8: return launch_fmt<fmt_q8>(l, p, blocks);
     default: return launch_fmt<fmt_q4>(l, p, blocks);
     }
+}
+
+extern "C" void og_gemv_cuda_set_split(int mode, int splits, int ring_kb) {
+    split_overridden = mode >= 0;
+    split_override = split_cfg{mode == 1, splits, ring_kb};
 }

@@ -15,7 +15,9 @@
  *
  * The integer gemv (q4_k, q5_k, q6_k; the back end's default, OG_CUDA_KQUANT_GEMV=f32x
  * keeps the f32-x gemv) first writes x as the CPU's int8 terms (quantize_x_kernel), then
- * dots them with the weights' level bytes by __dp4a: see below.
+ * dots them with the weights' level bytes by __dp4a: see below. Its second cut
+ * (gemv_v2_kernel, OG_CUDA_KQUANT_GEMV=v2, off by default) splits K across a
+ * block instead of giving a warp whole rows.
  *
  * Letters as in kquant_cuda.h: T rows of x, K in features, N out features. */
 #include "kernels/cuda/kquant_cuda.h"
@@ -473,6 +475,210 @@ void gemv_dp4a_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const fl
     }
 }
 
+/* ---- the integer gemv, v2 (OG_CUDA_KQUANT_GEMV=v2) ----
+ *
+ * The same units and the same per-unit arithmetic as gemv_dp4a_kernel (so
+ * the same integers A and B and the same f32 term a unit adds), cut
+ * differently to keep more weight bytes in flight per SM:
+ *  - a block of 128 threads takes R output features and splits K among its
+ *    threads: thread i takes units i, i + 128, ... of each of the R rows (8
+ *    units a block of 256, so a warp's 32 units are 4 consecutive blocks,
+ *    one contiguous run of weight bytes; at K = 4096 a whole row is one
+ *    unit a thread). All R rows' loads of a unit are issued together and
+ *    the first ones before grid_wait (they overlap the quantization of x).
+ *  - nothing is held across units (no loaded-ahead copy), which keeps the
+ *    registers at what the launch bounds ask and the blocks per SM high:
+ *    the bytes in flight come from many resident blocks, not from deep
+ *    per-warp pipelines.
+ *  - q6_k's level arrays (210-byte blocks, 2-byte aligned) are read as
+ *    4-byte words from the aligned address below and shifted into place
+ *    (5 loads for 16 bytes instead of 8 two-byte ones).
+ *  - sums: each lane's units, then warp_sum (5 levels), then the 4 warps'
+ *    sums in a tree of 2 levels through shared memory, then the bias. */
+
+/* 16 bytes from a 2-byte aligned address as 4 little-endian words: the 5
+ * aligned words from p rounded down to 4, funnel-shifted. When p is 4-byte
+ * aligned the fifth word (p + 16 .. p + 19) is read and unused; callers
+ * keep it inside the block. When it is not, the first word starts 2 bytes
+ * before p, inside the previous block (a block 2 mod 4 is never the first
+ * of the tensor, whose base is 16-byte aligned). */
+__device__ __forceinline__ void ld16_2aligned(const uint8_t *p, uint32_t out[4]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t *wp = reinterpret_cast<const uint32_t *>(a & ~static_cast<uintptr_t>(3));
+    const unsigned sh = static_cast<unsigned>(a & 3u) * 8u; /* 0 or 16 */
+    uint32_t v[5];
+#pragma unroll
+    for (int k = 0; k < 5; k++) v[k] = __ldg(wp + k);
+#pragma unroll
+    for (int k = 0; k < 4; k++) out[k] = __funnelshift_r(v[k], v[k + 1], sh);
+}
+
+/* load_unit's values for unit p of block b, with q6_k read by words (the
+ * bytes read stay in block b: ql + 16 + 4 <= b + 132, qh + 16 + 4 <= b + 196
+ * of 210). q4_k / q5_k as load_unit. */
+template <og_dtype DT> __device__ __forceinline__ void load_unit_v2(const uint8_t *b, int p, unit_w<DT> &u) {
+    if (DT == OG_DTYPE_Q6_K) {
+        const int h = p >> 2, j0 = 16 * (p & 3), k1 = j0 >> 5;
+        uint32_t lw[4], hw[4];
+        ld16_2aligned(b + 64 * h + j0, lw);
+        ld16_2aligned(b + 128 + 32 * h + (j0 & 31), hw);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u.l1[k] = (int32_t)((lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * k1)) & 0x03030303u) << 4));
+            u.l2[k] = (int32_t)(((lw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * k1 + 4)) & 0x03030303u) << 4));
+        }
+        const int e1 = 128 * h + j0;
+        u.sc1 = (int8_t)__ldg(b + 192 + (e1 >> 4));
+        u.sc2 = (int8_t)__ldg(b + 192 + ((e1 + 64) >> 4));
+        u.m1 = u.m2 = 0;
+        u.d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(b + 208))));
+        u.dmin = 0.0f;
+    } else {
+        load_unit<DT>(b, p, u);
+    }
+}
+
+constexpr int V2_THREADS = 128;
+
+/* Blocks an SM the launch bounds ask for (so registers a thread: 65536 /
+ * (128 x this)): as many as the decoded units, accumulators and a unit of x
+ * fit without spilling (ptxas -v: 1 row 48-64 registers, 4 rows ~90 at
+ * T = 1; T >= 3 ~150-168). */
+template <int T, int R> constexpr int v2_min_blocks() {
+    return T == 1 ? (R == 4 ? 5 : 6) : T == 2 ? (R == 4 ? 4 : 6) : 3;
+}
+
+template <og_dtype DT, int T, int R>
+__global__ void __launch_bounds__(V2_THREADS, (v2_min_blocks<T, R>()))
+    gemv_v2_kernel(const xq_block *__restrict__ xq, const uint8_t *__restrict__ w, const float *__restrict__ bias,
+                   int64_t nb, int64_t N, float *__restrict__ out) {
+    __shared__ float part[V2_THREADS / 32][T * R];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t n0 = (int64_t)blockIdx.x * R;
+    const int bb = block_bytes(DT);
+    const int span = DT == OG_DTYPE_Q6_K ? 64 : 32; /* run 2 starts span elements after run 1 */
+    const int64_t units = nb * 8;
+    const uint8_t *rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = w + (n0 + r < N ? n0 + r : N - 1) * nb * bb;
+    float acc[T][R];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    int64_t j = tid;
+    unit_w<DT> cu[R];
+    if (j < units) {
+#pragma unroll
+        for (int r = 0; r < R; r++) load_unit_v2<DT>(rows[r] + (j >> 3) * bb, (int)(j & 7), cu[r]);
+    }
+    grid_wait(); /* the weights are read-only: the first unit's loads overlap the kernel before */
+    while (j < units) {
+        const int64_t kb = j >> 3;
+        const int p = (int)(j & 7);
+        const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (p >> 2) + 16 * (p & 3) : 64 * (p >> 1) + 16 * (p & 1);
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const xq_block *xb = xq + t * nb + kb;
+            const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + e1);
+            const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + e1 + span);
+            const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + e1);
+            const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + e1 + span);
+            const int32_t x1 = xb->sum16[e1 >> 4], x2 = xb->sum16[(e1 + span) >> 4];
+            const float u = xb->u;
+            const int hv1[4] = {(int)h1.x, (int)h1.y, (int)h1.z, (int)h1.w};
+            const int hv2[4] = {(int)h2.x, (int)h2.y, (int)h2.z, (int)h2.w};
+            const int lv1[4] = {(int)o1.x, (int)o1.y, (int)o1.z, (int)o1.w};
+            const int lv2[4] = {(int)o2.x, (int)o2.y, (int)o2.z, (int)o2.w};
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                int a1 = 0, b1 = 0, a2 = 0, b2 = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    a1 = __dp4a(cu[r].l1[k], hv1[k], a1);
+                    b1 = __dp4a(cu[r].l1[k], lv1[k], b1);
+                    a2 = __dp4a(cu[r].l2[k], hv2[k], a2);
+                    b2 = __dp4a(cu[r].l2[k], lv2[k], b2);
+                }
+                const int32_t s1 = 254 * a1 + b1, s2 = 254 * a2 + b2; /* as gemv_dp4a_kernel */
+                if (DT == OG_DTYPE_Q6_K) {
+                    const int64_t A = (int64_t)cu[r].sc1 * (s1 - 32 * x1) + (int64_t)cu[r].sc2 * (s2 - 32 * x2);
+                    acc[t][r] += (u * cu[r].d) * (float)A;
+                } else {
+                    const int32_t A = cu[r].sc1 * s1 + cu[r].sc2 * s2, B = cu[r].m1 * x1 + cu[r].m2 * x2;
+                    acc[t][r] += (u * cu[r].d) * (float)A - (u * cu[r].dmin) * (float)B;
+                }
+            }
+        }
+        j += V2_THREADS;
+        if (j < units) {
+#pragma unroll
+            for (int r = 0; r < R; r++) load_unit_v2<DT>(rows[r] + (j >> 3) * bb, (int)(j & 7), cu[r]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = warp_sum(acc[t][r]);
+            if (lane == 0) part[warp][t * R + r] = s;
+        }
+    __syncthreads();
+    if (tid < T * R) {
+        const int t = tid / R, r = tid % R;
+        const int64_t n = n0 + r;
+        if (n < N)
+            out[t * N + n] = ((part[0][tid] + part[1][tid]) + (part[2][tid] + part[3][tid])) + (bias ? bias[n] : 0.0f);
+    }
+}
+
+/* Output features a block: 4, so that a unit of x (4x a unit's weight
+ * bytes a row of x, read from L1) serves 4 weights and a thread has 4 units
+ * of weights in flight, as long as that leaves about a wave of blocks (6 an
+ * SM: the launch bounds' minimum at T <= 2); else 2, else 1 (q/k/v's 1024
+ * rows: more, smaller blocks in flight). */
+template <og_dtype DT, int T, int R>
+void launch_v2_rows(cudaStream_t st, const xq_block *xq, const uint8_t *w, const float *bias, int64_t nb, int64_t N,
+                    float *out) {
+    launch_pdl(gemv_v2_kernel<DT, T, R>, dim3((unsigned)((N + R - 1) / R)), dim3(V2_THREADS), st, xq, w, bias, nb, N,
+               out);
+}
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1)
+            return 132;
+        return v;
+    }();
+    return n;
+}
+
+template <og_dtype DT, int T>
+void launch_v2(cudaStream_t st, const xq_block *xq, const uint8_t *w, const float *bias, int64_t nb, int64_t N,
+               float *out) {
+    const int64_t wave = (int64_t)sm_count() * 6;
+    if (N >= 4 * wave) launch_v2_rows<DT, T, 4>(st, xq, w, bias, nb, N, out);
+    else if (N >= 2 * wave) launch_v2_rows<DT, T, 2>(st, xq, w, bias, nb, N, out);
+    else launch_v2_rows<DT, T, 1>(st, xq, w, bias, nb, N, out);
+}
+
+template <og_dtype DT>
+void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const float *bias, int64_t T, int64_t nb,
+               int64_t N, float *out) {
+    switch (T) {
+    case 1: launch_v2<DT, 1>(st, xq, w, bias, nb, N, out); break;
+    case 2: launch_v2<DT, 2>(st, xq, w, bias, nb, N, out); break;
+    case 3: launch_v2<DT, 3>(st, xq, w, bias, nb, N, out); break;
+    case 4: launch_v2<DT, 4>(st, xq, w, bias, nb, N, out); break;
+    case 5: launch_v2<DT, 5>(st, xq, w, bias, nb, N, out); break;
+    case 6: launch_v2<DT, 6>(st, xq, w, bias, nb, N, out); break;
+    case 7: launch_v2<DT, 7>(st, xq, w, bias, nb, N, out); break;
+    default: launch_v2<DT, 8>(st, xq, w, bias, nb, N, out); break;
+    }
+}
+
 /* ---- dequantization and embedding: a thread per element ---- */
 
 template <og_dtype DT>
@@ -601,9 +807,13 @@ extern "C" og_status og_kquant_quantize_x_cuda(void *stream, const float *x, int
     return launched(op);
 }
 
-extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, const void *w, const float *bias,
-                                              og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
-    const char *op = "kquant_gemv_int8_cuda";
+extern "C" bool og_kquant_gemv_cuda_v2_wanted(void) {
+    const char *v = getenv("OG_CUDA_KQUANT_GEMV");
+    return v && strcmp(v, "v2") == 0; /* off by default until measured on a device */
+}
+
+static og_status gemv_int8(const char *op, int variant, const void *xq, const void *w, const float *bias,
+                           og_dtype dt, int64_t T, int64_t K, int64_t N, float *out, void *stream) {
     og_status rc = check(op, w, dt, N, K);
     if (rc != OG_OK) return rc;
     if (!og_kquant_gemv_cuda_int8_takes(dt))
@@ -620,10 +830,33 @@ extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, cons
     const xq_block *xb = static_cast<const xq_block *>(xq);
     const uint8_t *wb = static_cast<const uint8_t *>(w);
     const int64_t nb = K / QK;
+    if (variant == 2) {
+        if (N > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
+        switch (dt) {
+        case OG_DTYPE_Q4_K: gemv_v2_t<OG_DTYPE_Q4_K>(st, xb, wb, bias, T, nb, N, out); break;
+        case OG_DTYPE_Q5_K: gemv_v2_t<OG_DTYPE_Q5_K>(st, xb, wb, bias, T, nb, N, out); break;
+        default: gemv_v2_t<OG_DTYPE_Q6_K>(st, xb, wb, bias, T, nb, N, out); break;
+        }
+        return launched(op);
+    }
     switch (dt) {
     case OG_DTYPE_Q4_K: gemv_dp4a_t<OG_DTYPE_Q4_K>(st, xb, wb, bias, T, nb, N, out); break;
     case OG_DTYPE_Q5_K: gemv_dp4a_t<OG_DTYPE_Q5_K>(st, xb, wb, bias, T, nb, N, out); break;
     default: gemv_dp4a_t<OG_DTYPE_Q6_K>(st, xb, wb, bias, T, nb, N, out); break;
     }
     return launched(op);
+}
+
+extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, const void *w, const float *bias,
+                                              og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
+    return gemv_int8("kquant_gemv_int8_cuda", og_kquant_gemv_cuda_v2_wanted() ? 2 : 1, xq, w, bias, dt, T, K, N, out,
+                     stream);
+}
+
+extern "C" og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq, const void *w,
+                                                      const float *bias, og_dtype dt, int64_t T, int64_t K, int64_t N,
+                                                      float *out) {
+    if (variant != 1 && variant != 2)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "kquant_gemv_int8_variant_cuda: variant %d (1 or 2)", variant);
+    return gemv_int8("kquant_gemv_int8_variant_cuda", variant, xq, w, bias, dt, T, K, N, out, stream);
 }

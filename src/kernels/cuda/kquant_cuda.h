@@ -56,6 +56,21 @@ og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq /* T rows of K *
                                    const float *bias /* [N] or NULL */, og_dtype dt, int64_t T, int64_t K, int64_t N,
                                    float *out /* [T, N] */);
 
+/* The integer gemv in its second cut (kquant.cu, "v2"): the same units,
+ * integers and per-unit f32 terms, a block of 128 threads splitting K for
+ * a few output features, the warps' sums added through shared memory; its
+ * sums of unit terms are ordered differently (each lane ceil(K / 32768)
+ * terms, 5 shuffle levels, 2 levels across the warps), else the same
+ * bounds. og_kquant_gemv_int8_cuda takes it where
+ * og_kquant_gemv_cuda_v2_wanted() (the environment sets
+ * OG_CUDA_KQUANT_GEMV=v2, read at each call; off by default).
+ * og_kquant_gemv_int8_variant_cuda runs variant 1 (gemv_dp4a_kernel) or 2
+ * whatever the environment says (tests, benchmarks). */
+bool og_kquant_gemv_cuda_v2_wanted(void);
+og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq /* T rows of K */,
+                                           const void *w /* [N, K] */, const float *bias /* [N] or NULL */,
+                                           og_dtype dt, int64_t T, int64_t K, int64_t N, float *out /* [T, N] */);
+
 /* Rows row0 .. row0 + rows - 1 of a [N, K] k-quant weight as f32, bit for
  * bit og_kquant_dequantize_row's: the panel a cuBLAS product of a wide step
  * multiplies. */

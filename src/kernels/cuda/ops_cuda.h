@@ -166,6 +166,19 @@ og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NUL
                                    const void *w_gate, const void *b_gate, const void *w_up, const void *b_up,
                                    og_dtype weight_dtype, int64_t T, int64_t K, int64_t F, float *out /* [T, F] */);
 
+/* The split-K tensor-core products for bf16 weights (off by default;
+ * OG_CUDA_GEMV_SPLIT=1 turns them on for every gemv entry point above):
+ * a tile's K is split among 1, 2 or 4 blocks of a
+ * thread-block cluster (chosen from the launch's shape, or forced by
+ * OG_CUDA_GEMV_SPLITS), the sum's bits independent of that count
+ * (src/kernels/cuda/gemv_tc.cu). For tests and benchmarks,
+ * og_gemv_cuda_set_split overrides the environment for the launches that
+ * follow (not thread-safe: call it between launches): mode -1 back to the
+ * environment's settings, 0 off, 1 on; splits 0 chosen from the shape, or
+ * 1, 2, 4; ring_kb > 0 caps a block's rings of weights in flight at that
+ * many KB. */
+void og_gemv_cuda_set_split(int mode, int splits, int ring_kb);
+
 /* Rows row0 .. row0 + rows - 1 of a quantized [N, K] weight (q8 or q4) as
  * f32, the exact values scale * q (og_dequantize_row's): the weight panel a
  * cuBLAS product of a wide step reads. out 16-byte aligned. */
