@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The MoE grouped GEMM on the tensor cores (src/kernels/cuda/moe.cu,
-# OG_CUDA_MOE_GEMM=1) on the GPU machine, in one call of under ten minutes,
+# OG_CUDA_MOE_GEMM=1) on the GPU machine, in one call of under ten minutes
+# (the steps' time limits add up to 570 s),
 # from a folder made by tests/gpu/pack.sh (nothing is built here). Logs go to
 # <out-dir>, a summary is printed last.
 #   tests/gpu/moe_gemm.sh <build-dir> <out-dir>
@@ -31,15 +32,15 @@ step() { # name, time limit in seconds, command...
     case $rc in 0) state=ok ;; 77) state=skipped ;; 124) state="TIMED OUT (${limit}s)" ;; *) state="FAIL (rc $rc)" ;; esac
     summary+=("$(printf '%-22s %-18s %4ds' "$name" "$state" $((SECONDS - t0)))")
 }
-step test_moe_cuda 120 "$B/tests/test_moe_cuda"
+step test_moe_cuda 90 "$B/tests/test_moe_cuda"
 if command -v compute-sanitizer >/dev/null; then
-    step memcheck_moe 150 env OG_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_moe_cuda"
-    step racecheck_moe 150 env OG_CUDA_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_moe_cuda"
+    step memcheck_moe 120 env OG_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_moe_cuda"
+    step racecheck_moe 120 env OG_CUDA_TEST_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_moe_cuda"
 else
     summary+=("compute-sanitizer not found: memcheck / racecheck not run")
 fi
 step bench_moe_cuda 120 "$B/bench/bench_moe_cuda"
-step parity_moe_gemm 150 env OG_BACKEND=cuda OG_CUDA_MOE_GEMM=1 OG_PARITY_ONLY='qwen3-moe*' \
+step parity_moe_gemm 120 env OG_BACKEND=cuda OG_CUDA_MOE_GEMM=1 OG_PARITY_ONLY='qwen3-moe*' \
     bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 grep -E "failed|FAIL|passed|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/test_moe_cuda.log "$OUT"/memcheck_moe.log \
     "$OUT"/racecheck_moe.log 2>/dev/null | head -20
