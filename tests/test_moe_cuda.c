@@ -4,7 +4,9 @@
  * layer of decode and of prefill widths, outputs poisoned; each row alone
  * gives the same bits as in the batch (every (row, expert) product is summed
  * in one order whatever the other rows pick); routing ties go to the lower
- * expert index, as on the CPU; refusals.
+ * expert index, as on the CPU; the grouped GEMM on the tensor cores (switched
+ * on by og_moe_cuda_set_gemm) against the same reference and bounds, at
+ * prefill widths and uneven expert loads; refusals.
  * Skipped (77) without a CUDA build or device. */
 #include "harness.h"
 
@@ -48,8 +50,13 @@ static void *up(const void *h, size_t n) {
     return d;
 }
 
-static void check_case(og_rng *rng, og_dtype gdt, og_dtype ddt, int64_t T, int64_t H, int64_t F, int64_t E,
-                       int32_t k, bool norm, bool shared, bool ties) {
+/* skew: 0 plain logits; 1 a third of the experts never picked (their
+ * logits lowered by 30) and expert 1 picked by every row (raised by 8),
+ * so that some experts have no rows and one has T, over several GEMM tiles.
+ * gemm: the grouped GEMM switched on (og_moe_cuda_set_gemm). */
+static void check_case_ex(og_rng *rng, og_dtype gdt, og_dtype ddt, int64_t T, int64_t H, int64_t F, int64_t E,
+                          int32_t k, bool norm, bool shared, bool ties, int skew, bool gemm) {
+    og_moe_cuda_set_gemm(gemm);
     const size_t xs = sizeof(float) * (size_t)(T * H);
     float *x = malloc(xs), *lg = malloc(sizeof(float) * (size_t)(T * E)), *sh = malloc(xs),
           *sg = malloc(sizeof(float) * (size_t)T), *ref = malloc(xs), *got = malloc(xs), *alone = malloc(xs);
@@ -57,6 +64,9 @@ static void check_case(og_rng *rng, og_dtype gdt, og_dtype ddt, int64_t T, int64
     og_rng_fill(rng, lg, (size_t)(T * E), -2.0f, 2.0f);
     if (ties) /* logits that are exact halves: equal probabilities */
         for (int64_t i = 0; i < T * E; i++) lg[i] = (float)(int)(lg[i] * 2) / 2;
+    if (skew)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t e = 0; e < E; e++) lg[t * E + e] += e == 1 ? 8.0f : e % 3 == 2 ? -30.0f : 0.0f;
     og_rng_fill(rng, sh, (size_t)(T * H), -1.0f, 1.0f);
     og_rng_fill(rng, sg, (size_t)T, -3.0f, 3.0f);
     size_t gb, db;
@@ -81,9 +91,9 @@ static void check_case(og_rng *rng, og_dtype gdt, og_dtype ddt, int64_t T, int64
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(got, dout, xs, cudaMemcpyDeviceToHost));
     char what[160];
-    snprintf(what, sizeof what, "%s/%s T %lld H %lld F %lld E %lld k %d norm %d shared %d ties %d",
+    snprintf(what, sizeof what, "%s/%s T %lld H %lld F %lld E %lld k %d norm %d shared %d ties %d skew %d gemm %d",
              og_dtype_name(gdt), og_dtype_name(ddt), (long long)T, (long long)H, (long long)F, (long long)E, k, norm,
-             shared, ties);
+             shared, ties, skew, gemm);
     /* f32 sums of at most max(H, F) unit-scale products in another order
      * than the reference's (test_moe.c's bound); equal expf results on both
      * sides keep the routing identical, ties included */
@@ -100,10 +110,36 @@ static void check_case(og_rng *rng, og_dtype gdt, og_dtype ddt, int64_t T, int64
     }
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(alone, dout, xs, cudaMemcpyDeviceToHost));
-    CHECK_MSG(memcmp(alone, got, xs) == 0, "rows alone differ from the batch: %s", what);
+    /* the grouped GEMM takes this step (moe_cuda.h): 64 pairs or more and a
+     * bf16 matrix whose K is a multiple of 8 */
+    const bool on_mma = gemm && T * k >= 64 &&
+                        ((gdt == OG_DTYPE_BF16 && H % 8 == 0) || (ddt == OG_DTYPE_BF16 && F % 8 == 0));
+    if (!on_mma) {
+        CHECK_MSG(memcmp(alone, got, xs) == 0, "rows alone differ from the batch: %s", what);
+    } else {
+        /* rows alone take the CUDA cores: the same bound against each other */
+        CHECK_MSG(og_tol_ratio(alone, got, (size_t)(T * H), 1e-4, 1e-4, NULL) <= 1, "rows alone vs batch: %s", what);
+        /* and the batch did not: its x carried as bf16 hi + lo moves the bits */
+        og_moe_cuda_set_gemm(false);
+        CHECK_OK(og_moe_cuda(NULL, &ca, scratch));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(alone, dout, xs, cudaMemcpyDeviceToHost));
+        CHECK_MSG(memcmp(alone, got, xs) != 0, "the batch gave the CUDA cores' bits (GEMM not taken?): %s", what);
+        og_moe_cuda_set_gemm(true);
+        /* and again: the same bits (no state kept between calls) */
+        CHECK_OK(og_moe_cuda(NULL, &ca, scratch));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(alone, dout, xs, cudaMemcpyDeviceToHost));
+        CHECK_MSG(memcmp(alone, got, xs) == 0, "the GEMM's bits changed between calls: %s", what);
+    }
     cudaFree(dx), cudaFree(dl), cudaFree(dsh), cudaFree(dsg), cudaFree(dout), cudaFree(dgu), cudaFree(ddn);
     cudaFree(scratch);
     free(x), free(lg), free(sh), free(sg), free(ref), free(got), free(alone), free(gu), free(dn);
+}
+
+static void check_case(og_rng *rng, og_dtype gdt, og_dtype ddt, int64_t T, int64_t H, int64_t F, int64_t E,
+                       int32_t k, bool norm, bool shared, bool ties) {
+    check_case_ex(rng, gdt, ddt, T, H, F, E, k, norm, shared, ties, 0, false);
 }
 
 int main(void) {
@@ -128,6 +164,26 @@ int main(void) {
     check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 1, 256, 96, 128, 8, true, false, false);
     check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, quick ? 16 : 64, 256, 96, 128, 8, true, false, false);
     if (!quick) check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 200, 256, 96, 128, 8, true, true, false);
+    og_test_section("the grouped GEMM on the tensor cores (OG_CUDA_MOE_GEMM=1)");
+    /* 1 token of top 64 of 64 (64 pairs, one row per expert); 7 tokens of
+     * top 16; 64 and 300 tokens of 128 experts top 8; sizes whose K and N
+     * are not whole stages or tiles (200 = 6 x 32 + 8, 72); uneven loads
+     * (skew: experts with no rows, one with every row); f32 and q8 beside
+     * bf16 (the f32 / q8 matrix keeps the CUDA cores); below the threshold
+     * (decode) on the CUDA cores */
+    const og_dtype BF = OG_DTYPE_BF16;
+    check_case_ex(&rng, BF, BF, 1, 64, 32, 64, 64, true, false, false, 0, true);
+    check_case_ex(&rng, BF, BF, 7, 128, 48, 32, 16, true, true, false, 0, true);
+    check_case_ex(&rng, BF, BF, 7, 200, 72, 32, 16, false, false, true, 1, true);
+    check_case_ex(&rng, BF, BF, 64, 256, 96, 128, 8, true, false, false, 0, true);
+    check_case_ex(&rng, BF, BF, 64, 200, 72, 16, 2, true, true, false, 1, true);
+    check_case_ex(&rng, BF, BF, quick ? 100 : 300, 256, 96, 128, 8, true, false, false, 0, true);
+    check_case_ex(&rng, BF, BF, quick ? 100 : 300, 136, 200, 8, 2, true, true, false, 1, true);
+    check_case_ex(&rng, BF, OG_DTYPE_F32, 40, 64, 40, 8, 2, true, false, false, 0, true);
+    check_case_ex(&rng, OG_DTYPE_Q8, BF, 40, 64, 40, 8, 2, false, false, false, 1, true);
+    check_case_ex(&rng, BF, BF, 4, 256, 96, 128, 8, true, false, false, 0, true); /* 32 pairs: CUDA cores */
+    check_case_ex(&rng, BF, BF, 30, 20, 12, 8, 4, true, false, false, 0, true);   /* K not a multiple of 8 */
+    og_moe_cuda_set_gemm(false);
     og_test_section("refusals");
     float dummy = 0;
     og_moe_cuda_args bad = {.x = &dummy, .logits = &dummy, .gate_up = &dummy, .gate_up_dtype = OG_DTYPE_F32,

@@ -8,7 +8,9 @@
 #   2. the decode products (bench_gemv_cuda): every product of the 0.6B, 8B and
 #      a 32B-like shape, bf16 / q8 / q4, 1-8 rows, as a fraction of the copy rate;
 #      the k-quant ones of the 8B shape (bench_kquant_cuda: q4_k / q5_k / q6_k,
-#      the f32-x and the integer gemv; KQUANT=0 leaves it out).
+#      the f32-x and the integer gemv; KQUANT=0 leaves it out); the MoE layer's
+#      prefill at the Qwen3-30B-A3B expert shape, CUDA cores against the grouped
+#      GEMM on the tensor cores (bench_moe_cuda; MOE=0 leaves it out).
 #   3. end-to-end decode tokens/s of each shape in SHAPES (default "0.6b 8b";
 #      random bf16 weights made by peer.py make-qwen3) at its contexts (0.6b:
 #      CONTEXTS_0_6B, default 128 4096 32768; 8b: CONTEXTS_8B, default 512 4096)
@@ -57,6 +59,7 @@ fi
 copy=$(grep -m1 -o '"copy_GBps":[0-9.]*' "$J" | cut -d: -f2)
 [ "${GEMV:-1}" != 0 ] && run "$B/bench/bench_gemv_cuda"
 [ "${KQUANT:-1}" != 0 ] && run "$B/bench/bench_kquant_cuda"
+[ "${MOE:-1}" != 0 ] && run "$B/bench/bench_moe_cuda"
 [ -n "$copy" ] || copy=$(grep -m1 -o '"copy_GBps":[0-9.]*' "$J" | cut -d: -f2)
 
 # tags every JSON line of one offgraph / llama.cpp figure with its shape, format and context

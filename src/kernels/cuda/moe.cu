@@ -10,6 +10,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <string.h>
+
 namespace {
 
 constexpr int kMaxTopK = 64;
@@ -18,6 +21,12 @@ constexpr int kGroupThreads = 1024;
 constexpr int kWarps = 8;         /* warps of a product block */
 constexpr int kFeatPerWarp = 4;   /* output features of a warp */
 constexpr int kPairChunk = 8;     /* pairs a lane sums at once */
+/* The grouped GEMM on the tensor cores (grouped_mma_kernel) */
+constexpr int kMmaBM = 64;        /* grouped places (pairs) of a tile */
+constexpr int kMmaBN = 128;       /* output features of a tile */
+constexpr int kMmaBK = 32;        /* k of a stage */
+constexpr int kMmaThreads = 256;  /* 8 warps: 2 (rows) x 4 (features) of 32 x 32 */
+constexpr int64_t kMmaMinPairs = 64; /* fewer pairs (decode) keep grouped_kernel */
 
 /* Pieces of the scratch, in order (each 16-byte aligned). */
 struct scratch_map {
@@ -29,6 +38,7 @@ struct scratch_map {
     int32_t *cursor;   /* [E] placement counters                        */
     int32_t *list;     /* [E] the experts some pair picked, increasing   */
     int32_t *n_list;   /* [1] their number                              */
+    int32_t *tiles;    /* [E + 1] first GEMM row tile of each expert    */
     float *gu;         /* [M, 2F]                                       */
     float *h;          /* [M, F]                                        */
     float *y;          /* [M, H]                                        */
@@ -41,13 +51,13 @@ bool plan(int64_t T, int32_t k, int64_t E, int64_t H, int64_t F, size_t *total, 
     if (T < 1 || k < 1 || E < 1 || H < 1 || F < 1 || M / (size_t)k != (size_t)T) return false;
     const size_t widest = (size_t)(2 * F > H ? 2 * F : H);
     if (M > SIZE_MAX / 64 / widest) return false;
-    const size_t sizes[11] = {M * 4, M * 4, M * 4, M * 4, ((size_t)E + 1) * 4, (size_t)E * 4, (size_t)E * 4, 16,
-                              M * (size_t)(2 * F) * 4, M * (size_t)F * 4, M * (size_t)H * 4};
+    const size_t sizes[12] = {M * 4, M * 4, M * 4, M * 4, ((size_t)E + 1) * 4, (size_t)E * 4, (size_t)E * 4, 16,
+                              ((size_t)E + 1) * 4, M * (size_t)(2 * F) * 4, M * (size_t)F * 4, M * (size_t)H * 4};
     size_t off = 0;
-    void **dst[11] = {(void **)&m->ids, (void **)&m->w, (void **)&m->pos, (void **)&m->row, (void **)&m->start,
-                      (void **)&m->cursor, (void **)&m->list, (void **)&m->n_list, (void **)&m->gu, (void **)&m->h,
-                      (void **)&m->y};
-    for (int i = 0; i < 11; i++) {
+    void **dst[12] = {(void **)&m->ids, (void **)&m->w, (void **)&m->pos, (void **)&m->row, (void **)&m->start,
+                      (void **)&m->cursor, (void **)&m->list, (void **)&m->n_list, (void **)&m->tiles,
+                      (void **)&m->gu, (void **)&m->h, (void **)&m->y};
+    for (int i = 0; i < 12; i++) {
         if (base) *dst[i] = base + off;
         off += up16(sizes[i]);
     }
@@ -158,22 +168,28 @@ __global__ void route_kernel(const float *logits, int64_t E, int32_t k, bool nor
 }
 
 /* 2. One block: count the pairs per expert, the first place of each, the
- * list of picked experts in increasing index, and each pair's place. */
+ * list of picked experts in increasing index, each pair's place, and the
+ * first row tile of kMmaBM places of each expert for grouped_mma_kernel
+ * (tiles[E]: their number). */
 __global__ void group_kernel(const int32_t *ids, int64_t M, int64_t E, int32_t *start, int32_t *cursor,
-                             int32_t *list, int32_t *n_list, int32_t *pos, int32_t *row, int32_t k) {
+                             int32_t *list, int32_t *n_list, int32_t *pos, int32_t *row, int32_t k,
+                             int32_t *tiles) {
     for (int64_t e = threadIdx.x; e < E; e += blockDim.x) cursor[e] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) atomicAdd(&cursor[ids[i]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
-        int32_t acc = 0, n = 0;
+        int32_t acc = 0, n = 0, tacc = 0;
         for (int64_t e = 0; e < E; e++) {
             start[e] = acc;
+            tiles[e] = tacc;
             if (cursor[e] > 0) list[n++] = (int32_t)e;
             acc += cursor[e];
+            tacc += (cursor[e] + kMmaBM - 1) / kMmaBM;
             cursor[e] = start[e];
         }
         start[E] = acc;
+        tiles[E] = tacc;
         *n_list = n;
     }
     __syncthreads();
@@ -220,6 +236,151 @@ __global__ void grouped_kernel(wmat m, const float *in, const int32_t *src, cons
             }
         }
     }
+}
+
+/* 3 and 5 on the tensor cores, for steps of kMmaMinPairs pairs or more
+ * (OG_CUDA_MOE_GEMM=1): out[q, n] = sum_c W_e[n, c] in[src[q], c] for the
+ * places q of each expert e, bf16 weights [N, K] (K a multiple of 8).
+ * Grid (feature tiles of kMmaBN, row tiles): row tile y is tile
+ * y - tiles[e] of the expert e with tiles[e] <= y < tiles[e + 1] (a binary
+ * search over group_kernel's prefix; the grid has the most tiles any routing
+ * can give, ceil(M / kMmaBM) + min(E, M), and blocks past tiles[E] return
+ * at once), so one launch covers every expert with no host round trip and a
+ * graph replays it whatever the rows pick.
+ * A block's 8 warps each own 32 places x 32 features (2 x 4 mma.m16n8k16
+ * tiles, bf16 operands, f32 sums). Per stage of kMmaBK k: the in rows are
+ * read as f32 and split, as og_split_bf16_cuda does for the dense products,
+ * into hi = bf16(x) and lo = bf16(x - hi), both multiplied by the weights
+ * (x to about 2^-16 relative; the dense wide products' accuracy); the next
+ * stage's loads are in flight while this one's products run (two shared
+ * buffers, one barrier a stage).
+ * The k order inside a stage: lane (g = lane / 4, c = lane % 4) takes k =
+ * 8 c + 4 s + 0..3 at step s of the mma's two k16 steps, for the rows of in
+ * and of W alike (one 16-byte shared load a row a stage), a permutation of
+ * the stage's k that leaves the sum a product of the same terms. */
+__device__ inline uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t *>(&v); }
+
+__device__ inline void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Word i (0..3) of v; i a constant after unrolling. */
+__device__ inline uint32_t word(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+__global__ void __launch_bounds__(kMmaThreads) grouped_mma_kernel(const void *w, size_t ebytes, int64_t N, int64_t K,
+                                                                  const float *in, const int32_t *src,
+                                                                  const int32_t *start, const int32_t *tiles,
+                                                                  int64_t E, float *out) {
+    __shared__ __align__(16) __nv_bfloat16 sa_hi[2][kMmaBM][kMmaBK];
+    __shared__ __align__(16) __nv_bfloat16 sa_lo[2][kMmaBM][kMmaBK];
+    __shared__ __align__(16) __nv_bfloat16 sb[2][kMmaBN][kMmaBK];
+    const int32_t y = (int32_t)blockIdx.y;
+    if (y >= tiles[E]) return;
+    int32_t lo = 0, hi = (int32_t)E - 1; /* the last expert whose first tile is at or before y */
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) >> 1;
+        if (tiles[mid] <= y) lo = mid;
+        else hi = mid - 1;
+    }
+    const int32_t e = lo;
+    const int32_t r0 = start[e] + (y - tiles[e]) * kMmaBM;
+    const int32_t r1 = min(start[e + 1], r0 + kMmaBM);
+    const int64_t n0 = (int64_t)blockIdx.x * kMmaBN;
+    const __nv_bfloat16 *we =
+        reinterpret_cast<const __nv_bfloat16 *>(static_cast<const char *>(w) + (size_t)e * ebytes);
+    const int tid = threadIdx.x;
+    /* loads: in rows tid / 8 and tid / 8 + 32, 4 floats at k 4 (tid % 8);
+     * weight rows tid / 4 and tid / 4 + 64, 8 values at k 8 (tid % 4) */
+    const int a_row = tid >> 3, a_k = (tid & 7) * 4, b_row = tid >> 2, b_k = (tid & 3) * 8;
+    const float *a_src[2];
+    const __nv_bfloat16 *b_src[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int32_t q = r0 + a_row + i * 32;
+        a_src[i] = q < r1 ? in + (int64_t)(src ? src[q] : q) * K : nullptr;
+        const int64_t n = n0 + b_row + i * 64;
+        b_src[i] = n < N ? we + n * K : nullptr;
+    }
+    float4 av[2];
+    uint4 bv[2];
+    auto load = [&](int64_t k0) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int64_t ka = k0 + a_k, kb = k0 + b_k;
+            av[i] = a_src[i] && ka < K ? *reinterpret_cast<const float4 *>(a_src[i] + ka) : make_float4(0, 0, 0, 0);
+            bv[i] = b_src[i] && kb < K ? __ldg(reinterpret_cast<const uint4 *>(b_src[i] + kb)) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const __nv_bfloat162 h01 = __floats2bfloat162_rn(av[i].x, av[i].y);
+            const __nv_bfloat162 h23 = __floats2bfloat162_rn(av[i].z, av[i].w);
+            const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+            const __nv_bfloat162 l01 = __floats2bfloat162_rn(av[i].x - f01.x, av[i].y - f01.y);
+            const __nv_bfloat162 l23 = __floats2bfloat162_rn(av[i].z - f23.x, av[i].w - f23.y);
+            *reinterpret_cast<uint2 *>(&sa_hi[buf][a_row + i * 32][a_k]) = make_uint2(bf16x2_bits(h01), bf16x2_bits(h23));
+            *reinterpret_cast<uint2 *>(&sa_lo[buf][a_row + i * 32][a_k]) = make_uint2(bf16x2_bits(l01), bf16x2_bits(l23));
+            *reinterpret_cast<uint4 *>(&sb[buf][b_row + i * 64][b_k]) = bv[i];
+        }
+    };
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[i][j][v] = 0.0f;
+    const int64_t stages = (K + kMmaBK - 1) / kMmaBK;
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int64_t st = 0; st < stages; st++) {
+        const int buf = (int)(st & 1);
+        if (st + 1 < stages) load((st + 1) * kMmaBK);
+        uint4 ah[2][2], al[2][2], b[4];
+#pragma unroll
+        for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm + mf * 16 + g + h * 8;
+                ah[mf][h] = *reinterpret_cast<const uint4 *>(&sa_hi[buf][r][c * 8]);
+                al[mf][h] = *reinterpret_cast<const uint4 *>(&sa_lo[buf][r][c * 8]);
+            }
+#pragma unroll
+        for (int nf = 0; nf < 4; nf++) b[nf] = *reinterpret_cast<const uint4 *>(&sb[buf][wn + nf * 8 + g][c * 8]);
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+                for (int nf = 0; nf < 4; nf++) {
+                    const uint32_t b0 = word(b[nf], 2 * s), b1 = word(b[nf], 2 * s + 1);
+                    mma_bf16(acc[mf][nf], word(ah[mf][0], 2 * s), word(ah[mf][1], 2 * s), word(ah[mf][0], 2 * s + 1),
+                             word(ah[mf][1], 2 * s + 1), b0, b1);
+                    mma_bf16(acc[mf][nf], word(al[mf][0], 2 * s), word(al[mf][1], 2 * s), word(al[mf][0], 2 * s + 1),
+                             word(al[mf][1], 2 * s + 1), b0, b1);
+                }
+        if (st + 1 < stages) store(buf ^ 1);
+        __syncthreads();
+    }
+    /* acc[mf][nf]: places wm + 16 mf + g (+ 8 for v >= 2), features wn + 8 nf + 2 c (+ 1 for odd v) */
+#pragma unroll
+    for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+        for (int nf = 0; nf < 4; nf++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                const int32_t q = r0 + wm + mf * 16 + g + (v >= 2 ? 8 : 0);
+                const int64_t n = n0 + wn + nf * 8 + 2 * c + (v & 1);
+                if (q < r1 && n < N) out[(int64_t)q * N + n] = acc[mf][nf][v];
+            }
 }
 
 /* 4. h = silu(gate) * up for every pair: gu [M, 2F] -> h [M, F]. */
@@ -270,7 +431,27 @@ int dt_code(og_dtype dt) {
     }
 }
 
+/* The grouped GEMM switch: -1 until the first call reads OG_CUDA_MOE_GEMM. */
+std::atomic<int> g_gemm{-1};
+
 } /* namespace */
+
+extern "C" bool og_moe_cuda_get_gemm(void) {
+    int v = g_gemm.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("OG_CUDA_MOE_GEMM");
+        v = env && !strcmp(env, "1") ? 1 : 0;
+        int expect = -1;
+        if (!g_gemm.compare_exchange_strong(expect, v)) v = expect; /* another thread read it first */
+    }
+    return v == 1;
+}
+
+extern "C" bool og_moe_cuda_set_gemm(bool on) {
+    const bool prev = og_moe_cuda_get_gemm();
+    g_gemm.store(on ? 1 : 0);
+    return prev;
+}
 
 extern "C" size_t og_moe_cuda_scratch_bytes(int64_t T, int32_t top_k, int64_t E, int64_t H, int64_t F) {
     size_t total = 0;
@@ -303,7 +484,7 @@ extern "C" og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *
     route_kernel<<<(unsigned)a->T, kRouteThreads, (size_t)a->E * sizeof(float), st>>>(a->logits, a->E, a->top_k,
                                                                                         a->norm_topk_prob, m.ids, m.w);
     group_kernel<<<1, kGroupThreads, 0, st>>>(m.ids, M, a->E, m.start, m.cursor, m.list, m.n_list, m.pos, m.row,
-                                              a->top_k);
+                                              a->top_k, m.tiles);
     int64_t shape[2] = {2 * F, H}, bytes = 0;
     og_tensor_bytes(a->gate_up_dtype, 2, shape, &bytes);
     const wmat gu = {a->gate_up, gdt, 2 * F, H, (size_t)bytes};
@@ -313,11 +494,25 @@ extern "C" og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *
     const wmat dn = {a->down, ddt, H, F, (size_t)bytes};
     const int64_t listed = a->E < M ? a->E : M, feat = (int64_t)kWarps * kFeatPerWarp;
     if (listed > 65535) return og_set_error(OG_ERR_UNSUPPORTED, "moe_cuda: %lld experts in one step", (long long)listed);
-    grouped_kernel<<<dim3((unsigned)((2 * F + feat - 1) / feat), (unsigned)listed), kWarps * 32, 0, st>>>(
-        gu, a->x, m.row, m.list, m.n_list, m.start, m.gu);
+    /* the tensor cores for wide steps (bf16 weights, K a multiple of 8, 16-byte rows) */
+    const int64_t row_tiles = (M + kMmaBM - 1) / kMmaBM + listed;
+    const bool wide = M >= kMmaMinPairs && row_tiles <= 65535 && og_moe_cuda_get_gemm();
+    auto on_mma = [&](const wmat &w, const float *in) {
+        return wide && w.dt == 1 && w.K % 8 == 0 && og_cuda::aligned16(w.base) && og_cuda::aligned16(in);
+    };
+    if (on_mma(gu, a->x))
+        grouped_mma_kernel<<<dim3((unsigned)((gu.N + kMmaBN - 1) / kMmaBN), (unsigned)row_tiles), kMmaThreads, 0,
+                             st>>>(gu.base, gu.bytes, gu.N, gu.K, a->x, m.row, m.start, m.tiles, a->E, m.gu);
+    else
+        grouped_kernel<<<dim3((unsigned)((2 * F + feat - 1) / feat), (unsigned)listed), kWarps * 32, 0, st>>>(
+            gu, a->x, m.row, m.list, m.n_list, m.start, m.gu);
     swiglu_pairs_kernel<<<(unsigned)((M * F + 255) / 256), 256, 0, st>>>(m.gu, M, F, m.h);
-    grouped_kernel<<<dim3((unsigned)((H + feat - 1) / feat), (unsigned)listed), kWarps * 32, 0, st>>>(
-        dn, m.h, nullptr, m.list, m.n_list, m.start, m.y);
+    if (on_mma(dn, m.h))
+        grouped_mma_kernel<<<dim3((unsigned)((dn.N + kMmaBN - 1) / kMmaBN), (unsigned)row_tiles), kMmaThreads, 0,
+                             st>>>(dn.base, dn.bytes, dn.N, dn.K, m.h, nullptr, m.start, m.tiles, a->E, m.y);
+    else
+        grouped_kernel<<<dim3((unsigned)((H + feat - 1) / feat), (unsigned)listed), kWarps * 32, 0, st>>>(
+            dn, m.h, nullptr, m.list, m.n_list, m.start, m.y);
     combine_kernel<<<(unsigned)a->T, 256, 0, st>>>(m.ids, m.w, m.pos, m.y, a->top_k, H, a->shared, a->shared_gate,
                                                    a->out);
     return og_cuda::launched("moe_cuda");
