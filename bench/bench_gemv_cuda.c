@@ -22,10 +22,11 @@
  * split2 / split4 (the count forced) and split_r32 (rings capped at 32 KB a
  * block), through og_gemv_cuda_set_split; a second table sets split beside
  * ring in microseconds and fraction of the copy rate. q8 and q4 run each
- * case with the kernels taken by default ("default") and with the
- * bandwidth-first kernel of gemv_q.cu ("gemvq", what OG_CUDA_GEMVQ=ring
- * selects, switched by og_gemvq_cuda_set); a third table sets gemvq beside
- * default in GB/s of weights and fraction of the copy rate.
+ * case with gemv_q.cu off ("other": the CUDA-core and tensor-core kernels)
+ * and with gemv_q.cu at every T ("gemvq", what OG_CUDA_GEMVQ=ring selects;
+ * by default it takes one row of x only), switched by og_gemvq_cuda_set; a
+ * third table sets gemvq beside other in GB/s of weights and fraction of the
+ * copy rate.
  *   bench_gemv_cuda [shape ...]     (default: 0.6b 8b 32b)
  * The weights' values are random bytes: a product's time does not depend on
  * them. Built in every configuration; without CUDA it says so and exits 77. */
@@ -101,8 +102,8 @@ typedef struct variant {
 } variant;
 static const variant bf16_variants[] = {{"ring", 0, 0, 0},   {"split", 1, 0, 0},  {"split1", 1, 1, 0},
                                         {"split2", 1, 2, 0}, {"split4", 1, 4, 0}, {"split_r32", 1, 0, 32}};
-/* q8 / q4: the default kernels, then gemv_q.cu's (mode: og_gemvq_cuda_set's argument) */
-static const variant q_variants[] = {{"default", 0, 0, 0}, {"gemvq", 1, 0, 0}};
+/* q8 / q4: the CUDA-core and tensor-core kernels (gemv_q.cu off), then gemv_q.cu at every T (og_gemvq_cuda_set modes 0 and 1) */
+static const variant q_variants[] = {{"other", 0, 0, 0}, {"gemvq", 1, 0, 0}};
 
 typedef struct result {
     const char *model, *name, *dt, *kernel;
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
             const bool bf16 = dts[di] == OG_DTYPE_BF16;
             const int n_var = bf16 ? (int)(sizeof bf16_variants / sizeof *bf16_variants)
                                    : (int)(sizeof q_variants / sizeof *q_variants);
-            const bool gemvq_was = og_gemvq_cuda_get();
+            const int gemvq_was = og_gemvq_cuda_get();
             size_t per_copy = 0, nb[3];
             for (int p = 0; p < parts; p++) {
                 const int64_t shp[2] = {s->N[p], s->K};
@@ -207,7 +208,7 @@ int main(int argc, char **argv) {
             for (int vi = 0; vi < n_var; vi++) {
                 const variant *v = bf16 ? &bf16_variants[vi] : &q_variants[vi];
                 if (bf16) og_gemv_cuda_set_split(v->mode, v->splits, v->ring_kb);
-                else og_gemvq_cuda_set(v->mode == 1);
+                else og_gemvq_cuda_set(v->mode);
                 for (int ti = 0; ti < 4; ti++) {
                     const double us = time_case(st, s, dts[di], w, copies, Ts[ti], x, out);
                     if (us < 0) { /* the table keeps its row, as nan */
@@ -260,10 +261,10 @@ int main(int argc, char **argv) {
             printf(" %6.1f %.2f->%6.1f %.2f", res[i + t].us, res[i + t].frac, res[j + t].us, res[j + t].frac);
         printf("\n");
     }
-    printf("---- q8 / q4: default kernels -> gemvq (gemv_q.cu), GB/s of weights (fraction of copy) by rows of x\n");
+    printf("---- q8 / q4: other kernels -> gemvq (gemv_q.cu), GB/s of weights (fraction of copy) by rows of x\n");
     printf("%-5s %-15s %-5s %21s %21s %21s %21s\n", "model", "product", "dtype", "T=1", "T=2", "T=4", "T=8");
     for (int i = 0; i + 7 < n_res; i += 4) {
-        if (strcmp(res[i].kernel, "default") || strcmp(res[i + 4].kernel, "gemvq")) continue;
+        if (strcmp(res[i].kernel, "other") || strcmp(res[i + 4].kernel, "gemvq")) continue;
         printf("%-5s %-15s %-5s", res[i].model, res[i].name, res[i].dt);
         for (int t = 0; t < 4; t++)
             printf(" %4.0f %.2f->%4.0f %.2f", res[i + t].frac * copy / 1e9, res[i + t].frac,

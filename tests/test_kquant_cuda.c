@@ -265,10 +265,12 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
             if (run < 2) CHECK_OK(og_kquant_gemv_int8_variant_cuda(NULL, v, dxq, dw, dbias, dt, T, K, N, dout));
             else {
                 setenv("OG_CUDA_KQUANT_GEMV", "v2", 1);
-                CHECK(og_kquant_gemv_cuda_v2_wanted() && og_kquant_gemv_cuda_int8_wanted());
+                CHECK(og_kquant_gemv_cuda_variant(T) == 2 && og_kquant_gemv_cuda_int8_wanted());
                 CHECK_OK(og_kquant_gemv_int8_cuda(NULL, dxq, dw, dbias, dt, T, K, N, dout));
+                setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1);
+                CHECK(og_kquant_gemv_cuda_variant(T) == 1);
                 unsetenv("OG_CUDA_KQUANT_GEMV");
-                CHECK(!og_kquant_gemv_cuda_v2_wanted());
+                CHECK(og_kquant_gemv_cuda_variant(T) == (T <= 2 ? 2 : 1)); /* the default: by rows */
             }
             CK(cudaDeviceSynchronize());
             float *out = down(dout, (size_t)(T * N));
@@ -367,8 +369,8 @@ static void check_backend(const char *dir) {
         snprintf(title, sizeof title, "back end: %s program, CUDA (%s gemv) against CPU",
                  k[i].mix ? k[i].mix : og_dtype_name(k[i].uniform),
                  !og_kquant_gemv_cuda_int8_wanted() ? "f32 x"
-                 : og_kquant_gemv_cuda_v2_wanted()  ? "integer v2"
-                                                    : "integer");
+                 : getenv("OG_CUDA_KQUANT_GEMV") ? getenv("OG_CUDA_KQUANT_GEMV")
+                                                  : "integer, variant by rows");
         og_test_section(title);
         int fd = mkstemp(path);
         if (fd >= 0) close(fd);
@@ -438,7 +440,11 @@ int main(void) {
         CHECK(og_kquant_gemv_cuda_int8_wanted());
         check_backend(dir);
         setenv("OG_CUDA_KQUANT_GEMV", "v2", 1); /* the integer gemv's second cut */
-        CHECK(og_kquant_gemv_cuda_int8_wanted() && og_kquant_gemv_cuda_v2_wanted());
+        CHECK(og_kquant_gemv_cuda_int8_wanted() && og_kquant_gemv_cuda_variant(1) == 2 &&
+              og_kquant_gemv_cuda_variant(8) == 2);
+        check_backend(dir);
+        setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1); /* the first cut at every T */
+        CHECK(og_kquant_gemv_cuda_variant(1) == 1);
         check_backend(dir);
         unsetenv("OG_CUDA_KQUANT_GEMV");
         char p[600];

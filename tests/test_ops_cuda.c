@@ -941,7 +941,7 @@ static void *rand_q_fast(og_dtype dt, int64_t N, int64_t K, size_t *bytes) {
  * shared memory (T x K > 28160 floats) take the other kernels.
  * OG_CUDA_TEST_QUICK=1 (the sanitizer runs) keeps the 0.6B shape only. */
 static void test_quant_model_shapes(void) {
-    og_test_section(og_gemvq_cuda_get() ? "quantized: model-shaped products, OG_CUDA_GEMVQ=ring"
+    og_test_section(og_gemvq_cuda_get() == 1 ? "quantized: model-shaped products, OG_CUDA_GEMVQ=ring"
                                         : "quantized: model-shaped products");
     typedef struct {
         const char *model;
@@ -1064,7 +1064,7 @@ int main(void) {
     test_quant_embed();
     /* the q8 / q4 products with the bandwidth-first kernel off, then on
      * (OG_CUDA_GEMVQ=ring), whatever the environment asked */
-    const bool gemvq = og_gemvq_cuda_set(false);
+    const int gemvq = og_gemvq_cuda_set(0);
     for (int on = 0; on < 2; on++) {
         og_gemvq_cuda_set(on);
         og_test_section(on ? "==== q8 / q4 products, OG_CUDA_GEMVQ=ring" : "==== q8 / q4 products, OG_CUDA_GEMVQ off");

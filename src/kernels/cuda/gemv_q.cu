@@ -362,25 +362,26 @@ og_status launch_fmt(const og_gemvq_launch *l, q_params &p) {
                      : launch_rows<Q4, OG_GEMV_CUDA_MAX_T, false>(l, p);
 }
 
-/* -1 until the first call reads OG_CUDA_GEMVQ. */
+/* -1 until the first call reads OG_CUDA_GEMVQ; then 0 (off), 1 (every T)
+ * or 2 (one row of x only, the default). */
 std::atomic<int> g_on{-1};
 
 } /* namespace */
 
-extern "C" bool og_gemvq_cuda_get(void) {
+extern "C" int og_gemvq_cuda_get(void) {
     int v = g_on.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *env = getenv("OG_CUDA_GEMVQ");
-        v = env && !strcmp(env, "ring") ? 1 : 0;
+        v = !env ? 2 : !strcmp(env, "ring") ? 1 : !strcmp(env, "0") || !strcmp(env, "off") ? 0 : 2;
         int expect = -1;
         if (!g_on.compare_exchange_strong(expect, v)) v = expect; /* another thread read it first */
     }
-    return v == 1;
+    return v;
 }
 
-extern "C" bool og_gemvq_cuda_set(bool on) {
-    const bool prev = og_gemvq_cuda_get();
-    g_on.store(on ? 1 : 0);
+extern "C" int og_gemvq_cuda_set(int mode) {
+    const int prev = og_gemvq_cuda_get();
+    g_on.store(mode >= 0 && mode <= 2 ? mode : 2);
     return prev;
 }
 
@@ -388,7 +389,11 @@ bool og_gemvq_takes(og_dtype dtype, int64_t T, int64_t K) {
     if (dtype != OG_DTYPE_Q8 && dtype != OG_DTYPE_Q4) return false;
     if (T < 1 || T > OG_GEMV_CUDA_MAX_T || K < OG_QUANT_GROUP || K % OG_QUANT_GROUP) return false;
     if (T * K * (int64_t)sizeof(float) > kSmemMax) return false;
-    return og_gemvq_cuda_get();
+    /* measured on an H200 (bench_gemv_cuda, 8B products): faster than the
+       CUDA-core kernel at one row (8B decode q8 197 -> 240, q4 219 -> 271
+       tok/s), slower than the tensor-core one from two rows on */
+    const int mode = og_gemvq_cuda_get();
+    return mode == 1 || (mode == 2 && T == 1);
 }
 
 og_status og_gemvq_run(const og_gemvq_launch *l) {

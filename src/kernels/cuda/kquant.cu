@@ -807,9 +807,14 @@ extern "C" og_status og_kquant_quantize_x_cuda(void *stream, const float *x, int
     return launched(op);
 }
 
-extern "C" bool og_kquant_gemv_cuda_v2_wanted(void) {
+extern "C" int og_kquant_gemv_cuda_variant(int64_t T) {
     const char *v = getenv("OG_CUDA_KQUANT_GEMV");
-    return v && strcmp(v, "v2") == 0; /* off by default until measured on a device */
+    if (v && strcmp(v, "v2") == 0) return 2;
+    if (v && strcmp(v, "dp4a") == 0) return 1;
+    /* measured on an H200 (bench_kquant_cuda, 8B products): v2 is faster at
+       1 and 2 rows (8B Q4_K_M decode 194.5 -> 218.2 tok/s), the first cut
+       from 4 rows on */
+    return T <= 2 ? 2 : 1;
 }
 
 static og_status gemv_int8(const char *op, int variant, const void *xq, const void *w, const float *bias,
@@ -849,7 +854,7 @@ static og_status gemv_int8(const char *op, int variant, const void *xq, const vo
 
 extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, const void *w, const float *bias,
                                               og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
-    return gemv_int8("kquant_gemv_int8_cuda", og_kquant_gemv_cuda_v2_wanted() ? 2 : 1, xq, w, bias, dt, T, K, N, out,
+    return gemv_int8("kquant_gemv_int8_cuda", og_kquant_gemv_cuda_variant(T), xq, w, bias, dt, T, K, N, out,
                      stream);
 }
 

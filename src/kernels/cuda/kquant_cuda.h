@@ -61,12 +61,13 @@ og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq /* T rows of K *
  * a few output features, the warps' sums added through shared memory; its
  * sums of unit terms are ordered differently (each lane ceil(K / 32768)
  * terms, 5 shuffle levels, 2 levels across the warps), else the same
- * bounds. og_kquant_gemv_int8_cuda takes it where
- * og_kquant_gemv_cuda_v2_wanted() (the environment sets
- * OG_CUDA_KQUANT_GEMV=v2, read at each call; off by default).
+ * bounds. og_kquant_gemv_int8_cuda runs the variant
+ * og_kquant_gemv_cuda_variant(T) names: 2 at 1 or 2 rows, 1 from 3 rows on
+ * (where each was faster on an H200); OG_CUDA_KQUANT_GEMV=v2 or dp4a makes
+ * it 2 or 1 at every T (read at each call).
  * og_kquant_gemv_int8_variant_cuda runs variant 1 (gemv_dp4a_kernel) or 2
  * whatever the environment says (tests, benchmarks). */
-bool og_kquant_gemv_cuda_v2_wanted(void);
+int og_kquant_gemv_cuda_variant(int64_t T);
 og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq /* T rows of K */,
                                            const void *w /* [N, K] */, const float *bias /* [N] or NULL */,
                                            og_dtype dt, int64_t T, int64_t K, int64_t N, float *out /* [T, N] */);

@@ -440,7 +440,7 @@ extern "C" bool og_moe_cuda_get_gemm(void) {
     int v = g_gemm.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *env = getenv("OG_CUDA_MOE_GEMM");
-        v = env && !strcmp(env, "1") ? 1 : 0;
+        v = env && !strcmp(env, "0") ? 0 : 1; /* on unless OG_CUDA_MOE_GEMM=0: 27-55x the CUDA cores on an H200 */
         int expect = -1;
         if (!g_gemm.compare_exchange_strong(expect, v)) v = expect; /* another thread read it first */
     }

@@ -168,14 +168,16 @@ og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NUL
 
 /* The bandwidth-first kernel for q8 / q4 decode products (gemv_q.cu: 16-byte
  * weight loads, 8 in flight a lane, x staged in shared memory; T <= 8 and T x K
- * floats within 110 KB), taken by every gemv entry point above when on;
- * elsewhere the kernels described above. Off unless the environment sets
- * OG_CUDA_GEMVQ=ring (read at the first call); og_gemvq_cuda_set switches it
- * (tests, benchmarks) and returns the previous setting. Same tolerance as the
+ * floats within 110 KB), taken by every gemv entry point above when its mode
+ * says: 2, the default, at one row of x only (where it was faster on an
+ * H200; from two rows the tensor-core kernel is); 1 at every T
+ * (OG_CUDA_GEMVQ=ring); 0 never (OG_CUDA_GEMVQ=0 or off). The environment is
+ * read at the first call; og_gemvq_cuda_set sets the mode (tests,
+ * benchmarks) and returns the previous one. Same tolerance as the
  * CUDA-core kernel (each lane's 4 products summed, then scaled), and the
  * fused forms give the bits of the plain one. */
-bool og_gemvq_cuda_get(void);
-bool og_gemvq_cuda_set(bool on);
+int og_gemvq_cuda_get(void);
+int og_gemvq_cuda_set(int mode);
 
 /* The split-K tensor-core products for bf16 weights (off by default;
  * OG_CUDA_GEMV_SPLIT=1 turns them on for every gemv entry point above):
