@@ -18,16 +18,7 @@ OUT=${2:?usage: tests/gpu/attend.sh <build-dir> <out-dir> tests|bench|all}
 PART=${3:-all}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-summary=()
-step() { # name, time limit in seconds, command...
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-    local rc=$? state
-    case $rc in 0) state=ok ;; 77) state=skipped ;; 124) state="TIMED OUT (${limit}s)" ;; *) state="FAIL (rc $rc)" ;; esac
-    summary+=("$(printf '%-22s %-18s %4ds' "$name" "$state" $((SECONDS - t0)))")
-}
+. "$(dirname "$0")/step.sh"
 if [ "$PART" = tests ] || [ "$PART" = all ]; then
     step test_attend 240 "$B/tests/test_attend_cuda"
     if command -v compute-sanitizer >/dev/null; then

@@ -22,16 +22,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OG_SOURCE_DIR=$SRC
-summary=()
-step() { # name, time limit in seconds, command...
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-    local rc=$? state
-    case $rc in 0) state=ok ;; 77) state=skipped ;; 124) state="TIMED OUT (${limit}s)" ;; *) state="FAIL (rc $rc)" ;; esac
-    summary+=("$(printf '%-22s %-18s %4ds' "$name" "$state" $((SECONDS - t0)))")
-}
+. "$(dirname "$0")/step.sh"
 step test_moe_cuda 90 "$B/tests/test_moe_cuda"
 if command -v compute-sanitizer >/dev/null; then
     step memcheck_moe 120 env OG_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_moe_cuda"
