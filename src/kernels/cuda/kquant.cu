@@ -298,6 +298,43 @@ template <og_dtype DT> struct unit_w {
     float d, dmin;
 };
 
+/* One unit of R weight rows against one row of x's terms (both integer
+ * gemvs): the exact integer sums of the comment above, then each row's f32
+ * term added to acc[r]. e1: the unit's first element in the block. */
+template <og_dtype DT, int R>
+__device__ __forceinline__ void unit_rows(const xq_block *xb, int e1, const unit_w<DT> (&cu)[R], float *acc) {
+    const int span = DT == OG_DTYPE_Q6_K ? 64 : 32; /* run 2 starts span elements after run 1 */
+    const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + e1);
+    const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + e1 + span);
+    const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + e1);
+    const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + e1 + span);
+    const int32_t x1 = xb->sum16[e1 >> 4], x2 = xb->sum16[(e1 + span) >> 4];
+    const float u = xb->u;
+    const int hv1[4] = {(int)h1.x, (int)h1.y, (int)h1.z, (int)h1.w};
+    const int hv2[4] = {(int)h2.x, (int)h2.y, (int)h2.z, (int)h2.w};
+    const int lv1[4] = {(int)o1.x, (int)o1.y, (int)o1.z, (int)o1.w};
+    const int lv2[4] = {(int)o2.x, (int)o2.y, (int)o2.z, (int)o2.w};
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int a1 = 0, b1 = 0, a2 = 0, b2 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            a1 = __dp4a(cu[r].l1[k], hv1[k], a1);
+            b1 = __dp4a(cu[r].l1[k], lv1[k], b1);
+            a2 = __dp4a(cu[r].l2[k], hv2[k], a2);
+            b2 = __dp4a(cu[r].l2[k], lv2[k], b2);
+        }
+        const int32_t s1 = 254 * a1 + b1, s2 = 254 * a2 + b2; /* |s| <= 63 * 32385 * 16 */
+        if (DT == OG_DTYPE_Q6_K) {
+            const int64_t A = (int64_t)cu[r].sc1 * (s1 - 32 * x1) + (int64_t)cu[r].sc2 * (s2 - 32 * x2);
+            acc[r] += (u * cu[r].d) * (float)A;
+        } else { /* |A| <= 2 * 63 * 31 * 32385 * 16 < 2^31 */
+            const int32_t A = cu[r].sc1 * s1 + cu[r].sc2 * s2, B = cu[r].m1 * x1 + cu[r].m2 * x2;
+            acc[r] += (u * cu[r].d) * (float)A - (u * cu[r].dmin) * (float)B;
+        }
+    }
+}
+
 __device__ __forceinline__ uint32_t ld_u32_2aligned(const uint8_t *p) {
     const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
     return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
@@ -371,7 +408,6 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_dp4a_kernel(const xq_block *_
         return;
     }
     const int bb = block_bytes(DT);
-    const int span = DT == OG_DTYPE_Q6_K ? 64 : 32;            /* run 2 starts span elements after run 1 */
     const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (p >> 2) + 16 * (p & 3) : 64 * (p >> 1) + 16 * (p & 1);
     const uint8_t *rows[R];
 #pragma unroll
@@ -402,38 +438,7 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_dp4a_kernel(const xq_block *_
             for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (kb + 4) * bb, p, wu[r]);
         }
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            const xq_block *xb = xq + t * nb + kb;
-            const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + e1);
-            const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + e1 + span);
-            const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + e1);
-            const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + e1 + span);
-            const int32_t x1 = xb->sum16[e1 >> 4], x2 = xb->sum16[(e1 + span) >> 4];
-            const float u = xb->u;
-            const int hv1[4] = {(int)h1.x, (int)h1.y, (int)h1.z, (int)h1.w};
-            const int hv2[4] = {(int)h2.x, (int)h2.y, (int)h2.z, (int)h2.w};
-            const int lv1[4] = {(int)o1.x, (int)o1.y, (int)o1.z, (int)o1.w};
-            const int lv2[4] = {(int)o2.x, (int)o2.y, (int)o2.z, (int)o2.w};
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                int a1 = 0, b1 = 0, a2 = 0, b2 = 0;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    a1 = __dp4a(cu[r].l1[k], hv1[k], a1);
-                    b1 = __dp4a(cu[r].l1[k], lv1[k], b1);
-                    a2 = __dp4a(cu[r].l2[k], hv2[k], a2);
-                    b2 = __dp4a(cu[r].l2[k], lv2[k], b2);
-                }
-                const int32_t s1 = 254 * a1 + b1, s2 = 254 * a2 + b2; /* |s| <= 63 * 32385 * 16 */
-                if (DT == OG_DTYPE_Q6_K) {
-                    const int64_t A = (int64_t)cu[r].sc1 * (s1 - 32 * x1) + (int64_t)cu[r].sc2 * (s2 - 32 * x2);
-                    acc[t][r] += (u * cu[r].d) * (float)A;
-                } else { /* |A| <= 2 * 63 * 31 * 32385 * 16 < 2^31 */
-                    const int32_t A = cu[r].sc1 * s1 + cu[r].sc2 * s2, B = cu[r].m1 * x1 + cu[r].m2 * x2;
-                    acc[t][r] += (u * cu[r].d) * (float)A - (u * cu[r].dmin) * (float)B;
-                }
-            }
-        }
+        for (int t = 0; t < T; t++) unit_rows<DT, R>(xq + t * nb + kb, e1, cu, acc[t]);
         if (!ahead && kb + 4 < nb) {
 #pragma unroll
             for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (kb + 4) * bb, p, wu[r]);
@@ -556,7 +561,6 @@ __global__ void __launch_bounds__(V2_THREADS, (v2_min_blocks<T, R>()))
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t n0 = (int64_t)blockIdx.x * R;
     const int bb = block_bytes(DT);
-    const int span = DT == OG_DTYPE_Q6_K ? 64 : 32; /* run 2 starts span elements after run 1 */
     const int64_t units = nb * 8;
     const uint8_t *rows[R];
 #pragma unroll
@@ -578,38 +582,7 @@ __global__ void __launch_bounds__(V2_THREADS, (v2_min_blocks<T, R>()))
         const int p = (int)(j & 7);
         const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (p >> 2) + 16 * (p & 3) : 64 * (p >> 1) + 16 * (p & 1);
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            const xq_block *xb = xq + t * nb + kb;
-            const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + e1);
-            const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + e1 + span);
-            const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + e1);
-            const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + e1 + span);
-            const int32_t x1 = xb->sum16[e1 >> 4], x2 = xb->sum16[(e1 + span) >> 4];
-            const float u = xb->u;
-            const int hv1[4] = {(int)h1.x, (int)h1.y, (int)h1.z, (int)h1.w};
-            const int hv2[4] = {(int)h2.x, (int)h2.y, (int)h2.z, (int)h2.w};
-            const int lv1[4] = {(int)o1.x, (int)o1.y, (int)o1.z, (int)o1.w};
-            const int lv2[4] = {(int)o2.x, (int)o2.y, (int)o2.z, (int)o2.w};
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                int a1 = 0, b1 = 0, a2 = 0, b2 = 0;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    a1 = __dp4a(cu[r].l1[k], hv1[k], a1);
-                    b1 = __dp4a(cu[r].l1[k], lv1[k], b1);
-                    a2 = __dp4a(cu[r].l2[k], hv2[k], a2);
-                    b2 = __dp4a(cu[r].l2[k], lv2[k], b2);
-                }
-                const int32_t s1 = 254 * a1 + b1, s2 = 254 * a2 + b2; /* as gemv_dp4a_kernel */
-                if (DT == OG_DTYPE_Q6_K) {
-                    const int64_t A = (int64_t)cu[r].sc1 * (s1 - 32 * x1) + (int64_t)cu[r].sc2 * (s2 - 32 * x2);
-                    acc[t][r] += (u * cu[r].d) * (float)A;
-                } else {
-                    const int32_t A = cu[r].sc1 * s1 + cu[r].sc2 * s2, B = cu[r].m1 * x1 + cu[r].m2 * x2;
-                    acc[t][r] += (u * cu[r].d) * (float)A - (u * cu[r].dmin) * (float)B;
-                }
-            }
-        }
+        for (int t = 0; t < T; t++) unit_rows<DT, R>(xq + t * nb + kb, e1, cu, acc[t]);
         j += V2_THREADS;
         if (j < units) {
 #pragma unroll
