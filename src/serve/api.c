@@ -3,7 +3,7 @@
 #include "serve/api.h"
 
 #include "core/core.h"
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
 #ifndef OG_SERVE_API_H
 #define OG_SERVE_API_H
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <cjson/cJSON.h>

@@ -3,7 +3,7 @@
 #include "serve/sched.h"
 
 #include "core/core.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <errno.h>
 #include <math.h>

@@ -4,8 +4,8 @@
 #ifndef OG_SERVE_SCHED_H
 #define OG_SERVE_SCHED_H
 
-#include "model/generate.h"
-#include "model/tokenizer.h"
+#include "text/textgen.h"
+#include "text/tokenizer.h"
 #include "serve/api.h"
 #include "serve/serve.h"
 

@@ -3,7 +3,7 @@
 #include "serve/sched.h"
 
 #include "core/core.h"
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 #include <stdio.h>
 #include <string.h>

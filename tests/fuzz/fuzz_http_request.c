@@ -7,7 +7,7 @@
  * tests/fuzz/corpus/http_request/. */
 #include "fuzz.h"
 #include "core/core.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "serve/api.h"
 
 #include <stddef.h>
