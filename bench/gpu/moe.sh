@@ -2,7 +2,10 @@
 # Decode of the Qwen3-30B-A3B shape (48 layers, hidden 2048, 32/4 heads of
 # 128, 128 experts of 768, top 8, vocab 151936; random bf16 weights, about
 # 61 GB, made by tests/fixtures/make_synthetic_checkpoints.py --qwen3-moe
-# 30b-a3b) on the GPU, from a folder made by tests/gpu/pack.sh: one session
+# 30b-a3b --fused --sparse-experts: the routed experts' weights are zeros
+# kept as holes of the file, so the checkpoint takes about 3 GB of disk; the
+# router and the rest are random, so tokens spread over the experts) on the
+# GPU, from a folder made by tests/gpu/pack.sh: one session
 # and 16 / 64 / 256 sessions (aggregate), bf16 and q4 experts, against the
 # activated-bytes floor (the bytes one token reads: attention, the router,
 # 8 experts of 128, the head, over the copy rate COPY in bytes/s, default
@@ -11,8 +14,9 @@
 # Environment: WORK (a folder to keep the checkpoint and programs in;
 # default /tmp/offgraph-moe30b), KS (default "1 16 64 256"), CTX (prompt,
 # default 512), GEN (default 64).
-# The CUDA moe kernels are enabled here (OG_CUDA_MOE=1). Not yet beside
-# transformers: bench/gpu/peer.py has no MoE model (a next step).
+# Each program is removed after its runs (KEEP=1 keeps them): the bf16 one
+# is 61 GB. Then transformers decodes the same checkpoint (bf16, batch 1,
+# bench/gpu/peer.py generate) unless PEER=0.
 set -u
 B=$(cd "${1:?usage: bench/gpu/moe.sh <build-dir>}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,11 +30,8 @@ export OG_CUDA_MOE=1
 mkdir -p "$WORK"
 if [ ! -f "$WORK/hf/config.json" ]; then
     echo "making the 30B-A3B-shaped checkpoint in $WORK/hf (about 61 GB)" >&2
-    python3 "$SRC/tests/fixtures/make_synthetic_checkpoints.py" --qwen3-moe 30b-a3b "$WORK/hf" --fused || exit 1
+    python3 "$SRC/tests/fixtures/make_synthetic_checkpoints.py" --qwen3-moe 30b-a3b "$WORK/hf" --fused --sparse-experts || exit 1
 fi
-for w in bf16 q4; do
-    [ -f "$WORK/moe.$w.ogp" ] || "$B/offgraph" export "$WORK/hf" -o "$WORK/moe.$w.ogp" --weights "$w" --max-context 4096 || exit 1
-done
 # activated bytes per token: per layer q/k/v/o 2048 x (4096 + 512 + 512) +
 # 4096 x 2048 weights and 8 x 3 x 768 x 2048 expert weights in the weights'
 # dtype, the router 128 x 2048 bf16; the head 151936 x 2048 (q4 too); KV of
@@ -41,7 +42,8 @@ activated() { # $1 bytes per weight, $2 context
 }
 field() { echo "$1" | grep -o "\"$2\":[0-9.]*" | cut -d: -f2; }
 printf '%-10s %-5s %12s %12s %10s %8s\n' weights K "tok/s (all)" "per session" "floor(1)" ratio
-for w in bf16 q4; do
+for w in ${WEIGHTS:-q4 bf16}; do
+    [ -f "$WORK/moe.$w.ogp" ] || "$B/offgraph" export "$WORK/hf" -o "$WORK/moe.$w.ogp" --weights "$w" --max-context 4096 >&2 || exit 1
     case $w in bf16) b=2 ;; q4) b=0.5625 ;; esac
     floor=$(awk -v c="$COPY" -v by="$(activated $b $CTX)" 'BEGIN { printf "%.1f", c / by }')
     for k in $KS; do
@@ -52,4 +54,9 @@ for w in bf16 q4; do
         printf '%-10s %-5s %12s %12s %10s %8s\n' "$w" "$k" "$a" "$e" "$floor" "$ratio"
         echo "$r" >>"$WORK/moe.jsonl"
     done
+    [ "${KEEP:-0}" = 1 ] || rm -f "$WORK/moe.$w.ogp"
 done
+if [ "${PEER:-1}" = 1 ]; then
+    echo "transformers, bf16, batch 1 (context $CTX, $GEN generated):"
+    python3 "$SRC/bench/gpu/peer.py" generate "$WORK/hf" "$CTX" "$GEN"
+fi
