@@ -10,10 +10,13 @@
  * without virtual memory management growth copies on the model's storage
  * stream, which every step waits for first).
  * A step context owns what a step in flight uses: a non-blocking stream,
- * cuBLAS, the activation slots ([rows, slot_width] f32 each, grown to the
- * widest step), the logits of the tail rows, the attention scratch and a
- * "step block" in device memory with the rows' tokens and positions, written
- * from pinned host memory at the start of the step.
+ * cuBLAS, the attention scratch, and two row sets (row_set): a fixed one,
+ * which the decode graphs are captured over and which never moves, and one
+ * grown to the widest step the fixed one cannot hold. A row set holds the
+ * activation slots ([rows, slot_width] f32 each), the logits of the tail
+ * rows and a "step block" in device memory with the rows' tokens and
+ * positions and the attention, state and sampler tables, written from
+ * pinned host memory at the start of the step.
  *
  * The step's N rows (every session's tokens, in the plan's row order) go
  * through each row-wise launch at once: products stream the weights once
@@ -881,7 +884,8 @@ static og_status attend(const step_run *x, const og_program_instr *in, const ins
 
 /* causal_conv1d and gated_delta_net of every session of the step over its
  * own state (the committed copy read, or none at length 0; the other
- * written), one launch per session. */
+ * written): the one-token sessions (a graph's B padded rows) in one launch
+ * over the step block's state table, each wider step in a launch of its own. */
 static og_status state_sessions(const step_run *x, const og_program_instr *in, const instr_io *io) {
     const og_model *m = x->m;
     const og_step_plan *p = x->plan;
@@ -1197,10 +1201,10 @@ static og_status forbidden_dev(og_model *m, og_step_ctx *c, og_session *s, const
 }
 
 /* Writes the step block: the rows' tokens and positions (and the tail's),
- * every attention layer's table of one-token sessions (B entries, padding
- * past the sessions), the samplers' rows and their recent tokens. Counts the
- * rows sampled on the host (their sampler asks for more than the device
- * sampler keeps) in *n_host. */
+ * every attention layer's and every state's table of one-token sessions (B
+ * entries, padding past the sessions), the samplers' rows and their recent
+ * tokens. Counts the rows sampled on the host (their sampler asks for more
+ * than the device sampler keeps) in *n_host. */
 static og_status fill_block(step_run *x, int32_t *n_host) {
     og_model *m = x->m;
     og_step_ctx *c = x->c;
