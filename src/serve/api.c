@@ -174,7 +174,7 @@ static bool render_chat(const og_serve_ctx *c, const cJSON *messages, const cJSO
     if (ok && !any_user) ok = BAD(e, "messages", "'messages' has no user message");
     og_chat_template *own = NULL;
     const og_chat_template *t = c->chat;
-    if (ok && !t && og_chat_template_new(og_tokenizer_chat_template(c->tok), OG_CHAT_PLAIN, &own) != OG_OK)
+    if (ok && !t && og_chat_template_create(og_tokenizer_chat_template(c->tok), OG_CHAT_PLAIN, &own) != OG_OK)
         ok = fail(e, 500, "server_error", NULL, NULL, "the model's %s", og_last_error());
     if (!t) t = own;
     if (ok) {
@@ -189,7 +189,7 @@ static bool render_chat(const og_serve_ctx *c, const cJSON *messages, const cJSO
         if (st == OG_ERR_OUT_OF_MEMORY) ok = fail(e, 500, "server_error", NULL, NULL, "out of memory");
         else if (st != OG_OK) ok = BAD(e, "messages", "%s", og_last_error());
     }
-    og_chat_template_free(own);
+    og_chat_template_destroy(own);
     for (int k = 0; texts && k < n; k++) og_free(texts[k]);
     og_free(texts);
     og_free(msgs);

@@ -97,9 +97,9 @@ void og_server_destroy(og_server *s) {
     og_prefix_cache_destroy(s->prefix); /* its sessions go before the model */
     og_session_destroy(s->probe);
     og_free(s->forbidden);
-    og_chat_template_free(s->chat);
-    og_tokenizer_free(s->tok);
-    og_model_free(s->model);
+    og_chat_template_destroy(s->chat);
+    og_tokenizer_destroy(s->tok);
+    og_model_destroy(s->model);
     og_free(s->model_path);
     og_free(s->model_id);
     og_free(s->host);
@@ -177,7 +177,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     }
     /* a template that does not parse is reported by each chat request
      * that needs it (500, naming the line), as before */
-    if (og_chat_template_new(og_tokenizer_chat_template(s->tok), OG_CHAT_PLAIN, &s->chat) != OG_OK) s->chat = NULL;
+    if (og_chat_template_create(og_tokenizer_chat_template(s->tok), OG_CHAT_PLAIN, &s->chat) != OG_OK) s->chat = NULL;
     s->api = (og_serve_ctx){.tok = s->tok, .model_id = s->model_id, .vocab = s->vocab, .ctx = s->ctx,
                             .chat_format = s->chat_format, .chat = s->chat};
     s->created = (int64_t)time(NULL);
