@@ -19,10 +19,12 @@
  *  - update_and_attend runs per session over its own storage.
  *
  * Products of one x that follow one another (q, k and v; gate and up, with
- * the swiglu after them) run as one parallel-for in steps whose rows are all
- * one-token rows (og_matmul_rows_multi_cpu, og_matmul_rows_swiglu_cpu: the
- * same bits as one call each); the scratch plan treats such a run as one
- * step, so none of its outputs shares a slot with a value it reads.
+ * the swiglu after them: the runs the fusion matcher finds under
+ * og_fuse_rules_cpu, exec/fuse.h) run as one parallel-for in steps whose
+ * rows are all one-token rows (og_matmul_rows_multi_cpu,
+ * og_matmul_rows_swiglu_cpu: the same bits as one call each); the scratch
+ * plan treats such a run as one step, so none of its outputs shares a slot
+ * with a value it reads.
  *
  * The tail (every instruction after the last update_and_attend works row by
  * row) runs only on the rows whose output is wanted: before it, the values
@@ -84,44 +86,19 @@ static bool reads_value(const og_program_instr *in, int32_t v) {
     return false;
 }
 
-/* Marks the fused runs: two or more products of the same activation in a
- * row (not the logits), and a swiglu right after a run of two that reads
- * exactly their outputs. A run never crosses into the tail (an attend lies
- * between any two of its products and the tail's first instruction). */
+/* The fused runs, from the steps of the model's plan (fuse.h under
+ * og_fuse_rules_cpu: products of one x, and gate, up and swiglu, each a
+ * contiguous run of the program). */
 static void plan_fusion(og_model *m, cpu_model *cm) {
-    const int32_t n = m->n_instrs;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < m->n_instrs; i++) {
         cm->fuse_end[i] = -1;
         cm->fuse_glu[i] = false;
     }
-    for (int32_t i = 0; i < n;) {
-        const og_program_instr *a = og_program_instr_at(m->prog, i);
-        int32_t e = i;
-        if (a->op == OG_OP_MATMUL && a->in[0].kind == OG_VALUE_ACTIVATION && i != m->logits_instr) {
-            while (e + 1 < n && e + 1 - i < OG_MATMUL_MAX_PARTS && e + 1 != m->logits_instr &&
-                   og_exec_in_tail(m, e + 1) == og_exec_in_tail(m, i)) {
-                const og_program_instr *b = og_program_instr_at(m->prog, e + 1);
-                if (b->op != OG_OP_MATMUL || b->in[0].kind != OG_VALUE_ACTIVATION ||
-                    b->in[0].index != a->in[0].index)
-                    break;
-                e++;
-            }
-        }
-        if (e == i) {
-            i++;
-            continue;
-        }
-        cm->fuse_end[i] = e;
-        if (e == i + 1 && e + 1 < n && og_exec_in_tail(m, e + 1) == og_exec_in_tail(m, i)) {
-            const og_program_instr *g = og_program_instr_at(m->prog, e + 1);
-            if (g->op == OG_OP_SWIGLU && g->in[0].kind == OG_VALUE_ACTIVATION && g->in[0].index == i &&
-                g->in[1].kind == OG_VALUE_ACTIVATION && g->in[1].index == i + 1 &&
-                a->out_width == og_program_instr_at(m->prog, e)->out_width && g->out_width == a->out_width) {
-                cm->fuse_glu[i] = true;
-                cm->fuse_end[i] = e + 1;
-            }
-        }
-        i = cm->fuse_end[i] + 1;
+    for (int32_t k = 0; k < m->n_steps; k++) {
+        const og_fuse_step *s = &m->steps[k];
+        if (s->n < 2) continue;
+        cm->fuse_end[s->instr[0]] = s->instr[s->n - 1];
+        cm->fuse_glu[s->instr[0]] = s->kind == OG_FUSE_GATE_UP;
     }
 }
 
@@ -548,6 +525,7 @@ static og_status cpu_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
 
 const og_backend_ops og_backend_cpu_ops = {
     .name = "cpu",
+    .fusion = &og_fuse_rules_cpu,
     .model_init = cpu_model_init,
     .model_free = cpu_model_free,
     .session_init = cpu_session_init,

@@ -1,50 +1,61 @@
 /* The CUDA back end: runs a prepared step (exec.h) with every instruction on
  * the device.
  *
- * A model uploads its weights (as stored: bf16, f32, or q8/q4 planes) and
- * rope tables once, and cuts the program into launch steps (the fusion plan
- * below). Sessions keep only their KV storage (og_kv_allocator_cuda_vmm of
- * kv/alloc_cuda.h: flat layers reserve address space once and grow by
- * mapping memory, so their addresses never move; without virtual memory
- * management growth copies on the model's storage stream, which every step
- * waits for first).
+ * A model uploads its weights (as stored: bf16, f32, q8/q4 planes, k-quant
+ * blocks) and rope tables once; its launch steps are the model's steps
+ * (m->steps: the fusion matcher's plan, exec/fuse.h, under
+ * og_fuse_rules_cuda). Sessions keep only their KV storage
+ * (og_kv_allocator_cuda_vmm of kv/alloc_cuda.h: flat layers reserve address
+ * space once and grow by mapping memory, so their addresses never move;
+ * without virtual memory management growth copies on the model's storage
+ * stream, which every step waits for first).
  * A step context owns what a step in flight uses: a non-blocking stream,
- * cuBLAS, the activation slots ([rows, slot_width] f32 each, grown to the
- * widest step), the logits of the tail rows, the attention scratch and a
- * "step block" in device memory with the rows' tokens and positions, written
- * from pinned host memory at the start of the step.
+ * cuBLAS, the attention scratch, and two row sets (row_set): a fixed one,
+ * which the decode graphs are captured over and which never moves, and one
+ * grown to the widest step the fixed one cannot hold. A row set holds the
+ * activation slots ([rows, slot_width] f32 each), the logits of the tail
+ * rows and a "step block" in device memory with the rows' tokens and
+ * positions and the attention, state and sampler tables, written from
+ * pinned host memory at the start of the step.
  *
  * The step's N rows (every session's tokens, in the plan's row order) go
  * through each row-wise launch at once: products stream the weights once
- * for all rows (gemv up to OG_GEMV_CUDA_MAX_T rows, cuBLAS above: f32
- * weights by SGEMM; bf16 weights, in the prefill of one session of a bf16
- * program, by one tensor-core product of the activations rounded to bf16
- * (f32 accumulation: the rounding the CPU's prefill of such a program
- * makes, see og_matmul_bf16_cpu), otherwise (batched steps, f32 programs)
- * by two bf16 products of the activations split into bf16 hi + lo parts,
- * which keeps them to about 2^-16 relative, close to the CPU's f32
- * products, so a batch's decode rows keep the precision of decode alone;
- * q8/q4 weights by the gemv on chunks of rows, or dequantized to
- * f32 panels and SGEMM for wide steps: quant_products); update_and_attend runs per session over its own storage,
- * and so do a hybrid model's state ops (causal_conv1d, gated_delta_net): the
- * one-token sessions of a step in one launch over the step block's state
- * table (the committed and the written copy of each session's state),
- * wider steps one launch each. The
- * tail (after the last attention) runs on the rows whose output is wanted,
- * compacted to the front first.
+ * for all rows in a gemv up to gemv_rows (OG_GEMV_CUDA_MAX_T; lower with
+ * OG_CUDA_GEMV_ROWS), and above it go to cuBLAS: f32 weights by SGEMM; bf16
+ * weights, in the prefill of one session of a bf16 program, by one
+ * tensor-core product of the activations rounded to bf16 (f32 accumulation:
+ * the rounding the CPU's prefill of such a program makes, see
+ * og_matmul_bf16_cpu), otherwise (batched steps, f32 programs) by two bf16
+ * products of the activations split into bf16 hi + lo parts, which keeps
+ * them to about 2^-16 relative, close to the CPU's f32 products, so a
+ * batch's decode rows keep the precision of decode alone; quantized weights
+ * (q8/q4, k-quants: k-quants at every width) as quant_products says.
+ * update_and_attend runs per session over its own storage, and so do a
+ * hybrid model's state ops (causal_conv1d, gated_delta_net): the one-token
+ * sessions of a step in one launch over the step block's tables (KV storage;
+ * the committed and the written copy of each session's state), wider steps
+ * one launch each. The tail (after the last attention) runs on the rows
+ * whose output is wanted, compacted to the front first.
  *
- * Fusions: most launch steps are one instruction; these patterns become one
- * launch each (the CPU back end runs the program as written):
- *   add -> rms_norm of its sum            add_rms_norm (both outputs written)
- *   head_rms_norm -> its only reader rope head_norm_rope (the normed heads
- *                                          are never written); two such
- *                                          pairs (q and k) share a launch
- *   matmul gate, matmul up -> swiglu      gemv_swiglu (gate and up written
- *                                          only by steps wider than the gemv)
- *   consecutive matmuls of one input      gemv_multi (e.g. q, k, v)
- *   add -> rms_norm -> the products of    the products' gemv, computing the
- *   the normed value (one step above)     norm itself (the normed value is
- *                                          never written)
+ * Launch steps (og_fuse_step) other than one instruction, at or below the
+ * gemv's rows (wider ones run their instructions one by one, except where
+ * said):
+ *   ADD_NORM   add, rms_norm of its sum: og_add_rms_norm_cuda at every width
+ *              (both outputs written)
+ *   NORM_ROPE  head_rms_norm and the rope of it, one or two pairs (q and k):
+ *              og_head_norm_rope_multi_cuda at every width (the normed heads
+ *              get no slot and are never written)
+ *   GATE_UP    gate and up products, swiglu: og_gemv_norm_swiglu_cuda (gate
+ *              and up are written only by wider steps: one split of x for
+ *              both products, then og_swiglu_cuda)
+ *   PRODUCTS   products of one input, weights of one dtype (no k-quant):
+ *              og_gemv_norm_multi_cuda (wider: one products() call for them
+ *              all, one split of x)
+ *   a prologue (n_pre = 2): an add + rms_norm folded into the product step
+ *              after it; the products' gemv computes the norm itself, and
+ *              writes the sum (the normed value is written only where the
+ *              gemv does not take the step: then og_add_rms_norm_cuda runs
+ *              first)
  * Past the gemv's rows, where a product takes one bf16 product (bf16_step),
  * add_rms_norm, swiglu and the tiled attention write their output's bf16
  * rounding into the split scratch too, and the product that reads it next
@@ -54,11 +65,12 @@
  * another value still needs, whichever instruction of it the program listed
  * first.
  *
- * Outputs: logits rows are copied back; the arg-max runs on the device and
- * only the token comes back; a sampled token is drawn on the host from the
- * copied logits row by the session's sampler. Every step ends with a stream
- * synchronization, so that a failed kernel fails its own step (which then
- * does not commit) and the pinned step block is free for the next one.
+ * Outputs: logits rows are copied back; the arg-max, and sampling with what
+ * og_sample_cuda_supported accepts, run on the device (og_sample_batch_cuda)
+ * and only the token comes back; other samplers draw on the host from the
+ * copied logits row. Every step ends with a stream synchronization, so that
+ * a failed kernel fails its own step (which then does not commit) and the
+ * pinned step block is free for the next one.
  */
 #include "exec/exec.h"
 
@@ -77,39 +89,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { STEP_ONE = 0, STEP_ADD_NORM, STEP_NORM_ROPE, STEP_GATE_UP, STEP_GEMVS };
-#define STEP_MAX_INSTRS (OG_GEMV_CUDA_MAX_PARTS + 2)
-/* Output features up to which a product takes an add + norm prologue (below
- * a vocabulary; measured: the prologue cost the logits product 75 us of 94). */
-#define NORM_PROLOGUE_MAX_ROWS 16384
 /* cuBLAS workspace per step context, so that products need no allocation
  * inside a graph capture. */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Quantized weights in steps wider than the gemv (see quant_products): up
- * to this many gemv launches of OG_GEMV_CUDA_MAX_T rows each read the
- * weights (1 or 1/2 byte a weight per launch) before dequantizing to f32 and
- * a cuBLAS product (4 bytes a weight written, then read) is cheaper; and the
- * f32 panel a context dequantizes into holds at most this many floats (a
- * vocabulary-wide head goes in panels of rows, not whole). */
+ * to this many gemv launches of the gemv's rows each read the weights (q8:
+ * 1 byte a weight per launch, q4 1/2, k-quants their blocks' bytes) before
+ * dequantizing to f32 and a cuBLAS product (4 bytes a weight written, then
+ * read) is cheaper; and the f32 panel a context dequantizes into holds at
+ * most this many floats (a vocabulary-wide head goes in panels of rows, not
+ * whole). */
 #define QUANT_GEMV_LAUNCHES 4
 #define QUANT_PANEL_FLOATS ((int64_t)16 << 20)
-
-/* One launch step: kind, and its instructions in program order (gate, up,
- * swiglu for STEP_GATE_UP). A product step may begin with a prologue of
- * n_pre = 2 instructions, the add and the rms_norm that make its input,
- * folded into its gemv. */
-typedef struct cuda_step {
-    int kind;
-    int32_t n, n_pre;
-    int32_t instr[STEP_MAX_INSTRS];
-} cuda_step;
 
 typedef struct cuda_model {
     int device;
     void **weights;     /* [n_tensors]: device copy of every weight tensor, NULL for runtime ones */
     float *inv_freq;    /* [n_instrs, OG_ROPE_MAX_HEAD_DIM / 2]: rope tables */
-    cuda_step *steps;   /* [n_steps] in execution order */
-    int32_t n_steps;
     int32_t *slot_of;   /* [n_instrs]: scratch slot of each output, -1 when never written */
     int64_t *slot_width;/* [n_slots] */
     int32_t n_slots;
@@ -120,8 +116,8 @@ typedef struct cuda_model {
     /* the widest attention layer, for the batched attention's scratch */
     int32_t max_heads, max_head_dim;
     int64_t max_keys;
-    bool batch_scratch_per_row; /* the program attends at all */
-    /* products of more than OG_GEMV_CUDA_MAX_T rows of bf16 weights (see
+    bool attends;       /* the program attends at all (the batched attention's scratch) */
+    /* products of more than gemv_rows rows of bf16 weights (see
      * the file comment): PRODUCTS_AUTO rounds activations to bf16 in the
      * one-session steps of a bf16 program; OG_CUDA_PRODUCTS=split or bf16
      * in the environment forces hi + lo or bf16 for every step (tests,
@@ -207,128 +203,24 @@ static og_status blas_fail(cublasStatus_t e, const char *what) {
 
 static int32_t *block_array(int32_t *block, int64_t cap, int which) { return block + (size_t)which * (size_t)cap; }
 
-/* ------------------------------------------------------------ fusion plan */
+/* ------------------------------------------------------------ launch steps */
 
-static int32_t producer(og_program_operand o) { return o.kind == OG_VALUE_ACTIVATION ? o.index : -1; }
-static bool same_operand(og_program_operand a, og_program_operand b) { return a.kind == b.kind && a.index == b.index; }
+/* The model's steps (m->steps) are its launch steps: og_fuse_plan under
+ * og_fuse_rules_cuda (exec/fuse.h) found them. */
 
-typedef struct plan_ctx {
-    const og_model *m;
-    int32_t *uses;   /* [n]: operand references of each output */
-    int32_t *anchor; /* [n]: first instruction of its group, -1 when alone */
-    cuda_step *group;/* [n]: the group anchored at i */
-} plan_ctx;
-
-static const og_program_instr *at(const plan_ctx *c, int32_t i) { return og_program_instr_at(c->m->prog, i); }
-
-/* i may join a group: not yet grouped, not the logits, on the same side of
- * the last attention as the group's first instruction (the tail runs on one row). */
-static bool joinable(const plan_ctx *c, int32_t i, int32_t first) {
-    const og_model *m = c->m;
-    return c->anchor[i] < 0 && i != m->logits_instr && (i > m->last_attend) == (first > m->last_attend);
-}
-
-static void add_group(plan_ctx *c, int kind, int32_t n, const int32_t *members) {
-    int32_t a = members[0];
-    for (int32_t k = 1; k < n; k++)
-        if (members[k] < a) a = members[k];
-    cuda_step *g = &c->group[a];
-    g->kind = kind;
-    g->n = n;
-    for (int32_t k = 0; k < n; k++) {
-        g->instr[k] = members[k];
-        c->anchor[members[k]] = a;
-    }
-}
-
-/* A product whose weight is a k-quant: it runs alone (kquant_cuda.h's
- * kernels), in no fused step. */
-static bool kquant_product(const og_model *m, const og_program_instr *a) {
-    return a->op == OG_OP_MATMUL && a->in[1].kind == OG_VALUE_TENSOR &&
-           og_dtype_is_kquant(og_program_tensor_at(m->prog, a->in[1].index)->dtype);
-}
-
-static bool weights_alike(const og_model *m, const og_program_instr *a, const og_program_instr *b) {
-    const og_program_tensor *wa = og_program_tensor_at(m->prog, a->in[1].index);
-    const og_program_tensor *wb = og_program_tensor_at(m->prog, b->in[1].index);
-    return a->in[1].kind == OG_VALUE_TENSOR && b->in[1].kind == OG_VALUE_TENSOR && wa->dtype == wb->dtype &&
-           a->n_in == b->n_in && !og_dtype_is_kquant(wa->dtype);
-}
-
-static void find_groups(plan_ctx *c) {
-    const og_model *m = c->m;
-    const int32_t n = m->n_instrs;
-    for (int32_t i = 0; i + 1 < n; i++) { /* add -> rms_norm of the sum */
-        const og_program_instr *a = at(c, i), *b = at(c, i + 1);
-        if (a->op == OG_OP_ADD && b->op == OG_OP_RMS_NORM && producer(b->in[0]) == i && joinable(c, i, i) &&
-            joinable(c, i + 1, i))
-            add_group(c, STEP_ADD_NORM, 2, (int32_t[]){i, i + 1});
-    }
-    for (int32_t i = 0; i < n; i++) { /* head_rms_norm -> rope, its only reader */
-        const og_program_instr *a = at(c, i);
-        if (a->op != OG_OP_HEAD_RMS_NORM || c->uses[i] != 1 || !joinable(c, i, i)) continue;
-        int32_t j = i + 1;
-        while (j < n && producer(at(c, j)->in[0]) != i) j++;
-        if (j == n) continue;
-        const og_program_instr *r = at(c, j);
-        if (r->op == OG_OP_ROPE && r->attrs.heads == a->attrs.heads && joinable(c, j, i) &&
-            (int64_t)m->rope[j].head_dim * a->attrs.heads == a->out_width)
-            add_group(c, STEP_NORM_ROPE, 2, (int32_t[]){i, j});
-    }
-    for (int32_t a = 0; a < n; a++) { /* two head norm + rope pairs (q and k) -> one launch */
-        if (c->anchor[a] != a || c->group[a].kind != STEP_NORM_ROPE || c->group[a].n != 2) continue;
-        for (int32_t b = a + 1; b < n; b++) {
-            if (c->anchor[b] != b || c->group[b].kind != STEP_NORM_ROPE || c->group[b].n != 2 ||
-                (a > m->last_attend) != (b > m->last_attend))
-                continue;
-            /* b may run at a's place when every value it reads exists by then */
-            const int32_t p = producer(at(c, b)->in[0]);
-            if (p >= a) break;
-            const cuda_step first = c->group[a], second = c->group[b];
-            add_group(c, STEP_NORM_ROPE, 4,
-                      (int32_t[]){first.instr[0], first.instr[1], second.instr[0], second.instr[1]});
-            break;
-        }
-    }
-    for (int32_t s = 0; s < n; s++) { /* gate and up products -> swiglu */
-        const og_program_instr *sw = at(c, s);
-        if (sw->op != OG_OP_SWIGLU) continue;
-        const int32_t g = producer(sw->in[0]), u = producer(sw->in[1]);
-        if (g < 0 || u < 0 || g == u || c->uses[g] != 1 || c->uses[u] != 1) continue;
-        const og_program_instr *gi = at(c, g), *ui = at(c, u);
-        const int32_t first = g < u ? g : u;
-        if (gi->op == OG_OP_MATMUL && ui->op == OG_OP_MATMUL && same_operand(gi->in[0], ui->in[0]) &&
-            weights_alike(m, gi, ui) && gi->out_width == ui->out_width && joinable(c, g, first) &&
-            joinable(c, u, first) && joinable(c, s, first))
-            add_group(c, STEP_GATE_UP, 3, (int32_t[]){g, u, s});
-    }
-    for (int32_t i = 0; i < n; i++) { /* consecutive products of one input */
-        const og_program_instr *a = at(c, i);
-        if (a->op != OG_OP_MATMUL || !joinable(c, i, i)) continue;
-        int32_t members[STEP_MAX_INSTRS] = {i}, k = 1;
-        for (int32_t j = i + 1; j < n && k < STEP_MAX_INSTRS; j++) {
-            const og_program_instr *b = at(c, j);
-            if (b->op != OG_OP_MATMUL || !joinable(c, j, i) || !same_operand(a->in[0], b->in[0]) ||
-                !weights_alike(m, a, b))
-                break;
-            members[k++] = j;
-        }
-        if (k > 1) add_group(c, STEP_GEMVS, k, members);
-    }
-}
-
-/* Outputs a step writes (into outs): every member's but a fused norm's. */
-static int32_t step_outputs(const og_model *m, const cuda_step *st, int32_t *outs) {
+/* Outputs a step writes into slots (into outs): every member's but a
+ * NORM_ROPE step's norms (never written) and the logits (their own buffer). */
+static int32_t step_outputs(const og_model *m, const og_fuse_step *st, int32_t *outs) {
     int32_t k = 0;
     for (int32_t j = 0; j < st->n; j++) {
         const int32_t i = st->instr[j];
-        if (i == m->logits_instr || (st->kind == STEP_NORM_ROPE && j % 2 == 0)) continue; /* norms stay unwritten */
+        if (i == m->logits_instr || (st->kind == OG_FUSE_NORM_ROPE && j % 2 == 0)) continue; /* norms stay unwritten */
         outs[k++] = i;
     }
     return k;
 }
 
-static bool step_has(const cuda_step *st, int32_t i) {
+static bool step_has(const og_fuse_step *st, int32_t i) {
     for (int32_t j = 0; j < st->n; j++)
         if (st->instr[j] == i) return true;
     return false;
@@ -349,9 +241,9 @@ static og_status plan_step_slots(og_model *m, cuda_model *cm) {
         goto done;
     }
     for (int32_t i = 0; i < n; i++) def[i] = 0, last[i] = -1, width[i] = -1;
-    for (int32_t k = 0; k < cm->n_steps; k++) {
-        const cuda_step *sp = &cm->steps[k];
-        int32_t outs[STEP_MAX_INSTRS];
+    for (int32_t k = 0; k < m->n_steps; k++) {
+        const og_fuse_step *sp = &m->steps[k];
+        int32_t outs[OG_FUSE_MAX_INSTRS];
         const int32_t n_out = step_outputs(m, sp, outs);
         for (int32_t o = 0; o < n_out; o++) {
             def[outs[o]] = k;
@@ -360,94 +252,16 @@ static og_status plan_step_slots(og_model *m, cuda_model *cm) {
         for (int32_t j = 0; j < sp->n; j++) {
             const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[j]);
             for (int32_t o = 0; o < in->n_in; o++) {
-                const int32_t p = producer(in->in[o]);
+                const int32_t p = og_fuse_producer(in->in[o]);
                 if (p >= 0 && !step_has(sp, p)) last[p] = k;
             }
         }
     }
-    st = og_exec_plan_slots(n, cm->n_steps, def, last, width, cm->slot_of, cm->slot_width, &cm->n_slots);
+    st = og_exec_plan_slots(n, m->n_steps, def, last, width, cm->slot_of, cm->slot_width, &cm->n_slots);
 done:
     og_free(def);
     og_free(last);
     og_free(width);
-    return st;
-}
-
-/* True when every reader of the norm's output is a product of step p (its
- * input operand), so the add + norm can become p's gemv prologue. */
-static bool takes_prologue(const plan_ctx *c, const cuda_step *p, int32_t norm) {
-    if (p->n_pre || !(p->kind == STEP_GEMVS || p->kind == STEP_GATE_UP ||
-                      (p->kind == STEP_ONE && at(c, p->instr[0])->op == OG_OP_MATMUL)))
-        return false;
-    for (int32_t j = 0; j < p->n; j++)
-        if (kquant_product(c->m, at(c, p->instr[j]))) return false;
-    if ((p->instr[0] > c->m->last_attend) != (norm > c->m->last_attend)) return false; /* rows differ in the tail */
-    int32_t reads = 0;
-    for (int32_t j = 0; j < p->n; j++) {
-        const og_program_instr *in = at(c, p->instr[j]);
-        for (int32_t o = 0; o < in->n_in; o++)
-            if (producer(in->in[o]) == norm) {
-                if (in->op != OG_OP_MATMUL || o != 0) return false;
-                reads++;
-            }
-    }
-    /* every block of the gemv norms x for itself: worth it for a few waves of
-     * blocks, not for a vocabulary-wide product */
-    int64_t rows = 0;
-    for (int32_t j = 0; j < p->n; j++)
-        if (at(c, p->instr[j])->op == OG_OP_MATMUL) rows += at(c, p->instr[j])->out_width;
-    return reads > 0 && reads == c->uses[norm] && rows <= NORM_PROLOGUE_MAX_ROWS;
-}
-
-/* An add + rms_norm step directly followed by the products of its normed
- * output joins them as their prologue (one launch fewer). */
-static void fold_norm_prologues(const plan_ctx *c, cuda_model *cm) {
-    int32_t kept = 0;
-    for (int32_t k = 0; k < cm->n_steps; k++) {
-        cuda_step *sp = &cm->steps[k];
-        if (sp->kind == STEP_ADD_NORM && k + 1 < cm->n_steps && takes_prologue(c, &cm->steps[k + 1], sp->instr[1])) {
-            cuda_step *next = &cm->steps[k + 1];
-            memmove(next->instr + 2, next->instr, (size_t)next->n * sizeof *next->instr);
-            next->instr[0] = sp->instr[0];
-            next->instr[1] = sp->instr[1];
-            next->n += 2;
-            next->n_pre = 2;
-            continue; /* the add + norm step itself is dropped */
-        }
-        cm->steps[kept++] = *sp;
-    }
-    cm->n_steps = kept;
-}
-
-static og_status plan_steps(og_model *m, cuda_model *cm) {
-    const int32_t n = m->n_instrs;
-    plan_ctx c = {m, og_calloc((size_t)n, sizeof(int32_t)), og_malloc((size_t)n * sizeof(int32_t)),
-                  og_calloc((size_t)n, sizeof(cuda_step))};
-    cm->steps = og_calloc((size_t)n, sizeof *cm->steps);
-    og_status st = OG_OK;
-    if (!c.uses || !c.anchor || !c.group || !cm->steps) {
-        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for the step plan");
-        goto done;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        c.anchor[i] = -1;
-        const og_program_instr *in = og_program_instr_at(m->prog, i);
-        for (int32_t j = 0; j < in->n_in; j++) {
-            const int32_t p = producer(in->in[j]);
-            if (p >= 0) c.uses[p]++;
-        }
-    }
-    find_groups(&c);
-    for (int32_t i = 0; i < n; i++) {
-        if (c.anchor[i] == i) cm->steps[cm->n_steps++] = c.group[i];
-        else if (c.anchor[i] < 0) cm->steps[cm->n_steps++] = (cuda_step){STEP_ONE, 1, 0, {i}};
-    }
-    fold_norm_prologues(&c, cm);
-    st = plan_step_slots(m, cm);
-done:
-    og_free(c.uses);
-    og_free(c.anchor);
-    og_free(c.group);
     return st;
 }
 
@@ -461,7 +275,6 @@ static void cuda_model_free(og_model *m) {
     cudaFree(cm->inv_freq);
     if (cm->store) cudaStreamDestroy(cm->store);
     og_free(cm->weights);
-    og_free(cm->steps);
     og_free(cm->slot_of);
     og_free(cm->slot_width);
     og_free(cm);
@@ -551,7 +364,7 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
             if (in->attrs.n_heads > cm->max_heads) cm->max_heads = (int32_t)in->attrs.n_heads;
             if (l->head_dim > cm->max_head_dim) cm->max_head_dim = l->head_dim;
             if (keys > cm->max_keys) cm->max_keys = keys;
-            cm->batch_scratch_per_row = true;
+            cm->attends = true;
         }
         if (in->op == OG_OP_MATMUL && in->in[0].kind == OG_VALUE_ACTIVATION) {
             const int64_t K = og_program_instr_at(m->prog, in->in[0].index)->out_width;
@@ -566,7 +379,7 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
             }
         }
     }
-    return plan_steps(m, cm);
+    return plan_step_slots(m, cm);
 }
 
 /* ------------------------------------------------------------ sessions */
@@ -691,7 +504,7 @@ static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out)
     const size_t marks = (size_t)cap_out * og_sample_cuda_marks_bytes(m->vocab);
     SET_TRY(cudaMalloc((void **)&r->marks, marks), "sampler scratch");
     SET_TRY(cudaMemset(r->marks, 0, marks), "sampler scratch");
-    if (cm->batch_scratch_per_row > 0) { /* counters start at zero; every step leaves them so */
+    if (cm->attends) { /* counters start at zero; every step leaves them so */
         const size_t floats = (size_t)og_attend_batch_cuda_scratch_floats((int32_t)cap, cm->max_heads, cm->max_head_dim,
                                                                          cm->max_keys);
         SET_TRY(cudaMalloc((void **)&r->attn_partials, floats * sizeof(float)), "batched attention scratch");
@@ -863,7 +676,9 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
  * measurements). */
 static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
 
-/* Quantized weights (q8, q4) in a step wider than the gemv:
+/* Quantized weights: q8/q4 in a step wider than the gemv, k-quants at every
+ * width (kquant_cuda.h's kernels, chunks of at most OG_KQUANT_GEMV_CUDA_MAX_T
+ * rows):
  *  - up to QUANT_GEMV_LAUNCHES x the gemv's rows: the gemv on chunks of
  *    rows, reading the weights once per chunk;
  *  - wider: each weight dequantized, a panel of rows at a time, into the
@@ -952,11 +767,11 @@ static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
 }
 
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
- * one dtype (the q, k, v projections, or gate and up): up to
- * OG_GEMV_CUDA_MAX_T rows stream the weights once in a gemv; wider steps go
- * to cuBLAS, f32 weights by SGEMM, bf16 weights by one tensor-core product
- * of x rounded to bf16 (bf16_step) or two of x split once into bf16 hi + lo
- * parts, quantized weights as quant_products says. */
+ * one dtype (the q, k, v projections, or gate and up): up to gemv_rows rows
+ * stream the weights once in a gemv; wider steps go to cuBLAS, f32 weights
+ * by SGEMM, bf16 weights by one tensor-core product of x rounded to bf16
+ * (bf16_step) or two of x split once into bf16 hi + lo parts; k-quant
+ * weights at every width, and q8/q4 past the gemv, as quant_products says. */
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
     og_step_ctx *c = x->c;
@@ -1069,7 +884,8 @@ static og_status attend(const step_run *x, const og_program_instr *in, const ins
 
 /* causal_conv1d and gated_delta_net of every session of the step over its
  * own state (the committed copy read, or none at length 0; the other
- * written), one launch per session. */
+ * written): the one-token sessions (a graph's B padded rows) in one launch
+ * over the step block's state table, each wider step in a launch of its own. */
 static og_status state_sessions(const step_run *x, const og_program_instr *in, const instr_io *io) {
     const og_model *m = x->m;
     const og_step_plan *p = x->plan;
@@ -1186,7 +1002,7 @@ static og_status run_each(const step_run *x, const int32_t *instrs, int32_t n, i
 
 /* The add + rms_norm prologue of step sp as a gemv's norm input, when the
  * step's rows take the gemv path and fit its shared memory. */
-static bool norm_prologue(const step_run *x, const cuda_step *sp, og_gemv_cuda_norm *nm) {
+static bool norm_prologue(const step_run *x, const og_fuse_step *sp, og_gemv_cuda_norm *nm) {
     if (!sp->n_pre) return false;
     instr_io a, b;
     const int64_t T = instr_operands(x, sp->instr[0], &a);
@@ -1215,7 +1031,7 @@ static og_status add_norm(const step_run *x, int32_t add_i, int32_t norm_i, bool
 /* One launch step: a fused kernel, or its instructions one by one where the
  * step is wider than the fused kernel serves. *failed names the instruction
  * whose launch failed. */
-static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *failed) {
+static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *failed) {
     const og_model *m = x->m;
     og_step_ctx *c = x->c;
     og_gemv_cuda_norm norm;
@@ -1229,9 +1045,9 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
     instr_io a, b;
     *failed = i;
     switch (sp->kind) {
-    case STEP_ADD_NORM:
+    case OG_FUSE_ADD_NORM:
         return add_norm(x, i, mi[1], false);
-    case STEP_NORM_ROPE: { /* pairs (head norm, rope) */
+    case OG_FUSE_NORM_ROPE: { /* pairs (head norm, rope) */
         og_head_norm_rope_cuda_job jobs[2];
         int64_t T = 0;
         for (int32_t k = 0; k < n / 2; k++) {
@@ -1246,7 +1062,7 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
         }
         return og_head_norm_rope_multi_cuda(c->stream, jobs, n / 2, b.v[1], T);
     }
-    case STEP_GATE_UP: {
+    case OG_FUSE_GATE_UP: {
         const int64_t T = instr_operands(x, i, &a);
         instr_operands(x, mi[1], &b);
         instr_io sw;
@@ -1266,10 +1082,10 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
         return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
                                         b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
     }
-    case STEP_GEMVS:
-    case STEP_ONE: {
+    case OG_FUSE_PRODUCTS:
+    case OG_FUSE_ONE: {
         const int64_t T = instr_operands(x, i, &a);
-        if (T > gemv_rows(x) && sp->kind == STEP_GEMVS) { /* one split of x for every product */
+        if (T > gemv_rows(x) && sp->kind == OG_FUSE_PRODUCTS) { /* one split of x for every product */
             og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
             for (int32_t k = 0; k < n; k++) {
                 const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
@@ -1278,7 +1094,7 @@ static og_status run_fused(const step_run *x, const cuda_step *sp, int32_t *fail
             }
             return products(x, a.v[0], a.dt[1], T, a.w[0], parts, n);
         }
-        if (T > gemv_rows(x) || (sp->kind == STEP_ONE && !pro)) break;
+        if (T > gemv_rows(x) || (sp->kind == OG_FUSE_ONE && !pro)) break;
         og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
         for (int32_t k = 0; k < n; k++) {
             const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
@@ -1332,13 +1148,12 @@ static int32_t out_row(const step_run *x, const og_step_seq *q) { return x->B > 
 static og_status enqueue_compute(step_run *x, int32_t *failed) {
     og_model *m = x->m;
     const og_step_plan *p = x->plan;
-    const cuda_model *cm = cm_of(m);
     *failed = -1;
     const int64_t out_rows = x->B > 0 ? x->B : p->n_tail_rows;
     hi_copy hi = {NULL, NULL};
     x->hi = &hi;
-    for (int32_t k = 0; k < cm->n_steps; k++) {
-        const cuda_step *sp = &cm->steps[k];
+    for (int32_t k = 0; k < m->n_steps; k++) {
+        const og_fuse_step *sp = &m->steps[k];
         const bool tail = og_exec_in_tail(m, sp->instr[0]);
         /* the previous step's bf16 copy serves this step's products, unless a prologue runs first */
         hi.of = sp->n_pre ? NULL : hi.next;
@@ -1386,10 +1201,10 @@ static og_status forbidden_dev(og_model *m, og_step_ctx *c, og_session *s, const
 }
 
 /* Writes the step block: the rows' tokens and positions (and the tail's),
- * every attention layer's table of one-token sessions (B entries, padding
- * past the sessions), the samplers' rows and their recent tokens. Counts the
- * rows sampled on the host (their sampler asks for more than the device
- * sampler keeps) in *n_host. */
+ * every attention layer's and every state's table of one-token sessions (B
+ * entries, padding past the sessions), the samplers' rows and their recent
+ * tokens. Counts the rows sampled on the host (their sampler asks for more
+ * than the device sampler keeps) in *n_host. */
 static og_status fill_block(step_run *x, int32_t *n_host) {
     og_model *m = x->m;
     og_step_ctx *c = x->c;
@@ -1653,6 +1468,7 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
 
 const og_backend_ops og_backend_cuda_ops = {
     .name = "cuda",
+    .fusion = &og_fuse_rules_cuda,
     .model_init = cuda_model_init,
     .model_free = cuda_model_free,
     .session_init = cuda_session_init,

@@ -137,6 +137,16 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
             }
         }
     }
+    og_fuse_program fp;
+    st = og_fuse_program_of(m->prog, m->logits_instr, m->last_attend, &fp);
+    if (st == OG_OK) {
+        st = og_fuse_plan(&fp, m->ops->fusion, &m->steps, &m->n_steps);
+        og_free((void *)fp.instr);
+    }
+    if (st != OG_OK) {
+        og_model_free(m);
+        return st;
+    }
     const cJSON *mj = og_program_model_json(m->prog), *ref = cJSON_GetObjectItemCaseSensitive(mj, "refused_token_ids");
     if (cJSON_IsArray(ref) && cJSON_GetArraySize(ref) > 0) {
         const cJSON *why = cJSON_GetObjectItemCaseSensitive(mj, "refused_tokens_reason"), *e;
@@ -166,6 +176,7 @@ void og_model_free(og_model *m) {
     og_threadpool_destroy(m->pool);
     og_program_close(m->prog);
     og_free(m->rope);
+    og_free(m->steps);
     og_free(m->refused);
     pthread_mutex_destroy(&m->lock);
     og_free(m);

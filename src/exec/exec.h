@@ -15,6 +15,7 @@
 #define OG_EXEC_H
 
 #include "core/core.h"
+#include "exec/fuse.h"
 #include "kernels/ops.h"
 #include "program/program.h"
 
@@ -37,6 +38,10 @@ struct og_model {
     int32_t last_attend;   /* the last op on per-session storage (update_and_attend, a state op), -1 if none */
     int64_t vocab;         /* V */
     og_rope_table *rope;   /* [n_instrs]: filled for rope instructions */
+    /* the program cut into the steps the back end runs (fuse.h, under the
+     * back end's og_fuse_rules), in execution order */
+    og_fuse_step *steps;   /* [n_steps] */
+    int32_t n_steps;
     /* tokens the program cannot take (the model object's "refused_token_ids",
      * e.g. a vision + text checkpoint's image placeholders), and why */
     int32_t *refused;      /* [n_refused] */
@@ -103,6 +108,9 @@ typedef struct og_step_plan {
 
 struct og_backend_ops {
     const char *name;
+    /* The fusions it runs: og_model_load cuts the program into m->steps
+     * under these rules before model_init. */
+    const og_fuse_rules *fusion;
     /* Model state after the program is open and m's common fields are set. */
     og_status (*model_init)(og_model *m, const og_model_params *p);
     void (*model_free)(og_model *m); /* may meet a half-made state */
