@@ -12,7 +12,7 @@
  * Usage: bench_attend_cpu [L] [threads] [layers] [bf16|int8|fp8]
  *        (defaults 32768, all CPUs, 1, bf16) */
 #include "kernels/attend.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -40,7 +40,7 @@ int main(void) {
     return 77;
 }
 #else
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 #include "kernels/cuda/ops_cuda.h"
 
 #include "cuda_bench.h"

@@ -43,7 +43,7 @@
 #include "harness.h"
 #include "kernels/attend.h"
 #include "kernels/attend_amx.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 #include "kernels/matmul_amx.h"
 #include "oracle.h"
 

@@ -17,7 +17,7 @@
 #include "harness.h"
 #include "kernels/attend.h"
 #include "kernels/attend_amx.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <math.h>
 #include <stdlib.h>

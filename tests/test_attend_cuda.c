@@ -66,7 +66,7 @@ int main(void) {
 }
 #else
 #include "kernels/attend.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 #include "kernels/cuda/ops_cuda.h"
 
 #include "cuda_check.h"

@@ -22,7 +22,7 @@
 #include "attend_seq.h"
 #include "harness.h"
 #include "kernels/attend.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 #include "oracle.h"
 
 #include <math.h>

@@ -26,7 +26,7 @@
 #include "program_fixture.h"
 
 #include "exec/exec.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <pthread.h>
 #include <stdlib.h>

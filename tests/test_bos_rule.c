@@ -13,7 +13,7 @@
  * transformers' own output. */
 #include "harness.h"
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <cjson/cJSON.h>

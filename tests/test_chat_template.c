@@ -10,8 +10,8 @@
  * limits. */
 #include "harness.h"
 #include "core/core.h"
-#include "model/chat_template.h"
-#include "model/jinja.h"
+#include "text/chat_template.h"
+#include "text/jinja.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -26,7 +26,7 @@
  *     og_engine_stop ends waiting and running requests. */
 #include "harness.h"
 
-#include "model/export.h"
+#include "import/export.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -11,8 +11,8 @@
  *   sampler of another vocabulary, and a failed step leaves the sampler as
  *   it was. */
 #include "harness.h"
-#include "model/export.h"
-#include "model/sample.h"
+#include "import/export.h"
+#include "exec/sample.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -38,8 +38,8 @@ int main(void) {
 #else
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/ops.h"
-#include "model/export.h"
-#include "model/sample.h"
+#include "import/export.h"
+#include "exec/sample.h"
 #include "program/program.h"
 
 #include <stdlib.h>

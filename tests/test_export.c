@@ -3,8 +3,8 @@
  * list follows the per-layer recipe of each family, and the KV manifest has
  * the expected flat/ring layers. */
 #include "harness.h"
-#include "model/export.h"
-#include "model/safetensors.h"
+#include "import/export.h"
+#include "import/safetensors.h"
 #include "program/program.h"
 
 #include <math.h>

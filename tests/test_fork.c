@@ -19,7 +19,7 @@
  * Letters: L length, a fork point, P packed row bytes, R ring rows, W window. */
 #include "harness.h"
 #include "kv/kv.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -28,7 +28,7 @@ int main(void) {
 }
 #else
 #include "kernels/cuda/ops_cuda.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <stdlib.h>
 #include <string.h>

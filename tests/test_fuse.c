@@ -18,7 +18,7 @@
 #include "exec/fuse.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/ops.h"
-#include "model/export.h"
+#include "import/export.h"
 #include "program/ops.h"
 
 #include <dirent.h>

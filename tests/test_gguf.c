@@ -17,11 +17,11 @@
 #include "kernels/moe.h"
 #include "core/core.h"
 #include "kernels/ops.h"
-#include "model/export.h"
-#include "model/gguf.h"
-#include "model/hf_config.h"
-#include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "import/export.h"
+#include "import/gguf.h"
+#include "import/hf_config.h"
+#include "import/safetensors.h"
+#include "text/tokenizer.h"
 #include "program/program.h"
 
 #include <cjson/cJSON.h>

@@ -23,9 +23,9 @@
 #include "harness.h"
 #include "kquant_fixture.h"
 #include "core/core.h"
-#include "model/export.h"
-#include "model/gguf.h"
-#include "model/hf_config.h"
+#include "import/export.h"
+#include "import/gguf.h"
+#include "import/hf_config.h"
 #include "program/program.h"
 
 #include <cjson/cJSON.h>

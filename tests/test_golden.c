@@ -3,7 +3,7 @@
  * (models/kjv-tiny/golden.json, made by scripts/train_demo_model.py). */
 #include "harness.h"
 #include "kernels/ops.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

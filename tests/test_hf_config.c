@@ -2,7 +2,7 @@
  * transformers' rules; llama3 rope fields; every refusal names the field
  * and its value. Expected values are written by hand from the JSON. */
 #include "harness.h"
-#include "model/hf_config.h"
+#include "import/hf_config.h"
 #include "program/program.h"
 
 #include <stdio.h>

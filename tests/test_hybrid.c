@@ -25,7 +25,7 @@
  * Letters: L length, T step width, V vocabulary. */
 #include "harness.h"
 #include "kv/kv.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -55,7 +55,7 @@ int main(void) {
 #include "kernels/kquant_cpu.h"
 #include "kernels/ops.h"
 #include "kquant_fixture.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include "cuda_check.h"
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * names another file with the new bytes; an export that fails leaves the
  * path as it was. */
 #include "harness.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #include "harness.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
-#include "model/safetensors.h"
+#include "import/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
  *     another model's entries are never used; misuse refused, the session
  *     destroyed. */
 #include "harness.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * shapes and bytes they were written with; every malformed header is
  * refused with a message naming the tensor and the rule. */
 #include "harness.h"
-#include "model/safetensors.h"
+#include "import/safetensors.h"
 
 #include <stdlib.h>
 #include <string.h>

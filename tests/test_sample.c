@@ -6,7 +6,7 @@
  * could forbid) and never comes out; the draw is peeked, not spent, until
  * og_sampler_commit. */
 #include "harness.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <math.h>
 #include <stdlib.h>

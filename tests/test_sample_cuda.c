@@ -42,7 +42,7 @@ int main(void) {
 #include "kernels/cuda/sample_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/ops.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include "cuda_check.h"
 #include <stddef.h>

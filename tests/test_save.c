@@ -18,7 +18,7 @@
  *     and leftover temp files are refused unless complete. */
 #include "cache/hash.h"
 #include "harness.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <dirent.h>
 #include <fcntl.h>

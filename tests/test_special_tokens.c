@@ -15,8 +15,8 @@
  * the pipeline from the vocabulary) are listed and skipped. */
 #include "harness.h"
 
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <cjson/cJSON.h>

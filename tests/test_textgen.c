@@ -6,7 +6,7 @@
  * out before the next tokens decide; og_textgen_end gives out what is held. */
 #include "harness.h"
 #include "core/core.h"
-#include "model/generate.h"
+#include "text/textgen.h"
 
 #include <stdlib.h>
 #include <string.h>

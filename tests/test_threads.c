@@ -13,7 +13,7 @@
 #include "program_fixture.h"
 
 #include "kernels/cuda/ops_cuda.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * give the same text piece by piece; unsupported files are refused by name. */
 #include "harness.h"
 #include "core/core.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "core/core.h"
 #include "generate.h"
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 #include <cjson/cJSON.h>
 

@@ -2,7 +2,7 @@
  * program file. */
 #include "commands.h"
 #include "core/core.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "core/core.h"
 #include "generate.h"
-#include "model/textfile.h"
+#include "core/textfile.h"
 
 #include "kernels/ops.h"
 

@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "core/core.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "program/program.h"
 
 #include <stdbool.h>

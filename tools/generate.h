@@ -5,9 +5,9 @@
 #define OG_TOOLS_GENERATE_H
 
 #include "cli.h"
-#include "model/generate.h"
-#include "model/sample.h"
-#include "model/tokenizer.h"
+#include "text/textgen.h"
+#include "exec/sample.h"
+#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <signal.h>

@@ -4,7 +4,7 @@
 #include "engine/engine.h"
 
 #include "core/core.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <errno.h>
 #include <math.h>

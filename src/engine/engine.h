@@ -5,9 +5,9 @@
 #ifndef OG_ENGINE_ENGINE_H
 #define OG_ENGINE_ENGINE_H
 
-#include "model/chat_template.h"
-#include "model/generate.h"
-#include "model/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/textgen.h"
+#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <pthread.h>

@@ -37,7 +37,7 @@
 #include "kernels/attend.h"
 #include "kernels/gdn.h"
 #include "kernels/moe.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <stdio.h>
 #include <string.h>

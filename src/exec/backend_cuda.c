@@ -80,7 +80,7 @@
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/sample_cuda.h"
 #include "kv/alloc_cuda.h"
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>

@@ -14,7 +14,7 @@
  */
 #include "exec/exec.h"
 
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -14,9 +14,10 @@
  * an earlier pattern keeps what it found):
  *   OG_FUSE_ADD_NORM    add, then the rms_norm of its sum right after it
  *   OG_FUSE_NORM_ROPE   head_rms_norm, then the rope of its heads, its only
- *                       reader; the first two such pairs (q and k) where the
- *                       second's input exists before the first pair starts
- *                       become one step of 4 (norm, rope, norm, rope)
+ *                       reader; a pair and the next pair after it on the
+ *                       same side of the last attention (q and k) become one
+ *                       step of 4 (norm, rope, norm, rope) when the second's
+ *                       input exists before the first's norm
  *   OG_FUSE_GATE_UP     two products of one input, read only by the swiglu
  *                       of them (gate, up, swiglu), of one output width
  *   OG_FUSE_PRODUCTS    consecutive products of one input activation (the
@@ -26,8 +27,9 @@
  *                       holds every reader of the normed value, each reading
  *                       it as its x: the add and the norm become the first
  *                       n_pre = 2 instructions of the product step
- * No step holds the logits product, and no step crosses the last attention
- * (the tail runs on other rows than the instructions before it).
+ * The logits product joins no pattern (it may take a prologue, alone in its
+ * step), and no step crosses the last attention (the tail runs on other rows
+ * than the instructions before it).
  *
  * Instructions of a step run at the step's place, the place of its first
  * instruction in the program: the matcher only groups instructions whose

@@ -8,7 +8,7 @@
  * 16) bytes, quants, scales, padding; see attend_quant.h).
  */
 #include "kernels/attend.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <math.h>
 

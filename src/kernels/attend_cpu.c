@@ -30,7 +30,7 @@
 #include "kernels/attend.h"
 #include "kernels/attend_amx.h"
 #include "kernels/attend_isa.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <math.h>
 

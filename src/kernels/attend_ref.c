@@ -7,7 +7,7 @@
  * see attend_quant.h).
  */
 #include "kernels/attend.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <math.h>
 

@@ -7,7 +7,7 @@
  * apart; q and acc are one head's [D] row.
  */
 #include "kernels/attend_isa.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 

@@ -160,7 +160,7 @@ og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x /* [T, K] */,
  *   out[i]       = x[i] * cos - x[i + D/2] * sin
  *   out[i + D/2] = x[i + D/2] * cos + x[i] * sin
  * The angle is rounded to f32 before cos/sin, as transformers does. */
-#include "kernels/rope_type.h"
+#include "core/rope_type.h"
 
 typedef struct og_rope_params {
     og_rope_type type;

@@ -5,7 +5,7 @@
  * as X. Every message starts "kv manifest rule <name>:" and names the layer
  * (index and layer_id) and the offending value. */
 #include "kv/kv.h"
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <stdio.h>
 #include <string.h>

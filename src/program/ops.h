@@ -63,7 +63,7 @@ static inline bool og_op_is_stateful(int op) {
 #define OG_MAX_STATE_HEAD_DIM 1024
 #define OG_OP_MAX_ATTRS 9
 
-#include "kernels/rope_type.h"
+#include "core/rope_type.h"
 
 /* "default", "linear", "llama3"; "unknown" otherwise. */
 const char *og_rope_type_name(og_rope_type t);

@@ -7,7 +7,7 @@
 #include "serve/api.h"
 #include "serve/server.h"
 
-#include "model/generate.h"
+#include "text/textgen.h"
 
 #include "core/core.h"
 

@@ -6,7 +6,7 @@
 #ifndef OG_SERVE_SERVER_H
 #define OG_SERVE_SERVER_H
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "serve/api.h"
 #include "serve/serve.h"
 

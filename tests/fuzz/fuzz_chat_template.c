@@ -5,7 +5,7 @@
  * test_fuzz_replay also runs over tests/fuzz/corpus/chat_template/. */
 #include "fuzz.h"
 #include "core/core.h"
-#include "model/jinja.h"
+#include "text/jinja.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* libFuzzer harness: the config.json reader over arbitrary bytes. The body is
  * a plain function that test_fuzz_replay also runs over tests/fuzz/corpus/config/. */
 #include "fuzz.h"
-#include "model/hf_config.h"
+#include "import/hf_config.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,8 +3,8 @@
  * test_fuzz_replay also runs over tests/fuzz/corpus/gguf/. */
 #include "fuzz.h"
 #include "core/core.h"
-#include "model/export.h"
-#include "model/gguf.h"
+#include "import/export.h"
+#include "import/gguf.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* libFuzzer harness: the safetensors header parser over arbitrary bytes.
  * The body is a plain function that test_fuzz_replay also runs over tests/fuzz/corpus/safetensors/. */
 #include "fuzz.h"
-#include "model/safetensors.h"
+#include "import/safetensors.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
  * tests/fuzz/corpus/tokenizer/. */
 #include "fuzz.h"
 #include "core/core.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -40,7 +40,7 @@
 #include <atomic>
 
 extern "C" { /* C headers without a C++ guard of their own */
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 }
 
 namespace og_attend {

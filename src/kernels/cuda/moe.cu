@@ -238,6 +238,95 @@ __global__ void grouped_kernel(wmat m, const float *in, const int32_t *src, cons
     }
 }
 
+/* 3 and 5 for bf16, q8 and q4 weights with K a multiple of kVecK (the
+ * decode steps, and wide steps of quantized experts): as grouped_kernel, but
+ * a lane reads 8 weights of a row at once (16 bytes of bf16, 8 of q8, 4 of
+ * q4) and the matching 8 inputs as two float4, so a warp streams 256 weights
+ * a row per round instead of 32 single elements, and the type is resolved
+ * at compile time. Lane l of a round at k0 takes: bf16 and q8, k0 + 8 l ..
+ * + 7; q4, the 4 bytes 4 (l % 4) .. + 3 of group k0 / 32 + l / 4, that is
+ * its low nibbles (k 32 g + 4 (l % 4) + 0..3) and high ones (16 further). */
+constexpr int kVecK = 256;
+
+template <int DT>
+__device__ inline void vec_weights(const char *eb, int64_t N, int64_t K, int64_t f, int64_t k0, int lane, float w[8],
+                                   int64_t *p0, int64_t *p1) {
+    if (DT == 1) {
+        const int64_t c = k0 + 8 * lane;
+        const uint4 v = *reinterpret_cast<const uint4 *>(eb + ((size_t)f * K + c) * 2);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w[2 * i] = __uint_as_float(u[i] << 16);
+            w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+        *p0 = c;
+        *p1 = c + 4;
+    } else if (DT == 2) {
+        const int64_t c = k0 + 8 * lane;
+        const uint2 v = *reinterpret_cast<const uint2 *>(eb + (size_t)f * K + c);
+        const float sc = __half2float(reinterpret_cast<const __half *>(eb + (size_t)N * K)[f * (K / 32) + c / 32]);
+        const uint32_t u[2] = {v.x, v.y};
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = sc * (float)(int8_t)(u[i / 4] >> (8 * (i % 4)));
+        *p0 = c;
+        *p1 = c + 4;
+    } else {
+        const int64_t g = k0 / 32 + lane / 4, sub = lane % 4;
+        const uint32_t v = *reinterpret_cast<const uint32_t *>(eb + (size_t)f * (K / 2) + g * 16 + 4 * sub);
+        const float sc = __half2float(reinterpret_cast<const __half *>(eb + (size_t)N * (K / 2))[f * (K / 32) + g]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = (v >> (8 * i)) & 0xffu;
+            w[i] = sc * (float)((int)(b & 15u) - 8);
+            w[4 + i] = sc * (float)((int)(b >> 4) - 8);
+        }
+        *p0 = g * 32 + 4 * sub;
+        *p1 = *p0 + 16;
+    }
+}
+
+template <int DT>
+__global__ void grouped_vec_kernel(wmat m, const float *in, const int32_t *src, const int32_t *list,
+                                   const int32_t *n_list, const int32_t *start, float *out) {
+    const int32_t y = blockIdx.y;
+    if (y >= *n_list) return;
+    const int32_t e = list[y];
+    const int32_t q0 = start[e], q1 = start[e + 1];
+    const char *eb = static_cast<const char *>(m.base) + (size_t)e * m.bytes;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int fi = 0; fi < kFeatPerWarp; fi++) {
+        const int64_t f = ((int64_t)blockIdx.x * kWarps + warp) * kFeatPerWarp + fi;
+        if (f >= m.N) break;
+        for (int32_t qc = q0; qc < q1; qc += kPairChunk) {
+            const int n = q1 - qc < kPairChunk ? q1 - qc : kPairChunk;
+            float acc[kPairChunk];
+#pragma unroll
+            for (int j = 0; j < kPairChunk; j++) acc[j] = 0.0f;
+#pragma unroll 2
+            for (int64_t k0 = 0; k0 < m.K; k0 += kVecK) {
+                float w[8];
+                int64_t p0, p1;
+                vec_weights<DT>(eb, m.N, m.K, f, k0, lane, w, &p0, &p1);
+#pragma unroll
+                for (int j = 0; j < kPairChunk; j++)
+                    if (j < n) {
+                        const float *xr = in + (int64_t)(src ? src[qc + j] : qc + j) * m.K;
+                        const float4 a = *reinterpret_cast<const float4 *>(xr + p0);
+                        const float4 b = *reinterpret_cast<const float4 *>(xr + p1);
+                        acc[j] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
+                                  w[6] * b.z + w[7] * b.w;
+                    }
+            }
+#pragma unroll
+            for (int j = 0; j < kPairChunk; j++) {
+                const float v = og_cuda::warp_sum(acc[j]);
+                if (lane == 0 && j < n) out[(int64_t)(qc + j) * m.N + f] = v;
+            }
+        }
+    }
+}
+
 /* 3 and 5 on the tensor cores, for steps of kMmaMinPairs pairs or more
  * (OG_CUDA_MOE_GEMM=1): out[q, n] = sum_c W_e[n, c] in[src[q], c] for the
  * places q of each expert e, bf16 weights [N, K] (K a multiple of 8).
@@ -434,6 +523,36 @@ int dt_code(og_dtype dt) {
 /* The grouped GEMM switch: -1 until the first call reads OG_CUDA_MOE_GEMM. */
 std::atomic<int> g_gemm{-1};
 
+/* Steps 3 and 5 on the CUDA cores: grouped_vec_kernel where the type and
+ * K allow (OG_CUDA_MOE_VEC=0 keeps grouped_kernel, for comparison), else
+ * grouped_kernel. */
+bool vec_products_on() {
+    static std::atomic<int> on{-1};
+    int v = on.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("OG_CUDA_MOE_VEC");
+        v = env && !strcmp(env, "0") ? 0 : 1;
+        on.store(v, std::memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+void grouped_products(const wmat &w, const float *in, const int32_t *src, const scratch_map &m, int64_t listed,
+                      cudaStream_t st, float *out) {
+    const int64_t feat = (int64_t)kWarps * kFeatPerWarp;
+    const dim3 grid((unsigned)((w.N + feat - 1) / feat), (unsigned)listed);
+    const bool vec = vec_products_on() && w.dt >= 1 && w.K % kVecK == 0 && og_cuda::aligned16(w.base) &&
+                     og_cuda::aligned16(in) && w.bytes % 16 == 0;
+    if (vec && w.dt == 1)
+        grouped_vec_kernel<1><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+    else if (vec && w.dt == 2)
+        grouped_vec_kernel<2><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+    else if (vec && w.dt == 3)
+        grouped_vec_kernel<3><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+    else
+        grouped_kernel<<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+}
+
 } /* namespace */
 
 extern "C" bool og_moe_cuda_get_gemm(void) {
@@ -492,7 +611,7 @@ extern "C" og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *
     shape[1] = F;
     og_tensor_bytes(a->down_dtype, 2, shape, &bytes);
     const wmat dn = {a->down, ddt, H, F, (size_t)bytes};
-    const int64_t listed = a->E < M ? a->E : M, feat = (int64_t)kWarps * kFeatPerWarp;
+    const int64_t listed = a->E < M ? a->E : M;
     if (listed > 65535) return og_set_error(OG_ERR_UNSUPPORTED, "moe_cuda: %lld experts in one step", (long long)listed);
     /* the tensor cores for wide steps (bf16 weights, K a multiple of 8, 16-byte rows) */
     const int64_t row_tiles = (M + kMmaBM - 1) / kMmaBM + listed;
@@ -504,15 +623,13 @@ extern "C" og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *
         grouped_mma_kernel<<<dim3((unsigned)((gu.N + kMmaBN - 1) / kMmaBN), (unsigned)row_tiles), kMmaThreads, 0,
                              st>>>(gu.base, gu.bytes, gu.N, gu.K, a->x, m.row, m.start, m.tiles, a->E, m.gu);
     else
-        grouped_kernel<<<dim3((unsigned)((2 * F + feat - 1) / feat), (unsigned)listed), kWarps * 32, 0, st>>>(
-            gu, a->x, m.row, m.list, m.n_list, m.start, m.gu);
+        grouped_products(gu, a->x, m.row, m, listed, st, m.gu);
     swiglu_pairs_kernel<<<(unsigned)((M * F + 255) / 256), 256, 0, st>>>(m.gu, M, F, m.h);
     if (on_mma(dn, m.h))
         grouped_mma_kernel<<<dim3((unsigned)((dn.N + kMmaBN - 1) / kMmaBN), (unsigned)row_tiles), kMmaThreads, 0,
                              st>>>(dn.base, dn.bytes, dn.N, dn.K, m.h, nullptr, m.start, m.tiles, a->E, m.y);
     else
-        grouped_kernel<<<dim3((unsigned)((H + feat - 1) / feat), (unsigned)listed), kWarps * 32, 0, st>>>(
-            dn, m.h, nullptr, m.list, m.n_list, m.start, m.y);
+        grouped_products(dn, m.h, nullptr, m, listed, st, m.y);
     combine_kernel<<<(unsigned)a->T, 256, 0, st>>>(m.ids, m.w, m.pos, m.y, a->top_k, H, a->shared, a->shared_gate,
                                                    a->out);
     return og_cuda::launched("moe_cuda");

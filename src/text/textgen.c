@@ -1,5 +1,5 @@
 /* The generation loop's text side (see generate.h). */
-#include "model/generate.h"
+#include "text/textgen.h"
 
 #include "core/core.h"
 

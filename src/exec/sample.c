@@ -1,5 +1,5 @@
 /* Sampling (offgraph.h, model/sample.h). Legend: V = vocabulary size, K = candidates kept. */
-#include "model/sample.h"
+#include "exec/sample.h"
 
 #include "core/core.h"
 

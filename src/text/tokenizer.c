@@ -3,7 +3,7 @@
  * strings → decoder chain. Behaviour follows Hugging Face `tokenizers`; the
  * parity tests compare against its output. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "core/core.h"
 

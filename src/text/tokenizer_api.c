@@ -1,11 +1,11 @@
 /* The tokenizer's public calls (offgraph.h, section tokenizer): thin
  * wrappers over model/tokenizer.h that add the model and file loaders, the
  * encode flags and the special ids. */
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "core/core.h"
-#include "model/chat_template.h"
-#include "model/textfile.h"
+#include "text/chat_template.h"
+#include "core/textfile.h"
 
 #include <string.h>
 

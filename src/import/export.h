@@ -14,9 +14,9 @@
 #ifndef OG_MODEL_EXPORT_H
 #define OG_MODEL_EXPORT_H
 
-#include "model/gguf.h"
-#include "model/hf_config.h"
-#include "model/safetensors.h"
+#include "import/gguf.h"
+#include "import/hf_config.h"
+#include "import/safetensors.h"
 #include "offgraph.h"
 #include "program/program.h"
 

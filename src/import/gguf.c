@@ -1,7 +1,7 @@
 /* GGUF reader (see gguf.h): a cursor over the mapped bytes that checks
  * every read against the end, then tensor infos checked against the data
  * section. */
-#include "model/gguf.h"
+#include "import/gguf.h"
 
 #include "core/core.h"
 

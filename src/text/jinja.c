@@ -6,7 +6,7 @@
  * an evaluator that walks it over a small value type. Everything made while
  * parsing or rendering lives in an arena that is freed as a whole, so that
  * an error anywhere unwinds with longjmp and leaks nothing. */
-#include "model/jinja.h"
+#include "text/jinja.h"
 
 #include "core/core.h"
 

@@ -11,7 +11,7 @@
 #ifndef OG_MODEL_GENERATE_H
 #define OG_MODEL_GENERATE_H
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <stddef.h>

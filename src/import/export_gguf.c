@@ -31,9 +31,9 @@
  * other weights are asked (OG_MIX_AS_STORED). Other quantizations (IQ
  * types, q4_1, q5_0, ...) are refused naming the type. */
 #include "core/core.h"
-#include "model/export.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "import/export.h"
+#include "import/gguf.h"
+#include "text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Quantized KV rows: the e4m3 table, the e4m3 encoder and the reference row
  * quantizer (see attend_quant.h for the layout). */
-#include "kernels/attend_quant.h"
+#include "core/kv_quant.h"
 
 #include <math.h>
 

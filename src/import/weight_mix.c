@@ -20,7 +20,7 @@
  * and q4 quantizer is offgraph's own, so those fallbacks are not the
  * tool's bytes. */
 #include "core/core.h"
-#include "model/export.h"
+#include "import/export.h"
 
 #include <stdio.h>
 #include <string.h>

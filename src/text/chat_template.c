@@ -1,8 +1,8 @@
 /* Chat templates (see chat_template.h). */
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 #include "core/core.h"
-#include "model/jinja.h"
+#include "text/jinja.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Whole-file reads of small text files. */
-#include "model/textfile.h"
+#include "core/textfile.h"
 
 #include "core/core.h"
 

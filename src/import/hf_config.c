@@ -1,8 +1,8 @@
 /* config.json reader for llama, mistral, qwen2, qwen3, qwen3_5 and qwen3_moe checkpoints. */
-#include "model/hf_config.h"
+#include "import/hf_config.h"
 
 #include "core/core.h"
-#include "model/textfile.h"
+#include "core/textfile.h"
 #include "program/program.h"
 
 #include <cjson/cJSON.h>

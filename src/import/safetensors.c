@@ -1,9 +1,9 @@
 /* safetensors reader: header parsing and validation, read-only mapping,
  * single files and sharded checkpoints. */
-#include "model/safetensors.h"
+#include "import/safetensors.h"
 
 #include "core/core.h"
-#include "model/textfile.h"
+#include "core/textfile.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,9 +1,9 @@
 /* Lowering of a Hugging Face checkpoint to a program file. */
-#include "model/export.h"
+#include "import/export.h"
 
 #include "core/core.h"
-#include "model/safetensors.h"
-#include "model/textfile.h"
+#include "import/safetensors.h"
+#include "core/textfile.h"
 
 #include <cjson/cJSON.h>
 
