@@ -12,6 +12,13 @@
  * (they agree to the split's 2^-16 and the order of the sums). One JSON line
  * per case, a table last.
  *   bench_moe_cuda [tokens ...]
+ * and decode widths (1, 8 and 64 tokens, bf16 and q4 experts): the CUDA-core
+ * products one element at a time against 8 weights a lane
+ * (og_moe_cuda_set_vec, the switch OG_CUDA_MOE_VEC=0 clears), each call on
+ * a new token's router logits so that it picks other experts than the call
+ * before (the q4 experts of one token, 21 MB, would otherwise stay in L2),
+ * with the bytes of the experts the calls read over the time:
+ *   bench_moe_cuda decode
  * Router logits, x and the weights are random (uniform; every expert gets
  * rows at these widths). Without CUDA it says so and exits 77. */
 #include "core/core.h"
@@ -62,12 +69,37 @@ static void *bf16_stack(int64_t N, int64_t K, float s) {
     return d;
 }
 
-static float time_call(cudaStream_t st, const og_moe_cuda_args *a, void *scratch) {
+/* A device stack [E, N, K] of q4 matrices (docs/program-format.md: the
+ * rows' nibbles, then an f16 scale per group of 32): random nibbles, scale
+ * 1/64. Returns one matrix's bytes in *ebytes. */
+static void *q4_stack(int64_t N, int64_t K, size_t *ebytes) {
+    const size_t q = (size_t)(N * K / 2), sc = (size_t)(N * (K / 32));
+    *ebytes = q + sc * 2;
+    uint8_t *h = malloc(*ebytes);
+    if (!h) exit(2);
+    for (size_t i = 0; i < q; i++) h[i] = (uint8_t)(uniform(0.0f, 256.0f));
+    for (size_t i = 0; i < sc; i++) h[q + 2 * i] = 0x00, h[q + 2 * i + 1] = 0x24; /* f16 1/64 */
+    void *d = NULL;
+    CK(cudaMalloc(&d, *ebytes * (size_t)E));
+    for (int64_t e = 0; e < E; e++) CK(cudaMemcpy((char *)d + (size_t)e * *ebytes, h, *ebytes, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+/* Median ms of og_moe_cuda(a); rotate > 0: call r reads x and logits
+ * rotate * (r % 16) rows further (16 tokens' worth of rows are there). */
+static float time_call_rot(cudaStream_t st, const og_moe_cuda_args *a0, void *scratch, int64_t rotate) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     float ms[REPS];
     for (int r = -2; r < REPS; r++) {
+        og_moe_cuda_args b = *a0;
+        const og_moe_cuda_args *a = &b;
+        if (rotate > 0) {
+            const int64_t at = rotate * ((r + 2) % 16);
+            b.x += at * H, b.logits += at * E;
+        }
         CK(cudaEventRecord(e0, st));
         if (og_moe_cuda(st, a, scratch) != OG_OK) {
             fprintf(stderr, "og_moe_cuda: %s\n", og_last_error());
@@ -82,6 +114,61 @@ static float time_call(cudaStream_t st, const og_moe_cuda_args *a, void *scratch
     return ms[REPS / 2];
 }
 
+static float time_call(cudaStream_t st, const og_moe_cuda_args *a, void *scratch) {
+    return time_call_rot(st, a, scratch, 0);
+}
+
+/* The decode widths: element-at-a-time against vector products. */
+static int decode_mode(cudaStream_t st) {
+    static const int64_t Ts[3] = {1, 8, 64};
+    const int64_t T_max = 64 * 16;
+    float *hx = malloc(sizeof(float) * (size_t)(T_max * H)), *hl = malloc(sizeof(float) * (size_t)(T_max * E));
+    if (!hx || !hl) return 2;
+    for (int64_t i = 0; i < T_max * H; i++) hx[i] = uniform(-1.5f, 1.5f);
+    for (int64_t i = 0; i < T_max * E; i++) hl[i] = uniform(-2.0f, 2.0f);
+    float *x = NULL, *lg = NULL, *out = NULL;
+    CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)(T_max * H)));
+    CK(cudaMalloc((void **)&lg, sizeof(float) * (size_t)(T_max * E)));
+    CK(cudaMalloc((void **)&out, sizeof(float) * (size_t)(64 * H)));
+    CK(cudaMemcpy(x, hx, sizeof(float) * (size_t)(T_max * H), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(lg, hl, sizeof(float) * (size_t)(T_max * E), cudaMemcpyHostToDevice));
+    void *scratch = NULL;
+    CK(cudaMalloc(&scratch, og_moe_cuda_scratch_bytes(64, K_TOP, E, H, F)));
+    size_t qgu = 0, qdn = 0;
+    void *bgu = bf16_stack(2 * F, H, 1.7f / sqrtf((float)H)), *bdn = bf16_stack(H, F, 1.7f / sqrtf((float)F));
+    void *q4gu = q4_stack(2 * F, H, &qgu), *q4dn = q4_stack(H, F, &qdn);
+    printf("moe layer decode, hidden %lld, %lld experts of %lld, top %d (each call a new token's experts)\n",
+           (long long)H, (long long)E, (long long)F, K_TOP);
+    printf("%6s %8s %12s %12s %10s %12s\n", "tokens", "weights", "element us", "vector us", "speedup", "vector GB/s");
+    og_moe_cuda_set_gemm(false);
+    for (int w = 0; w < 2; w++) {
+        const bool q4 = w == 1;
+        const double per_expert = q4 ? (double)(qgu + qdn) : (double)(3 * F * H * 2);
+        for (int i = 0; i < 3; i++) {
+            const int64_t T = Ts[i];
+            const og_moe_cuda_args a = {.x = x, .logits = lg, .gate_up = q4 ? q4gu : bgu,
+                                        .gate_up_dtype = q4 ? OG_DTYPE_Q4 : OG_DTYPE_BF16, .down = q4 ? q4dn : bdn,
+                                        .down_dtype = q4 ? OG_DTYPE_Q4 : OG_DTYPE_BF16, .T = T, .H = H, .F = F,
+                                        .E = E, .top_k = K_TOP, .norm_topk_prob = true, .out = out};
+            og_moe_cuda_set_vec(false);
+            const double el = time_call_rot(st, &a, scratch, T) * 1e3;
+            og_moe_cuda_set_vec(true);
+            const double ve = time_call_rot(st, &a, scratch, T) * 1e3;
+            /* experts read: at most E, at most T * k (distinct picks, an upper bound) */
+            const double experts = (double)(T * K_TOP < E ? T * K_TOP : E);
+            printf("%6lld %8s %12.1f %12.1f %10.2f %12.0f\n", (long long)T, q4 ? "q4" : "bf16", el, ve, el / ve,
+                   experts * per_expert / (ve * 1e-6) / 1e9);
+            printf("{\"bench\":\"moe_decode\",\"T\":%lld,\"weights\":\"%s\",\"element_us\":%.2f,\"vector_us\":%.2f}\n",
+                   (long long)T, q4 ? "q4" : "bf16", el, ve);
+            fflush(stdout);
+        }
+    }
+    cudaFree(bgu), cudaFree(bdn), cudaFree(q4gu), cudaFree(q4dn), cudaFree(x), cudaFree(lg), cudaFree(out);
+    cudaFree(scratch);
+    free(hx), free(hl);
+    return 0;
+}
+
 typedef struct {
     int64_t T;
     double cores_ms, mma_ms, cores_tflops, mma_tflops, diff;
@@ -91,6 +178,11 @@ int main(int argc, char **argv) {
     if (!og_cuda_device_present()) {
         printf("skipped: no CUDA device\n");
         return 77;
+    }
+    if (argc == 2 && !strcmp(argv[1], "decode")) {
+        cudaStream_t ds;
+        CK(cudaStreamCreateWithFlags(&ds, cudaStreamNonBlocking));
+        return decode_mode(ds);
     }
     int64_t Ts[MAX_CASES] = {512, 4096};
     int n_t = 2;

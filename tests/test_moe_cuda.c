@@ -169,12 +169,17 @@ int main(void) {
      * (skew: ties send rows to the same experts), quantized steps past the
      * GEMM's threshold (they stay on the CUDA cores), mixed types, one
      * matrix on the vector path and the other not (F 96) */
-    check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 1, 512, 256, 16, 4, true, true, false);
-    check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q8, 5, 256, 256, 8, 2, false, false, false);
-    check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 1, 256, 512, 32, 8, true, false, false);
-    check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 40, 256, 256, 8, 2, true, true, true);
-    check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_Q4, 3, 768, 256, 8, 3, true, false, false);
-    check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q8, 9, 256, 96, 8, 2, true, true, false);
+    for (int v = 1; v >= 0; v--) { /* the vector products, then the element ones on the same cases */
+        og_moe_cuda_set_vec(v == 1);
+        check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 1, 512, 256, 16, 4, true, true, false);
+        check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q8, 5, 256, 256, 8, 2, false, false, false);
+        check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 1, 256, 512, 32, 8, true, false, false);
+        check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 40, 256, 256, 8, 2, true, true, true);
+        check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_Q4, 3, 768, 256, 8, 3, true, false, false);
+        check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q8, 9, 256, 96, 8, 2, true, true, false);
+        check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q4, 2, 1280, 512, 8, 2, true, false, false); /* 5 rounds of k */
+    }
+    og_moe_cuda_set_vec(true);
     og_test_section("the grouped GEMM on the tensor cores (OG_CUDA_MOE_GEMM=1)");
     /* 1 token of top 64 of 64 (64 pairs, one row per expert); 7 tokens of
      * top 16; 64 and 300 tokens of 128 experts top 8; sizes whose K and N

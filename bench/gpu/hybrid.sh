@@ -45,20 +45,13 @@ moved() {
         w = (30 * lin + 10 * full + 40 * moe + 248320 * h) * b + 40 * 256 * h * 2
         printf "%.0f", w + 10 * 2 * 2 * 256 * 2 * n + 2 * 30 * 32 * 128 * 128 * 4 }'
 }
-field() { echo "$1" | grep -o "\"$2\":[0-9.]*" | cut -d: -f2; }
+. "$SRC/bench/gpu/sessions.sh"
 printf '%-8s %-7s %12s %12s %10s %8s\n' weights K "tok/s (all)" "per session" "floor(1)" ratio
 for w in ${WEIGHTS:-q4}; do
     [ -f "$WORK/hybrid.$w.ogp" ] || "$B/offgraph" export "$WORK/hf" -o "$WORK/hybrid.$w.ogp" --weights "$w" --max-context 8192 >&2 || exit 1
     case $w in bf16) b=2 ;; q8) b=1.0625 ;; q4) b=0.5625 ;; esac
     floor=$(awk -v c="$COPY" -v by="$(moved $b $CTX)" 'BEGIN { printf "%.1f", c / by }')
-    for k in $KS; do
-        r=$("$B/offgraph" bench -m "$WORK/hybrid.$w.ogp" --backend cuda --json --prompt "$CTX" --gen "$GEN" --sessions "$k")
-        a=$(field "$r" decode_tokens_per_s)
-        e=$(field "$r" decode_tokens_per_s_per_session)
-        ratio=$([ "$k" = 1 ] && awk -v a="$a" -v f="$floor" 'BEGIN { printf "%.0f%%", 100 * a / f }' || echo "")
-        printf '%-8s %-7s %12s %12s %10s %8s\n' "$w" "$k" "$a" "$e" "$floor" "$ratio"
-        echo "$r" >>"$WORK/hybrid.jsonl"
-    done
+    session_rows "$w" "$WORK/hybrid.$w.ogp" "$floor" "$WORK/hybrid.jsonl"
     r=$("$B/offgraph" bench -m "$WORK/hybrid.$w.ogp" --backend cuda --json --prompt 4096 --gen 8)
     printf '%-8s prefill of 4096 tokens: %s tok/s\n' "$w" "$(field "$r" prefill_tokens_per_s)"
     echo "$r" >>"$WORK/hybrid.jsonl"

@@ -40,20 +40,13 @@ activated() { # $1 bytes per weight, $2 context
     awk -v b="$1" -v n="$2" 'BEGIN { layer = (2048 * 5120 + 4096 * 2048 + 8 * 3 * 768 * 2048) * b + 128 * 2048 * 2
         printf "%.0f", 48 * layer + (151936 * 2048 + 2048) * b + 48 * 2 * 4 * 128 * 2 * n }'
 }
-field() { echo "$1" | grep -o "\"$2\":[0-9.]*" | cut -d: -f2; }
+. "$SRC/bench/gpu/sessions.sh"
 printf '%-10s %-5s %12s %12s %10s %8s\n' weights K "tok/s (all)" "per session" "floor(1)" ratio
 for w in ${WEIGHTS:-q4 bf16}; do
     [ -f "$WORK/moe.$w.ogp" ] || "$B/offgraph" export "$WORK/hf" -o "$WORK/moe.$w.ogp" --weights "$w" --max-context 4096 >&2 || exit 1
     case $w in bf16) b=2 ;; q4) b=0.5625 ;; esac
     floor=$(awk -v c="$COPY" -v by="$(activated $b $CTX)" 'BEGIN { printf "%.1f", c / by }')
-    for k in $KS; do
-        r=$("$B/offgraph" bench -m "$WORK/moe.$w.ogp" --backend cuda --json --prompt "$CTX" --gen "$GEN" --sessions "$k")
-        a=$(field "$r" decode_tokens_per_s)
-        e=$(field "$r" decode_tokens_per_s_per_session)
-        ratio=$([ "$k" = 1 ] && awk -v a="$a" -v f="$floor" 'BEGIN { printf "%.0f%%", 100 * a / f }' || echo "")
-        printf '%-10s %-5s %12s %12s %10s %8s\n' "$w" "$k" "$a" "$e" "$floor" "$ratio"
-        echo "$r" >>"$WORK/moe.jsonl"
-    done
+    session_rows "$w" "$WORK/moe.$w.ogp" "$floor" "$WORK/moe.jsonl"
     [ "${KEEP:-0}" = 1 ] || rm -f "$WORK/moe.$w.ogp"
 done
 if [ "${PEER:-1}" = 1 ]; then

@@ -240,7 +240,7 @@ __global__ void grouped_kernel(wmat m, const float *in, const int32_t *src, cons
 
 /* 3 and 5 for bf16, q8 and q4 weights with K a multiple of kVecK (the
  * decode steps, and wide steps of quantized experts): as grouped_kernel, but
- * a lane reads 8 weights of a row at once (16 bytes of bf16, 8 of q8, 4 of
+ * one feature a warp, and a lane reads 8 weights of a row at once (16 bytes of bf16, 8 of q8, 4 of
  * q4) and the matching 8 inputs as two float4, so a warp streams 256 weights
  * a row per round instead of 32 single elements, and the type is resolved
  * at compile time. Lane l of a round at k0 takes: bf16 and q8, k0 + 8 l ..
@@ -286,6 +286,11 @@ __device__ inline void vec_weights(const char *eb, int64_t N, int64_t K, int64_t
     }
 }
 
+/* One warp a feature (a block: kWarps features of one listed expert); the
+ * rounds of k are taken kVecRounds at a time, their weights loaded before
+ * any is used, so that a lane has that many loads in flight. */
+constexpr int kVecRounds = 4;
+
 template <int DT>
 __global__ void grouped_vec_kernel(wmat m, const float *in, const int32_t *src, const int32_t *list,
                                    const int32_t *n_list, const int32_t *start, float *out) {
@@ -295,34 +300,40 @@ __global__ void grouped_vec_kernel(wmat m, const float *in, const int32_t *src, 
     const int32_t q0 = start[e], q1 = start[e + 1];
     const char *eb = static_cast<const char *>(m.base) + (size_t)e * m.bytes;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int fi = 0; fi < kFeatPerWarp; fi++) {
-        const int64_t f = ((int64_t)blockIdx.x * kWarps + warp) * kFeatPerWarp + fi;
-        if (f >= m.N) break;
-        for (int32_t qc = q0; qc < q1; qc += kPairChunk) {
-            const int n = q1 - qc < kPairChunk ? q1 - qc : kPairChunk;
-            float acc[kPairChunk];
+    const int64_t f = (int64_t)blockIdx.x * kWarps + warp;
+    if (f >= m.N) return;
+    for (int32_t qc = q0; qc < q1; qc += kPairChunk) {
+        const int n = q1 - qc < kPairChunk ? q1 - qc : kPairChunk;
+        const float *xr[kPairChunk];
 #pragma unroll
-            for (int j = 0; j < kPairChunk; j++) acc[j] = 0.0f;
-#pragma unroll 2
-            for (int64_t k0 = 0; k0 < m.K; k0 += kVecK) {
-                float w[8];
-                int64_t p0, p1;
-                vec_weights<DT>(eb, m.N, m.K, f, k0, lane, w, &p0, &p1);
+        for (int j = 0; j < kPairChunk; j++)
+            xr[j] = in + (int64_t)(src ? src[qc + (j < n ? j : 0)] : qc + (j < n ? j : 0)) * m.K;
+        float acc[kPairChunk];
+#pragma unroll
+        for (int j = 0; j < kPairChunk; j++) acc[j] = 0.0f;
+        for (int64_t k0 = 0; k0 < m.K; k0 += kVecRounds * kVecK) {
+            float w[kVecRounds][8];
+            int64_t p0[kVecRounds], p1[kVecRounds];
+#pragma unroll
+            for (int u = 0; u < kVecRounds; u++)
+                if (k0 + u * kVecK < m.K) vec_weights<DT>(eb, m.N, m.K, f, k0 + u * kVecK, lane, w[u], &p0[u], &p1[u]);
+#pragma unroll
+            for (int u = 0; u < kVecRounds; u++) {
+                if (k0 + u * kVecK >= m.K) break;
 #pragma unroll
                 for (int j = 0; j < kPairChunk; j++)
                     if (j < n) {
-                        const float *xr = in + (int64_t)(src ? src[qc + j] : qc + j) * m.K;
-                        const float4 a = *reinterpret_cast<const float4 *>(xr + p0);
-                        const float4 b = *reinterpret_cast<const float4 *>(xr + p1);
-                        acc[j] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
-                                  w[6] * b.z + w[7] * b.w;
+                        const float4 a = *reinterpret_cast<const float4 *>(xr[j] + p0[u]);
+                        const float4 b = *reinterpret_cast<const float4 *>(xr[j] + p1[u]);
+                        acc[j] += w[u][0] * a.x + w[u][1] * a.y + w[u][2] * a.z + w[u][3] * a.w + w[u][4] * b.x +
+                                  w[u][5] * b.y + w[u][6] * b.z + w[u][7] * b.w;
                     }
             }
+        }
 #pragma unroll
-            for (int j = 0; j < kPairChunk; j++) {
-                const float v = og_cuda::warp_sum(acc[j]);
-                if (lane == 0 && j < n) out[(int64_t)(qc + j) * m.N + f] = v;
-            }
+        for (int j = 0; j < kPairChunk; j++) {
+            const float v = og_cuda::warp_sum(acc[j]);
+            if (lane == 0 && j < n) out[(int64_t)(qc + j) * m.N + f] = v;
         }
     }
 }
@@ -524,25 +535,15 @@ int dt_code(og_dtype dt) {
 std::atomic<int> g_gemm{-1};
 
 /* Steps 3 and 5 on the CUDA cores: grouped_vec_kernel where the type and
- * K allow (OG_CUDA_MOE_VEC=0 keeps grouped_kernel, for comparison), else
- * grouped_kernel. */
-bool vec_products_on() {
-    static std::atomic<int> on{-1};
-    int v = on.load(std::memory_order_relaxed);
-    if (v < 0) {
-        const char *env = getenv("OG_CUDA_MOE_VEC");
-        v = env && !strcmp(env, "0") ? 0 : 1;
-        on.store(v, std::memory_order_relaxed);
-    }
-    return v == 1;
-}
+ * K allow and og_moe_cuda_get_vec says so, else grouped_kernel. */
+std::atomic<int> g_vec{-1};
 
 void grouped_products(const wmat &w, const float *in, const int32_t *src, const scratch_map &m, int64_t listed,
                       cudaStream_t st, float *out) {
-    const int64_t feat = (int64_t)kWarps * kFeatPerWarp;
-    const dim3 grid((unsigned)((w.N + feat - 1) / feat), (unsigned)listed);
-    const bool vec = vec_products_on() && w.dt >= 1 && w.K % kVecK == 0 && og_cuda::aligned16(w.base) &&
+    const bool vec = og_moe_cuda_get_vec() && w.dt >= 1 && w.K % kVecK == 0 && og_cuda::aligned16(w.base) &&
                      og_cuda::aligned16(in) && w.bytes % 16 == 0;
+    const int64_t feat = vec ? kWarps : (int64_t)kWarps * kFeatPerWarp;
+    const dim3 grid((unsigned)((w.N + feat - 1) / feat), (unsigned)listed);
     if (vec && w.dt == 1)
         grouped_vec_kernel<1><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
     else if (vec && w.dt == 2)
@@ -569,6 +570,23 @@ extern "C" bool og_moe_cuda_get_gemm(void) {
 extern "C" bool og_moe_cuda_set_gemm(bool on) {
     const bool prev = og_moe_cuda_get_gemm();
     g_gemm.store(on ? 1 : 0);
+    return prev;
+}
+
+extern "C" bool og_moe_cuda_get_vec(void) {
+    int v = g_vec.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("OG_CUDA_MOE_VEC");
+        v = env && !strcmp(env, "0") ? 0 : 1;
+        int expect = -1;
+        if (!g_vec.compare_exchange_strong(expect, v)) v = expect;
+    }
+    return v == 1;
+}
+
+extern "C" bool og_moe_cuda_set_vec(bool on) {
+    const bool prev = og_moe_cuda_get_vec();
+    g_vec.store(on ? 1 : 0);
     return prev;
 }
 

@@ -71,6 +71,13 @@ og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *scratch);
 bool og_moe_cuda_get_gemm(void);
 bool og_moe_cuda_set_gemm(bool on);
 
+/* Whether the CUDA-core products of bf16 / q8 / q4 experts whose K is a
+ * multiple of 256 read 8 weights a lane (one feature a warp) instead of one
+ * element at a time: read from OG_CUDA_MOE_VEC ("0": off; else on) at the
+ * first call, or set by og_moe_cuda_set_vec (returns the previous choice). */
+bool og_moe_cuda_get_vec(void);
+bool og_moe_cuda_set_vec(bool on);
+
 #ifdef __cplusplus
 }
 #endif
