@@ -36,7 +36,7 @@
  * grid of one split); one graph replayed over a table rewritten between
  * replays (new lengths, padding and storage bases). Same tolerance as the
  * split-K cases.
- * int8 and fp8 storage (attend_quant.h: quants, a f32 scale per token and
+ * int8 and fp8 storage (core/kv_quant.h: quants, a f32 scale per token and
  * head, padding to 16 bytes) through the same cases, single-session (T 1 to
  * 129, D 16 to 256) and batched: the reference quantizes with the CPU
  * quantizer and the kernel with its own code, so the byte-for-byte storage

@@ -1,4 +1,4 @@
-/* Chat templates rendered by src/model/jinja.c against what Hugging Face
+/* Chat templates rendered by src/text/jinja.c against what Hugging Face
  * transformers' apply_chat_template(tokenize=False) renders:
  * tests/data/chat_templates/cases.json, made by
  * tests/fixtures/make_chat_template_fixtures.py, holds published templates

@@ -1,6 +1,6 @@
 /* The special tokens a prompt gets (og_tokenize with OG_TOKENIZE_ADD_SPECIAL)
  * and the ids of a rendered chat (the template rendered by
- * src/model/chat_template.c, tokenized without added special tokens), held to
+ * src/text/chat_template.c, tokenized without added special tokens), held to
  * what Hugging Face transformers gives for the same tokenizer.json and
  * tokenizer_config.json: tokenizer(text), tokenizer(text,
  * add_special_tokens=False) and apply_chat_template(tokenize=True,

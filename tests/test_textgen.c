@@ -1,4 +1,4 @@
-/* og_textgen, the generation loop's text side (src/model/generate.h), on the
+/* og_textgen, the generation loop's text side (src/text/textgen.h), on the
  * demo model's tokenizer: the text given out adds up to the decode of the
  * tokens; a stop token ends it uncounted; max_tokens ends it with "length";
  * a stop string ends it with "stop" and the text cut just before it, even

@@ -1,5 +1,5 @@
 /* Quantized KV rows: the e4m3 table, the e4m3 encoder and the reference row
- * quantizer (see attend_quant.h for the layout). */
+ * quantizer (see kv_quant.h for the layout). */
 #include "core/kv_quant.h"
 
 #include <math.h>

@@ -22,8 +22,8 @@
  * the row lets every path that moves rows as bytes (growth, rings, fork,
  * save and restore, packed storage, the prefix cache) carry them unchanged.
  */
-#ifndef OG_KERNELS_ATTEND_QUANT_H
-#define OG_KERNELS_ATTEND_QUANT_H
+#ifndef OG_CORE_KV_QUANT_H
+#define OG_CORE_KV_QUANT_H
 
 #include "core/core.h"
 
@@ -74,4 +74,4 @@ static inline float og_kv_row_load(og_dtype dt, const void *row, int64_t Hkv, in
     return x * og_kv_row_scale(row, Hkv, D, h);
 }
 
-#endif /* OG_KERNELS_ATTEND_QUANT_H */
+#endif /* OG_CORE_KV_QUANT_H */

@@ -1,7 +1,7 @@
 /* RoPE frequency scaling, as Hugging Face names it in rope_type. Shared by
  * the kernels (which compute it) and the program file (which names it). */
-#ifndef OG_KERNELS_ROPE_TYPE_H
-#define OG_KERNELS_ROPE_TYPE_H
+#ifndef OG_CORE_ROPE_TYPE_H
+#define OG_CORE_ROPE_TYPE_H
 
 typedef enum og_rope_type {
     OG_ROPE_DEFAULT = 0, /* inv_freq[i] = 1 / theta^(2i/D)                      */

@@ -1,7 +1,7 @@
 /* Whole-file reads of the small text files of a checkpoint (config.json,
  * the safetensors index, tokenizer files). */
-#ifndef OG_MODEL_TEXTFILE_H
-#define OG_MODEL_TEXTFILE_H
+#ifndef OG_CORE_TEXTFILE_H
+#define OG_CORE_TEXTFILE_H
 
 #include "offgraph.h"
 

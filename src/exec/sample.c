@@ -1,4 +1,4 @@
-/* Sampling (offgraph.h, model/sample.h). Legend: V = vocabulary size, K = candidates kept. */
+/* Sampling (offgraph.h, exec/sample.h). Legend: V = vocabulary size, K = candidates kept. */
 #include "exec/sample.h"
 
 #include "core/core.h"

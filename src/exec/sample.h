@@ -4,8 +4,8 @@
  * parameters, the recent tokens, the forbidden set and the next uniform
  * draw, and the one call that advances the sampler as og_sampler_sample
  * does once it has chosen. */
-#ifndef OG_MODEL_SAMPLE_H
-#define OG_MODEL_SAMPLE_H
+#ifndef OG_EXEC_SAMPLE_H
+#define OG_EXEC_SAMPLE_H
 
 #include "offgraph.h"
 
@@ -29,4 +29,4 @@ double og_sampler_peek_uniform(const og_sampler *s);
  * temperature is > 0) and adds the token to the recent history. */
 void og_sampler_commit(og_sampler *s, int32_t token);
 
-#endif /* OG_MODEL_SAMPLE_H */
+#endif /* OG_EXEC_SAMPLE_H */

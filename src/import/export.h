@@ -11,8 +11,8 @@
  * over exactly the same keys with less storage. Weights keep their Hugging
  * Face names and are converted to the target dtype tensor by tensor while
  * the file is written; runtime tensors are kv.<layer>.k / kv.<layer>.v. */
-#ifndef OG_MODEL_EXPORT_H
-#define OG_MODEL_EXPORT_H
+#ifndef OG_IMPORT_EXPORT_H
+#define OG_IMPORT_EXPORT_H
 
 #include "import/gguf.h"
 #include "import/hf_config.h"

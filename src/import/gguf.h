@@ -14,8 +14,8 @@
  * bytes that remain before anything is allocated from it, so a malformed or
  * truncated file is refused (OG_ERR_FORMAT, og_last_error() naming the
  * field) and never read past its end. */
-#ifndef OG_MODEL_GGUF_H
-#define OG_MODEL_GGUF_H
+#ifndef OG_IMPORT_GGUF_H
+#define OG_IMPORT_GGUF_H
 
 #include "offgraph.h"
 

@@ -6,8 +6,8 @@
  *                   original_max_position_embeddings}, "torch_dtype".
  * Missing optional fields take the transformers class defaults of the
  * family. Every refusal names the file, the field and its value. */
-#ifndef OG_MODEL_HF_CONFIG_H
-#define OG_MODEL_HF_CONFIG_H
+#ifndef OG_IMPORT_HF_CONFIG_H
+#define OG_IMPORT_HF_CONFIG_H
 
 #include "offgraph.h"
 #include "program/ops.h"

@@ -10,8 +10,8 @@
  *
  * Every refusal is OG_ERR_FORMAT (or OG_ERR_IO / OG_ERR_UNSUPPORTED) with
  * og_last_error() naming the file, the tensor and the rule that failed. */
-#ifndef OG_MODEL_SAFETENSORS_H
-#define OG_MODEL_SAFETENSORS_H
+#ifndef OG_IMPORT_SAFETENSORS_H
+#define OG_IMPORT_SAFETENSORS_H
 
 #include "offgraph.h"
 

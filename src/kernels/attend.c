@@ -5,7 +5,7 @@
  * og_kv_layer_view_row_stride(kv) elements apart: the R rows span
  * R * stride elements from kv.k (and kv.v), of which each row's first
  * Hkv * D are the layer's (int8 and fp8: its first round_up(Hkv * (D + 4),
- * 16) bytes, quants, scales, padding; see attend_quant.h).
+ * 16) bytes, quants, scales, padding; see core/kv_quant.h).
  */
 #include "kernels/attend.h"
 #include "core/kv_quant.h"
@@ -54,7 +54,7 @@ og_status og_attend_check(const og_attend_args *a) {
                             "update_and_attend: layer %d: length %lld, rows %lld (need L >= 0, "
                             "R >= 1)",
                             layer, (long long)kv->length, (long long)kv->rows);
-    /* a row's own elements: Hkv * D, or its bytes quantized (attend_quant.h) */
+    /* a row's own elements: Hkv * D, or its bytes quantized (core/kv_quant.h) */
     const int64_t row_elems = og_kv_dtype_quantized(kv->dtype)
                                   ? og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, kv->head_dim)
                                   : (int64_t)kv->n_kv_heads * kv->head_dim;

@@ -18,7 +18,7 @@
  *     chunks are not widened: the update reads them in place for the G query
  *     heads of a row, and prefetches the next chunk's lines as it goes.
  *     int8 and fp8 chunks are always widened, each row's quants times its
- *     head's scale (attend_quant.h), as the reference reads them.
+ *     head's scale (core/kv_quant.h), as the reference reads them.
  *     Each query keeps an online softmax (running max m, sum l, acc in the
  *     output row), updated once per chunk.
  *   long decode (T == 1, more than OG_ATTEND_SPLIT_MIN_KEYS visible keys):

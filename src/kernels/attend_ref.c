@@ -4,7 +4,7 @@
  * Letters: T tokens, Hq query heads, Hkv kv heads, G = Hq / Hkv, D head dim,
  * L committed length, R allocated rows, W ring window, S storage row stride
  * in elements (see attend.h; int8 and fp8 rows: bytes, quants then scales,
- * see attend_quant.h).
+ * see core/kv_quant.h).
  */
 #include "kernels/attend.h"
 #include "core/kv_quant.h"

@@ -326,7 +326,7 @@ OG_AVX512 static void update_bf16_avx512(const float *q, int32_t G, const og_bf1
     if (h < G) update_heads_avx512(1, h, q, K, V, ks, D, n, pf, scale, m, l, acc, s, qs);
 }
 
-/* ---- the fused update over int8 / fp8 rows (attend_quant.h) ---- */
+/* ---- the fused update over int8 / fp8 rows (core/kv_quant.h) ---- */
 
 /* 16 quants as f32, unscaled: int8 sign-extended; e4m3 from its bits (a
  * normal magnitude m (8..126) is the f32 of bits m << 20 times 2^120, a

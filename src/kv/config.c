@@ -38,7 +38,7 @@ const char *og_kv_rule_name(og_kv_rule r) {
 
 /* Dense rows are one row's own elements: Hkv * D, or for int8 and fp8 (one
  * byte an element) the Hkv * D quants, the Hkv f32 scales behind them and
- * the padding to 16 bytes (attend_quant.h). */
+ * the padding to 16 bytes (core/kv_quant.h). */
 int64_t og_kv_layer_view_row_stride(const og_kv_layer_view *v) {
     if (v->row_stride > 0) return v->row_stride;
     return og_kv_dtype_quantized(v->dtype) ? og_kv_dtype_row_bytes(v->dtype, v->n_kv_heads, v->head_dim)

@@ -1,6 +1,6 @@
 /* Chat templates: a conversation rendered to the text a model was trained
  * on. A checkpoint's Jinja chat_template (tokenizer_config.json or
- * chat_template.jinja) is rendered as written, by src/model/jinja.c, with
+ * chat_template.jinja) is rendered as written, by src/text/jinja.c, with
  * the variables transformers' apply_chat_template gives it (messages,
  * add_generation_prompt, bos_token, eos_token, tools and documents as none,
  * and the caller's extra flags such as enable_thinking). A program without a
@@ -9,8 +9,8 @@
  *
  * A conversation is always rendered whole; a session is fed what the new
  * text adds to what it already holds (see docs/decisions.md). */
-#ifndef OG_MODEL_CHAT_TEMPLATE_H
-#define OG_MODEL_CHAT_TEMPLATE_H
+#ifndef OG_TEXT_CHAT_TEMPLATE_H
+#define OG_TEXT_CHAT_TEMPLATE_H
 
 #include "offgraph.h"
 
@@ -73,4 +73,4 @@ bool og_chat_template_is_jinja(const og_chat_template *t);
  * message. *out is NUL-terminated, owned by the caller: og_free. */
 og_status og_chat_template_render(const og_chat_template *t, const og_chat_request *req, char **out);
 
-#endif /* OG_MODEL_CHAT_TEMPLATE_H */
+#endif /* OG_TEXT_CHAT_TEMPLATE_H */

@@ -9,8 +9,8 @@
  * evaluation steps at render, so that any input ends with a result or an
  * error. Errors name the template line and what was wrong; raise_exception
  * gives OG_ERR_INVALID_ARGUMENT with the template's own message. */
-#ifndef OG_MODEL_JINJA_H
-#define OG_MODEL_JINJA_H
+#ifndef OG_TEXT_JINJA_H
+#define OG_TEXT_JINJA_H
 
 #include "offgraph.h"
 
@@ -42,4 +42,4 @@ void og_jinja_free(og_jinja *t);
 og_status og_jinja_render(const og_jinja *t, const cJSON *vars, const og_jinja_limits *limits, char **out,
                           size_t *out_len);
 
-#endif /* OG_MODEL_JINJA_H */
+#endif /* OG_TEXT_JINJA_H */

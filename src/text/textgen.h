@@ -8,8 +8,8 @@
  *
  * Stepping the model is the caller's: one og_textgen per generation, pushed
  * every token the model draws, in order. */
-#ifndef OG_MODEL_GENERATE_H
-#define OG_MODEL_GENERATE_H
+#ifndef OG_TEXT_TEXTGEN_H
+#define OG_TEXT_TEXTGEN_H
 
 #include "text/tokenizer.h"
 #include "offgraph.h"
@@ -60,4 +60,4 @@ int64_t og_textgen_tokens(const og_textgen *g);
 /* How it ended; OG_FINISH_NONE while it goes on. */
 og_finish og_textgen_finish_reason(const og_textgen *g);
 
-#endif /* OG_MODEL_GENERATE_H */
+#endif /* OG_TEXT_TEXTGEN_H */

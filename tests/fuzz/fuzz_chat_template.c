@@ -1,4 +1,4 @@
-/* libFuzzer harness: the Jinja chat-template renderer (src/model/jinja.c)
+/* libFuzzer harness: the Jinja chat-template renderer (src/text/jinja.c)
  * over arbitrary template text, rendered against a fixed conversation with
  * small limits, so that every input ends with a text or an error: never a
  * crash, a hang or unbounded memory. The body is a plain function that

@@ -38,7 +38,7 @@
  *   blocks past its split count, and every block of a padded entry (T = 0),
  *   leave at once. Split counters and partials are indexed by entry as they
  *   are by token in a single-session launch.
- * int8 and fp8 storage (attend_quant.h: a row is Hkv x D quant bytes, then
+ * int8 and fp8 storage (core/kv_quant.h: a row is Hkv x D quant bytes, then
  *   Hkv f32 scales) runs the split-K kernel, prefill included: tiles carry
  *   the quants (D bytes a key), a worker reads its keys' k and v scales
  *   from the row tails in global memory (one word per key, L2-resident)

@@ -21,7 +21,7 @@
  *   attend_prefill.cu  the tiled tensor-core kernel (prefill over bf16 storage).
  * Storage rows are RS elements apart (the view's row_stride; Hkv x D when
  * dense): a packed block interleaves other layers' rows, which no kernel
- * touches. int8 and fp8 storage (attend_quant.h): a row is Hkv x D quant
+ * touches. int8 and fp8 storage (core/kv_quant.h): a row is Hkv x D quant
  * bytes, then Hkv f32 scales, padded to 16 bytes.
  * Scores are kept in the log2 domain (q is pre-scaled by scale * log2 e), so
  * exp2f stands for exp throughout.
