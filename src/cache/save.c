@@ -44,7 +44,7 @@
 #include "cache/hash.h"
 #include "exec/exec.h"
 #include "kv/kv.h"
-#include "program/program_internal.h"
+#include "program/program.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,11 +104,13 @@ typedef struct save_header {
 /* ------------------------------------------------------------ identity */
 
 static void program_identity(const og_program *p, uint64_t *manifest, uint64_t *weights) {
-    *manifest = og_hash64(p->data, (size_t)p->payload_offset, SAVE_SEED);
+    size_t header_bytes = 0;
+    const void *header = og_program_header_bytes(p, &header_bytes);
+    *manifest = og_hash64(header, header_bytes, SAVE_SEED);
     og_hash h;
     og_hash_init(&h, SAVE_SEED);
-    for (int32_t i = 0; i < p->n_tensors; i++) {
-        const og_program_tensor *t = &p->tensors[i];
+    for (int32_t i = 0; i < og_program_n_tensors(p); i++) {
+        const og_program_tensor *t = og_program_tensor_at(p, i);
         if (t->binding != OG_BINDING_WEIGHT) continue;
         og_hash_update(&h, t->name, strlen(t->name) + 1);
         int64_t meta[2 + OG_PROGRAM_MAX_RANK] = {(int64_t)t->dtype, (int64_t)t->nbytes};

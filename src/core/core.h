@@ -78,6 +78,20 @@ void og_log(og_log_level level, const char *fmt, ...) OG_PRINTF(2, 3);
 #define OG_INFO(...) og_log(OG_LOG_INFO, __VA_ARGS__)
 #define OG_WARN(...) og_log(OG_LOG_WARN, __VA_ARGS__)
 
+/* ---- byte order ---- */
+
+/* Little-endian fields of file headers (program files, saved sessions). */
+static inline uint32_t og_le32(const uint8_t *b) {
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+static inline uint64_t og_le64(const uint8_t *b) { return og_le32(b) | (uint64_t)og_le32(b + 4) << 32; }
+static inline void og_put_le32(uint8_t *b, uint32_t v) {
+    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void og_put_le64(uint8_t *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+
 /* ---- bf16 / f16 ---- */
 
 typedef uint16_t og_bf16;

@@ -84,7 +84,7 @@ typedef struct og_program_rope {
 } og_program_rope;
 
 /* Dimension limits of this build, for the manifest's "model" object and for
- * config.json (model/hf_config.c): a file that declares more is refused at
+ * config.json (import/hf_config.c): a file that declares more is refused at
  * parse time, naming the field, before anything is sized from it. Each is
  * far above any released model's (vocabularies of 262144, hidden sizes of
  * 18432, 128 heads of 256), yet keeps every product the executor forms
@@ -214,6 +214,11 @@ const char *og_program_operand_name(const og_program *p, og_program_operand o);
  * absent. Borrowed from the program. */
 const char *og_program_tokenizer_json(const og_program *p);
 const char *og_program_tokenizer_config(const og_program *p);
+
+/* The bytes before the payloads (magic, version, manifest: everything that
+ * describes the program); *size gets their count. Borrowed from the program.
+ * A saved session hashes them to know the program it was saved from. */
+const void *og_program_header_bytes(const og_program *p, size_t *size);
 
 /* Sum of the weight tensors' nbytes. */
 uint64_t og_program_weight_bytes(const og_program *p);

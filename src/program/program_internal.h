@@ -36,17 +36,6 @@ og_status og_program_parse(og_program *p);
 /* Sets the thread's last rule. */
 void og_program_set_last_rule(og_program_rule r, og_kv_rule kv);
 
-/* Little-endian header fields. */
-static inline uint32_t og_le32(const uint8_t *b) {
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-static inline uint64_t og_le64(const uint8_t *b) { return og_le32(b) | (uint64_t)og_le32(b + 4) << 32; }
-static inline void og_put_le32(uint8_t *b, uint32_t v) {
-    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void og_put_le64(uint8_t *b, uint64_t v) {
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* Header field offsets. */
 #define OG_HDR_VERSION 8

@@ -112,6 +112,10 @@ const char *og_program_operand_name(const og_program *p, og_program_operand o) {
     return "?";
 }
 
+const void *og_program_header_bytes(const og_program *p, size_t *size) {
+    *size = p ? (size_t)p->payload_offset : 0;
+    return p ? p->data : NULL;
+}
 const char *og_program_tokenizer_json(const og_program *p) { return p ? p->tokenizer_json : NULL; }
 const char *og_program_tokenizer_config(const og_program *p) { return p ? p->tokenizer_config : NULL; }
 uint64_t og_program_weight_bytes(const og_program *p) { return p ? p->weight_bytes : 0; }
