@@ -26,8 +26,8 @@
  * errors="replace" does). Character classes (whitespace, punctuation,
  * controls, marks, \w) come from utf8proc's Unicode tables, which may differ
  * from the Rust crates HF uses for characters assigned recently. */
-#ifndef OG_MODEL_TOKENIZER_H
-#define OG_MODEL_TOKENIZER_H
+#ifndef OG_TEXT_TOKENIZER_H
+#define OG_TEXT_TOKENIZER_H
 
 #include "offgraph.h"
 
@@ -49,6 +49,10 @@ void og_tokenizer_destroy(og_tokenizer *t);
  * text (NULL or "" leaves them unset). eos_token / bos_token may be a
  * string or {"content": ...}; the tokens must exist. */
 og_status og_tokenizer_load_config(og_tokenizer *t, const char *config_json);
+/* Both of the above: tokenizer.json text and, when config_json is non-NULL,
+ * tokenizer_config.json text; `where` names their origin in the message of a
+ * failure. On success *out is owned by the caller: og_tokenizer_destroy. */
+og_status og_tokenizer_from_texts(const char *json, const char *config_json, const char *where, og_tokenizer **out);
 
 /* One past the largest id (vocabulary and added tokens). */
 int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
@@ -106,4 +110,4 @@ og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const char **te
  * over. */
 og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
 
-#endif /* OG_MODEL_TOKENIZER_H */
+#endif /* OG_TEXT_TOKENIZER_H */

@@ -1,6 +1,7 @@
 /* The tokenizer's public calls (offgraph.h, section tokenizer): thin
- * wrappers over model/tokenizer.h that add the model and file loaders, the
- * encode flags and the special ids. */
+ * wrappers over text/tokenizer.h that add the file loader, the encode flags
+ * and the special ids. og_tokenizer_from_model, which needs a loaded model,
+ * is in src/engine/model_tokenizer.c: text sits below the executor. */
 #include "text/tokenizer.h"
 
 #include "core/core.h"
@@ -9,9 +10,7 @@
 
 #include <string.h>
 
-/* Loads tokenizer.json text and, when config is non-NULL, the config text;
- * `where` names their origin in a message. */
-static og_status load_texts(const char *json, const char *config, const char *where, og_tokenizer **out) {
+og_status og_tokenizer_from_texts(const char *json, const char *config, const char *where, og_tokenizer **out) {
     og_tokenizer *t = NULL;
     og_status rc = og_tokenizer_load_json(json, &t);
     if (rc == OG_OK && config) rc = og_tokenizer_load_config(t, config);
@@ -23,20 +22,6 @@ static og_status load_texts(const char *json, const char *config, const char *wh
     return OG_OK;
 }
 
-og_status og_tokenizer_from_model(const og_model *m, og_tokenizer **out) {
-    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_from_model: NULL out");
-    *out = NULL;
-    if (!m) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_from_model: NULL model");
-    const char *json = og_model_tokenizer_json(m);
-    if (!json) {
-        const char *why = og_model_no_tokenizer_reason(m);
-        return og_set_error(OG_ERR_UNSUPPORTED, "og_tokenizer_from_model: the model's program has no tokenizer%s%s "
-                            "(export it from a checkpoint folder that has tokenizer.json)", why ? ": " : "",
-                            why ? why : "");
-    }
-    return load_texts(json, og_model_tokenizer_config(m), "the model's program", out);
-}
-
 og_status og_tokenizer_from_file(const char *tokenizer_json_path, const char *config_path, og_tokenizer **out) {
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_from_file: NULL out");
     *out = NULL;
@@ -45,7 +30,7 @@ og_status og_tokenizer_from_file(const char *tokenizer_json_path, const char *co
     char *json = NULL, *config = NULL;
     og_status rc = og_read_text_file(tokenizer_json_path, &json, NULL);
     if (rc == OG_OK && config_path) rc = og_read_text_file(config_path, &config, NULL);
-    if (rc == OG_OK) rc = load_texts(json, config, tokenizer_json_path, out);
+    if (rc == OG_OK) rc = og_tokenizer_from_texts(json, config, tokenizer_json_path, out);
     og_free(json);
     og_free(config);
     return rc;
