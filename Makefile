@@ -41,12 +41,12 @@ test-sanitize: deps
 # and the thread pool's (test_threadpool: concurrent and nested callers,
 # random delays), built with ThreadSanitizer (gcc, CPU only); any report
 # fails the run.
-TSAN_TESTS = test_threads test_batch test_threadpool
+TSAN_TESTS = test_threads test_batch test_threadpool test_engine
 test-tsan: deps
 	@CC=gcc cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DOG_SANITIZE=thread -DOG_CUDA=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '^test_(threads|batch|threadpool)$$'
+	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '^test_(threads|batch|threadpool|engine)$$'
 
 # Everything (library, tool, tests, benchmarks, the CUDA back end's C files
 # when nvcc is found) compiled with clang, warnings as errors: the code must

@@ -55,7 +55,8 @@ typedef enum og_status {
     OG_ERR_UNSUPPORTED,      /* valid input this build cannot handle       */
     OG_ERR_STATE,            /* a call out of order (commit w/o prepare)   */
     OG_ERR_BACKEND,          /* a device/back-end call failed              */
-    OG_ERR_NO_DEVICE         /* the requested device is not present        */
+    OG_ERR_NO_DEVICE,        /* the requested device is not present        */
+    OG_ERR_BUSY              /* no room now (a full queue): retry later    */
 } og_status;
 
 /* Returns a static string naming the status; never NULL. */
@@ -1004,6 +1005,216 @@ OG_API og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const ch
 /* Gives out what is held back (an incomplete character as U+FFFD) and
  * starts the stream over; *text as for push. */
 OG_API og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
+
+/* ------------------------------------------------------------ the engine */
+
+/* One loaded model serving many requests: the one generation path of every
+ * front end (offgraph run, chat, serve, bench --sessions, the Python
+ * binding). The engine owns the policy around the model:
+ *  - the prompt: text is tokenized by the tokenizer's own rule
+ *    (og_tokenize with OG_TOKENIZE_ADD_SPECIAL | OG_TOKENIZE_PARSE_SPECIAL:
+ *    the post-processor's BOS and the like; without add_special only
+ *    PARSE_SPECIAL); chat messages are rendered by the model's chat template
+ *    (its BOS written by the template) and tokenized with PARSE_SPECIAL;
+ *    token ids are taken as given;
+ *  - what ends a generation: og_tokenizer_stop_ids (unless ignore_eos), the
+ *    request's stop strings (never part of the text), max_tokens, the
+ *    model's context;
+ *  - the ids a sampler never draws (those the tokenizer does not know: a
+ *    padded vocabulary), the sampler chain of og_sampler_params, and an
+ *    optional constraint hook before it;
+ *  - the prefix cache (a prompt that starts like an earlier one forks its
+ *    cached rows and reads only the rest);
+ *  - budgets and admission: max_sessions requests generate at once, their
+ *    KV under kv_budget; the others wait in a queue of max_queue;
+ *  - the continuous-batching scheduler: one thread per engine steps every
+ *    running request together through og_model_step, a decode row for each
+ *    generating request and prompt chunks of new ones beside them under a
+ *    row budget; a request joins at the next step and leaves when it ends.
+ *
+ * Thread safety: every og_engine_* call may come from any thread at any
+ * time, one engine serving many threads. A request's og_request_next and
+ * og_request_destroy come from one thread at a time (its owner);
+ * og_request_cancel and og_request_backlog from any thread. Every request
+ * must be destroyed before its engine. */
+typedef struct og_engine og_engine;
+typedef struct og_request og_request;
+
+typedef struct og_engine_params {
+    og_session_params session;  /* KV dtype (and allocator) of every session  */
+    int32_t max_sessions;       /* requests generating at once (64)           */
+    int32_t max_queue;          /* requests waiting to start (256); past it a
+                                   submit is refused with OG_ERR_BUSY          */
+    int64_t kv_budget;          /* KV bytes all sessions (and the prefix
+                                   cache) may hold; 0: no bound               */
+    int64_t prefix_cache_bytes; /* KV bytes of finished requests' prompts kept
+                                   for prefix reuse (1 GiB; 0: off); counted
+                                   in kv_budget and evicted before a request
+                                   waits for memory                           */
+    int32_t chunk;              /* prompt tokens per step of one request (256) */
+    int32_t step_rows;          /* rows (tokens) per batched step, all requests
+                                   together (512)                              */
+    uint64_t seed;              /* base of the seeds of requests that give
+                                   none; 0: from the clock                     */
+    double test_step_delay_s;   /* tests only: a pause after every batched
+                                   step, as a slower model would take (0)     */
+} og_engine_params;
+OG_API og_engine_params og_engine_default_params(void);
+
+/* An engine over model m, and tok its tokenizer (NULL: requests of token ids
+ * only, no text out, no stop ids or strings). Both are borrowed and must
+ * outlive the engine; the model's sessions are the engine's from now on
+ * (other threads may still use sessions of their own). Starts the
+ * scheduler's thread. On success *out is owned by the caller:
+ * og_engine_destroy. Refused: NULL m or out, a parameter out of range
+ * (OG_ERR_INVALID_ARGUMENT), no memory; og_last_error() says which. */
+OG_API og_status og_engine_create(og_model *m, og_tokenizer *tok, const og_engine_params *p, og_engine **out);
+/* Stops it (og_engine_stop with no grace), joins its thread and frees it.
+ * NULL is a no-op. */
+OG_API void og_engine_destroy(og_engine *e);
+/* Takes no new requests (a submit is refused with OG_ERR_STATE from now on),
+ * ends the waiting ones (finish ERROR, status OG_ERR_STATE), gives the
+ * running ones up to grace_s seconds to finish, then cancels them (finish
+ * ERROR, status OG_ERR_STATE), and returns when none is left running. */
+OG_API void og_engine_stop(og_engine *e, double grace_s);
+/* The largest number of tokens one session holds (the model's context:
+ * og_kv_config.max_capacity). */
+OG_API int64_t og_engine_context(const og_engine *e);
+
+typedef enum og_prompt_kind {
+    OG_PROMPT_TEXT = 0, /* text: tokenized by the tokenizer's rule        */
+    OG_PROMPT_TOKENS,   /* token ids, taken as given                      */
+    OG_PROMPT_CHAT      /* messages through the model's chat template     */
+} og_prompt_kind;
+
+/* A message of a conversation (its strings borrowed for the call). */
+typedef struct og_chat_message {
+    const char *role;    /* "system", "user", "assistant", ...            */
+    const char *content;
+} og_chat_message;
+
+/* How a request ended. */
+typedef enum og_finish_reason {
+    OG_FINISH_NONE = 0, /* it goes on                                        */
+    OG_FINISH_STOP,     /* a stop id or a stop string ended it               */
+    OG_FINISH_LENGTH,   /* max_tokens tokens, or the model's context is full */
+    OG_FINISH_CANCELLED,/* og_request_cancel / og_request_destroy            */
+    OG_FINISH_ERROR     /* it failed: og_request_output.status and .error    */
+} og_finish_reason;
+
+/* An optional constraint (e.g. a grammar): called on the engine's thread
+ * before each token of the request is drawn, with the tokens it generated
+ * so far and the logits of the next one, which it may change (set a token's
+ * logit to -INFINITY to rule it out). It must not call the engine. */
+typedef void (*og_constraint_fn)(void *ctx, const int32_t *generated, int64_t n_generated, float *logits,
+                                 int64_t vocab);
+
+#define OG_MAX_TOP_LOGPROBS 20
+
+/* One generated token's log-probabilities (natural log, over the whole
+ * vocabulary, from the logits it was drawn from after the constraint) and
+ * the n_top most likely tokens' (ties: the lower id first). */
+typedef struct og_token_logprob {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t top[OG_MAX_TOP_LOGPROBS];
+    float top_logprob[OG_MAX_TOP_LOGPROBS];
+} og_token_logprob;
+
+typedef struct og_request_params {
+    og_prompt_kind kind;
+    const char *text;              /* TEXT: NUL-terminated UTF-8               */
+    bool add_special;              /* TEXT: the special tokens the tokenizer's
+                                      rule adds (BOS...); default true         */
+    const int32_t *tokens;         /* TOKENS: [n_tokens] ids of the model's vocabulary */
+    int64_t n_tokens;
+    const og_chat_message *messages; /* CHAT: [n_messages]                    */
+    int32_t n_messages;
+    bool add_generation_prompt;    /* CHAT: end with what opens the assistant's
+                                      reply (default true)                     */
+    const char *template_vars_json;/* CHAT: a JSON object of extra template
+                                      variables (booleans, e.g.
+                                      {"enable_thinking": false}), or NULL     */
+    og_sampler_params sampling;    /* seed 0: the engine picks one            */
+    int64_t max_tokens;            /* most tokens to generate; 0: until the
+                                      context is full (or as many as one
+                                      request may hold under kv_budget). More
+                                      than the context leaves is allowed: the
+                                      request ends there (finish LENGTH)       */
+    const char *const *stop;       /* [n_stop] stop strings ("" ignored)      */
+    int32_t n_stop;
+    bool ignore_eos;               /* no stop ids: generate max_tokens (bench) */
+    int32_t logprobs;              /* -1: none; 0..OG_MAX_TOP_LOGPROBS: each
+                                      token's log-probability and that many
+                                      alternatives                             */
+    og_constraint_fn constraint;   /* NULL: none                               */
+    void *constraint_ctx;
+} og_request_params;
+/* TEXT, add_special and add_generation_prompt true, og_sampler_default_params,
+ * max_tokens 0, no stops, logprobs -1, no constraint. */
+OG_API og_request_params og_request_default_params(void);
+
+/* Prepares the prompt (on the calling thread: tokenizing, rendering a chat)
+ * and queues the request. Everything p points to is copied. On success *out
+ * is owned by the caller: og_request_destroy. Refused before anything is
+ * queued, *out NULL, with og_last_error() naming what is wrong:
+ *   OG_ERR_BUSY: max_sessions run, the request cannot start now and the
+ *     queue holds max_queue already: retry later;
+ *   OG_ERR_STATE: the engine is stopping;
+ *   OG_ERR_CAPACITY: the prompt is longer than the context, or the prompt
+ *     and max_tokens need more KV than the whole kv_budget (the message
+ *     names the bytes and the budget);
+ *   OG_ERR_INVALID_ARGUMENT: NULL arguments, an empty prompt, an id outside
+ *     the vocabulary, text or chat without a tokenizer, a chat the template
+ *     refuses (its raise_exception message), bad template variables, a
+ *     negative max_tokens, logprobs out of range;
+ *   OG_ERR_FORMAT: the model's chat template does not parse (naming the
+ *     line); OG_ERR_UNSUPPORTED: the tokenizer's rule cannot be applied;
+ *   OG_ERR_OUT_OF_MEMORY. */
+OG_API og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request **out);
+
+/* What a request produced since the previous og_request_next. */
+typedef struct og_request_output {
+    const char *text;              /* new text (NUL-terminated; final: a stop
+                                      string is never in it), valid until the
+                                      next call on the request                */
+    size_t n_text;
+    const int32_t *tokens;         /* new generated ids (stop ids excluded)   */
+    int32_t n_tokens;
+    const og_token_logprob *logprobs; /* one per new token, when asked       */
+    int32_t n_logprobs;
+    og_finish_reason finish;       /* NONE while it runs                      */
+    og_status status;              /* finish ERROR: why (OG_ERR_OUT_OF_MEMORY:
+                                      memory ran out and may come back;
+                                      OG_ERR_STATE: the engine stopped)        */
+    char error[256];               /* finish ERROR: the message               */
+    int64_t prompt_tokens;         /* the prompt's tokens                     */
+    int64_t reused_tokens;         /* of them, taken from the prefix cache    */
+    int64_t completion_tokens;     /* generated so far (stop ids not counted) */
+    double t_submit, t_first_token, t_end; /* seconds of CLOCK_MONOTONIC; 0: not yet */
+} og_request_output;
+
+/* Waits until the request has new output or has ended, or timeout_s seconds
+ * (< 0: no limit; 0: only looks), and gives out what is new. Once it has
+ * ended, every call returns at once with finish set and nothing new. OG_OK
+ * in every case but NULL arguments. */
+OG_API og_status og_request_next(og_request *r, og_request_output *out, double timeout_s);
+/* Asks the request to end (finish CANCELLED) at the engine's next step,
+ * which frees its session; a no-op once it has ended. Any thread. */
+OG_API void og_request_cancel(og_request *r);
+/* Output not yet taken by og_request_next: its bytes (text, tokens and
+ * log-probabilities) and when the oldest of it was produced (0: none).
+ * Any thread: e.g. a server that cancels a request whose client stopped
+ * reading. */
+OG_API void og_request_backlog(og_request *r, size_t *bytes, double *oldest);
+/* Cancels it if it still runs and frees the handle. NULL is a no-op. */
+OG_API void og_request_destroy(og_request *r);
+
+/* The engine's figures as Prometheus text (offgraph_requests_running,
+ * _waiting, sessions, KV bytes, tokens, prefix cache, steps, requests by
+ * outcome). Owned by the caller: og_free; NULL without memory. */
+OG_API char *og_engine_metrics_text(og_engine *e);
 
 #ifdef __cplusplus
 }

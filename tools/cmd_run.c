@@ -11,7 +11,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: offgraph run [-m <program>] (-p <prompt> | -p - | -f <file>) [-n N] [--stop S]...\n"
-               "                    [sampling options] [--stats]\n\n"
+               "                    [sampling options] [--stats] [--show-prompt-ids]\n\n"
                "Continues the prompt (as plain text: no chat template; the special tokens the\n"
                "tokenizer adds, such as BOS, are added unless --no-special, as `offgraph tokenize`\n"
                "and /v1/completions add them) and prints the generated text as it is produced,\n"
@@ -21,7 +21,9 @@ static void usage(FILE *f) {
                "  -f, --file <file>        read the prompt from a file (as it is, newline included)\n"
                "  --stop <string>          end before this text (never printed); repeatable, up to %d\n"
                "  --stats                  end with one line of JSON on standard error: token counts,\n"
-               "                           speeds, KV bytes, finish reason (stop or length)\n",
+               "                           speeds, KV bytes, finish reason (stop or length)\n"
+               "  --show-prompt-ids        first print the token ids the prompt is fed as, one line\n"
+               "                           of JSON on standard error ({\"prompt_ids\": [...]})\n",
             MAX_STOP_STRINGS);
     og_gen_options_usage(f);
 }
@@ -45,7 +47,7 @@ int og_cmd_run(int argc, char **argv) {
     const char *prompt_arg = NULL, *file = NULL;
     const char *stops[MAX_STOP_STRINGS];
     int32_t n_stops = 0;
-    bool stats = false;
+    bool stats = false, show_ids = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = og_gen_parse_option("run", argc, argv, &i, &o);
@@ -69,6 +71,8 @@ int og_cmd_run(int argc, char **argv) {
             if (*v) stops[n_stops++] = v;
         } else if (!strcmp(a, "--stats")) {
             stats = true;
+        } else if (!strcmp(a, "--show-prompt-ids")) {
+            show_ids = true;
         } else {
             fprintf(stderr, "offgraph run: unknown option \"%s\"\n", a);
             usage(stderr);
@@ -105,6 +109,12 @@ int og_cmd_run(int argc, char **argv) {
     g.stop_strings = stops;
     g.n_stop_strings = n_stops;
     if (!og_gen_encode("run", &g, prompt, true, &ids, &n)) goto done;
+    if (show_ids) {
+        fputs("{\"prompt_ids\": [", stderr);
+        for (int64_t i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? ", " : "", (int)ids[i]);
+        fputs("]}\n", stderr);
+        fflush(stderr);
+    }
     if (n == 0) {
         fprintf(stderr, "offgraph run: the prompt is empty (it gives no tokens)\n");
         goto done;

@@ -39,7 +39,8 @@ ABI_MAJOR = 0
 # og_status, in the order of the enum
 _STATUS_NAMES = ["OG_OK", "OG_ERR_INVALID_ARGUMENT", "OG_ERR_OUT_OF_MEMORY", "OG_ERR_INVALID_CONFIG",
                  "OG_ERR_WRITE_TOO_WIDE", "OG_ERR_CAPACITY", "OG_ERR_POSITION", "OG_ERR_UNBOUND", "OG_ERR_IO",
-                 "OG_ERR_FORMAT", "OG_ERR_UNSUPPORTED", "OG_ERR_STATE", "OG_ERR_BACKEND", "OG_ERR_NO_DEVICE"]
+                 "OG_ERR_FORMAT", "OG_ERR_UNSUPPORTED", "OG_ERR_STATE", "OG_ERR_BACKEND", "OG_ERR_NO_DEVICE",
+                 "OG_ERR_BUSY"]
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}

@@ -19,6 +19,7 @@ const char *og_status_str(og_status s) {
     case OG_ERR_STATE: return "call out of order";
     case OG_ERR_BACKEND: return "back-end failure";
     case OG_ERR_NO_DEVICE: return "no device";
+    case OG_ERR_BUSY: return "busy";
     }
     return "unknown status";
 }

@@ -1,9 +1,9 @@
-/* The OpenAI request bodies: fields, their types and bounds, the prompt
- * (text, token ids, or chat messages through the model's chat format). */
+/* The OpenAI request bodies: fields, their types and bounds, and the
+ * prompt as the body gives it (text, token ids, or chat messages); the
+ * engine turns it into tokens (og_engine_submit). */
 #include "serve/api.h"
 
 #include "core/core.h"
-#include "text/chat_template.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -56,23 +56,6 @@ static bool boolean(const cJSON *root, const char *name, bool *out, og_api_error
     return true;
 }
 
-/* A text prompt's ids. A completion's prompt gets the special tokens the
- * tokenizer's rule adds (og_tokenize's ADD_SPECIAL, as `offgraph run`); a
- * rendered chat gets none (the template writes its own BOS), as
- * transformers' apply_chat_template(tokenize=True). Special tokens written
- * in the text are parsed in both. */
-static bool encode(const og_serve_ctx *c, const char *text, bool add_special, og_api_request *q, og_api_error *e,
-                   const char *param) {
-    int32_t *ids = NULL;
-    int64_t n = 0;
-    unsigned flags = OG_TOKENIZE_PARSE_SPECIAL | (add_special ? OG_TOKENIZE_ADD_SPECIAL : 0u);
-    if (og_tokenize(c->tok, text, strlen(text), flags, &ids, &n) != OG_OK)
-        return fail(e, 500, "server_error", NULL, param, "cannot tokenize the prompt: %s", og_last_error());
-    q->prompt = ids;
-    q->n_prompt = n;
-    return true;
-}
-
 /* Appends text to a growable string; false without memory. */
 static bool cat(char **s, size_t *n, size_t *cap, const char *t) {
     size_t k = strlen(t);
@@ -120,80 +103,54 @@ static bool content_text(const cJSON *msg, int i, char **out, og_api_error *e) {
     return true;
 }
 
-/* The whole conversation rendered with the model's chat template (plain
- * text without one), ending with what opens the assistant's reply. Developer
- * messages are system messages. chat_template_kwargs, when given, holds
- * boolean variables of the template (e.g. {"enable_thinking": false}). A
- * template's own refusal (raise_exception) is a 400 with its message. */
-static bool render_chat(const og_serve_ctx *c, const cJSON *messages, const cJSON *kwargs, char **out,
-                        og_api_error *e) {
+/* The conversation's messages, for the model's chat template (the engine
+ * renders it). Developer messages are system messages. chat_template_kwargs,
+ * when given, holds boolean variables of the template (e.g.
+ * {"enable_thinking": false}); it goes to the engine as JSON. */
+static bool chat_messages(const cJSON *messages, const cJSON *kwargs, og_api_request *q, og_api_error *e) {
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) < 1)
         return BAD(e, "messages", "'messages' must be a non-empty array");
     int n = cJSON_GetArraySize(messages);
-    og_chat_flag flags[16];
-    size_t n_flags = 0;
     if (kwargs) {
         if (!cJSON_IsObject(kwargs)) return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         const cJSON *k;
+        int n_flags = 0;
         cJSON_ArrayForEach(k, kwargs) {
             if (!cJSON_IsBool(k))
                 return BAD(e, "chat_template_kwargs", "'chat_template_kwargs': only boolean values are supported "
                            "('%s' is not one)", k->string);
-            if (n_flags == sizeof flags / sizeof *flags)
-                return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' has more than %zu entries",
-                           sizeof flags / sizeof *flags);
-            flags[n_flags++] = (og_chat_flag){k->string, cJSON_IsTrue(k)};
+            if (++n_flags > 16)
+                return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' has more than %d entries", 16);
         }
+        if (!(q->template_vars_json = cJSON_PrintUnformatted(kwargs)))
+            return fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
-    og_chat_message *msgs = og_calloc((size_t)n, sizeof *msgs);
-    char **texts = og_calloc((size_t)n, sizeof *texts);
-    bool ok = msgs && texts, any_user = false;
-    if (!ok) fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!(q->messages = og_calloc((size_t)n, sizeof *q->messages)))
+        return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    bool any_user = false;
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
-        if (!ok) break;
         char param[64];
         snprintf(param, sizeof param, "messages[%d].role", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            ok = BAD(e, param, "each message must be an object with a string 'role'");
-            break;
-        }
-        if (!(ok = content_text(m, i, &texts[i], e))) break;
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            return BAD(e, param, "each message must be an object with a string 'role'");
         const char *r = role->valuestring;
-        if (!strcmp(r, "developer")) r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            ok = BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant)", r);
-            break;
-        }
-        any_user |= !strcmp(r, "user");
-        msgs[i] = (og_chat_message){r, texts[i]};
-        i++;
+        static const char *const roles[] = {"system", "user", "assistant"};
+        const char *known = NULL;
+        if (!strcmp(r, "developer")) known = roles[0];
+        for (int k = 0; k < 3 && !known; k++)
+            if (!strcmp(r, roles[k])) known = roles[k];
+        if (!known) return BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant)", r);
+        char *text = NULL;
+        if (!content_text(m, i, &text, e)) return false;
+        any_user |= known == roles[1];
+        q->messages[i] = (og_chat_message){known, text};
+        q->n_messages = ++i;
     }
-    if (ok && !any_user) ok = BAD(e, "messages", "'messages' has no user message");
-    og_chat_template *own = NULL;
-    const og_chat_template *t = c->chat;
-    if (ok && !t && og_chat_template_new(og_tokenizer_chat_template(c->tok), OG_CHAT_PLAIN, &own) != OG_OK)
-        ok = fail(e, 500, "server_error", NULL, NULL, "the model's %s", og_last_error());
-    if (!t) t = own;
-    if (ok) {
-        int32_t bos = og_tokenizer_bos_id(c->tok);
-        const int32_t *eos;
-        og_chat_request req = {
-            .messages = msgs, .n_messages = (size_t)i, .add_generation_prompt = true,
-            .bos_token = bos >= 0 ? og_tokenizer_token_text(c->tok, bos) : NULL,
-            .eos_token = og_tokenizer_eos_ids(c->tok, &eos) > 0 ? og_tokenizer_token_text(c->tok, eos[0]) : NULL,
-            .flags = flags, .n_flags = n_flags};
-        og_status st = og_chat_template_render(t, &req, out);
-        if (st == OG_ERR_OUT_OF_MEMORY) ok = fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        else if (st != OG_OK) ok = BAD(e, "messages", "%s", og_last_error());
-    }
-    og_chat_template_free(own);
-    for (int k = 0; texts && k < n; k++) og_free(texts[k]);
-    og_free(texts);
-    og_free(msgs);
-    return ok;
+    if (!any_user) return BAD(e, "messages", "'messages' has no user message");
+    return true;
 }
 
 /* The prompt of /v1/completions: a string, one string in an array, token
@@ -202,12 +159,15 @@ static bool completion_prompt(const og_serve_ctx *c, const cJSON *p, og_api_requ
     if (!p) return BAD(e, "prompt", "'prompt' is required");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
-    if (cJSON_IsString(p)) return encode(c, p->valuestring, true, q, e, "prompt");
+    if (cJSON_IsString(p)) {
+        if (!*p->valuestring) return BAD(e, "prompt", "the prompt is empty (it gives no tokens)");
+        return (q->text = og_strdup(p->valuestring)) || fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
     if (!cJSON_IsArray(p))
         return BAD(e, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
     if (cJSON_GetArraySize(p) == 0) return BAD(e, "prompt", "'prompt' is empty");
     int n = cJSON_GetArraySize(p);
-    if (!(q->prompt = og_calloc((size_t)n, sizeof *q->prompt))) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!(q->tokens = og_calloc((size_t)n, sizeof *q->tokens))) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, p) {
@@ -215,16 +175,49 @@ static bool completion_prompt(const og_serve_ctx *c, const cJSON *p, og_api_requ
             t->valuedouble >= (double)c->vocab)
             return BAD(e, "prompt", "'prompt' (an array) must hold one string or token ids in [0, %lld); element %d is not",
                        (long long)c->vocab, i);
-        q->prompt[i++] = (int32_t)t->valuedouble;
+        q->tokens[i++] = (int32_t)t->valuedouble;
     }
-    q->n_prompt = n;
+    q->n_tokens = n;
     return true;
 }
 
 void og_api_request_free(og_api_request *q) {
-    og_free(q->prompt);
+    og_free(q->text);
+    og_free(q->tokens);
+    for (int32_t i = 0; q->messages && i < q->n_messages; i++) og_free((char *)q->messages[i].content);
+    og_free(q->messages);
+    cJSON_free(q->template_vars_json);
     for (int32_t i = 0; i < q->n_stops; i++) og_free(q->stops[i]);
     memset(q, 0, sizeof *q);
+}
+
+og_request_params og_api_request_params(const og_api_request *q) {
+    og_request_params p = og_request_default_params();
+    if (q->chat) {
+        p.kind = OG_PROMPT_CHAT;
+        p.messages = q->messages;
+        p.n_messages = q->n_messages;
+        p.template_vars_json = q->template_vars_json;
+    } else if (q->text) {
+        p.kind = OG_PROMPT_TEXT;
+        p.text = q->text;
+        p.add_special = true; /* the tokenizer's rule, as offgraph run */
+    } else {
+        p.kind = OG_PROMPT_TOKENS;
+        p.tokens = q->tokens;
+        p.n_tokens = q->n_tokens;
+    }
+    p.sampling = q->sampling;
+    /* the engine picks a seed for 0: a request that asks for seed 0 gets a
+     * fixed one of its own, so that it repeats */
+    if (q->has_seed && p.sampling.seed == 0) p.sampling.seed = 0x9E3779B97F4A7C15ull;
+    if (!q->has_seed) p.sampling.seed = 0;
+    p.max_tokens = q->max_tokens;
+    p.stop = (const char *const *)q->stops;
+    p.n_stop = q->n_stops;
+    p.ignore_eos = q->ignore_eos;
+    p.logprobs = q->logprobs;
+    return p;
 }
 
 bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat, og_api_request *q,
@@ -258,8 +251,8 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
         goto done;
     }
     double max_tokens = -1;
-    if (!number(root, "max_tokens", 0, 1e12, true, &max_tokens, e)) goto done;
-    if (chat && !number(root, "max_completion_tokens", 0, 1e12, true, &max_tokens, e)) goto done;
+    if (!number(root, "max_tokens", 1, 1e12, true, &max_tokens, e)) goto done;
+    if (chat && !number(root, "max_completion_tokens", 1, 1e12, true, &max_tokens, e)) goto done;
     v = q->sampling.temperature;
     if (!number(root, "temperature", 0, 2, false, &v, e)) goto done;
     q->sampling.temperature = (float)v;
@@ -346,38 +339,19 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
         if (!number(root, "logprobs", 0, OG_API_MAX_TOP_LOGPROBS, true, &v, e)) goto done;
         q->logprobs = (int32_t)v;
     }
+    q->chat = chat;
     if (chat) {
-        char *text = NULL;
-        if (!render_chat(c, field(root, "messages"), field(root, "chat_template_kwargs"), &text, e)) goto done;
-        bool enc = encode(c, text, false, q, e, "messages");
-        og_free(text);
-        if (!enc) goto done;
+        if (!chat_messages(field(root, "messages"), field(root, "chat_template_kwargs"), q, e)) goto done;
     } else if (!completion_prompt(c, field(root, "prompt"), q, e)) {
         goto done;
     }
-    const char *pname = chat ? "messages" : "prompt";
-    if (q->n_prompt == 0) {
-        BAD(e, pname, "the prompt is empty (it gives no tokens)");
-        goto done;
-    }
-    if (q->n_prompt > c->ctx) {
-        fail(e, 400, "invalid_request_error", "context_length_exceeded", pname,
-             "This model's maximum context length is %lld tokens; the prompt has %lld tokens",
-             (long long)c->ctx, (long long)q->n_prompt);
-        goto done;
-    }
-    /* a prompt of n tokens leaves room for ctx - n + 1 more (the last one drawn is never fed) */
-    const int64_t room = c->ctx - q->n_prompt + 1;
+    /* absent: 16 tokens for a completion (OpenAI's default), to the end of
+       the context (the engine's 0) for a chat */
     q->max_tokens_given = max_tokens >= 0;
-    q->max_tokens = max_tokens >= 0 ? (int64_t)max_tokens : chat ? room : (room < 16 ? room : 16);
+    q->max_tokens = max_tokens >= 0 ? (int64_t)max_tokens : chat ? 0 : 16;
     ok = true;
 done:
     cJSON_Delete(root);
-    if (!ok) {
-        og_free(q->prompt);
-        for (int32_t i = 0; i < q->n_stops; i++) og_free(q->stops[i]);
-        q->prompt = NULL;
-        q->n_stops = 0;
-    }
+    if (!ok) og_api_request_free(q);
     return ok;
 }

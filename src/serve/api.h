@@ -4,7 +4,6 @@
 #ifndef OG_SERVE_API_H
 #define OG_SERVE_API_H
 
-#include "text/tokenizer.h"
 #include "offgraph.h"
 
 #include <cjson/cJSON.h>
@@ -17,14 +16,8 @@
 
 /* What parsing needs to know of the served model. */
 typedef struct og_serve_ctx {
-    const og_tokenizer *tok;
     const char *model_id;
-    int64_t vocab;
-    int64_t ctx;      /* the most tokens a session holds */
-    int chat_format;  /* og_chat_format */
-    /* the model's chat template parsed once (rendering reads it only, so
-     * request threads share it); NULL: parsed for each request */
-    const struct og_chat_template *chat;
+    int64_t vocab;    /* token ids of a prompt are in [0, vocab) */
 } og_serve_ctx;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
@@ -36,12 +29,19 @@ typedef struct og_api_error {
     char message[512];
 } og_api_error;
 
+/* A request as the body gives it; the prompt is the engine's to turn into
+ * tokens (og_engine_submit: the one prompt policy). */
 typedef struct og_api_request {
-    int32_t *prompt;  /* [n_prompt], owned: og_api_request_free */
-    int64_t n_prompt;
+    bool chat;                  /* /v1/chat/completions */
+    char *text;                 /* completions: a text prompt (owned), or NULL */
+    int32_t *tokens;            /* completions: token ids (owned), or NULL */
+    int64_t n_tokens;
+    og_chat_message *messages;  /* chat: [n_messages]; roles static, contents owned */
+    int32_t n_messages;
+    char *template_vars_json;   /* chat: chat_template_kwargs as JSON (owned), or NULL */
     og_sampler_params sampling; /* the library's defaults where a field is absent */
     bool has_seed;
-    int64_t max_tokens;         /* given, or the default (16; chat: to the context) */
+    int64_t max_tokens;         /* given, or the default (16; chat: 0, to the context) */
     bool max_tokens_given;
     char *stops[OG_API_MAX_STOPS]; /* owned */
     int32_t n_stops;
@@ -55,6 +55,8 @@ typedef struct og_api_request {
  * model, 500 when out of memory); *q then holds nothing. */
 bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat, og_api_request *q,
                   og_api_error *e);
+/* The engine's request for q (borrowing q's strings and arrays). */
+og_request_params og_api_request_params(const og_api_request *q);
 void og_api_request_free(og_api_request *q);
 
 #endif /* OG_SERVE_API_H */

@@ -5,7 +5,9 @@
  * guard (below) gives every connection deadlines that bytes do not extend:
  * for its request's headers, its body, and the output it has not read. */
 #include "serve/api.h"
-#include "serve/sched.h"
+#include "serve/server.h"
+
+#include "text/textgen.h"
 
 #include "core/core.h"
 
@@ -58,6 +60,28 @@ static void buf_event(buf *b, cJSON *j) {
     buf_add(b, s, strlen(s));
     buf_add(b, "\n\n", 2);
     cJSON_free(s);
+}
+
+/* ------------------------------------------------------------ a request's handle */
+
+/* A request's handle shared by its response and, while it streams, the
+ * connection guard: the last of them to let go destroys the request. refs
+ * and t_sending under s->lock. */
+typedef struct sreq {
+    og_request *r;
+    int refs;
+    double t_sending; /* when the oldest output libmicrohttpd holds for the
+                         socket was produced; 0: none */
+} sreq;
+
+static void sreq_release(og_server *s, sreq *q) {
+    if (!q) return;
+    pthread_mutex_lock(&s->lock);
+    const bool last = --q->refs == 0;
+    pthread_mutex_unlock(&s->lock);
+    if (!last) return;
+    og_request_destroy(q->r);
+    og_free(q);
 }
 
 /* ------------------------------------------------------------ the connection guard
@@ -114,7 +138,7 @@ typedef struct guard_conn {
                           request is closed without a 408 (an idle
                           keep-alive connection has nothing to answer) */
     bool closed;       /* the guard ended it */
-    og_req *r;         /* STREAMING: a reference to its request */
+    sreq *r;           /* STREAMING: a reference to its request */
 } guard_conn;
 
 enum { GUARD_T_HEADERS, GUARD_T_BODY, GUARD_T_WRITE, GUARD_T_UNSENT, GUARD_T_KINDS };
@@ -222,19 +246,19 @@ static void guard_check(og_server *s, og_http_guard *g, double now) {
             g->timeouts[GUARD_T_WRITE]++;
             break;
         case GUARD_STREAMING: {
-            og_req *r = c->r;
+            sreq *q = c->r;
+            size_t unsent = 0;
+            double oldest = 0;
+            og_request_backlog(q->r, &unsent, &oldest);
             pthread_mutex_lock(&s->lock);
-            double oldest = r->t_pending;
-            if (r->t_sending && (!oldest || r->t_sending < oldest)) oldest = r->t_sending;
-            const size_t unsent = r->n_text + (size_t)r->n_lps * sizeof *r->lps;
+            const double sending = q->t_sending;
+            pthread_mutex_unlock(&s->lock);
+            if (sending && (!oldest || sending < oldest)) oldest = sending;
             int kind = -1;
             if (unsent > OG_HTTP_MAX_UNSENT) kind = GUARD_T_UNSENT;
             else if (oldest && now - oldest > p->write_timeout_s) kind = GUARD_T_WRITE;
-            if (kind >= 0 && r->state != OG_REQ_DONE) {
-                r->cancelled = true; /* the scheduler frees its session at its next step */
-                pthread_cond_signal(&s->sched_cond);
-            }
-            pthread_mutex_unlock(&s->lock);
+            /* the engine frees its session at its next step (a no-op when it ended) */
+            if (kind >= 0) og_request_cancel(q->r);
             if (kind < 0) break;
             guard_expire(c, NULL);
             g->timeouts[kind]++;
@@ -298,9 +322,9 @@ static void guard_notify(void *cls, struct MHD_Connection *mc, void **socket_con
     else g->head = c->next;
     if (c->next) c->next->prev = c->prev;
     g->open--;
-    og_req *r = c->r;
+    sreq *r = c->r;
     pthread_mutex_unlock(&g->mu);
-    if (r) og_req_release(s, r);
+    sreq_release(s, r);
     og_free(c);
     *socket_context = NULL;
 }
@@ -312,7 +336,7 @@ static guard_conn *guard_of(struct MHD_Connection *mc) {
 
 /* Moves c to phase ph (r: STREAMING's request, referenced here). False when
  * the guard has ended the connection: the caller gives up on it. */
-static bool guard_enter(og_server *s, guard_conn *c, guard_phase ph, og_req *r) {
+static bool guard_enter(og_server *s, guard_conn *c, guard_phase ph, sreq *r) {
     if (!c) return true;
     og_http_guard *g = s->guard;
     if (r) {
@@ -322,13 +346,13 @@ static bool guard_enter(og_server *s, guard_conn *c, guard_phase ph, og_req *r) 
     }
     pthread_mutex_lock(&g->mu);
     const bool ok = !c->closed;
-    og_req *old = c->r;
+    sreq *old = c->r;
     c->phase = ph;
     c->since = og_time_now();
     c->received = 0;
     c->r = r;
     pthread_mutex_unlock(&g->mu);
-    if (old) og_req_release(s, old);
+    sreq_release(s, old);
     return ok;
 }
 
@@ -498,85 +522,88 @@ static bool client_gone(struct MHD_Connection *c) {
     return false;
 }
 
-/* Waits until r has output or has ended. False when the client left: r is
- * then cancelled. */
-static bool wait_output(og_server *s, og_req *r, struct MHD_Connection *c) {
-    pthread_mutex_lock(&s->lock);
-    while (r->n_text == 0 && r->n_lps == 0 && r->state != OG_REQ_DONE) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&r->cond, &s->lock, &ts) != 0) {
-            pthread_mutex_unlock(&s->lock);
-            if (client_gone(c)) {
-                og_sched_cancel(s, r);
-                return false;
-            }
-            pthread_mutex_lock(&s->lock);
-        }
-    }
-    pthread_mutex_unlock(&s->lock);
-    return true;
-}
-
 /* What a request has produced since the last take. */
 typedef struct taken {
     buf text;
-    og_serve_logprob *lps;
-    int32_t n_lps;
+    og_token_logprob *lps;
+    int32_t n_lps, cap_lps;
     bool done;
-    og_finish finish;
-    int http_error;
+    og_finish_reason finish;
+    int http_error;        /* done with an error: its HTTP status */
     char error[256];
+    int64_t prompt_tokens;
     int64_t completion_tokens;
     int64_t cached_tokens; /* prompt tokens the prefix cache gave */
     double produced;       /* when the oldest of it was produced (0: unknown) */
 } taken;
 
-static void take(og_server *s, og_req *r, taken *t) {
-    pthread_mutex_lock(&s->lock);
+/* The HTTP status of a request the engine ended with an error: memory that
+ * ran out may come back, and a shutdown is the server's: 503. */
+static int http_status_of(og_status st) {
+    return st == OG_ERR_OUT_OF_MEMORY || st == OG_ERR_STATE ? 503 : 500;
+}
+
+/* Waits until r has output or has ended, and takes it into t (replacing
+ * what t held). False when the client left: r is then cancelled. */
+static bool take(sreq *q, struct MHD_Connection *c, taken *t) {
+    og_request_output o;
+    double oldest = 0;
+    for (;;) {
+        og_request_backlog(q->r, NULL, &oldest);
+        og_request_next(q->r, &o, 0.1);
+        if (o.n_text || o.n_logprobs || o.n_tokens || o.finish != OG_FINISH_NONE) break;
+        if (client_gone(c)) {
+            og_request_cancel(q->r);
+            return false;
+        }
+    }
     t->text.n = 0;
-    buf_add(&t->text, r->text ? r->text : "", r->n_text);
-    r->n_text = 0;
-    og_free(t->lps);
-    t->lps = r->lps;
-    t->n_lps = r->n_lps;
-    r->lps = NULL;
-    r->n_lps = r->cap_lps = 0;
-    t->done = r->state == OG_REQ_DONE;
-    t->finish = r->finish;
-    t->http_error = r->http_error;
-    snprintf(t->error, sizeof t->error, "%s", r->error);
-    t->completion_tokens = r->completion_tokens;
-    t->cached_tokens = r->reused; /* set at admission, under the lock */
-    t->produced = r->t_pending;
-    r->t_pending = 0;
-    pthread_mutex_unlock(&s->lock);
+    buf_add(&t->text, o.text, o.n_text);
+    if (o.n_logprobs > t->cap_lps) {
+        og_token_logprob *b = og_realloc(t->lps, (size_t)o.n_logprobs * sizeof *b);
+        if (!b) t->text.oom = true;
+        else {
+            t->lps = b;
+            t->cap_lps = o.n_logprobs;
+        }
+    }
+    t->n_lps = t->text.oom ? 0 : o.n_logprobs;
+    if (t->n_lps) memcpy(t->lps, o.logprobs, (size_t)t->n_lps * sizeof *t->lps);
+    t->done = o.finish != OG_FINISH_NONE;
+    t->finish = o.finish;
+    t->http_error = o.finish == OG_FINISH_ERROR ? http_status_of(o.status) : 0;
+    snprintf(t->error, sizeof t->error, "%s", o.error);
+    t->prompt_tokens = o.prompt_tokens;
+    t->completion_tokens = o.completion_tokens;
+    t->cached_tokens = o.reused_tokens;
+    t->produced = oldest > 0 ? oldest : og_time_now();
+    return true;
 }
 
 /* ------------------------------------------------------------ bodies */
 
 typedef struct gen {
     og_server *s;
-    og_req *r;
+    sreq *q;
+    int32_t logprobs;    /* what the request asked for */
     struct MHD_Connection *c;
     bool chat, include_usage;
     char id[48];
     int64_t created;
-    int64_t n_prompt;
     int64_t text_offset; /* completions' logprobs */
     /* streaming */
     buf out;
     size_t off;
     double out_t; /* when the oldest output in out was produced */
     bool started, ended;
+    bool taken_first; /* t holds the first output, taken before the stream began */
     taken t;
 } gen;
 
 /* usage, with the prompt tokens taken from the prefix cache as OpenAI
  * reports cached ones (prompt_tokens_details.cached_tokens). */
-static cJSON *usage_json(int64_t prompt, const taken *t) {
+static cJSON *usage_json(const taken *t) {
+    const int64_t prompt = t->prompt_tokens;
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)t->completion_tokens);
@@ -603,8 +630,8 @@ static char *token_text(const og_server *s, int32_t id, size_t *n) {
 }
 
 /* logprobs of the tokens of one chunk, in the endpoint's form; NULL adds null. */
-static void add_logprobs(gen *g, cJSON *choice, const og_serve_logprob *lps, int32_t n) {
-    if (g->r->logprobs < 0) {
+static void add_logprobs(gen *g, cJSON *choice, const og_token_logprob *lps, int32_t n) {
+    if (g->logprobs < 0) {
         cJSON_AddNullToObject(choice, "logprobs");
         return;
     }
@@ -667,7 +694,7 @@ static cJSON *envelope(const gen *g, bool chunk) {
 
 /* One chunk of a stream: text (and its logprobs), or the last one with the
  * finish reason and usage. */
-static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_serve_logprob *lps, int32_t n_lps,
+static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_token_logprob *lps, int32_t n_lps,
                          bool role, const char *finish) {
     cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"), *ch = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, ch);
@@ -689,7 +716,7 @@ static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_serve_logp
     else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    if (finish) cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, &g->t));
+    if (finish) cJSON_AddItemToObject(root, "usage", usage_json(&g->t));
     return root;
 }
 
@@ -699,10 +726,9 @@ static void stream_error(gen *g, int status, const char *msg) {
     buf_event(&g->out, error_json(&e));
 }
 
-/* Formats what the request produced since the last call into g->out. */
+/* Formats what the request produced (taken into g->t) into g->out. */
 static void stream_format(gen *g) {
     taken *t = &g->t;
-    take(g->s, g->r, t);
     bool role = g->chat && !g->started;
     g->started = true;
     if (t->done && t->http_error) {
@@ -718,7 +744,7 @@ static void stream_format(gen *g) {
         if (g->include_usage) {
             cJSON *root = envelope(g, true);
             cJSON_AddArrayToObject(root, "choices");
-            cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, t));
+            cJSON_AddItemToObject(root, "usage", usage_json(t));
             buf_event(&g->out, root);
         }
     } else {
@@ -735,7 +761,7 @@ static void stream_format(gen *g) {
  * was produced (0: it holds none). */
 static void stream_sending(gen *g, double t) {
     pthread_mutex_lock(&g->s->lock);
-    g->r->t_sending = t;
+    g->q->t_sending = t;
     pthread_mutex_unlock(&g->s->lock);
 }
 
@@ -756,16 +782,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         }
         g->out.n = g->off = 0;
         if (g->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!wait_output(g->s, g->r, g->c)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!g->taken_first && !take(g->q, g->c, &g->t)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        g->taken_first = false;
         stream_format(g);
     }
 }
 
 static void gen_free(gen *g) {
     if (!g) return;
-    if (g->r) {
-        og_sched_cancel(g->s, g->r); /* a no-op when it is done */
-        og_req_release(g->s, g->r);
+    if (g->q) {
+        og_request_cancel(g->q->r); /* a no-op when it is done */
+        sreq_release(g->s, g->q);
     }
     og_free(g->out.p);
     og_free(g->t.text.p);
@@ -778,20 +805,20 @@ static void stream_free(void *cls) { gen_free(cls); }
 /* The whole answer of a request that does not stream. */
 static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen *g) {
     buf text = {0};
-    og_serve_logprob *lps = NULL;
+    og_token_logprob *lps = NULL;
     int32_t n_lps = 0, cap_lps = 0;
     for (;;) {
-        if (!wait_output(g->s, g->r, c)) {
+        if (!take(g->q, c, &g->t)) {
             og_free(text.p);
             og_free(lps);
             return MHD_NO; /* the client left */
         }
-        take(g->s, g->r, &g->t);
+        if (g->t.text.oom) text.oom = true;
         buf_add(&text, g->t.text.p ? g->t.text.p : "", g->t.text.n);
         if (g->t.n_lps) {
             if (n_lps + g->t.n_lps > cap_lps) {
                 cap_lps = 2 * (n_lps + g->t.n_lps);
-                og_serve_logprob *b = og_realloc(lps, (size_t)cap_lps * sizeof *b);
+                og_token_logprob *b = og_realloc(lps, (size_t)cap_lps * sizeof *b);
                 if (!b) text.oom = true;
                 else lps = b;
             }
@@ -821,7 +848,7 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
         add_logprobs(g, ch, lps, n_lps);
         const char *fin = og_finish_name(g->t.finish);
         cJSON_AddStringToObject(ch, "finish_reason", fin ? fin : "stop");
-        cJSON_AddItemToObject(root, "usage", usage_json(g->n_prompt, &g->t));
+        cJSON_AddItemToObject(root, "usage", usage_json(&g->t));
         ret = respond_json(cn, c, 200, root, NULL);
     }
     og_free(text.p);
@@ -842,62 +869,54 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     og_api_error e;
     if (!og_api_parse(&s->api, cn->body.p ? cn->body.p : "", cn->body.n, chat, &q, &e))
         return respond_json(cn, c, (unsigned)e.status, error_json(&e), NULL);
-    og_req *r = og_req_create();
-    if (!r) {
-        og_api_request_free(&q);
-        return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-    }
-    r->prompt = q.prompt;
-    r->n_prompt = q.n_prompt;
-    q.prompt = NULL;
-    r->sampling = q.sampling;
-    r->max_tokens = q.max_tokens;
-    for (int32_t i = 0; i < q.n_stops; i++) r->stops[i] = q.stops[i];
-    r->n_stops = q.n_stops;
-    q.n_stops = 0;
-    r->logprobs = q.logprobs;
-    for (int32_t i = 0; !q.ignore_eos && i < s->n_stop_ids && r->n_stop_ids < 8; i++)
-        r->stop_ids[r->n_stop_ids++] = s->stop_ids[i];
-    pthread_mutex_lock(&s->lock);
-    uint64_t serial = ++s->seed_counter;
-    pthread_mutex_unlock(&s->lock);
-    if (!q.has_seed) r->sampling.seed = ((uint64_t)time(NULL) << 20) ^ (serial * 0x9E3779B97F4A7C15ull);
-    /* a request with no max_tokens gets what the budget allows it alone */
-    if (!q.max_tokens_given && s->p.kv_budget > 0) {
-        while (r->max_tokens > 1 && og_sched_kv_estimate(s, r->n_prompt + r->max_tokens) > s->p.kv_budget)
-            r->max_tokens /= 2;
-    }
+    og_request_params rp = og_api_request_params(&q);
+    og_request *r = NULL;
+    og_status st = og_engine_submit(s->engine, &rp, &r);
+    const char *pname = chat ? "messages" : "prompt";
     const bool stream = q.stream, include_usage = q.include_usage;
+    const int32_t logprobs = q.logprobs;
     og_api_request_free(&q);
-
-    char detail[512] = "";
-    og_submit sub = og_sched_submit(s, r, detail, sizeof detail);
-    if (sub != OG_SUBMIT_OK) {
-        og_req_release(s, r);
-        if (sub == OG_SUBMIT_QUEUE_FULL)
+    if (st != OG_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", og_last_error());
+        switch (st) {
+        case OG_ERR_BUSY:
             return respond_error(cn, c, 429, "rate_limit_exceeded", "rate_limit_exceeded", NULL,
                                  "the server is at its --max-sessions / --kv-budget and its wait queue is full; "
                                  "retry later",
                                  "1");
-        if (sub == OG_SUBMIT_STOPPING)
+        case OG_ERR_STATE:
             return respond_error(cn, c, 503, "service_unavailable", NULL, NULL, "the server is shutting down", "5");
-        return respond_error(cn, c, 400, "invalid_request_error", "context_length_exceeded", "max_tokens", detail, NULL);
+        case OG_ERR_CAPACITY: /* the prompt past the context, or the request past the whole budget */
+            return respond_error(cn, c, 400, "invalid_request_error", "context_length_exceeded",
+                                 strstr(msg, "max_tokens") ? "max_tokens" : pname, msg, NULL);
+        case OG_ERR_INVALID_ARGUMENT: /* an empty prompt, the template's refusal */
+            return respond_error(cn, c, 400, "invalid_request_error", NULL, pname, msg, NULL);
+        default:
+            return respond_error(cn, c, 500, "server_error", NULL, NULL, msg, NULL);
+        }
     }
-    gen *g = og_calloc(1, sizeof *g);
+    sreq *sq = og_calloc(1, sizeof *sq);
+    gen *g = sq ? og_calloc(1, sizeof *g) : NULL;
     if (!g) {
-        og_sched_cancel(s, r);
-        og_req_release(s, r);
+        og_free(sq);
+        og_request_destroy(r);
         return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
     }
+    sq->r = r;
+    sq->refs = 1;
+    pthread_mutex_lock(&s->lock);
+    uint64_t serial = ++s->serial;
+    pthread_mutex_unlock(&s->lock);
     g->s = s;
-    g->r = r;
+    g->q = sq;
     g->c = c;
     g->chat = chat;
     g->include_usage = include_usage;
+    g->logprobs = logprobs;
     g->created = (int64_t)time(NULL);
-    g->n_prompt = r->n_prompt;
     snprintf(g->id, sizeof g->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-             (unsigned long long)(r->sampling.seed ^ (serial << 40) ^ (uint64_t)g->created));
+             (unsigned long long)((serial * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)g->created << 20)));
     if (!stream) {
         enum MHD_Result ret = respond_complete(cn, c, g);
         gen_free(g);
@@ -905,20 +924,18 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     }
     /* The status line waits for the first output: a request that fails
      * before it (no KV memory, a shutdown) is answered with its status. */
-    if (!wait_output(s, r, c)) {
+    if (!take(sq, c, &g->t)) {
         gen_free(g);
         return MHD_NO; /* the client left */
     }
-    pthread_mutex_lock(&s->lock);
-    const bool failed_early = r->state == OG_REQ_DONE && r->http_error && r->n_text == 0 && r->n_lps == 0;
-    const int early_status = r->http_error;
-    char early_msg[sizeof r->error];
-    snprintf(early_msg, sizeof early_msg, "%s", r->error);
-    pthread_mutex_unlock(&s->lock);
-    if (failed_early) {
+    g->taken_first = true;
+    if (g->t.done && g->t.http_error && g->t.text.n == 0 && g->t.n_lps == 0) {
+        const int status = g->t.http_error;
+        char why[sizeof g->t.error];
+        snprintf(why, sizeof why, "%s", g->t.error);
         gen_free(g);
-        return respond_error(cn, c, early_status, early_status == 503 ? "service_unavailable" : "server_error", NULL,
-                             NULL, early_msg, early_status == 503 ? "1" : NULL);
+        return respond_error(cn, c, status, status == 503 ? "service_unavailable" : "server_error", NULL, NULL, why,
+                             status == 503 ? "1" : NULL);
     }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, g, stream_free);
     if (!resp) {
@@ -929,7 +946,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
-    if (ret == MHD_YES) guard_enter(s, cn->gc, GUARD_STREAMING, r);
+    if (ret == MHD_YES) guard_enter(s, cn->gc, GUARD_STREAMING, sq);
     if (s->p.log_requests) fprintf(stderr, "offgraph serve: %s %s 200 (stream)\n", cn->method, cn->url);
     return ret;
 }
@@ -990,7 +1007,7 @@ static enum MHD_Result route(conn *cn, struct MHD_Connection *c, const char *url
                              "a valid API key is required: send 'Authorization: Bearer <key>'", NULL);
     if (!strcmp(url, "/metrics")) {
         if (!get) goto not_allowed;
-        char *text = og_sched_metrics_text(s), *http = og_http_metrics_text(s);
+        char *text = og_engine_metrics_text(s->engine), *http = og_http_metrics_text(s);
         buf all = {0};
         if (text && http) {
             buf_add(&all, text, strlen(text));

@@ -1,9 +1,8 @@
-/* The server's life: start (model, tokenizer, scheduler, listening), stop
+/* The server's life: start (model, tokenizer, the engine, listening), stop
  * (drain, cancel, close), destroy. */
-#include "serve/sched.h"
+#include "serve/server.h"
 
 #include "core/core.h"
-#include "text/chat_template.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -69,42 +68,30 @@ void og_server_stop(og_server *s) {
     if (!s || s->stopped) return;
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
-    og_sched_fail_waiting_locked(s, 503, "the server is shutting down");
     pthread_mutex_unlock(&s->lock);
     og_http_quiesce(s);
-    pthread_mutex_lock(&s->lock);
-    const double grace_end = og_time_now() + s->p.shutdown_grace_s;
-    while (s->n_running > 0 && og_time_now() < grace_end) timed_wait(s, grace_end);
-    if (s->n_running > 0) og_sched_cancel_running_locked(s, "the server is shutting down");
-    const double cancel_end = og_time_now() + 10;
-    while (s->n_running > 0 && og_time_now() < cancel_end) timed_wait(s, cancel_end);
+    /* waiting requests end (503), running ones get the grace, then are
+       cancelled (a stream ends with an error event and [DONE]) */
+    og_engine_stop(s->engine, s->p.shutdown_grace_s);
     /* let the last responses reach their clients */
+    pthread_mutex_lock(&s->lock);
     const double flush_end = og_time_now() + 2;
     while (s->active_responses > 0 && og_time_now() < flush_end) timed_wait(s, flush_end);
     pthread_mutex_unlock(&s->lock);
     og_http_stop(s);
-    og_sched_stop(s);
     s->stopped = true;
 }
 
 void og_server_destroy(og_server *s) {
     if (!s) return;
     og_server_stop(s);
-    if (s->slots)
-        for (int32_t i = 0; i < s->p.max_sessions; i++) og_session_destroy(s->slots[i].session);
-    og_free(s->slots);
-    og_free(s->running);
-    og_prefix_cache_destroy(s->prefix); /* its sessions go before the model */
-    og_session_destroy(s->probe);
-    og_free(s->forbidden);
-    og_chat_template_free(s->chat);
+    og_engine_destroy(s->engine); /* its sessions go before the model */
     og_tokenizer_free(s->tok);
     og_model_free(s->model);
     og_free(s->model_path);
     og_free(s->model_id);
     og_free(s->host);
     og_free(s->api_key);
-    pthread_cond_destroy(&s->sched_cond);
     pthread_cond_destroy(&s->idle_cond);
     pthread_mutex_destroy(&s->lock);
     og_free(s);
@@ -122,7 +109,6 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     og_server *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->sched_cond, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
     s->stopped = true; /* nothing to stop until it runs */
     s->p = rp;
@@ -131,10 +117,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     s->model_id = p->model_id ? og_strdup(p->model_id) : model_id_of(p->model_path);
     s->host = og_strdup(p->host ? p->host : "127.0.0.1");
     s->api_key = p->api_key && *p->api_key ? og_strdup(p->api_key) : NULL;
-    s->slots = og_calloc((size_t)p->max_sessions, sizeof *s->slots);
-    s->running = og_calloc((size_t)p->max_sessions, sizeof *s->running);
-    if (!s->model_path || !s->model_id || !s->host || (p->api_key && *p->api_key && !s->api_key) || !s->slots ||
-        !s->running) {
+    if (!s->model_path || !s->model_id || !s->host || (p->api_key && *p->api_key && !s->api_key)) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
         goto fail;
     }
@@ -155,34 +138,21 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
         og_set_error(st, "the tokenizer of %s: %s", p->model_path, og_last_error());
         goto fail;
     }
-    const og_kv_config *kv = og_model_kv_config(s->model);
-    s->ctx = kv->max_capacity;
-    s->max_write = kv->max_write;
-    s->vocab = og_model_vocab_size(s->model);
-    s->n_stop_ids = og_tokenizer_stop_ids(s->tok, s->stop_ids, 8);
-    if (s->n_stop_ids > 8) s->n_stop_ids = 8;
-    s->chat_format = og_chat_format_detect(og_tokenizer_chat_template(s->tok));
-    for (int64_t i = 0; i < s->vocab; i++) {
-        if (og_tokenizer_token_text(s->tok, (int32_t)i)) continue;
-        if (!s->forbidden && !(s->forbidden = og_calloc((size_t)s->vocab, sizeof *s->forbidden))) {
-            st = og_set_error(OG_ERR_OUT_OF_MEMORY, "serve: no memory");
-            goto fail;
-        }
-        s->forbidden[s->n_forbidden++] = (int32_t)i;
-    }
-    if ((st = og_session_create(s->model, &p->session, &s->probe)) != OG_OK) goto fail;
-    if (p->prefix_cache_bytes > 0) {
-        og_prefix_cache_params cp = {.budget_bytes = p->prefix_cache_bytes, .block_tokens = OG_SERVE_PREFIX_BLOCK};
-        if ((st = og_prefix_cache_create(&cp, &s->prefix)) != OG_OK) goto fail;
-    }
-    /* a template that does not parse is reported by each chat request
-     * that needs it (500, naming the line), as before */
-    if (og_chat_template_new(og_tokenizer_chat_template(s->tok), OG_CHAT_PLAIN, &s->chat) != OG_OK) s->chat = NULL;
-    s->api = (og_serve_ctx){.tok = s->tok, .model_id = s->model_id, .vocab = s->vocab, .ctx = s->ctx,
-                            .chat_format = s->chat_format, .chat = s->chat};
+    og_engine_params ep = og_engine_default_params();
+    ep.session = p->session;
+    ep.max_sessions = p->max_sessions;
+    ep.max_queue = p->max_queue;
+    ep.kv_budget = p->kv_budget;
+    ep.prefix_cache_bytes = p->prefix_cache_bytes;
+    ep.chunk = p->chunk;
+    ep.step_rows = p->step_rows;
+    ep.test_step_delay_s = p->test_step_delay_s;
+    if ((st = og_engine_create(s->model, s->tok, &ep, &s->engine)) != OG_OK) goto fail;
+    s->ctx = og_engine_context(s->engine);
+    s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model)};
     s->created = (int64_t)time(NULL);
     s->stopped = false;
-    if ((st = og_sched_start(s)) != OG_OK || (st = og_http_start(s)) != OG_OK) goto fail;
+    if ((st = og_http_start(s)) != OG_OK) goto fail;
     *out = s;
     return OG_OK;
 fail: {

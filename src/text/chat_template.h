@@ -39,10 +39,7 @@ const char *og_chat_end_of_turn(og_chat_format f);
  * Gemma's "<end_of_turn>", Phi-3's "<|end|>"); NULL when none is found. */
 const char *og_chat_template_end_marker(const char *template_text);
 
-typedef struct og_chat_message {
-    const char *role;    /* "system", "user", "assistant", ... */
-    const char *content;
-} og_chat_message;
+/* og_chat_message (role, content) is the public header's. */
 
 /* An extra boolean variable of the template, e.g. {"enable_thinking", false}. */
 typedef struct og_chat_flag {

@@ -23,6 +23,8 @@ const char *og_finish_name(og_finish f) {
     switch (f) {
     case OG_FINISH_STOP: return "stop";
     case OG_FINISH_LENGTH: return "length";
+    case OG_FINISH_CANCELLED: return "cancelled";
+    case OG_FINISH_ERROR: return "error";
     case OG_FINISH_NONE: break;
     }
     return NULL;

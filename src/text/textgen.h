@@ -17,12 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum og_finish {
-    OG_FINISH_NONE = 0, /* keep going: feed the token and draw the next    */
-    OG_FINISH_STOP,     /* a stop token or a stop string ended it          */
-    OG_FINISH_LENGTH    /* max_tokens tokens were generated (or the caller
-                           ended it at the model's context, og_textgen_end) */
-} og_finish;
+/* How a generation ends: the public og_finish_reason, of which the text
+ * side uses OG_FINISH_NONE (keep going: feed the token and draw the next),
+ * OG_FINISH_STOP (a stop token or a stop string ended it) and
+ * OG_FINISH_LENGTH (max_tokens tokens were generated, or the caller ended it
+ * at the model's context, og_textgen_end). */
+typedef og_finish_reason og_finish;
 
 /* "stop", "length" (OpenAI's finish_reason), or NULL for OG_FINISH_NONE. */
 const char *og_finish_name(og_finish f);
