@@ -966,8 +966,9 @@ og_status og_grammar_vocab_create(const og_tokenizer *tok, int64_t n_vocab, cons
     int32_t nt = og_tokenizer_vocab_size(tok);
     char **b = og_calloc((size_t)n_vocab, sizeof *b);
     size_t *l = og_calloc((size_t)n_vocab, sizeof *l);
-    const int32_t *teos;
-    int32_t n_teos = og_tokenizer_eos_ids(tok, &teos);
+    int32_t teos[16];
+    int32_t n_teos = og_tokenizer_stop_ids(tok, teos, 16);
+    if (n_teos > 16) n_teos = 16;
     int32_t *eos = og_malloc(((size_t)n_teos + (size_t)n_extra_eos + 1) * sizeof *eos);
     og_status rc = b && l && eos ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "grammar vocabulary: out of memory");
     for (int64_t i = 0; i < n_vocab && i < nt && rc == OG_OK; i++) {
@@ -1028,6 +1029,7 @@ struct og_matcher {
     int64_t masks, mask_bytes;
     uint32_t *scratch_mask;
     int32_t *walk;    /* [max_depth + 1] states along the trie path */
+    int32_t **walk_trans; /* [max_depth + 1] their transition tables (NULL: none yet) */
     int64_t seen;     /* tokens of generated[] fed by the constraint hook */
     int failed;
     char err[256];
@@ -1214,14 +1216,23 @@ static og_status step(og_matcher *m, int32_t s, unsigned b, int32_t *out) {
     m->n_tmp = 0;
     m->tmp_accept = 0;
     const og_grammar *g = m->g;
+    /* same: the bytes that the same nodes take (and the same others refuse)
+     * lead to the same state: all of them are filled in at once */
+    uint32_t same[8];
+    memset(same, 0xFF, sizeof same);
     for (int32_t k = 0; k < m->states[s].n; k++) {
         const mnode nd = m->nodes[m->pool[m->states[s].off + k]];
         const uint32_t *set = g->sets[g->el[nd.pos].arg];
-        if (set[b >> 5] & (1u << (b & 31))) OG_TRY(expand(m, nd.pos + 1, nd.parent, 0));
+        uint32_t flip = set[b >> 5] & (1u << (b & 31)) ? 0 : 0xFFFFFFFFu;
+        for (int w = 0; w < 8; w++) same[w] &= set[w] ^ flip;
+        if (!flip) OG_TRY(expand(m, nd.pos + 1, nd.parent, 0));
     }
     int32_t id;
     OG_TRY(state_intern(m, &id));
-    m->states[s].trans[b] = id;
+    int32_t *t = m->states[s].trans;
+    for (int w = 0; w < 8; w++)
+        for (uint32_t bits = same[w]; bits; bits &= bits - 1) t[w * 32 + __builtin_ctz(bits)] = id;
+    t[b] = id;
     *out = id;
     return OG_OK;
 }
@@ -1240,6 +1251,7 @@ void og_matcher_destroy(og_matcher *m) {
     og_free(m->tmp);
     og_free(m->scratch_mask);
     og_free(m->walk);
+    og_free(m->walk_trans);
     og_free(m);
 }
 
@@ -1251,7 +1263,8 @@ og_status og_matcher_create(const og_grammar *g, const og_grammar_vocab *v, og_m
     m->g = g;
     m->v = v;
     m->walk = og_malloc(((size_t)v->max_depth + 1) * sizeof *m->walk);
-    og_status rc = m->walk ? OG_OK : moom();
+    m->walk_trans = og_malloc(((size_t)v->max_depth + 1) * sizeof *m->walk_trans);
+    og_status rc = m->walk && m->walk_trans ? OG_OK : moom();
     if (rc == OG_OK) {
         m->n_tmp = 0;
         m->tmp_accept = 0;
@@ -1329,19 +1342,21 @@ static og_status compute_mask(og_matcher *m, int32_t s, uint32_t *out) {
     if (m->states[s].accept)
         for (int32_t k = 0; k < v->n_eos; k++) out[v->eos_ids[k] >> 5] |= 1u << (v->eos_ids[k] & 31);
     if (!m->states[s].n) return OG_OK; /* only the end is left */
-    int32_t *walk = m->walk;
+    int32_t *walk = m->walk, **wt = m->walk_trans; /* the states along the path, and their tables */
     walk[0] = s;
+    wt[0] = m->states[s].trans;
     for (int32_t k = 0; k < v->n_nodes;) {
-        int32_t d = v->tdepth[k], from = walk[d - 1], nx;
-        const mstate *fs = &m->states[from];
-        if (fs->trans && fs->trans[v->tbyte[k]] != T_UNKNOWN) nx = fs->trans[v->tbyte[k]];
-        else
-            OG_TRY(step(m, from, v->tbyte[k], &nx));
+        int32_t d = v->tdepth[k], nx = wt[d - 1] ? wt[d - 1][v->tbyte[k]] : T_UNKNOWN;
+        if (nx == T_UNKNOWN) {
+            OG_TRY(step(m, walk[d - 1], v->tbyte[k], &nx));
+            wt[d - 1] = m->states[walk[d - 1]].trans;
+        }
         if (nx == T_DEAD) {
             k = v->tskip[k];
             continue;
         }
         walk[d] = nx;
+        wt[d] = m->states[nx].trans;
         for (int32_t t = v->tok_off[k]; t < v->tok_off[k + 1]; t++) out[v->tok[t] >> 5] |= 1u << (v->tok[t] & 31);
         k++;
     }

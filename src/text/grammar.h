@@ -64,8 +64,9 @@ int32_t og_grammar_element_count(const og_grammar *g);
  * keyword and string format is refused naming it and where it is
  * (OG_ERR_UNSUPPORTED). Properties come in the order the schema declares
  * them; an object without additionalProperties gets only its declared
- * properties (a subset of what validates). Whitespace runs are at most 20
- * characters and numbers at most 16 digits a part, so output stays finite.
+ * properties (a subset of what validates). Whitespace between tokens is
+ * nothing, a space, or a newline and at most 20 spaces or tabs, and numbers
+ * have at most 16 digits a part, so that output stays finite.
  * *gbnf is owned by the caller: og_free. */
 og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
 /* The grammar of any JSON value (object_only false) or any JSON object
@@ -83,7 +84,7 @@ typedef struct og_grammar_vocab og_grammar_vocab;
 
 /* From a tokenizer, for logits rows of width n_vocab (the model's, which
  * may exceed the tokenizer's: ids past it are never allowed). Special added
- * tokens are never allowed except the end ids: the tokenizer's eos ids and
+ * tokens are never allowed except the end ids: og_tokenizer_stop_ids (what ends a generation) and
  * extra_eos[0..n_extra_eos). Owned by the caller: og_grammar_vocab_free. */
 og_status og_grammar_vocab_create(const og_tokenizer *tok, int64_t n_vocab, const int32_t *extra_eos,
                                   int32_t n_extra_eos, og_grammar_vocab **out);

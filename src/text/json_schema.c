@@ -53,7 +53,7 @@ enum { P_WS, P_STRING, P_CHAR, P_NUMBER, P_INTEGER, P_BOOLEAN, P_NULL, P_VALUE, 
 static const char *const k_prim_name[P_COUNT] = {"ws", "string", "char", "number", "integer", "boolean",
                                                   "null", "value", "object", "array", "uuid", "hex"};
 static const char *const k_prim_rule[P_COUNT] = {
-    "ws ::= [ \\t\\n]{0,20}",
+    "ws ::= (\" \" | \"\\n\" [ \\t]{0,20})?",
     "string ::= \"\\\"\" char* \"\\\"\"",
     "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})",
     "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?",
