@@ -47,6 +47,22 @@ static void sb_add(sbuf *b, const char *fmt, ...) {
     }
 }
 
+/* Offset of the first byte that is not part of well-formed UTF-8, or len. */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t len) {
+    for (size_t i = 0; i < len;) {
+        unsigned char c = s[i];
+        size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!n || i + n > len) return i;
+        for (size_t k = 1; k < n; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F) || (c == 0xF0 && s[i + 1] < 0x90) ||
+            (c == 0xF4 && s[i + 1] > 0x8F))
+            return i;
+        i += n;
+    }
+    return len;
+}
+
 /* The primitives: each rule's GBNF, written when used. */
 enum { P_WS, P_STRING, P_CHAR, P_NUMBER, P_INTEGER, P_BOOLEAN, P_NULL, P_VALUE, P_OBJECT, P_ARRAY, P_UUID, P_HEX,
        P_COUNT };
@@ -88,6 +104,7 @@ typedef struct jctx {
     int n_def;
     char path[512];
     int depth;
+    int bad_utf8; /* a literal whose text (escapes decoded) is not UTF-8 */
 } jctx;
 
 static void use(jctx *c, int p) {
@@ -125,6 +142,7 @@ static og_status bad(const jctx *c, const char *fmt, ...) {
 
 /* Writes a JSON text as a GBNF string literal (the JSON text's bytes). */
 static void literal(jctx *c, const char *s) {
+    if (utf8_valid_prefix((const unsigned char *)s, strlen(s)) < strlen(s)) c->bad_utf8 = 1;
     sb_add(&c->out, "\"");
     for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
         if (*q == '"' || *q == '\\') sb_add(&c->out, "\\%c", *q);
@@ -568,6 +586,8 @@ static og_status compile(jctx *c, const cJSON *s, char *name, size_t cap) {
 og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
     if (!gbnf || (!schema && len)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_json_schema_to_gbnf: NULL argument");
     *gbnf = NULL;
+    size_t ok = utf8_valid_prefix((const unsigned char *)(schema ? schema : ""), len);
+    if (ok < len) return og_set_error(OG_ERR_FORMAT, "json schema: not valid UTF-8 (byte %zu)", ok);
     cJSON *doc = cJSON_ParseWithLength(schema ? schema : "", len);
     if (!doc) return og_set_error(OG_ERR_FORMAT, "json schema: not valid JSON");
     jctx *c = og_calloc(1, sizeof *c);
@@ -578,6 +598,9 @@ og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
     c->doc = doc;
     char root[32];
     og_status rc = compile(c, doc, root, sizeof root);
+    if (rc == OG_OK && c->bad_utf8)
+        rc = og_set_error(OG_ERR_FORMAT, "json schema: a string that is not valid UTF-8 once its escapes are read "
+                          "(a lone surrogate?)");
     if (rc == OG_OK) {
         sb_add(&c->out, "root ::= %s\n", root);
         for (int p = 0; p < P_COUNT; p++)
