@@ -127,10 +127,10 @@ int main(int argc, char **argv) {
            wm / nw * 1e6, wh / nw * 1e6, 100.0 * (wh / nw) / (fm / nf));
     og_free(prompt);
     og_matcher_destroy(mt);
-    og_grammar_free(g);
-    og_grammar_vocab_free(v);
-    og_tokenizer_free(tok);
-    og_model_free(m);
+    og_grammar_destroy(g);
+    og_grammar_vocab_destroy(v);
+    og_tokenizer_destroy(tok);
+    og_model_destroy(m);
     og_free(schema);
     return 0;
 }

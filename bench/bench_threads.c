@@ -115,6 +115,6 @@ int main(int argc, char **argv) {
            many[reps / 2]);
     printf("ratio: %.2fx best, %.2fx median\n", many[reps - 1] / one[reps - 1], many[reps / 2] / one[reps / 2]);
     for (int i = 0; i < callers; i++) og_session_destroy(s[i]);
-    og_model_free(m);
+    og_model_destroy(m);
     return 0;
 }

@@ -25,7 +25,7 @@ static int fail(const char *what) {
 static int continue_session(og_session *s, const og_tokenizer *tok, og_sampler *sampler, int32_t first,
                             int max_tokens) {
     og_decode_stream *stream = NULL;
-    if (og_decode_stream_new(tok, &stream) != OG_OK) return fail("decode stream");
+    if (og_decode_stream_create(tok, &stream) != OG_OK) return fail("decode stream");
     const char *text;
     size_t len;
     int32_t token = first;
@@ -129,7 +129,7 @@ out:
     og_sampler_destroy(sampled);
     og_session_destroy(second); /* every session before the model */
     og_session_destroy(first);
-    og_tokenizer_free(tok);
-    og_model_free(model);
+    og_tokenizer_destroy(tok);
+    og_model_destroy(model);
     return rc;
 }

@@ -555,7 +555,7 @@ typedef struct og_model_params {
 OG_API og_model_params og_model_default_params(void);
 
 /* Loads and validates the program at path. On success *out is owned by the
- * caller: og_model_free. On failure og_last_error() says why (a program
+ * caller: og_model_destroy. On failure og_last_error() says why (a program
  * file error names its rule).
  * The file is mapped, not copied: it must not be truncated or rewritten in
  * place while the model is loaded (pages lost under the mapping read as
@@ -564,7 +564,7 @@ OG_API og_model_params og_model_default_params(void);
  * model keeps reading the old file. */
 OG_API og_status og_model_load(const char *path, const og_model_params *params, og_model **out);
 /* Frees the model. Every session of it must be destroyed first. NULL is a no-op. */
-OG_API void og_model_free(og_model *m);
+OG_API void og_model_destroy(og_model *m);
 /* Vocabulary size (width of a logits row). */
 OG_API int64_t og_model_vocab_size(const og_model *m);
 /* The KV manifest the program declares; borrowed from the model. */
@@ -901,7 +901,7 @@ OG_API void og_free(void *ptr);
 /* The tokenizer of a model: the tokenizer.json and tokenizer_config.json
  * its program embeds (see og_model_tokenizer_json). The tokenizer copies
  * what it needs: it does not borrow m, which may be freed first. On success
- * *out is owned by the caller: og_tokenizer_free. Refused: NULL arguments
+ * *out is owned by the caller: og_tokenizer_destroy. Refused: NULL arguments
  * (OG_ERR_INVALID_ARGUMENT); a program exported without a tokenizer
  * (OG_ERR_UNSUPPORTED); a file that is malformed (OG_ERR_FORMAT) or asks
  * for what this build does not support (OG_ERR_UNSUPPORTED), with
@@ -914,7 +914,7 @@ OG_API og_status og_tokenizer_from_file(const char *tokenizer_json_path, const c
                                         og_tokenizer **out);
 /* Frees the tokenizer; every decode stream of it must be destroyed first.
  * NULL is a no-op. */
-OG_API void og_tokenizer_free(og_tokenizer *t);
+OG_API void og_tokenizer_destroy(og_tokenizer *t);
 
 /* Flags of og_tokenize. */
 #define OG_TOKENIZE_ADD_SPECIAL 1u   /* add the special tokens a model is fed around a text
@@ -956,7 +956,7 @@ OG_API int32_t og_tokenizer_vocab_size(const og_tokenizer *t);
  * vocabulary), or -1 when there is none or an argument is NULL. */
 OG_API int32_t og_tokenizer_token_id(const og_tokenizer *t, const char *piece);
 /* The token's piece as the vocabulary stores it (e.g. "\u0120the"), or NULL
- * for an id that is no token; borrowed from t, valid until og_tokenizer_free. */
+ * for an id that is no token; borrowed from t, valid until og_tokenizer_destroy. */
 OG_API const char *og_tokenizer_token_text(const og_tokenizer *t, int32_t id);
 /* The text of the token decoded on its own (" the"; a byte of a character
  * cut between tokens comes out as U+FFFD). On success *text is owned by the
@@ -994,7 +994,7 @@ typedef struct og_decode_stream og_decode_stream;
 /* Borrows t, which must outlive the stream. On success *out is owned by the
  * caller: og_decode_stream_destroy. OG_ERR_INVALID_ARGUMENT for NULL
  * arguments, OG_ERR_OUT_OF_MEMORY. */
-OG_API og_status og_decode_stream_new(const og_tokenizer *t, og_decode_stream **out);
+OG_API og_status og_decode_stream_create(const og_tokenizer *t, og_decode_stream **out);
 /* NULL is a no-op. */
 OG_API void og_decode_stream_destroy(og_decode_stream *s);
 /* Adds token id. *text gets the newly complete text and *len its length

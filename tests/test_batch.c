@@ -942,9 +942,9 @@ int main(void) {
         test_refusals();
         test_threads();
     }
-    og_model_free(g_prog[0]);
-    og_model_free(g_prog[1]);
-    og_model_free(g_other);
+    og_model_destroy(g_prog[0]);
+    og_model_destroy(g_prog[1]);
+    og_model_destroy(g_other);
     if (g_have_paged) og_kv_allocator_paged_release(&g_paged);
     for (int p = 0; p < 2; p++) remove(path[p]);
     rmdir(dir);

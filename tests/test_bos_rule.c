@@ -79,7 +79,7 @@ static void rule(const char *name, const char *dir, const char *post, const char
     }
     og_free(plain);
     og_free(with);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 int main(void) {
@@ -150,7 +150,7 @@ int main(void) {
     CHECK(og_tokenizer_stop_ids(t, ids, 1) == 2 && ids[0] == 0 && ids[1] == 2);
     CHECK(og_tokenizer_stop_ids(t, NULL, 0) == 2);
     CHECK(og_tokenizer_stop_ids(NULL, ids, 4) == 0);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     t = NULL;
     /* an eos that is the end of turn too counts once */
     cJSON_ReplaceItemInObjectCaseSensitive(c, "eos_token", cJSON_CreateString("<|im_end|>"));
@@ -159,7 +159,7 @@ int main(void) {
     CHECK_OK(og_tokenizer_load_json(json, &t));
     CHECK_OK(og_tokenizer_load_config(t, ctext));
     CHECK(og_tokenizer_stop_ids(t, ids, 4) == 1 && ids[0] == 2);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     free(ctext);
     cJSON_Delete(c);
     free(json);

@@ -64,14 +64,14 @@ static void fixture_cases(const cJSON *cases) {
     og_test_section("published templates against transformers");
     char *loaded_path = NULL;
     og_chat_template *t = NULL, *chatml = NULL;
-    CHECK_OK(og_chat_template_new(NULL, OG_CHAT_CHATML, &chatml));
+    CHECK_OK(og_chat_template_create(NULL, OG_CHAT_CHATML, &chatml));
     int n = 0, n_chatml = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cases) {
         const char *path = str_or_null(c, "template");
         if (!path) continue;
         if (!loaded_path || strcmp(loaded_path, path)) {
-            og_chat_template_free(t);
+            og_chat_template_destroy(t);
             t = NULL;
             free(loaded_path);
             loaded_path = strdup(path);
@@ -80,7 +80,7 @@ static void fixture_cases(const cJSON *cases) {
             char *text = og_test_read_file(full);
             CHECK_MSG(text != NULL, "cannot read %s", full);
             if (text) {
-                CHECK_OK(og_chat_template_new(text, OG_CHAT_PLAIN, &t));
+                CHECK_OK(og_chat_template_create(text, OG_CHAT_PLAIN, &t));
                 CHECK(og_chat_template_is_jinja(t));
             }
             free(text);
@@ -108,8 +108,8 @@ static void fixture_cases(const cJSON *cases) {
     }
     printf("%d template cases, %d through the ChatML fallback\n", n, n_chatml);
     CHECK(n >= 150 && n_chatml >= 10);
-    og_chat_template_free(t);
-    og_chat_template_free(chatml);
+    og_chat_template_destroy(t);
+    og_chat_template_destroy(chatml);
     free(loaded_path);
 }
 
@@ -134,7 +134,7 @@ static void feature_cases(const cJSON *features) {
 
 static void expect_fallback(og_chat_format f, const og_chat_message *m, size_t n, bool agp, const char *want) {
     og_chat_template *t = NULL;
-    CHECK_OK(og_chat_template_new(NULL, f, &t));
+    CHECK_OK(og_chat_template_create(NULL, f, &t));
     CHECK(!og_chat_template_is_jinja(t));
     og_chat_request req = {.messages = m, .n_messages = n, .add_generation_prompt = agp};
     char *got = NULL;
@@ -142,7 +142,7 @@ static void expect_fallback(og_chat_format f, const og_chat_message *m, size_t n
     CHECK_MSG(got && !strcmp(got, want), "%s fallback: got \"%s\", want \"%s\"", og_chat_format_name(f),
               got ? got : "(null)", want);
     og_free(got);
-    og_chat_template_free(t);
+    og_chat_template_destroy(t);
 }
 
 static void fallbacks(void) {
@@ -256,7 +256,7 @@ static void errors_and_limits(void) {
     og_jinja_free(j);
     /* a template that does not parse is refused by the chat API too */
     og_chat_template *t = NULL;
-    CHECK_STATUS(og_chat_template_new("{% if %}", OG_CHAT_PLAIN, &t), OG_ERR_FORMAT);
+    CHECK_STATUS(og_chat_template_create("{% if %}", OG_CHAT_PLAIN, &t), OG_ERR_FORMAT);
     CHECK(t == NULL);
 }
 

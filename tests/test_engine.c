@@ -622,7 +622,7 @@ int main(void) {
     test_budget();
     test_queue_and_cancel();
     test_fairness();
-    og_tokenizer_free(g_tok);
-    og_model_free(g_model);
+    og_tokenizer_destroy(g_tok);
+    og_model_destroy(g_model);
     return og_test_finish();
 }

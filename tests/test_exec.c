@@ -202,7 +202,7 @@ static void test_kv_bytes(const char *dir) {
     fprintf(stderr, "100 tokens at max-context 32768: %lld KV bytes allocated, %lld live, %lld declared\n",
             (long long)km.bytes_allocated, (long long)km.bytes_live, (long long)(32768 * per_token));
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
     remove(path);
 }
 
@@ -226,7 +226,7 @@ int main(void) {
         test_last_row();
         test_eval_sample();
     }
-    og_model_free(g_model);
+    og_model_destroy(g_model);
     remove(path);
     test_kv_bytes(dir);
     rmdir(dir);

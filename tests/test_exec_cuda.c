@@ -410,7 +410,7 @@ static void check_batch_decode_graphs(const char *prog, og_model *cpu, const int
         og_session_destroy(c[i]);
     }
     free(lg), free(want);
-    og_model_free(gpu);
+    og_model_destroy(gpu);
 }
 
 /* One batch holding sessions of both KV dtypes (f32 and bf16 storage): the
@@ -572,7 +572,7 @@ static void check_fixture(const char *src, const char *name) {
      * (measured 0.006-0.017, printed below). Against the f32 token-by-token
      * run: the bf16-activation bound of tests/cli_parity.sh (0.32 with f32
      * KV for these fixtures: 17 roundings in series x 2^-8 x logits < 4.5). */
-    og_model_free(gpu);
+    og_model_destroy(gpu);
     gpu = NULL;
     o.max_write = N_TOK;
     CHECK_OK(og_export_hf(dir, prog, &o, NULL));
@@ -586,7 +586,7 @@ static void check_fixture(const char *src, const char *name) {
         CHECK_MSG(r <= 1.0, "%s one %d-token step (hi + lo products): CUDA vs CPU ratio %.3g at %zu (%g vs %g)", name,
                   N_TOK, r, worst, (double)got[worst], (double)want[worst]);
         free(got);
-        og_model_free(gpu);
+        og_model_destroy(gpu);
     }
     gpu = load(prog, OG_BACKEND_CUDA, 1);
     og_model *cpu_wide = load(prog, OG_BACKEND_CPU, 1);
@@ -608,12 +608,12 @@ static void check_fixture(const char *src, const char *name) {
                name, N_TOK, bf16_program ? "bf16" : "f32", max_abs_diff(got, cpu_pre, all), max_abs_diff(got, want, all));
         free(got), free(cpu_pre);
     }
-    og_model_free(cpu_wide);
+    og_model_destroy(cpu_wide);
     free(want);
 done:
-    og_model_free(cpu);
-    og_model_free(gpu);
-    og_model_free(nog);
+    og_model_destroy(cpu);
+    og_model_destroy(gpu);
+    og_model_destroy(nog);
     remove(prog);
 }
 
@@ -667,9 +667,9 @@ static void check_quantized(const char *src, const char *name, og_dtype weights)
                   what);
         free(with), free(without), free(want);
     }
-    og_model_free(cpu);
-    og_model_free(gpu);
-    og_model_free(nog);
+    og_model_destroy(cpu);
+    og_model_destroy(gpu);
+    og_model_destroy(nog);
     remove(prog);
 }
 

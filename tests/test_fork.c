@@ -420,7 +420,7 @@ int main(void) {
             test_model_fork(m, &paged, OG_DTYPE_FP8, "model packed fp8");
         }
     }
-    og_model_free(m);
+    og_model_destroy(m);
     remove(path);
     rmdir(dir);
     if (have_paged) og_kv_allocator_paged_release(&paged);

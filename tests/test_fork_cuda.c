@@ -208,8 +208,8 @@ int main(void) {
         g_kv_dtype = OG_DTYPE_COUNT;
         free(prompt);
     }
-    og_model_free(gpu);
-    og_model_free(cpu);
+    og_model_destroy(gpu);
+    og_model_destroy(cpu);
     remove(path);
     rmdir(dir);
     return og_test_finish();

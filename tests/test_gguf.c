@@ -358,7 +358,7 @@ static float *run_logits(const char *path, const int32_t *tok, int n, int64_t *V
     float *lg = malloc(sizeof(float) * (size_t)(*V * n));
     CHECK_OK(og_session_eval(s, tok, n, 0, lg, 1));
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
     return lg;
 }
 
@@ -653,7 +653,7 @@ static void tokenizer_parity(const char *file, const char *cases_name, const cha
     CHECK_MSG(dec_bad == 0, "%s: %d of %d decodes differ", title, dec_bad, n_dec);
     cJSON_Delete(cases);
     free(text);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     og_free(json);
     og_free(cfg);
     og_gguf_close(g);
@@ -794,7 +794,7 @@ static void tokenizer_adds_bos(void) {
         CHECK(og_tokenizer_bos_id(t) == 0);
         CHECK(cfg && strstr(cfg, "\"add_bos_token\":true"));
     }
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     og_free(json);
     og_free(cfg);
     og_gguf_close(g);
@@ -909,7 +909,7 @@ static void spm_tokenizer_by_scores(void) {
             CHECK_MSG(out && !strcmp(out, " a"), "decode without a space prefix: \"%s\"", out ? out : "");
             og_free(out);
         }
-        og_tokenizer_free(t);
+        og_tokenizer_destroy(t);
         og_free(json);
         og_free(cfg);
         og_gguf_close(g);

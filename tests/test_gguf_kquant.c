@@ -300,7 +300,7 @@ static void logits_of(const char *path, const int32_t *tok, int n, int chunk, fl
     CHECK(og_model_no_tokenizer_reason(m) && strstr(og_model_no_tokenizer_reason(m), "no_vocab"));
     CHECK(og_model_tokenizer_json(m) == NULL);
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
 }
 
 /* Mean negative log-likelihood of tok[i + 1] under row i. */

@@ -64,7 +64,7 @@ int main(void) {
         og_session_destroy(s);
     }
     CHECK(cases >= 3);
-    og_model_free(m);
+    og_model_destroy(m);
     remove(path);
     rmdir(tmp);
     cJSON_Delete(golden);

@@ -30,7 +30,7 @@ static int match(const og_grammar *g, const char *s) {
             r = og_matcher_can_end(m) ? 1 : 2;
     }
     og_matcher_destroy(m);
-    og_grammar_vocab_free(v);
+    og_grammar_vocab_destroy(v);
     return r;
 }
 
@@ -83,7 +83,7 @@ static void test_match(void) {
             CHECK_MSG(got == k_cases[k].in[i].want, "grammar %s on \"%s\": %d, want %d", k_cases[k].grammar,
                       k_cases[k].in[i].in, got, k_cases[k].in[i].want);
         }
-        og_grammar_free(g);
+        og_grammar_destroy(g);
     }
 }
 
@@ -120,7 +120,7 @@ static void test_errors(void) {
         CHECK_MSG(st != OG_OK && !g, "%s: accepted", k_errors[k].grammar);
         CHECK_MSG(strstr(og_last_error(), k_errors[k].want), "%s: error \"%s\", want \"%s\"", k_errors[k].grammar,
                   og_last_error(), k_errors[k].want);
-        og_grammar_free(g);
+        og_grammar_destroy(g);
     }
     /* depth limit */
     char deep[400];
@@ -190,7 +190,7 @@ static void test_schema(void) {
             CHECK_MSG(got == k_schemas[k].in[i].want, "schema %s on %s: %d, want %d", k_schemas[k].schema,
                       k_schemas[k].in[i].doc, got, k_schemas[k].in[i].want);
         }
-        og_grammar_free(g);
+        og_grammar_destroy(g);
     }
     static const struct {
         const char *schema, *want;
@@ -225,7 +225,7 @@ static void test_schema(void) {
         CHECK(match(g, "[1]") == 0);
         CHECK(match(g, "{\"a\" 1}") == 0);
     }
-    og_grammar_free(g);
+    og_grammar_destroy(g);
     og_free(any);
 }
 
@@ -316,8 +316,8 @@ static void test_masks(void) {
     CHECK(logits[eos] == 1.0f && isinf(logits[1]));
     og_matcher_destroy(m);
     og_matcher_destroy(o);
-    og_grammar_free(g);
-    og_grammar_vocab_free(v);
+    og_grammar_destroy(g);
+    og_grammar_vocab_destroy(v);
 }
 
 int main(void) {

@@ -152,7 +152,7 @@ int main(void) {
             files++;
             free(o.text);
         }
-        og_grammar_free(g);
+        og_grammar_destroy(g);
     }
     /* a GBNF grammar, sampled: the reader agrees */
     og_grammar *g = NULL;
@@ -164,7 +164,7 @@ int main(void) {
                   o.text ? o.text : "", (int)o.finish);
         free(o.text);
     }
-    og_grammar_free(g);
+    og_grammar_destroy(g);
     og_engine_destroy(e);
     /* the published validator over every output */
     char cmd[1400];
@@ -175,8 +175,8 @@ int main(void) {
     CHECK_MSG(rc == 0, "%s: exit status %d", cmd, rc);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    og_grammar_vocab_free(v);
-    og_tokenizer_free(tok);
-    og_model_free(model);
+    og_grammar_vocab_destroy(v);
+    og_tokenizer_destroy(tok);
+    og_model_destroy(model);
     return og_test_finish();
 }

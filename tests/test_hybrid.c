@@ -461,7 +461,7 @@ static void test_vision_refused(const char *dir) {
         CHECK(og_session_length(s) == 2);
     }
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
     remove(ogp);
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", cdir, files[i]);
@@ -519,7 +519,7 @@ int main(int argc, char **argv) {
         test_model(m, dir);
         free(g_ref);
     }
-    og_model_free(m);
+    og_model_destroy(m);
     if (!g_cuda) test_vision_refused(dir);
     remove(path);
     rmdir(dir);

@@ -350,7 +350,7 @@ static float *logits(const char *path, og_backend b, const int32_t *tok, int n, 
     if (m) CHECK_OK(og_session_create(m, &sp, &s));
     if (s) CHECK_OK(og_session_eval(s, tok, n, chunk, out, 1));
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
     return out;
 }
 

@@ -276,8 +276,8 @@ static void test_program_manifest(void) {
         CHECK_OK(og_model_load(quant, &mp, &mq));
         CHECK_OK(og_model_load(plain, &mp, &mb));
         if (!mq || !mb) {
-            og_model_free(mq);
-            og_model_free(mb);
+            og_model_destroy(mq);
+            og_model_destroy(mb);
             continue;
         }
         CHECK(og_model_kv_config(mq)->kv_dtype == dts[d]);
@@ -301,8 +301,8 @@ static void test_program_manifest(void) {
         }
         og_session_destroy(sq);
         og_session_destroy(sb);
-        og_model_free(mq);
-        og_model_free(mb);
+        og_model_destroy(mq);
+        og_model_destroy(mb);
     }
     remove(plain);
     remove(quant);

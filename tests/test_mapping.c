@@ -69,7 +69,7 @@ int main(void) {
     }
     og_model *fresh = NULL;
     CHECK_OK(og_model_load(path, &mp, &fresh));
-    og_model_free(fresh);
+    og_model_destroy(fresh);
 
     og_test_section("a failed export leaves the path as it was");
     CHECK(stat(path, &before) == 0);
@@ -81,7 +81,7 @@ int main(void) {
     free(old);
     free(a);
     free(b);
-    og_model_free(m);
+    og_model_destroy(m);
     unlink(path);
     return og_test_finish();
 }

@@ -258,8 +258,8 @@ int main(void) {
         test_partial_and_eviction(flat, ring);
         if (have_paged) og_kv_allocator_paged_release(&paged);
     }
-    og_model_free(ring);
-    og_model_free(flat);
+    og_model_destroy(ring);
+    og_model_destroy(flat);
     rmdir(dir);
     return og_test_finish();
 }

@@ -391,7 +391,7 @@ static void test_other_program(const char *other_path) {
         CHECK_STATUS(og_session_restore(m, path, &r), OG_ERR_FORMAT);
         CHECK_MSG(strstr(og_last_error(), "another program") != NULL, "%s", og_last_error());
     }
-    og_model_free(m);
+    og_model_destroy(m);
     remove(path);
 }
 
@@ -541,7 +541,7 @@ int main(void) {
         test_threads_same_bytes(have_paged ? &paged : NULL);
         test_other_program(other);
         test_kill();
-        og_model_free(g_model);
+        og_model_destroy(g_model);
         if (have_paged) og_kv_allocator_paged_release(&paged);
     }
     remove(path);

@@ -206,6 +206,6 @@ int main(void) {
     rmdir(dir);
     free(good);
     og_session_destroy(s);
-    og_model_free(g_model);
+    og_model_destroy(g_model);
     return og_test_finish();
 }

@@ -81,7 +81,7 @@ static void check_chat(const og_tokenizer *t, const char *name, const cJSON *cha
     og_chat_request req = {.messages = list, .n_messages = n, .add_generation_prompt = true,
                            .bos_token = bos >= 0 ? og_tokenizer_token_text(t, bos) : NULL,
                            .eos_token = eos >= 0 ? og_tokenizer_token_text(t, eos) : NULL};
-    og_status rc = og_chat_template_new(og_tokenizer_chat_template(t), OG_CHAT_PLAIN, &tpl);
+    og_status rc = og_chat_template_create(og_tokenizer_chat_template(t), OG_CHAT_PLAIN, &tpl);
     if (rc == OG_OK) rc = og_chat_template_render(tpl, &req, &text);
     const char *want_text = cJSON_GetObjectItem(chat, "text")->valuestring;
     if (rc != OG_OK || strcmp(text, want_text)) {
@@ -100,7 +100,7 @@ static void check_chat(const og_tokenizer *t, const char *name, const cJSON *cha
     }
     og_free(ids);
     og_free(text);
-    og_chat_template_free(tpl);
+    og_chat_template_destroy(tpl);
 }
 
 static int32_t json_id(const cJSON *v) { return cJSON_IsNumber(v) ? (int32_t)v->valuedouble : -1; }
@@ -145,7 +145,7 @@ int main(void) {
         og_status rc = og_tokenizer_load_json(json, &t);
         if (rc == OG_OK) rc = og_tokenizer_load_config(t, cfg);
         CHECK_MSG(rc == OG_OK, "%s: the tokenizer does not load: %s", name, og_last_error());
-        if (rc != OG_OK) og_tokenizer_free(t);
+        if (rc != OG_OK) og_tokenizer_destroy(t);
         free(json);
         free(cfg);
         cJSON_Delete(tj);
@@ -176,7 +176,7 @@ int main(void) {
             n_chats++;
         }
         CHECK_MSG(bad == 0, "%s: %d differences from transformers", name, bad);
-        og_tokenizer_free(t);
+        og_tokenizer_destroy(t);
     }
     /* the fixture must exercise the rule: cases that add tokens and chats */
     CHECK_MSG(n_cases >= 30 && n_with_special >= 40 && n_chats >= 3,

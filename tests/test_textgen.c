@@ -139,7 +139,7 @@ int main(void) {
     CHECK(og_finish_name(OG_FINISH_NONE) == NULL);
 
     og_free(ids);
-    og_tokenizer_free(tok);
+    og_tokenizer_destroy(tok);
     free(json);
     return og_test_finish();
 }

@@ -137,9 +137,9 @@ int main(int argc, char **argv) {
         og_model *pair[2] = {m[0], twin};
         compare("two models", pair, 2);
     }
-    og_model_free(m[0]);
-    og_model_free(m[1]);
-    og_model_free(twin);
+    og_model_destroy(m[0]);
+    og_model_destroy(m[1]);
+    og_model_destroy(twin);
     for (int p = 0; p < 2; p++) remove(path[p]);
     rmdir(dir);
     return og_test_finish();

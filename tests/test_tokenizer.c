@@ -30,7 +30,8 @@ static int32_t *json_ids(const cJSON *arr, int64_t *n) {
 
 /* Decodes ids one at a time through a stream; the pieces joined. */
 static char *stream_decode(const og_tokenizer *t, const int32_t *ids, int64_t n) {
-    og_decode_stream *s = og_decode_stream_create(t);
+    og_decode_stream *s = NULL;
+    CHECK_OK(og_decode_stream_create(t, &s));
     size_t cap = 64, len = 0;
     char *all = malloc(cap);
     for (int64_t i = 0; i <= n; i++) {
@@ -123,7 +124,7 @@ static void parity(const char *name) {
     CHECK_MSG(stream_bad == 0, "%s: %d streamed decodes differ", name, stream_bad);
 done:
     cJSON_Delete(cases);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     free(json);
     free(cases_text);
 }
@@ -141,7 +142,8 @@ static void stream_holds_partial(void) {
     const char *text = "\xF0\x9F\x99\x82"; /* one emoji: several byte-level tokens */
     CHECK_OK(og_tokenizer_encode(t, text, 4, &ids, &n));
     CHECK(n >= 2);
-    og_decode_stream *s = og_decode_stream_create(t);
+    og_decode_stream *s = NULL;
+    CHECK_OK(og_decode_stream_create(t, &s));
     const char *piece;
     size_t pn;
     for (int64_t i = 0; i + 1 < n; i++) {
@@ -153,7 +155,7 @@ static void stream_holds_partial(void) {
     CHECK_STATUS(og_decode_stream_push(s, 1 << 20, &piece, &pn), OG_ERR_INVALID_ARGUMENT);
     og_decode_stream_destroy(s);
     og_free(ids);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     free(json);
 }
 
@@ -175,7 +177,7 @@ static void config_and_lookup(void) {
     CHECK(og_tokenizer_chat_template(t) && !strcmp(og_tokenizer_chat_template(t), "{{ x }}"));
     CHECK_STATUS(og_tokenizer_load_config(t, "{\"eos_token\": \"<nope>\"}"), OG_ERR_FORMAT);
     CHECK(strstr(og_last_error(), "<nope>") != NULL);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     free(json);
 }
 
@@ -223,7 +225,7 @@ static void unsupported(void) {
     CHECK_OK(og_tokenizer_encode(t, "abba", 4, &ids, &n));
     CHECK(n == 3 && ids[0] == 2 && ids[1] == 1 && ids[2] == 0);
     og_free(ids);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 #undef M
 }
 
@@ -269,7 +271,7 @@ static void fast_bpe_equals_reference(const char *name) {
         og_free(ref);
     }
     CHECK_MSG(mismatches == 0, "%s: heap BPE differs from the reference on %d of 60 texts", name, mismatches);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 /* Unigram against a naive oracle: the best total score over every
@@ -357,7 +359,7 @@ static void unigram_oracle(void) {
         og_free(got);
     }
     CHECK_MSG(bad == 0, "Unigram differs from the oracle on %d of 300 strings", bad);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 /* Errors that depend on the text: a model without its unknown token. */
@@ -372,14 +374,14 @@ static void model_errors(void) {
     og_free(ids);
     CHECK_STATUS(og_tokenizer_encode(t, "ab", 2, &ids, &n), OG_ERR_INVALID_ARGUMENT);
     CHECK(strstr(og_last_error(), "unk_id") != NULL);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     CHECK_OK(og_tokenizer_load_json("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0, \"##b\": 1}}}", &t));
     CHECK_OK(og_tokenizer_encode(t, "ab", 2, &ids, &n));
     CHECK(n == 2 && ids[0] == 0 && ids[1] == 1);
     og_free(ids);
     CHECK_STATUS(og_tokenizer_encode(t, "ba", 2, &ids, &n), OG_ERR_INVALID_ARGUMENT);
     CHECK(strstr(og_last_error(), "unk_token") != NULL);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     refuses("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"\\u00ff\": 0}}, \"x\": \"\xff\"}", OG_ERR_FORMAT, "UTF-8");
 }
 

@@ -39,7 +39,7 @@ static int32_t *json_ids(const cJSON *arr, int64_t *n) {
  * when a call fails. */
 static char *stream_all(const og_tokenizer *t, const int32_t *ids, int64_t n, size_t *out_len) {
     og_decode_stream *s = NULL;
-    if (og_decode_stream_new(t, &s) != OG_OK) return NULL;
+    if (og_decode_stream_create(t, &s) != OG_OK) return NULL;
     size_t cap = 64, len = 0;
     char *all = malloc(cap);
     for (int64_t i = 0; i <= n && all; i++) {
@@ -148,7 +148,7 @@ static void parity(const char *name) {
 done:
     cJSON_Delete(cases);
     free(cases_text);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 /* The id of the token holding byte b alone: "<0xHH>" with byte fallback,
@@ -199,7 +199,7 @@ static void byte_split(const char *name) {
     og_free(whole);
     /* what each push gives: the emoji's four bytes give "", "", "", then all four */
     og_decode_stream *s = NULL;
-    CHECK_OK(og_decode_stream_new(t, &s));
+    CHECK_OK(og_decode_stream_create(t, &s));
     const char *piece;
     size_t pn;
     int held_ok = 1;
@@ -223,7 +223,7 @@ static void byte_split(const char *name) {
     CHECK_MSG(strstr(og_last_error(), "is not a token") != NULL, "%s", og_last_error());
     og_decode_stream_destroy(s);
 done:
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 static double now_s(void) {
@@ -270,7 +270,7 @@ static void linear(void) {
     double bound = 30.0 * small + 0.05;
     printf("2,000 tokens %.4f s, 20,000 tokens %.4f s (bound %.4f s)\n", small, big, bound);
     CHECK_MSG(big < bound, "20,000 tokens took %.3f s, 2,000 took %.3f s: not linear", big, small);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 /* Writes text to a temp file; its path (static buffer). */
@@ -295,7 +295,7 @@ static void special_ids(void) {
         CHECK(og_tokenizer_is_special(t, og_tokenizer_bos(t)));
         CHECK(og_tokenizer_vocab_size(t) > og_tokenizer_eos(t));
     }
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 
     char json[512];
     snprintf(json, sizeof json, "%s/hf/qwen2-bias/tokenizer.json", OG_TEST_DATA_DIR);
@@ -345,7 +345,7 @@ static void special_ids(void) {
         CHECK_OK(og_tokenize(t, NULL, 0, 0, &ids, &n));
         CHECK(n == 0 && ids == NULL);
     }
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 
     /* a post-processor that adds a bos token */
     const char *tj = temp_file("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []},"
@@ -366,7 +366,7 @@ static void special_ids(void) {
         CHECK(n == 2 && ids[0] == 0);
         og_free(ids);
     }
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 static void loaders(void) {
@@ -380,11 +380,11 @@ static void loaders(void) {
     if (bad) unlink(bad);
     CHECK_STATUS(og_tokenizer_from_file(NULL, NULL, &t), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_tokenizer_from_model(NULL, &t), OG_ERR_INVALID_ARGUMENT);
-    og_tokenizer_free(NULL);
+    og_tokenizer_destroy(NULL);
     og_decode_stream_destroy(NULL);
     og_free(NULL);
     og_decode_stream *s = NULL;
-    CHECK_STATUS(og_decode_stream_new(NULL, &s), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_decode_stream_create(NULL, &s), OG_ERR_INVALID_ARGUMENT);
 
     og_model *m = NULL;
     og_model_params mp = og_model_default_params();
@@ -395,7 +395,7 @@ static void loaders(void) {
     }
     t = NULL;
     CHECK_OK(og_tokenizer_from_model(m, &t));
-    og_model_free(m); /* the tokenizer does not borrow the model */
+    og_model_destroy(m); /* the tokenizer does not borrow the model */
     if (t) {
         CHECK(og_tokenizer_eos(t) == og_tokenizer_token_id(t, "<|endoftext|>"));
         const char *text = "In the beginning God created the heaven and the earth.";
@@ -408,7 +408,7 @@ static void loaders(void) {
         og_free(back);
         og_free(ids);
     }
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
 }
 
 int main(void) {

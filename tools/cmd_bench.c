@@ -244,6 +244,6 @@ done:
     free(b.items);
     free(b.who);
     free(b.fed);
-    og_model_free(b.m);
+    og_model_destroy(b.m);
     return rc;
 }

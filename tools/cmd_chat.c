@@ -538,7 +538,7 @@ int og_cmd_chat(int argc, char **argv) {
     }
     const char *tpl_text = og_tokenizer_chat_template(g.tok);
     conversation conv = {0};
-    if (og_chat_template_new(tpl_text, OG_CHAT_PLAIN, &conv.tpl) != OG_OK) {
+    if (og_chat_template_create(tpl_text, OG_CHAT_PLAIN, &conv.tpl) != OG_OK) {
         fprintf(stderr, "offgraph chat: the model's %s\n", og_last_error());
         og_gen_close(&g);
         return 1;
@@ -548,7 +548,7 @@ int og_cmd_chat(int argc, char **argv) {
     size_t names_len = 0;
     for (size_t k = 0; k < n_flags; k++) names_len += strlen(flag_names[k]) + 1;
     if (n_flags && !(names = malloc(names_len))) {
-        og_chat_template_free(conv.tpl);
+        og_chat_template_destroy(conv.tpl);
         og_gen_close(&g);
         return 1;
     }
@@ -818,7 +818,7 @@ int og_cmd_chat(int argc, char **argv) {
     free(conv.system);
     free(conv.held);
     free(names);
-    og_chat_template_free(conv.tpl);
+    og_chat_template_destroy(conv.tpl);
     og_gen_close(&g);
     return rc;
 }

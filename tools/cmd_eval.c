@@ -80,7 +80,7 @@ int og_cmd_eval(int argc, char **argv) {
     rc = 0;
 done:
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
     free(logits);
     free(ids);
     return rc;

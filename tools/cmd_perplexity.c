@@ -63,7 +63,7 @@ static bool encode_file(const og_model *m, const char *path, int32_t **ids, int6
         ok = true;
     }
     og_free(got);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     og_free(text);
     return ok;
 }
@@ -204,7 +204,7 @@ int og_cmd_perplexity(int argc, char **argv) {
 done:
     if (top1) fclose(top1);
     og_session_destroy(s);
-    og_model_free(m);
+    og_model_destroy(m);
     free(logits);
     free(ids);
     return rc;

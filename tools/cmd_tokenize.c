@@ -88,7 +88,7 @@ static og_tokenizer *open_tokenizer(const char *cmd, const source *s) {
     else if (og_tokenizer_load_json(json, &t) != OG_OK ||
              og_tokenizer_load_config(t, og_program_tokenizer_config(p)) != OG_OK) {
         fprintf(stderr, "offgraph %s: the tokenizer of %s: %s\n", cmd, path, og_last_error());
-        og_tokenizer_free(t);
+        og_tokenizer_destroy(t);
         t = NULL;
     }
     og_program_close(p);
@@ -161,7 +161,7 @@ int og_cmd_tokenize(int argc, char **argv) {
     }
     og_free(ids);
     free(input);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     if (fflush(stdout) != 0 && rc == 0) {
         fprintf(stderr, "offgraph %s: cannot write standard output\n", cmd);
         rc = 1;
@@ -220,7 +220,7 @@ int og_cmd_detokenize(int argc, char **argv) {
         rc = fflush(stdout) == 0 ? 0 : 1;
     }
     og_free(text);
-    og_tokenizer_free(t);
+    og_tokenizer_destroy(t);
     free(ids);
 out:
     free(spec);

@@ -145,8 +145,8 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
 void og_gen_close(og_gen *g) {
     og_sampler_destroy(g->sampler);
     og_session_destroy(g->session);
-    og_tokenizer_free(g->tok);
-    og_model_free(g->model);
+    og_tokenizer_destroy(g->tok);
+    og_model_destroy(g->model);
     memset(g, 0, sizeof *g);
 }
 

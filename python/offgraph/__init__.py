@@ -115,7 +115,7 @@ _PROTOTYPES = {
     # models
     "og_model_default_params": (_ModelParams, []),
     "og_model_load": (c_int, [c_char_p, POINTER(_ModelParams), POINTER(_P)]),
-    "og_model_free": (None, [_P]),
+    "og_model_destroy": (None, [_P]),
     "og_model_vocab_size": (c_int64, [_P]),
     "og_model_kv_config": (POINTER(_KvConfig), [_P]),
     "og_model_backend": (c_int, [_P]),
@@ -148,7 +148,7 @@ _PROTOTYPES = {
     # tokenizer
     "og_tokenizer_from_model": (c_int, [_P, POINTER(_P)]),
     "og_tokenizer_from_file": (c_int, [c_char_p, c_char_p, POINTER(_P)]),
-    "og_tokenizer_free": (None, [_P]),
+    "og_tokenizer_destroy": (None, [_P]),
     "og_tokenize": (c_int, [_P, c_char_p, c_size_t, c_uint, POINTER(POINTER(c_int32)), POINTER(c_int64)]),
     "og_detokenize": (c_int, [_P, POINTER(c_int32), c_int64, POINTER(c_void_p), POINTER(c_size_t)]),
     "og_tokenizer_vocab_size": (c_int32, [_P]),
@@ -160,7 +160,7 @@ _PROTOTYPES = {
     "og_tokenizer_eos": (c_int32, [_P]),
     "og_tokenizer_eot": (c_int32, [_P]),
     "og_tokenizer_stop_ids": (c_int32, [_P, POINTER(c_int32), c_int32]),
-    "og_decode_stream_new": (c_int, [_P, POINTER(_P)]),
+    "og_decode_stream_create": (c_int, [_P, POINTER(_P)]),
     "og_decode_stream_destroy": (None, [_P]),
     "og_decode_stream_push": (c_int, [_P, c_int32, POINTER(c_void_p), POINTER(c_size_t)]),
     "og_decode_stream_finish": (c_int, [_P, POINTER(c_void_p), POINTER(c_size_t)]),
@@ -397,7 +397,7 @@ class DecodeStream(_Handle):
     def __init__(self, tokenizer):
         super().__init__()
         h = c_void_p()
-        _check(_L().og_decode_stream_new(tokenizer._ptr(), byref(h)), "decode stream")
+        _check(_L().og_decode_stream_create(tokenizer._ptr(), byref(h)), "decode stream")
         self._h = h.value
         self.tokenizer = tokenizer
         tokenizer._streams.add(self)
@@ -419,7 +419,7 @@ class Tokenizer(_Handle):
     Model.tokenizer is the model's own; Tokenizer.from_files reads a
     tokenizer.json (and optionally a tokenizer_config.json)."""
 
-    _free = "og_tokenizer_free"
+    _free = "og_tokenizer_destroy"
 
     def __init__(self, _handle):
         super().__init__()
@@ -540,7 +540,7 @@ class Model(_Handle):
     (CUDA when the library was built with it and a GPU is present).
     n_threads: CPU threads, 0 for every online CPU."""
 
-    _free = "og_model_free"
+    _free = "og_model_destroy"
 
     def __init__(self, path, backend="auto", n_threads=0, cuda_graphs=True):
         super().__init__()

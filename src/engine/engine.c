@@ -769,7 +769,7 @@ void og_engine_destroy(og_engine *e) {
     og_prefix_cache_destroy(e->prefix); /* its sessions go before the model */
     og_session_destroy(e->probe);
     og_free(e->forbidden);
-    og_chat_template_free(e->chat);
+    og_chat_template_destroy(e->chat);
     pthread_cond_destroy(&e->sched_cond);
     pthread_cond_destroy(&e->idle_cond);
     pthread_mutex_destroy(&e->lock);
@@ -817,7 +817,7 @@ og_status og_engine_create(og_model *m, og_tokenizer *tok, const og_engine_param
             e->forbidden[e->n_forbidden++] = (int32_t)i;
         }
         /* a template that does not parse is reported by each chat request */
-        e->chat_status = og_chat_template_new(og_tokenizer_chat_template(tok), OG_CHAT_PLAIN, &e->chat);
+        e->chat_status = og_chat_template_create(og_tokenizer_chat_template(tok), OG_CHAT_PLAIN, &e->chat);
         if (e->chat_status != OG_OK) {
             snprintf(e->chat_error, sizeof e->chat_error, "%s", og_last_error());
             e->chat = NULL;

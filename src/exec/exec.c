@@ -113,7 +113,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
     m->last_attend = -1;
     m->rope = og_calloc((size_t)m->n_instrs, sizeof *m->rope);
     if (!m->rope) {
-        og_model_free(m);
+        og_model_destroy(m);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
     }
     for (int32_t i = 0; i < m->n_instrs; i++) {
@@ -132,7 +132,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
             st = og_rope_table_init(&m->rope[i], (int32_t)in->attrs.head_dim, &rp);
             if (st != OG_OK) {
                 og_set_error(st, "%s: instruction %d (rope): %s", path, i, og_last_error());
-                og_model_free(m);
+                og_model_destroy(m);
                 return st;
             }
         }
@@ -144,7 +144,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         og_free((void *)fp.instr);
     }
     if (st != OG_OK) {
-        og_model_free(m);
+        og_model_destroy(m);
         return st;
     }
     const cJSON *mj = og_program_model_json(m->prog), *ref = cJSON_GetObjectItemCaseSensitive(mj, "refused_token_ids");
@@ -152,7 +152,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         const cJSON *why = cJSON_GetObjectItemCaseSensitive(mj, "refused_tokens_reason"), *e;
         m->refused_reason = cJSON_IsString(why) ? why->valuestring : "the program does not take it";
         if (!(m->refused = og_calloc((size_t)cJSON_GetArraySize(ref), sizeof *m->refused))) {
-            og_model_free(m);
+            og_model_destroy(m);
             return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
         }
         cJSON_ArrayForEach(e, ref) if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < (double)m->vocab)
@@ -161,14 +161,14 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
     st = m->ops->model_init(m, &p);
     if (st != OG_OK) {
         og_set_error(st, "og_model_load: %s: %s back end: %s", path, m->ops->name, og_last_error());
-        og_model_free(m);
+        og_model_destroy(m);
         return st;
     }
     *out = m;
     return OG_OK;
 }
 
-void og_model_free(og_model *m) {
+void og_model_destroy(og_model *m) {
     if (!m) return;
     for (int32_t i = 0; i < m->n_idle; i++) m->ops->ctx_free(m, m->idle[i]);
     og_free(m->idle);

@@ -1123,7 +1123,7 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
             snprintf(msg, sizeof msg, "%s", og_last_error());
             rc = og_set_error(rc, "gguf %s: the tokenizer rebuilt from its metadata does not load: %s", gguf_path, msg);
         }
-        og_tokenizer_free(t);
+        og_tokenizer_destroy(t);
     }
     const og_gguf_kv *tokens = og_gguf_find_kv(s.g, "tokenizer.ggml.tokens");
     if (rc == OG_OK && tok && tokens->count > (uint64_t)cfg->vocab_size)

@@ -160,7 +160,6 @@ static bool completion_prompt(const og_serve_ctx *c, const cJSON *p, og_api_requ
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
     if (cJSON_IsString(p)) {
-        if (!*p->valuestring) return BAD(e, "prompt", "the prompt is empty (it gives no tokens)");
         return (q->text = og_strdup(p->valuestring)) || fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     if (!cJSON_IsArray(p))

@@ -86,8 +86,8 @@ void og_server_destroy(og_server *s) {
     if (!s) return;
     og_server_stop(s);
     og_engine_destroy(s->engine); /* its sessions go before the model */
-    og_tokenizer_free(s->tok);
-    og_model_free(s->model);
+    og_tokenizer_destroy(s->tok);
+    og_model_destroy(s->model);
     og_free(s->model_path);
     og_free(s->model_id);
     og_free(s->host);

@@ -77,11 +77,11 @@ struct og_chat_template {
     bool own_text;
 };
 
-og_status og_chat_template_new(const char *text, og_chat_format fallback, og_chat_template **out) {
-    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_new: NULL argument");
+og_status og_chat_template_create(const char *text, og_chat_format fallback, og_chat_template **out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_create: NULL argument");
     *out = NULL;
     if ((unsigned)fallback > OG_CHAT_MISTRAL)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_new: unknown fallback format %d", (int)fallback);
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_create: unknown fallback format %d", (int)fallback);
     og_chat_template *t = og_calloc(1, sizeof *t);
     if (!t) return og_set_error(OG_ERR_OUT_OF_MEMORY, "chat template: out of memory");
     t->own_text = text != NULL;
@@ -96,7 +96,7 @@ og_status og_chat_template_new(const char *text, og_chat_format fallback, og_cha
     return OG_OK;
 }
 
-void og_chat_template_free(og_chat_template *t) {
+void og_chat_template_destroy(og_chat_template *t) {
     if (!t) return;
     og_jinja_free(t->jinja);
     og_free(t);

@@ -62,9 +62,9 @@ typedef struct og_chat_template og_chat_template;
 /* A template from its Jinja text; NULL text gives the fallback format (the
  * family's own layout, or plain text). A template that does not parse is
  * refused (OG_ERR_FORMAT naming the line). *out is owned by the caller:
- * og_chat_template_free. */
-og_status og_chat_template_new(const char *text, og_chat_format fallback, og_chat_template **out);
-void og_chat_template_free(og_chat_template *t);
+ * og_chat_template_destroy. */
+og_status og_chat_template_create(const char *text, og_chat_format fallback, og_chat_template **out);
+void og_chat_template_destroy(og_chat_template *t);
 /* Whether t renders a checkpoint's own template (not a fallback). */
 bool og_chat_template_is_jinja(const og_chat_template *t);
 

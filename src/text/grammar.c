@@ -709,7 +709,7 @@ static og_status check_left_recursion(parser *p, const char *names_src) {
     return rc;
 }
 
-void og_grammar_free(og_grammar *g) {
+void og_grammar_destroy(og_grammar *g) {
     if (!g) return;
     og_free(g->el);
     og_free(g->sets);
@@ -739,7 +739,7 @@ static og_status build(parser *p, og_grammar **out) {
     g->rule_alt = og_malloc(((size_t)p->n_r + 1) * sizeof *g->rule_alt);
     g->sets = og_malloc((size_t)(p->n_sets + 1) * sizeof *g->sets);
     if (!g->el || !g->alt || !g->rule_alt || !g->sets) {
-        og_grammar_free(g);
+        og_grammar_destroy(g);
         return oom();
     }
     if (p->n_sets) memcpy(g->sets, p->sets, (size_t)p->n_sets * sizeof *g->sets);
@@ -801,7 +801,7 @@ struct og_grammar_vocab {
     int32_t *tdepth, *tskip, *tok_off, *tok;
 };
 
-void og_grammar_vocab_free(og_grammar_vocab *v) {
+void og_grammar_vocab_destroy(og_grammar_vocab *v) {
     if (!v) return;
     og_free(v->off);
     og_free(v->bytes);
@@ -939,7 +939,7 @@ og_status og_grammar_vocab_create_bytes(const char *const *bytes, const size_t *
     for (int64_t i = 0; i < n_vocab; i++) total += lens[i];
     v->bytes = og_malloc(total + 1);
     if (!v->off || !v->bytes) {
-        og_grammar_vocab_free(v);
+        og_grammar_vocab_destroy(v);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "grammar vocabulary: out of memory");
     }
     int64_t o = 0;
@@ -951,7 +951,7 @@ og_status og_grammar_vocab_create_bytes(const char *const *bytes, const size_t *
     v->off[n_vocab] = o;
     og_status rc = vocab_finish(v, eos, n_eos);
     if (rc != OG_OK) {
-        og_grammar_vocab_free(v);
+        og_grammar_vocab_destroy(v);
         return rc;
     }
     *out = v;

@@ -43,12 +43,12 @@
 typedef struct og_grammar og_grammar;
 
 /* Parses GBNF text (len bytes; it need not be NUL-terminated). On success
- * *out is owned by the caller: og_grammar_free. On failure og_last_error()
+ * *out is owned by the caller: og_grammar_destroy. On failure og_last_error()
  * says "grammar: line L, column C: ..." (OG_ERR_FORMAT), or names the limit
  * (OG_ERR_UNSUPPORTED). */
 og_status og_grammar_parse(const char *text, size_t len, og_grammar **out);
 /* NULL is a no-op. */
-void og_grammar_free(og_grammar *g);
+void og_grammar_destroy(og_grammar *g);
 /* Number of rules (user rules and those made for groups, classes and
  * repetitions) and of elements, for tests and limits. */
 int32_t og_grammar_rule_count(const og_grammar *g);
@@ -73,7 +73,7 @@ og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
  * (the json_object mode of OpenAI's response_format), as GBNF text owned by
  * the caller (og_free); NULL when out of memory. */
 char *og_json_any_gbnf(bool object_only);
-/* The schema's grammar, parsed (og_grammar_free). */
+/* The schema's grammar, parsed (og_grammar_destroy). */
 og_status og_grammar_from_json_schema(const char *schema, size_t len, og_grammar **out);
 
 /* The vocabulary as the matcher sees it: each token's bytes (the text it
@@ -85,14 +85,14 @@ typedef struct og_grammar_vocab og_grammar_vocab;
 /* From a tokenizer, for logits rows of width n_vocab (the model's, which
  * may exceed the tokenizer's: ids past it are never allowed). Special added
  * tokens are never allowed except the end ids: og_tokenizer_stop_ids (what ends a generation) and
- * extra_eos[0..n_extra_eos). Owned by the caller: og_grammar_vocab_free. */
+ * extra_eos[0..n_extra_eos). Owned by the caller: og_grammar_vocab_destroy. */
 og_status og_grammar_vocab_create(const og_tokenizer *tok, int64_t n_vocab, const int32_t *extra_eos,
                                   int32_t n_extra_eos, og_grammar_vocab **out);
 /* From explicit byte strings (tests, other tokenizers): token i is
  * bytes[i][0..lens[i]), never allowed when lens[i] == 0. */
 og_status og_grammar_vocab_create_bytes(const char *const *bytes, const size_t *lens, int64_t n_vocab,
                                         const int32_t *eos, int32_t n_eos, og_grammar_vocab **out);
-void og_grammar_vocab_free(og_grammar_vocab *v);
+void og_grammar_vocab_destroy(og_grammar_vocab *v);
 int64_t og_grammar_vocab_size(const og_grammar_vocab *v);
 /* Token id's bytes (borrowed) and their count; NULL/0 for ids never allowed. */
 const char *og_grammar_vocab_token(const og_grammar_vocab *v, int32_t id, size_t *len);

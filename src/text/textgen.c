@@ -46,7 +46,8 @@ og_status og_textgen_create(const og_tokenizer *tok, const og_textgen_params *p,
         (p->n_stop_ids && !p->stop_ids) || (p->n_stop_strings && !p->stop_strings))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_textgen_create: a NULL or negative argument");
     og_textgen *g = og_calloc(1, sizeof *g);
-    if (!g || !(g->stream = og_decode_stream_create(tok))) goto oom;
+    if (!g) goto oom;
+    if (og_decode_stream_create(tok, &g->stream) != OG_OK) goto oom;
     g->max_tokens = p->max_tokens;
     if (p->n_stop_ids) {
         if (!(g->stop_ids = og_calloc((size_t)p->n_stop_ids, sizeof *g->stop_ids))) goto oom;

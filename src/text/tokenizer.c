@@ -1033,7 +1033,7 @@ og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     if (rc == OG_OK && cJSON_IsObject(post)) rc = load_post_processor(t, post);
     cJSON_Delete(root);
     if (rc != OG_OK) {
-        og_tokenizer_free(t);
+        og_tokenizer_destroy(t);
         return rc;
     }
     /* the id table ends at the largest id in use */
@@ -1041,7 +1041,7 @@ og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     for (int i = 0; i < t->n_post_pre + t->n_post_suf; i++) {
         int32_t id = i < t->n_post_pre ? t->post_pre[i] : t->post_suf[i - t->n_post_pre];
         if (id >= t->n_ids || !t->text[id]) {
-            og_tokenizer_free(t);
+            og_tokenizer_destroy(t);
             return TOK_ERR(OG_ERR_FORMAT, "post_processor adds id %d, which is not a token", id);
         }
     }
@@ -1049,7 +1049,7 @@ og_status og_tokenizer_load_json(const char *json, og_tokenizer **out) {
     return OG_OK;
 }
 
-void og_tokenizer_free(og_tokenizer *t) {
+void og_tokenizer_destroy(og_tokenizer *t) {
     if (!t) return;
     for (int32_t i = 0; i < t->n_ids; i++) og_free(t->text[i]);
     og_free(t->text);
@@ -2251,12 +2251,16 @@ struct og_decode_stream {
     size_t one_len[STREAM_ONE_CACHE];
 };
 
-og_decode_stream *og_decode_stream_create(const og_tokenizer *t) {
+og_status og_decode_stream_create(const og_tokenizer *t, og_decode_stream **out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_create: NULL out");
+    *out = NULL;
+    if (!t) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_create: NULL tokenizer");
     og_decode_stream *s = og_calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_decode_stream_create: out of memory");
     s->t = t;
     for (int i = 0; i < STREAM_ONE_CACHE; i++) s->one_id[i] = -1;
-    return s;
+    *out = s;
+    return OG_OK;
 }
 
 void og_decode_stream_destroy(og_decode_stream *s) {

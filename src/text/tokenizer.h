@@ -39,11 +39,11 @@
 typedef struct og_tokenizer og_tokenizer;
 
 /* Parses tokenizer.json text. On success *out is owned by the caller:
- * og_tokenizer_free. On failure og_last_error() names what in the file is
+ * og_tokenizer_destroy. On failure og_last_error() names what in the file is
  * wrong or unsupported. */
 og_status og_tokenizer_load_json(const char *json, og_tokenizer **out);
 /* NULL is a no-op. */
-void og_tokenizer_free(og_tokenizer *t);
+void og_tokenizer_destroy(og_tokenizer *t);
 
 /* Reads eos/bos tokens and the chat template from tokenizer_config.json
  * text (NULL or "" leaves them unset). eos_token / bos_token may be a
@@ -104,9 +104,8 @@ og_status og_tokenizer_token_bytes(const og_tokenizer *t, int32_t id, char **byt
  * that decodes to an incomplete UTF-8 character (U+FFFD) is held back until
  * the next token completes it or og_decode_stream_finish. */
 typedef struct og_decode_stream og_decode_stream;
-/* Borrows t, which must outlive the stream. Owned by the caller:
- * og_decode_stream_destroy. NULL on allocation failure. */
-og_decode_stream *og_decode_stream_create(const og_tokenizer *t);
+/* og_decode_stream_create (offgraph.h) borrows t, which must outlive the
+ * stream; the caller owns it: og_decode_stream_destroy. */
 void og_decode_stream_destroy(og_decode_stream *s);
 /* Adds one token. *text (borrowed from s, valid until the next call) gets
  * the newly complete text, possibly empty. */

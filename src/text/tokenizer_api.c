@@ -16,7 +16,7 @@ static og_status load_texts(const char *json, const char *config, const char *wh
     og_status rc = og_tokenizer_load_json(json, &t);
     if (rc == OG_OK && config) rc = og_tokenizer_load_config(t, config);
     if (rc != OG_OK) {
-        og_tokenizer_free(t);
+        og_tokenizer_destroy(t);
         return og_set_error(rc, "the tokenizer of %s: %s", where, og_last_error());
     }
     *out = t;
@@ -104,10 +104,3 @@ int32_t og_tokenizer_stop_ids(const og_tokenizer *t, int32_t *ids, int32_t cap) 
     return n;
 }
 
-og_status og_decode_stream_new(const og_tokenizer *t, og_decode_stream **out) {
-    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_new: NULL out");
-    *out = NULL;
-    if (!t) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_decode_stream_new: NULL tokenizer");
-    *out = og_decode_stream_create(t);
-    return *out ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "og_decode_stream_new: out of memory");
-}

@@ -54,8 +54,8 @@ int og_fuzz_grammar(const uint8_t *data, size_t size) {
 done:
     og_matcher_destroy(m);
     og_matcher_destroy(o);
-    og_grammar_vocab_free(v);
-    og_grammar_free(g);
+    og_grammar_vocab_destroy(v);
+    og_grammar_destroy(g);
     return 0;
 }
 

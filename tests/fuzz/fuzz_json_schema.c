@@ -22,7 +22,7 @@ int og_fuzz_json_schema(const uint8_t *data, size_t size) {
     og_status st = og_grammar_parse(gbnf, strlen(gbnf), &g);
     /* repetition bounds past the grammar's limits are refused as such; anything else is a compiler bug */
     if (st != OG_OK && st != OG_ERR_UNSUPPORTED) __builtin_trap();
-    og_grammar_free(g);
+    og_grammar_destroy(g);
     og_free(gbnf);
     return 0;
 }
