@@ -2188,6 +2188,40 @@ og_status og_tokenizer_decode(const og_tokenizer *t, const int32_t *ids_in, int6
     return OG_OK;
 }
 
+og_status og_tokenizer_token_bytes(const og_tokenizer *t, int32_t id, char **bytes, size_t *len) {
+    if (!t || !bytes || !len) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_token_bytes: NULL argument");
+    *bytes = NULL;
+    *len = 0;
+    if (id < 0 || id >= t->n_ids || !t->text[id])
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tokenizer_token_bytes: id %d is not a token", id);
+    /* the context: the first plain token that decodes to something */
+    int32_t ctx = -1;
+    dec_scratch sc = {0};
+    buf before = {0}, after = {0};
+    og_status rc = OG_OK;
+    for (int32_t k = 0; k < t->n_ids && ctx < 0 && rc == OG_OK; k++) {
+        if (!t->text[k] || og_tokenizer_is_special(t, k)) continue;
+        rc = decode_ids(t, &k, 1, 1, &sc, &before);
+        if (rc == OG_OK && before.n) ctx = k;
+    }
+    int32_t two[2] = {ctx, id};
+    if (rc == OG_OK && ctx < 0) before.n = 0;
+    if (rc == OG_OK) rc = decode_ids(t, ctx < 0 ? &two[1] : two, ctx < 0 ? 1 : 2, 1, &sc, &after);
+    if (rc == OG_OK && after.n > before.n) {
+        size_t n = after.n - before.n;
+        *bytes = og_malloc(n);
+        if (!*bytes) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_tokenizer_token_bytes: out of memory");
+        else {
+            memcpy(*bytes, after.p + before.n, n);
+            *len = n;
+        }
+    }
+    dec_scratch_free(&sc);
+    og_free(before.p);
+    og_free(after.p);
+    return rc;
+}
+
 /* ------------------------------------------------------------ streaming */
 
 /* Each token's bytes are found by decoding it after its context (the last

@@ -96,6 +96,14 @@ int32_t og_tokenizer_bos_id(const og_tokenizer *t);
 /* The config's chat_template text, or NULL; borrowed from t. */
 const char *og_tokenizer_chat_template(const og_tokenizer *t);
 
+/* The bytes token id adds to a text it follows (decoded raw, after a plain
+ * context token, so that decoders that treat the first token apart, as
+ * Metaspace and Strip do, see it in the middle): what constrained
+ * generation matches. Bytes that are not valid UTF-8 alone (a piece of a
+ * character) are given as they are. *bytes is owned by the caller: og_free
+ * (NULL when *len == 0). */
+og_status og_tokenizer_token_bytes(const og_tokenizer *t, int32_t id, char **bytes, size_t *len);
+
 /* Streaming decode: text is given out as soon as it is complete, and a tail
  * that decodes to an incomplete UTF-8 character (U+FFFD) is held back until
  * the next token completes it or og_decode_stream_finish. */
