@@ -311,8 +311,19 @@ bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomi
     bool cancelled = false;
     for (;;) {
         og_request_output o;
-        /* with an interrupt to watch: wake up now and then to look at it */
-        og_request_next(r, &o, interrupt ? 0.05 : -1);
+        /* what has come, without waiting; when nothing has, a millisecond's
+         * sleep before looking again: the text comes in runs of tokens
+         * rather than waking this thread (off the core the engine's thread
+         * needs) at every one */
+        og_request_next(r, &o, 0);
+        if (!o.n_text && o.finish == OG_FINISH_NONE) {
+            if (interrupt && *interrupt && !cancelled) {
+                og_request_cancel(r);
+                cancelled = true;
+            }
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+            continue;
+        }
         if (o.n_text) {
             fwrite(o.text, 1, o.n_text, out);
             fflush(out);
