@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # offgraph bench --sessions K runs K requests through the library's engine;
-# --direct steps the same K sessions on the direct step path. Both take the
-# same number of model steps (the warm-up's prefill and one decode step, the
-# timed prefill, then one decode step a token) and hold the same KV, but for
-# the engine never feeding a request's last token (one row a session less).
+# --direct steps the same K sessions on the direct step path. Both take about
+# the same number of model steps (the warm-up's prefill and one decode step,
+# the timed prefill, then one decode step a token) and hold the same KV, but
+# for the engine never feeding a request's last token (one row a session less).
 # Args: the built offgraph, a scratch folder.
 set -u
 BIN=$1
@@ -24,7 +24,11 @@ for k in 1 3; do
 import json, sys
 e, d, k = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert e["mode"] == "engine" and d["mode"] == "batched", (e["mode"], d["mode"])
-assert e["sessions"] == d["sessions"] == k and e["steps"] == d["steps"] == 3 + 5, (e["steps"], d["steps"])
+# the direct path's steps: the warm-up's prefill, the timed prefill, one
+# untimed and 5 timed decode steps; the engine's are as many when its
+# scheduler takes the K requests in one step, more when it starts one before
+# the others are submitted (a step each, then decode beside prefill)
+assert e["sessions"] == d["sessions"] == k and d["steps"] == 3 + 5 <= e["steps"] <= 2 * k + (k + 5), (e["steps"], d["steps"])
 assert e["prefill_tokens_per_s"] > 0 and e["decode_tokens_per_s"] > 0, e
 assert abs(e["decode_tokens_per_s_per_session"] * k - e["decode_tokens_per_s"]) < 0.05 * e["decode_tokens_per_s"], e
 # KV rows of the prompt and every generated token but the last: 20 + 6 - 1
