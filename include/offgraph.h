@@ -1193,6 +1193,9 @@ typedef struct og_request_output {
     int64_t reused_tokens;         /* of them, taken from the prefix cache    */
     int64_t completion_tokens;     /* generated so far (stop ids not counted) */
     double t_submit, t_first_token, t_end; /* seconds of CLOCK_MONOTONIC; 0: not yet */
+    og_kv_metrics kv;              /* once it has ended: its session's KV figures
+                                      as it ended (bytes held and live, growth,
+                                      graph captures); zero before             */
 } og_request_output;
 
 /* Waits until the request has new output or has ended, or timeout_s seconds

@@ -25,7 +25,12 @@ static void usage(FILE *f) {
             "(bucket b holds up to 2^b sessions; more than 1 capture in a bucket is a re-capture).\n\n"
             "  --prompt <N>             prompt tokens per session (default 128)\n"
             "  --gen <N>                timed decode tokens per session (default 32)\n"
-            "  --sessions <K>           sessions on the one model (default 1)\n"
+            "  --sessions <K>           K requests of the library's engine (og_engine: its\n"
+            "                           scheduler batches them; no prefix cache), which is what\n"
+            "                           run, serve and the Python binding generate through;\n"
+            "                           without it one session on the direct step path\n"
+            "  --direct                 with --sessions: the K sessions on the direct step path\n"
+            "                           (og_model_step, as described above), for comparison\n"
             "  --rows <N>               most rows in one prefill step (default 2048)\n"
             "  --sequential             step the sessions one after another instead\n"
             "                           (og_session_eval_next per session), for comparison\n"
@@ -104,13 +109,99 @@ static bool run_sequential(bench *b, int phase) {
     return true;
 }
 
+/* One round of K requests through the library's engine (og_engine): each
+ * session's prompt as token ids, max_tokens each (ignore_eos: every one is
+ * generated), submitted together; *fin gets each request's final output. */
+static bool engine_round(bench *b, og_engine *e, int64_t max_tokens, og_request_output *fin) {
+    og_request **rs = calloc((size_t)b->K, sizeof *rs);
+    bool ok = rs != NULL;
+    for (int64_t k = 0; ok && k < b->K; k++) {
+        og_request_params p = og_request_default_params();
+        p.kind = OG_PROMPT_TOKENS;
+        p.tokens = b->ids + k * b->prompt;
+        p.n_tokens = b->prompt;
+        p.sampling.temperature = 0; /* greedy, as the direct path's arg-max */
+        p.max_tokens = max_tokens;
+        p.ignore_eos = true;
+        if (og_engine_submit(e, &p, &rs[k]) != OG_OK) {
+            fprintf(stderr, "offgraph bench: request %lld: %s\n", (long long)k, og_last_error());
+            ok = false;
+        }
+    }
+    for (int64_t k = 0; ok && k < b->K; k++) {
+        do og_request_next(rs[k], &fin[k], -1);
+        while (fin[k].finish == OG_FINISH_NONE);
+        if (fin[k].finish != OG_FINISH_LENGTH) {
+            fprintf(stderr, "offgraph bench: request %lld ended early: %s\n", (long long)k,
+                    fin[k].finish == OG_FINISH_ERROR ? fin[k].error : "cancelled");
+            ok = false;
+        }
+    }
+    if (rs)
+        for (int64_t k = 0; k < b->K; k++) og_request_destroy(rs[k]);
+    free(rs);
+    return ok;
+}
+
 static void print_buckets(const int64_t *v) {
     for (int i = 0; i < OG_BATCH_BUCKETS; i++) printf("%s%lld", i ? "," : "", (long long)v[i]);
 }
 
+/* bench --sessions K: K requests of the engine stepped by its scheduler
+ * (continuous batching, rows under --rows, chunks of max_write; no prefix
+ * cache, so every prompt is read). An untimed round of the same requests
+ * (one token each after the prompt: the decode step of K is captured on
+ * CUDA) comes first unless --no-warmup. Timed: each request generates 1 +
+ * gen tokens, the first drawn by its prefill. Prefill rate: all prompt
+ * tokens over the time from the first submit to the last first token;
+ * decode rate: the gen tokens of every request over the time from the
+ * first first token to the last end (when the prefills do not all land in
+ * one step, decoding beside prefill counts in that time: the rate is not
+ * overstated). */
+static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, bool warmup, double *pf, double *dc,
+                         double *t_decode, og_kv_metrics *tot) {
+    og_engine_params ep = og_engine_default_params();
+    ep.session = mo->session;
+    ep.max_sessions = (int32_t)b->K;
+    ep.prefix_cache_bytes = 0;
+    ep.chunk = og_model_kv_config(b->m)->max_write;
+    ep.step_rows = (int32_t)(b->rows < INT32_MAX ? b->rows : INT32_MAX);
+    og_engine *e = NULL;
+    if (og_engine_create(b->m, NULL, &ep, &e) != OG_OK) {
+        fprintf(stderr, "offgraph bench: %s\n", og_last_error());
+        return false;
+    }
+    og_request_output *fin = calloc((size_t)b->K, sizeof *fin);
+    bool ok = fin && (!warmup || engine_round(b, e, 2, fin)) && engine_round(b, e, gen + 1, fin);
+    if (ok) {
+        double t_sub = fin[0].t_submit, t_first0 = fin[0].t_first_token, t_first1 = 0, t_end = 0;
+        int64_t decoded = 0;
+        for (int64_t k = 0; k < b->K; k++) {
+            const og_request_output *o = &fin[k];
+            if (o->t_submit < t_sub) t_sub = o->t_submit;
+            if (o->t_first_token < t_first0) t_first0 = o->t_first_token;
+            if (o->t_first_token > t_first1) t_first1 = o->t_first_token;
+            if (o->t_end > t_end) t_end = o->t_end;
+            decoded += o->completion_tokens - 1;
+            tot->bytes_allocated += o->kv.bytes_allocated;
+            tot->bytes_live += o->kv.bytes_live;
+            tot->growth_count += o->kv.growth_count;
+            tot->graph_captures += o->kv.graph_captures;
+        }
+        *pf = (double)(b->prompt * b->K) / (t_first1 - t_sub > 0 ? t_first1 - t_sub : 1e-9);
+        *t_decode = t_end - t_first0;
+        *dc = decoded > 0 ? (double)decoded / (*t_decode > 0 ? *t_decode : 1e-9) : 0;
+    } else if (!fin) {
+        fprintf(stderr, "offgraph bench: no memory\n");
+    }
+    free(fin);
+    og_engine_destroy(e);
+    return ok;
+}
+
 int og_cmd_bench(int argc, char **argv) {
     int64_t prompt = 128, gen = 32, sessions = 1, seed = 1, rows = 2048;
-    bool json = false, sequential = false, warmup = true;
+    bool json = false, sequential = false, warmup = true, engine = false, direct = false;
     og_cli_model_opts mo;
     og_cli_model_opts_default(&mo);
     for (int i = 1; i < argc; i++) {
@@ -127,12 +218,15 @@ int og_cmd_bench(int argc, char **argv) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 0, INT32_MAX, &gen)) return 2;
         } else if (!strcmp(a, "--sessions")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, 4096, &sessions)) return 2;
+            engine = true;
         } else if (!strcmp(a, "--rows")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 1, INT32_MAX, &rows)) return 2;
         } else if (!strcmp(a, "--seed")) {
             if (!(v = og_cli_value("bench", argc, argv, &i)) || !og_cli_int("bench", a, v, 0, INT32_MAX, &seed)) return 2;
         } else if (!strcmp(a, "--sequential")) {
             sequential = true;
+        } else if (!strcmp(a, "--direct")) {
+            direct = true;
         } else if (!strcmp(a, "--no-warmup")) {
             warmup = false;
         } else if (!strcmp(a, "--json")) {
@@ -167,6 +261,14 @@ int og_cmd_bench(int argc, char **argv) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         b.ids[t] = (int32_t)(r % (uint64_t)V);
     }
+    double pf = 0, dc = 0, t_decode = 0;
+    og_kv_metrics tot = {0};
+    const char *mode = sequential ? "sequential" : "batched";
+    if (engine && !sequential && !direct) {
+        if (!bench_engine(&b, &mo, gen, warmup, &pf, &dc, &t_decode, &tot)) goto done;
+        mode = "engine";
+        goto report;
+    }
     for (int pass = warmup ? 0 : 1; pass < 2; pass++) { /* pass 0: the untimed warm-up */
         for (int64_t k = 0; k < sessions; k++) {
             og_session_destroy(b.ss[k]);
@@ -187,9 +289,8 @@ int og_cmd_bench(int argc, char **argv) {
     t0 = og_time_now();
     for (int64_t g = 0; g < gen; g++)
         if (!(sequential ? run_sequential(&b, 1) : decode_batched(&b))) goto done;
-    const double t_decode = og_time_now() - t0;
+    t_decode = og_time_now() - t0;
 
-    og_kv_metrics tot = {0};
     for (int64_t k = 0; k < sessions; k++) {
         og_kv_metrics mk;
         og_session_metrics(b.ss[k], &mk);
@@ -198,13 +299,13 @@ int og_cmd_bench(int argc, char **argv) {
         tot.growth_count += mk.growth_count;
         tot.graph_captures += mk.graph_captures;
     }
+    pf = (double)(prompt * sessions) / t_prefill;
+    dc = gen ? (double)(gen * sessions) / t_decode : 0;
+report:;
     og_model_metrics mm;
     og_model_metrics_get(b.m, &mm);
     int64_t recaptures = 0;
     for (int i = 0; i < OG_BATCH_BUCKETS; i++) recaptures += mm.bucket_captures[i] > 1 ? mm.bucket_captures[i] - 1 : 0;
-    const double pf = (double)(prompt * sessions) / t_prefill;
-    const double dc = gen ? (double)(gen * sessions) / t_decode : 0;
-    const char *mode = sequential ? "sequential" : "batched";
     if (json) {
         printf("{\"mode\":\"%s\",\"prompt\":%lld,\"gen\":%lld,\"sessions\":%lld,\"prefill_tokens_per_s\":%.2f,"
                "\"decode_tokens_per_s\":%.2f,\"decode_tokens_per_s_per_session\":%.2f,\"decode_s\":%.6f,"

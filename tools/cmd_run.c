@@ -1,4 +1,5 @@
-/* offgraph run: generates text from a prompt, streaming it as it comes. */
+/* offgraph run: generates text from a prompt, streaming it as it comes: one
+ * request of the library's engine (og_engine). */
 #include "commands.h"
 #include "core/core.h"
 #include "generate.h"
@@ -16,7 +17,7 @@ static void usage(FILE *f) {
                "tokenizer adds, such as BOS, are added unless --no-special, as `offgraph tokenize`\n"
                "and /v1/completions add them) and prints the generated text as it is produced,\n"
                "stopping at N tokens, at the model's end-of-sequence or end-of-turn token, at a\n"
-               "--stop string or at the model's context limit.\n\n"
+               "--stop string or at the model's context limit (-n 0: generate until it).\n\n"
                "  -p, --prompt <text>      the prompt; - reads it from standard input\n"
                "  -f, --file <file>        read the prompt from a file (as it is, newline included)\n"
                "  --stop <string>          end before this text (never printed); repeatable, up to %d\n"
@@ -104,10 +105,10 @@ int og_cmd_run(int argc, char **argv) {
     int rc = 1;
     int32_t *ids = NULL;
     int64_t n = 0;
-    og_gen_result res = {0};
-    if (!og_gen_open("run", &o, &g)) goto done;
-    g.stop_strings = stops;
-    g.n_stop_strings = n_stops;
+    og_request *req = NULL;
+    if (!og_gen_load("run", &o, &g)) goto done;
+    /* the prompt's ids by the library's rule (og_tokenize: what the engine
+     * does to a text prompt), so that --show-prompt-ids shows what is fed */
     if (!og_gen_encode("run", &g, prompt, true, &ids, &n)) goto done;
     if (show_ids) {
         fputs("{\"prompt_ids\": [", stderr);
@@ -120,33 +121,43 @@ int og_cmd_run(int argc, char **argv) {
         goto done;
     }
     if (!og_gen_prompt_fits("run", &g, n)) goto done;
-    double t0 = og_time_now();
-    if (!og_gen_prefill("run", &g, ids, n, o.max_tokens > 0)) goto done;
-    double t1 = og_time_now();
+    if (!og_gen_start_engine("run", &o, &g, 0)) goto done;
+    og_request_params rp = og_gen_request_params(&o);
+    rp.kind = OG_PROMPT_TOKENS;
+    rp.tokens = ids;
+    rp.n_tokens = n;
+    rp.stop = stops;
+    rp.n_stop = n_stops;
+    if (og_engine_submit(g.engine, &rp, &req) != OG_OK) {
+        fprintf(stderr, "offgraph run: %s\n", og_last_error());
+        goto done;
+    }
     fwrite(prompt, 1, strlen(prompt), stdout);
-    if (!og_gen_decode("run", &g, o.max_tokens, false, stdout, false, &res)) goto done;
-    double t2 = og_time_now();
+    og_request_output res;
+    if (!og_gen_stream("run", req, stdout, NULL, &res, NULL)) goto done;
     putchar('\n');
     fflush(stdout);
-    if (res.context_full)
+    /* the last token drawn is never fed: a prompt of n tokens ends at most
+     * max_ctx - n + 1 tokens later */
+    const bool context_full = res.finish == OG_FINISH_LENGTH && res.prompt_tokens + res.completion_tokens > g.max_ctx;
+    if (context_full)
         fprintf(stderr, "offgraph run: stopped at the model's context limit (%lld tokens)\n", (long long)g.max_ctx);
     if (stats) {
-        og_kv_metrics km;
-        if (og_session_metrics(g.session, &km) != OG_OK) {
-            fprintf(stderr, "offgraph run: %s\n", og_last_error());
-            goto done;
-        }
+        const double prefill_s = res.t_first_token - res.t_submit, decode_s = res.t_end - res.t_first_token;
+        const int64_t decoded = res.completion_tokens > 1 ? res.completion_tokens - 1 : 0;
         fprintf(stderr,
                 "{\"prompt_tokens\": %lld, \"generated_tokens\": %lld, \"prefill_tokens_per_s\": %.2f, "
                 "\"decode_tokens_per_s\": %.2f, \"kv_bytes_allocated\": %lld, \"kv_bytes_live\": %lld, "
                 "\"growth_events\": %lld, \"context_limit\": %lld, \"finish_reason\": \"%s\"}\n",
-                (long long)n, (long long)res.generated, (double)n / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
-                res.generated ? (double)res.generated / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0,
-                (long long)km.bytes_allocated, (long long)km.bytes_live, (long long)km.growth_count,
-                (long long)g.max_ctx, og_finish_name(res.finish) ? og_finish_name(res.finish) : "length");
+                (long long)res.prompt_tokens, (long long)res.completion_tokens,
+                res.t_first_token > 0 ? (double)res.prompt_tokens / (prefill_s > 0 ? prefill_s : 1e-9) : 0.0,
+                decoded ? (double)decoded / (decode_s > 0 ? decode_s : 1e-9) : 0.0,
+                (long long)res.kv.bytes_allocated, (long long)res.kv.bytes_live, (long long)res.kv.growth_count,
+                (long long)g.max_ctx, res.finish == OG_FINISH_STOP ? "stop" : "length");
     }
     rc = 0;
 done:
+    og_request_destroy(req);
     og_gen_close(&g);
     og_free(ids);
     free(prompt);

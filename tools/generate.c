@@ -93,7 +93,7 @@ void og_gen_add_stop(og_gen *g, int32_t id) {
     g->stop[g->n_stop++] = id;
 }
 
-bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
+bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g) {
     memset(g, 0, sizeof *g);
     const char *path = o->run.model ? o->run.model : og_default_model_path;
     if (!path) {
@@ -128,6 +128,12 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
     g->no_special = o->no_special;
     g->vocab = og_model_vocab_size(g->model);
     g->max_ctx = og_model_kv_config(g->model)->max_capacity;
+    return true;
+}
+
+bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
+    if (!og_gen_load(cmd, o, g)) return false;
+    og_status st;
     if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
         (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
         fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
@@ -143,6 +149,7 @@ bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
 }
 
 void og_gen_close(og_gen *g) {
+    og_engine_destroy(g->engine);
     og_sampler_destroy(g->sampler);
     og_session_destroy(g->session);
     og_tokenizer_destroy(g->tok);
@@ -275,4 +282,85 @@ bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE
     r->finish = og_textgen_finish_reason(tg);
     og_textgen_destroy(tg);
     return ok;
+}
+
+bool og_gen_start_engine(const char *cmd, const og_gen_options *o, og_gen *g, int64_t prefix_cache_bytes) {
+    og_engine_params ep = og_engine_default_params();
+    ep.session = o->run.session;
+    ep.max_sessions = 1;
+    ep.prefix_cache_bytes = prefix_cache_bytes;
+    if (og_engine_create(g->model, g->tok, &ep, &g->engine) != OG_OK) {
+        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
+        return false;
+    }
+    return true;
+}
+
+og_request_params og_gen_request_params(const og_gen_options *o) {
+    og_request_params p = og_request_default_params();
+    p.sampling = o->sampling;
+    p.max_tokens = o->max_tokens;
+    p.add_special = !o->no_special;
+    return p;
+}
+
+bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomic_t *interrupt,
+                   og_request_output *last, char **text) {
+    size_t cap = 0, len = 0;
+    if (text) *text = NULL;
+    bool cancelled = false;
+    for (;;) {
+        og_request_output o;
+        /* what has come, without waiting; when nothing has, a millisecond's
+         * sleep before looking again: the text comes in runs of tokens
+         * rather than waking this thread (off the core the engine's thread
+         * needs) at every one */
+        og_request_next(r, &o, 0);
+        if (!o.n_text && o.finish == OG_FINISH_NONE) {
+            if (interrupt && *interrupt && !cancelled) {
+                og_request_cancel(r);
+                cancelled = true;
+            }
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+            continue;
+        }
+        if (o.n_text) {
+            fwrite(o.text, 1, o.n_text, out);
+            fflush(out);
+            if (text) {
+                if (len + o.n_text + 1 > cap) {
+                    size_t nc = (len + o.n_text + 1) * 2;
+                    char *p = og_realloc(*text, nc);
+                    if (!p) {
+                        fprintf(stderr, "offgraph %s: no memory\n", cmd);
+                        og_request_cancel(r);
+                        return false;
+                    }
+                    *text = p;
+                    cap = nc;
+                }
+                memcpy(*text + len, o.text, o.n_text);
+                len += o.n_text;
+                (*text)[len] = 0;
+            }
+        }
+        if (o.finish != OG_FINISH_NONE) {
+            *last = o;
+            last->text = NULL;
+            last->n_text = 0;
+            last->tokens = NULL;
+            last->n_tokens = 0;
+            last->logprobs = NULL;
+            last->n_logprobs = 0;
+            if (o.finish == OG_FINISH_ERROR) {
+                fprintf(stderr, "offgraph %s: %s (%s)\n", cmd, o.error, og_status_str(o.status));
+                return false;
+            }
+            return true;
+        }
+        if (interrupt && *interrupt && !cancelled) {
+            og_request_cancel(r);
+            cancelled = true;
+        }
+    }
 }

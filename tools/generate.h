@@ -21,6 +21,7 @@ extern const char *const og_default_model_path;
 
 typedef struct og_gen {
     og_model *model;
+    og_engine *engine; /* og_gen_start_engine; NULL: none */
     og_session *session;
     og_tokenizer *tok;
     og_sampler *sampler;
@@ -58,6 +59,22 @@ void og_gen_options_usage(FILE *f);
  * often padded); prints what is missing (no -m, no tokenizer in the
  * program) and returns false. */
 bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g);
+/* As og_gen_open without the session and the sampler (the model, its
+ * tokenizer, stop ids and context): what og_gen_start_engine needs. */
+bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g);
+/* An engine of one request at a time over g's model and tokenizer
+ * (o's KV dtype; prefix_cache_bytes 0: no prefix cache). */
+bool og_gen_start_engine(const char *cmd, const og_gen_options *o, og_gen *g, int64_t prefix_cache_bytes);
+/* A request of o's sampling, max tokens (0: until the context is full) and
+ * --no-special; its prompt is the caller's to set. */
+og_request_params og_gen_request_params(const og_gen_options *o);
+/* Writes r's text to out as it comes until it ends; *last gets its final
+ * output (counts, times, finish reason; no text). When *interrupt becomes
+ * set (a signal handler) the request is cancelled (finish CANCELLED). With
+ * text, *text gets all the text written (og_free). False (after a message)
+ * when the request failed. */
+bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomic_t *interrupt,
+                   og_request_output *last, char **text);
 void og_gen_close(og_gen *g);
 /* Adds a stop token (ignored when the table is full or id < 0). */
 void og_gen_add_stop(og_gen *g, int32_t id);

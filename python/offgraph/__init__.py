@@ -25,8 +25,8 @@ import ctypes.util
 import os
 import threading
 import weakref
-from ctypes import (POINTER, Structure, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t,
-                    c_uint, c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, byref, c_bool, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
+                    c_size_t, c_uint, c_uint64, c_void_p)
 
 __all__ = ["OffgraphError", "Model", "Session", "Tokenizer", "DecodeStream", "Sampler", "StepItem",
            "library_path", "set_log_level", "ABI_MAJOR"]
@@ -103,6 +103,32 @@ class _BatchItem(Structure):
                 ("logits", POINTER(c_float)), ("sampler", c_void_p), ("token", c_int32)]
 
 
+class _EngineParams(Structure):
+    _fields_ = [("session", _SessionParams), ("max_sessions", c_int32), ("max_queue", c_int32),
+                ("kv_budget", c_int64), ("prefix_cache_bytes", c_int64), ("chunk", c_int32),
+                ("step_rows", c_int32), ("seed", c_uint64), ("test_step_delay_s", c_double)]
+
+
+class _RequestParams(Structure):
+    _fields_ = [("kind", c_int), ("text", c_char_p), ("add_special", c_bool), ("tokens", POINTER(c_int32)),
+                ("n_tokens", c_int64), ("messages", c_void_p), ("n_messages", c_int32),
+                ("add_generation_prompt", c_bool), ("template_vars_json", c_char_p), ("sampling", _SamplerParams),
+                ("max_tokens", c_int64), ("stop", POINTER(c_char_p)), ("n_stop", c_int32), ("ignore_eos", c_bool),
+                ("logprobs", c_int32), ("constraint", c_void_p), ("constraint_ctx", c_void_p)]
+
+
+class _RequestOutput(Structure):
+    _fields_ = [("text", c_void_p), ("n_text", c_size_t), ("tokens", POINTER(c_int32)), ("n_tokens", c_int32),
+                ("logprobs", c_void_p), ("n_logprobs", c_int32), ("finish", c_int), ("status", c_int),
+                ("error", ctypes.c_char * 256), ("prompt_tokens", c_int64), ("reused_tokens", c_int64),
+                ("completion_tokens", c_int64), ("t_submit", c_double), ("t_first_token", c_double),
+                ("t_end", c_double), ("kv", _KvMetrics)]
+
+
+_PROMPT_TEXT, _PROMPT_TOKENS = 0, 1
+_FINISH_NONE, _FINISH_STOP, _FINISH_LENGTH, _FINISH_CANCELLED, _FINISH_ERROR = range(5)
+
+
 # ------------------------------------------------------------ the library
 
 _P = c_void_p
@@ -164,6 +190,15 @@ _PROTOTYPES = {
     "og_decode_stream_destroy": (None, [_P]),
     "og_decode_stream_push": (c_int, [_P, c_int32, POINTER(c_void_p), POINTER(c_size_t)]),
     "og_decode_stream_finish": (c_int, [_P, POINTER(c_void_p), POINTER(c_size_t)]),
+    # the engine
+    "og_engine_default_params": (_EngineParams, []),
+    "og_engine_create": (c_int, [_P, _P, POINTER(_EngineParams), POINTER(_P)]),
+    "og_engine_destroy": (None, [_P]),
+    "og_request_default_params": (_RequestParams, []),
+    "og_engine_submit": (c_int, [_P, POINTER(_RequestParams), POINTER(_P)]),
+    "og_request_next": (c_int, [_P, POINTER(_RequestOutput), c_double]),
+    "og_request_cancel": (None, [_P]),
+    "og_request_destroy": (None, [_P]),
 }
 
 _lib_lock = threading.Lock()
@@ -558,9 +593,19 @@ class Model(_Handle):
         self._sessions = weakref.WeakSet()
         self._tokenizer = None
         self._unknown_ids = None
+        self._engines = {}      # kv_dtype -> og_engine handle (Model.generate's)
+        self._requests = set()  # the engine requests not yet destroyed
+        self._engine_lock = threading.Lock()
 
     def close(self):
-        """Closes every live session of the model, its tokenizer, then the model."""
+        """Ends what Model.generate runs, closes every live session of the
+        model, its tokenizer, then the model."""
+        L = _L() if self._h else None
+        for r in list(self._requests):
+            r.destroy()
+        for h in self._engines.values():
+            L.og_engine_destroy(h)
+        self._engines = {}
         for s in list(self._sessions):
             s.close()
         if self._tokenizer is not None:
@@ -703,14 +748,105 @@ class Model(_Handle):
                 results.append(None)
         return results
 
-    def generate(self, prompt, kv_dtype=None, **kw):
-        """Session.generate (text pieces) in a session of its own (kv_dtype:
-        as Model.session), closed when the generator ends or is closed."""
-        s = self.session(kv_dtype)
+    def _engine(self, kv_dtype):
+        """The library's engine (og_engine) over this model for sessions of
+        kv_dtype, made on first use: the generation path `offgraph run` and
+        the server take."""
+        with self._engine_lock:
+            h = self._engines.get(kv_dtype)
+            if h is None:
+                L = _L()
+                p = L.og_engine_default_params()
+                if kv_dtype is None:
+                    p.session.kv_dtype = _DTYPE_KEEP
+                elif kv_dtype in _DTYPES:
+                    p.session.kv_dtype = _DTYPES[kv_dtype]
+                else:
+                    raise OffgraphError("kv_dtype must be None, \"f32\", \"bf16\", \"int8\" or \"fp8\", not %r"
+                                        % (kv_dtype,))
+                e = c_void_p()
+                _check(L.og_engine_create(self._ptr(), self.tokenizer._ptr(), byref(p), byref(e)), "engine")
+                h = self._engines[kv_dtype] = e.value
+            return h
+
+    def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                 repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None, kv_dtype=None):
+        """A generator of the text pieces of a continuation of prompt (a str:
+        its ids by the tokenizer's rule, Model.prompt_ids(prompt,
+        add_special), e.g. with a BOS; or a list of token ids, fed as they
+        are), each given out as soon as it is complete, through the library's
+        engine as `offgraph run` generates. temperature 0 is greedy; top_k,
+        top_p, min_p, repeat_penalty, repeat_last_n and seed are Sampler's
+        (seed None: one the engine picks). It stops after max_tokens tokens
+        (0: until the context is full), before an end token
+        (Tokenizer.stop_ids), before a stop string (a string or a list of
+        them; matched across tokens, never given out) or where the context
+        is full; the reason ("stop" or "length") is the generator's return
+        value. Closing the generator early cancels the generation. kv_dtype:
+        as Model.session. Threads may generate at once: the engine steps
+        their requests together."""
+        stops = [stop] if isinstance(stop, str) else [x for x in (stop or ()) if x]
+        if not all(isinstance(x, str) for x in stops):
+            raise OffgraphError("generate: stop must be a string or a list of strings, not %r" % (stop,))
+        L = _L()
+        e = self._engine(kv_dtype)
+        p = L.og_request_default_params()
+        keep = []
+        if isinstance(prompt, (str, bytes)):
+            p.kind = _PROMPT_TEXT
+            text = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
+            keep.append(text)
+            p.text = text
+            p.add_special = bool(add_special)
+        else:
+            toks, n = _ids(prompt, "generate: prompt")
+            keep.append(toks)
+            p.kind = _PROMPT_TOKENS
+            p.tokens = ctypes.cast(toks, POINTER(c_int32))
+            p.n_tokens = n
+        sp = p.sampling
+        sp.temperature = float(temperature)
+        sp.top_k = int(top_k)
+        sp.top_p = float(top_p)
+        sp.min_p = float(min_p)
+        sp.repeat_penalty = float(repeat_penalty)
+        sp.repeat_last_n = int(repeat_last_n)
+        sp.seed = 0 if seed is None else int(seed) & 0xFFFFFFFFFFFFFFFF
+        p.max_tokens = int(max_tokens)
+        if stops:
+            arr = (c_char_p * len(stops))(*[x.encode("utf-8") for x in stops])
+            keep.append(arr)
+            p.stop = ctypes.cast(arr, POINTER(c_char_p))
+            p.n_stop = len(stops)
+        h = c_void_p()
+        _check(L.og_engine_submit(e, byref(p), byref(h)), "generate")
+        req = _Request(self, h.value)
+        out = _RequestOutput()
         try:
-            return (yield from s.generate(prompt, **kw))
+            while True:
+                L.og_request_next(req.h, byref(out), -1.0)
+                if out.n_text:
+                    yield ctypes.string_at(out.text, out.n_text).decode("utf-8", "replace")
+                if out.finish == _FINISH_ERROR:
+                    raise OffgraphError("generate: %s" % _text(out.error), status=_status_name(out.status))
+                if out.finish != _FINISH_NONE:
+                    return "stop" if out.finish == _FINISH_STOP else "length"
         finally:
-            s.close()
+            req.destroy()
+
+
+class _Request:
+    """An engine request of Model.generate (og_request), destroyed once."""
+
+    def __init__(self, model, h):
+        self.model, self.h = model, h
+        model._requests.add(self)
+
+    def destroy(self):
+        if self.h:
+            _L().og_request_destroy(self.h)
+            self.h = None
+            self.model._requests.discard(self)
 
 
 class Session(_Handle):

@@ -395,6 +395,7 @@ static void finish_locked(og_engine *e, og_request *r, og_finish_reason why, og_
     if (r->slot >= 0) {
         /* a request that ended well leaves its prompt's rows to the prefix cache */
         og_engine_slot *sl = &e->slots[r->slot];
+        if (og_session_metrics(sl->session, &r->kv) != OG_OK) memset(&r->kv, 0, sizeof r->kv);
         if (why != OG_FINISH_ERROR) cache_prompt_rows_locked(e, r, sl);
         og_session_reset(sl->session);
         og_kv_metrics km;
@@ -911,6 +912,8 @@ og_status og_request_next(og_request *r, og_request_output *out, double timeout_
     out->t_submit = r->t_submit;
     out->t_first_token = r->t_first;
     out->t_end = r->t_end;
+    if (r->state == OG_REQ_DONE) out->kv = r->kv;
+    else memset(&out->kv, 0, sizeof out->kv);
     pthread_mutex_unlock(&e->lock);
     return OG_OK;
 }

@@ -55,6 +55,7 @@ struct og_request {
     double t_pending;           /* when the oldest output not yet taken (text,
                                    tokens, or the end) was produced; 0: none */
     int64_t reused;             /* prompt tokens a cached prefix gave */
+    og_kv_metrics kv;           /* its session's, taken as it ended (before the reset) */
     og_request *next_waiting;
 
     /* ---- the caller's: what the last og_request_next gave out */

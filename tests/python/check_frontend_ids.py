@@ -13,7 +13,8 @@ tokenizer.json (its post_processor replaced as the case says) and
 tokenizer_config.json, exported, and for each of the fixture's texts:
 
   - `offgraph run --show-prompt-ids` prints the ids it feeds: they must be
-    transformers' (a prompt of no ids is refused);
+    transformers' (a prompt of no ids is refused, by the server too: HTTP
+    400; "" with a BOS rule is the BOS alone and runs);
   - the Python binding's Model.prompt_ids, which its generate feeds, must be
     them too;
   - `/v1/completions` with the text as the prompt must feed them: its
@@ -170,6 +171,12 @@ def check_text(label, prog, m, srv, text, want):
     if not want:
         if rc == 0:
             fail("%s: offgraph run took a prompt of no tokens" % label)
+        try:
+            srv.post("/v1/completions", {"prompt": text, "max_tokens": N})
+            fail("%s: /v1/completions took a prompt of no tokens" % label)
+        except RuntimeError as e:
+            if "HTTP 400" not in str(e):
+                fail("%s: /v1/completions of a prompt of no tokens: %s" % (label, e))
         return
     if rc != 0:
         fail("%s: offgraph run failed: %s" % (label, err.strip()))
