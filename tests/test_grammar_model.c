@@ -1,7 +1,8 @@
 /* Constrained generation end to end: the demo model (models/kjv-tiny, which
  * knows only the King James Bible) through og_engine with the grammar's
  * constraint hook, greedy and sampled, under JSON schemas and a GBNF
- * grammar. Each output must end by the model's end token (the grammar
+ * grammar, every request submitted at once (batched steps whose rows follow
+ * different grammars, a matcher per request). Each output must end by the model's end token (the grammar
  * complete), parse, and validate against its schema by a published
  * validator: the outputs and schemas are written to a folder and
  * tests/grammar/validate.py checks them with Debian's python3-jsonschema. The GBNF
@@ -59,49 +60,54 @@ static int gbnf_reader(const char *s) {
     return 0;
 }
 
-typedef struct outcome {
+typedef struct job {
+    og_matcher *m;
+    og_request *r;
     char *text;
     og_finish_reason finish;
     int64_t tokens;
-} outcome;
+} job;
 
-static outcome generate(og_engine *e, const og_grammar *g, const og_grammar_vocab *v, const char *prompt,
-                        float temperature, uint64_t seed) {
-    outcome o = {0};
-    og_matcher *m = NULL;
-    CHECK_OK(og_matcher_create(g, v, &m));
+/* Submits one constrained request (its own matcher). */
+static void submit(og_engine *e, const og_grammar *g, const og_grammar_vocab *v, const char *prompt,
+                   float temperature, uint64_t seed, job *j) {
+    memset(j, 0, sizeof *j);
+    CHECK_OK(og_matcher_create(g, v, &j->m));
     og_request_params p = og_request_default_params();
     p.text = prompt;
     p.max_tokens = 700;
     p.sampling.temperature = temperature;
     p.sampling.seed = seed;
     p.constraint = og_grammar_constraint;
-    p.constraint_ctx = m;
-    og_request *r = NULL;
-    CHECK_OK(og_engine_submit(e, &p, &r));
+    p.constraint_ctx = j->m;
+    if (j->m) CHECK_OK(og_engine_submit(e, &p, &j->r));
+}
+
+/* Reads a request to its end, then frees it and its matcher. */
+static void collect(job *j) {
     size_t n = 0, cap = 4096;
-    o.text = calloc(cap, 1);
-    while (r && o.text) {
+    j->text = calloc(cap, 1);
+    while (j->r && j->text) {
         og_request_output out;
-        CHECK_OK(og_request_next(r, &out, -1));
+        CHECK_OK(og_request_next(j->r, &out, -1));
         if (n + out.n_text + 1 > cap) {
             cap = (n + out.n_text + 1) * 2;
-            o.text = realloc(o.text, cap);
+            j->text = realloc(j->text, cap);
+            if (!j->text) break;
         }
-        memcpy(o.text + n, out.text, out.n_text);
+        memcpy(j->text + n, out.text, out.n_text);
         n += out.n_text;
-        o.text[n] = 0;
+        j->text[n] = 0;
         if (out.finish != OG_FINISH_NONE) {
-            o.finish = out.finish;
-            o.tokens = out.completion_tokens;
+            j->finish = out.finish;
+            j->tokens = out.completion_tokens;
             if (out.finish == OG_FINISH_ERROR) fprintf(stderr, "error: %s\n", out.error);
             break;
         }
     }
-    og_request_destroy(r);
-    CHECK_MSG(og_matcher_error(m) == NULL, "matcher: %s", og_matcher_error(m));
-    og_matcher_destroy(m);
-    return o;
+    og_request_destroy(j->r);
+    CHECK_MSG(og_matcher_error(j->m) == NULL, "matcher: %s", og_matcher_error(j->m));
+    og_matcher_destroy(j->m);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -132,40 +138,48 @@ int main(void) {
     og_engine_params ep = og_engine_default_params();
     og_engine *e = NULL;
     if (v) CHECK_OK(og_engine_create(model, tok, &ep, &e));
-    int files = 0;
+    /* every request at once, so that the engine's batched steps carry
+     * rows of different grammars side by side: per schema greedy from two
+     * prompts and sampled with three seeds, and the GBNF grammar greedy and
+     * sampled */
+    enum { N_SCHEMA = sizeof k_schemas / sizeof *k_schemas, RUNS = 5, GBNF_RUNS = 4 };
     static const char *const prompts[] = {"And the LORD spake unto Moses, saying,", "In the beginning"};
-    for (size_t s = 0; e && s < sizeof k_schemas / sizeof *k_schemas; s++) {
-        og_grammar *g = NULL;
-        CHECK_OK(og_grammar_from_json_schema(k_schemas[s], strlen(k_schemas[s]), &g));
-        if (!g) continue;
-        snprintf(path, sizeof path, "%s/%zu.schema.json", dir, s);
-        write_file(path, k_schemas[s]);
-        /* greedy from two prompts, then sampled with three seeds */
-        for (int run = 0; run < 5; run++) {
-            outcome o = generate(e, g, v, prompts[run % 2], run < 2 ? 0.0f : 1.0f, 1000 + (uint64_t)run);
-            fprintf(stderr, "schema %zu run %d (%s): %lld tokens: %s\n", s, run, run < 2 ? "greedy" : "sampled",
-                    (long long)o.tokens, o.text ? o.text : "");
-            CHECK_MSG(o.finish == OG_FINISH_STOP, "schema %zu run %d: finish %d, not the end token", s, run,
-                      (int)o.finish);
-            snprintf(path, sizeof path, "%s/%zu.%d.out.json", dir, s, run);
-            write_file(path, o.text ? o.text : "");
+    og_grammar *gs[N_SCHEMA + 1] = {0};
+    job jobs[N_SCHEMA * RUNS + GBNF_RUNS];
+    int n_jobs = 0, files = 0;
+    for (int s = 0; e && s <= N_SCHEMA; s++) {
+        if (s < N_SCHEMA) {
+            CHECK_OK(og_grammar_from_json_schema(k_schemas[s], strlen(k_schemas[s]), &gs[s]));
+            snprintf(path, sizeof path, "%s/%d.schema.json", dir, s);
+            write_file(path, k_schemas[s]);
+        } else
+            CHECK_OK(og_grammar_parse(k_gbnf, strlen(k_gbnf), &gs[s]));
+        for (int run = 0; gs[s] && run < (s < N_SCHEMA ? RUNS : GBNF_RUNS); run++)
+            submit(e, gs[s], v, prompts[run % 2], run < 2 ? 0.0f : 1.0f, 1000 + (uint64_t)run, &jobs[n_jobs++]);
+    }
+    for (int k = 0; k < n_jobs; k++) {
+        job *j = &jobs[k];
+        collect(j);
+        int s = k / RUNS, run = k % RUNS;
+        if (s < N_SCHEMA) {
+            fprintf(stderr, "schema %d run %d (%s): %lld tokens: %s\n", s, run, run < 2 ? "greedy" : "sampled",
+                    (long long)j->tokens, j->text ? j->text : "");
+            CHECK_MSG(j->finish == OG_FINISH_STOP, "schema %d run %d: finish %d, not the end token", s, run,
+                      (int)j->finish);
+            snprintf(path, sizeof path, "%s/%d.%d.out.json", dir, s, run);
+            write_file(path, j->text ? j->text : "");
             files++;
-            free(o.text);
+        } else {
+            run = k - N_SCHEMA * RUNS;
+            fprintf(stderr, "gbnf run %d: %s\n", run, j->text ? j->text : "");
+            CHECK_MSG(j->finish == OG_FINISH_STOP && j->text && gbnf_reader(j->text), "gbnf run %d: \"%s\" (finish %d)",
+                      run, j->text ? j->text : "", (int)j->finish);
         }
-        og_grammar_destroy(g);
+        free(j->text);
     }
-    /* a GBNF grammar, sampled: the reader agrees */
-    og_grammar *g = NULL;
-    CHECK_OK(og_grammar_parse(k_gbnf, strlen(k_gbnf), &g));
-    for (int run = 0; e && g && run < 4; run++) {
-        outcome o = generate(e, g, v, prompts[run % 2], run ? 0.9f : 0.0f, 77 + (uint64_t)run);
-        fprintf(stderr, "gbnf run %d: %s\n", run, o.text ? o.text : "");
-        CHECK_MSG(o.finish == OG_FINISH_STOP && o.text && gbnf_reader(o.text), "gbnf run %d: \"%s\" (finish %d)", run,
-                  o.text ? o.text : "", (int)o.finish);
-        free(o.text);
-    }
-    og_grammar_destroy(g);
+    CHECK(files == N_SCHEMA * RUNS);
     og_engine_destroy(e);
+    for (int s = 0; s <= N_SCHEMA; s++) og_grammar_destroy(gs[s]);
     /* the published validator over every output */
     char cmd[1400];
     /* Debian's python3 and python3-jsonschema (scripts/install-deps.sh), not another python3 on the PATH */

@@ -24,6 +24,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import time
 import weakref
 from ctypes import (POINTER, Structure, byref, c_bool, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
                     c_size_t, c_uint, c_uint64, c_void_p)
@@ -824,7 +825,13 @@ class Model(_Handle):
         out = _RequestOutput()
         try:
             while True:
-                L.og_request_next(req.h, byref(out), -1.0)
+                # what has come, without waiting; when nothing has, a
+                # millisecond's sleep: text in runs of tokens rather than a
+                # wake of this thread at every one (as `offgraph run`)
+                L.og_request_next(req.h, byref(out), 0.0)
+                if not out.n_text and out.finish == _FINISH_NONE:
+                    time.sleep(0.001)
+                    continue
                 if out.n_text:
                     yield ctypes.string_at(out.text, out.n_text).decode("utf-8", "replace")
                 if out.finish == _FINISH_ERROR:

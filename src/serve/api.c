@@ -187,6 +187,7 @@ void og_api_request_free(og_api_request *q) {
     og_free(q->messages);
     cJSON_free(q->template_vars_json);
     for (int32_t i = 0; i < q->n_stops; i++) og_free(q->stops[i]);
+    og_grammar_destroy(q->grammar);
     memset(q, 0, sizeof *q);
 }
 
@@ -217,6 +218,42 @@ og_request_params og_api_request_params(const og_api_request *q) {
     p.ignore_eos = q->ignore_eos;
     p.logprobs = q->logprobs;
     return p;
+}
+
+/* response_format: {"type": "text"}, {"type": "json_object"} (any JSON
+ * object) or {"type": "json_schema", "json_schema": {"name", "schema",
+ * "strict", "description"}}: the grammar the output must follow. A schema
+ * the compiler refuses (a keyword or string format it does not support) is
+ * a 400 naming it. */
+static bool response_format(const cJSON *rf, og_api_request *q, og_api_error *e) {
+    if (!rf) return true;
+    const cJSON *type = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+    if (!cJSON_IsString(type))
+        return BAD(e, "response_format", "'response_format' must be an object with a 'type' (text, json_object, "
+                   "json_schema)");
+    og_status st = OG_OK;
+    if (!strcmp(type->valuestring, "text")) return true;
+    if (!strcmp(type->valuestring, "json_object")) {
+        char *g = og_json_any_gbnf(true);
+        if (!g) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        st = og_grammar_parse(g, strlen(g), &q->grammar);
+        og_free(g);
+    } else if (!strcmp(type->valuestring, "json_schema")) {
+        const cJSON *js = field(rf, "json_schema");
+        const cJSON *schema = cJSON_IsObject(js) ? field(js, "schema") : NULL;
+        if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+            return BAD(e, "response_format", "'response_format.json_schema.schema' must be a JSON schema (an object)");
+        char *text = cJSON_PrintUnformatted(schema);
+        if (!text) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        st = og_grammar_from_json_schema(text, strlen(text), &q->grammar);
+        cJSON_free(text);
+    } else {
+        return BAD(e, "response_format", "'response_format.type' must be text, json_object or json_schema, not '%s'",
+                   type->valuestring);
+    }
+    if (st == OG_ERR_OUT_OF_MEMORY) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (st != OG_OK) return BAD(e, "response_format", "'response_format': %s", og_last_error());
+    return true;
 }
 
 bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat, og_api_request *q,
@@ -338,6 +375,7 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
         if (!number(root, "logprobs", 0, OG_API_MAX_TOP_LOGPROBS, true, &v, e)) goto done;
         q->logprobs = (int32_t)v;
     }
+    if (!response_format(field(root, "response_format"), q, e)) goto done;
     q->chat = chat;
     if (chat) {
         if (!chat_messages(field(root, "messages"), field(root, "chat_template_kwargs"), q, e)) goto done;

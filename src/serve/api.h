@@ -5,6 +5,7 @@
 #define OG_SERVE_API_H
 
 #include "offgraph.h"
+#include "text/grammar.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -49,6 +50,8 @@ typedef struct og_api_request {
     bool stream, include_usage;
     bool ignore_eos;            /* generate past the end-of-sequence tokens
                                    (vLLM's and llama.cpp's extension) */
+    og_grammar *grammar;        /* response_format json_object / json_schema:
+                                   what the output must follow (owned), or NULL */
 } og_api_request;
 
 /* Parses a body. False with *e set (400 for bad input, 404 for an unknown

@@ -69,6 +69,9 @@ static void buf_event(buf *b, cJSON *j) {
  * and t_sending under s->lock. */
 typedef struct sreq {
     og_request *r;
+    og_grammar *grammar;  /* response_format's, and its matcher (the request's
+                             constraint): freed after the request */
+    og_matcher *matcher;
     int refs;
     double t_sending; /* when the oldest output libmicrohttpd holds for the
                          socket was produced; 0: none */
@@ -81,6 +84,8 @@ static void sreq_release(og_server *s, sreq *q) {
     pthread_mutex_unlock(&s->lock);
     if (!last) return;
     og_request_destroy(q->r);
+    og_matcher_destroy(q->matcher);
+    og_grammar_destroy(q->grammar);
     og_free(q);
 }
 
@@ -870,6 +875,26 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     if (!og_api_parse(&s->api, cn->body.p ? cn->body.p : "", cn->body.n, chat, &q, &e))
         return respond_json(cn, c, (unsigned)e.status, error_json(&e), NULL);
     og_request_params rp = og_api_request_params(&q);
+    /* response_format: a matcher over the request's grammar is its constraint */
+    og_grammar *grammar = q.grammar;
+    og_matcher *matcher = NULL;
+    q.grammar = NULL;
+    if (grammar && !s->gvocab) {
+        og_api_request_free(&q);
+        og_grammar_destroy(grammar);
+        return respond_error(cn, c, 400, "invalid_request_error", NULL, "response_format",
+                             "'response_format' needs an end-of-sequence token, and this model's tokenizer has none",
+                             NULL);
+    }
+    if (grammar && og_matcher_create(grammar, s->gvocab, &matcher) != OG_OK) {
+        og_api_request_free(&q);
+        og_grammar_destroy(grammar);
+        return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    }
+    if (matcher) {
+        rp.constraint = og_grammar_constraint;
+        rp.constraint_ctx = matcher;
+    }
     og_request *r = NULL;
     og_status st = og_engine_submit(s->engine, &rp, &r);
     const char *pname = chat ? "messages" : "prompt";
@@ -877,6 +902,8 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     const int32_t logprobs = q.logprobs;
     og_api_request_free(&q);
     if (st != OG_OK) {
+        og_matcher_destroy(matcher);
+        og_grammar_destroy(grammar);
         char msg[512];
         snprintf(msg, sizeof msg, "%s", og_last_error());
         switch (st) {
@@ -901,9 +928,13 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     if (!g) {
         og_free(sq);
         og_request_destroy(r);
+        og_matcher_destroy(matcher);
+        og_grammar_destroy(grammar);
         return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
     }
     sq->r = r;
+    sq->grammar = grammar;
+    sq->matcher = matcher;
     sq->refs = 1;
     pthread_mutex_lock(&s->lock);
     uint64_t serial = ++s->serial;

@@ -86,6 +86,7 @@ void og_server_destroy(og_server *s) {
     if (!s) return;
     og_server_stop(s);
     og_engine_destroy(s->engine); /* its sessions go before the model */
+    og_grammar_vocab_destroy(s->gvocab);
     og_tokenizer_destroy(s->tok);
     og_model_destroy(s->model);
     og_free(s->model_path);
@@ -150,6 +151,11 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     if ((st = og_engine_create(s->model, s->tok, &ep, &s->engine)) != OG_OK) goto fail;
     s->ctx = og_engine_context(s->engine);
     s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model)};
+    /* without an end token no constrained output could end: response_format is then refused (http.c) */
+    if (og_grammar_vocab_create(s->tok, og_model_vocab_size(s->model), NULL, 0, &s->gvocab) == OG_ERR_OUT_OF_MEMORY) {
+        st = OG_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
     s->created = (int64_t)time(NULL);
     s->stopped = false;
     if ((st = og_http_start(s)) != OG_OK) goto fail;

@@ -22,6 +22,8 @@ struct og_server {
     og_model *model;
     og_tokenizer *tok;
     og_engine *engine;
+    og_grammar_vocab *gvocab;   /* the vocabulary as grammars see it; NULL: the
+                                   tokenizer has no end token (no response_format) */
     int64_t ctx;                /* the most tokens a session holds */
     int64_t created;            /* unix time of start */
     og_serve_ctx api;           /* what request parsing needs */

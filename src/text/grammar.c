@@ -978,6 +978,9 @@ og_status og_grammar_vocab_create(const og_tokenizer *tok, int64_t n_vocab, cons
     int32_t ne = 0;
     for (int32_t k = 0; k < n_teos && rc == OG_OK; k++) eos[ne++] = teos[k];
     for (int32_t k = 0; k < n_extra_eos && rc == OG_OK; k++) eos[ne++] = extra_eos[k];
+    if (rc == OG_OK && !ne)
+        rc = og_set_error(OG_ERR_UNSUPPORTED, "grammar vocabulary: the tokenizer has no end-of-sequence token, so a "
+                          "constrained output could never end");
     if (rc == OG_OK) rc = og_grammar_vocab_create_bytes((const char *const *)b, l, n_vocab, eos, ne, out);
     for (int64_t i = 0; b && i < n_vocab; i++) og_free(b[i]);
     og_free(b);
@@ -1004,9 +1007,9 @@ typedef struct mstate {
 #define T_UNKNOWN (-2)
 #define T_DEAD (-1)
 #define M_MAX_NODES (1 << 22)
-#define M_MAX_STATES (1 << 20)
+#define M_MAX_STATES (1 << 18)
 #define M_MAX_STACKS (1 << 16)
-#define M_MASK_BYTES ((int64_t)256 << 20) /* masks cached per matcher */
+#define M_MASK_BYTES ((int64_t)64 << 20) /* masks cached per matcher; past it a mask is recomputed each time */
 
 struct og_matcher {
     const og_grammar *g;

@@ -85,7 +85,8 @@ typedef struct og_grammar_vocab og_grammar_vocab;
 /* From a tokenizer, for logits rows of width n_vocab (the model's, which
  * may exceed the tokenizer's: ids past it are never allowed). Special added
  * tokens are never allowed except the end ids: og_tokenizer_stop_ids (what ends a generation) and
- * extra_eos[0..n_extra_eos). Owned by the caller: og_grammar_vocab_destroy. */
+ * extra_eos[0..n_extra_eos); without any end id it is refused
+ * (OG_ERR_UNSUPPORTED). Owned by the caller: og_grammar_vocab_destroy. */
 og_status og_grammar_vocab_create(const og_tokenizer *tok, int64_t n_vocab, const int32_t *extra_eos,
                                   int32_t n_extra_eos, og_grammar_vocab **out);
 /* From explicit byte strings (tests, other tokenizers): token i is
