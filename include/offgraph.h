@@ -1150,9 +1150,32 @@ typedef struct og_request_params {
                                       alternatives                             */
     og_constraint_fn constraint;   /* NULL: none                               */
     void *constraint_ctx;
+    og_session *session;           /* NULL: the engine's own session (reset when
+                                      the request ends). Else a session of the
+                                      engine's model that the caller owns: the
+                                      request goes on after the tokens it holds
+                                      (the prompt carries only what is new, as a
+                                      conversation's next turn) and every token
+                                      given out is fed to it, the last one too,
+                                      so that once the request has ended the
+                                      session holds what it held, the prompt and
+                                      the generated tokens (stop ids excluded),
+                                      and a hybrid model's checkpoint where the
+                                      prompt ended. The context left is the
+                                      model's less what the session holds (the
+                                      generation ends with finish LENGTH when it
+                                      is full). The prefix cache is neither read
+                                      nor written for it. From submit until the
+                                      request has ended (og_request_next gave the
+                                      finish, or og_request_destroy returned) the
+                                      session is the engine's: the caller must
+                                      not use or destroy it, nor submit another
+                                      request on it. After a failed step
+                                      (finish ERROR) it holds what the steps
+                                      before wrote. */
 } og_request_params;
 /* TEXT, add_special and add_generation_prompt true, og_sampler_default_params,
- * max_tokens 0, no stops, logprobs -1, no constraint. */
+ * max_tokens 0, no stops, logprobs -1, no constraint, no session. */
 OG_API og_request_params og_request_default_params(void);
 
 /* Prepares the prompt (on the calling thread: tokenizing, rendering a chat)
@@ -1164,11 +1187,13 @@ OG_API og_request_params og_request_default_params(void);
  *   OG_ERR_STATE: the engine is stopping;
  *   OG_ERR_CAPACITY: the prompt is longer than the context, or the prompt
  *     and max_tokens need more KV than the whole kv_budget (the message
- *     names the bytes and the budget);
+ *     names the bytes and the budget); with a session, what it holds
+ *     counts against the context;
  *   OG_ERR_INVALID_ARGUMENT: NULL arguments, an empty prompt, an id outside
  *     the vocabulary, text or chat without a tokenizer, a chat the template
  *     refuses (its raise_exception message), bad template variables, a
- *     negative max_tokens, logprobs out of range;
+ *     negative max_tokens, logprobs out of range, a session of another
+ *     model or one another request of the engine still runs on;
  *   OG_ERR_FORMAT: the model's chat template does not parse (naming the
  *     line); OG_ERR_UNSUPPORTED: the tokenizer's rule cannot be applied;
  *   OG_ERR_OUT_OF_MEMORY. */
@@ -1211,7 +1236,9 @@ OG_API void og_request_cancel(og_request *r);
  * Any thread: e.g. a server that cancels a request whose client stopped
  * reading. */
 OG_API void og_request_backlog(og_request *r, size_t *bytes, double *oldest);
-/* Cancels it if it still runs and frees the handle. NULL is a no-op. */
+/* Cancels it if it still runs and frees the handle; with a session of the
+ * caller's, returns once the engine has let go of it (the tokens given out
+ * so far fed to it). NULL is a no-op. */
 OG_API void og_request_destroy(og_request *r);
 
 /* The engine's figures as Prometheus text (offgraph_requests_running,

@@ -23,7 +23,14 @@
  *   - 8 threads submitting 4 requests each at once: every output is the
  *     reference's;
  *   - the constraint hook; token prompts on an engine without a tokenizer;
- *     og_engine_stop ends waiting and running requests. */
+ *     og_engine_stop ends waiting and running requests;
+ *   - requests that go on in a session of the caller's (a chat's turns):
+ *     each turn's tokens are those of a plain session loop fed the same way
+ *     (the turn's prompt, then each reply token, the last one too), the
+ *     session holds exactly that afterwards; at the context limit, when
+ *     cancelled or destroyed mid-reply it holds every token given out;
+ *     a prompt past what is left is refused, as is a second request on a
+ *     session still in use. */
 #include "harness.h"
 
 #include "import/export.h"
@@ -589,6 +596,173 @@ static void test_constraint_and_tokens(og_engine *e) {
     og_engine_destroy(bare);
 }
 
+/* ------------------------------------------------------------ a caller's session */
+
+/* The oracle of a turn in a caller's session: a plain session loop that
+ * feeds prompt [n] (in the engine's chunks), then draws greedily, feeding
+ * every token drawn (the last one too) until a stop id (not fed), max
+ * tokens, or a full session (the token that cannot be fed is not taken). */
+static void ref_turn(og_session *s, const int32_t *prompt, int64_t n, int64_t max, seq *out) {
+    out->n = 0;
+    float *logits = malloc(sizeof(float) * (size_t)g_vocab);
+    if (!logits) return;
+    CHECK_OK(og_session_eval(s, prompt, n, CHUNK, logits, 0));
+    while (out->n < max && og_session_length(s) < CTX) {
+        int32_t t = argmax_known(logits);
+        if (is_stop(t)) break;
+        out->ids[out->n++] = t;
+        if (og_session_eval(s, &t, 1, 1, logits, 0) != OG_OK) {
+            CHECK_MSG(0, "reference step: %s", og_last_error());
+            break;
+        }
+    }
+    free(logits);
+}
+
+/* Tokens of text with nothing added (a turn after the first). */
+static void encode_plain(const char *text, seq *out) {
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CHECK_OK(og_tokenize(g_tok, text, strlen(text), OG_TOKENIZE_PARSE_SPECIAL, &ids, &n));
+    out->n = n < CTX + 8 ? n : 0;
+    if (ids) memcpy(out->ids, ids, (size_t)out->n * sizeof *ids);
+    og_free(ids);
+}
+
+static void test_own_session(og_engine *e) {
+    og_test_section("a caller's session: turns give a plain loop's tokens and the session holds them");
+    og_session *mine = NULL, *ref = NULL;
+    CHECK_OK(og_session_create(g_model, NULL, &mine));
+    CHECK_OK(og_session_create(g_model, NULL, &ref));
+    if (!mine || !ref) goto done;
+    const char *turns[] = {"And it came to pass", " that the LORD spake unto Moses", "\nAnd Moses said"};
+    for (int k = 0; k < 3; k++) {
+        seq prompt, want;
+        if (k == 0) encode(turns[k], &prompt);
+        else encode_plain(turns[k], &prompt);
+        const int64_t before = og_session_length(mine);
+        ref_turn(ref, prompt.ids, prompt.n, 12, &want);
+        og_request_params p = token_params(prompt.ids, prompt.n, 12);
+        p.session = mine;
+        result res;
+        run(e, &p, &res);
+        CHECK_MSG(same(&res.tokens, &want), "turn %d: %lld tokens, the plain loop's %lld", k,
+                  (long long)res.tokens.n, (long long)want.n);
+        CHECK(res.last.reused_tokens == 0 && res.last.prompt_tokens == prompt.n);
+        CHECK_MSG(og_session_length(mine) == before + prompt.n + res.tokens.n && og_session_length(mine) ==
+                                                                                      og_session_length(ref),
+                  "turn %d: the session holds %lld, want %lld + %lld + %lld", k, (long long)og_session_length(mine),
+                  (long long)before, (long long)prompt.n, (long long)res.tokens.n);
+        CHECK(res.last.kv.bytes_live > 0);
+    }
+    og_test_section("a caller's session: the rows it holds are the plain loop's (the next logits agree)");
+    {
+        const int32_t probe = 11;
+        float *a = malloc(sizeof(float) * (size_t)g_vocab), *b = malloc(sizeof(float) * (size_t)g_vocab);
+        og_session *fa = NULL, *fb = NULL;
+        CHECK_OK(og_session_fork(mine, og_session_length(mine), &fa));
+        CHECK_OK(og_session_fork(ref, og_session_length(ref), &fb));
+        if (a && b && fa && fb) {
+            CHECK_OK(og_session_eval(fa, &probe, 1, 1, a, 0));
+            CHECK_OK(og_session_eval(fb, &probe, 1, 1, b, 0));
+            double worst = 0;
+            for (int64_t i = 0; i < g_vocab; i++) worst = fabs(a[i] - b[i]) > worst ? fabs(a[i] - b[i]) : worst;
+            CHECK_MSG(worst == 0, "logits differ by %g", worst);
+        }
+        og_session_destroy(fa);
+        og_session_destroy(fb);
+        free(a);
+        free(b);
+    }
+
+    og_test_section("a caller's session: a second request on it while one runs is refused");
+    {
+        seq more;
+        encode_plain(" and", &more);
+        og_request_params p = token_params(more.ids, more.n, 4);
+        p.session = mine;
+        og_request *r1 = NULL, *r2 = NULL;
+        CHECK_OK(og_engine_submit(e, &p, &r1));
+        og_status st = og_engine_submit(e, &p, &r2);
+        CHECK_MSG(st == OG_ERR_INVALID_ARGUMENT || (st == OG_OK && r2 == NULL), "a second request: %s",
+                  og_status_str(st));
+        og_request_destroy(r2);
+        result res;
+        if (r1) drain(r1, &res);
+        og_request_destroy(r1);
+        seq want;
+        ref_turn(ref, more.ids, more.n, 4, &want);
+        CHECK(same(&res.tokens, &want));
+        CHECK(og_session_length(mine) == og_session_length(ref));
+    }
+
+    og_test_section("a caller's session: max_tokens 0 fills it to the context, every token given out fed");
+    {
+        seq more;
+        encode_plain(" And the", &more);
+        const int64_t before = og_session_length(mine);
+        og_request_params p = token_params(more.ids, more.n, 0);
+        p.session = mine;
+        p.ignore_eos = true;
+        result res;
+        run(e, &p, &res);
+        CHECK(res.last.finish == OG_FINISH_LENGTH);
+        CHECK_MSG(res.tokens.n == CTX - before - more.n && og_session_length(mine) == CTX,
+                  "%lld tokens given out, the session holds %lld (held %lld, prompt %lld, context %d)",
+                  (long long)res.tokens.n, (long long)og_session_length(mine), (long long)before, (long long)more.n,
+                  CTX);
+        og_request *r = NULL;
+        og_request_params q = token_params(more.ids, 1, 2);
+        q.session = mine;
+        CHECK_STATUS(og_engine_submit(e, &q, &r), OG_ERR_CAPACITY);
+        CHECK(strstr(og_last_error(), "the session holds") != NULL);
+    }
+
+    og_test_section("a caller's session: cancelled or destroyed mid-reply, it holds every token given out");
+    og_session_reset(mine);
+    for (int destroy = 0; destroy < 2; destroy++) {
+        seq prompt;
+        encode(g_prompts[2], &prompt);
+        const int64_t before = og_session_length(mine);
+        og_request_params p = token_params(prompt.ids, prompt.n, 0);
+        p.session = mine;
+        p.ignore_eos = true;
+        og_request *r = NULL;
+        CHECK_OK(og_engine_submit(e, &p, &r));
+        if (!r) continue;
+        int64_t got = 0;
+        og_request_output o;
+        for (int guard = 0; guard < 10000 && got < 3; guard++) {
+            CHECK_OK(og_request_next(r, &o, -1));
+            got += o.n_tokens;
+            if (o.finish != OG_FINISH_NONE) break;
+        }
+        if (destroy) {
+            og_request_destroy(r); /* returns once the session is the caller's again */
+            CHECK_MSG(og_session_length(mine) >= before + prompt.n + got, "destroyed: the session holds %lld",
+                      (long long)og_session_length(mine));
+            continue;
+        }
+        og_request_cancel(r);
+        result rest;
+        drain(r, &rest);
+        got += rest.tokens.n;
+        CHECK(rest.last.finish == OG_FINISH_CANCELLED);
+        CHECK(rest.last.completion_tokens == got);
+        CHECK_MSG(og_session_length(mine) == before + prompt.n + got, "cancelled: the session holds %lld, want %lld",
+                  (long long)og_session_length(mine), (long long)(before + prompt.n + got));
+        og_request_destroy(r);
+    }
+    {
+        /* still the caller's to use: the engine took it back */
+        int32_t t = 11;
+        CHECK_OK(og_session_eval(mine, &t, 1, 1, NULL, 0));
+    }
+done:
+    og_session_destroy(mine);
+    og_session_destroy(ref);
+}
+
 int main(void) {
     char dir[] = "/tmp/og_test_engine_XXXXXX", path[512];
     if (!mkdtemp(dir)) return 1;
@@ -617,6 +791,7 @@ int main(void) {
         test_prefix(e);
         test_threads(e);
         test_constraint_and_tokens(e);
+        test_own_session(e);
         og_engine_destroy(e);
     }
     test_budget();

@@ -1,7 +1,9 @@
 /* offgraph chat: a conversation in one session. Every turn renders the whole
- * conversation with the model's chat template (src/model/chat_template.h)
+ * conversation with the model's chat template (src/text/chat_template.h)
  * and feeds the session only what it does not hold yet: the tokens past
- * the longest prefix the new text shares with the session's. Where the
+ * the longest prefix the new text shares with the session's, as a request
+ * of the library's engine that goes on in the session (its reply stays in
+ * it; og_request_params.session). Where the
  * template rewrote an earlier turn (Qwen3 drops the thinking of past
  * replies) the session is forked back to that prefix first. When the
  * conversation reaches the model's context limit it stops there
@@ -9,8 +11,9 @@
  * prompt, and reads what is left again (drop). */
 #include "commands.h"
 #include "core/core.h"
-#include "generate.h"
+#include "request.h"
 #include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 
@@ -31,7 +34,7 @@ static void usage(FILE *f) {
                "terminal; a line ending in \\ goes on on the next line) and prints the model's\n"
                "replies, with the model's own chat template (plain text when it has none).\n"
                "Ctrl-C stops a reply; Ctrl-C twice at the prompt (or Ctrl-D) ends.\n"
-               "Type /help for the commands. -n limits one reply.\n\n"
+               "Type /help for the commands. -n limits one reply (0: until the context is full).\n\n"
                "  --system <text>          the system prompt\n"
                "  --context-policy P       at the model's context limit: stop (default) refuses\n"
                "                           further turns until /reset; drop forgets the oldest\n"
@@ -59,9 +62,9 @@ typedef struct turn_stats {
     double prefill_s, decode_s;
 } turn_stats;
 
-static void print_stats(og_gen *g, const turn_stats *t) {
+static void print_stats(const og_gen *g, og_session *s, const turn_stats *t) {
     og_kv_metrics km;
-    if (og_session_metrics(g->session, &km) != OG_OK) {
+    if (og_session_metrics(s, &km) != OG_OK) {
         fprintf(stderr, "offgraph chat: %s\n", og_last_error());
         return;
     }
@@ -69,7 +72,7 @@ static void print_stats(og_gen *g, const turn_stats *t) {
            "\"context_limit\": %lld, \"prefill_tokens_per_s\": %.2f, \"decode_tokens_per_s\": %.2f, "
            "\"kv_bytes_allocated\": %lld, \"kv_bytes_live\": %lld, \"growth_events\": %lld, \"reused_tokens\": %lld}\n",
            (long long)t->turn, (long long)t->prefill_tokens, (long long)t->generated_tokens,
-           (long long)og_session_length(g->session), (long long)g->max_ctx,
+           (long long)og_session_length(s), (long long)g->max_ctx,
            t->prefill_s > 0 ? (double)t->prefill_tokens / t->prefill_s : 0.0,
            t->decode_s > 0 ? (double)t->generated_tokens / t->decode_s : 0.0, (long long)km.bytes_allocated,
            (long long)km.bytes_live, (long long)km.growth_count, (long long)t->reused_tokens);
@@ -454,10 +457,10 @@ static bool conv_load_text(conversation *c, const char *file, int64_t length) {
  * a conversation that starts again empty takes the longest cached prefix of
  * its first turn (the system prompt, often more) instead of reading it again. */
 
-static void park_session(og_prefix_cache *pc, og_gen *g, const conversation *c) {
-    if (!pc || c->opaque || c->n_held < 2 || c->n_held != og_session_length(g->session)) return;
+static void park_session(og_prefix_cache *pc, og_session *s, const conversation *c) {
+    if (!pc || c->opaque || c->n_held < 2 || c->n_held != og_session_length(s)) return;
     og_session *copy = NULL;
-    if (og_session_fork(g->session, c->n_held, &copy) == OG_OK) og_prefix_cache_put(pc, copy, c->held, c->n_held);
+    if (og_session_fork(s, c->n_held, &copy) == OG_OK) og_prefix_cache_put(pc, copy, c->held, c->n_held);
 }
 
 /* In an empty session: the longest cached prefix of ids [n] becomes the
@@ -465,19 +468,20 @@ static void park_session(og_prefix_cache *pc, og_gen *g, const conversation *c) 
  * to read: a step of one token computes along another path than a wider
  * one, so a conversation started again from the cache reads its first turn
  * as a fresh process does, and replies the same. */
-static void reuse_parked(og_prefix_cache *pc, og_gen *g, conversation *c, const int32_t *ids, int64_t n) {
+static void reuse_parked(og_prefix_cache *pc, og_model *m, og_session **s, conversation *c, const int32_t *ids,
+                         int64_t n) {
     og_session *f = NULL;
     int64_t reused = 0;
-    if (!pc || n < 3 || og_session_length(g->session) != 0 || c->opaque ||
-        og_prefix_cache_lookup(pc, g->model, ids, n - 1, &f, &reused) != OG_OK || !f)
+    if (!pc || n < 3 || og_session_length(*s) != 0 || c->opaque ||
+        og_prefix_cache_lookup(pc, m, ids, n - 1, &f, &reused) != OG_OK || !f)
         return;
     c->n_held = 0;
     if (!held_append(c, ids, reused)) {
         og_session_destroy(f);
         return;
     }
-    og_session_destroy(g->session);
-    g->session = f;
+    og_session_destroy(*s);
+    *s = f;
 }
 
 /* ---- the command ------------------------------------------------------------ */
@@ -531,8 +535,17 @@ int og_cmd_chat(int argc, char **argv) {
             return 2;
         }
     }
+    /* the conversation's KV is this session of chat's own: each turn is a
+     * request of the engine that goes on in it (og_request_params.session),
+     * so that /save, /load and the prefix reuse below reach it */
     og_gen g;
-    if (!og_gen_open("chat", &o, &g)) {
+    og_session *session = NULL;
+    bool started = og_gen_load("chat", &o, &g) && og_gen_start_engine("chat", &o, &g, 0);
+    if (started && og_session_create(g.model, &o.run.session, &session) != OG_OK) {
+        fprintf(stderr, "offgraph chat: %s\n", og_last_error());
+        started = false;
+    }
+    if (!started) {
         og_gen_close(&g);
         return 1;
     }
@@ -567,20 +580,20 @@ int og_cmd_chat(int argc, char **argv) {
     if (system && *system) conv.system = strdup(system);
     if (!tpl_text) fprintf(stderr, "offgraph chat: warning: the model has no chat template; turns are plain text\n");
     /* the end of a reply (the template's end-of-turn token) is one of the
-     * stops og_gen_open took from og_tokenizer_stop_ids */
+     * engine's stop ids (og_tokenizer_stop_ids) */
     /* Ctrl-C: no SA_RESTART, so that a read waiting at the prompt returns */
     struct sigaction sa, old_sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
-    g.interrupt = &interrupted;
     input in;
     input_open(&in, argv[0]);
     if (in.el) fprintf(stderr, "offgraph chat: /help lists the commands; Ctrl-C stops a reply, Ctrl-D ends\n");
     turn_stats last = {0};
     int rc = 0;
     bool interrupted_at_prompt = false;
+    uint64_t requests = 0;
     const int64_t reserve = o.max_tokens < g.max_ctx / 4 ? (o.max_tokens > 1 ? o.max_tokens : 1) : g.max_ctx / 4 + 1;
     og_prefix_cache_params pcp = og_prefix_cache_default_params();
     pcp.block_tokens = 16;
@@ -609,29 +622,28 @@ int og_cmd_chat(int argc, char **argv) {
             } else if (IS("/help")) {
                 commands_help(stderr);
             } else if (IS("/stats")) {
-                print_stats(&g, &last);
+                print_stats(&g, session, &last);
             } else if ((IS("/save") || IS("/load")) && *arg) {
                 og_session *loaded = NULL;
                 og_status st =
-                    line[1] == 's' ? og_session_save(g.session, arg) : og_session_restore(g.model, arg, &loaded);
+                    line[1] == 's' ? og_session_save(session, arg) : og_session_restore(g.model, arg, &loaded);
                 if (st != OG_OK) {
                     fprintf(stderr, "offgraph chat: %s\n", og_last_error());
                 } else {
                     if (!loaded) conv_save_text(&conv, arg);
                     if (loaded) { /* the saved conversation replaces this one */
-                        og_session_destroy(g.session);
-                        g.session = loaded;
-                        og_sampler_reset(g.sampler);
+                        og_session_destroy(session);
+                        session = loaded;
                         conv_clear(&conv);
-                        if (!conv_load_text(&conv, arg, og_session_length(g.session))) {
-                            conv.opaque = og_session_length(g.session);
+                        if (!conv_load_text(&conv, arg, og_session_length(session))) {
+                            conv.opaque = og_session_length(session);
                             fprintf(stderr, "offgraph chat: no conversation text beside %s: its tokens are kept as "
                                             "they are, and the template renders only what follows\n", arg);
                         }
                         last = (turn_stats){.turn = conv.n}; /* turns count on from the saved ones */
                     }
                     fprintf(stderr, "offgraph chat: %s %s (%lld tokens)\n", line[1] == 's' ? "saved to" : "loaded",
-                            arg, (long long)og_session_length(g.session));
+                            arg, (long long)og_session_length(session));
                 }
             } else if (IS("/reset") || IS("/system")) {
                 if (IS("/system")) {
@@ -640,9 +652,8 @@ int og_cmd_chat(int argc, char **argv) {
                     fprintf(stderr, "offgraph chat: %s; the conversation starts over\n",
                             conv.system ? "system prompt set" : "no system prompt");
                 }
-                park_session(pc, &g, &conv);
-                og_session_reset(g.session);
-                og_sampler_reset(g.sampler);
+                park_session(pc, session, &conv);
+                og_session_reset(session);
                 conv_clear(&conv);
                 last = (turn_stats){0};
             } else {
@@ -663,7 +674,7 @@ int og_cmd_chat(int argc, char **argv) {
         }
         /* the whole conversation, rendered; the session is fed only what it
          * does not hold yet */
-        const bool first = og_session_length(g.session) == 0;
+        const bool first = og_session_length(session) == 0;
         int32_t *ids = NULL;
         int64_t n = 0;
         char *text = render_from(&conv, 0, line);
@@ -684,8 +695,8 @@ int og_cmd_chat(int argc, char **argv) {
             free(msg);
             continue;
         }
-        reuse_parked(pc, &g, &conv, ids, n);
-        const int64_t held = og_session_length(g.session);
+        reuse_parked(pc, g.model, &session, &conv, ids, n);
+        const int64_t held = og_session_length(session);
         int64_t keep = held_prefix(&conv, ids, n);
         bool refill = false;
         if (conv.opaque + n + (policy == POLICY_DROP ? reserve : 1) > g.max_ctx) {
@@ -737,10 +748,10 @@ int og_cmd_chat(int argc, char **argv) {
                     (long long)g.max_ctx, from, from == 1 ? "" : "s", conv.system ? " (the system prompt kept)" : "",
                     (long long)n);
             conv_drop(&conv, from);
-            park_session(pc, &g, &conv);
-            og_session_reset(g.session);
+            park_session(pc, session, &conv);
+            og_session_reset(session);
             conv.n_held = 0;
-            reuse_parked(pc, &g, &conv, ids, n);
+            reuse_parked(pc, g.model, &session, &conv, ids, n);
             keep = held_prefix(&conv, ids, n);
         } else if (conv.opaque + keep < held) {
             /* the template rewrote what the session holds past the shared
@@ -749,13 +760,13 @@ int og_cmd_chat(int argc, char **argv) {
             og_session *child = NULL;
             /* a hybrid model's session can go back only to its checkpoint
              * (taken where the last prompt ended), not to any length */
-            const int64_t at = og_session_fork_point(g.session, conv.opaque + keep);
-            if (at >= conv.opaque && og_session_fork(g.session, at, &child) == OG_OK) {
-                og_session_destroy(g.session);
-                g.session = child;
+            const int64_t at = og_session_fork_point(session, conv.opaque + keep);
+            if (at >= conv.opaque && og_session_fork(session, at, &child) == OG_OK) {
+                og_session_destroy(session);
+                session = child;
                 keep = at - conv.opaque;
             } else { /* e.g. below a sliding window's floor: read it all again */
-                og_session_reset(g.session);
+                og_session_reset(session);
                 keep = 0;
                 conv.opaque = 0;
             }
@@ -764,17 +775,27 @@ int og_cmd_chat(int argc, char **argv) {
         const int64_t reused = conv.opaque + keep;
         const int32_t *fresh = ids + keep;
         n -= keep;
-        double t0 = og_time_now();
-        ok = og_gen_prefill("chat", &g, fresh, n, o.max_tokens > 0) && held_append(&conv, fresh, n);
-        /* the state where the prompt ends (hybrid models; nothing otherwise),
-         * so that a next turn whose template rewrites the reply starts there */
-        if (ok) og_session_checkpoint(g.session);
-        double t1 = og_time_now();
-        og_gen_result res = {0};
-        ok = ok && og_gen_decode("chat", &g, o.max_tokens, true, stdout, true, &res) &&
-             held_append(&conv, res.ids, res.n_ids);
+        /* the turn: a request of the engine that goes on in the session
+         * with only what it does not hold; the reply stays in it */
+        og_request_params rp = og_gen_request_params(&o);
+        rp.kind = OG_PROMPT_TOKENS;
+        rp.tokens = fresh;
+        rp.n_tokens = n;
+        rp.session = session;
+        rp.sampling.seed = o.sampling.seed + (uint64_t)++requests; /* each turn draws afresh, a --seed repeats them */
+        if (!rp.sampling.seed) rp.sampling.seed = 1;
+        const int64_t before = og_session_length(session);
+        og_request *req = NULL;
+        og_gen_reply res = {0};
+        ok = og_engine_submit(g.engine, &rp, &req) == OG_OK;
+        if (!ok) fprintf(stderr, "offgraph chat: %s\n", og_last_error());
+        ok = ok && og_gen_stream("chat", req, stdout, &interrupted, true, &res);
+        og_request_destroy(req); /* the session is chat's again */
+        /* what the session took: the turn's tokens (fewer only when Ctrl-C
+         * came before it read them all) and every token of the reply */
+        const int64_t took = og_session_length(session) - before;
+        ok = ok && held_append(&conv, fresh, took < n ? took : n) && (took < n || held_append(&conv, res.ids, res.n_ids));
         og_free(res.ids);
-        double t2 = og_time_now();
         putchar('\n');
         fflush(stdout);
         og_free(ids);
@@ -784,11 +805,12 @@ int og_cmd_chat(int argc, char **argv) {
             rc = 1;
             break;
         }
-        if (res.interrupted) {
+        const og_request_output *out = &res.last;
+        if (out->finish == OG_FINISH_CANCELLED) {
             interrupted = 0;
             fprintf(stderr, "offgraph chat: reply stopped (Ctrl-C)\n");
         }
-        if (res.context_full)
+        if (out->finish == OG_FINISH_LENGTH && og_session_length(session) >= g.max_ctx)
             fprintf(stderr, "offgraph chat: the reply reached the context limit (%lld tokens)%s\n",
                     (long long)g.max_ctx,
                     policy == POLICY_STOP ? ": /reset starts over" : "; the next turn forgets the oldest ones");
@@ -808,11 +830,14 @@ int og_cmd_chat(int argc, char **argv) {
         } else
             og_free(res.text);
         free(msg);
-        last = (turn_stats){last.turn + 1, reused, n, res.generated, t1 - t0, t2 - t1};
+        const double t_first = out->t_first_token > 0 ? out->t_first_token : out->t_end;
+        last = (turn_stats){last.turn + 1, reused, n, out->completion_tokens, t_first - out->t_submit,
+                            out->t_end - t_first};
     }
     input_close(&in);
     sigaction(SIGINT, &old_sa, NULL);
     og_prefix_cache_destroy(pc); /* its sessions before the model */
+    og_session_destroy(session);
     conv_clear(&conv);
     free(conv.turns);
     free(conv.system);

@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "core/core.h"
-#include "generate.h"
+#include "request.h"
 #include "core/textfile.h"
 
 #include "kernels/ops.h"

@@ -2,7 +2,7 @@
  * request of the library's engine (og_engine). */
 #include "commands.h"
 #include "core/core.h"
-#include "generate.h"
+#include "request.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -133,8 +133,9 @@ int og_cmd_run(int argc, char **argv) {
         goto done;
     }
     fwrite(prompt, 1, strlen(prompt), stdout);
-    og_request_output res;
-    if (!og_gen_stream("run", req, stdout, NULL, &res, NULL)) goto done;
+    og_gen_reply reply;
+    if (!og_gen_stream("run", req, stdout, NULL, false, &reply)) goto done;
+    const og_request_output res = reply.last;
     putchar('\n');
     fflush(stdout);
     /* the last token drawn is never fed: a prompt of n tokens ends at most

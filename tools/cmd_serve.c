@@ -2,7 +2,7 @@
  * only reads the options, starts the server and waits for SIGINT/SIGTERM. */
 #include "cli.h"
 #include "commands.h"
-#include "generate.h"
+#include "request.h"
 #include "kv/kv.h"
 #include "serve/serve.h"
 

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include "core/core.h"
+#include "exec/exec.h"
 #include "exec/sample.h"
 
 #include <errno.h>
@@ -197,7 +198,7 @@ static void cache_prompt_rows_locked(og_engine *e, og_request *r, og_engine_slot
 static bool start_locked(og_engine *e, og_request *r, int32_t k) {
     og_engine_slot *sl = &e->slots[k];
     og_status st = OG_OK;
-    if (!sl->session) st = og_session_create(e->model, &e->p.session, &sl->session);
+    if (!sl->session && !r->own) st = og_session_create(e->model, &e->p.session, &sl->session);
     if (st == OG_OK) st = og_sampler_create(&r->sampling, e->vocab, &r->sampler);
     for (int32_t i = 0; st == OG_OK && i < e->n_forbidden; i++) st = og_sampler_forbid(r->sampler, e->forbidden[i]);
     if (st == OG_OK) /* the repetition penalty sees the prompt, as it always did in run */
@@ -223,7 +224,16 @@ static bool start_locked(og_engine *e, og_request *r, int32_t k) {
     r->slot = k;
     r->state = OG_REQ_RUNNING;
     r->fed = 0;
-    reuse_prefix_locked(e, r, sl);
+    if (r->own) { /* the caller's session takes the slot's place until r ends */
+        slot_destroy(sl);
+        sl->session = r->own;
+        og_kv_metrics km;
+        if (og_session_metrics(r->own, &km) == OG_OK) {
+            sl->held = km.bytes_allocated;
+            sl->live = km.bytes_live;
+        }
+    } else
+        reuse_prefix_locked(e, r, sl);
     e->running[e->n_running++] = r;
     return true;
 }
@@ -267,6 +277,9 @@ static og_status copy_params(og_engine *e, og_request *r, const og_request_param
     r->logprobs = p->logprobs;
     r->constraint = p->constraint;
     r->constraint_ctx = p->constraint_ctx;
+    r->own = p->session;
+    if (r->own && r->own->m != e->model)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: the session is of another model");
     if (p->n_stop < 0 || (p->n_stop && !p->stop))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: stop strings NULL or a negative count");
     if (p->n_stop && !e->tok)
@@ -298,16 +311,24 @@ static og_status copy_params(og_engine *e, og_request *r, const og_request_param
  * request whose prompt and max_tokens need more KV than the whole budget can
  * never run and is refused by name. */
 static og_status resolve_budget(og_engine *e, og_request *r, int64_t asked) {
-    if (r->n_prompt > e->ctx)
+    /* a caller's session: what it holds comes first, and the last token is fed too */
+    const int64_t held = r->own ? og_session_length(r->own) : 0;
+    if (held + r->n_prompt > e->ctx) {
+        if (held)
+            return og_set_error(OG_ERR_CAPACITY,
+                                "This model's maximum context length is %lld tokens; the session holds %lld tokens "
+                                "and the prompt has %lld more",
+                                (long long)e->ctx, (long long)held, (long long)r->n_prompt);
         return og_set_error(OG_ERR_CAPACITY,
                             "This model's maximum context length is %lld tokens; the prompt has %lld tokens",
                             (long long)e->ctx, (long long)r->n_prompt);
-    const int64_t room = e->ctx - r->n_prompt + 1;
+    }
+    const int64_t room = e->ctx - held - r->n_prompt + (r->own ? 0 : 1);
     int64_t max = asked;
     if (max == 0) {
-        max = room;
-        if (e->p.kv_budget > 0 && r->n_prompt + max > e->budget_tokens) {
-            max = e->budget_tokens - r->n_prompt;
+        max = room > 0 ? room : 1; /* none left: the first draw ends it (finish LENGTH) */
+        if (e->p.kv_budget > 0 && held + r->n_prompt + max > e->budget_tokens) {
+            max = e->budget_tokens - held - r->n_prompt;
             if (max < 1)
                 return og_set_error(OG_ERR_CAPACITY,
                                     "the prompt of %lld tokens leaves no room to generate under the whole "
@@ -316,7 +337,7 @@ static og_status resolve_budget(og_engine *e, og_request *r, int64_t asked) {
         }
     }
     r->max_tokens = max;
-    int64_t tokens = r->n_prompt + max;
+    int64_t tokens = held + r->n_prompt + max;
     if (tokens > e->ctx || tokens < 0) tokens = e->ctx;
     r->reserve_bytes = kv_estimate(e, tokens);
     if (e->p.kv_budget > 0 && r->reserve_bytes > e->p.kv_budget)
@@ -326,6 +347,15 @@ static og_status resolve_budget(og_engine *e, og_request *r, int64_t asked) {
                             (long long)r->reserve_bytes, (long long)r->n_prompt, (long long)max,
                             (long long)e->p.kv_budget);
     return OG_OK;
+}
+
+/* Whether a request not yet ended runs (or waits to run) on the caller's session s. */
+static bool session_taken_locked(const og_engine *e, const og_session *s) {
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i]->own == s) return true;
+    for (const og_request *w = e->wait_head; w; w = w->next_waiting)
+        if (w->own == s) return true;
+    return false;
 }
 
 og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request **out) {
@@ -345,6 +375,8 @@ og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request 
     if (st == OG_OK) st = resolve_budget(e, r, p->max_tokens);
     pthread_mutex_lock(&e->lock);
     if (st == OG_OK && e->stopping) st = og_set_error(OG_ERR_STATE, "the engine is shutting down");
+    if (st == OG_OK && r->own && session_taken_locked(e, r->own))
+        st = og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: another request still runs on the session");
     if (st == OG_OK) {
         uint64_t serial = ++e->seed_counter;
         if (r->sampling.seed == 0) r->sampling.seed = e->p.seed ^ (serial * 0x9E3779B97F4A7C15ull);
@@ -396,12 +428,17 @@ static void finish_locked(og_engine *e, og_request *r, og_finish_reason why, og_
         /* a request that ended well leaves its prompt's rows to the prefix cache */
         og_engine_slot *sl = &e->slots[r->slot];
         if (og_session_metrics(sl->session, &r->kv) != OG_OK) memset(&r->kv, 0, sizeof r->kv);
-        if (why != OG_FINISH_ERROR) cache_prompt_rows_locked(e, r, sl);
-        og_session_reset(sl->session);
-        og_kv_metrics km;
-        if (og_session_metrics(sl->session, &km) == OG_OK) {
-            sl->held = km.bytes_allocated;
-            sl->live = km.bytes_live;
+        if (r->own) { /* the caller's session goes back to the caller as it is */
+            sl->session = NULL;
+            sl->held = sl->live = 0;
+        } else {
+            if (why != OG_FINISH_ERROR) cache_prompt_rows_locked(e, r, sl);
+            og_session_reset(sl->session);
+            og_kv_metrics km;
+            if (og_session_metrics(sl->session, &km) == OG_OK) {
+                sl->held = km.bytes_allocated;
+                sl->live = km.bytes_live;
+            }
         }
         sl->owner = NULL;
         r->slot = -1;
@@ -472,6 +509,15 @@ static void end_locked(og_engine *e, og_request *r, og_finish_reason why) {
     finish_locked(e, r, r->tg ? og_textgen_finish_reason(r->tg) : why, OG_OK, NULL);
 }
 
+/* A caller's session's request is cancelled: the text held back (a stop
+ * string's possible start, a character's first bytes) goes out, as the
+ * tokens it came from are in the session. */
+static bool flush_locked(og_request *r) {
+    const char *t;
+    size_t n;
+    return !r->tg || (og_textgen_end(r->tg, OG_FINISH_STOP, &t, &n) == OG_OK && append_text(r, t, n));
+}
+
 /* ------------------------------------------------------------ the step */
 
 static og_step_output output_of(const og_engine *e, const og_request *r) {
@@ -509,6 +555,11 @@ static void logprobs_of(const float *logits, int64_t V, int32_t token, int32_t n
 /* r drew `token` (lp: its log-probabilities when asked): its text, id and
  * log-probabilities go to the caller. */
 static void take_token_locked(og_engine *e, og_request *r, int32_t token, const og_token_logprob *lp) {
+    if (r->own && og_session_length(r->own) >= e->ctx) {
+        /* a caller's session is full: the token could not be fed, so it is not given out */
+        end_locked(e, r, OG_FINISH_LENGTH);
+        return;
+    }
     if (!r->t_first) r->t_first = og_time_now();
     const int64_t before = r->completion_tokens;
     og_finish_reason fin = OG_FINISH_NONE;
@@ -536,8 +587,16 @@ static void take_token_locked(og_engine *e, og_request *r, int32_t token, const 
         r->toks[r->n_toks++] = token;
         if (r->constraint) r->gen[r->n_gen++] = token;
         if (lp) r->lps[r->n_lps++] = *lp;
+        r->unfed = r->own != NULL;
     }
     if (!r->t_pending && (r->n_text || r->n_toks)) r->t_pending = og_time_now();
+    if (fin != OG_FINISH_NONE && r->unfed) {
+        /* the caller's session takes the last token too: r ends once it is fed */
+        r->final = fin;
+        r->next = token;
+        pthread_cond_broadcast(&r->cond);
+        return;
+    }
     if (fin != OG_FINISH_NONE) {
         finish_locked(e, r, fin, OG_OK, NULL);
         return;
@@ -583,11 +642,17 @@ static void *sched_main(void *arg) {
         memcpy(snap, e->running, (size_t)n_snap * sizeof *snap);
         for (int32_t i = 0; i < n_snap; i++) {
             og_request *r = snap[i];
-            if (r->cancelled) {
+            if (r->final != OG_FINISH_NONE && !r->unfed && r->kill_status == OG_OK) {
+                finish_locked(e, r, r->final, OG_OK, NULL); /* its last token is fed */
+            } else if (r->cancelled) {
                 if (r->kill_status != OG_OK) {
                     char why[sizeof r->error];
                     snprintf(why, sizeof why, "%s", r->error);
                     finish_locked(e, r, OG_FINISH_ERROR, r->kill_status, why);
+                } else if (r->own && r->final == OG_FINISH_NONE && !flush_locked(r)) {
+                    finish_locked(e, r, OG_FINISH_ERROR, OG_ERR_OUT_OF_MEMORY, "out of memory");
+                } else if (r->unfed) { /* the token given out is fed first */
+                    if (r->final == OG_FINISH_NONE) r->final = OG_FINISH_CANCELLED;
                 } else finish_locked(e, r, OG_FINISH_CANCELLED, OG_OK, NULL);
             } else if (r->fed == r->n_prompt && og_session_length(e->slots[r->slot].session) + 1 > e->ctx) {
                 end_locked(e, r, OG_FINISH_LENGTH); /* the context is full */
@@ -610,7 +675,8 @@ static void *sched_main(void *arg) {
         for (int32_t i = 0; i < e->n_running; i++) {
             og_request *r = e->running[i];
             if (r->fed < r->n_prompt) continue;
-            og_step_output o = output_of(e, r);
+            /* a caller's session's last token is fed, and nothing drawn after it */
+            og_step_output o = r->final != OG_FINISH_NONE ? OG_OUTPUT_NONE : output_of(e, r);
             w.items[n] = (og_batch_item){.session = e->slots[r->slot].session, .tokens = &r->next, .n_tokens = 1,
                                          .output = o, .logits = o == OG_OUTPUT_LOGITS ? r->logits : NULL,
                                          .sampler = o == OG_OUTPUT_SAMPLE ? r->sampler : NULL};
@@ -691,9 +757,11 @@ static void *sched_main(void *arg) {
                 r->fed += it->n_tokens;
                 e->prompt_tokens_total += it->n_tokens;
                 /* a hybrid model holds its state only at the session's end:
-                 * keep it where the prompt ends, for the prefix cache */
-                if (r->fed == r->n_prompt && e->prefix) og_session_checkpoint(it->session);
-            }
+                 * keep it where the prompt ends, for the prefix cache (or the
+                 * caller, whose next prompt may go back there) */
+                if (r->fed == r->n_prompt && (e->prefix || r->own)) og_session_checkpoint(it->session);
+            } else
+                r->unfed = false;
             og_kv_metrics km;
             if (og_session_metrics(it->session, &km) == OG_OK) {
                 e->slots[r->slot].held = km.bytes_allocated;
@@ -946,6 +1014,8 @@ void og_request_destroy(og_request *r) {
     og_engine *e = r->e;
     pthread_mutex_lock(&e->lock);
     cancel_locked(e, r);
+    /* a caller's session is the caller's again only once r has ended */
+    while (r->own && r->state != OG_REQ_DONE) pthread_cond_wait(&r->cond, &e->lock);
     release_locked(r);
     pthread_mutex_unlock(&e->lock);
 }

@@ -32,6 +32,8 @@ struct og_request {
     int32_t logprobs;           /* -1: none; else top alternatives wanted */
     og_constraint_fn constraint;
     void *constraint_ctx;
+    og_session *own;            /* the caller's session (og_request_params.session);
+                                   NULL: the slot's */
     int64_t reserve_bytes;      /* KV bytes admission sets aside for it */
 
     /* ---- lock */
@@ -76,6 +78,10 @@ struct og_request {
     int32_t n_gen, cap_gen;
     int64_t fed;                /* prompt tokens fed */
     int32_t next;               /* the token drawn, to feed next */
+    og_session *parked;         /* own's request: the slot's session, put back
+                                   when it ends */
+    bool unfed;                 /* own's request: next was given out, not yet fed */
+    og_finish_reason final;     /* own's request: how it ends once next is fed */
 };
 
 typedef struct og_engine_slot {

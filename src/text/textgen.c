@@ -1,4 +1,4 @@
-/* The generation loop's text side (see generate.h). */
+/* The generation loop's text side (see textgen.h). */
 #include "text/textgen.h"
 
 #include "core/core.h"

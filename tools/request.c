@@ -1,5 +1,5 @@
-/* Text generation shared by run and chat (see generate.h). */
-#include "generate.h"
+/* What run and chat share around the engine (see request.h). */
+#include "request.h"
 
 #include "cli.h"
 #include "core/core.h"
@@ -86,13 +86,6 @@ void og_gen_options_usage(FILE *f) {
                "                           to the prompt\n");
 }
 
-void og_gen_add_stop(og_gen *g, int32_t id) {
-    if (id < 0 || g->n_stop == (int32_t)(sizeof g->stop / sizeof g->stop[0])) return;
-    for (int32_t i = 0; i < g->n_stop; i++)
-        if (g->stop[i] == id) return;
-    g->stop[g->n_stop++] = id;
-}
-
 bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g) {
     memset(g, 0, sizeof *g);
     const char *path = o->run.model ? o->run.model : og_default_model_path;
@@ -116,57 +109,20 @@ bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g) {
                 cmd, path, why ? " (" : "", why ? why : "", why ? ")" : "");
         return false;
     }
-    og_status st = og_tokenizer_load_json(json, &g->tok);
-    if (st == OG_OK) st = og_tokenizer_load_config(g->tok, og_model_tokenizer_config(g->model));
-    if (st != OG_OK) {
+    if (og_tokenizer_from_model(g->model, &g->tok) != OG_OK) {
         fprintf(stderr, "offgraph %s: the tokenizer of %s: %s\n", cmd, path, og_last_error());
         return false;
     }
-    int32_t stops[8];
-    int32_t n_stops = og_tokenizer_stop_ids(g->tok, stops, 8);
-    for (int32_t i = 0; i < n_stops && i < 8; i++) og_gen_add_stop(g, stops[i]);
     g->no_special = o->no_special;
-    g->vocab = og_model_vocab_size(g->model);
     g->max_ctx = og_model_kv_config(g->model)->max_capacity;
-    return true;
-}
-
-bool og_gen_open(const char *cmd, const og_gen_options *o, og_gen *g) {
-    if (!og_gen_load(cmd, o, g)) return false;
-    og_status st;
-    if ((st = og_session_create(g->model, &o->run.session, &g->session)) != OG_OK ||
-        (st = og_sampler_create(&o->sampling, g->vocab, &g->sampler)) != OG_OK) {
-        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
-        return false;
-    }
-    for (int64_t i = 0; i < g->vocab && st == OG_OK; i++)
-        if (!og_tokenizer_token_text(g->tok, (int32_t)i)) st = og_sampler_forbid(g->sampler, (int32_t)i);
-    if (st != OG_OK) {
-        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
-        return false;
-    }
     return true;
 }
 
 void og_gen_close(og_gen *g) {
     og_engine_destroy(g->engine);
-    og_sampler_destroy(g->sampler);
-    og_session_destroy(g->session);
     og_tokenizer_destroy(g->tok);
     og_model_destroy(g->model);
     memset(g, 0, sizeof *g);
-}
-
-/* Feeds ids and, when draw, draws the token that follows them into g->next
- * (without, the sampler does not move: no draw is spent that is not used). */
-static bool feed(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw) {
-    og_status st = draw ? og_session_eval_sample(g->session, ids, n, 0, g->sampler, &g->next)
-                        : og_session_eval(g->session, ids, n, 0, NULL, 0);
-    if (st != OG_OK) {
-        fprintf(stderr, "offgraph %s: %s (%s)\n", cmd, og_session_last_error(g->session), og_status_str(st));
-        return false;
-    }
-    return true;
 }
 
 bool og_gen_prompt_fits(const char *cmd, const og_gen *g, int64_t n) {
@@ -186,102 +142,6 @@ bool og_gen_encode(const char *cmd, const og_gen *g, const char *text, bool spec
         return false;
     }
     return true;
-}
-
-bool og_gen_prefill(const char *cmd, og_gen *g, const int32_t *ids, int64_t n, bool draw) {
-    for (int64_t i = 0; i < n; i++) og_sampler_accept(g->sampler, ids[i]);
-    return feed(cmd, g, ids, n, draw);
-}
-
-/* Appends text to r->text (when kept). */
-static bool keep(og_gen_result *r, size_t *cap, size_t *len, const char *text, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t nc = (*len + n + 1) * 2;
-        char *p = og_realloc(r->text, nc);
-        if (!p) return false;
-        r->text = p;
-        *cap = nc;
-    }
-    memcpy(r->text + *len, text, n);
-    *len += n;
-    r->text[*len] = 0;
-    return true;
-}
-
-bool og_gen_decode(const char *cmd, og_gen *g, int64_t max, bool feed_last, FILE *out, bool keep_text,
-                   og_gen_result *r) {
-    memset(r, 0, sizeof *r);
-    r->finish = OG_FINISH_LENGTH;
-    size_t cap = 0, kept = 0;
-    if (keep_text && !keep(r, &cap, &kept, "", 0)) return false;
-    if (max <= 0) return true; /* nothing was drawn (og_gen_prefill without draw) */
-    og_textgen_params tp = {.max_tokens = max,
-                            .stop_ids = g->stop,
-                            .n_stop_ids = g->n_stop,
-                            .stop_strings = g->stop_strings,
-                            .n_stop_strings = g->n_stop_strings};
-    og_textgen *tg = NULL;
-    if (og_textgen_create(g->tok, &tp, &tg) != OG_OK) {
-        fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
-        return false;
-    }
-    bool ok = true;
-    for (og_finish fin = OG_FINISH_NONE; ok && fin == OG_FINISH_NONE;) {
-        const int32_t t = g->next;
-        const char *text = "";
-        size_t len = 0;
-        og_status st = OG_OK;
-        /* the session is full: t cannot be fed. Where the reply must stay in
-         * the cache it is not given out; otherwise it is the last one. */
-        const bool full = og_session_length(g->session) >= g->max_ctx;
-        if (g->interrupt && *g->interrupt) {
-            r->interrupted = true;
-            st = og_textgen_end(tg, OG_FINISH_STOP, &text, &len);
-        } else if (full && feed_last) {
-            r->context_full = true;
-            st = og_textgen_end(tg, OG_FINISH_LENGTH, &text, &len);
-        } else {
-            const int64_t before = og_textgen_tokens(tg);
-            st = og_textgen_push(tg, t, &text, &len, &fin);
-            if (st == OG_OK) {
-                fwrite(text, 1, len, out);
-                if (keep_text && !keep(r, &cap, &kept, text, len)) ok = false;
-                len = 0;
-                if (fin == OG_FINISH_NONE && full) {
-                    r->context_full = true;
-                    st = og_textgen_end(tg, OG_FINISH_LENGTH, &text, &len);
-                } else if (ok && og_textgen_tokens(tg) > before && (fin == OG_FINISH_NONE || feed_last)) {
-                    /* a generated token (not a stop token) is fed: drawing the
-                     * next one while generation goes on, and the last one only
-                     * when feed_last */
-                    ok = feed(cmd, g, &t, 1, fin == OG_FINISH_NONE);
-                    if (ok && keep_text) {
-                        int32_t *p = og_realloc(r->ids, (size_t)(r->n_ids + 1) * sizeof *p);
-                        if (!p) ok = false;
-                        else {
-                            r->ids = p;
-                            r->ids[r->n_ids++] = t;
-                        }
-                    }
-                }
-            }
-        }
-        if (st != OG_OK) {
-            fprintf(stderr, "offgraph %s: %s\n", cmd, og_last_error());
-            ok = false;
-            break;
-        }
-        if (len) {
-            fwrite(text, 1, len, out);
-            if (keep_text && !keep(r, &cap, &kept, text, len)) ok = false;
-        }
-        fflush(out);
-        fin = og_textgen_finish_reason(tg);
-    }
-    r->generated = og_textgen_tokens(tg);
-    r->finish = og_textgen_finish_reason(tg);
-    og_textgen_destroy(tg);
-    return ok;
 }
 
 bool og_gen_start_engine(const char *cmd, const og_gen_options *o, og_gen *g, int64_t prefix_cache_bytes) {
@@ -304,11 +164,27 @@ og_request_params og_gen_request_params(const og_gen_options *o) {
     return p;
 }
 
-bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomic_t *interrupt,
-                   og_request_output *last, char **text) {
-    size_t cap = 0, len = 0;
-    if (text) *text = NULL;
+/* Appends n items of size to *buf [*len] (capacity *cap); false without memory. */
+static bool append(void **buf, int64_t *len, int64_t *cap, const void *p, int64_t n, size_t size) {
+    if (*len + n + 1 > *cap) {
+        int64_t nc = (*len + n + 1) * 2;
+        void *b = og_realloc(*buf, (size_t)nc * size);
+        if (!b) return false;
+        *buf = b;
+        *cap = nc;
+    }
+    memcpy((char *)*buf + (size_t)*len * size, p, (size_t)n * size);
+    *len += n;
+    return true;
+}
+
+bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomic_t *interrupt, bool keep,
+                   og_gen_reply *reply) {
+    memset(reply, 0, sizeof *reply);
+    int64_t len = 0, cap = 0, cap_ids = 0;
     bool cancelled = false;
+    if (keep && !append((void **)&reply->text, &len, &cap, "", 1, 1)) goto oom;
+    len = 0;
     for (;;) {
         og_request_output o;
         /* what has come, without waiting; when nothing has, a millisecond's
@@ -316,7 +192,7 @@ bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomi
          * rather than waking this thread (off the core the engine's thread
          * needs) at every one */
         og_request_next(r, &o, 0);
-        if (!o.n_text && o.finish == OG_FINISH_NONE) {
+        if (!o.n_text && !o.n_tokens && o.finish == OG_FINISH_NONE) {
             if (interrupt && *interrupt && !cancelled) {
                 og_request_cancel(r);
                 cancelled = true;
@@ -327,31 +203,22 @@ bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomi
         if (o.n_text) {
             fwrite(o.text, 1, o.n_text, out);
             fflush(out);
-            if (text) {
-                if (len + o.n_text + 1 > cap) {
-                    size_t nc = (len + o.n_text + 1) * 2;
-                    char *p = og_realloc(*text, nc);
-                    if (!p) {
-                        fprintf(stderr, "offgraph %s: no memory\n", cmd);
-                        og_request_cancel(r);
-                        return false;
-                    }
-                    *text = p;
-                    cap = nc;
-                }
-                memcpy(*text + len, o.text, o.n_text);
-                len += o.n_text;
-                (*text)[len] = 0;
+            if (keep) {
+                if (!append((void **)&reply->text, &len, &cap, o.text, (int64_t)o.n_text, 1)) goto oom;
+                reply->text[len] = 0;
             }
         }
+        if (keep && o.n_tokens && !append((void **)&reply->ids, &reply->n_ids, &cap_ids, o.tokens, o.n_tokens,
+                                          sizeof *o.tokens))
+            goto oom;
         if (o.finish != OG_FINISH_NONE) {
-            *last = o;
-            last->text = NULL;
-            last->n_text = 0;
-            last->tokens = NULL;
-            last->n_tokens = 0;
-            last->logprobs = NULL;
-            last->n_logprobs = 0;
+            reply->last = o;
+            reply->last.text = NULL;
+            reply->last.n_text = 0;
+            reply->last.tokens = NULL;
+            reply->last.n_tokens = 0;
+            reply->last.logprobs = NULL;
+            reply->last.n_logprobs = 0;
             if (o.finish == OG_FINISH_ERROR) {
                 fprintf(stderr, "offgraph %s: %s (%s)\n", cmd, o.error, og_status_str(o.status));
                 return false;
@@ -363,4 +230,8 @@ bool og_gen_stream(const char *cmd, og_request *r, FILE *out, volatile sig_atomi
             cancelled = true;
         }
     }
+oom:
+    fprintf(stderr, "offgraph %s: no memory\n", cmd);
+    og_request_cancel(r);
+    return false;
 }
