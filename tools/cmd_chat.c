@@ -29,7 +29,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: offgraph chat [-m <program>] [--system <text>] [--context-policy stop|drop] [-n N]\n"
-               "                     [--chat-flag NAME=true|false] [sampling options]\n\n"
+               "                     [--chat-flag NAME=true|false] [--grammar F | --json-schema F]\n"
+               "                     [sampling options]\n\n"
                "Reads user messages from standard input (with line editing and history on a\n"
                "terminal; a line ending in \\ goes on on the next line) and prints the model's\n"
                "replies, with the model's own chat template (plain text when it has none).\n"
@@ -782,6 +783,7 @@ int og_cmd_chat(int argc, char **argv) {
         rp.tokens = fresh;
         rp.n_tokens = n;
         rp.session = session;
+        og_gen_constrain(&g, &rp);
         rp.sampling.seed = o.sampling.seed + (uint64_t)++requests; /* each turn draws afresh, a --seed repeats them */
         if (!rp.sampling.seed) rp.sampling.seed = 1;
         const int64_t before = og_session_length(session);
@@ -806,6 +808,11 @@ int og_cmd_chat(int argc, char **argv) {
             break;
         }
         const og_request_output *out = &res.last;
+        if (g.matcher && og_matcher_error(g.matcher))
+            fprintf(stderr, "offgraph chat: warning: the grammar: %s\n", og_matcher_error(g.matcher));
+        if (g.matcher && out->finish == OG_FINISH_LENGTH)
+            fprintf(stderr, "offgraph chat: the reply reached its token limit before the grammar's end: it is "
+                            "incomplete (a larger -n lets it finish)\n");
         if (out->finish == OG_FINISH_CANCELLED) {
             interrupted = 0;
             fprintf(stderr, "offgraph chat: reply stopped (Ctrl-C)\n");

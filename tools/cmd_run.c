@@ -12,7 +12,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: offgraph run [-m <program>] (-p <prompt> | -p - | -f <file>) [-n N] [--stop S]...\n"
-               "                    [sampling options] [--stats] [--show-prompt-ids]\n\n"
+               "                    [--grammar F | --json-schema F] [sampling options] [--stats]\n"
+               "                    [--show-prompt-ids]\n\n"
                "Continues the prompt (as plain text: no chat template; the special tokens the\n"
                "tokenizer adds, such as BOS, are added unless --no-special, as `offgraph tokenize`\n"
                "and /v1/completions add them) and prints the generated text as it is produced,\n"
@@ -128,6 +129,7 @@ int og_cmd_run(int argc, char **argv) {
     rp.n_tokens = n;
     rp.stop = stops;
     rp.n_stop = n_stops;
+    og_gen_constrain(&g, &rp);
     if (og_engine_submit(g.engine, &rp, &req) != OG_OK) {
         fprintf(stderr, "offgraph run: %s\n", og_last_error());
         goto done;
@@ -136,6 +138,11 @@ int og_cmd_run(int argc, char **argv) {
     og_gen_reply reply;
     if (!og_gen_stream("run", req, stdout, NULL, false, &reply)) goto done;
     const og_request_output res = reply.last;
+    if (g.matcher && og_matcher_error(g.matcher))
+        fprintf(stderr, "offgraph run: warning: the grammar: %s\n", og_matcher_error(g.matcher));
+    if (g.matcher && res.finish == OG_FINISH_LENGTH)
+        fprintf(stderr, "offgraph run: the output reached its token limit before the grammar's end: it is "
+                        "incomplete (a larger -n lets it finish)\n");
     putchar('\n');
     fflush(stdout);
     /* the last token drawn is never fed: a prompt of n tokens ends at most

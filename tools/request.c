@@ -49,6 +49,17 @@ int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_o
         o->no_special = true;
         return 1;
     }
+    if (!strcmp(a, "--grammar") || !strcmp(a, "--grammar-file") || !strcmp(a, "--json-schema") ||
+        !strcmp(a, "--json-schema-file")) {
+        if (!(v = og_cli_value(cmd, argc, argv, i))) return -1;
+        const bool schema = a[2] == 'j';
+        if (o->grammar || o->json_schema) {
+            fprintf(stderr, "offgraph %s: one --grammar or --json-schema, not two\n", cmd);
+            return -1;
+        }
+        *(schema ? &o->json_schema : &o->grammar) = v;
+        return 1;
+    }
     if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
         return (v = og_cli_value(cmd, argc, argv, i)) && parse_float(cmd, a, v, 0, 100, &o->sampling.temperature) ? 1 : -1;
     if (!strcmp(a, "--top-p"))
@@ -83,11 +94,40 @@ void og_gen_options_usage(FILE *f) {
                "  --repeat-last-n <N>      (default 64)\n"
                "  --seed <S>               random seed; the same seed repeats a run (default: from the clock)\n"
                "  --no-special             add no BOS (or other special tokens the tokenizer adds)\n"
-               "                           to the prompt\n");
+               "                           to the prompt\n"
+               "  --grammar <file>         the output follows this GBNF grammar (llama.cpp's format,\n"
+               "                           start rule root); GBNF text is taken as well\n"
+               "  --json-schema <file|json>  the output is JSON that this JSON schema validates\n"
+               "                           (types, properties, required, enum, const, items, anyOf...;\n"
+               "                           a keyword or string format it cannot enforce is refused)\n");
+}
+
+/* The grammar of --grammar or --json-schema: an existing file's content,
+ * else the value itself when it reads as GBNF (holds "::=") or JSON (starts
+ * with "{"). NULL (after a message) when it is neither or does not compile. */
+static og_grammar *compile_grammar(const char *cmd, const og_gen_options *o) {
+    const bool schema = o->json_schema != NULL;
+    const char *v = schema ? o->json_schema : o->grammar, *flag = schema ? "--json-schema" : "--grammar";
+    char *text = NULL;
+    const char *src = v;
+    if (access(v, R_OK) == 0) {
+        if (!(text = og_cli_read_file(cmd, v))) return NULL;
+        src = text;
+    } else if (schema ? v[strspn(v, " \t\r\n")] != '{' : !strstr(v, "::=")) {
+        fprintf(stderr, "offgraph %s: %s %s: no such file (nor %s text)\n", cmd, flag, v,
+                schema ? "a JSON object" : "GBNF");
+        return NULL;
+    }
+    og_grammar *gr = NULL;
+    og_status st = schema ? og_grammar_from_json_schema(src, strlen(src), &gr) : og_grammar_parse(src, strlen(src), &gr);
+    if (st != OG_OK) fprintf(stderr, "offgraph %s: %s %s: %s\n", cmd, flag, text ? v : "text", og_last_error());
+    free(text);
+    return gr;
 }
 
 bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g) {
     memset(g, 0, sizeof *g);
+    if ((o->grammar || o->json_schema) && !(g->grammar = compile_grammar(cmd, o))) return false;
     const char *path = o->run.model ? o->run.model : og_default_model_path;
     if (!path) {
         fprintf(stderr, "offgraph %s: no -m given and no default model\n", cmd);
@@ -113,6 +153,11 @@ bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g) {
         fprintf(stderr, "offgraph %s: the tokenizer of %s: %s\n", cmd, path, og_last_error());
         return false;
     }
+    if (g->grammar && (og_grammar_vocab_create(g->tok, og_model_vocab_size(g->model), NULL, 0, &g->gvocab) != OG_OK ||
+                       og_matcher_create(g->grammar, g->gvocab, &g->matcher) != OG_OK)) {
+        fprintf(stderr, "offgraph %s: %s: %s\n", cmd, o->grammar ? "--grammar" : "--json-schema", og_last_error());
+        return false;
+    }
     g->no_special = o->no_special;
     g->max_ctx = og_model_kv_config(g->model)->max_capacity;
     return true;
@@ -120,6 +165,9 @@ bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g) {
 
 void og_gen_close(og_gen *g) {
     og_engine_destroy(g->engine);
+    og_matcher_destroy(g->matcher);
+    og_grammar_vocab_destroy(g->gvocab);
+    og_grammar_destroy(g->grammar);
     og_tokenizer_destroy(g->tok);
     og_model_destroy(g->model);
     memset(g, 0, sizeof *g);
@@ -162,6 +210,13 @@ og_request_params og_gen_request_params(const og_gen_options *o) {
     p.max_tokens = o->max_tokens;
     p.add_special = !o->no_special;
     return p;
+}
+
+void og_gen_constrain(og_gen *g, og_request_params *p) {
+    if (!g->matcher) return;
+    og_matcher_reset(g->matcher);
+    p->constraint = og_grammar_constraint;
+    p->constraint_ctx = g->matcher;
 }
 
 /* Appends n items of size to *buf [*len] (capacity *cap); false without memory. */

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "offgraph.h"
+#include "text/grammar.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -23,6 +24,11 @@ typedef struct og_gen {
     og_engine *engine; /* og_gen_start_engine; NULL: none */
     int64_t max_ctx;   /* the most tokens a session holds (the program's max-context) */
     bool no_special;   /* --no-special: og_gen_encode adds no special tokens */
+    /* --grammar / --json-schema: the grammar every reply must follow, and a
+     * matcher over it (the requests' constraint); NULL: free text */
+    og_grammar *grammar;
+    og_grammar_vocab *gvocab;
+    og_matcher *matcher;
 } og_gen;
 
 /* Options every generating command takes. */
@@ -31,6 +37,8 @@ typedef struct og_gen_options {
     og_sampler_params sampling;
     int64_t max_tokens;
     bool no_special;            /* --no-special: no BOS or other post-processor tokens */
+    const char *grammar;        /* --grammar: a GBNF file (or GBNF text) */
+    const char *json_schema;    /* --json-schema: a JSON schema file (or JSON text) */
 } og_gen_options;
 
 void og_gen_default_options(og_gen_options *o);
@@ -41,8 +49,10 @@ int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_o
 /* The help text of those options. */
 void og_gen_options_usage(FILE *f);
 
-/* Loads the model and its tokenizer; prints what is missing (no -m, no
- * tokenizer in the program) and returns false. */
+/* Loads the model and its tokenizer (and compiles --grammar or
+ * --json-schema, first); prints what is missing or wrong (no -m, no
+ * tokenizer in the program, a grammar that does not parse, a schema
+ * keyword not supported) and returns false. */
 bool og_gen_load(const char *cmd, const og_gen_options *o, og_gen *g);
 /* An engine of one request at a time over g's model and tokenizer
  * (o's KV dtype; prefix_cache_bytes 0: no prefix cache). */
@@ -50,6 +60,9 @@ bool og_gen_start_engine(const char *cmd, const og_gen_options *o, og_gen *g, in
 /* A request of o's sampling, max tokens (0: until the context is full) and
  * --no-special; its prompt is the caller's to set. */
 og_request_params og_gen_request_params(const og_gen_options *o);
+/* Puts g's grammar (if any) on p: a matcher at the grammar's start as its
+ * constraint. One request at a time. */
+void og_gen_constrain(og_gen *g, og_request_params *p);
 /* A request's text as it comes, and how it ended. */
 typedef struct og_gen_reply {
     og_request_output last; /* its final output: counts, times, finish reason (no text) */
