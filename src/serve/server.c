@@ -126,6 +126,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
         og_set_error(st, "cannot load %s: %s", p->model_path, og_last_error());
         goto fail;
     }
+    if ((st = og_model_set_context(s->model, p->context)) != OG_OK) goto fail;
     const char *json = og_model_tokenizer_json(s->model);
     if (!json) {
         const char *why = og_model_no_tokenizer_reason(s->model);
