@@ -79,6 +79,29 @@ assert a["steps"] == b["steps"] and a["kv_bytes_live"] == b["kv_bytes_live"], (a
 assert a["steps"] >= 4 + 1 + 2, a  # 32 prompt tokens in steps of at most 8 rows
 PY
 
+# serve: -s is --seed, the base of the seeds of requests that give none
+# (the first request of a server started with -s 5 draws what one of a
+# server started with --seed 5 draws); -np is --max-sessions
+before_serve=$fails
+. "$SRC/tests/serve/server.sh" # (sets fails to 0)
+fails=$before_serve
+for how in "-s 5" "--seed 5" "-s 6"; do
+    start_server "serve$how" $how -np 2 -t 1
+    [ -n "$PID" ] || continue
+    python3 - "$PORT" >"$WORK/serve$how.txt" <<'PY' || fail "serve $how: a completion"
+import json, sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions",
+                             json.dumps({"prompt": "In the beginning", "max_tokens": 16, "temperature": 1.5}).encode(),
+                             {"Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"])
+PY
+    kill -TERM $PID
+    wait $PID || fail "serve $how: exit status after SIGTERM"
+    PID=
+done
+cmp -s "$WORK/serve-s 5.txt" "$WORK/serve--seed 5.txt" || fail "serve -s 5 and --seed 5 drew different texts"
+cmp -s "$WORK/serve-s 5.txt" "$WORK/serve-s 6.txt" && fail "serve -s 5 and -s 6 drew the same text"
+
 # ---- a positional prompt: the words after the options, joined
 same "positional" -n 8 --temp 0 "$P" -- -p "$P" -n 8 --temp 0
 same "positional words" In the beginning -n 8 --temp 0 -- -p "$P" -n 8 --temp 0

@@ -58,6 +58,9 @@ static void usage(FILE *f) {
             "  --write-timeout <S>      output must reach the client's socket S seconds after it\n"
             "                           was produced; a client that stops reading its stream is\n"
             "                           disconnected and its request cancelled (default 30)\n"
+            "  --seed <S>               base of the seeds of requests that give none: the same\n"
+            "                           requests in the same order draw the same text (default:\n"
+            "                           from the clock)\n"
             "  --log-requests           one line per request on stderr\n");
     og_cli_model_opts_usage(f);
 }
@@ -161,6 +164,9 @@ int og_cmd_serve(int argc, char **argv) {
                 return 2;
             if (per_ip) p.max_connections_per_ip = (int32_t)n;
             else p.max_connections = (int32_t)n;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, 1, INT64_MAX, &n)) return 2;
+            p.seed = (uint64_t)n;
         } else if (!strcmp(a, "--shutdown-grace")) {
             if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, 0, 3600, &n)) return 2;
             p.shutdown_grace_s = (double)n;

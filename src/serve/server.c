@@ -149,6 +149,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     ep.chunk = p->chunk;
     ep.step_rows = p->step_rows;
     ep.test_step_delay_s = p->test_step_delay_s;
+    ep.seed = p->seed;
     if ((st = og_engine_create(s->model, s->tok, &ep, &s->engine)) != OG_OK) goto fail;
     s->ctx = og_engine_context(s->engine);
     s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model)};
