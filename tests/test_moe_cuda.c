@@ -185,7 +185,7 @@ int main(void) {
         check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 1, 96, 64, 8, 2, true, false, false);
         check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 4, 96, 64, 4, 3, true, true, true);
         check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 6, 40, 21, 4, 2, false, false, true);
-        check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q8, 33, 160, 48, 4, 2, true, false, true);
+        check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q8, 33, 160, 64, 4, 2, true, false, true);
     }
     og_moe_cuda_set_vec(2);
     og_test_section("the grouped GEMM on the tensor cores (OG_CUDA_MOE_GEMM=1)");
