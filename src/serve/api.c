@@ -127,28 +127,47 @@ static bool chat_messages(const cJSON *messages, const cJSON *kwargs, og_api_req
     }
     if (!(q->messages = og_calloc((size_t)n, sizeof *q->messages)))
         return fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    bool any_user = false;
+    bool any_user = false, tooly = false;
+    cJSON *full = cJSON_CreateArray(); /* the messages as the template reads them */
+    if (!full) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
         char param[64];
         snprintf(param, sizeof param, "messages[%d].role", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            cJSON_Delete(full);
             return BAD(e, param, "each message must be an object with a string 'role'");
+        }
         const char *r = role->valuestring;
-        static const char *const roles[] = {"system", "user", "assistant"};
+        static const char *const roles[] = {"system", "user", "assistant", "tool"};
         const char *known = NULL;
         if (!strcmp(r, "developer")) known = roles[0];
-        for (int k = 0; k < 3 && !known; k++)
+        for (int k = 0; k < 4 && !known; k++)
             if (!strcmp(r, roles[k])) known = roles[k];
-        if (!known) return BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant)", r);
+        if (!known) {
+            cJSON_Delete(full);
+            return BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant, tool)", r);
+        }
         char *text = NULL;
-        if (!content_text(m, i, &text, e)) return false;
+        if (!content_text(m, i, &text, e)) {
+            cJSON_Delete(full);
+            return false;
+        }
         any_user |= known == roles[1];
         q->messages[i] = (og_chat_message){known, text};
         q->n_messages = ++i;
+        if (!og_api_tool_message(m, i - 1, known, text, full, &tooly, e)) {
+            cJSON_Delete(full);
+            return false;
+        }
     }
+    if (tooly && !(q->messages_json = cJSON_PrintUnformatted(full))) {
+        cJSON_Delete(full);
+        return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    cJSON_Delete(full);
     if (!any_user) return BAD(e, "messages", "'messages' has no user message");
     return true;
 }
@@ -188,6 +207,8 @@ void og_api_request_free(og_api_request *q) {
     cJSON_free(q->template_vars_json);
     for (int32_t i = 0; i < q->n_stops; i++) og_free(q->stops[i]);
     og_grammar_destroy(q->grammar);
+    cJSON_free(q->messages_json);
+    cJSON_free(q->tools_json);
     memset(q, 0, sizeof *q);
 }
 
@@ -198,6 +219,8 @@ og_request_params og_api_request_params(const og_api_request *q) {
         p.messages = q->messages;
         p.n_messages = q->n_messages;
         p.template_vars_json = q->template_vars_json;
+        p.messages_json = q->messages_json;
+        p.tools_json = q->tools_json;
     } else if (q->text) {
         p.kind = OG_PROMPT_TEXT;
         p.text = q->text;
@@ -379,6 +402,7 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
     q->chat = chat;
     if (chat) {
         if (!chat_messages(field(root, "messages"), field(root, "chat_template_kwargs"), q, e)) goto done;
+        if (!og_api_tools(c, root, q, e)) goto done;
     } else if (!completion_prompt(c, field(root, "prompt"), q, e)) {
         goto done;
     }

@@ -603,6 +603,8 @@ typedef struct gen {
     bool started, ended;
     bool taken_first; /* t holds the first output, taken before the stream began */
     taken t;
+    og_tool_parser *tools; /* chat with tools: takes the calls out of the text */
+    og_tool_format tool_format;
 } gen;
 
 /* usage, with the prompt tokens taken from the prefix cache as OpenAI
@@ -697,6 +699,43 @@ static cJSON *envelope(const gen *g, bool chunk) {
     return root;
 }
 
+/* The calls' JSON as OpenAI gives them ({id, type, function: {name,
+ * arguments}}; with their index in a stream); first is the index of the
+ * first of them in the reply. */
+static cJSON *tool_calls_json(const gen *g, const og_tool_call *calls, int n, int first, bool stream) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject(), *f;
+        char id[64];
+        /* unique in the server: the response's id and the call's place;
+           Mistral's template takes back only ids of 9 letters and digits */
+        snprintf(id, sizeof id, "call_%.24s%d", strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id, first + i);
+        if (g->tool_format == OG_TOOL_FORMAT_MISTRAL) {
+            static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (const char *q = id; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+            for (int k = 0; k < 9; k++, h /= 62) id[k] = digits[h % 62];
+            id[9] = 0;
+        }
+        if (stream) cJSON_AddNumberToObject(c, "index", first + i);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", calls[i].arguments);
+        cJSON_AddItemToArray(a, c);
+    }
+    return a;
+}
+
+/* finish_reason: "tool_calls" when the reply called tools and ended by
+ * itself. */
+static const char *finish_of(const gen *g) {
+    const char *fin = og_finish_name(g->t.finish);
+    if (g->tools && og_tool_parser_total_calls(g->tools) > 0 && g->t.finish == OG_FINISH_STOP) return "tool_calls";
+    return fin ? fin : "stop";
+}
+
 /* One chunk of a stream: text (and its logprobs), or the last one with the
  * finish reason and usage. */
 static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_token_logprob *lps, int32_t n_lps,
@@ -736,6 +775,43 @@ static void stream_format(gen *g) {
     taken *t = &g->t;
     bool role = g->chat && !g->started;
     g->started = true;
+    const og_tool_call *calls = NULL;
+    int n_calls = 0;
+    if (g->tools) { /* the text less the calls, and the calls completed */
+        const int before = og_tool_parser_total_calls(g->tools);
+        const char *content = NULL;
+        size_t n_content = 0;
+        if (og_tool_parser_feed(g->tools, t->text.p ? t->text.p : "", t->text.n) != OG_OK ||
+            (t->done && og_tool_parser_finish(g->tools) != OG_OK))
+            t->text.oom = g->out.oom = true;
+        og_tool_parser_take(g->tools, &content, &n_content, &calls, &n_calls);
+        t->text.n = 0;
+        buf_add(&t->text, content, n_content);
+        if (n_calls && (t->text.n || t->n_lps || role)) {
+            buf_event(&g->out, chunk_json(g, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
+            t->text.n = 0;
+            t->n_lps = 0;
+            role = false;
+        }
+        for (int i = 0; i < n_calls; i++) {
+            cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"),
+                  *ch = cJSON_CreateObject(), *d;
+            cJSON_AddItemToArray(choices, ch);
+            cJSON_AddNumberToObject(ch, "index", 0);
+            d = cJSON_AddObjectToObject(ch, "delta");
+            if (role) cJSON_AddStringToObject(d, "role", "assistant");
+            if (role) cJSON_AddNullToObject(d, "content");
+            role = false;
+            cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(g, calls + i, 1, before + i, true));
+            cJSON_AddNullToObject(ch, "logprobs");
+            cJSON_AddNullToObject(ch, "finish_reason");
+            buf_event(&g->out, root);
+        }
+        if (!t->done && (n_calls || (!t->text.n && !t->n_lps && !role))) { /* sent, or nothing to send yet */
+            g->out_t = t->produced > 0 ? t->produced : og_time_now();
+            return;
+        }
+    }
     if (t->done && t->http_error) {
         /* an end of its own (finish_reason "error"), then the error object */
         if (t->text.n || t->n_lps) buf_event(&g->out, chunk_json(g, t->text.p, t->text.n, t->lps, t->n_lps, role, NULL));
@@ -744,8 +820,7 @@ static void stream_format(gen *g) {
     } else if (t->done) {
         if (t->text.n || t->n_lps || role)
             buf_event(&g->out, chunk_json(g, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
-        const char *fin = og_finish_name(t->finish);
-        buf_event(&g->out, chunk_json(g, "", 0, NULL, 0, false, fin ? fin : "stop"));
+        buf_event(&g->out, chunk_json(g, "", 0, NULL, 0, false, finish_of(g)));
         if (g->include_usage) {
             cJSON *root = envelope(g, true);
             cJSON_AddArrayToObject(root, "choices");
@@ -802,6 +877,7 @@ static void gen_free(gen *g) {
     og_free(g->out.p);
     og_free(g->t.text.p);
     og_free(g->t.lps);
+    og_tool_parser_destroy(g->tools);
     og_free(g);
 }
 
@@ -843,7 +919,21 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
               *ch = cJSON_CreateObject();
         cJSON_AddItemToArray(choices, ch);
         cJSON_AddNumberToObject(ch, "index", 0);
-        if (g->chat) {
+        if (g->chat && g->tools) { /* the text less the calls, and the calls */
+            const char *content = NULL;
+            size_t n_content = 0;
+            const og_tool_call *calls = NULL;
+            int n_calls = 0;
+            og_status fst = og_tool_parser_feed(g->tools, text.p ? text.p : "", text.n);
+            if (fst == OG_OK) fst = og_tool_parser_finish(g->tools);
+            og_tool_parser_take(g->tools, &content, &n_content, &calls, &n_calls);
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (fst != OG_OK) cJSON_AddStringToObject(m, "content", text.p ? text.p : ""); /* out of memory: as text */
+            else if (n_calls && !n_content) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", content);
+            if (fst == OG_OK && n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(g, calls, n_calls, 0, false));
+        } else if (g->chat) {
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
             cJSON_AddStringToObject(m, "content", text.p ? text.p : "");
@@ -851,8 +941,7 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
             cJSON_AddStringToObject(ch, "text", text.p ? text.p : "");
         }
         add_logprobs(g, ch, lps, n_lps);
-        const char *fin = og_finish_name(g->t.finish);
-        cJSON_AddStringToObject(ch, "finish_reason", fin ? fin : "stop");
+        cJSON_AddStringToObject(ch, "finish_reason", finish_of(g));
         cJSON_AddItemToObject(root, "usage", usage_json(&g->t));
         ret = respond_json(cn, c, 200, root, NULL);
     }
@@ -900,6 +989,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     const char *pname = chat ? "messages" : "prompt";
     const bool stream = q.stream, include_usage = q.include_usage;
     const int32_t logprobs = q.logprobs;
+    const og_tool_format tool_format = q.tool_format;
     og_api_request_free(&q);
     if (st != OG_OK) {
         og_matcher_destroy(matcher);
@@ -925,6 +1015,10 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     }
     sreq *sq = og_calloc(1, sizeof *sq);
     gen *g = sq ? og_calloc(1, sizeof *g) : NULL;
+    if (g && tool_format != OG_TOOL_FORMAT_NONE && og_tool_parser_create(tool_format, &g->tools) != OG_OK) {
+        og_free(g);
+        g = NULL;
+    }
     if (!g) {
         og_free(sq);
         og_request_destroy(r);
@@ -944,6 +1038,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     g->c = c;
     g->chat = chat;
     g->include_usage = include_usage;
+    g->tool_format = tool_format;
     g->logprobs = logprobs;
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",

@@ -3,7 +3,8 @@
  * completion. An accepted request is internally consistent: exactly one
  * prompt form (text, token ids within the vocabulary, or chat messages with
  * known roles and their template variables as a JSON object), bounded stops
- * and logprobs, sampling fields within their ranges, and the engine's
+ * and logprobs, sampling fields within their ranges, tools and the
+ * messages the template reads as JSON arrays, and the engine's
  * request made of it says the same. The body is a plain function that
  * test_fuzz_replay also runs over tests/fuzz/corpus/http_request/. */
 #include "fuzz.h"
@@ -26,7 +27,8 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
     bool user = false;
     for (int32_t i = 0; q->messages && i < q->n_messages; i++) {
         const char *r = q->messages[i].role;
-        if (!r || !q->messages[i].content || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")))
+        if (!r || !q->messages[i].content ||
+            (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")))
             __builtin_trap();
         user |= !strcmp(r, "user");
     }
@@ -34,6 +36,20 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
     if (q->template_vars_json) {
         cJSON *j = cJSON_Parse(q->template_vars_json);
         if (!cJSON_IsObject(j)) __builtin_trap();
+        cJSON_Delete(j);
+    }
+    /* tools: shown only as an array to a template that parses calls; the
+       messages the template reads, an array of objects with roles */
+    if (q->tools_json) {
+        cJSON *j = cJSON_Parse(q->tools_json);
+        if (!cJSON_IsArray(j) || q->tool_format != c->tool_format || !chat) __builtin_trap();
+        cJSON_Delete(j);
+    } else if (q->tool_format != OG_TOOL_FORMAT_NONE) {
+        __builtin_trap();
+    }
+    if (q->messages_json) {
+        cJSON *j = cJSON_Parse(q->messages_json);
+        if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != q->n_messages) __builtin_trap();
         cJSON_Delete(j);
     }
     if (q->n_stops < 0 || q->n_stops > OG_API_MAX_STOPS) __builtin_trap();
@@ -51,7 +67,7 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
 }
 
 int og_fuzz_http_request(const uint8_t *data, size_t size) {
-    og_serve_ctx c = {.model_id = "fuzz-model", .vocab = 258};
+    og_serve_ctx c = {.model_id = "fuzz-model", .vocab = 258, .tool_format = OG_TOOL_FORMAT_HERMES};
     for (int chat = 0; chat < 2; chat++) {
         og_api_request q;
         og_api_error e;
