@@ -604,6 +604,7 @@ typedef struct gen {
     bool taken_first; /* t holds the first output, taken before the stream began */
     taken t;
     og_tool_parser *tools; /* chat with tools: takes the calls out of the text */
+    og_tool_format tool_format;
 } gen;
 
 /* usage, with the prompt tokens taken from the prefix cache as OpenAI
@@ -706,8 +707,16 @@ static cJSON *tool_calls_json(const gen *g, const og_tool_call *calls, int n, in
     for (int i = 0; i < n; i++) {
         cJSON *c = cJSON_CreateObject(), *f;
         char id[64];
-        /* unique in the server: the response's id and the call's place */
+        /* unique in the server: the response's id and the call's place;
+           Mistral's template takes back only ids of 9 letters and digits */
         snprintf(id, sizeof id, "call_%.24s%d", strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id, first + i);
+        if (g->tool_format == OG_TOOL_FORMAT_MISTRAL) {
+            static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (const char *q = id; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+            for (int k = 0; k < 9; k++, h /= 62) id[k] = digits[h % 62];
+            id[9] = 0;
+        }
         if (stream) cJSON_AddNumberToObject(c, "index", first + i);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
@@ -1006,7 +1015,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     }
     sreq *sq = og_calloc(1, sizeof *sq);
     gen *g = sq ? og_calloc(1, sizeof *g) : NULL;
-    if (g && tool_format == OG_TOOL_FORMAT_HERMES && og_tool_parser_create(tool_format, &g->tools) != OG_OK) {
+    if (g && tool_format != OG_TOOL_FORMAT_NONE && og_tool_parser_create(tool_format, &g->tools) != OG_OK) {
         og_free(g);
         g = NULL;
     }
@@ -1029,6 +1038,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     g->c = c;
     g->chat = chat;
     g->include_usage = include_usage;
+    g->tool_format = tool_format;
     g->logprobs = logprobs;
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
