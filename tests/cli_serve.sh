@@ -136,6 +136,7 @@ curl -sN --max-time 60 -H 'Content-Type: application/json' \
 python3 "$SSE" check-stream "$WORK/chat.stream" >/dev/null || fail "chat stream: $(head -c 400 "$WORK/chat.stream")"
 grep -q '"delta":{"role":"assistant"' "$WORK/chat.stream" || fail "chat stream: no role delta"
 grep -q '"choices":\[\],"usage"' "$WORK/chat.stream" || fail "chat stream: no include_usage chunk"
+[ "$(grep -c '"usage":{' "$WORK/chat.stream")" = 1 ] || fail "chat stream: usage more than once: $(cat "$WORK/chat.stream")"
 # completions with logprobs and token ids as the prompt
 [ "$(req POST /v1/completions '{"prompt":[5,6,7],"max_tokens":3,"logprobs":2,"temperature":0}')" = 200 ] &&
     json "len(j['choices'][0]['logprobs']['tokens']) == 3 and j['usage']['prompt_tokens'] == 3" ||
@@ -149,6 +150,39 @@ expect_error 400 "j['error']['param'] == 'max_tokens'" "max_tokens as a float" P
 expect_error 400 "j['error']['param'] == 'stop'" "stop as a number" POST /v1/completions '{"prompt":"x","stop":3}'
 expect_error 400 "j['error']['param'] == 'n'" "n = 2" POST /v1/completions '{"prompt":"x","n":2}'
 expect_error 400 "j['error']['param'] == 'prompt'" "no prompt" POST /v1/completions '{"max_tokens":3}'
+expect_error 400 "j['error']['param'] == 'max_tokens'" "max_tokens 0" POST /v1/completions '{"prompt":"x","max_tokens":0}'
+expect_error 400 "j['error']['param'] == 'max_completion_tokens'" "max_completion_tokens 0" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0}'
+# every field is read or refused by name: OpenAI's that offgraph does not implement, and unknown ones
+expect_error 400 "j['error']['param'] == 'suffix'" "suffix" POST /v1/completions '{"prompt":"x","suffix":"end"}'
+expect_error 400 "j['error']['param'] == 'best_of'" "best_of 3" POST /v1/completions '{"prompt":"x","best_of":3}'
+expect_error 400 "j['error']['param'] == 'echo'" "echo" POST /v1/completions '{"prompt":"x","echo":true}'
+expect_error 400 "j['error']['param'] == 'audio'" "audio" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"audio":{"voice":"alloy","format":"wav"}}'
+expect_error 400 "j['error']['param'] == 'modalities'" "modalities audio" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]}'
+expect_error 400 "j['error']['param'] == 'store'" "store true" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"store":true}'
+expect_error 400 "j['error']['param'] == 'prediction'" "prediction" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"prediction":{"type":"content","content":"x"}}'
+expect_error 400 "j['error']['param'] == 'reasoning_effort'" "reasoning_effort" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"low"}'
+expect_error 400 "j['error']['param'] == 'web_search_options'" "web_search_options" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"web_search_options":{}}'
+expect_error 400 "j['error']['param'] == 'service_tier'" "service_tier flex" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"service_tier":"flex"}'
+expect_error 400 "j['error']['param'] == 'temprature'" "a misspelt field" POST /v1/completions '{"prompt":"x","temprature":0}'
+expect_error 400 "j['error']['param'] == 'messages'" "messages on completions" POST /v1/completions \
+    '{"prompt":"x","messages":[]}'
+expect_error 400 "j['error']['param'] == 'stream_options'" "stream_options without stream" POST /v1/completions \
+    '{"prompt":"x","stream_options":{"include_usage":true}}'
+expect_error 400 "j['error']['param'] == 'stream_options'" "an unknown stream option" POST /v1/completions \
+    '{"prompt":"x","stream":true,"stream_options":{"include_everything":true}}'
+# the fields that change nothing in an answer are taken
+[ "$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"user":"u1","store":false,"metadata":{"k":"v"},"modalities":["text"],"service_tier":"auto","prompt_cache_key":"p","safety_identifier":"s"}')" = 200 ] ||
+    fail "chat with the fields that change nothing: $(cat "$WORK/out")"
+[ "$(req POST /v1/completions '{"prompt":"x","max_tokens":2,"user":"u1","best_of":1,"echo":false,"suffix":""}')" = 200 ] ||
+    fail "completion with the fields that change nothing: $(cat "$WORK/out")"
 expect_error 400 "j['error']['param'] == 'messages'" "chat without messages" POST /v1/chat/completions '{"max_tokens":3}'
 expect_error 400 "True" "a role nobody knows" POST /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}'
 expect_error 400 "True" "a body that is not an object" POST /v1/completions '[1,2]'
@@ -204,7 +238,7 @@ stop_server a
 # a budget for one 200-token request at a time (one session's first 256
 # rows and its rings: 638208 bytes), and no queue
 start_server b --max-sessions 4 --kv-budget 1M --max-queue 0 || exit 1
-expect_error 400 "'kv-budget' in j['error']['message']" "a request larger than the whole budget" POST /v1/completions \
+expect_error 400 "'kv_budget' in j['error']['message']" "a request larger than the whole budget" POST /v1/completions \
     '{"prompt":"x","max_tokens":1000}'
 timeout 300 python3 - "$PORT" >"$WORK/b.out" <<'PY' || fail "429 under the budget: $(cat "$WORK/b.out")"
 import http.client, json, sys, threading
