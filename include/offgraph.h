@@ -1156,6 +1156,17 @@ typedef struct og_request_params {
     const char *template_vars_json;/* CHAT: a JSON object of extra template
                                       variables (booleans, e.g.
                                       {"enable_thinking": false}), or NULL     */
+    const char *messages_json;     /* CHAT: instead of messages, the
+                                      conversation as a JSON array of message
+                                      objects given to the template as they
+                                      are, as transformers' apply_chat_template
+                                      takes them (role, content, tool_calls
+                                      with arguments as objects, tool_call_id);
+                                      NULL: messages                          */
+    const char *tools_json;        /* CHAT: the template's tools, a JSON array
+                                      ([{"type": "function", "function":
+                                      {name, description, parameters}}]), or
+                                      NULL: none                               */
     og_sampler_params sampling;    /* seed 0: the engine picks one            */
     int64_t max_tokens;            /* most tokens to generate; 0: until the
                                       context is full (or as many as one

@@ -142,13 +142,68 @@ grep -q '"choices":\[\],"usage"' "$WORK/chat.stream" || fail "chat stream: no in
     json "len(j['choices'][0]['logprobs']['tokens']) == 3 and j['usage']['prompt_tokens'] == 3" ||
     fail "token-id prompt with logprobs: $(cat "$WORK/out")"
 
+# logit_bias, presence_penalty and frequency_penalty reach the sampler
+and_id=$("$BIN" tokenize -p " and" 2>/dev/null)
+case "$and_id" in
+*" "* | "") fail "logit_bias: ' and' is not one token here: '$and_id'" ;;
+*)
+    [ "$(req POST /v1/completions '{"prompt":"In the beginning","max_tokens":5,"temperature":0,"logit_bias":{"'"$and_id"'":100}}')" = 200 ] &&
+        json "j['choices'][0]['text'] == ' and' * 5" || fail "logit_bias +100: $(cat "$WORK/out")"
+    [ "$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"And God said"}],"max_tokens":4,"temperature":0.9,"seed":4,"logit_bias":{"'"$and_id"'":100}}')" = 200 ] &&
+        json "j['choices'][0]['message']['content'] == ' and' * 4" || fail "chat logit_bias +100: $(cat "$WORK/out")"
+    ;;
+esac
+[ "$(req POST /v1/completions '{"prompt":"And it came to pass","max_tokens":32,"temperature":0}')" = 200 ] || fail "greedy: $(cat "$WORK/out")"
+plain=$(jget "j['choices'][0]['text']")
+[ "$(req POST /v1/completions '{"prompt":"And it came to pass","max_tokens":32,"temperature":0,"presence_penalty":2,"frequency_penalty":2}')" = 200 ] ||
+    fail "penalties: $(cat "$WORK/out")"
+[ "$(jget "j['choices'][0]['text']")" != "$plain" ] || fail "presence_penalty and frequency_penalty changed nothing in: $plain"
+expect_error 400 "j['error']['param'] == 'logit_bias'" "logit_bias key not an id" POST /v1/completions '{"prompt":"x","logit_bias":{"the":5}}'
+expect_error 400 "j['error']['param'] == 'logit_bias'" "logit_bias id past the vocabulary" POST /v1/completions '{"prompt":"x","logit_bias":{"99999999":5}}'
+expect_error 400 "j['error']['param'] == 'logit_bias'" "logit_bias 101" POST /v1/completions '{"prompt":"x","logit_bias":{"5":101}}'
+expect_error 400 "j['error']['param'] == 'presence_penalty'" "presence_penalty 3" POST /v1/completions '{"prompt":"x","presence_penalty":3}'
+# n choices (one prefill, forked), prompt arrays, and streamed choices carrying their index
+[ "$(req POST /v1/completions '{"prompt":"In the beginning","max_tokens":8,"temperature":0}')" = 200 ] || fail "n=1: $(cat "$WORK/out")"
+cp "$WORK/out" "$WORK/one.json"
+one_prompt=$(jget "j['usage']['prompt_tokens']")
+one_completion=$(jget "j['usage']['completion_tokens']")
+[ "$(req POST /v1/completions '{"prompt":"In the beginning","max_tokens":8,"temperature":0,"n":3}')" = 200 ] &&
+    json "[c['index'] for c in j['choices']] == [0, 1, 2] and all(c['text'] == json.load(open('$WORK/one.json'))['choices'][0]['text'] for c in j['choices']) and j['usage']['prompt_tokens'] == $one_prompt and j['usage']['completion_tokens'] == 3 * $one_completion" ||
+    fail "n=3 greedy: $(cat "$WORK/out")"
+[ "$(req POST /v1/completions '{"prompt":["In the beginning",[5,6,7]],"max_tokens":6,"temperature":0.9,"seed":5,"n":2}')" = 200 ] &&
+    json "[c['index'] for c in j['choices']] == [0, 1, 2, 3] and j['usage']['prompt_tokens'] == $one_prompt + 3 and j['usage']['total_tokens'] == j['usage']['prompt_tokens'] + j['usage']['completion_tokens']" ||
+    fail "a prompt array with n=2: $(cat "$WORK/out")"
+curl -sN --max-time 60 -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"And God said"}],"max_tokens":6,"n":3,"temperature":1,"seed":9,"stream":true,"stream_options":{"include_usage":true}}' \
+    "http://127.0.0.1:$PORT/v1/chat/completions" >"$WORK/chat_n.stream"
+python3 - "$WORK/chat_n.stream" <<'PY' || fail "chat stream n=3: $(head -c 600 "$WORK/chat_n.stream")"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+assert ev[-1] == "[DONE]", ev[-1:]
+ev = [json.loads(e) for e in ev[:-1]]
+fin = {}
+text = {0: "", 1: "", 2: ""}
+for e in ev[:-1]:
+    assert e["usage"] is None and len(e["choices"]) == 1, e
+    c = e["choices"][0]
+    text[c["index"]] += c["delta"].get("content") or ""
+    if c["finish_reason"]:
+        assert c["index"] not in fin, ("two ends", c)
+        fin[c["index"]] = c["finish_reason"]
+assert sorted(fin) == [0, 1, 2], fin
+assert ev[-1]["choices"] == [] and ev[-1]["usage"]["completion_tokens"] >= 3, ev[-1]
+PY
+expect_error 400 "j['error']['param'] == 'n'" "n past max_sessions" POST /v1/completions '{"prompt":"x","n":100}'
+expect_error 400 "j['error']['param'] == 'n'" "n 0" POST /v1/completions '{"prompt":"x","n":0}'
+expect_error 400 "j['error']['param'] == 'functions'" "functions" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"functions":[]}'
+
 # errors, each an OpenAI error object
 long=$(python3 -c 'print("And it came to pass " * 400)')
 expect_error 400 "True" "malformed JSON" POST /v1/completions '{"prompt": "x",'
 expect_error 400 "j['error']['param'] == 'temperature'" "temperature as a string" POST /v1/completions '{"prompt":"x","temperature":"hot"}'
 expect_error 400 "j['error']['param'] == 'max_tokens'" "max_tokens as a float" POST /v1/completions '{"prompt":"x","max_tokens":1.5}'
 expect_error 400 "j['error']['param'] == 'stop'" "stop as a number" POST /v1/completions '{"prompt":"x","stop":3}'
-expect_error 400 "j['error']['param'] == 'n'" "n = 2" POST /v1/completions '{"prompt":"x","n":2}'
 expect_error 400 "j['error']['param'] == 'prompt'" "no prompt" POST /v1/completions '{"max_tokens":3}'
 expect_error 400 "j['error']['param'] == 'max_tokens'" "max_tokens 0" POST /v1/completions '{"prompt":"x","max_tokens":0}'
 expect_error 400 "j['error']['param'] == 'max_completion_tokens'" "max_completion_tokens 0" POST /v1/chat/completions \

@@ -115,7 +115,8 @@ class _EngineParams(Structure):
 class _RequestParams(Structure):
     _fields_ = [("kind", c_int), ("text", c_char_p), ("add_special", c_bool), ("tokens", POINTER(c_int32)),
                 ("n_tokens", c_int64), ("messages", c_void_p), ("n_messages", c_int32),
-                ("add_generation_prompt", c_bool), ("template_vars_json", c_char_p), ("sampling", _SamplerParams),
+                ("add_generation_prompt", c_bool), ("template_vars_json", c_char_p), ("messages_json", c_char_p),
+                ("tools_json", c_char_p), ("sampling", _SamplerParams),
                 ("max_tokens", c_int64), ("stop", POINTER(c_char_p)), ("n_stop", c_int32), ("ignore_eos", c_bool),
                 ("logprobs", c_int32), ("constraint", c_void_p), ("constraint_ctx", c_void_p)]
 

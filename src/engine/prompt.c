@@ -52,9 +52,9 @@ static og_status template_vars(const char *json, og_chat_flag *flags, size_t *n_
 
 static og_status render_chat(const og_engine *e, const og_request_params *p, char **text) {
     if (!e->chat) return og_set_error(e->chat_status, "the model's %s", e->chat_error);
-    if (p->n_messages < 1 || !p->messages)
+    if (!p->messages_json && (p->n_messages < 1 || !p->messages))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "a chat request needs at least one message");
-    for (int32_t i = 0; i < p->n_messages; i++)
+    for (int32_t i = 0; !p->messages_json && i < p->n_messages; i++)
         if (!p->messages[i].role || !p->messages[i].content)
             return og_set_error(OG_ERR_INVALID_ARGUMENT, "message %d has a NULL role or content", (int)i);
     og_chat_flag flags[OG_ENGINE_MAX_TEMPLATE_VARS];
@@ -68,7 +68,8 @@ static og_status render_chat(const og_engine *e, const og_request_params *p, cha
                            .bos_token = bos >= 0 ? og_tokenizer_token_text(e->tok, bos) : NULL,
                            .eos_token = og_tokenizer_eos_ids(e->tok, &eos) > 0 ? og_tokenizer_token_text(e->tok, eos[0])
                                                                                : NULL,
-                           .flags = flags, .n_flags = n_flags};
+                           .flags = flags, .n_flags = n_flags, .messages_json = p->messages_json,
+                           .tools_json = p->tools_json};
     og_status st = og_chat_template_render(e->chat, &req, text);
     cJSON_Delete(vars);
     /* the template's own refusal (raise_exception) is the request's fault */

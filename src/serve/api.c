@@ -120,28 +120,47 @@ static bool chat_messages(const cJSON *messages, const cJSON *kwargs, og_api_req
     }
     if (!(q->messages = og_calloc((size_t)n, sizeof *q->messages)))
         return fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    bool any_user = false;
+    bool any_user = false, tooly = false;
+    cJSON *full = cJSON_CreateArray(); /* the messages as the template reads them */
+    if (!full) return fail(e, 500, "server_error", NULL, NULL, "out of memory");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
         char param[64];
         snprintf(param, sizeof param, "messages[%d].role", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            cJSON_Delete(full);
             return BAD(e, param, "each message must be an object with a string 'role'");
+        }
         const char *r = role->valuestring;
-        static const char *const roles[] = {"system", "user", "assistant"};
+        static const char *const roles[] = {"system", "user", "assistant", "tool"};
         const char *known = NULL;
         if (!strcmp(r, "developer")) known = roles[0];
-        for (int k = 0; k < 3 && !known; k++)
+        for (int k = 0; k < 4 && !known; k++)
             if (!strcmp(r, roles[k])) known = roles[k];
-        if (!known) return BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant)", r);
+        if (!known) {
+            cJSON_Delete(full);
+            return BAD(e, param, "'%s' is not a role this server knows (system, developer, user, assistant, tool)", r);
+        }
         char *text = NULL;
-        if (!content_text(m, i, &text, e)) return false;
+        if (!content_text(m, i, &text, e)) {
+            cJSON_Delete(full);
+            return false;
+        }
         any_user |= known == roles[1];
         q->messages[i] = (og_chat_message){known, text};
         q->n_messages = ++i;
+        if (!og_api_tool_message(m, i - 1, known, text, full, &tooly, e)) {
+            cJSON_Delete(full);
+            return false;
+        }
     }
+    if (tooly && !(q->messages_json = cJSON_PrintUnformatted(full))) {
+        cJSON_Delete(full);
+        return fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    cJSON_Delete(full);
     if (!any_user) return BAD(e, "messages", "'messages' has no user message");
     return true;
 }
@@ -204,6 +223,8 @@ void og_api_request_free(og_api_request *q) {
     for (int32_t i = 0; i < q->n_stops; i++) og_free(q->stops[i]);
     og_grammar_destroy(q->grammar);
     og_free(q->bias);
+    cJSON_free(q->messages_json);
+    cJSON_free(q->tools_json);
     memset(q, 0, sizeof *q);
 }
 
@@ -215,6 +236,8 @@ og_request_params og_api_request_params(const og_api_request *q, int32_t i) {
         p.messages = q->messages;
         p.n_messages = q->n_messages;
         p.template_vars_json = q->template_vars_json;
+        p.messages_json = q->messages_json;
+        p.tools_json = q->tools_json;
     } else if (one && one->text) {
         p.kind = OG_PROMPT_TEXT;
         p.text = one->text;
@@ -319,9 +342,8 @@ static const struct {
     {"store", IN_CHAT}, {"modalities", IN_CHAT},
     {"messages", IN_CHAT}, {"max_completion_tokens", IN_CHAT}, {"top_logprobs", IN_CHAT},
     {"prompt", IN_COMPLETIONS}, {"echo", IN_COMPLETIONS}, {"best_of", IN_COMPLETIONS}, {"suffix", IN_COMPLETIONS},
-    /* tool calls (the tool-call parser reads them) */
-    {"tools", IN_CHAT}, {"tool_choice", IN_CHAT}, {"parallel_tool_calls", IN_CHAT}, {"functions", IN_CHAT},
-    {"function_call", IN_CHAT},
+    /* tool calls (api_tools.c) */
+    {"tools", IN_CHAT}, {"tool_choice", IN_CHAT}, {"parallel_tool_calls", IN_CHAT},
     /* extensions (llama.cpp's and vLLM's) */
     {"top_k", IN_BOTH}, {"min_p", IN_BOTH}, {"ignore_eos", IN_BOTH}, {"chat_template_kwargs", IN_CHAT},
 };
@@ -334,6 +356,8 @@ static const struct {
     {"reasoning_effort", "reasoning effort"},
     {"verbosity", "verbosity"},
     {"web_search_options", "web search"},
+    {"functions", "the deprecated functions API (tools replaces it)"},
+    {"function_call", "the deprecated functions API (tool_choice replaces it)"},
 };
 
 static bool known_fields_only(const cJSON *root, bool chat, og_api_error *e) {
@@ -530,6 +554,7 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
     q->chat = chat;
     if (chat) {
         if (!chat_messages(field(root, "messages"), field(root, "chat_template_kwargs"), q, e)) goto done;
+        if (!og_api_tools(c, root, q, e)) goto done;
     } else if (!completion_prompt(c, field(root, "prompt"), q, e)) {
         goto done;
     }

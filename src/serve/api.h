@@ -6,6 +6,7 @@
 
 #include "offgraph.h"
 #include "text/grammar.h"
+#include "text/tool_calls.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -22,6 +23,8 @@
 typedef struct og_serve_ctx {
     const char *model_id;
     int64_t vocab;    /* token ids of a prompt are in [0, vocab) */
+    og_tool_format tool_format; /* the chat template's: tools are refused
+                                   unless it is HERMES */
 } og_serve_ctx;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
@@ -65,8 +68,14 @@ typedef struct og_api_request {
     bool stream, include_usage;
     bool ignore_eos;            /* generate past the end-of-sequence tokens
                                    (vLLM's and llama.cpp's extension) */
-    og_grammar *grammar;        /* response_format json_object / json_schema:
+    og_grammar *grammar;        /* response_format json_object / json_schema, or
+                                   tool_choice required / a named function:
                                    what the output must follow (owned), or NULL */
+    char *messages_json;        /* chat with tool calls or results: the messages
+                                   as the template reads them (owned), or NULL */
+    char *tools_json;           /* tools shown to the template (owned), or NULL */
+    og_tool_format tool_format; /* how calls are taken out of the reply: HERMES
+                                   when tools are shown, else NONE */
 } og_api_request;
 
 /* Parses a body. False with *e set (400 for bad input, 404 for an unknown
@@ -77,5 +86,16 @@ bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat
  * and arrays; each of its q->n choices is one (og_engine_submit_n). */
 og_request_params og_api_request_params(const og_api_request *q, int32_t i);
 void og_api_request_free(og_api_request *q);
+
+/* api_tools.c: tools, tool_choice and parallel_tool_calls of a chat body
+ * into q (tools_json, tool_format, and the grammar of required / named
+ * calls); after response_format. False with *e set. */
+bool og_api_tools(const og_serve_ctx *c, const cJSON *root, og_api_request *q, og_api_error *e);
+/* Message i (role already checked, content its text) as the template reads
+ * it, appended to the array out: tool_call_id of a "tool" message, the
+ * tool_calls of an assistant's (arguments parsed into objects). *tooly is
+ * set when it has either. False with *e set. */
+bool og_api_tool_message(const cJSON *m, int i, const char *role, const char *content, cJSON *out, bool *tooly,
+                         og_api_error *e);
 
 #endif /* OG_SERVE_API_H */

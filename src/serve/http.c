@@ -552,6 +552,7 @@ typedef struct choice_out {
     og_strbuf all;       /* a whole answer: its text, */
     og_token_logprob *all_lps; /* and its logprobs [n_all_lps] */
     int32_t n_all_lps, cap_all_lps;
+    og_tool_parser *tools; /* chat with tools: takes the calls out of its text */
 } choice_out;
 
 typedef struct gen {
@@ -725,6 +726,38 @@ static cJSON *envelope(const gen *g, bool chunk) {
     return root;
 }
 
+/* The calls' JSON as OpenAI gives them ({id, type, function: {name,
+ * arguments}}; with their index in a stream); first is the index of the
+ * first of them in choice k's reply. */
+static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls, int n, int first, bool stream) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject(), *f;
+        char id[64];
+        /* unique in the server: the response's id, the choice and the call's place */
+        const char *rid = strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id;
+        if (g->n > 1) snprintf(id, sizeof id, "call_%.24s%d_%d", rid, (int)k, first + i);
+        else snprintf(id, sizeof id, "call_%.24s%d", rid, first + i);
+        if (stream) cJSON_AddNumberToObject(c, "index", first + i);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", calls[i].arguments);
+        cJSON_AddItemToArray(a, c);
+    }
+    return a;
+}
+
+/* Choice k's finish_reason: "tool_calls" when its reply called tools and
+ * ended by itself. */
+static const char *finish_of(const gen *g, int32_t k) {
+    const choice_out *c = &g->ch[k];
+    const char *fin = og_finish_name(c->t.finish);
+    if (c->tools && og_tool_parser_total_calls(c->tools) > 0 && c->t.finish == OG_FINISH_STOP) return "tool_calls";
+    return fin ? fin : "stop";
+}
+
 /* One chunk of a stream: choice k's text (and its logprobs), or its finish
  * reason. */
 static cJSON *chunk_json(gen *g, int32_t k, const char *text, size_t n, const og_token_logprob *lps, int32_t n_lps,
@@ -768,8 +801,46 @@ static void stream_error(gen *g, int status, const char *msg) {
 static void stream_format(gen *g, int32_t k) {
     choice_out *c = &g->ch[k];
     taken *t = &c->t;
-    const bool role = g->chat && !c->role_sent;
+    bool role = g->chat && !c->role_sent;
     c->role_sent = true;
+    if (c->tools) { /* the text less the calls, and the calls completed */
+        const og_tool_call *calls = NULL;
+        int n_calls = 0;
+        const int before = og_tool_parser_total_calls(c->tools);
+        const char *content = NULL;
+        size_t n_content = 0;
+        if (og_tool_parser_feed(c->tools, t->text.p ? t->text.p : "", t->text.n) != OG_OK ||
+            (t->done && og_tool_parser_finish(c->tools) != OG_OK))
+            t->text.oom = g->out.oom = true;
+        og_tool_parser_take(c->tools, &content, &n_content, &calls, &n_calls);
+        t->text.n = 0;
+        og_strbuf_add(&t->text, content, n_content);
+        if (n_calls && (t->text.n || t->n_lps || role)) {
+            buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
+            t->text.n = 0;
+            t->n_lps = 0;
+            role = false;
+        }
+        for (int i = 0; i < n_calls; i++) {
+            cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"),
+                  *ch = cJSON_CreateObject(), *d;
+            cJSON_AddItemToArray(choices, ch);
+            cJSON_AddNumberToObject(ch, "index", k);
+            d = cJSON_AddObjectToObject(ch, "delta");
+            if (role) cJSON_AddStringToObject(d, "role", "assistant");
+            if (role) cJSON_AddNullToObject(d, "content");
+            role = false;
+            cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(g, k, calls + i, 1, before + i, true));
+            cJSON_AddNullToObject(ch, "logprobs");
+            cJSON_AddNullToObject(ch, "finish_reason");
+            if (g->include_usage) cJSON_AddNullToObject(root, "usage");
+            buf_event(&g->out, root);
+        }
+        if (!t->done && (n_calls || (!t->text.n && !t->n_lps && !role))) { /* sent, or nothing to send yet */
+            g->out_t = t->produced > 0 ? t->produced : og_time_now();
+            return;
+        }
+    }
     if (t->done && t->http_error) {
         if (t->text.n || t->n_lps) buf_event(&g->out, chunk_json(g, k, t->text.p, t->text.n, t->lps, t->n_lps, role, NULL));
         buf_event(&g->out, chunk_json(g, k, "", 0, NULL, 0, role && !t->text.n && !t->n_lps, "error"));
@@ -780,8 +851,7 @@ static void stream_format(gen *g, int32_t k) {
     } else if (t->done) {
         if (t->text.n || t->n_lps || role)
             buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
-        const char *fin = og_finish_name(t->finish);
-        buf_event(&g->out, chunk_json(g, k, "", 0, NULL, 0, false, fin ? fin : "stop"));
+        buf_event(&g->out, chunk_json(g, k, "", 0, NULL, 0, false, finish_of(g, k)));
         if (g->open == 0) {
             if (g->include_usage) {
                 cJSON *root = envelope(g, true);
@@ -841,6 +911,7 @@ static void gen_free(gen *g) {
         og_free(g->ch[k].t.lps);
         og_free(g->ch[k].all.p);
         og_free(g->ch[k].all_lps);
+        og_tool_parser_destroy(g->ch[k].tools);
     }
     og_free(g->ch);
     og_free(g->out.p);
@@ -885,7 +956,22 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
         cJSON *one = cJSON_CreateObject();
         cJSON_AddItemToArray(choices, one);
         cJSON_AddNumberToObject(one, "index", k);
-        if (g->chat) {
+        if (g->chat && ch->tools) { /* the text less the calls, and the calls */
+            const char *content = NULL;
+            size_t n_content = 0;
+            const og_tool_call *calls = NULL;
+            int n_calls = 0;
+            og_status fst = og_tool_parser_feed(ch->tools, ch->all.p ? ch->all.p : "", ch->all.n);
+            if (fst == OG_OK) fst = og_tool_parser_finish(ch->tools);
+            og_tool_parser_take(ch->tools, &content, &n_content, &calls, &n_calls);
+            cJSON *m = cJSON_AddObjectToObject(one, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (fst != OG_OK) cJSON_AddStringToObject(m, "content", ch->all.p ? ch->all.p : ""); /* no memory: as text */
+            else if (n_calls && !n_content) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", content);
+            if (fst == OG_OK && n_calls)
+                cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(g, k, calls, n_calls, 0, false));
+        } else if (g->chat) {
             cJSON *m = cJSON_AddObjectToObject(one, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
             cJSON_AddStringToObject(m, "content", ch->all.p ? ch->all.p : "");
@@ -893,8 +979,7 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
             cJSON_AddStringToObject(one, "text", ch->all.p ? ch->all.p : "");
         }
         add_logprobs(g, k, one, ch->all_lps, ch->n_all_lps);
-        const char *fin = og_finish_name(ch->t.finish);
-        cJSON_AddStringToObject(one, "finish_reason", fin ? fin : "stop");
+        cJSON_AddStringToObject(one, "finish_reason", finish_of(g, k));
     }
     cJSON_AddItemToObject(root, "usage", usage_json(g));
     return respond_json(cn, c, 200, root, NULL);
@@ -955,8 +1040,11 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     bool oom = !g || !g->ch || !sq->r || (sq->grammar && !sq->matcher);
     for (int32_t k = 0; !oom && sq->grammar && k < total; k++)
         oom = og_matcher_create(sq->grammar, s->gvocab, &sq->matcher[k]) != OG_OK;
+    for (int32_t k = 0; !oom && q.tool_format == OG_TOOL_FORMAT_HERMES && k < total; k++)
+        oom = og_tool_parser_create(q.tool_format, &g->ch[k].tools) != OG_OK;
     if (oom) {
         og_api_request_free(&q);
+        for (int32_t k = 0; g && g->ch && k < total; k++) og_tool_parser_destroy(g->ch[k].tools);
         og_free(g ? g->ch : NULL);
         og_free(g);
         if (sq) sq->n = total;

@@ -131,7 +131,8 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     ep.test_step_delay_s = p->test_step_delay_s;
     if ((st = og_engine_create(s->model, s->tok, &ep, &s->engine)) != OG_OK) goto fail;
     s->ctx = og_engine_context(s->engine);
-    s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model)};
+    s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model),
+                            .tool_format = og_tool_format_detect(og_tokenizer_chat_template(s->tok))};
     /* without an end token no constrained output could end: response_format is then refused (http.c) */
     if (og_grammar_vocab_create(s->tok, og_model_vocab_size(s->model), NULL, 0, &s->gvocab) == OG_ERR_OUT_OF_MEMORY) {
         st = OG_ERR_OUT_OF_MEMORY;

@@ -108,9 +108,33 @@ og_status og_chat_template_render(const og_chat_template *t, const og_chat_reque
     if (!t || !req || !out || (req->n_messages && !req->messages))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_render: NULL argument");
     *out = NULL;
-    cJSON *vars = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(vars, "messages");
+    cJSON *given = NULL, *tools = NULL;
+    if (req->messages_json) {
+        given = cJSON_Parse(req->messages_json);
+        bool fine = cJSON_IsArray(given) && cJSON_GetArraySize(given) > 0;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, given) fine = fine && cJSON_IsObject(m) &&
+                                           cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role"));
+        if (!fine) {
+            cJSON_Delete(given);
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_render: the messages JSON must be a "
+                                "non-empty array of objects with a string 'role'");
+        }
+    }
+    if (req->tools_json && !cJSON_IsArray(tools = cJSON_Parse(req->tools_json))) {
+        cJSON_Delete(given);
+        cJSON_Delete(tools);
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_chat_template_render: the tools JSON must be an array");
+    }
+    cJSON *vars = cJSON_CreateObject(), *msgs = NULL;
+    if (given) {
+        if (!vars || !cJSON_AddItemToObject(vars, "messages", given)) cJSON_Delete(given);
+        msgs = cJSON_GetObjectItemCaseSensitive(vars, "messages");
+    } else {
+        msgs = cJSON_AddArrayToObject(vars, "messages");
+    }
     bool ok = vars && msgs;
-    for (size_t i = 0; ok && i < req->n_messages; i++) {
+    for (size_t i = 0; ok && !given && i < req->n_messages; i++) {
         const og_chat_message *m = &req->messages[i];
         if (!m->role || !m->content) {
             cJSON_Delete(vars);
@@ -125,7 +149,9 @@ og_status og_chat_template_render(const og_chat_template *t, const og_chat_reque
     ok = ok && cJSON_AddBoolToObject(vars, "add_generation_prompt", req->add_generation_prompt) &&
          (!req->bos_token || cJSON_AddStringToObject(vars, "bos_token", req->bos_token)) &&
          (!req->eos_token || cJSON_AddStringToObject(vars, "eos_token", req->eos_token)) &&
-         cJSON_AddNullToObject(vars, "tools") && cJSON_AddNullToObject(vars, "documents");
+         (tools ? cJSON_AddItemToObject(vars, "tools", tools) : cJSON_AddNullToObject(vars, "tools") != NULL) &&
+         cJSON_AddNullToObject(vars, "documents");
+    if (tools && !cJSON_GetObjectItemCaseSensitive(vars, "tools")) cJSON_Delete(tools); /* not attached */
     for (size_t i = 0; ok && i < req->n_flags; i++) {
         if (!req->flags[i].name) {
             cJSON_Delete(vars);

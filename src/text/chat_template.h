@@ -2,8 +2,8 @@
  * on. A checkpoint's Jinja chat_template (tokenizer_config.json or
  * chat_template.jinja) is rendered as written, by src/text/jinja.c, with
  * the variables transformers' apply_chat_template gives it (messages,
- * add_generation_prompt, bos_token, eos_token, tools and documents as none,
- * and the caller's extra flags such as enable_thinking). A program without a
+ * add_generation_prompt, bos_token, eos_token, tools (none unless given),
+ * documents as none, and the caller's extra flags such as enable_thinking). A program without a
  * template falls back to one of three formats written here (ChatML, Llama 3,
  * Mistral) or to plain text.
  *
@@ -55,6 +55,10 @@ typedef struct og_chat_request {
     const char *eos_token;      /* NULL: not defined */
     const og_chat_flag *flags;
     size_t n_flags;
+    const char *messages_json;  /* instead of messages: a JSON array of message
+                                   objects, given to the template as they are
+                                   (role, content, tool_calls, tool_call_id...) */
+    const char *tools_json;     /* the template's tools: a JSON array; NULL: none */
 } og_chat_request;
 
 typedef struct og_chat_template og_chat_template;
@@ -68,7 +72,8 @@ void og_chat_template_destroy(og_chat_template *t);
 /* Whether t renders a checkpoint's own template (not a fallback). */
 bool og_chat_template_is_jinja(const og_chat_template *t);
 
-/* Renders a conversation. An error of the template (raise_exception, e.g.
+/* Renders a conversation. messages_json, when given, must be an array of
+ * objects each with a string "role"; tools_json an array. An error of the template (raise_exception, e.g.
  * roles that do not alternate) gives OG_ERR_INVALID_ARGUMENT with its
  * message. *out is NUL-terminated, owned by the caller: og_free. */
 og_status og_chat_template_render(const og_chat_template *t, const og_chat_request *req, char **out);

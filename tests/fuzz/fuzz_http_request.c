@@ -3,8 +3,9 @@
  * completion. An accepted request is internally consistent: prompts
  * (texts or token ids within the vocabulary, a bounded number of them and
  * of choices) or chat messages with known roles and their template
- * variables as a JSON object, logit biases within the vocabulary, bounded stops
- * and logprobs, sampling fields within their ranges, and the engine's
+ * variables as a JSON object, logit biases within the vocabulary, bounded
+ * stops and logprobs, sampling fields within their ranges, tools and the
+ * messages the template reads as JSON arrays, and the engine's
  * request made of it says the same. The body is a plain function that
  * test_fuzz_replay also runs over tests/fuzz/corpus/http_request/. */
 #include "fuzz.h"
@@ -35,7 +36,8 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
     bool user = false;
     for (int32_t i = 0; q->messages && i < q->n_messages; i++) {
         const char *r = q->messages[i].role;
-        if (!r || !q->messages[i].content || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")))
+        if (!r || !q->messages[i].content ||
+            (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")))
             __builtin_trap();
         user |= !strcmp(r, "user");
     }
@@ -43,6 +45,20 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
     if (q->template_vars_json) {
         cJSON *j = cJSON_Parse(q->template_vars_json);
         if (!cJSON_IsObject(j)) __builtin_trap();
+        cJSON_Delete(j);
+    }
+    /* tools: shown only as an array to a template that parses calls; the
+       messages the template reads, an array of objects with roles */
+    if (q->tools_json) {
+        cJSON *j = cJSON_Parse(q->tools_json);
+        if (!cJSON_IsArray(j) || q->tool_format != c->tool_format || !chat) __builtin_trap();
+        cJSON_Delete(j);
+    } else if (q->tool_format != OG_TOOL_FORMAT_NONE) {
+        __builtin_trap();
+    }
+    if (q->messages_json) {
+        cJSON *j = cJSON_Parse(q->messages_json);
+        if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != q->n_messages) __builtin_trap();
         cJSON_Delete(j);
     }
     if (q->n_stops < 0 || q->n_stops > OG_API_MAX_STOPS) __builtin_trap();
@@ -61,7 +77,7 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
 }
 
 int og_fuzz_http_request(const uint8_t *data, size_t size) {
-    og_serve_ctx c = {.model_id = "fuzz-model", .vocab = 258};
+    og_serve_ctx c = {.model_id = "fuzz-model", .vocab = 258, .tool_format = OG_TOOL_FORMAT_HERMES};
     for (int chat = 0; chat < 2; chat++) {
         og_api_request q;
         og_api_error e;

@@ -1,0 +1,513 @@
+/* Tool calls in a model's output (see tool_calls.h). */
+#include "text/tool_calls.h"
+
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
+#define OPEN_LEN (sizeof OPEN - 1)
+#define CLOSE_LEN (sizeof CLOSE - 1)
+
+og_tool_format og_tool_format_detect(const char *t) {
+    if (!t || !strstr(t, "tools")) return OG_TOOL_FORMAT_NONE;
+    if (strstr(t, OPEN)) return OG_TOOL_FORMAT_HERMES;
+    return OG_TOOL_FORMAT_OTHER;
+}
+
+const char *og_tool_format_name(og_tool_format f) {
+    switch (f) {
+    case OG_TOOL_FORMAT_HERMES: return "hermes";
+    case OG_TOOL_FORMAT_OTHER: return "other";
+    case OG_TOOL_FORMAT_NONE: break;
+    }
+    return "none";
+}
+
+/* ------------------------------------------------------------ growable bytes */
+
+typedef struct bytes {
+    char *p;
+    size_t n, cap;
+} bytes;
+
+static bool put(bytes *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = og_realloc(b->p, cap);
+        if (!q) return false;
+        b->p = q;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+/* Drops b's first k bytes. */
+static void drop(bytes *b, size_t k) {
+    memmove(b->p, b->p + k, b->n - k);
+    b->n -= k;
+    b->p[b->n] = 0;
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+/* Where needle starts in b (from 0), or -1. */
+static long find(const bytes *b, const char *needle, size_t k) {
+    if (b->n < k) return -1;
+    for (size_t i = 0; i + k <= b->n; i++)
+        if (b->p[i] == needle[0] && !memcmp(b->p + i, needle, k)) return (long)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------ a call's body */
+
+/* The end of the JSON value at s[i] (s[0..n) holds a valid JSON text: cJSON
+ * checked it), past its last byte. */
+static size_t skip_value(const char *s, size_t n, size_t i) {
+    if (s[i] == '"') {
+        for (i++; i < n && s[i] != '"'; i++)
+            if (s[i] == '\\') i++;
+        return i + 1;
+    }
+    if (s[i] == '{' || s[i] == '[') {
+        int depth = 0;
+        for (; i < n; i++) {
+            if (s[i] == '"') {
+                i = skip_value(s, n, i) - 1;
+            } else if (s[i] == '{' || s[i] == '[') {
+                depth++;
+            } else if (s[i] == '}' || s[i] == ']') {
+                if (--depth == 0) return i + 1;
+            }
+        }
+        return n;
+    }
+    while (i < n && !is_space(s[i]) && s[i] != ',' && s[i] != '}' && s[i] != ']') i++;
+    return i;
+}
+
+/* The bytes of the top-level member key of the JSON object text s[0..n)
+ * (valid: cJSON parsed it), or false. */
+static bool member_span(const char *s, size_t n, const char *key, size_t *at, size_t *len) {
+    size_t i = 0;
+    while (i < n && s[i] != '{') i++;
+    for (i++; i < n;) {
+        while (i < n && (is_space(s[i]) || s[i] == ',')) i++;
+        if (i >= n || s[i] != '"') return false;
+        size_t k0 = i, k1 = skip_value(s, n, i);
+        i = k1;
+        while (i < n && (is_space(s[i]) || s[i] == ':')) i++;
+        size_t v0 = i, v1 = skip_value(s, n, i);
+        i = v1;
+        /* the raw key: compare without escapes (a key with escapes is not
+           "arguments" as written by a model) */
+        if (k1 - k0 == strlen(key) + 2 && !memcmp(s + k0 + 1, key, strlen(key))) {
+            *at = v0;
+            *len = v1 - v0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A block's body as a call: a JSON object with a string "name" and
+ * "arguments" (or "parameters", as some fine-tunes write) an object, or a
+ * string holding one. False when it is not one (then it is text). */
+static bool body_call(const char *body, size_t n, og_tool_call *out, bool *oom) {
+    memset(out, 0, sizeof *out);
+    while (n && is_space(*body)) body++, n--;
+    while (n && is_space(body[n - 1])) n--;
+    cJSON *j = cJSON_ParseWithLength(body, n);
+    const cJSON *name = j ? cJSON_GetObjectItemCaseSensitive(j, "name") : NULL;
+    if (!cJSON_IsObject(j) || !cJSON_IsString(name) || !*name->valuestring) {
+        cJSON_Delete(j);
+        return false;
+    }
+    const char *key = "arguments";
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!args) args = cJSON_GetObjectItemCaseSensitive(j, key = "parameters");
+    bool ok = true;
+    char *text = NULL;
+    if (!args || cJSON_IsNull(args)) {
+        text = og_strdup("{}");
+    } else if (cJSON_IsString(args)) { /* arguments already as JSON text */
+        cJSON *inner = cJSON_Parse(args->valuestring);
+        ok = cJSON_IsObject(inner);
+        cJSON_Delete(inner);
+        if (ok) text = og_strdup(args->valuestring);
+    } else if (cJSON_IsObject(args)) {
+        size_t at = 0, len = 0;
+        if (member_span(body, n, key, &at, &len)) {
+            if ((text = og_malloc(len + 1))) {
+                memcpy(text, body + at, len);
+                text[len] = 0;
+            }
+        } else { /* a key written with escapes: cJSON's print of it */
+            char *t = cJSON_PrintUnformatted(args);
+            text = t ? og_strdup(t) : NULL;
+            cJSON_free(t);
+        }
+    } else {
+        ok = false;
+    }
+    if (ok) {
+        out->name = og_strdup(name->valuestring);
+        out->arguments = text;
+        text = NULL;
+        if (!out->name || !out->arguments) {
+            *oom = true;
+            og_free(out->name);
+            og_free(out->arguments);
+            memset(out, 0, sizeof *out);
+            ok = false;
+        }
+    }
+    og_free(text);
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* ------------------------------------------------------------ the parser */
+
+struct og_tool_parser {
+    og_tool_format f;
+    bool inside;       /* after an opening marker */
+    bool after_call;   /* content's leading whitespace is dropped */
+    bool finished;
+    bytes pending;     /* outside: text not given out yet */
+    bytes body;        /* inside: the block's text so far */
+    bytes gap;         /* inside: the whitespace before the block (content
+                          again if the block is not a call) */
+    bytes content;     /* ready to take */
+    og_tool_call *calls; /* ready to take */
+    int n_calls, cap_calls;
+    int total;
+    og_tool_call *taken; /* given out by the last take (freed at the next call) */
+    int n_taken;
+};
+
+og_status og_tool_parser_create(og_tool_format f, og_tool_parser **out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_parser_create: NULL out");
+    og_tool_parser *p = og_calloc(1, sizeof *p);
+    if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+    p->f = f;
+    if (!put(&p->content, "", 0)) {
+        og_free(p);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+    }
+    *out = p;
+    return OG_OK;
+}
+
+static void free_calls(og_tool_call *c, int n) {
+    for (int i = 0; i < n; i++) {
+        og_free(c[i].name);
+        og_free(c[i].arguments);
+    }
+}
+
+static void forget_taken(og_tool_parser *p) {
+    free_calls(p->taken, p->n_taken);
+    og_free(p->taken);
+    p->taken = NULL;
+    p->n_taken = 0;
+}
+
+void og_tool_parser_destroy(og_tool_parser *p) {
+    if (!p) return;
+    forget_taken(p);
+    free_calls(p->calls, p->n_calls);
+    og_free(p->calls);
+    og_free(p->pending.p);
+    og_free(p->body.p);
+    og_free(p->gap.p);
+    og_free(p->content.p);
+    og_free(p);
+}
+
+/* Gives out s[0..n) as content (its leading whitespace dropped right after
+ * a call). */
+static bool emit(og_tool_parser *p, const char *s, size_t n) {
+    if (p->after_call) {
+        while (n && is_space(*s)) s++, n--;
+        if (!n) return true;
+        p->after_call = false;
+    }
+    return put(&p->content, s, n);
+}
+
+static bool add_call(og_tool_parser *p, const og_tool_call *c) {
+    if (p->n_calls == p->cap_calls) {
+        int cap = p->cap_calls ? 2 * p->cap_calls : 4;
+        og_tool_call *q = og_realloc(p->calls, (size_t)cap * sizeof *q);
+        if (!q) return false;
+        p->calls = q;
+        p->cap_calls = cap;
+    }
+    p->calls[p->n_calls++] = *c;
+    p->total++;
+    p->after_call = true;
+    return true;
+}
+
+/* A block ended (closed, or unclosed at the end): a call, or text. */
+static bool end_block(og_tool_parser *p, bool closed) {
+    og_tool_call c;
+    bool oom = false;
+    bool ok = true;
+    if (body_call(p->body.p ? p->body.p : "", p->body.n, &c, &oom)) {
+        if (!add_call(p, &c)) {
+            free_calls(&c, 1);
+            ok = false;
+        }
+    } else if (oom) {
+        ok = false;
+    } else { /* not a call: the model's text as it wrote it */
+        ok = emit(p, p->gap.p ? p->gap.p : "", p->gap.n) && emit(p, OPEN, OPEN_LEN) && emit(p, p->body.p ? p->body.p : "", p->body.n) &&
+             (!closed || emit(p, CLOSE, CLOSE_LEN));
+    }
+    p->body.n = 0;
+    if (p->body.p) p->body.p[0] = 0;
+    p->inside = false;
+    return ok;
+}
+
+/* Gives out what pending and body can decide now. */
+static bool advance(og_tool_parser *p) {
+    for (;;) {
+        if (p->inside) {
+            long k = find(&p->body, CLOSE, CLOSE_LEN);
+            if (k < 0) return true;
+            size_t rest = p->body.n - (size_t)k - CLOSE_LEN;
+            /* what follows the block goes back outside */
+            if (!put(&p->pending, p->body.p + k + CLOSE_LEN, rest)) return false;
+            p->body.n = (size_t)k;
+            p->body.p[k] = 0;
+            if (!end_block(p, true)) return false;
+            continue;
+        }
+        long k = find(&p->pending, OPEN, OPEN_LEN);
+        if (k >= 0) {
+            size_t pre = (size_t)k;
+            while (pre && is_space(p->pending.p[pre - 1])) pre--; /* the whitespace before a call */
+            if (!emit(p, p->pending.p, pre)) return false;
+            p->gap.n = 0;
+            if (!put(&p->gap, p->pending.p + pre, (size_t)k - pre)) return false;
+            if (!put(&p->body, p->pending.p + k + OPEN_LEN, p->pending.n - (size_t)k - OPEN_LEN)) return false;
+            p->pending.n = 0;
+            p->pending.p[0] = 0;
+            p->inside = true;
+            continue;
+        }
+        /* hold back a possible marker's start, and the whitespace before it */
+        size_t n = p->pending.n, hold = 0;
+        for (size_t h = OPEN_LEN - 1; h > 0; h--)
+            if (h <= n && !memcmp(p->pending.p + n - h, OPEN, h)) {
+                hold = h;
+                break;
+            }
+        size_t end = n - hold;
+        while (end && is_space(p->pending.p[end - 1])) end--;
+        if (end) {
+            if (!emit(p, p->pending.p, end)) return false;
+            drop(&p->pending, end);
+        }
+        return true;
+    }
+}
+
+og_status og_tool_parser_feed(og_tool_parser *p, const char *text, size_t n) {
+    if (!p || (!text && n)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_parser_feed: NULL argument");
+    if (p->f != OG_TOOL_FORMAT_HERMES || p->finished) {
+        if (!put(&p->content, text, n)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+        return OG_OK;
+    }
+    bytes *b = p->inside ? &p->body : &p->pending;
+    if (!put(b, text, n) || !advance(p)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+    return OG_OK;
+}
+
+og_status og_tool_parser_finish(og_tool_parser *p) {
+    if (!p) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_parser_finish: NULL argument");
+    if (p->finished) return OG_OK;
+    p->finished = true;
+    if (p->inside && !end_block(p, false)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+    /* what was held back: all of it when there was no call (the output as
+       it is), else without the whitespace around the calls */
+    size_t n = p->pending.n;
+    if (p->total) {
+        while (n && is_space(p->pending.p[n - 1])) n--;
+    }
+    if (n && !emit(p, p->pending.p, n)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+    p->pending.n = 0;
+    return OG_OK;
+}
+
+void og_tool_parser_take(og_tool_parser *p, const char **content, size_t *n_content, const og_tool_call **calls,
+                         int *n_calls) {
+    forget_taken(p);
+    /* the content buffer is handed out as it is and starts over at the next
+       feed: keep it until then */
+    static const char empty[] = "";
+    *content = p->content.n ? p->content.p : empty;
+    *n_content = p->content.n;
+    p->taken = p->calls;
+    p->n_taken = p->n_calls;
+    p->calls = NULL;
+    p->n_calls = p->cap_calls = 0;
+    *calls = p->taken;
+    *n_calls = p->n_taken;
+    p->content.n = 0; /* the bytes stay until the next put */
+}
+
+int og_tool_parser_total_calls(const og_tool_parser *p) { return p ? p->total : 0; }
+
+/* ------------------------------------------------------------ the grammar of calls */
+
+typedef struct gtext {
+    bytes b;
+    bool oom;
+} gtext;
+
+static void gadd(gtext *g, const char *fmt, ...) OG_PRINTF(2, 3);
+static void gadd(gtext *g, const char *fmt, ...) {
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+        g->oom = true;
+        return;
+    }
+    if ((size_t)k < sizeof small) {
+        if (!put(&g->b, small, (size_t)k)) g->oom = true;
+        return;
+    }
+    char *big = og_malloc((size_t)k + 1);
+    if (!big) {
+        g->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    if (!put(&g->b, big, (size_t)k)) g->oom = true;
+    og_free(big);
+}
+
+static bool gbnf_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* Appends GBNF text s with every rule name prefixed (t<i>-name): literals,
+ * classes, repetition counts and comments are copied as they are. */
+static void add_renamed(gtext *g, const char *s, int i) {
+    size_t n = strlen(s);
+    for (size_t k = 0; k < n;) {
+        char c = s[k];
+        size_t start = k;
+        if (c == '"' || c == '[') {
+            const char end = c == '"' ? '"' : ']';
+            for (k++; k < n && s[k] != end; k++)
+                if (s[k] == '\\' && k + 1 < n) k++;
+            k++;
+        } else if (c == '{') {
+            while (k < n && s[k] != '}') k++;
+            k++;
+        } else if (c == '#') {
+            while (k < n && s[k] != '\n') k++;
+        } else if (gbnf_name_char(c)) {
+            while (k < n && gbnf_name_char(s[k])) k++;
+            gadd(g, "t%d-", i);
+        } else {
+            k++;
+        }
+        if (k > n) k = n;
+        if (!put(&g->b, s + start, k - start)) g->oom = true;
+    }
+}
+
+og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const char *only_name, bool parallel,
+                                og_grammar **out) {
+    if (!out || !tools_json) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_calls_grammar: NULL argument");
+    *out = NULL;
+    if (f != OG_TOOL_FORMAT_HERMES)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "tool calls: no grammar for the %s format", og_tool_format_name(f));
+    cJSON *tools = cJSON_Parse(tools_json);
+    if (!cJSON_IsArray(tools)) {
+        cJSON_Delete(tools);
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "tool calls: the tools are not a JSON array");
+    }
+    gtext g = {0};
+    og_status st = OG_OK;
+    int n = 0;
+    gadd(&g, parallel ? "root ::= call (\"\\n\" call)*\ncall ::= \"<tool_call>\\n\" (" : "root ::= call\n"
+                                                                                   "call ::= \"<tool_call>\\n\" (");
+    /* a rule per function: its call as a JSON object, "name" then "arguments" */
+    bytes rules = {0};
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        i++;
+        if (!cJSON_IsString(name)) continue;
+        if (only_name && strcmp(only_name, name->valuestring)) continue;
+        bool plain = *name->valuestring != 0;
+        for (const char *q = name->valuestring; *q; q++)
+            plain &= gbnf_name_char(*q) || *q == '.';
+        if (!plain) {
+            st = og_set_error(OG_ERR_INVALID_ARGUMENT, "tool calls: a function name of letters, digits, '_', '-' "
+                              "and '.' only, not '%.64s'", name->valuestring);
+            break;
+        }
+        /* the arguments: the parameters' schema (any object without one) */
+        char *text = cJSON_IsObject(params) ? cJSON_PrintUnformatted(params) : og_strdup("{\"type\":\"object\"}");
+        if (!text) {
+            st = og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+            break;
+        }
+        char *gbnf = NULL;
+        st = og_json_schema_to_gbnf(text, strlen(text), &gbnf);
+        if (cJSON_IsObject(params)) cJSON_free(text);
+        else og_free(text);
+        if (st != OG_OK) {
+            st = og_set_error(st, "the parameters of tool '%s': %s", name->valuestring, og_last_error());
+            break;
+        }
+        /* the call as the template writes it: name, then arguments */
+        gadd(&g, "%s\"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" t%d-root \"}\"", n ? " | " : "",
+             name->valuestring, i);
+        gtext r = {rules, false};
+        add_renamed(&r, gbnf, i);
+        rules = r.b;
+        g.oom |= r.oom;
+        og_free(gbnf);
+        n++;
+    }
+    cJSON_Delete(tools);
+    if (st == OG_OK && !n)
+        st = only_name ? og_set_error(OG_ERR_INVALID_ARGUMENT, "no tool is named '%s'", only_name)
+                       : og_set_error(OG_ERR_INVALID_ARGUMENT, "no tool to call");
+    if (st == OG_OK) {
+        gadd(&g, ") \"\\n</tool_call>\"\n");
+        if (rules.n && !put(&g.b, rules.p, rules.n)) g.oom = true;
+        if (g.oom) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+    }
+    if (st == OG_OK) {
+        st = og_grammar_parse(g.b.p, g.b.n, out);
+        if (st != OG_OK) st = og_set_error(st, "tool calls: the grammar of the calls: %s", og_last_error());
+    }
+    og_free(rules.p);
+    og_free(g.b.p);
+    return st;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# offgraph serve's tool calls: the qwen3-mixed checkpoint given Qwen3's chat
+# template (which takes tools and writes <tool_call> blocks) is served and
+# the `openai` npm client (tests/serve/openai_tools.mjs) asks for calls,
+# streamed and not, sends them back with their results, and checks the
+# refusals; every call's arguments validate against its function's
+# parameters (Debian's python3-jsonschema). Then the demo model, whose
+# template takes no tools, refuses tools (400, param tools) but takes
+# tool_choice "none" and a conversation with tool results. Skipped (77)
+# only where npm or node is absent.
+# Args: the built offgraph, a scratch folder.
+set -u
+BIN=$1
+WORK=$2
+SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+rm -rf "$WORK" && mkdir -p "$WORK"
+if ! command -v npm >/dev/null || ! command -v node >/dev/null || ! command -v curl >/dev/null; then
+    echo "cli_serve_tools: npm, node or curl is missing: skipped"
+    exit 77
+fi
+PY=/usr/bin/python3
+[ -x $PY ] || PY=python3
+. "$SRC/tests/serve/server.sh"
+# the client, as tests/cli_serve_openai.sh installs it (shared with it)
+CLIENT=$(dirname "$WORK")/openai-client
+if [ ! -f "$CLIENT/node_modules/openai/package.json" ]; then
+    mkdir -p "$CLIENT"
+    [ -f "$CLIENT/package.json" ] || echo '{"name": "offgraph-serve-test", "private": true}' >"$CLIENT/package.json"
+    timeout 600 npm install --prefix "$CLIENT" --no-audit --no-fund --loglevel=error openai@4 >"$WORK/npm.log" 2>&1 || {
+        echo "FAIL: npm install openai: $(tail -5 "$WORK/npm.log")"
+        exit 1
+    }
+fi
+
+# the tools: enums, integers and a bounded string, so that a model of
+# random weights still ends its calls within max_tokens
+cat >"$WORK/tools.json" <<'JSON'
+[{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city.",
+  "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
+   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
+   "additionalProperties": false}}},
+ {"type": "function", "function": {"name": "add", "description": "Adds two integers.",
+  "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+   "note": {"type": "string", "maxLength": 8}}, "required": ["a", "b"], "additionalProperties": false}}}]
+JSON
+
+mkdir -p "$WORK/m"
+cp "$SRC/tests/data/hf/qwen3-mixed/"* "$WORK/m/"
+cp "$SRC/tests/data/chat_templates/qwen3.jinja" "$WORK/m/chat_template.jinja"
+# the tools' system prompt is long: a context past the checkpoint's 256
+"$BIN" export "$WORK/m" -o "$WORK/m.ogp" --max-context 4096 --force-max-context >"$WORK/export.log" 2>&1 \
+    || { echo "FAIL: export: $(cat "$WORK/export.log")"; exit 1; }
+if start_server qwen3 -m "$WORK/m.ogp"; then
+    timeout 300 node "$SRC/tests/serve/openai_tools.mjs" "$PORT" "$CLIENT" "$WORK" || fail "the openai client"
+    $PY - "$WORK/tools.json" "$WORK/calls.json" <<'PY' || fail "the calls' arguments against their schemas"
+import json, sys
+import jsonschema
+tools = {t["function"]["name"]: t["function"]["parameters"] for t in json.load(open(sys.argv[1]))}
+calls = json.load(open(sys.argv[2]))
+assert len(calls) >= 4, calls
+for name, args in calls:
+    jsonschema.Draft202012Validator(tools[name]).validate(args)
+print("cli_serve_tools: %d calls valid: %s" % (len(calls), json.dumps(calls)[:300]))
+PY
+    kill -TERM $PID
+    wait $PID || fail "the server's exit status after SIGTERM"
+    PID=
+fi
+
+# the demo model's template takes no tools
+post() { # BODY: the body in $WORK/out, prints the status
+    curl -s --max-time 120 -o "$WORK/out" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+        --data-binary "$1" "http://127.0.0.1:$PORT/v1/chat/completions"
+}
+if start_server demo; then
+    T=$(tr -d '\n' <"$WORK/tools.json")
+    st=$(post '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"tools":'"$T"'}')
+    [ "$st" = 400 ] && grep -q '"param":"tools"' "$WORK/out" && grep -q 'does not take tools' "$WORK/out" \
+        || fail "tools on a template without them: status $st: $(cat "$WORK/out")"
+    st=$(post '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"tools":'"$T"',"tool_choice":"none"}')
+    [ "$st" = 200 ] || fail "tool_choice none: status $st: $(cat "$WORK/out")"
+    st=$(post '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"add","arguments":"{\"a\":1,\"b\":2}"}}]},{"role":"tool","tool_call_id":"c1","content":"3"}],"max_tokens":4}')
+    [ "$st" = 200 ] || fail "tool results without tools: status $st: $(cat "$WORK/out")"
+    kill -TERM $PID
+    wait $PID || fail "the demo server's exit status after SIGTERM"
+    PID=
+fi
+[ $fails -eq 0 ] && echo "cli_serve_tools: ok" || echo "cli_serve_tools: $fails failures"
+exit $((fails > 0))

@@ -1,0 +1,103 @@
+/* libFuzzer harness: the tool-call parser (src/text/tool_calls.c) over
+ * arbitrary output text, fed whole and in pieces cut where the first byte
+ * says. Whatever the cut, the content and the calls are the same; every
+ * call has a name and arguments that are a JSON object; an output without
+ * a call comes back as content byte for byte. The input is also tried as
+ * the tools of og_tool_calls_grammar, whose grammars must parse. The body is
+ * a plain function that test_fuzz_replay also runs over
+ * tests/fuzz/corpus/tool_calls/. */
+#include "fuzz.h"
+#include "core/core.h"
+#include "text/tool_calls.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+int og_fuzz_tool_calls(const uint8_t *data, size_t size);
+
+typedef struct result {
+    char *content;
+    size_t n;
+    char *calls; /* name \0 arguments \0 ..., n_calls of them */
+    size_t n_calls_bytes;
+    int n_calls;
+} result;
+
+static void append(char **p, size_t *n, const char *s, size_t k) {
+    char *q = og_realloc(*p, *n + k + 1);
+    if (!q) __builtin_trap(); /* a fuzzer's inputs are small */
+    memcpy(q + *n, s, k);
+    *n += k;
+    q[*n] = 0;
+    *p = q;
+}
+
+static void take(og_tool_parser *p, result *r) {
+    const char *c;
+    size_t n;
+    const og_tool_call *calls;
+    int k;
+    og_tool_parser_take(p, &c, &n, &calls, &k);
+    append(&r->content, &r->n, c, n);
+    for (int i = 0; i < k; i++) {
+        if (!calls[i].name || !*calls[i].name || !calls[i].arguments) __builtin_trap();
+        cJSON *a = cJSON_Parse(calls[i].arguments);
+        if (!cJSON_IsObject(a)) __builtin_trap();
+        cJSON_Delete(a);
+        append(&r->calls, &r->n_calls_bytes, calls[i].name, strlen(calls[i].name) + 1);
+        append(&r->calls, &r->n_calls_bytes, calls[i].arguments, strlen(calls[i].arguments) + 1);
+        r->n_calls++;
+    }
+}
+
+/* Parses s[0..n) fed in pieces of `step` bytes (0: whole). */
+static result parse(const char *s, size_t n, size_t step) {
+    result r = {0};
+    og_tool_parser *p = NULL;
+    if (og_tool_parser_create(OG_TOOL_FORMAT_HERMES, &p) != OG_OK) __builtin_trap();
+    for (size_t at = 0; at < n;) {
+        size_t k = step && n - at > step ? step : n - at;
+        if (og_tool_parser_feed(p, s + at, k) != OG_OK) __builtin_trap();
+        take(p, &r);
+        at += k;
+    }
+    if (og_tool_parser_finish(p) != OG_OK) __builtin_trap();
+    take(p, &r);
+    if (og_tool_parser_total_calls(p) != r.n_calls) __builtin_trap();
+    og_tool_parser_destroy(p);
+    return r;
+}
+
+int og_fuzz_tool_calls(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const size_t step = 1 + data[0] % 13;
+    const char *s = (const char *)data + 1;
+    const size_t n = size - 1;
+    result whole = parse(s, n, 0), cut = parse(s, n, step);
+    if (whole.n != cut.n || (whole.n && memcmp(whole.content, cut.content, whole.n)) || whole.n_calls != cut.n_calls ||
+        whole.n_calls_bytes != cut.n_calls_bytes ||
+        (whole.n_calls_bytes && memcmp(whole.calls, cut.calls, whole.n_calls_bytes)))
+        __builtin_trap();
+    if (!whole.n_calls && (whole.n != n || (n && memcmp(whole.content, s, n)))) __builtin_trap();
+    og_free(whole.content);
+    og_free(whole.calls);
+    og_free(cut.content);
+    og_free(cut.calls);
+    /* the input as tools */
+    char *text = og_malloc(n + 1);
+    if (!text) __builtin_trap();
+    memcpy(text, s, n);
+    text[n] = 0;
+    for (int parallel = 0; parallel < 2; parallel++) {
+        og_grammar *g = NULL;
+        og_status st = og_tool_calls_grammar(OG_TOOL_FORMAT_HERMES, text, NULL, parallel, &g);
+        if ((st == OG_OK) != (g != NULL)) __builtin_trap();
+        og_grammar_destroy(g);
+    }
+    og_free(text);
+    return 0;
+}
+
+OG_FUZZ_ENTRY(og_fuzz_tool_calls)
