@@ -581,6 +581,7 @@ typedef struct gen {
 static bool take_one(gen *g, int32_t k, double timeout_s) {
     og_request *r = g->q->r[k];
     taken *t = &g->ch[k].t;
+    if (t->done) return false; /* its end was taken */
     og_request_output o;
     double oldest = 0;
     og_request_backlog(r, NULL, &oldest);
