@@ -375,6 +375,7 @@ int main(void) {
             CK(cudaMemcpy(kn, hq, (size_t)Hkv * D * 4, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(vn, hq, (size_t)Hkv * D * 4, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dlen, &L, 8, cudaMemcpyHostToDevice));
+            CK(cudaStreamSynchronize(0)); /* the legacy stream's copies: st (non-blocking) waits for none */
             free(hq);
             og_attend_cuda_args a = {.q = q, .k = kn, .v = vn, .out = out, .T = 1, .n_heads = Hq, .scale = 0,
                                      .length = dlen, .partials = part,

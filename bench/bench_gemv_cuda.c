@@ -205,6 +205,7 @@ int main(int argc, char **argv) {
             CK(cudaMalloc((void **)&x, (size_t)(8 * s->K) * sizeof(float)));
             CK(cudaMemset(x, 0, (size_t)(8 * s->K) * sizeof(float)));
             CK(cudaMalloc((void **)&out, (size_t)(8 * out_n) * sizeof(float)));
+            CK(cudaStreamSynchronize(0)); /* the legacy stream's copies: st (non-blocking) waits for none */
             for (int vi = 0; vi < n_var; vi++) {
                 const variant *v = bf16 ? &bf16_variants[vi] : &q_variants[vi];
                 if (bf16) og_gemv_cuda_set_split(v->mode, v->splits, v->ring_kb);

@@ -165,6 +165,7 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(x, hx, (size_t)(8 * s->K) * sizeof(float), cudaMemcpyHostToDevice));
             CK(cudaMalloc(&xq, og_kquant_x_cuda_bytes(8, s->K)));
             CK(cudaMalloc((void **)&out, (size_t)(8 * out_n) * sizeof(float)));
+            CK(cudaStreamSynchronize(0)); /* the legacy stream's copies: st (non-blocking) waits for none */
             for (int ti = 0; ti < 4; ti++) {
                 const int64_t T = Ts[ti];
                 const double a = time_case(st, s, dts[di], w, copies, T, x, xq, out, F32X);

@@ -137,6 +137,7 @@ static int decode_mode(cudaStream_t st) {
     size_t qgu = 0, qdn = 0;
     void *bgu = bf16_stack(2 * F, H, 1.7f / sqrtf((float)H)), *bdn = bf16_stack(H, F, 1.7f / sqrtf((float)F));
     void *q4gu = q4_stack(2 * F, H, &qgu), *q4dn = q4_stack(H, F, &qdn);
+    CK(cudaStreamSynchronize(0)); /* the legacy stream's copies: st (non-blocking) waits for none */
     printf("moe layer decode, hidden %lld, %lld experts of %lld, top %d (each call a new token's experts)\n",
            (long long)H, (long long)E, (long long)F, K_TOP);
     printf("%6s %8s %12s %12s %10s %12s\n", "tokens", "weights", "element us", "vector us", "speedup", "vector GB/s");
@@ -207,6 +208,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&out, sizeof(float) * (size_t)(T_max * H)));
     CK(cudaMemcpy(x, hx, sizeof(float) * (size_t)(T_max * H), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(lg, hl, sizeof(float) * (size_t)(T_max * E), cudaMemcpyHostToDevice));
+    CK(cudaStreamSynchronize(0)); /* the legacy stream's copies: st (non-blocking) waits for none */
     void *scratch = NULL;
     CK(cudaMalloc(&scratch, og_moe_cuda_scratch_bytes(T_max, K_TOP, E, H, F)));
     result res[MAX_CASES];

@@ -1179,11 +1179,20 @@ typedef struct og_request_params {
     int32_t logprobs;              /* -1: none; 0..OG_MAX_TOP_LOGPROBS: each
                                       token's log-probability and that many
                                       alternatives                             */
+    const char *grammar;           /* GBNF text (llama.cpp's format, start rule
+                                      "root") the output must follow, or NULL  */
+    const char *json_schema;       /* a JSON schema (JSON text) the output must
+                                      follow, or NULL: compiled to a grammar
+                                      (the subset src/text/grammar.h lists;
+                                      {"type": "object"} is any JSON object).
+                                      At most one of grammar, json_schema and
+                                      constraint; a grammar's output ends at a
+                                      stop id only where it may end            */
     og_constraint_fn constraint;   /* NULL: none                               */
     void *constraint_ctx;
 } og_request_params;
 /* TEXT, add_special and add_generation_prompt true, og_sampler_default_params,
- * max_tokens 0, no stops, logprobs -1, no constraint. */
+ * max_tokens 0, no stops, logprobs -1, no grammar, no constraint. */
 OG_API og_request_params og_request_default_params(void);
 
 /* Prepares the prompt (on the calling thread: tokenizing, rendering a chat)
@@ -1201,7 +1210,10 @@ OG_API og_request_params og_request_default_params(void);
  *     refuses (its raise_exception message), bad template variables, a
  *     negative max_tokens, logprobs out of range;
  *   OG_ERR_FORMAT: the model's chat template does not parse (naming the
- *     line); OG_ERR_UNSUPPORTED: the tokenizer's rule cannot be applied;
+ *     line), a grammar or JSON schema that does not parse (naming where);
+ *   OG_ERR_UNSUPPORTED: the tokenizer's rule cannot be applied, a JSON
+ *     schema keyword or string format the compiler does not support (naming
+ *     it), a grammar past its limits;
  *   OG_ERR_OUT_OF_MEMORY. */
 OG_API og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request **out);
 /* n choices of one prompt (OpenAI's n): as og_engine_submit, into out[0..n)

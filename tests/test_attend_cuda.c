@@ -167,10 +167,41 @@ static void fill_rows(unsigned char *base, og_dtype dt, int64_t R, size_t stride
     free(x);
 }
 
+/* The stream every kernel of the test runs on (cudaStreamNonBlocking, as the
+ * executor's; the legacy stream until main creates it: the refusals launch
+ * there). Every copy and fill goes through it too. cudaMemcpy and cudaMemset
+ * run on the legacy stream, which a non-blocking stream does not wait for:
+ * cudaMemset returns before it runs, and cudaMemcpy from pageable memory to
+ * the device returns once the bytes are staged, its DMA maybe still to come,
+ * so a kernel launched next could read inputs not yet there or have its out
+ * overwritten by the late poison (seen as NaN at the start of rows whose
+ * blocks finished first, with other processes sharing the GPU). */
+static cudaStream_t g_stream;
+
+static void to_dev(void *d, const void *host, size_t bytes) {
+    CK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, g_stream));
+}
+
+static void fill_dev(void *d, int byte, size_t bytes) { CK(cudaMemsetAsync(d, byte, bytes, g_stream)); }
+
+/* Waits for the stream (the kernels before) and copies back. */
+static void from_dev(void *host, const void *d, size_t bytes) {
+    CK(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, g_stream));
+    CK(cudaStreamSynchronize(g_stream));
+}
+
+/* What a NaN in out is: the poison itself (a row never written, or written
+ * before the poison copy landed) or one the kernel computed. */
+static const char *nan_kind(float x) {
+    float poison;
+    og_poison(&poison, 1);
+    return !isnan(x) ? "" : memcmp(&x, &poison, sizeof x) == 0 ? " (the poison)" : " (computed)";
+}
+
 static void *dev_copy(const void *host, size_t bytes) {
     void *d = NULL;
     CK(cudaMalloc(&d, bytes));
-    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    to_dev(d, host, bytes);
     return d;
 }
 
@@ -199,7 +230,7 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
     float *partials = NULL;
     const size_t scratch = (size_t)og_attend_cuda_scratch_floats(Hq, D) * 4;
     CK(cudaMalloc((void **)&partials, scratch));
-    CK(cudaMemset(partials, 0, scratch)); /* the split counters start at 0 */
+    fill_dev(partials, 0, scratch); /* the split counters start at 0 */
     int64_t *dlen = dev_copy(&c->L, sizeof c->L);
 
     og_kv_layer_view view = {.layer_id = 0, .policy = c->policy, .dtype = c->dtype,
@@ -233,15 +264,15 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
                                   .kv = view, .length = dlen, .partials = partials, .split_k = kind != TILED};
         ga.kv.k = dkc, ga.kv.v = dvc;
         if (kind == TILED) CK(cudaMalloc((void **)&ga.out_bf16, qn * 2)); /* out as bf16 too: checked below */
-        if (kind == TILED) CK(cudaMemset(ga.out_bf16, 0xff, qn * 2));
+        if (kind == TILED) fill_dev(ga.out_bf16, 0xff, qn * 2);
         og_poison(got, qn);
-        CK(cudaMemcpy(dout, got, qn * 4, cudaMemcpyHostToDevice));
+        to_dev(dout, got, qn * 4);
         CHECK_OK(og_update_and_attend_cuda(stream, &ga));
         CK(cudaStreamSynchronize(stream));
-        CK(cudaMemcpy(got, dout, qn * 4, cudaMemcpyDeviceToHost));
+        from_dev(got, dout, qn * 4);
         if (ga.out_bf16) { /* the bf16 copy is out rounded to nearest even, element for element */
             uint16_t *h = malloc(qn * 2);
-            CK(cudaMemcpy(h, ga.out_bf16, qn * 2, cudaMemcpyDeviceToHost));
+            from_dev(h, ga.out_bf16, qn * 2);
             size_t i = 0;
             while (i < qn && h[i] == og_bf16_from_f32(got[i])) i++;
             CHECK_MSG(i == qn, "tiled T=%d L=%lld: bf16 copy of out differs at %zu", T, (long long)c->L, i);
@@ -255,8 +286,8 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
             CHECK(og_update_and_attend_cuda(stream, &bad) == OG_ERR_INVALID_ARGUMENT);
             cudaFree(d16);
         }
-        CK(cudaMemcpy(kc_got, dkc, sn * es, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(vc_got, dvc, sn * es, cudaMemcpyDeviceToHost));
+        from_dev(kc_got, dkc, sn * es);
+        from_dev(vc_got, dvc, sn * es);
         const double atol = kind == TILED ? 4.2e-3 : kind == MMA ? (quant ? kQmmaAtol : kMmaAtol)
                                                    : kind == WIDEN ? kMmaAtol : 5e-5;
         size_t worst = 0;
@@ -268,11 +299,11 @@ static void run_case(const attend_case *c, og_rng *rng, cudaStream_t stream) {
         }
         const double rel = sqrt(err2 / ref2);
         CHECK_MSG(r <= 1.0 && !(rel > (kind == TILED ? 1e-2 : 1e-3)),
-                  "%s %s %s T=%d L=%lld Hq=%d Hkv=%d D=%d W=%d: ratio %.3g at %zu (got %g, want %g), rel %.3g",
+                  "%s %s %s T=%d L=%lld Hq=%d Hkv=%d D=%d W=%d: ratio %.3g at %zu (got %g%s, want %g), rel %.3g",
                   kind == TILED ? "tiled" : kind == MMA ? "split-K (tensor cores)"
                                            : kind == WIDEN ? "split-K (tensor cores, widened tiles)" : "split-K",
                   c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype), T, (long long)c->L, Hq, Hkv, D,
-                  c->W, r, worst, (double)got[worst], (double)ref[worst], rel);
+                  c->W, r, worst, (double)got[worst], nan_kind(got[worst]), (double)ref[worst], rel);
         CHECK_MSG(memcmp(kc_got, kc, sn * es) == 0 && memcmp(vc_got, vc, sn * es) == 0,
                   "storage differs after the step (T=%d L=%lld row stride %lld)", T, (long long)c->L,
                   (long long)c->RS);
@@ -345,7 +376,7 @@ static void test_every_quant_value(og_rng *rng, cudaStream_t stream) {
         float *partials = NULL;
         const size_t scratch = (size_t)og_attend_cuda_scratch_floats(HQ, D) * 4;
         CK(cudaMalloc((void **)&partials, scratch));
-        CK(cudaMemset(partials, 0, scratch));
+        fill_dev(partials, 0, scratch);
         og_kv_layer_view view = {.policy = OG_KV_FLAT, .dtype = dt, .n_kv_heads = HKV, .head_dim = D, .rows = R,
                                  .length = L, .k = k, .v = v};
         og_attend_args ra = {.q = q, .k = kn, .v = vn, .out = want, .T = 1, .n_heads = HQ, .kv = view};
@@ -362,9 +393,9 @@ static void test_every_quant_value(og_rng *rng, cudaStream_t stream) {
             og_attend_cuda_set_quant_decode(kind == 2 ? OG_ATTEND_CUDA_QUANT_WIDEN : OG_ATTEND_CUDA_QUANT_MMA);
             CHECK_OK(og_update_and_attend_cuda(stream, &ga)); /* a second step rewrites the same row */
             CK(cudaStreamSynchronize(stream));
-            CK(cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(kg, dkc, sb, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(vg, dvc, sb, cudaMemcpyDeviceToHost));
+            from_dev(got, dout, sizeof got);
+            from_dev(kg, dkc, sb);
+            from_dev(vg, dvc, sb);
             size_t worst = 0;
             const double atol = kind == 2 ? 2 * kMmaAtol : kind == 1 ? 2 * kQmmaAtol : 5e-5;
             const double r = og_tol_ratio(got, want, HQ * D, atol, 5e-4, &worst);
@@ -419,7 +450,7 @@ static void test_refusals(void) {
     b = a, b.kv.dtype = OG_DTYPE_Q8; /* a weight format, not a KV one */
     CHECK_STATUS(og_update_and_attend_cuda(NULL, &b), OG_ERR_UNSUPPORTED);
     /* the batched call checks what the host holds (never the table) */
-    CK(cudaMemset(buf, 0, 1 << 20)); /* a table of padded entries (T = 0), zero counters */
+    fill_dev(buf, 0, 1 << 20); /* a table of padded entries (T = 0), zero counters */
     og_attend_batch_cuda_args ba = {.q = buf, .k = buf, .v = buf, .out = buf, .B = 2, .n_heads = 4, .n_kv_heads = 2,
                                     .head_dim = 64, .kv_dtype = OG_DTYPE_BF16, .policy = OG_KV_FLAT,
                                     .seqs = (const og_attend_cuda_seq *)buf, .max_keys = 100, .partials = buf};
@@ -455,13 +486,13 @@ static void test_refusals(void) {
         float *out = buf + 4096; /* 16 KB in, past the table */
         const og_attend_cuda_seq e[2] = {{.k = store, .v = store + 8192, .length = 8, .rows = 8, .T = 1},
                                          {.k = store, .v = store + 8192, .length = 3, .rows = 8, .T = 0}};
-        CK(cudaMemcpy(tab_d, e, sizeof e, cudaMemcpyHostToDevice));
+        to_dev(tab_d, e, sizeof e);
         bb = ba, bb.seqs = (const og_attend_cuda_seq *)tab_d, bb.out = out;
         CHECK_OK(og_update_and_attend_batch_cuda(NULL, &bb));
         float got[2 * 4 * 64];
         unsigned char st[16384];
-        CK(cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(st, store, sizeof st, cudaMemcpyDeviceToHost));
+        from_dev(got, out, sizeof got);
+        from_dev(st, store, sizeof st);
         bool nan_row = true, zero_rest = true, untouched = true;
         for (int i = 0; i < 4 * 64; i++) nan_row = nan_row && isnan(got[i]);
         for (int i = 4 * 64; i < 8 * 64; i++) zero_rest = zero_rest && got[i] == 0.0f;
@@ -534,7 +565,7 @@ static void batch_bufs_make(batch_bufs *b, int32_t Bmax, int32_t Hq, int32_t Hkv
     CK(cudaMalloc((void **)&b->seqs, (size_t)Bmax * sizeof *b->seqs));
     const size_t sb = (size_t)og_attend_batch_cuda_scratch_floats(Bmax, Hq, D, max_keys) * 4;
     CK(cudaMalloc((void **)&b->partials, sb));
-    CK(cudaMemset(b->partials, 0, sb)); /* the split counters start at 0 */
+    fill_dev(b->partials, 0, sb); /* the split counters start at 0 */
 }
 
 static void batch_bufs_free(batch_bufs *b) {
@@ -607,13 +638,13 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
                              .out = ref + (size_t)b * Hq * D, .T = 1, .n_heads = Hq, .scale = c->scale, .kv = view};
         CHECK_OK(og_update_and_attend_ref(&ra)); /* writes the host storage too */
     }
-    CK(cudaMemcpy(bufs->q, q, qn * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(bufs->k, k, kn * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(bufs->v, v, kn * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(bufs->seqs, tab, (size_t)B * sizeof *tab, cudaMemcpyHostToDevice));
+    to_dev(bufs->q, q, qn * 4);
+    to_dev(bufs->k, k, kn * 4);
+    to_dev(bufs->v, v, kn * 4);
+    to_dev(bufs->seqs, tab, (size_t)B * sizeof *tab);
     for (int pass = 0; pass < passes; pass++) { /* a second pass finds the counters the first left at 0 */
         og_poison(got, qn);
-        CK(cudaMemcpy(bufs->out, got, qn * 4, cudaMemcpyHostToDevice));
+        to_dev(bufs->out, got, qn * 4);
         if (graph) {
             CK(cudaGraphLaunch(graph, stream));
         } else {
@@ -621,7 +652,7 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
             CHECK_OK(og_update_and_attend_batch_cuda(stream, &a));
         }
         CK(cudaStreamSynchronize(stream));
-        CK(cudaMemcpy(got, bufs->out, qn * 4, cudaMemcpyDeviceToHost));
+        from_dev(got, bufs->out, qn * 4);
         int bad = 0;
         for (int32_t b = 0; b < B && bad < 3; b++) {
             const size_t o = (size_t)b * Hq * D, n = (size_t)Hq * D;
@@ -636,16 +667,17 @@ static void run_batch(const batch_case *c, og_rng *rng, cudaStream_t stream, con
             bad += r > 1.0;
             CHECK_MSG(r <= 1.0,
                       "batch%s%s %s %s %s B=%d entry %d L=%lld Hq=%d Hkv=%d D=%d W=%d max_keys=%lld: ratio %.3g at "
-                      "%zu (got %g, want %g)",
+                      "%zu (got %g%s, want %g)",
                       graph ? " (graph)" : "", qmma ? " (tensor cores, quants in registers)" : mma ? " (tensor cores)" : "",
                       c->policy == OG_KV_FLAT ? "flat" : "ring", og_dtype_name(c->dtype),
                       c->packed ? "packed" : "dense", B, b, (long long)c->L[b], Hq, Hkv, D, c->W,
-                      (long long)max_keys, r, worst, (double)got[o + worst], (double)ref[o + worst]);
+                      (long long)max_keys, r, worst, (double)got[o + worst], nan_kind(got[o + worst]),
+                      (double)ref[o + worst]);
         }
         for (int32_t b = 0; b < B; b++)
             for (int i = 0; i < n_blocks; i++) {
                 unsigned char *back = malloc(bytes[b]);
-                CK(cudaMemcpy(back, dev[2 * b + i], bytes[b], cudaMemcpyDeviceToHost));
+                from_dev(back, dev[2 * b + i], bytes[b]);
                 CHECK_MSG(memcmp(back, host[2 * b + i], bytes[b]) == 0,
                           "batch %s %s B=%d entry %d (L=%lld): storage block %d differs", og_dtype_name(c->dtype),
                           c->packed ? "packed" : "dense", B, b, (long long)c->L[b], i);
@@ -795,6 +827,7 @@ int main(void) {
     test_refusals();
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    g_stream = stream;
     og_rng rng = og_rng_seed(20251202);
     /* OG_CUDA_TEST_QUICK: the sizes a sanitizer run can afford */
     const bool quick = getenv("OG_CUDA_TEST_QUICK") != NULL;

@@ -24,7 +24,10 @@
  *     graph per batch bucket used (og_model_metrics), never re-captures, and
  *     agrees with the CPU too;
  *   - programs with q8 and q4 weights agree with the CPU back end on the
- *     same program, for every product path (check_quantized).
+ *     same program, for every product path (check_quantized);
+ *   - what the executor zeroes on the default stream is zero before a step on
+ *     its own (non-blocking) stream reads it, however late the default stream
+ *     runs (check_scratch_ordered).
  * Data are found under $OG_SOURCE_DIR when set (a machine with a GPU runs the tests
  * from another checkout), else where the build saw them. Skipped (77) without
  * a CUDA build or device. */
@@ -42,6 +45,7 @@ int main(void) {
 #include "exec/sample.h"
 #include "program/program.h"
 
+#include "cuda_check.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -461,6 +465,55 @@ static void check_mixed_kv_dtypes(og_model *gpu, const int32_t *ids, const char 
     free(lg), free(want);
 }
 
+/* Holds the default (legacy) stream: a host function queued there runs
+ * this long, and everything queued behind it waits. */
+static void CUDART_CB hold_stream(void *arg) { usleep((useconds_t)(uintptr_t)arg); }
+
+/* A step context zeroes its split counters with cudaMemset, which runs on the
+ * default (legacy) stream, asynchronously; the steps run on the context's
+ * non-blocking stream, which does not wait for the legacy one. With the
+ * legacy stream held for 300 ms when the first step creates the context (the
+ * zeroing queued behind the hold), the context must wait for its zeroing:
+ * the legacy stream is idle when the step returns, and decode with splits of
+ * 4 keys (the counters in use from the second key on) over device memory
+ * left at 0xff by a freed buffer agrees with the CPU. Before the executor
+ * waited, this ordering held only by timing, and failed with other processes
+ * sharing the GPU. */
+static void check_scratch_ordered(const char *prog, const float *want, const int32_t *ids, const char *name) {
+    void *junk = NULL; /* leaves the memory the context allocates next far from zero */
+    const size_t junk_bytes = (size_t)256 << 20;
+    CK(cudaMalloc(&junk, junk_bytes));
+    CK(cudaMemset(junk, 0xff, junk_bytes));
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(junk));
+    og_model *m = load(prog, OG_BACKEND_CUDA, 0);
+    og_session *s = m ? session(m) : NULL;
+    if (!s) {
+        og_model_destroy(m);
+        return;
+    }
+    const int32_t keys = og_attend_cuda_set_split_keys(4);
+    const int64_t V = og_model_vocab_size(m);
+    enum { N = 24 };
+    float *got = malloc((size_t)N * (size_t)V * sizeof *got);
+    og_poison(got, (size_t)N * (size_t)V);
+    CK(cudaLaunchHostFunc(0, hold_stream, (void *)(uintptr_t)300000));
+    CHECK_OK(og_session_eval(s, ids, 1, 0, got, 1)); /* creates the step context */
+    const cudaError_t idle = cudaStreamQuery(0);
+    CHECK_MSG(idle == cudaSuccess, "%s: the first step returned with the default stream still busy (%s): the "
+              "context's zeroing was not waited for", name, cudaGetErrorName(idle));
+    for (int t = 1; t < N; t++) CHECK_OK(og_session_eval(s, ids + t, 1, 0, got + (size_t)t * V, 1));
+    size_t worst = 0;
+    const double r = og_tol_ratio(got, want, (size_t)N * (size_t)V, 1e-3, 1e-3, &worst);
+    CHECK_MSG(r <= 1.0, "%s: decode right after the context was made: ratio %.3g at %zu (%g vs %g)", name, r, worst,
+              (double)got[worst], (double)want[worst]);
+    og_attend_cuda_set_split_keys(keys);
+    CK(cudaDeviceSynchronize());
+    free(got);
+    og_session_destroy(s);
+    og_model_destroy(m);
+}
+
 static void check_fixture(const char *src, const char *name) {
     char dir[1024], prog[1024];
     snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
@@ -488,6 +541,7 @@ static void check_fixture(const char *src, const char *name) {
      * rounds activations to bf16 (as llama.cpp does), its T = 1 steps keep
      * them in f32, which is what the CUDA path computes (hi + lo products) */
     float *want = run(cpu, ids, N_TOK, 1, NULL);
+    check_scratch_ordered(prog, want, ids, name);
     const int chunks[] = {0, 3, 1};
     for (int ci = 0; ci < 3; ci++) {
         float *got = run(gpu, ids, N_TOK, chunks[ci], NULL);

@@ -1,6 +1,7 @@
 /* Constrained generation end to end: the demo model (models/kjv-tiny, which
  * knows only the King James Bible) through og_engine with the grammar's
- * constraint hook, greedy and sampled, under JSON schemas and a GBNF
+ * constraint hook (or the schema or grammar text in the request, which the
+ * engine compiles), greedy and sampled, under JSON schemas and a GBNF
  * grammar, every request submitted at once (batched steps whose rows follow
  * different grammars, a matcher per request). Each output must end by the model's end token (the grammar
  * complete), parse, and validate against its schema by a published
@@ -74,16 +75,24 @@ typedef struct job {
     int64_t tokens;
 } job;
 
-/* Submits one constrained request (its own matcher). */
-static void submit(og_engine *e, const og_grammar *g, const og_grammar_vocab *v, const char *prompt,
-                   float temperature, uint64_t seed, job *j) {
+/* Submits one constrained request: with its own matcher as the constraint
+ * hook, or (by_engine) with the schema or GBNF text in the request, the
+ * engine compiling it and making the matcher. */
+static void submit(og_engine *e, const og_grammar *g, const og_grammar_vocab *v, const char *schema,
+                   const char *gbnf, bool by_engine, const char *prompt, float temperature, uint64_t seed, job *j) {
     memset(j, 0, sizeof *j);
-    CHECK_OK(og_matcher_create(g, v, &j->m));
     og_request_params p = og_request_default_params();
     p.text = prompt;
     p.max_tokens = 700;
     p.sampling.temperature = temperature;
     p.sampling.seed = seed;
+    if (by_engine) {
+        p.json_schema = schema;
+        p.grammar = gbnf;
+        CHECK_OK(og_engine_submit(e, &p, &j->r));
+        return;
+    }
+    CHECK_OK(og_matcher_create(g, v, &j->m));
     p.constraint = og_grammar_constraint;
     p.constraint_ctx = j->m;
     if (j->m) CHECK_OK(og_engine_submit(e, &p, &j->r));
@@ -112,7 +121,7 @@ static void collect(job *j) {
         }
     }
     og_request_destroy(j->r);
-    CHECK_MSG(og_matcher_error(j->m) == NULL, "matcher: %s", og_matcher_error(j->m));
+    if (j->m) CHECK_MSG(og_matcher_error(j->m) == NULL, "matcher: %s", og_matcher_error(j->m));
     og_matcher_destroy(j->m);
 }
 
@@ -144,6 +153,21 @@ int main(void) {
     og_engine_params ep = og_engine_default_params();
     og_engine *e = NULL;
     if (v) CHECK_OK(og_engine_create(model, tok, &ep, &e));
+    /* what the engine refuses at submit, by name */
+    if (e) {
+        og_request_params p = og_request_default_params();
+        og_request *r = NULL;
+        p.text = "In the beginning";
+        p.grammar = k_gbnf;
+        p.json_schema = k_schemas[0];
+        CHECK(og_engine_submit(e, &p, &r) == OG_ERR_INVALID_ARGUMENT && !r);
+        p.json_schema = NULL;
+        p.grammar = "root ::= \"a\" (";
+        CHECK(og_engine_submit(e, &p, &r) == OG_ERR_FORMAT && !r && strstr(og_last_error(), "line 1"));
+        p.grammar = NULL;
+        p.json_schema = "{\"type\":\"string\",\"format\":\"email\"}";
+        CHECK(og_engine_submit(e, &p, &r) == OG_ERR_UNSUPPORTED && !r && strstr(og_last_error(), "email"));
+    }
     /* every request at once, so that the engine's batched steps carry
      * rows of different grammars side by side: per schema greedy from two
      * prompts and sampled with three seeds, and the GBNF grammar greedy and
@@ -160,8 +184,10 @@ int main(void) {
             write_file(path, k_schemas[s]);
         } else
             CHECK_OK(og_grammar_parse(k_gbnf, strlen(k_gbnf), &gs[s]));
+        /* runs 1 and 3 give the engine the schema or grammar text (og_request_params) */
         for (int run = 0; gs[s] && run < (s < N_SCHEMA ? RUNS : GBNF_RUNS); run++)
-            submit(e, gs[s], v, prompts[run % 2], run < 2 ? 0.0f : 1.0f, 1000 + (uint64_t)run, &jobs[n_jobs++]);
+            submit(e, gs[s], v, s < N_SCHEMA ? k_schemas[s] : NULL, s < N_SCHEMA ? NULL : k_gbnf, run % 2 == 1,
+                   prompts[run % 2], run < 2 ? 0.0f : 1.0f, 1000 + (uint64_t)run, &jobs[n_jobs++]);
     }
     for (int k = 0; k < n_jobs; k++) {
         job *j = &jobs[k];

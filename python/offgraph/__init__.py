@@ -5,9 +5,17 @@
         for piece in model.generate("In the beginning", max_tokens=32, temperature=0):
             print(piece, end="", flush=True)
 
+    llm = offgraph.Llama(model_path="build/kjv-tiny.ogp")   # llama.cpp's names
+    llm.create_completion("In the beginning", max_tokens=16)["choices"][0]["text"]
+
+Generation has no policy here: Model.generate, Session.generate and the
+Llama API each make one request of the library's engine (Model.submit,
+og_engine_submit), which tokenizes the prompt (special tokens, chat
+template), samples, and decides where the output ends.
+
 The shared library liboffgraph.so.<major> is looked for, in this order:
 the path in the environment variable OFFGRAPH_LIB; a copy next to this
-file; the system's dynamic loader (LD_LIBRARY_PATH, the ld.so cache, what
+file (where `pip install .` puts the one it builds); the system's dynamic loader (LD_LIBRARY_PATH, the ld.so cache, what
 ctypes.util.find_library finds); /usr/local/lib, where `make install` puts
 it by default.
 
@@ -22,6 +30,7 @@ sessions first, a tokenizer its decode streams.
 import array
 import ctypes
 import ctypes.util
+import json
 import os
 import threading
 import time
@@ -29,8 +38,8 @@ import weakref
 from ctypes import (POINTER, Structure, byref, c_bool, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
                     c_size_t, c_uint, c_uint64, c_void_p)
 
-__all__ = ["OffgraphError", "Model", "Session", "Tokenizer", "DecodeStream", "Sampler", "StepItem",
-           "library_path", "set_log_level", "ABI_MAJOR"]
+__all__ = ["OffgraphError", "Model", "Session", "Request", "Output", "Tokenizer", "DecodeStream", "Sampler",
+           "StepItem", "Llama", "library_path", "set_log_level", "ABI_MAJOR"]
 
 __version__ = "0.1"
 
@@ -118,7 +127,20 @@ class _RequestParams(Structure):
                 ("add_generation_prompt", c_bool), ("template_vars_json", c_char_p), ("messages_json", c_char_p),
                 ("tools_json", c_char_p), ("sampling", _SamplerParams),
                 ("max_tokens", c_int64), ("stop", POINTER(c_char_p)), ("n_stop", c_int32), ("ignore_eos", c_bool),
-                ("logprobs", c_int32), ("constraint", c_void_p), ("constraint_ctx", c_void_p)]
+                ("logprobs", c_int32), ("grammar", c_char_p), ("json_schema", c_char_p), ("constraint", c_void_p),
+                ("constraint_ctx", c_void_p)]
+
+
+class _ChatMessage(Structure):
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
+
+
+_MAX_TOP_LOGPROBS = 20  # OG_MAX_TOP_LOGPROBS
+
+
+class _TokenLogprob(Structure):
+    _fields_ = [("token", c_int32), ("logprob", c_float), ("n_top", c_int32), ("top", c_int32 * _MAX_TOP_LOGPROBS),
+                ("top_logprob", c_float * _MAX_TOP_LOGPROBS)]
 
 
 class _RequestOutput(Structure):
@@ -129,7 +151,7 @@ class _RequestOutput(Structure):
                 ("t_end", c_double), ("kv", _KvMetrics)]
 
 
-_PROMPT_TEXT, _PROMPT_TOKENS = 0, 1
+_PROMPT_TEXT, _PROMPT_TOKENS, _PROMPT_CHAT = 0, 1, 2
 _FINISH_NONE, _FINISH_STOP, _FINISH_LENGTH, _FINISH_CANCELLED, _FINISH_ERROR = range(5)
 
 
@@ -773,37 +795,68 @@ class Model(_Handle):
                 h = self._engines[kv_dtype] = e.value
             return h
 
-    def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
-                 repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None, kv_dtype=None):
-        """A generator of the text pieces of a continuation of prompt (a str:
-        its ids by the tokenizer's rule, Model.prompt_ids(prompt,
-        add_special), e.g. with a BOS; or a list of token ids, fed as they
-        are), each given out as soon as it is complete, through the library's
-        engine as `offgraph run` generates. temperature 0 is greedy; top_k,
-        top_p, min_p, repeat_penalty, repeat_last_n and seed are Sampler's
-        (seed None: one the engine picks). It stops after max_tokens tokens
-        (0: until the context is full), before an end token
-        (Tokenizer.stop_ids), before a stop string (a string or a list of
-        them; matched across tokens, never given out) or where the context
-        is full; the reason ("stop" or "length") is the generator's return
-        value. Closing the generator early cancels the generation. kv_dtype:
-        as Model.session. Threads may generate at once: the engine steps
-        their requests together."""
-        stops = [stop] if isinstance(stop, str) else [x for x in (stop or ()) if x]
-        if not all(isinstance(x, str) for x in stops):
-            raise OffgraphError("generate: stop must be a string or a list of strings, not %r" % (stop,))
+    def submit(self, prompt=None, messages=None, max_tokens=0, temperature=0.8, top_k=40, top_p=0.95,
+               min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None,
+               logprobs=None, grammar=None, json_schema=None, template_vars=None, add_generation_prompt=True,
+               ignore_eos=False, kv_dtype=None, session=None):
+        """Submits a request to the library's engine (og_engine_submit), the
+        one generation path of every front end, and returns its Request
+        (iterate it for its output). The prompt is one of: prompt, a str
+        (tokenized by the tokenizer's rule: with add_special, the special
+        tokens it adds, e.g. a BOS, as `offgraph run`) or a list of token ids
+        (fed as given); or messages, a list of {"role", "content"} dicts
+        rendered by the model's chat template (template_vars: a dict of extra
+        template variables, e.g. {"enable_thinking": False}). temperature 0
+        is greedy; top_k, top_p, min_p, repeat_penalty, repeat_last_n and
+        seed are og_sampler_params' (seed None: one the engine picks). The
+        engine ends the request after max_tokens tokens (0: where the context
+        is full), at an end token of the tokenizer (unless ignore_eos), at a
+        stop string (a str or a list of them; never in the text) or where the
+        context is full. logprobs: None, or how many alternatives (0..20)
+        each token's log-probability comes with. grammar (GBNF text) or
+        json_schema (a dict or JSON text): what the output must follow.
+        session: a Session of this model to go on in (the prompt is what
+        comes after what it holds; every token generated is fed to it); it
+        is the engine's until the request ends. kv_dtype: the KV dtype of
+        the engine's sessions (as Model.session)."""
         L = _L()
-        e = self._engine(kv_dtype)
         p = L.og_request_default_params()
-        keep = []
-        if isinstance(prompt, (str, bytes)):
-            p.kind = _PROMPT_TEXT
+        keep = []  # what p points to, alive until the submit has copied it
+        if (prompt is None) == (messages is None):
+            raise OffgraphError("submit: give a prompt or messages, not %s" % ("both" if prompt is not None else "neither"))
+        if messages is not None:
+            msgs = list(messages)
+            arr = (_ChatMessage * max(len(msgs), 1))()
+            for i, m in enumerate(msgs):
+                try:
+                    role, content = m["role"], m.get("content")
+                except (TypeError, KeyError):
+                    raise OffgraphError("submit: message %d must be a dict with a role and a content, not %r"
+                                        % (i, m)) from None
+                if content is None:
+                    content = ""
+                if not isinstance(role, str) or not isinstance(content, str):
+                    raise OffgraphError("submit: message %d: role and content must be strings" % i)
+                rb, cb = role.encode("utf-8"), content.encode("utf-8")
+                keep += [rb, cb]
+                arr[i].role, arr[i].content = rb, cb
+            keep.append(arr)
+            p.kind = _PROMPT_CHAT
+            p.messages = ctypes.cast(arr, c_void_p)
+            p.n_messages = len(msgs)
+            p.add_generation_prompt = bool(add_generation_prompt)
+            if template_vars:
+                tv = json.dumps(template_vars).encode("utf-8")
+                keep.append(tv)
+                p.template_vars_json = tv
+        elif isinstance(prompt, (str, bytes)):
             text = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
             keep.append(text)
+            p.kind = _PROMPT_TEXT
             p.text = text
             p.add_special = bool(add_special)
         else:
-            toks, n = _ids(prompt, "generate: prompt")
+            toks, n = _ids(prompt, "submit: prompt")
             keep.append(toks)
             p.kind = _PROMPT_TOKENS
             p.tokens = ctypes.cast(toks, POINTER(c_int32))
@@ -817,46 +870,148 @@ class Model(_Handle):
         sp.repeat_last_n = int(repeat_last_n)
         sp.seed = 0 if seed is None else int(seed) & 0xFFFFFFFFFFFFFFFF
         p.max_tokens = int(max_tokens)
+        stops = [stop] if isinstance(stop, str) else list(stop or ())
+        if not all(isinstance(x, str) for x in stops):
+            raise OffgraphError("submit: stop must be a string or a list of strings, not %r" % (stop,))
         if stops:
             arr = (c_char_p * len(stops))(*[x.encode("utf-8") for x in stops])
             keep.append(arr)
             p.stop = ctypes.cast(arr, POINTER(c_char_p))
             p.n_stop = len(stops)
+        p.ignore_eos = bool(ignore_eos)
+        p.logprobs = -1 if logprobs is None else int(logprobs)
+        if grammar is not None:
+            g = grammar.encode("utf-8") if isinstance(grammar, str) else bytes(grammar)
+            keep.append(g)
+            p.grammar = g
+        if json_schema is not None:
+            js = (json_schema if isinstance(json_schema, (str, bytes)) else json.dumps(json_schema))
+            js = js.encode("utf-8") if isinstance(js, str) else js
+            keep.append(js)
+            p.json_schema = js
+        if session is not None:
+            raise OffgraphError("submit: session: not yet (the engine cannot go on in a caller's session yet)")
+            if not isinstance(session, Session) or session.model is not self:
+                raise OffgraphError("submit: session must be a Session of this model, not %r" % (session,))
+            if session._request is not None:
+                raise OffgraphError("submit: a request still runs on the session")
+            p.session = session._ptr()
+        e = self._engine(kv_dtype)
         h = c_void_p()
-        _check(L.og_engine_submit(e, byref(p), byref(h)), "generate")
-        req = _Request(self, h.value)
-        out = _RequestOutput()
-        try:
-            while True:
-                # what has come, without waiting; when nothing has, a
-                # millisecond's sleep: text in runs of tokens rather than a
-                # wake of this thread at every one (as `offgraph run`)
-                L.og_request_next(req.h, byref(out), 0.0)
-                if not out.n_text and out.finish == _FINISH_NONE:
-                    time.sleep(0.001)
-                    continue
-                if out.n_text:
-                    yield ctypes.string_at(out.text, out.n_text).decode("utf-8", "replace")
-                if out.finish == _FINISH_ERROR:
-                    raise OffgraphError("generate: %s" % _text(out.error), status=_status_name(out.status))
-                if out.finish != _FINISH_NONE:
-                    return "stop" if out.finish == _FINISH_STOP else "length"
-        finally:
-            req.destroy()
+        _check(L.og_engine_submit(e, byref(p), byref(h)), "submit")
+        return Request(self, h.value, session)
+
+    def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                 repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None, kv_dtype=None):
+        """A generator of the text pieces of a continuation of prompt (a str,
+        or a list of token ids), each given out as soon as it is complete:
+        a request of the engine (Model.submit says what each argument does),
+        as `offgraph run` generates. The finish reason ("stop" or "length")
+        is the generator's return value. Closing the generator early cancels
+        the generation. Threads may generate at once: the engine steps their
+        requests together."""
+        with self.submit(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                         min_p=min_p, repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
+                         add_special=add_special, stop=stop, kv_dtype=kv_dtype) as req:
+            for out in req:
+                if out.text:
+                    yield out.text
+            return req.finish_reason
 
 
-class _Request:
-    """An engine request of Model.generate (og_request), destroyed once."""
+class Output:
+    """What a request produced since the previous one (og_request_output):
+    text (str: complete characters, never a stop string), tokens (ids, stop
+    ids excluded), logprobs (when asked: one (token, logprob, [(token,
+    logprob), ...]) a token)."""
 
-    def __init__(self, model, h):
-        self.model, self.h = model, h
+    __slots__ = ("text", "tokens", "logprobs")
+
+    def __init__(self, text, tokens, logprobs):
+        self.text, self.tokens, self.logprobs = text, tokens, logprobs
+
+
+_FINISH_NAMES = {_FINISH_STOP: "stop", _FINISH_LENGTH: "length", _FINISH_CANCELLED: "cancelled"}
+
+
+class Request:
+    """A request of the engine (og_request), made by Model.submit or
+    Session.submit. Iterating it gives Output objects until it ends;
+    finish_reason is then "stop", "length" or "cancelled" (a failure raises
+    OffgraphError), and prompt_tokens, reused_tokens (from the prefix
+    cache) and completion_tokens count its tokens. close() (or leaving a
+    `with` block) cancels it if it still runs and frees it; with a session,
+    it returns once the engine has let go of the session. One thread at a
+    time."""
+
+    def __init__(self, model, h, session=None):
+        self.model, self._h, self.session = model, h, session
+        self.finish_reason = None
+        self.prompt_tokens = self.reused_tokens = self.completion_tokens = 0
         model._requests.add(self)
+        if session is not None:
+            session._request = self
 
-    def destroy(self):
-        if self.h:
-            _L().og_request_destroy(self.h)
-            self.h = None
+    def __iter__(self):
+        L = _L()
+        out = _RequestOutput()
+        while self._h is not None and self.finish_reason is None:
+            # what has come, without waiting; when nothing has, a
+            # millisecond's sleep: text in runs of tokens rather than a wake
+            # of this thread at every one (as `offgraph run`)
+            L.og_request_next(self._h, byref(out), 0.0)
+            if not out.n_text and not out.n_tokens and out.finish == _FINISH_NONE:
+                time.sleep(0.001)
+                continue
+            self.prompt_tokens, self.reused_tokens = out.prompt_tokens, out.reused_tokens
+            self.completion_tokens = out.completion_tokens
+            if out.finish == _FINISH_ERROR:
+                self.finish_reason = "error"
+                raise OffgraphError("generate: %s" % _text(out.error), status=_status_name(out.status))
+            if out.n_text or out.n_tokens:
+                text = ctypes.string_at(out.text, out.n_text).decode("utf-8", "replace") if out.n_text else ""
+                tokens = out.tokens[:out.n_tokens] if out.n_tokens else []
+                lps = None
+                if out.n_logprobs:
+                    arr = ctypes.cast(out.logprobs, POINTER(_TokenLogprob))
+                    lps = [(arr[i].token, arr[i].logprob,
+                            [(arr[i].top[k], arr[i].top_logprob[k]) for k in range(arr[i].n_top)])
+                           for i in range(out.n_logprobs)]
+                yield Output(text, tokens, lps)
+            if out.finish != _FINISH_NONE:
+                self.finish_reason = _FINISH_NAMES.get(out.finish, "stop")
+        if self.finish_reason is not None and self.session is not None:
+            self._release()
+
+    def _release(self):
+        if self.session is not None and self.session._request is self:
+            self.session._request = None
+
+    def cancel(self):
+        """Asks the request to end at the engine's next step (any thread)."""
+        if self._h is not None:
+            _L().og_request_cancel(self._h)
+
+    def close(self):
+        h, self._h = self._h, None
+        if h is not None:
+            _L().og_request_destroy(h)
             self.model._requests.discard(self)
+        self._release()
+
+    destroy = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Session(_Handle):
@@ -883,7 +1038,19 @@ class Session(_Handle):
             _check(L.og_session_create(model._ptr(), byref(p), byref(h)), "session")
             _handle = h.value
         self._h = _handle
+        self._request = None  # the engine's request running on it (Session.submit)
         model._sessions.add(self)
+
+    def _ptr(self):
+        if self._request is not None:
+            raise OffgraphError("the session is the engine's until its request (Session.submit) ends")
+        return super()._ptr()
+
+    def close(self):
+        """Ends the request running on it, if any, then frees it."""
+        if self._request is not None:
+            self._request.close()
+        super().close()
 
     def _error(self):
         return _text(_L().og_session_last_error(self._h)) if self._h else _text(_L().og_last_error())
@@ -1077,3 +1244,7 @@ class Session(_Handle):
         finally:
             gen.close()
             stream.close()
+
+
+
+from .llama import Llama  # noqa: E402  (it builds on the classes above)

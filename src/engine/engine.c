@@ -40,6 +40,8 @@ og_request_params og_request_default_params(void) {
 /* ------------------------------------------------------------ requests */
 
 static void req_free(og_request *r) {
+    og_matcher_destroy(r->matcher);
+    og_grammar_destroy(r->grammar);
     og_free(r->prompt);
     og_free(r->bias);
     for (int32_t i = 0; i < r->n_stops; i++) og_free(r->stops[i]);
@@ -286,6 +288,28 @@ static void admit_locked(og_engine *e) {
     }
 }
 
+/* The request's grammar (GBNF text or a JSON schema) and a matcher over the
+ * engine's grammar vocabulary (made once, for the first such request): the
+ * request's constraint. */
+static og_status grammar_of(og_engine *e, og_request *r, const og_request_params *p) {
+    if ((p->grammar && p->json_schema) || p->constraint)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "og_engine_submit: at most one of grammar, json_schema and constraint");
+    if (!e->tok)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: a grammar needs an engine with a tokenizer");
+    og_status st = p->grammar ? og_grammar_parse(p->grammar, strlen(p->grammar), &r->grammar)
+                              : og_grammar_from_json_schema(p->json_schema, strlen(p->json_schema), &r->grammar);
+    if (st != OG_OK) return og_set_error(st, "og_engine_submit: %s", og_last_error());
+    pthread_mutex_lock(&e->gvocab_lock);
+    if (!e->gvocab) st = og_grammar_vocab_create(e->tok, e->vocab, NULL, 0, &e->gvocab);
+    pthread_mutex_unlock(&e->gvocab_lock);
+    if (st == OG_OK) st = og_matcher_create(r->grammar, e->gvocab, &r->matcher);
+    if (st != OG_OK) return og_set_error(st, "og_engine_submit: grammar: %s", og_last_error());
+    r->constraint = og_grammar_constraint;
+    r->constraint_ctx = r->matcher;
+    return OG_OK;
+}
+
 static og_status copy_params(og_engine *e, og_request *r, const og_request_params *p) {
     r->sampling = p->sampling;
     r->sampling.logit_bias = NULL;
@@ -326,6 +350,7 @@ static og_status copy_params(og_engine *e, og_request *r, const og_request_param
             r->n_stops++;
         }
     }
+    if (p->grammar || p->json_schema) OG_TRY(grammar_of(e, r, p));
     if (p->logprobs < -1 || p->logprobs > OG_MAX_TOP_LOGPROBS)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: logprobs %d is outside [-1, %d]",
                             (int)p->logprobs, OG_MAX_TOP_LOGPROBS);
@@ -956,6 +981,8 @@ void og_engine_destroy(og_engine *e) {
     og_session_destroy(e->probe);
     og_free(e->forbidden);
     og_chat_template_destroy(e->chat);
+    og_grammar_vocab_destroy(e->gvocab);
+    pthread_mutex_destroy(&e->gvocab_lock);
     pthread_cond_destroy(&e->sched_cond);
     pthread_cond_destroy(&e->idle_cond);
     pthread_mutex_destroy(&e->lock);
@@ -974,6 +1001,7 @@ og_status og_engine_create(og_model *m, og_tokenizer *tok, const og_engine_param
     og_engine *e = og_calloc(1, sizeof *e);
     if (!e) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_create: no memory");
     pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->gvocab_lock, NULL);
     pthread_cond_init(&e->sched_cond, NULL);
     pthread_cond_init(&e->idle_cond, NULL);
     e->p = p;

@@ -6,6 +6,7 @@
 #define OG_ENGINE_ENGINE_H
 
 #include "text/chat_template.h"
+#include "text/grammar.h"
 #include "text/textgen.h"
 #include "text/tokenizer.h"
 #include "offgraph.h"
@@ -33,6 +34,8 @@ struct og_request {
     int32_t logprobs;           /* -1: none; else top alternatives wanted */
     og_constraint_fn constraint;
     void *constraint_ctx;
+    og_grammar *grammar;        /* owned: the request's grammar or JSON schema */
+    og_matcher *matcher;        /* owned: its position in it (the constraint's ctx) */
     int64_t reserve_bytes;      /* KV bytes admission sets aside for it */
 
     /* ---- lock */
@@ -115,6 +118,9 @@ struct og_engine {
     int32_t n_forbidden;
     int32_t stop_ids[8];        /* what ends a generation: og_tokenizer_stop_ids */
     int32_t n_stop_ids;
+    pthread_mutex_t gvocab_lock;
+    og_grammar_vocab *gvocab;   /* gvocab_lock: the vocabulary as grammars see
+                                   it, made for the first request with one */
 
     pthread_mutex_t lock;
     pthread_cond_t sched_cond;  /* the scheduler waits on it for work */

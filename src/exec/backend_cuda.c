@@ -379,6 +379,11 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
             }
         }
     }
+    /* The uploads above ran on the default (legacy) stream, which the steps'
+     * non-blocking streams do not wait for, and cudaMemcpy from pageable
+     * memory may return before its DMA lands: wait for them here, so that no
+     * step reads a weight or a rope table still on its way. */
+    CUDA_TRY(cudaStreamSynchronize(0), "weight uploads");
     return plan_step_slots(m, cm);
 }
 
@@ -510,6 +515,10 @@ static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out)
         SET_TRY(cudaMalloc((void **)&r->attn_partials, floats * sizeof(float)), "batched attention scratch");
         SET_TRY(cudaMemset(r->attn_partials, 0, floats * sizeof(float)), "batched attention scratch");
     }
+    /* cudaMemset is asynchronous, on the default (legacy) stream, which the
+     * steps' non-blocking streams do not wait for: a step must not find the
+     * counters before they are zero */
+    SET_TRY(cudaStreamSynchronize(0), "zeroing the step scratch");
 #undef SET_TRY
     return OG_OK;
 fail:
@@ -558,6 +567,8 @@ static og_status ctx_init(og_model *m, og_step_ctx *c) {
     if (cm->attend_scratch > 0) { /* its split counters start at zero; every step leaves them so */
         CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
         CUDA_TRY(cudaMemset(c->partials, 0, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
+        /* on the default stream, asynchronous: done before c->stream (non-blocking) may read the counters */
+        CUDA_TRY(cudaStreamSynchronize(0), "attention scratch");
     }
     if (cm->max_dequant > 0) /* once, for the widest panel: products of every width share it */
         CUDA_TRY(cudaMalloc((void **)&c->dequant, (size_t)cm->max_dequant * sizeof(float)), "dequantized weights");

@@ -219,6 +219,123 @@ for name, add_bos_token, template_bos in (("plain", None, False), ("add-bos", Tr
             check(s.length == len(ids) + n - 1, "%s: the session holds %d tokens, not the prompt's %d + %d - 1" %
                   (name, s.length, len(ids), n))
 
+# ---- the Llama-style API: what `offgraph run` gives, in OpenAI's shapes
+llm = offgraph.Llama(model_path=DEMO, n_gpu_layers=0)
+check(llm.n_ctx() == model.max_context and llm.n_vocab() == 4096 and llm.token_eos() == 0 and llm.token_bos() == -1,
+      "Llama: n_ctx %d, n_vocab %d, eos %d, bos %d" % (llm.n_ctx(), llm.n_vocab(), llm.token_eos(), llm.token_bos()))
+check(llm.tokenize(b"In the beginning") == tok.encode("In the beginning") and
+      llm.detokenize(tok.encode("In the beginning")) == b"In the beginning", "Llama tokenize / detokenize")
+
+
+def run_stats(*args):
+    """(text, --stats line) of `offgraph run`."""
+    r = subprocess.run([TOOL, "run", "-m", DEMO, "--backend", "cpu", "--stats"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    if r.returncode != 0:
+        raise SystemExit("offgraph run failed: %s" % r.stderr.decode(errors="replace"))
+    return r.stdout.decode("utf-8"), json.loads(r.stderr.decode("utf-8").strip().splitlines()[-1])
+
+
+for prompt, extra in (("In the beginning", {}), ("And the LORD said unto Moses,", {}),
+                      ("And it came to pass", {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}),
+                      ("Blessed are the", {"stop": ["LORD"]})):
+    args = ["-p", prompt, "-n", str(N), "--temp", str(extra.get("temperature", 0))]
+    if "seed" in extra:
+        args += ["--top-k", "40", "--top-p", "0.95", "--seed", "7"]
+    for x in extra.get("stop", ()):
+        args += ["--stop", x]
+    want, stats = run_stats(*args)
+    kw = dict({"temperature": 0}, **extra)
+    out = llm.create_completion(prompt, max_tokens=N, **kw)
+    c = out["choices"][0]
+    check(out["object"] == "text_completion" and prompt + c["text"] + "\n" == want,
+          "create_completion(%r):\n  Llama: %r\n  run:   %r" % (prompt, prompt + c["text"] + "\n", want))
+    check(c["finish_reason"] == stats["finish_reason"] and out["usage"]["prompt_tokens"] == stats["prompt_tokens"] and
+          out["usage"]["completion_tokens"] == stats["generated_tokens"],
+          "create_completion(%r): %s / %s; run: %s" % (prompt, c["finish_reason"], out["usage"], stats))
+    chunks = list(llm.create_completion(prompt, max_tokens=N, stream=True, **kw))
+    check("".join(ch["choices"][0]["text"] for ch in chunks) == c["text"] and
+          chunks[-1]["choices"][0]["finish_reason"] == c["finish_reason"] and len(chunks) > 2,
+          "streamed create_completion(%r): %s" % (prompt, chunks))
+# log-probabilities: the tokens are the text, the drawn token is the most likely (greedy)
+out = llm.create_completion("In the beginning", max_tokens=8, temperature=0, logprobs=3, echo=True)
+c = out["choices"][0]
+lp = c["logprobs"]
+check(c["text"].startswith("In the beginning") and "".join(lp["tokens"]) == c["text"][len("In the beginning"):] and
+      len(lp["tokens"]) == 8 and all(len(t) == 3 for t in lp["top_logprobs"]) and
+      all(abs(max(t.values()) - v) < 1e-6 and v <= 0 for t, v in zip(lp["top_logprobs"], lp["token_logprobs"])) and
+      lp["text_offset"][0] == len("In the beginning"), "logprobs: %s" % c)
+# structured output over the engine's grammar: outputs validated by python3-jsonschema
+schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                           "age": {"type": "integer"},
+                                           "sons": {"type": "array", "items": {"type": "string", "maxLength": 10},
+                                                    "maxItems": 3}},
+          "required": ["name", "age", "sons"], "additionalProperties": False}
+vdir = os.path.join(WORK, "validate")
+os.makedirs(vdir, exist_ok=True)
+json.dump(schema, open(os.path.join(vdir, "0.schema.json"), "w"))
+json.dump(schema, open(os.path.join(vdir, "1.schema.json"), "w"))
+# (json_object with a schema, as llama.cpp's binding takes it; a bare
+# json_object lets this small model ramble inside a string past any budget)
+for k, (fmt, seed) in enumerate(((0, None), (0, 11), (1, None), (1, 12))):
+    rf = ({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}} if fmt == 0
+          else {"type": "json_object", "schema": schema})
+    out = llm.create_completion("And the LORD spake unto Moses, saying,", max_tokens=300, response_format=rf,
+                                temperature=0 if seed is None else 1.0, seed=seed)
+    text = out["choices"][0]["text"]
+    check(out["choices"][0]["finish_reason"] == "stop", "response_format %s: finish %s" % (rf, out["choices"][0]))
+    with open(os.path.join(vdir, "%d.%d.out.json" % (fmt, k)), "w", encoding="utf-8") as f:
+        f.write(text)
+py3 = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
+r = subprocess.run([py3, os.path.join(SRC, "tests", "grammar", "validate.py"), vdir], stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT, timeout=120)
+check(r.returncode == 0 and b"4 outputs checked" in r.stdout, "validate.py: %s" % r.stdout.decode(errors="replace"))
+text = llm.create_completion("In the beginning", max_tokens=8, temperature=0,
+                             response_format={"type": "json_object"})["choices"][0]["text"]
+check(text.startswith("{") and text != "{" * len(text), "json_object output %r" % text)
+gbnf = 'root ::= "Amen" ("," " " [a-z]{1,8}){1,3} "."\n'
+text = llm.create_completion("In the beginning", max_tokens=60, temperature=0, grammar=gbnf)["choices"][0]["text"]
+import re  # noqa: E402
+check(re.fullmatch(r"Amen(, [a-z]{1,8}){1,3}\.", text) is not None, "grammar output %r" % text)
+# what offgraph does not do is refused, by name
+for call, what in ((lambda: llm.create_completion("x", suffix="y"), "suffix"),
+                   (lambda: llm.create_chat_completion([{"role": "user", "content": "x"}],
+                                                       tools=[{"type": "function"}]), "tools"),
+                   (lambda: llm.create_completion("x", response_format={"type": "json_schema", "json_schema": {
+                       "schema": {"type": "string", "format": "email"}}}), "email"),
+                   (lambda: offgraph.Llama(model_path=DEMO, n_ctx=10 ** 6), "n_ctx")):
+    try:
+        call()
+        check(False, "%s was not refused" % what)
+    except offgraph.OffgraphError as e:
+        check(what in str(e), "%s refused: %s" % (what, e))
+
+# chat: the demo model with a chat template; the reply is the completion of
+# the text the template renders (the kjv vocabulary reads its markers as text)
+d = os.path.join(WORK, "kjv-chat")
+shutil.copytree(os.path.join(SRC, "models", "kjv-tiny"), d)
+path = os.path.join(d, "tokenizer_config.json")
+cfg = json.load(open(path, encoding="utf-8"))
+cfg["chat_template"] = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant]{% endif %}")
+json.dump(cfg, open(path, "w", encoding="utf-8"))
+tool("export", d, "-o", d + ".ogp")
+with offgraph.Llama(model_path=d + ".ogp", n_gpu_layers=0) as chat_llm:
+    msgs = [{"role": "system", "content": "Thou art a scribe."}, {"role": "user", "content": "Who begat Enos?"}]
+    rendered = "[system] Thou art a scribe.\n[user] Who begat Enos?\n[assistant]"
+    want = chat_llm.create_completion(rendered, max_tokens=12, temperature=0)
+    got = chat_llm.create_chat_completion(msgs, max_tokens=12, temperature=0, logprobs=True, top_logprobs=2)
+    c = got["choices"][0]
+    check(got["object"] == "chat.completion" and c["message"] == {"role": "assistant",
+                                                                    "content": want["choices"][0]["text"]} and
+          got["usage"] == want["usage"] and len(c["logprobs"]["content"]) == 12,
+          "chat %s; the rendered text's completion %s" % (got, want))
+    chunks = list(chat_llm.create_chat_completion(msgs, max_tokens=12, temperature=0, stream=True))
+    check(chunks[0]["choices"][0]["delta"] == {"role": "assistant"} and
+          "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == c["message"]["content"] and
+          chunks[-1]["choices"][0]["finish_reason"] == c["finish_reason"], "streamed chat: %s" % chunks)
+llm.close()
+
 # ---- batched step: two sessions in one step give what each gives alone
 K = 24
 cases = golden[:2]

@@ -15,8 +15,10 @@ tokenizer_config.json, exported, and for each of the fixture's texts:
   - `offgraph run --show-prompt-ids` prints the ids it feeds: they must be
     transformers' (a prompt of no ids is refused, by the server too: HTTP
     400; "" with a BOS rule is the BOS alone and runs);
-  - the Python binding's Model.prompt_ids, which its generate feeds, must be
-    them too;
+  - the Python binding's Model.prompt_ids (Tokenizer.encode) must be them
+    too, and its engine request (Llama.create_completion, with
+    log-probabilities) must feed them, by the two checks the server gets
+    below;
   - `/v1/completions` with the text as the prompt must feed them: its
     usage.prompt_tokens is their count, and the log-probabilities of the
     first token it generates (top 5) equal those of the same request with
@@ -25,9 +27,10 @@ tokenizer_config.json, exported, and for each of the fixture's texts:
     changes every log-probability far beyond the tolerance;
   - the greedy continuations of run, the binding and the server agree.
 
-For a case with a chat, `/v1/chat/completions` of the fixture's messages
-must feed transformers' chat ids by the same two checks (usage and
-log-probabilities against those ids as a token-id completion). `offgraph
+For a case with a chat, `/v1/chat/completions` and the binding's
+Llama.create_chat_completion of the fixture's messages must feed
+transformers' chat ids by the same two checks (usage and log-probabilities
+against those ids as a token-id completion). `offgraph
 chat` takes one user line at a time, so the fixture's conversation (a
 system prompt and an assistant turn) cannot be typed into it;
 tests/python/check_prompt_ids.py checks it against /v1/chat/completions.
@@ -161,7 +164,7 @@ def run_ids(prog, text):
     return ids, cont, r.returncode, err
 
 
-def check_text(label, prog, m, srv, text, want):
+def check_text(label, prog, m, llm, srv, text, want):
     got, run_cont, rc, err = run_ids(prog, text)
     if got != want:
         fail("%s: offgraph run fed %s, transformers %s" % (label, got, want))
@@ -192,13 +195,22 @@ def check_text(label, prog, m, srv, text, want):
     if a["choices"][0]["text"] != b["choices"][0]["text"]:
         fail("%s: /v1/completions continues the text with %r, transformers' ids with %r" %
              (label, a["choices"][0]["text"], b["choices"][0]["text"]))
+    # the binding's request (Llama.create_completion, the engine's text
+    # prompt): the same two checks
+    c = llm.create_completion(text, max_tokens=N, temperature=0, seed=1, logprobs=TOP)
+    if c["usage"]["prompt_tokens"] != len(want):
+        fail("%s: Python's create_completion fed %d prompt tokens, transformers gives %d" %
+             (label, c["usage"]["prompt_tokens"], len(want)))
+    if not same_top(completion_top(c), completion_top(b)):
+        fail("%s: Python's create_completion of the text and /v1/completions of transformers' ids %s differ: "
+             "%s vs %s" % (label, want, completion_top(c), completion_top(b)))
     py_cont = "".join(m.generate(text, max_tokens=N, temperature=0))
-    if run_cont is not None and not (run_cont == py_cont == a["choices"][0]["text"]):
-        fail("%s: greedy continuations differ: run %r, Python %r, /v1/completions %r" %
-             (label, run_cont, py_cont, a["choices"][0]["text"]))
+    if run_cont is not None and not (run_cont == py_cont == a["choices"][0]["text"] == c["choices"][0]["text"]):
+        fail("%s: greedy continuations differ: run %r, Python %r / %r, /v1/completions %r" %
+             (label, run_cont, py_cont, c["choices"][0]["text"], a["choices"][0]["text"]))
 
 
-def check_chat(label, srv, chat):
+def check_chat(label, llm, srv, chat):
     want = chat["ids"]
     c = srv.post("/v1/chat/completions", {"messages": chat["messages"], "max_tokens": N, "temperature": 0,
                                           "seed": 1, "logprobs": True, "top_logprobs": TOP})
@@ -210,6 +222,14 @@ def check_chat(label, srv, chat):
     if not same_top(chat_top(c), completion_top(d)):
         fail("%s: /v1/chat/completions and apply_chat_template's ids as a completion differ: %s vs %s" %
              (label, chat_top(c), completion_top(d)))
+    p = llm.create_chat_completion(chat["messages"], max_tokens=N, temperature=0, seed=1, logprobs=True,
+                                   top_logprobs=TOP)
+    if p["usage"]["prompt_tokens"] != len(want):
+        fail("%s: Python's create_chat_completion fed %d prompt tokens, apply_chat_template gives %d" %
+             (label, p["usage"]["prompt_tokens"], len(want)))
+    if not same_top(chat_top(p), completion_top(d)):
+        fail("%s: Python's create_chat_completion and apply_chat_template's ids as a completion differ: %s vs %s" %
+             (label, chat_top(p), completion_top(d)))
 
 
 def main():
@@ -228,20 +248,21 @@ def main():
             fail("%s: %s" % (case["name"], e))
             continue
         m = offgraph.Model(prog, backend="cpu")
+        llm = offgraph.Llama(model_path=prog, n_gpu_layers=0)
         srv = None
         try:
             srv = Server(prog)
             for enc in case["encode"]:
                 label = "%s %r" % (case["name"], enc["text"])
                 try:
-                    check_text(label, prog, m, srv, enc["text"], enc["ids"])
+                    check_text(label, prog, m, llm, srv, enc["text"], enc["ids"])
                     n_texts += 1
                     n_bos += case.get("bos_id") is not None and enc["ids"][:1] == [case["bos_id"]]
                 except Exception as e:  # noqa: BLE001
                     fail("%s: %s: %s" % (label, type(e).__name__, e))
             if "chat" in case:
                 try:
-                    check_chat(case["name"] + " chat", srv, case["chat"])
+                    check_chat(case["name"] + " chat", llm, srv, case["chat"])
                     n_chats += 1
                 except Exception as e:  # noqa: BLE001
                     fail("%s chat: %s: %s" % (case["name"], type(e).__name__, e))
@@ -251,6 +272,7 @@ def main():
         finally:
             if srv:
                 srv.close()
+            llm.close()
             m.close()
         os.remove(prog)
         print("%s: checked" % case["name"], flush=True)
