@@ -447,7 +447,8 @@ og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n
     if (st == OG_OK) st = og_engine_prompt(e, p, &r->prompt, &r->n_prompt);
     if (st == OG_OK) st = resolve_budget(e, r, p->max_tokens);
     for (int32_t i = 1; st == OG_OK && i < n; i++) st = follower_of(e, r, p, i, rs[i]);
-    for (int32_t i = 0; st == OG_OK && constraint_ctx && i < n; i++) rs[i]->constraint_ctx = constraint_ctx[i];
+    for (int32_t i = 0; st == OG_OK && constraint_ctx && p->constraint && i < n; i++)
+        rs[i]->constraint_ctx = constraint_ctx[i];
     if (st == OG_OK && n > 1 && !(r->followers = og_calloc((size_t)(n - 1), sizeof *r->followers)))
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no memory");
     pthread_mutex_lock(&e->lock);
