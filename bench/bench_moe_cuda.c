@@ -13,8 +13,8 @@
  * per case, a table last.
  *   bench_moe_cuda [tokens ...]
  * and decode widths (1, 8 and 64 tokens, bf16 and q4 experts): the CUDA-core
- * products one element at a time against 8 weights a lane
- * (og_moe_cuda_set_vec, the switch OG_CUDA_MOE_VEC=0 clears), each call on
+ * products one element at a time, 8 weights a lane and a 16-byte chunk a
+ * lane (og_moe_cuda_set_vec's modes 0, 1 and 2: OG_CUDA_MOE_VEC), each call on
  * a new token's router logits so that it picks other experts than the call
  * before (the q4 experts of one token, 21 MB, would otherwise stay in L2),
  * with the bytes of the experts the calls read over the time:
@@ -140,7 +140,8 @@ static int decode_mode(cudaStream_t st) {
     CK(cudaStreamSynchronize(0)); /* the legacy stream's copies: st (non-blocking) waits for none */
     printf("moe layer decode, hidden %lld, %lld experts of %lld, top %d (each call a new token's experts)\n",
            (long long)H, (long long)E, (long long)F, K_TOP);
-    printf("%6s %8s %12s %12s %10s %12s\n", "tokens", "weights", "element us", "vector us", "speedup", "vector GB/s");
+    printf("%6s %8s %12s %12s %12s %10s %12s\n", "tokens", "weights", "element us", "8-a-lane us", "chunk us", "speedup",
+           "chunk GB/s");
     og_moe_cuda_set_gemm(false);
     for (int w = 0; w < 2; w++) {
         const bool q4 = w == 1;
@@ -151,16 +152,19 @@ static int decode_mode(cudaStream_t st) {
                                         .gate_up_dtype = q4 ? OG_DTYPE_Q4 : OG_DTYPE_BF16, .down = q4 ? q4dn : bdn,
                                         .down_dtype = q4 ? OG_DTYPE_Q4 : OG_DTYPE_BF16, .T = T, .H = H, .F = F,
                                         .E = E, .top_k = K_TOP, .norm_topk_prob = true, .out = out};
-            og_moe_cuda_set_vec(false);
+            og_moe_cuda_set_vec(0);
             const double el = time_call_rot(st, &a, scratch, T) * 1e3;
-            og_moe_cuda_set_vec(true);
+            og_moe_cuda_set_vec(1);
             const double ve = time_call_rot(st, &a, scratch, T) * 1e3;
+            og_moe_cuda_set_vec(2);
+            const double ch = time_call_rot(st, &a, scratch, T) * 1e3;
             /* experts read: at most E, at most T * k (distinct picks, an upper bound) */
             const double experts = (double)(T * K_TOP < E ? T * K_TOP : E);
-            printf("%6lld %8s %12.1f %12.1f %10.2f %12.0f\n", (long long)T, q4 ? "q4" : "bf16", el, ve, el / ve,
-                   experts * per_expert / (ve * 1e-6) / 1e9);
-            printf("{\"bench\":\"moe_decode\",\"T\":%lld,\"weights\":\"%s\",\"element_us\":%.2f,\"vector_us\":%.2f}\n",
-                   (long long)T, q4 ? "q4" : "bf16", el, ve);
+            printf("%6lld %8s %12.1f %12.1f %12.1f %10.2f %12.0f\n", (long long)T, q4 ? "q4" : "bf16", el, ve, ch,
+                   el / ch, experts * per_expert / (ch * 1e-6) / 1e9);
+            printf("{\"bench\":\"moe_decode\",\"T\":%lld,\"weights\":\"%s\",\"element_us\":%.2f,\"vector_us\":%.2f,"
+                   "\"chunk_us\":%.2f}\n",
+                   (long long)T, q4 ? "q4" : "bf16", el, ve, ch);
             fflush(stdout);
         }
     }

@@ -6,7 +6,10 @@
 # refusals; every call's arguments validate against its function's
 # parameters (Debian's python3-jsonschema). Then the demo model, whose
 # template takes no tools, refuses tools (400, param tools) but takes
-# tool_choice "none" and a conversation with tool results. Skipped (77)
+# tool_choice "none" and a conversation with tool results. Llama 3.1's and
+# Mistral Nemo's templates, on the same checkpoint, give calls in their own
+# formats (required and named, streamed and not) and take them back.
+# Skipped (77)
 # only where npm or node is absent.
 # Args: the built offgraph, a scratch folder.
 set -u
@@ -66,6 +69,62 @@ PY
     wait $PID || fail "the server's exit status after SIGTERM"
     PID=
 fi
+
+# Llama 3.1's and Mistral Nemo's templates: their own call formats, with
+# the calls sent back in a second turn (Mistral's template takes only ids
+# of 9 letters and digits)
+for tpl in llama-3.1 mistral-nemo; do
+    mkdir -p "$WORK/$tpl"
+    cp "$SRC/tests/data/hf/qwen3-mixed/"* "$WORK/$tpl/"
+    cp "$SRC/tests/data/chat_templates/$tpl.jinja" "$WORK/$tpl/chat_template.jinja"
+    "$BIN" export "$WORK/$tpl" -o "$WORK/$tpl.ogp" --max-context 4096 --force-max-context >"$WORK/export.log" 2>&1 \
+        || { fail "$tpl: export: $(cat "$WORK/export.log")"; continue; }
+    start_server "$tpl" -m "$WORK/$tpl.ogp" || continue
+    $PY - "$PORT" "$WORK/tools.json" "$tpl" <<'PY' || fail "$tpl"
+import json, sys, urllib.request, urllib.error
+import jsonschema
+port, tools, tpl = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+def post(body, stream=False):
+    req = urllib.request.Request("http://127.0.0.1:%s/v1/chat/completions" % port, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, (r.read().decode() if stream else json.load(r))
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+for choice in ("required", {"type": "function", "function": {"name": "add"}}):
+    body = {"messages": msgs, "tools": tools, "tool_choice": choice, "parallel_tool_calls": False,
+            "max_tokens": 300, "temperature": 0}
+    st, r = post(body)
+    assert st == 200, (st, r)
+    c = r["choices"][0]
+    assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
+    calls = c["message"]["tool_calls"]
+    assert len(calls) == 1, calls
+    for call in calls:
+        jsonschema.Draft202012Validator(schemas[call["function"]["name"]]).validate(
+            json.loads(call["function"]["arguments"]))
+    if isinstance(choice, dict):
+        assert calls[0]["function"]["name"] == "add", calls
+    # streamed: the same call in one delta
+    st, raw = post(dict(body, stream=True), stream=True)
+    deltas = [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: {")]
+    got = [tc for d in deltas for ch in d["choices"] for tc in (ch["delta"].get("tool_calls") or [])]
+    fins = [ch["finish_reason"] for d in deltas for ch in d["choices"] if ch["finish_reason"]]
+    assert [(g["function"]["name"], g["function"]["arguments"]) for g in got] == \
+        [(x["function"]["name"], x["function"]["arguments"]) for x in calls] and fins == ["tool_calls"], raw
+    # a second turn with the call and its result
+    turn2 = msgs + [c["message"]] + [{"role": "tool", "tool_call_id": x["id"], "content": "18"} for x in calls]
+    st, r2 = post({"messages": turn2, "tools": tools, "max_tokens": 4})
+    assert st == 200 and r2["usage"]["prompt_tokens"] > r["usage"]["prompt_tokens"], (st, r2)
+print("cli_serve_tools: %s: calls, streamed calls and a second turn ok" % tpl)
+PY
+    kill -TERM $PID
+    wait $PID || fail "$tpl: the server's exit status after SIGTERM"
+    PID=
+done
 
 # the demo model's template takes no tools
 post() { # BODY: the body in $WORK/out, prints the status

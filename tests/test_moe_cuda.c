@@ -164,13 +164,13 @@ int main(void) {
     check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 1, 256, 96, 128, 8, true, false, false);
     check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, quick ? 16 : 64, 256, 96, 128, 8, true, false, false);
     if (!quick) check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 200, 256, 96, 128, 8, true, true, false);
-    og_test_section("the vectorized CUDA-core products (K a multiple of 256: bf16, q8, q4)");
+    og_test_section("the CUDA-core products by chunks (mode 2), 8 weights a lane (1), one element (0)");
     /* decode (one token), a few tokens, more than 8 pairs of one expert
      * (skew: ties send rows to the same experts), quantized steps past the
      * GEMM's threshold (they stay on the CUDA cores), mixed types, one
      * matrix on the vector path and the other not (F 96) */
-    for (int v = 1; v >= 0; v--) { /* the vector products, then the element ones on the same cases */
-        og_moe_cuda_set_vec(v == 1);
+    for (int v = 2; v >= 0; v--) { /* the chunk products, the 8-a-lane ones, then the element ones on the same cases */
+        og_moe_cuda_set_vec(v);
         check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 1, 512, 256, 16, 4, true, true, false);
         check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q8, 5, 256, 256, 8, 2, false, false, false);
         check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 1, 256, 512, 32, 8, true, false, false);
@@ -178,8 +178,16 @@ int main(void) {
         check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_Q4, 3, 768, 256, 8, 3, true, false, false);
         check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q8, 9, 256, 96, 8, 2, true, true, false);
         check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q4, 2, 1280, 512, 8, 2, true, false, false); /* 5 rounds of k */
+        /* K whole chunks but not whole 256s (q4 K 96 and 64: 3 and 2 chunks
+         * of a group), a feature count that is not whole warps of 4 (bf16 N
+         * 42, down K 21: not a chunk of 8, so the element path), 4 and 8
+         * pairs at once over experts with more pairs than that */
+        check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 1, 96, 64, 8, 2, true, false, false);
+        check_case(&rng, OG_DTYPE_Q4, OG_DTYPE_Q4, 4, 96, 64, 4, 3, true, true, true);
+        check_case(&rng, OG_DTYPE_BF16, OG_DTYPE_BF16, 6, 40, 21, 4, 2, false, false, true);
+        check_case(&rng, OG_DTYPE_Q8, OG_DTYPE_Q8, 33, 160, 64, 4, 2, true, false, true);
     }
-    og_moe_cuda_set_vec(true);
+    og_moe_cuda_set_vec(2);
     og_test_section("the grouped GEMM on the tensor cores (OG_CUDA_MOE_GEMM=1)");
     /* 1 token of top 64 of 64 (64 pairs, one row per expert); 7 tokens of
      * top 16; 64 and 300 tokens of 128 experts top 8; sizes whose K and N

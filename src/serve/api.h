@@ -24,7 +24,7 @@ typedef struct og_serve_ctx {
     const char *model_id;
     int64_t vocab;    /* token ids of a prompt are in [0, vocab) */
     og_tool_format tool_format; /* the chat template's: tools are refused
-                                   unless it is HERMES */
+                                   when it is NONE or OTHER */
 } og_serve_ctx;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
@@ -74,8 +74,8 @@ typedef struct og_api_request {
     char *messages_json;        /* chat with tool calls or results: the messages
                                    as the template reads them (owned), or NULL */
     char *tools_json;           /* tools shown to the template (owned), or NULL */
-    og_tool_format tool_format; /* how calls are taken out of the reply: HERMES
-                                   when tools are shown, else NONE */
+    og_tool_format tool_format; /* how calls are taken out of the reply: the
+                                   template's when tools are shown, else NONE */
 } og_api_request;
 
 /* Parses a body. False with *e set (400 for bad input, 404 for an unknown

@@ -169,9 +169,9 @@ bool og_api_tools(const og_serve_ctx *c, const cJSON *root, og_api_request *q, o
     if (!strcmp(mode, "none")) return true; /* the tools are not shown: the reply is text */
     if (c->tool_format == OG_TOOL_FORMAT_NONE)
         return bad(e, "tools", "this model's chat template does not take tools");
-    if (c->tool_format != OG_TOOL_FORMAT_HERMES)
+    if (c->tool_format == OG_TOOL_FORMAT_OTHER)
         return bad(e, "tools", "this model's chat template writes tool calls in a format offgraph does not parse "
-                   "(it parses the <tool_call> JSON of Qwen and Hermes templates)");
+                   "(it parses Qwen's and Hermes' <tool_call>, Mistral's [TOOL_CALLS] and Llama 3.1's JSON)");
     if (!(q->tools_json = cJSON_PrintUnformatted(tools))) return oom(e);
     q->tool_format = c->tool_format;
     if (!strcmp(mode, "auto")) return true;

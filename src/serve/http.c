@@ -574,6 +574,7 @@ typedef struct gen {
     double out_t; /* when the oldest output in out was produced */
     bool ended;
     int32_t pending; /* a choice whose take is not formatted yet (-1: none) */
+    og_tool_format tool_format;
 } gen;
 
 /* Takes what choice k has produced, waiting at most timeout_s. False when
@@ -739,6 +740,13 @@ static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls
         const char *rid = strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id;
         if (g->n > 1) snprintf(id, sizeof id, "call_%.24s%d_%d", rid, (int)k, first + i);
         else snprintf(id, sizeof id, "call_%.24s%d", rid, first + i);
+        if (g->tool_format == OG_TOOL_FORMAT_MISTRAL) { /* its template takes back only 9 letters and digits */
+            static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (const char *q = id; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+            for (int j = 0; j < 9; j++, h /= 62) id[j] = digits[h % 62];
+            id[9] = 0;
+        }
         if (stream) cJSON_AddNumberToObject(c, "index", first + i);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
@@ -1041,7 +1049,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     bool oom = !g || !g->ch || !sq->r || (sq->grammar && !sq->matcher);
     for (int32_t k = 0; !oom && sq->grammar && k < total; k++)
         oom = og_matcher_create(sq->grammar, s->gvocab, &sq->matcher[k]) != OG_OK;
-    for (int32_t k = 0; !oom && q.tool_format == OG_TOOL_FORMAT_HERMES && k < total; k++)
+    for (int32_t k = 0; !oom && q.tool_format != OG_TOOL_FORMAT_NONE && k < total; k++)
         oom = og_tool_parser_create(q.tool_format, &g->ch[k].tools) != OG_OK;
     if (oom) {
         og_api_request_free(&q);
@@ -1068,6 +1076,7 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     g->c = c;
     g->chat = chat;
     g->include_usage = q.include_usage;
+    g->tool_format = q.tool_format;
     g->logprobs = q.logprobs;
     g->per_prompt = q.n;
     g->n = g->open = total;

@@ -8,19 +8,27 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
-#define OPEN_LEN (sizeof OPEN - 1)
+static const char CLOSE[] = "</tool_call>", PYTHON_TAG[] = "<|python_tag|>";
 #define CLOSE_LEN (sizeof CLOSE - 1)
+
+/* The marker that opens calls ("" for Llama 3.1: a call is the whole reply). */
+static const char *open_marker(og_tool_format f) {
+    return f == OG_TOOL_FORMAT_HERMES ? "<tool_call>" : f == OG_TOOL_FORMAT_MISTRAL ? "[TOOL_CALLS]" : "";
+}
 
 og_tool_format og_tool_format_detect(const char *t) {
     if (!t || !strstr(t, "tools")) return OG_TOOL_FORMAT_NONE;
-    if (strstr(t, OPEN)) return OG_TOOL_FORMAT_HERMES;
+    if (strstr(t, "<tool_call>")) return OG_TOOL_FORMAT_HERMES;
+    if (strstr(t, "[TOOL_CALLS]")) return OG_TOOL_FORMAT_MISTRAL;
+    if (strstr(t, PYTHON_TAG) || (strstr(t, "ipython") && strstr(t, "\"parameters\": "))) return OG_TOOL_FORMAT_LLAMA3;
     return OG_TOOL_FORMAT_OTHER;
 }
 
 const char *og_tool_format_name(og_tool_format f) {
     switch (f) {
     case OG_TOOL_FORMAT_HERMES: return "hermes";
+    case OG_TOOL_FORMAT_MISTRAL: return "mistral";
+    case OG_TOOL_FORMAT_LLAMA3: return "llama3";
     case OG_TOOL_FORMAT_OTHER: return "other";
     case OG_TOOL_FORMAT_NONE: break;
     }
@@ -93,6 +101,30 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
     return i;
 }
 
+/* Where the JSON array or object that b starts with (after whitespace)
+ * ends, past its last byte: -1 while it is not complete, -2 when b does not
+ * start with one. Brackets are counted, strings skipped; cJSON judges the
+ * rest. */
+static long json_end(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n && is_space(s[i])) i++;
+    if (i == n) return -1;
+    if (s[i] != '[' && s[i] != '{') return -2;
+    int depth = 0;
+    for (; i < n; i++) {
+        if (s[i] == '"') {
+            for (i++; i < n && s[i] != '"'; i++)
+                if (s[i] == '\\') i++;
+            if (i >= n) return -1;
+        } else if (s[i] == '{' || s[i] == '[') {
+            depth++;
+        } else if ((s[i] == '}' || s[i] == ']') && --depth == 0) {
+            return (long)i + 1;
+        }
+    }
+    return -1;
+}
+
 /* The bytes of the top-level member key of the JSON object text s[0..n)
  * (valid: cJSON parsed it), or false. */
 static bool member_span(const char *s, size_t n, const char *key, size_t *at, size_t *len) {
@@ -120,19 +152,24 @@ static bool member_span(const char *s, size_t n, const char *key, size_t *at, si
 /* A block's body as a call: a JSON object with a string "name" and
  * "arguments" (or "parameters", as some fine-tunes write) an object, or a
  * string holding one. False when it is not one (then it is text). */
-static bool body_call(const char *body, size_t n, og_tool_call *out, bool *oom) {
+static bool body_call(const char *body, size_t n, bool need_args, og_tool_call *out, bool *oom) {
     memset(out, 0, sizeof *out);
     while (n && is_space(*body)) body++, n--;
     while (n && is_space(body[n - 1])) n--;
-    cJSON *j = cJSON_ParseWithLength(body, n);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, n, &end, 0);
     const cJSON *name = j ? cJSON_GetObjectItemCaseSensitive(j, "name") : NULL;
-    if (!cJSON_IsObject(j) || !cJSON_IsString(name) || !*name->valuestring) {
+    if (!cJSON_IsObject(j) || end != body + n || !cJSON_IsString(name) || !*name->valuestring) {
         cJSON_Delete(j);
         return false;
     }
     const char *key = "arguments";
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!args) args = cJSON_GetObjectItemCaseSensitive(j, key = "parameters");
+    if (need_args && !cJSON_IsObject(args)) {
+        cJSON_Delete(j);
+        return false;
+    }
     bool ok = true;
     char *text = NULL;
     if (!args || cJSON_IsNull(args)) {
@@ -181,6 +218,7 @@ struct og_tool_parser {
     bool inside;       /* after an opening marker */
     bool after_call;   /* content's leading whitespace is dropped */
     bool finished;
+    bool plain;        /* LLAMA3: the reply does not start with a call: text */
     bytes pending;     /* outside: text not given out yet */
     bytes body;        /* inside: the block's text so far */
     bytes gap;         /* inside: the whitespace before the block (content
@@ -257,22 +295,78 @@ static bool add_call(og_tool_parser *p, const og_tool_call *c) {
     return true;
 }
 
-/* A block ended (closed, or unclosed at the end): a call, or text. */
+/* Mistral's body: a JSON array of calls (or one call), each element's
+ * bytes its own; all calls or none (then false). */
+static bool array_calls(og_tool_parser *p, const char *s, size_t n, bool *oom) {
+    while (n && is_space(*s)) s++, n--;
+    while (n && is_space(s[n - 1])) n--;
+    if (n && *s == '{') {
+        og_tool_call c;
+        if (!body_call(s, n, false, &c, oom)) return false;
+        if (!add_call(p, &c)) {
+            free_calls(&c, 1);
+            *oom = true;
+            return false;
+        }
+        return true;
+    }
+    cJSON *j = cJSON_ParseWithLength(s, n);
+    const bool array = cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0;
+    cJSON_Delete(j);
+    if (!array) return false;
+    og_tool_call calls[64];
+    int k = 0;
+    bool ok = true;
+    for (size_t i = 1; ok && i < n;) { /* past '[' */
+        while (i < n && (is_space(s[i]) || s[i] == ',')) i++;
+        if (i >= n || s[i] == ']') break;
+        size_t e = skip_value(s, n, i);
+        ok = k < 64 && body_call(s + i, e - i, false, &calls[k], oom);
+        if (ok) k++;
+        i = e;
+    }
+    for (int i = 0; ok && i < k; i++) {
+        if (!add_call(p, &calls[i])) {
+            *oom = true;
+            free_calls(calls + i, k - i);
+            return false;
+        }
+    }
+    if (!ok) free_calls(calls, k);
+    return ok;
+}
+
+/* A block ended (closed, or unclosed at the end): calls, or text. */
 static bool end_block(og_tool_parser *p, bool closed) {
     og_tool_call c;
     bool oom = false;
     bool ok = true;
-    if (body_call(p->body.p ? p->body.p : "", p->body.n, &c, &oom)) {
-        if (!add_call(p, &c)) {
+    const char *body = p->body.p ? p->body.p : "", *open = open_marker(p->f);
+    size_t n = p->body.n;
+    bool calls = false;
+    if (p->f == OG_TOOL_FORMAT_MISTRAL) {
+        calls = array_calls(p, body, n, &oom);
+    } else {
+        const char *b = body;
+        size_t k = n;
+        if (p->f == OG_TOOL_FORMAT_LLAMA3) { /* "<|python_tag|>" may come first */
+            while (k && is_space(*b)) b++, k--;
+            if (k >= sizeof PYTHON_TAG - 1 && !memcmp(b, PYTHON_TAG, sizeof PYTHON_TAG - 1))
+                b += sizeof PYTHON_TAG - 1, k -= sizeof PYTHON_TAG - 1;
+        }
+        /* Llama's bare JSON: only an object with its arguments is a call */
+        if ((calls = body_call(b, k, p->f == OG_TOOL_FORMAT_LLAMA3, &c, &oom)) && !add_call(p, &c)) {
             free_calls(&c, 1);
             ok = false;
         }
-    } else if (oom) {
-        ok = false;
-    } else { /* not a call: the model's text as it wrote it */
-        ok = emit(p, p->gap.p ? p->gap.p : "", p->gap.n) && emit(p, OPEN, OPEN_LEN) && emit(p, p->body.p ? p->body.p : "", p->body.n) &&
-             (!closed || emit(p, CLOSE, CLOSE_LEN));
     }
+    if (oom) {
+        ok = false;
+    } else if (!calls) { /* not a call: the model's text as it wrote it */
+        ok = emit(p, p->gap.p ? p->gap.p : "", p->gap.n) && emit(p, open, strlen(open)) && emit(p, body, n) &&
+             (!closed || p->f != OG_TOOL_FORMAT_HERMES || emit(p, CLOSE, CLOSE_LEN));
+    }
+    p->gap.n = 0;
     p->body.n = 0;
     if (p->body.p) p->body.p[0] = 0;
     p->inside = false;
@@ -281,7 +375,44 @@ static bool end_block(og_tool_parser *p, bool closed) {
 
 /* Gives out what pending and body can decide now. */
 static bool advance(og_tool_parser *p) {
+    const char *open = open_marker(p->f);
+    const size_t open_len = strlen(open);
     for (;;) {
+        if (p->inside && p->f == OG_TOOL_FORMAT_LLAMA3) return true; /* the whole reply, at the end */
+        if (p->inside && p->f == OG_TOOL_FORMAT_MISTRAL) {
+            long k = json_end(p->body.p ? p->body.p : "", p->body.n);
+            if (k == -1) return true;
+            if (k == -2) { /* not JSON after the marker: text */
+                if (!put(&p->pending, p->body.p, p->body.n)) return false;
+                p->body.n = 0;
+                if (!end_block(p, false)) return false;
+                continue;
+            }
+            if (!put(&p->pending, p->body.p + k, p->body.n - (size_t)k)) return false;
+            p->body.n = (size_t)k;
+            p->body.p[k] = 0;
+            if (!end_block(p, true)) return false;
+            continue;
+        }
+        if (p->f == OG_TOOL_FORMAT_LLAMA3 && !p->plain) {
+            /* a call is the whole reply: it starts with "{" or the python tag */
+            size_t i = 0, n = p->pending.n;
+            while (i < n && is_space(p->pending.p[i])) i++;
+            const size_t tag = sizeof PYTHON_TAG - 1, m = n - i < tag ? n - i : tag;
+            if (i < n && (p->pending.p[i] == '{' || (n - i >= tag && !memcmp(p->pending.p + i, PYTHON_TAG, tag)))) {
+                if (!put(&p->body, p->pending.p, n)) return false;
+                p->pending.n = 0;
+                p->inside = true;
+                return true;
+            }
+            if (i == n || !memcmp(p->pending.p + i, PYTHON_TAG, m)) return true; /* not decided yet */
+            p->plain = true;
+        }
+        if (p->f == OG_TOOL_FORMAT_LLAMA3) { /* text */
+            if (!emit(p, p->pending.p, p->pending.n)) return false;
+            p->pending.n = 0;
+            return true;
+        }
         if (p->inside) {
             long k = find(&p->body, CLOSE, CLOSE_LEN);
             if (k < 0) return true;
@@ -293,14 +424,14 @@ static bool advance(og_tool_parser *p) {
             if (!end_block(p, true)) return false;
             continue;
         }
-        long k = find(&p->pending, OPEN, OPEN_LEN);
+        long k = find(&p->pending, open, open_len);
         if (k >= 0) {
             size_t pre = (size_t)k;
             while (pre && is_space(p->pending.p[pre - 1])) pre--; /* the whitespace before a call */
             if (!emit(p, p->pending.p, pre)) return false;
             p->gap.n = 0;
             if (!put(&p->gap, p->pending.p + pre, (size_t)k - pre)) return false;
-            if (!put(&p->body, p->pending.p + k + OPEN_LEN, p->pending.n - (size_t)k - OPEN_LEN)) return false;
+            if (!put(&p->body, p->pending.p + k + open_len, p->pending.n - (size_t)k - open_len)) return false;
             p->pending.n = 0;
             p->pending.p[0] = 0;
             p->inside = true;
@@ -308,8 +439,8 @@ static bool advance(og_tool_parser *p) {
         }
         /* hold back a possible marker's start, and the whitespace before it */
         size_t n = p->pending.n, hold = 0;
-        for (size_t h = OPEN_LEN - 1; h > 0; h--)
-            if (h <= n && !memcmp(p->pending.p + n - h, OPEN, h)) {
+        for (size_t h = open_len - 1; h > 0; h--)
+            if (h <= n && !memcmp(p->pending.p + n - h, open, h)) {
                 hold = h;
                 break;
             }
@@ -325,7 +456,8 @@ static bool advance(og_tool_parser *p) {
 
 og_status og_tool_parser_feed(og_tool_parser *p, const char *text, size_t n) {
     if (!p || (!text && n)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_parser_feed: NULL argument");
-    if (p->f != OG_TOOL_FORMAT_HERMES || p->finished) {
+    if ((p->f != OG_TOOL_FORMAT_HERMES && p->f != OG_TOOL_FORMAT_MISTRAL && p->f != OG_TOOL_FORMAT_LLAMA3) ||
+        p->finished) {
         if (!put(&p->content, text, n)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
         return OG_OK;
     }
@@ -439,7 +571,7 @@ og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const 
                                 og_grammar **out) {
     if (!out || !tools_json) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_calls_grammar: NULL argument");
     *out = NULL;
-    if (f != OG_TOOL_FORMAT_HERMES)
+    if (f != OG_TOOL_FORMAT_HERMES && f != OG_TOOL_FORMAT_MISTRAL && f != OG_TOOL_FORMAT_LLAMA3)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "tool calls: no grammar for the %s format", og_tool_format_name(f));
     cJSON *tools = cJSON_Parse(tools_json);
     if (!cJSON_IsArray(tools)) {
@@ -449,8 +581,15 @@ og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const 
     gtext g = {0};
     og_status st = OG_OK;
     int n = 0;
-    gadd(&g, parallel ? "root ::= call (\"\\n\" call)*\ncall ::= \"<tool_call>\\n\" (" : "root ::= call\n"
-                                                                                   "call ::= \"<tool_call>\\n\" (");
+    /* the calls as the template writes them: Hermes' blocks a line apart,
+       Mistral's array after its marker, Llama's one object */
+    if (f == OG_TOOL_FORMAT_HERMES)
+        gadd(&g, "root ::= call%s\ncall ::= \"<tool_call>\\n\" (", parallel ? " (\"\\n\" call)*" : "");
+    else if (f == OG_TOOL_FORMAT_MISTRAL)
+        gadd(&g, "root ::= \"[TOOL_CALLS][\" call%s \"]\"\ncall ::= (", parallel ? " (\", \" call)*" : "");
+    else
+        gadd(&g, "root ::= call\ncall ::= (");
+    const char *args_key = f == OG_TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments";
     /* a rule per function: its call as a JSON object, "name" then "arguments" */
     bytes rules = {0};
     const cJSON *t;
@@ -485,8 +624,8 @@ og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const 
             break;
         }
         /* the call as the template writes it: name, then arguments */
-        gadd(&g, "%s\"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" t%d-root \"}\"", n ? " | " : "",
-             name->valuestring, i);
+        gadd(&g, "%s\"{\\\"name\\\": \\\"%s\\\", \\\"%s\\\": \" t%d-root \"}\"", n ? " | " : "",
+             name->valuestring, args_key, i);
         gtext r = {rules, false};
         add_renamed(&r, gbnf, i);
         rules = r.b;
@@ -499,7 +638,7 @@ og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const 
         st = only_name ? og_set_error(OG_ERR_INVALID_ARGUMENT, "no tool is named '%s'", only_name)
                        : og_set_error(OG_ERR_INVALID_ARGUMENT, "no tool to call");
     if (st == OG_OK) {
-        gadd(&g, ") \"\\n</tool_call>\"\n");
+        gadd(&g, f == OG_TOOL_FORMAT_HERMES ? ") \"\\n</tool_call>\"\n" : ")\n");
         if (rules.n && !put(&g.b, rules.p, rules.n)) g.oom = true;
         if (g.oom) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
     }

@@ -1,6 +1,6 @@
 /* libFuzzer harness: the tool-call parser (src/text/tool_calls.c) over
- * arbitrary output text, fed whole and in pieces cut where the first byte
- * says. Whatever the cut, the content and the calls are the same; every
+ * arbitrary output text, in the format (Hermes, Mistral, Llama 3.1) and fed
+ * whole and in pieces cut where the first byte says. Whatever the cut, the content and the calls are the same; every
  * call has a name and arguments that are a JSON object; an output without
  * a call comes back as content byte for byte. The input is also tried as
  * the tools of og_tool_calls_grammar, whose grammars must parse. The body is
@@ -53,10 +53,10 @@ static void take(og_tool_parser *p, result *r) {
 }
 
 /* Parses s[0..n) fed in pieces of `step` bytes (0: whole). */
-static result parse(const char *s, size_t n, size_t step) {
+static result parse(og_tool_format f, const char *s, size_t n, size_t step) {
     result r = {0};
     og_tool_parser *p = NULL;
-    if (og_tool_parser_create(OG_TOOL_FORMAT_HERMES, &p) != OG_OK) __builtin_trap();
+    if (og_tool_parser_create(f, &p) != OG_OK) __builtin_trap();
     for (size_t at = 0; at < n;) {
         size_t k = step && n - at > step ? step : n - at;
         if (og_tool_parser_feed(p, s + at, k) != OG_OK) __builtin_trap();
@@ -73,9 +73,11 @@ static result parse(const char *s, size_t n, size_t step) {
 int og_fuzz_tool_calls(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const size_t step = 1 + data[0] % 13;
+    static const og_tool_format formats[] = {OG_TOOL_FORMAT_HERMES, OG_TOOL_FORMAT_MISTRAL, OG_TOOL_FORMAT_LLAMA3};
+    const og_tool_format f = formats[data[0] / 13 % 3];
     const char *s = (const char *)data + 1;
     const size_t n = size - 1;
-    result whole = parse(s, n, 0), cut = parse(s, n, step);
+    result whole = parse(f, s, n, 0), cut = parse(f, s, n, step);
     if (whole.n != cut.n || (whole.n && memcmp(whole.content, cut.content, whole.n)) || whole.n_calls != cut.n_calls ||
         whole.n_calls_bytes != cut.n_calls_bytes ||
         (whole.n_calls_bytes && memcmp(whole.calls, cut.calls, whole.n_calls_bytes)))
@@ -92,7 +94,7 @@ int og_fuzz_tool_calls(const uint8_t *data, size_t size) {
     text[n] = 0;
     for (int parallel = 0; parallel < 2; parallel++) {
         og_grammar *g = NULL;
-        og_status st = og_tool_calls_grammar(OG_TOOL_FORMAT_HERMES, text, NULL, parallel, &g);
+        og_status st = og_tool_calls_grammar(f, text, NULL, parallel, &g);
         if ((st == OG_OK) != (g != NULL)) __builtin_trap();
         og_grammar_destroy(g);
     }

@@ -106,12 +106,10 @@ __device__ inline float block_max(float v) {
     return r;
 }
 
-/* 1. One block per row: p = softmax(logits), then k rounds of a block
+/* 1. One block per row: p = softmax(logits), then k rounds of a warp
  * arg-max over the experts not yet taken (equal p: the lower index). */
 __global__ void route_kernel(const float *logits, int64_t E, int32_t k, bool norm, int32_t *ids, float *w) {
     extern __shared__ float p[]; /* [E] */
-    __shared__ float best_v[32];
-    __shared__ int32_t best_i[32];
     __shared__ int32_t taken[kMaxTopK];
     __shared__ float taken_p[kMaxTopK];
     const int64_t t = blockIdx.x;
@@ -131,30 +129,27 @@ __global__ void route_kernel(const float *logits, int64_t E, int32_t k, bool nor
         p[e] = isnan(v) ? 0.0f : v; /* a row of NaN (a graph's padding) still picks k experts */
     }
     __syncthreads();
-    for (int32_t j = 0; j < k; j++) {
-        float bv = -1.0f;
-        int32_t bi = 0x7fffffff;
-        for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-            if (p[e] < 0.0f) continue; /* taken */
-            if (p[e] > bv || (p[e] == bv && e < bi)) bv = p[e], bi = (int32_t)e;
+    /* the k rounds in the first warp alone: no block barrier per round */
+    if (threadIdx.x < 32) {
+        for (int32_t j = 0; j < k; j++) {
+            float bv = -1.0f;
+            int32_t bi = 0x7fffffff;
+            for (int64_t e = threadIdx.x; e < E; e += 32) {
+                if (p[e] < 0.0f) continue; /* taken */
+                if (p[e] > bv || (p[e] == bv && e < bi)) bv = p[e], bi = (int32_t)e;
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+            }
+            if (threadIdx.x == 0) {
+                taken[j] = bi;
+                taken_p[j] = bv;
+                p[bi] = -1.0f;
+            }
+            __syncwarp();
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-        }
-        if ((threadIdx.x & 31) == 0) best_v[threadIdx.x >> 5] = bv, best_i[threadIdx.x >> 5] = bi;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float v = best_v[0];
-            int32_t i = best_i[0];
-            for (int q = 1; q < (int)(blockDim.x >> 5); q++)
-                if (best_v[q] > v || (best_v[q] == v && best_i[q] < i)) v = best_v[q], i = best_i[q];
-            taken[j] = i;
-            taken_p[j] = v;
-            p[i] = -1.0f;
-        }
-        __syncthreads();
     }
     if (threadIdx.x == 0) {
         float sum = 0.0f;
@@ -353,6 +348,136 @@ __global__ void grouped_vec_kernel(wmat m, const float *in, const int32_t *src, 
     }
 }
 
+/* 3 and 5 for bf16, q8 and q4 weights (mode 2 of og_moe_cuda_set_vec, the
+ * default): a lane reads one 16-byte chunk of a weight row at a time (8 bf16
+ * weights, 16 q8 ones of one group, or the 32 q4 ones of one group: all the
+ * group's nibbles), a warp owns kChunkFeat features, and the loads of
+ * kChunkRounds rounds of every feature are issued before any is used. At one
+ * token the products are a few kilobytes per warp, so what bounds them is the
+ * bytes in flight per SM: grouped_vec_kernel's q4 rounds were 4 bytes a lane
+ * (an H200 read q4 experts at a quarter of bf16's rate), these are 16 bytes
+ * a lane for every format.
+ * A pair's sum does not depend on the others of its step: lane l sums its
+ * chunks l, l + 32, ... in order with one fmaf per weight, then the warp sums
+ * the lanes, whatever P (the pairs summed at once) the step's width picked,
+ * so a row gives the same bits alone and in a batch. */
+/* Word i (0..3) of v; i a constant after unrolling. */
+__device__ inline uint32_t word(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+constexpr int kChunkFeat = 4;   /* features of a warp */
+constexpr int kChunkRounds = 2; /* rounds of 32 chunks whose loads are in flight together */
+
+template <int DT> struct chunk_of {
+    static constexpr int kW = DT == 1 ? 8 : DT == 2 ? 16 : 32; /* weights of a 16-byte chunk */
+};
+
+/* The 4 weights 4 q .. 4 q + 3 of a chunk (raw: its 16 bytes; sc: its group's scale). */
+template <int DT> __device__ inline void chunk_quad(const uint4 &raw, float sc, int q, float w[4]) {
+    if (DT == 1) {
+        const uint32_t a = word(raw, 2 * (q & 1)), b = word(raw, 2 * (q & 1) + 1);
+        (void)sc;
+        w[0] = __uint_as_float(a << 16), w[1] = __uint_as_float(a & 0xffff0000u);
+        w[2] = __uint_as_float(b << 16), w[3] = __uint_as_float(b & 0xffff0000u);
+    } else if (DT == 2) {
+        const uint32_t v = word(raw, q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = sc * (float)(int8_t)(v >> (8 * i));
+    } else {
+        /* k 4 q .. 4 q + 3 of the group: the low nibbles of bytes 4 q .. (q < 4),
+         * the high nibbles of bytes 4 (q - 4) .. (q >= 4) */
+        const uint32_t v = word(raw, q & 3);
+        const int sh = q < 4 ? 0 : 4;
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = sc * (float)((int)((v >> (8 * i + sh)) & 15u) - 8);
+    }
+}
+
+template <int DT> __device__ inline void chunk_load(const char *eb, int64_t N, int64_t K, int64_t f, int64_t ci,
+                                                     uint4 *raw, float *sc) {
+    if (DT == 1) {
+        *raw = *reinterpret_cast<const uint4 *>(eb + ((size_t)f * K + (size_t)ci * 8) * 2);
+        *sc = 1.0f;
+    } else if (DT == 2) {
+        *raw = *reinterpret_cast<const uint4 *>(eb + (size_t)f * K + (size_t)ci * 16);
+        *sc = __half2float(reinterpret_cast<const __half *>(eb + (size_t)N * K)[f * (K / 32) + ci / 2]);
+    } else {
+        *raw = *reinterpret_cast<const uint4 *>(eb + (size_t)f * (K / 2) + (size_t)ci * 16);
+        *sc = __half2float(reinterpret_cast<const __half *>(eb + (size_t)N * (K / 2))[f * (K / 32) + ci]);
+    }
+}
+
+/* Grid (feature tiles of kWarps * kChunkFeat, listed experts). P: pairs
+ * summed at once (1, 2, 4 or 8, from the step's width). */
+template <int DT, int P>
+__global__ void grouped_chunk_kernel(wmat m, const float *in, const int32_t *src, const int32_t *list,
+                                     const int32_t *n_list, const int32_t *start, float *out) {
+    constexpr int kW = chunk_of<DT>::kW;
+    const int32_t y = blockIdx.y;
+    if (y >= *n_list) return;
+    const int32_t e = list[y];
+    const int32_t q0 = start[e], q1 = start[e + 1];
+    const char *eb = static_cast<const char *>(m.base) + (size_t)e * m.bytes;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t f0 = ((int64_t)blockIdx.x * kWarps + warp) * kChunkFeat;
+    if (f0 >= m.N) return;
+    const int64_t chunks = m.K / kW;
+    for (int32_t qc = q0; qc < q1; qc += P) {
+        const int n = q1 - qc < P ? q1 - qc : P;
+        const float *xr[P];
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            xr[j] = in + (int64_t)(src ? src[qc + (j < n ? j : 0)] : qc + (j < n ? j : 0)) * m.K;
+        float acc[kChunkFeat][P];
+#pragma unroll
+        for (int fi = 0; fi < kChunkFeat; fi++)
+#pragma unroll
+            for (int j = 0; j < P; j++) acc[fi][j] = 0.0f;
+        for (int64_t r0 = 0; r0 < chunks; r0 += 32 * kChunkRounds) {
+            uint4 raw[kChunkRounds][kChunkFeat];
+            float sc[kChunkRounds][kChunkFeat];
+#pragma unroll
+            for (int u = 0; u < kChunkRounds; u++) {
+                const int64_t ci = r0 + 32 * u + lane;
+#pragma unroll
+                for (int fi = 0; fi < kChunkFeat; fi++)
+                    if (ci < chunks && f0 + fi < m.N) chunk_load<DT>(eb, m.N, m.K, f0 + fi, ci, &raw[u][fi], &sc[u][fi]);
+            }
+#pragma unroll
+            for (int u = 0; u < kChunkRounds; u++) {
+                const int64_t ci = r0 + 32 * u + lane;
+                if (ci >= chunks) break;
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    if (j >= n) break;
+#pragma unroll
+                    for (int q = 0; q < kW / 4; q++) {
+                        const float4 xv = *reinterpret_cast<const float4 *>(xr[j] + ci * kW + 4 * q);
+#pragma unroll
+                        for (int fi = 0; fi < kChunkFeat; fi++) {
+                            if (f0 + fi >= m.N) break;
+                            float w[4];
+                            chunk_quad<DT>(raw[u][fi], sc[u][fi], q, w);
+                            float a = acc[fi][j];
+                            a = fmaf(w[0], xv.x, a);
+                            a = fmaf(w[1], xv.y, a);
+                            a = fmaf(w[2], xv.z, a);
+                            a = fmaf(w[3], xv.w, a);
+                            acc[fi][j] = a;
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int fi = 0; fi < kChunkFeat; fi++)
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                const float v = og_cuda::warp_sum(acc[fi][j]);
+                if (lane == 0 && j < n && f0 + fi < m.N) out[(int64_t)(qc + j) * m.N + f0 + fi] = v;
+            }
+    }
+}
+
 /* 3 and 5 on the tensor cores, for steps of kMmaMinPairs pairs or more
  * (OG_CUDA_MOE_GEMM=1): out[q, n] = sum_c W_e[n, c] in[src[q], c] for the
  * places q of each expert e, bf16 weights [N, K] (K a multiple of 8).
@@ -383,8 +508,6 @@ __device__ inline void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Word i (0..3) of v; i a constant after unrolling. */
-__device__ inline uint32_t word(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 __global__ void __launch_bounds__(kMmaThreads) grouped_mma_kernel(const void *w, size_t ebytes, int64_t N, int64_t K,
                                                                   const float *in, const int32_t *src,
@@ -507,8 +630,10 @@ __global__ void swiglu_pairs_kernel(const float *gu, int64_t M, int64_t F, float
     h[i] = g / (1.0f + expf(-g)) * u;
 }
 
-/* 6. One block per row: its experts in increasing index, weighted, summed
- * from zero; then the gated shared expert. */
+/* 6. Blocks (row, 256 columns of it): the row's experts in increasing
+ * index, weighted, summed from zero; then the gated shared expert. (One
+ * block a row took 10 us of a one-token 2048-wide step on an H200: a block
+ * walking 8 columns a thread, each a chain of dependent loads.) */
 __global__ void combine_kernel(const int32_t *ids, const float *w, const int32_t *pos, const float *y, int32_t k,
                                int64_t H, const float *shared, const float *shared_gate, float *out) {
     __shared__ int32_t order[kMaxTopK];
@@ -525,7 +650,7 @@ __global__ void combine_kernel(const int32_t *ids, const float *w, const int32_t
     }
     __syncthreads();
     const float g = shared ? 1.0f / (1.0f + expf(-shared_gate[t])) : 0.0f;
-    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < H; c += (int64_t)gridDim.y * blockDim.x) {
         float acc = 0.0f;
         for (int32_t q = 0; q < k; q++) {
             const int32_t j = order[q];
@@ -549,14 +674,38 @@ int dt_code(og_dtype dt) {
 /* The grouped GEMM switch: -1 until the first call reads OG_CUDA_MOE_GEMM. */
 std::atomic<int> g_gemm{-1};
 
-/* Steps 3 and 5 on the CUDA cores: grouped_vec_kernel where the type and
- * K allow and og_moe_cuda_get_vec says so, else grouped_kernel. */
+/* Steps 3 and 5 on the CUDA cores, by og_moe_cuda_get_vec's mode where the
+ * type, K and alignment allow: 2, grouped_chunk_kernel; 1,
+ * grouped_vec_kernel; else grouped_kernel. */
 std::atomic<int> g_vec{-1};
 
+template <int DT>
+void launch_chunk(const wmat &w, const float *in, const int32_t *src, const scratch_map &m, int64_t listed,
+                  int64_t rows, cudaStream_t st, float *out) {
+    const dim3 grid((unsigned)((w.N + kWarps * kChunkFeat - 1) / (kWarps * kChunkFeat)), (unsigned)listed);
+    /* an expert has at most one pair of each row */
+    if (rows <= 1)
+        grouped_chunk_kernel<DT, 1><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+    else if (rows <= 2)
+        grouped_chunk_kernel<DT, 2><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+    else if (rows <= 4)
+        grouped_chunk_kernel<DT, 4><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+    else
+        grouped_chunk_kernel<DT, 8><<<grid, kWarps * 32, 0, st>>>(w, in, src, m.list, m.n_list, m.start, out);
+}
+
 void grouped_products(const wmat &w, const float *in, const int32_t *src, const scratch_map &m, int64_t listed,
-                      cudaStream_t st, float *out) {
-    const bool vec = og_moe_cuda_get_vec() && w.dt >= 1 && w.K % kVecK == 0 && og_cuda::aligned16(w.base) &&
-                     og_cuda::aligned16(in) && w.bytes % 16 == 0;
+                      int64_t rows, cudaStream_t st, float *out) {
+    const int mode = og_moe_cuda_get_vec();
+    const bool aligned = w.dt >= 1 && og_cuda::aligned16(w.base) && og_cuda::aligned16(in) && w.bytes % 16 == 0;
+    const int kw = w.dt == 1 ? 8 : w.dt == 2 ? 16 : 32;
+    if (mode == 2 && aligned && w.K % kw == 0) {
+        if (w.dt == 1) launch_chunk<1>(w, in, src, m, listed, rows, st, out);
+        else if (w.dt == 2) launch_chunk<2>(w, in, src, m, listed, rows, st, out);
+        else launch_chunk<3>(w, in, src, m, listed, rows, st, out);
+        return;
+    }
+    const bool vec = mode >= 1 && aligned && w.K % kVecK == 0;
     const int64_t feat = vec ? kWarps : (int64_t)kWarps * kFeatPerWarp;
     const dim3 grid((unsigned)((w.N + feat - 1) / feat), (unsigned)listed);
     if (vec && w.dt == 1)
@@ -588,20 +737,20 @@ extern "C" bool og_moe_cuda_set_gemm(bool on) {
     return prev;
 }
 
-extern "C" bool og_moe_cuda_get_vec(void) {
+extern "C" int og_moe_cuda_get_vec(void) {
     int v = g_vec.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *env = getenv("OG_CUDA_MOE_VEC");
-        v = env && !strcmp(env, "0") ? 0 : 1;
+        v = env && (!strcmp(env, "0") || !strcmp(env, "1")) ? env[0] - '0' : 2;
         int expect = -1;
         if (!g_vec.compare_exchange_strong(expect, v)) v = expect;
     }
-    return v == 1;
+    return v;
 }
 
-extern "C" bool og_moe_cuda_set_vec(bool on) {
-    const bool prev = og_moe_cuda_get_vec();
-    g_vec.store(on ? 1 : 0);
+extern "C" int og_moe_cuda_set_vec(int mode) {
+    const int prev = og_moe_cuda_get_vec();
+    g_vec.store(mode < 0 ? 0 : mode > 2 ? 2 : mode);
     return prev;
 }
 
@@ -656,14 +805,15 @@ extern "C" og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *
         grouped_mma_kernel<<<dim3((unsigned)((gu.N + kMmaBN - 1) / kMmaBN), (unsigned)row_tiles), kMmaThreads, 0,
                              st>>>(gu.base, gu.bytes, gu.N, gu.K, a->x, m.row, m.start, m.tiles, a->E, m.gu);
     else
-        grouped_products(gu, a->x, m.row, m, listed, st, m.gu);
+        grouped_products(gu, a->x, m.row, m, listed, a->T, st, m.gu);
     swiglu_pairs_kernel<<<(unsigned)((M * F + 255) / 256), 256, 0, st>>>(m.gu, M, F, m.h);
     if (on_mma(dn, m.h))
         grouped_mma_kernel<<<dim3((unsigned)((dn.N + kMmaBN - 1) / kMmaBN), (unsigned)row_tiles), kMmaThreads, 0,
                              st>>>(dn.base, dn.bytes, dn.N, dn.K, m.h, nullptr, m.start, m.tiles, a->E, m.y);
     else
-        grouped_products(dn, m.h, nullptr, m, listed, st, m.y);
-    combine_kernel<<<(unsigned)a->T, 256, 0, st>>>(m.ids, m.w, m.pos, m.y, a->top_k, H, a->shared, a->shared_gate,
+        grouped_products(dn, m.h, nullptr, m, listed, a->T, st, m.y);
+    const int64_t col_blocks = (H + 255) / 256 < 65535 ? (H + 255) / 256 : 65535;
+    combine_kernel<<<dim3((unsigned)a->T, (unsigned)col_blocks), 256, 0, st>>>(m.ids, m.w, m.pos, m.y, a->top_k, H, a->shared, a->shared_gate,
                                                    a->out);
     return og_cuda::launched("moe_cuda");
 }

@@ -71,12 +71,16 @@ og_status og_moe_cuda(void *stream, const og_moe_cuda_args *a, void *scratch);
 bool og_moe_cuda_get_gemm(void);
 bool og_moe_cuda_set_gemm(bool on);
 
-/* Whether the CUDA-core products of bf16 / q8 / q4 experts whose K is a
- * multiple of 256 read 8 weights a lane (one feature a warp) instead of one
- * element at a time: read from OG_CUDA_MOE_VEC ("0": off; else on) at the
- * first call, or set by og_moe_cuda_set_vec (returns the previous choice). */
-bool og_moe_cuda_get_vec(void);
-bool og_moe_cuda_set_vec(bool on);
+/* How the CUDA-core products of bf16 / q8 / q4 experts read their weights:
+ * 2 (the default), a 16-byte chunk of a row a lane and 4 features a warp
+ * (K a multiple of 8 / 16 / 32 weights); 1, 8 weights a lane and one feature
+ * a warp (K a multiple of 256); 0, one element at a time (every K and
+ * type, the f32 experts' path). Where a mode's K or alignment does not hold
+ * the next lower one runs. Read from OG_CUDA_MOE_VEC ("0", "1"; unset or
+ * anything else: 2) at the first call, or set by og_moe_cuda_set_vec
+ * (returns the previous mode). */
+int og_moe_cuda_get_vec(void);
+int og_moe_cuda_set_vec(int mode);
 
 #ifdef __cplusplus
 }
