@@ -567,8 +567,18 @@ OG_API og_status og_model_load(const char *path, const og_model_params *params, 
 OG_API void og_model_destroy(og_model *m);
 /* Vocabulary size (width of a logits row). */
 OG_API int64_t og_model_vocab_size(const og_model *m);
-/* The KV manifest the program declares; borrowed from the model. */
+/* The KV manifest the model's sessions get: the program's, with the context
+ * og_model_set_context chose; borrowed from the model. */
 OG_API const og_kv_config *og_model_kv_config(const og_model *m);
+/* Bounds the tokens a session of m holds to n_ctx (llama.cpp's n_ctx): its
+ * KV storage reserves and grows to n_ctx rows at most, and a write past them
+ * is refused (OG_ERR_CAPACITY); the manifest's initial_capacity and
+ * max_write are lowered to n_ctx where larger. n_ctx 0 restores the
+ * program's max_capacity; more than it is refused (OG_ERR_INVALID_ARGUMENT:
+ * the KV storage the program declares holds no more). Call it before
+ * creating sessions or an engine over m, from one thread: sessions and
+ * engines created before keep the context they had. */
+OG_API og_status og_model_set_context(og_model *m, int64_t n_ctx);
 /* The embedded tokenizer.json text, or NULL; borrowed from the model. */
 OG_API const char *og_model_tokenizer_json(const og_model *m);
 /* The embedded tokenizer_config.json text (with the chat template, when the

@@ -7,7 +7,8 @@
 # demo model, and their greedy continuation equals what `offgraph run --temp 0`
 # prints after the prompt. The shared library's consumers link -loffgraph
 # alone, and the installed library exports exactly the header's functions
-# (scripts/check_exports.sh). Every step is bounded.
+# (scripts/check_exports.sh). The installed offgraph runs the demo model
+# installed under its prefix. Every step is bounded.
 # Args: the built offgraph, a scratch folder.
 set -u
 BIN=$1
@@ -46,6 +47,21 @@ DESTDIR="$WORK/stage" timeout 120 cmake --install "$BUILD" --prefix /opt/offgrap
 PROMPT="In the beginning"
 N=24
 want=$(timeout 120 "$BIN" run -m "$DEMO" -p "$PROMPT" -n $N --temp 0 2>"$WORK/run.err") || fail "offgraph run: $(cat "$WORK/run.err")"
+
+# The installed offgraph runs the demo model installed beside it
+# (share/offgraph/kjv-tiny.ogp) when no -m is given, from any folder; the
+# prefix moved elsewhere, it reads the moved one (a file there that is not
+# a program fails naming that path), not the build's.
+[ -e "$PREFIX/share/offgraph/kjv-tiny.ogp" ] || fail "not installed: share/offgraph/kjv-tiny.ogp"
+got=$(cd / && timeout 120 "$PREFIX/bin/offgraph" run -p "$PROMPT" -n $N --temp 0 2>"$WORK/inst.err") ||
+    fail "installed offgraph run without -m: $(cat "$WORK/inst.err")"
+[ "$got" = "$want" ] || fail "installed offgraph run without -m gave '$got', the build's demo '$want'"
+cp -r "$PREFIX" "$WORK/moved"
+echo "not a program" >"$WORK/moved/share/offgraph/kjv-tiny.ogp"
+(cd / && timeout 120 "$WORK/moved/bin/offgraph" run -p "$PROMPT" -n 2 >/dev/null 2>"$WORK/moved.err") &&
+    fail "a moved prefix with a broken demo model ran"
+grep -q "cannot load .*/moved/bin/../share/offgraph/kjv-tiny.ogp" "$WORK/moved.err" ||
+    fail "a moved prefix: not its own demo model read: $(cat "$WORK/moved.err")"
 
 # Checks one build of the example: runs it and compares session 1's text.
 check_example() {

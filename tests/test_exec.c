@@ -9,7 +9,10 @@
  * - og_session_eval_sample draws what og_sampler_sample draws from the
  *   logits of og_session_eval (same seed, each token fed back), refuses a
  *   sampler of another vocabulary, and a failed step leaves the sampler as
- *   it was. */
+ *   it was;
+ * - og_model_set_context bounds new sessions (a write past N refused, the
+ *   storage reserved for N rows, the same logits below N), refuses more
+ *   than the program declares, and leaves older sessions as they were. */
 #include "harness.h"
 #include "import/export.h"
 #include "exec/sample.h"
@@ -206,6 +209,56 @@ static void test_kv_bytes(const char *dir) {
     remove(path);
 }
 
+static void test_set_context(const char *dir) {
+    og_test_section("og_model_set_context: a session's context below the program's");
+    char path[512], hf[512];
+    snprintf(path, sizeof path, "%s/ctx.ogp", dir);
+    snprintf(hf, sizeof hf, "%s/hf/llama-gqa", OG_TEST_DATA_DIR);
+    og_export_options o;
+    og_export_default_options(&o); /* max-context 128 (max_position_embeddings) */
+    CHECK_OK(og_export_hf(hf, path, &o, NULL));
+    og_model *m = NULL;
+    CHECK_OK(og_model_load(path, NULL, &m));
+    if (!m) return;
+    const int64_t V = og_model_vocab_size(m), declared = og_model_kv_config(m)->max_capacity;
+    CHECK(declared == 128);
+    int32_t toks[64];
+    for (int t = 0; t < 64; t++) toks[t] = (t * 37 + 5) % 300;
+    float *want = malloc((size_t)(40 * V) * sizeof *want), *got = malloc((size_t)(40 * V) * sizeof *got);
+    og_session *before = NULL, *s = NULL;
+    CHECK_OK(og_session_create(m, NULL, &before));
+    CHECK_OK(og_session_eval(before, toks, 40, 0, want, 1));
+    CHECK(og_model_set_context(m, 129) == OG_ERR_INVALID_ARGUMENT);
+    CHECK(og_model_set_context(m, -1) == OG_ERR_INVALID_ARGUMENT);
+    CHECK(og_model_kv_config(m)->max_capacity == 128);
+    CHECK_OK(og_model_set_context(m, 40));
+    const og_kv_config *kv = og_model_kv_config(m);
+    CHECK(kv->max_capacity == 40 && kv->initial_capacity <= 40 && kv->max_write <= 40);
+    CHECK_OK(og_session_create(m, NULL, &s));
+    if (s && want && got) {
+        CHECK_OK(og_session_eval(s, toks, 40, 0, got, 1));
+        CHECK_MSG(!memcmp(got, want, (size_t)(40 * V) * sizeof *got), "the logits below the context differ");
+        CHECK(og_session_eval(s, toks + 40, 1, 0, NULL, 0) == OG_ERR_CAPACITY);
+        CHECK(og_session_length(s) == 40);
+        og_kv_metrics km;
+        CHECK_OK(og_session_metrics(s, &km));
+        /* 2 flat layers, Hkv 2, D 8, bf16 k and v: 64 bytes a token a layer */
+        CHECK_MSG(km.bytes_allocated <= 40 * 2 * 64, "allocated %lld bytes for a context of 40",
+                  (long long)km.bytes_allocated);
+        /* the session made before keeps the program's context */
+        CHECK_OK(og_session_eval(before, toks + 40, 24, 0, NULL, 0));
+        CHECK(og_session_length(before) == 64);
+    }
+    og_session_destroy(s);
+    CHECK_OK(og_model_set_context(m, 0));
+    CHECK(og_model_kv_config(m)->max_capacity == 128);
+    og_session_destroy(before);
+    free(want);
+    free(got);
+    og_model_destroy(m);
+    remove(path);
+}
+
 int main(void) {
     char dir[] = "/tmp/og_test_exec_XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -229,6 +282,7 @@ int main(void) {
     og_model_destroy(g_model);
     remove(path);
     test_kv_bytes(dir);
+    test_set_context(dir);
     rmdir(dir);
     return og_test_finish();
 }

@@ -11,7 +11,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: offgraph bench -m <program> [options]\n\n"
+            "usage: offgraph bench -m <model> [options]\n\n"
             "Prefills a random prompt in each of K sessions, then decodes greedily. By default\n"
             "the sessions step together (og_model_step): the prefill packs prompt chunks of\n"
             "several sessions into steps of at most --rows rows (each chunk at most the\n"
@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "                           without it one session on the direct step path\n"
             "  --direct                 with --sessions: the K sessions on the direct step path\n"
             "                           (og_model_step, as described above), for comparison\n"
-            "  --rows <N>               most rows in one prefill step (default 2048)\n"
+            "  --rows <N>               most rows in one prefill step (default 2048; -b too)\n"
             "  --sequential             step the sessions one after another instead\n"
             "                           (og_session_eval_next per session), for comparison\n"
             "  --seed <N>               random prompt seed (default 1)\n"
@@ -240,6 +240,7 @@ int og_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
+    if (mo.batch) rows = mo.batch; /* llama.cpp's -b: the rows of one step */
     if (!mo.model) {
         fprintf(stderr, "offgraph bench: -m <program> is required\n");
         usage(stderr);

@@ -1,14 +1,13 @@
 /* offgraph export: a Hugging Face checkpoint folder or a GGUF file to a
  * program file. */
+#include "cli.h"
 #include "commands.h"
 #include "core/core.h"
 #include "import/export.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
+#include <string.h>
 
 static void export_usage(FILE *f) {
     fprintf(f,
@@ -66,56 +65,6 @@ static bool parse_float_dtype(const char *opt, const char *s, og_dtype *out) {
     return false;
 }
 
-typedef struct progress_state {
-    double start;
-    int last_pct;
-    bool draw;       /* stderr is a terminal          */
-    int stall_pct;   /* test hook: pause there; -1 never */
-} progress_state;
-
-/* The temp file of the export under way, removed when a signal ends it
- * (unlink is async-signal-safe); the signal then does what it would have. */
-static char temp_path[4096];
-
-static void on_fatal_signal(int sig) {
-    if (temp_path[0]) unlink(temp_path);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static og_status draw_progress(void *ctx, uint64_t done, uint64_t total) {
-    progress_state *p = ctx;
-    /* OFFGRAPH_TEST_EXPORT_STALL=<pct>: the tests' way to kill an export
-     * while its temp file is being written, whatever the machine's speed */
-    if (p->stall_pct >= 0 && total && done * 100 / total >= (uint64_t)p->stall_pct) {
-        p->stall_pct = -1;
-        for (int i = 0; i < 600; i++) nanosleep(&(struct timespec){0, 50000000}, NULL);
-    }
-    if (!p->draw) return OG_OK;
-    int pct = total ? (int)(done * 100 / total) : 100;
-    if (pct == p->last_pct) return OG_OK;
-    p->last_pct = pct;
-    char bar[41];
-    int fill = pct * 40 / 100;
-    for (int i = 0; i < 40; i++) bar[i] = i < fill ? '#' : '.';
-    bar[40] = '\0';
-    fprintf(stderr, "\r[%s] %3d%%  %.1f / %.1f MB  %.1f s", bar, pct, done / 1e6, total / 1e6,
-            og_time_now() - p->start);
-    if (done >= total) fputc('\n', stderr);
-    return OG_OK;
-}
-
-/* A regular file that starts with the GGUF magic (a folder is a Hugging
- * Face checkpoint). */
-static bool is_gguf(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[4] = {0};
-    bool yes = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
-    fclose(f);
-    return yes;
-}
-
 int og_cmd_export(int argc, char **argv) {
     og_export_options o;
     og_export_default_options(&o);
@@ -146,23 +95,7 @@ int og_cmd_export(int argc, char **argv) {
             if (!parse_float_dtype(a, val, &o.dtype)) return 2;
             i++;
         } else if (!strcmp(a, "--weights")) {
-            char name[16] = "";
-            for (size_t k = 0; val && val[k] && k + 1 < sizeof name; k++)
-                name[k] = (char)(val[k] >= 'A' && val[k] <= 'Z' ? val[k] - 'A' + 'a' : val[k]);
-            if (val && og_weight_mix_parse(name, &o.mix) == OG_OK) {
-                o.weights = OG_DTYPE_COUNT;
-            } else if (!val || strlen(val) >= sizeof name || og_dtype_parse(name, &o.weights) != OG_OK ||
-                       (o.weights != OG_DTYPE_Q8 && o.weights != OG_DTYPE_Q4 && o.weights != OG_DTYPE_BF16 &&
-                        o.weights != OG_DTYPE_F32 && o.weights != OG_DTYPE_Q3_K && o.weights != OG_DTYPE_Q4_K &&
-                        o.weights != OG_DTYPE_Q5_K)) {
-                fprintf(stderr,
-                        "offgraph export: --weights must be bf16, f32, q8, q4, q3_k, q4_k, q5_k or a k-quant mix "
-                        "(q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k), got \"%s\"\n",
-                        val ? val : "");
-                return 2;
-            } else {
-                o.mix = OG_MIX_NONE;
-            }
+            if (!og_cli_weights("export", val, &o)) return 2;
             i++;
         } else if (!strcmp(a, "--force-max-context")) {
             force = true;
@@ -192,32 +125,9 @@ int og_cmd_export(int argc, char **argv) {
         return 2;
     }
     o.check_max_context = !force;
-    progress_state ps = {og_time_now(), -1, isatty(STDERR_FILENO), -1};
-    const char *stall = getenv("OFFGRAPH_TEST_EXPORT_STALL");
-    if (stall && *stall) ps.stall_pct = atoi(stall);
-    if (ps.draw || ps.stall_pct >= 0) {
-        o.progress = draw_progress;
-        o.progress_ctx = &ps;
-    }
-    if (snprintf(temp_path, sizeof temp_path, "%s" OG_EXPORT_TEMP_SUFFIX, out) >= (int)sizeof temp_path) {
-        fprintf(stderr, "offgraph export: output path too long\n");
-        return 2;
-    }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fatal_signal;
-    sigemptyset(&sa.sa_mask);
-    /* a signal the shell has us ignore (a background job's SIGINT) stays ignored */
-    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    struct sigaction old[3];
-    for (size_t k = 0; k < 3; k++) {
-        sigaction(sigs[k], NULL, &old[k]);
-        if (old[k].sa_handler != SIG_IGN) sigaction(sigs[k], &sa, NULL);
-    }
+    const double t0 = og_time_now();
     og_export_summary s;
-    og_status rc = is_gguf(in) ? og_export_gguf(in, out, &o, &s) : og_export_hf(in, out, &o, &s);
-    for (size_t k = 0; k < 3; k++) sigaction(sigs[k], &old[k], NULL);
-    temp_path[0] = 0;
+    og_status rc = og_cli_export(in, out, &o, &s);
     if (rc != OG_OK) {
         fprintf(stderr, "offgraph export: %s\n", og_last_error());
         return 1;
@@ -253,7 +163,7 @@ int og_cmd_export(int argc, char **argv) {
             "kv %s, max-context %lld, initial-capacity %lld, max-write %d, tokenizer %s, %.2f s\n",
             in, out, og_hf_family_name(s.family), s.n_layers, layers, (long long)s.n_params, s.weight_bytes / 1e6,
             wdesc, og_dtype_name(s.kv_dtype), (long long)s.max_context, (long long)s.initial_capacity, s.max_write,
-            s.has_tokenizer ? "embedded" : "absent", og_time_now() - ps.start);
+            s.has_tokenizer ? "embedded" : "absent", og_time_now() - t0);
     if (s.n_skipped)
         fprintf(stderr,
                 "offgraph export: note: %d tensors of the checkpoint were not exported: multi-token prediction "

@@ -15,7 +15,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: offgraph serve [-m <program>] [--host 127.0.0.1] [--port 8080] [--max-sessions N]\n"
+            "usage: offgraph serve [-m <model>] [--host 127.0.0.1] [--port 8080] [--max-sessions N]\n"
             "                      [--kv-budget BYTES] [--api-key KEY] [options]\n\n"
             "An OpenAI-compatible HTTP server with continuous batching: every running request\n"
             "steps together in one batched model step; new ones join at the next step.\n\n"
@@ -23,8 +23,8 @@ static void usage(FILE *f) {
             "server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
             "SIGINT or SIGTERM stops it: no new requests, running ones get --shutdown-grace\n"
             "seconds to finish, then it exits 0.\n\n"
-            "  -m, --model <file>       program file (default: the demo model the build exports)\n"
-            "  --model-id <name>        the model name clients use (default: the file's name)\n"
+            "  --model-id <name>        the model name clients use (default: -m's file or folder\n"
+            "                           name, without .ogp or .gguf; -m defaults to the demo model)\n"
             "  --host <addr>            address to listen on (default 127.0.0.1)\n"
             "  --port <N>               port (default 8080; 0 picks a free one, printed at start)\n"
             "  --max-sessions <N>       requests generating at once (default 64)\n"
@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "                           also read from OFFGRAPH_API_KEY\n"
             "  --max-body <BYTES>       request body limit (default 1M)\n"
             "  --chunk <N>              prompt tokens of one request per step (default 256)\n"
-            "  --step-rows <N>          tokens per batched step, all requests (default 512)\n"
+            "  --step-rows <N>          tokens per batched step, all requests (default 512; -b too)\n"
             "  --shutdown-grace <S>     seconds running requests get at shutdown (default 5)\n"
             "  --max-connections-per-ip <N>  open connections from one client address; past it\n"
             "                           a new one is closed at once (default: max-sessions +\n"
@@ -58,10 +58,11 @@ static void usage(FILE *f) {
             "  --write-timeout <S>      output must reach the client's socket S seconds after it\n"
             "                           was produced; a client that stops reading its stream is\n"
             "                           disconnected and its request cancelled (default 30)\n"
-            "  --log-requests           one line per request on stderr\n"
-            "  --kv-dtype <dtype>       KV storage: bf16, f32, int8 or fp8 (default: the program's)\n"
-            "  --backend <cpu|cuda|auto> back end (default auto: cuda when a GPU is present)\n"
-            "  --threads <N>            CPU threads (default: all)\n");
+            "  --seed <S>               base of the seeds of requests that give none: the same\n"
+            "                           requests in the same order draw the same text (default:\n"
+            "                           from the clock)\n"
+            "  --log-requests           one line per request on stderr\n");
+    og_cli_model_opts_usage(f);
 }
 
 /* "512", "64K", "512M", "2G" (binary units). */
@@ -163,6 +164,9 @@ int og_cmd_serve(int argc, char **argv) {
                 return 2;
             if (per_ip) p.max_connections_per_ip = (int32_t)n;
             else p.max_connections = (int32_t)n;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, 1, INT64_MAX, &n)) return 2;
+            p.seed = (uint64_t)n;
         } else if (!strcmp(a, "--shutdown-grace")) {
             if (!(v = og_cli_value("serve", argc, argv, &i)) || !og_cli_int("serve", a, v, 0, 3600, &n)) return 2;
             p.shutdown_grace_s = (double)n;
@@ -183,7 +187,8 @@ int og_cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
-    p.model_path = mo.model ? mo.model : og_default_model_path;
+    const char *source = mo.model ? mo.model : og_default_model_path;
+    p.model_path = source;
     if (!p.model_path) {
         fprintf(stderr, "offgraph serve: no -m given and no default model\n");
         return 2;
@@ -199,6 +204,24 @@ int og_cmd_serve(int argc, char **argv) {
     /* and make every n-th KV allocation fail (tests/cli_serve_faults.sh) */
     const char *kv_fail = getenv("OFFGRAPH_TEST_KV_FAIL_EVERY");
     if (kv_fail && *kv_fail) og_kv_test_fail_every = atoll(kv_fail);
+    /* a checkpoint folder or a GGUF file: the program exported from it
+     * into the cache, served under the source's name */
+    char *resolved = og_cli_resolve_model("serve", p.model_path, mo.weights, mo.ctx);
+    if (!resolved) return 1;
+    char id[256];
+    if (!p.model_id && strcmp(resolved, source)) {
+        /* the folder's or the file's name: "models/llama/" is llama, x.gguf x */
+        size_t end = strlen(source);
+        while (end > 1 && source[end - 1] == '/') end--;
+        size_t start = end;
+        while (start > 0 && source[start - 1] != '/') start--;
+        if (end - start > 5 && !strncmp(source + end - 5, ".gguf", 5)) end -= 5;
+        snprintf(id, sizeof id, "%.*s", (int)(end - start), source + start);
+        p.model_id = id;
+    }
+    p.model_path = resolved;
+    p.context = mo.ctx;
+    if (mo.batch) p.step_rows = (int32_t)mo.batch;
     og_serve_resolve_params(&p);
     raise_file_limit(p.max_connections);
     p.model.backend = mo.backend;
@@ -218,6 +241,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_status st = og_server_start(&p, &srv);
     if (st != OG_OK) {
         fprintf(stderr, "offgraph serve: %s (%s)\n", og_last_error(), og_status_str(st));
+        free(resolved);
         return 1;
     }
     const char *host = p.host ? p.host : "127.0.0.1";
@@ -228,6 +252,7 @@ int og_cmd_serve(int argc, char **argv) {
     sigwait(&stop_signals, &sig);
     fprintf(stderr, "offgraph serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     og_server_destroy(srv);
+    free(resolved);
     fprintf(stderr, "offgraph serve: stopped\n");
     return 0;
 }

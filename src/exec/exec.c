@@ -107,6 +107,7 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         return st; /* og_last_error() names the rule */
     }
     og_program_prefault(m->prog);
+    m->kv = *og_program_kv_config(m->prog);
     m->n_instrs = og_program_n_instrs(m->prog);
     m->logits_instr = og_program_logits_instr(m->prog);
     m->vocab = og_program_get_model(m->prog)->vocab_size;
@@ -183,7 +184,25 @@ void og_model_destroy(og_model *m) {
 }
 
 int64_t og_model_vocab_size(const og_model *m) { return m->vocab; }
-const og_kv_config *og_model_kv_config(const og_model *m) { return og_program_kv_config(m->prog); }
+const og_kv_config *og_model_kv_config(const og_model *m) { return &m->kv; }
+
+og_status og_model_set_context(og_model *m, int64_t n_ctx) {
+    if (!m) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_set_context: NULL model");
+    const og_kv_config *prog = og_program_kv_config(m->prog);
+    if (n_ctx < 0 || n_ctx > prog->max_capacity)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "og_model_set_context: a context of %lld tokens: the program declares at most %lld "
+                            "(its max-context; export the model again with a larger --max-context)",
+                            (long long)n_ctx, (long long)prog->max_capacity);
+    m->kv = *prog;
+    if (n_ctx == 0) return OG_OK;
+    /* the storage a session reserves and grows to is bounded by n_ctx; a
+     * step never writes more than the session can hold */
+    m->kv.max_capacity = n_ctx;
+    if (m->kv.initial_capacity > n_ctx) m->kv.initial_capacity = n_ctx;
+    if (m->kv.max_write > n_ctx) m->kv.max_write = (int32_t)n_ctx;
+    return OG_OK;
+}
 const char *og_model_tokenizer_json(const og_model *m) { return og_program_tokenizer_json(m->prog); }
 const char *og_model_tokenizer_config(const og_model *m) { return og_program_tokenizer_config(m->prog); }
 const char *og_model_no_tokenizer_reason(const og_model *m) {
@@ -251,7 +270,7 @@ og_status og_session_create(og_model *m, const og_session_params *params, og_ses
     og_session *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_session_create: no memory");
     s->m = m;
-    s->cfg = *og_program_kv_config(m->prog);
+    s->cfg = m->kv;
     if (p.kv_dtype != OG_DTYPE_COUNT) s->cfg.kv_dtype = p.kv_dtype;
     s->kv_alloc = p.kv_allocator;
     atomic_init(&s->stepping, 0);

@@ -29,6 +29,10 @@ typedef struct og_step_ctx og_step_ctx;
 
 struct og_model {
     og_program *prog;      /* owned: weights mapped read-only          */
+    /* the KV manifest sessions get: the program's, with the context
+     * og_model_set_context chose (max_capacity, and initial_capacity and
+     * max_write no larger) */
+    og_kv_config kv;
     og_backend backend;
     const og_backend_ops *ops;
     void *be;              /* owned by the back end: its model state   */

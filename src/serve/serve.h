@@ -23,6 +23,10 @@ typedef struct og_serve_params {
                                    base name without its extension          */
     og_model_params model;      /* back end, threads                        */
     og_session_params session;  /* KV dtype                                 */
+    int64_t context;            /* most tokens of a session (og_model_set_context);
+                                   0: the program's max-context            */
+    uint64_t seed;              /* base of the seeds of requests that give
+                                   none (og_engine_params.seed); 0: the clock */
     const char *host;           /* address to listen on (default 127.0.0.1) */
     int32_t port;               /* 0 picks a free port (og_server_port)     */
     int32_t max_sessions;       /* requests generating at once (default 64) */

@@ -116,6 +116,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
         og_set_error(st, "cannot load %s: %s", p->model_path, og_last_error());
         goto fail;
     }
+    if ((st = og_model_set_context(s->model, p->context)) != OG_OK) goto fail;
     if ((st = og_tokenizer_from_model(s->model, &s->tok)) != OG_OK) {
         og_set_error(st, "%s: %s", p->model_path, og_last_error());
         goto fail;
@@ -129,6 +130,7 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     ep.chunk = p->chunk;
     ep.step_rows = p->step_rows;
     ep.test_step_delay_s = p->test_step_delay_s;
+    ep.seed = p->seed;
     if ((st = og_engine_create(s->model, s->tok, &ep, &s->engine)) != OG_OK) goto fail;
     s->ctx = og_engine_context(s->engine);
     s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model),
