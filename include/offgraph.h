@@ -601,6 +601,12 @@ OG_API og_backend og_model_backend(const og_model *m);
  * (nucleus), min-p (relative to the most likely token), and a draw from what
  * is left. The sampler owns its random state: the same seed, parameters and
  * logits give the same tokens. */
+/* One token's bias (OpenAI's logit_bias): added to its logit first. */
+typedef struct og_logit_bias {
+    int32_t token;
+    float bias;
+} og_logit_bias;
+
 typedef struct og_sampler_params {
     float temperature;    /* <= 0: greedy                                    */
     int32_t top_k;        /* keep the k most likely; <= 0: all               */
@@ -609,16 +615,29 @@ typedef struct og_sampler_params {
     float repeat_penalty; /* > 1 discourages recent tokens; 1: off           */
     int32_t repeat_last_n;/* how many recent tokens the penalty looks at     */
     uint64_t seed;
+    /* OpenAI's penalties over the tokens this sampler has drawn (not the
+     * prompt, not og_sampler_accept's): a token drawn n > 0 times has its
+     * logit lowered by n * frequency_penalty + presence_penalty. 0: off. */
+    float presence_penalty;
+    float frequency_penalty;
+    /* [n_logit_bias] biases added to the logits before anything else (a
+     * token listed twice gets both); copied by og_sampler_create. */
+    const og_logit_bias *logit_bias;
+    int32_t n_logit_bias;
 } og_sampler_params;
 
 /* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, repeat_penalty 1.0
- * (off), repeat_last_n 64, seed 0. */
+ * (off), repeat_last_n 64, seed 0, no presence or frequency penalty, no
+ * logit bias. The chain: forbidden ids, logit bias, repetition penalty,
+ * presence and frequency penalties, then the arg-max (temperature <= 0) or
+ * top-k, temperature, top-p, min-p and the draw. */
 OG_API og_sampler_params og_sampler_default_params(void);
 
 typedef struct og_sampler og_sampler;
 
 /* For rows of vocab logits. On success *out is owned by the caller:
- * og_sampler_destroy. Refuses vocab < 1 or a negative top_p/min_p. */
+ * og_sampler_destroy. Refuses vocab < 1, a negative top_p/min_p, a
+ * penalty or bias that is not finite, a biased id outside [0, vocab). */
 OG_API og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sampler **out);
 /* NULL is a no-op. */
 OG_API void og_sampler_destroy(og_sampler *s);
@@ -628,7 +647,8 @@ OG_API void og_sampler_accept(og_sampler *s, int32_t token);
 /* Rules a token out for good (e.g. ids of a padded vocabulary that the
  * tokenizer does not know). Refuses an id outside [0, vocab). */
 OG_API og_status og_sampler_forbid(og_sampler *s, int32_t token);
-/* Forgets the history and reseeds; forbidden tokens stay forbidden. */
+/* Forgets the history (and the counts of the penalties) and reseeds;
+ * forbidden tokens stay forbidden. */
 OG_API void og_sampler_reset(og_sampler *s);
 /* Picks the next token from logits [vocab] (not modified). */
 OG_API int32_t og_sampler_sample(og_sampler *s, const float *logits);
@@ -1231,6 +1251,20 @@ OG_API og_request_params og_request_default_params(void);
  *     it), a grammar past its limits;
  *   OG_ERR_OUT_OF_MEMORY. */
 OG_API og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request **out);
+/* n choices of one prompt (OpenAI's n): as og_engine_submit, into out[0..n)
+ * (each owned by the caller: og_request_destroy; all NULL on failure). The
+ * prompt is read once: choice 0 reads it and the others continue from a
+ * fork of its session at the prompt's end, each drawing its first token
+ * from the prompt's last logits with its own sampler. A seed of p's is
+ * choice 0's; choice i gets one derived from it (seed 0: each its own). The
+ * choices wait and start together (n sessions and n reservations under
+ * kv_budget); n above max_sessions is refused (OG_ERR_INVALID_ARGUMENT).
+ * constraint_ctx: NULL (every choice gets p's), or [n] contexts, choice i's
+ * constraint_ctx[i] (a constraint that follows one sequence, as a grammar
+ * matcher, needs one a choice). Once started each choice is a request of
+ * its own (next, cancel, destroy). */
+OG_API og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n,
+                                    void *const *constraint_ctx, og_request **out);
 
 /* What a request produced since the previous og_request_next. */
 typedef struct og_request_output {

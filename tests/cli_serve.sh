@@ -136,10 +136,67 @@ curl -sN --max-time 60 -H 'Content-Type: application/json' \
 python3 "$SSE" check-stream "$WORK/chat.stream" >/dev/null || fail "chat stream: $(head -c 400 "$WORK/chat.stream")"
 grep -q '"delta":{"role":"assistant"' "$WORK/chat.stream" || fail "chat stream: no role delta"
 grep -q '"choices":\[\],"usage"' "$WORK/chat.stream" || fail "chat stream: no include_usage chunk"
+[ "$(grep -c '"usage":{' "$WORK/chat.stream")" = 1 ] || fail "chat stream: usage more than once: $(cat "$WORK/chat.stream")"
 # completions with logprobs and token ids as the prompt
 [ "$(req POST /v1/completions '{"prompt":[5,6,7],"max_tokens":3,"logprobs":2,"temperature":0}')" = 200 ] &&
     json "len(j['choices'][0]['logprobs']['tokens']) == 3 and j['usage']['prompt_tokens'] == 3" ||
     fail "token-id prompt with logprobs: $(cat "$WORK/out")"
+
+# logit_bias, presence_penalty and frequency_penalty reach the sampler
+and_id=$("$BIN" tokenize -p " and" 2>/dev/null)
+case "$and_id" in
+*" "* | "") fail "logit_bias: ' and' is not one token here: '$and_id'" ;;
+*)
+    [ "$(req POST /v1/completions '{"prompt":"In the beginning","max_tokens":5,"temperature":0,"logit_bias":{"'"$and_id"'":100}}')" = 200 ] &&
+        json "j['choices'][0]['text'] == ' and' * 5" || fail "logit_bias +100: $(cat "$WORK/out")"
+    [ "$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"And God said"}],"max_tokens":4,"temperature":0.9,"seed":4,"logit_bias":{"'"$and_id"'":100}}')" = 200 ] &&
+        json "j['choices'][0]['message']['content'] == ' and' * 4" || fail "chat logit_bias +100: $(cat "$WORK/out")"
+    ;;
+esac
+[ "$(req POST /v1/completions '{"prompt":"And it came to pass","max_tokens":32,"temperature":0}')" = 200 ] || fail "greedy: $(cat "$WORK/out")"
+plain=$(jget "j['choices'][0]['text']")
+[ "$(req POST /v1/completions '{"prompt":"And it came to pass","max_tokens":32,"temperature":0,"presence_penalty":2,"frequency_penalty":2}')" = 200 ] ||
+    fail "penalties: $(cat "$WORK/out")"
+[ "$(jget "j['choices'][0]['text']")" != "$plain" ] || fail "presence_penalty and frequency_penalty changed nothing in: $plain"
+expect_error 400 "j['error']['param'] == 'logit_bias'" "logit_bias key not an id" POST /v1/completions '{"prompt":"x","logit_bias":{"the":5}}'
+expect_error 400 "j['error']['param'] == 'logit_bias'" "logit_bias id past the vocabulary" POST /v1/completions '{"prompt":"x","logit_bias":{"99999999":5}}'
+expect_error 400 "j['error']['param'] == 'logit_bias'" "logit_bias 101" POST /v1/completions '{"prompt":"x","logit_bias":{"5":101}}'
+expect_error 400 "j['error']['param'] == 'presence_penalty'" "presence_penalty 3" POST /v1/completions '{"prompt":"x","presence_penalty":3}'
+# n choices (one prefill, forked), prompt arrays, and streamed choices carrying their index
+[ "$(req POST /v1/completions '{"prompt":"In the beginning","max_tokens":8,"temperature":0}')" = 200 ] || fail "n=1: $(cat "$WORK/out")"
+cp "$WORK/out" "$WORK/one.json"
+one_prompt=$(jget "j['usage']['prompt_tokens']")
+one_completion=$(jget "j['usage']['completion_tokens']")
+[ "$(req POST /v1/completions '{"prompt":"In the beginning","max_tokens":8,"temperature":0,"n":3}')" = 200 ] &&
+    json "[c['index'] for c in j['choices']] == [0, 1, 2] and all(c['text'] == json.load(open('$WORK/one.json'))['choices'][0]['text'] for c in j['choices']) and j['usage']['prompt_tokens'] == $one_prompt and j['usage']['completion_tokens'] == 3 * $one_completion" ||
+    fail "n=3 greedy: $(cat "$WORK/out")"
+[ "$(req POST /v1/completions '{"prompt":["In the beginning",[5,6,7]],"max_tokens":6,"temperature":0.9,"seed":5,"n":2}')" = 200 ] &&
+    json "[c['index'] for c in j['choices']] == [0, 1, 2, 3] and j['usage']['prompt_tokens'] == $one_prompt + 3 and j['usage']['total_tokens'] == j['usage']['prompt_tokens'] + j['usage']['completion_tokens']" ||
+    fail "a prompt array with n=2: $(cat "$WORK/out")"
+curl -sN --max-time 60 -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"And God said"}],"max_tokens":6,"n":3,"temperature":1,"seed":9,"stream":true,"stream_options":{"include_usage":true}}' \
+    "http://127.0.0.1:$PORT/v1/chat/completions" >"$WORK/chat_n.stream"
+python3 - "$WORK/chat_n.stream" <<'PY' || fail "chat stream n=3: $(head -c 600 "$WORK/chat_n.stream")"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+assert ev[-1] == "[DONE]", ev[-1:]
+ev = [json.loads(e) for e in ev[:-1]]
+fin = {}
+text = {0: "", 1: "", 2: ""}
+for e in ev[:-1]:
+    assert e["usage"] is None and len(e["choices"]) == 1, e
+    c = e["choices"][0]
+    text[c["index"]] += c["delta"].get("content") or ""
+    if c["finish_reason"]:
+        assert c["index"] not in fin, ("two ends", c)
+        fin[c["index"]] = c["finish_reason"]
+assert sorted(fin) == [0, 1, 2], fin
+assert ev[-1]["choices"] == [] and ev[-1]["usage"]["completion_tokens"] >= 3, ev[-1]
+PY
+expect_error 400 "j['error']['param'] == 'n'" "n past max_sessions" POST /v1/completions '{"prompt":"x","n":100}'
+expect_error 400 "j['error']['param'] == 'n'" "n 0" POST /v1/completions '{"prompt":"x","n":0}'
+expect_error 400 "j['error']['param'] == 'functions'" "functions" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"functions":[]}'
 
 # errors, each an OpenAI error object
 long=$(python3 -c 'print("And it came to pass " * 400)')
@@ -147,8 +204,40 @@ expect_error 400 "True" "malformed JSON" POST /v1/completions '{"prompt": "x",'
 expect_error 400 "j['error']['param'] == 'temperature'" "temperature as a string" POST /v1/completions '{"prompt":"x","temperature":"hot"}'
 expect_error 400 "j['error']['param'] == 'max_tokens'" "max_tokens as a float" POST /v1/completions '{"prompt":"x","max_tokens":1.5}'
 expect_error 400 "j['error']['param'] == 'stop'" "stop as a number" POST /v1/completions '{"prompt":"x","stop":3}'
-expect_error 400 "j['error']['param'] == 'n'" "n = 2" POST /v1/completions '{"prompt":"x","n":2}'
 expect_error 400 "j['error']['param'] == 'prompt'" "no prompt" POST /v1/completions '{"max_tokens":3}'
+expect_error 400 "j['error']['param'] == 'max_tokens'" "max_tokens 0" POST /v1/completions '{"prompt":"x","max_tokens":0}'
+expect_error 400 "j['error']['param'] == 'max_completion_tokens'" "max_completion_tokens 0" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0}'
+# every field is read or refused by name: OpenAI's that offgraph does not implement, and unknown ones
+expect_error 400 "j['error']['param'] == 'suffix'" "suffix" POST /v1/completions '{"prompt":"x","suffix":"end"}'
+expect_error 400 "j['error']['param'] == 'best_of'" "best_of 3" POST /v1/completions '{"prompt":"x","best_of":3}'
+expect_error 400 "j['error']['param'] == 'echo'" "echo" POST /v1/completions '{"prompt":"x","echo":true}'
+expect_error 400 "j['error']['param'] == 'audio'" "audio" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"audio":{"voice":"alloy","format":"wav"}}'
+expect_error 400 "j['error']['param'] == 'modalities'" "modalities audio" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]}'
+expect_error 400 "j['error']['param'] == 'store'" "store true" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"store":true}'
+expect_error 400 "j['error']['param'] == 'prediction'" "prediction" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"prediction":{"type":"content","content":"x"}}'
+expect_error 400 "j['error']['param'] == 'reasoning_effort'" "reasoning_effort" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"low"}'
+expect_error 400 "j['error']['param'] == 'web_search_options'" "web_search_options" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"web_search_options":{}}'
+expect_error 400 "j['error']['param'] == 'service_tier'" "service_tier flex" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"x"}],"service_tier":"flex"}'
+expect_error 400 "j['error']['param'] == 'temprature'" "a misspelt field" POST /v1/completions '{"prompt":"x","temprature":0}'
+expect_error 400 "j['error']['param'] == 'messages'" "messages on completions" POST /v1/completions \
+    '{"prompt":"x","messages":[]}'
+expect_error 400 "j['error']['param'] == 'stream_options'" "stream_options without stream" POST /v1/completions \
+    '{"prompt":"x","stream_options":{"include_usage":true}}'
+expect_error 400 "j['error']['param'] == 'stream_options'" "an unknown stream option" POST /v1/completions \
+    '{"prompt":"x","stream":true,"stream_options":{"include_everything":true}}'
+# the fields that change nothing in an answer are taken
+[ "$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"user":"u1","store":false,"metadata":{"k":"v"},"modalities":["text"],"service_tier":"auto","prompt_cache_key":"p","safety_identifier":"s"}')" = 200 ] ||
+    fail "chat with the fields that change nothing: $(cat "$WORK/out")"
+[ "$(req POST /v1/completions '{"prompt":"x","max_tokens":2,"user":"u1","best_of":1,"echo":false,"suffix":""}')" = 200 ] ||
+    fail "completion with the fields that change nothing: $(cat "$WORK/out")"
 expect_error 400 "j['error']['param'] == 'messages'" "chat without messages" POST /v1/chat/completions '{"max_tokens":3}'
 expect_error 400 "True" "a role nobody knows" POST /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}'
 expect_error 400 "True" "a body that is not an object" POST /v1/completions '[1,2]'
@@ -204,7 +293,7 @@ stop_server a
 # a budget for one 200-token request at a time (one session's first 256
 # rows and its rings: 638208 bytes), and no queue
 start_server b --max-sessions 4 --kv-budget 1M --max-queue 0 || exit 1
-expect_error 400 "'kv-budget' in j['error']['message']" "a request larger than the whole budget" POST /v1/completions \
+expect_error 400 "'kv_budget' in j['error']['message']" "a request larger than the whole budget" POST /v1/completions \
     '{"prompt":"x","max_tokens":1000}'
 timeout 300 python3 - "$PORT" >"$WORK/b.out" <<'PY' || fail "429 under the budget: $(cat "$WORK/b.out")"
 import http.client, json, sys, threading

@@ -30,7 +30,11 @@
  *     session holds exactly that afterwards; at the context limit, when
  *     cancelled or destroyed mid-reply it holds every token given out;
  *     a prompt past what is left is refused, as is a second request on a
- *     session still in use. */
+ *     session still in use;
+ *   - n choices (og_engine_submit_n): the prompt is prefilled once; greedy
+ *     choices are the reference's; sampled choice 0 is the request alone
+ *     with its seed and the others differ; cancelling the first choice at
+ *     once leaves the others to read the prompt themselves. */
 #include "harness.h"
 
 #include "import/export.h"
@@ -363,7 +367,7 @@ static void test_budget(void) {
     og_request *x = NULL;
     og_request_params big = text_params(g_prompts[0], CTX);
     CHECK_STATUS(og_engine_submit(e, &big, &x), OG_ERR_CAPACITY);
-    CHECK(x == NULL && strstr(og_last_error(), "kv-budget"));
+    CHECK(x == NULL && strstr(og_last_error(), "kv_budget"));
     /* max_tokens 0: as many as the budget allows one request, never refused */
     og_request_params all = text_params(g_prompts[0], 0);
     all.ignore_eos = true;
@@ -763,6 +767,69 @@ done:
     og_session_destroy(ref);
 }
 
+static void test_choices(void) {
+    og_test_section("n choices: one prefill; greedy choices are the reference's; sampled ones differ");
+    og_engine_params ep = params();
+    ep.prefix_cache_bytes = 0; /* every prompt token counted is one prefilled */
+    og_engine *e = NULL;
+    CHECK_OK(og_engine_create(g_model, g_tok, &ep, &e));
+    if (!e) return;
+    seq prompt, want;
+    encode(g_prompts[6], &prompt);
+    reference(prompt.ids, prompt.n, 12, &want, NULL);
+    og_request *rs[4] = {0};
+    og_request_params p = text_params(g_prompts[6], 12);
+    CHECK_OK(og_engine_submit_n(e, &p, 3, NULL, rs));
+    for (int i = 0; i < 3; i++) {
+        result res;
+        if (!rs[i]) continue;
+        drain(rs[i], &res);
+        CHECK_MSG(same(&res.tokens, &want) && res.last.prompt_tokens == prompt.n, "greedy choice %d", i);
+        og_request_destroy(rs[i]);
+    }
+    CHECK_MSG(metric(e, "offgraph_prompt_tokens_total") == (double)prompt.n, "%g prompt tokens prefilled for %lld",
+              metric(e, "offgraph_prompt_tokens_total"), (long long)prompt.n);
+
+    /* sampled: choice 0 is the request alone with the same seed; the choices differ */
+    og_request_params q = text_params(g_prompts[6], 16);
+    q.sampling.temperature = 1.5f;
+    q.sampling.top_k = 0;
+    q.sampling.top_p = 1;
+    q.sampling.min_p = 0;
+    q.sampling.seed = 11;
+    q.ignore_eos = true;
+    result alone, choice[4];
+    run(e, &q, &alone);
+    CHECK_OK(og_engine_submit_n(e, &q, 4, NULL, rs));
+    for (int i = 0; i < 4; i++) {
+        choice[i].tokens.n = 0;
+        if (rs[i]) drain(rs[i], &choice[i]);
+        og_request_destroy(rs[i]);
+    }
+    CHECK_MSG(same(&choice[0].tokens, &alone.tokens), "sampled choice 0 is not the request alone with its seed");
+    int distinct = 0;
+    for (int i = 1; i < 4; i++) distinct += !same(&choice[i].tokens, &choice[0].tokens) && choice[i].tokens.n == 16;
+    CHECK_MSG(distinct == 3, "%d of 3 other choices differ from choice 0", distinct);
+
+    og_test_section("n choices: the first choice cancelled at once; the others read the prompt and finish");
+    for (int round = 0; round < 3; round++) {
+        CHECK_OK(og_engine_submit_n(e, &p, 3, NULL, rs));
+        og_request_destroy(rs[0]);
+        for (int i = 1; i < 3; i++) {
+            result res;
+            if (!rs[i]) continue;
+            drain(rs[i], &res);
+            CHECK_MSG(same(&res.tokens, &want), "round %d: choice %d after the first was cancelled", round, i);
+            og_request_destroy(rs[i]);
+        }
+    }
+    og_request **many = calloc((size_t)ep.max_sessions + 1, sizeof *many);
+    if (many) CHECK_STATUS(og_engine_submit_n(e, &p, ep.max_sessions + 1, NULL, many), OG_ERR_INVALID_ARGUMENT);
+    free(many);
+    CHECK_STATUS(og_engine_submit_n(e, &p, 0, NULL, rs), OG_ERR_INVALID_ARGUMENT);
+    og_engine_destroy(e);
+}
+
 int main(void) {
     char dir[] = "/tmp/og_test_engine_XXXXXX", path[512];
     if (!mkdtemp(dir)) return 1;
@@ -797,6 +864,7 @@ int main(void) {
     test_budget();
     test_queue_and_cancel();
     test_fairness();
+    test_choices();
     og_tokenizer_destroy(g_tok);
     og_model_destroy(g_model);
     return og_test_finish();

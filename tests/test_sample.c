@@ -3,8 +3,9 @@
  * outside their set; plain sampling follows the softmax; the repetition
  * penalty demotes a recent token; a seed repeats a run; a forbidden token
  * draws as if its logit were -infinity (what callers did before the sampler
- * could forbid) and never comes out; the draw is peeked, not spent, until
- * og_sampler_commit. */
+ * could forbid) and never comes out; logit bias and the presence and
+ * frequency penalties draw what the formula's logits draw; the draw is
+ * peeked, not spent, until og_sampler_commit. */
 #include "harness.h"
 #include "exec/sample.h"
 
@@ -202,6 +203,80 @@ int main(void) {
     CHECK(og_sampler_sample(f, x) != 17);
     og_sampler_destroy(f);
     og_sampler_destroy(g);
+
+    og_test_section("logit bias, presence and frequency penalties are OpenAI's formula");
+    /* f applies them; g, a plain sampler with the same seed, draws from
+     * logits changed here by the formula (bias added, then a token drawn n
+     * times lowered by n * frequency + presence): the same tokens, draw by
+     * draw, at a temperature and greedy */
+    for (int greedy = 0; greedy < 2; greedy++) {
+        const og_logit_bias lb[] = {{4, 3.0f}, {11, -100.0f}, {4, 0.5f}, {V - 1, 1.25f}};
+        p = plain();
+        p.temperature = greedy ? 0.0f : 1.3f;
+        p.seed = 21;
+        g = make(p);
+        p.presence_penalty = 0.7f;
+        p.frequency_penalty = 0.45f;
+        p.logit_bias = lb;
+        p.n_logit_bias = 4;
+        f = make(p);
+        int n_drawn[V] = {0};
+        int agree_pf = 0, drew_banned = 0, distinct = 0;
+        rows = og_rng_seed(31);
+        for (int d = 0; d < 400; d++) {
+            og_rng_fill(&rows, x, V, -1, 1);
+            float y[V];
+            for (int i = 0; i < V; i++) {
+                float v = x[i];
+                for (int k = 0; k < 4; k++)
+                    if (lb[k].token == i) v += lb[k].bias;
+                if (n_drawn[i]) v -= (float)n_drawn[i] * p.frequency_penalty + p.presence_penalty;
+                y[i] = v;
+            }
+            const int tf = og_sampler_sample(f, x), tg = og_sampler_sample(g, y);
+            agree_pf += tf == tg;
+            drew_banned += tf == 11;
+            distinct += n_drawn[tf]++ == 0;
+        }
+        CHECK_MSG(agree_pf == 400 && drew_banned == 0, "%s: %d of 400 draws agree with the formula, %d banned drawn",
+                  greedy ? "greedy" : "sampled", agree_pf, drew_banned);
+        /* greedy without penalties would draw the biased token 4 every time */
+        CHECK_MSG(distinct > 3, "%s: only %d distinct tokens: the penalties did not act", greedy ? "greedy" : "sampled",
+                  distinct);
+        og_sampler_reset(f); /* forgets the counts: the first draw is the same again */
+        og_sampler_reset(g);
+        rows = og_rng_seed(31);
+        og_rng_fill(&rows, x, V, -1, 1);
+        float y0[V];
+        for (int i = 0; i < V; i++) {
+            y0[i] = x[i];
+            for (int k = 0; k < 4; k++)
+                if (lb[k].token == i) y0[i] += lb[k].bias;
+        }
+        CHECK(og_sampler_sample(f, x) == og_sampler_sample(g, y0));
+        og_sampler_destroy(f);
+        og_sampler_destroy(g);
+    }
+    /* prompt tokens (og_sampler_accept) are not counted by the penalties */
+    p = plain();
+    p.temperature = 0;
+    p.presence_penalty = 2.0f;
+    f = make(p);
+    for (int i = 0; i < V; i++) x[i] = i == 7 ? 1.0f : 0.0f;
+    og_sampler_accept(f, 7);
+    CHECK(og_sampler_sample(f, x) == 7);  /* drawn once now: 1 - 2 < 0 */
+    CHECK(og_sampler_sample(f, x) == 0);
+    og_sampler_destroy(f);
+    p = plain();
+    const og_logit_bias out_of_range = {V, 1.0f}, not_finite = {2, NAN};
+    p.logit_bias = &out_of_range;
+    p.n_logit_bias = 1;
+    CHECK_STATUS(og_sampler_create(&p, V, &b), OG_ERR_INVALID_ARGUMENT);
+    p.logit_bias = &not_finite;
+    CHECK_STATUS(og_sampler_create(&p, V, &b), OG_ERR_INVALID_ARGUMENT);
+    p.n_logit_bias = 0;
+    p.frequency_penalty = INFINITY;
+    CHECK_STATUS(og_sampler_create(&p, V, &b), OG_ERR_INVALID_ARGUMENT);
 
     og_test_section("the draw is peeked, then spent by commit");
     p = og_sampler_default_params();

@@ -138,6 +138,12 @@ static void hand_checked(void) {
            "f", "{\"q\": 2}");
     expect("parameters, no arguments", "<tool_call>{\"name\": \"f\", \"parameters\": {\"q\": null}}</tool_call>"
            "<tool_call>{\"name\": \"g\"}</tool_call>", "", 2, "f", "{\"q\": null}", "g", "{}");
+    /* what cJSON lets through and strict parsers refuse: a raw newline in a
+       string is escaped (cJSON's print), a NUL makes the body text */
+    expect("a raw newline in a string", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a\nb\"}}</tool_call>", "",
+           1, "f", "{\"s\":\"a\\nb\"}");
+    expect("a control byte", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \x01 1}}</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \x01 1}}</tool_call>", 0);
     expect("a body that is not a call", "x <tool_call>not json</tool_call> y",
            "x <tool_call>not json</tool_call> y", 0);
     expect("a body without a name", "<tool_call>{\"arguments\": {}}</tool_call>",

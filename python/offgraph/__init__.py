@@ -87,7 +87,9 @@ class _SessionParams(Structure):
 
 class _SamplerParams(Structure):
     _fields_ = [("temperature", c_float), ("top_k", c_int32), ("top_p", c_float), ("min_p", c_float),
-                ("repeat_penalty", c_float), ("repeat_last_n", c_int32), ("seed", c_uint64)]
+                ("repeat_penalty", c_float), ("repeat_last_n", c_int32), ("seed", c_uint64),
+                ("presence_penalty", c_float), ("frequency_penalty", c_float), ("logit_bias", c_void_p),
+                ("n_logit_bias", c_int32)]
 
 
 class _KvConfig(Structure):

@@ -5,6 +5,7 @@
 
 #include "offgraph.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +36,22 @@ og_status og_set_errorv(og_status st, const char *fmt, va_list ap);
 typedef struct og_errbuf {
     char msg[OG_ERRMSG_CAP];
 } og_errbuf;
+/* Returns st from the calling function after running `cleanup` (a
+ * statement, e.g. the destructor of what a failed constructor built, which
+ * may set errors of its own), with the thread's last error as it was
+ * before cleanup ran. */
+#define OG_RETURN_AFTER(st, cleanup)                 \
+    do {                                             \
+        og_errbuf why_;                              \
+        const char *last_ = og_last_error();         \
+        size_t n_ = strlen(last_);                   \
+        if (n_ >= sizeof why_.msg) n_ = sizeof why_.msg - 1; \
+        memcpy(why_.msg, last_, n_);                 \
+        why_.msg[n_] = 0;                            \
+        cleanup;                                     \
+        return og_set_error((st), "%s", why_.msg);   \
+    } while (0)
+
 /* Formats into e (if non-NULL) and into the thread's last error; returns st. */
 og_status og_errbuf_set(og_errbuf *e, og_status st, const char *fmt, ...) OG_PRINTF(3, 4);
 
@@ -230,7 +247,23 @@ void og_parallel_for(og_threadpool *p, int64_t n, og_task_fn fn, void *ctx);
  * random). Set it while no pool is in use. */
 extern void (*og_threadpool_test_delay)(int window);
 
+/* A growable string: p is NUL-terminated once anything was added (NULL
+ * before), n bytes long. oom is set when memory ran out (or printf failed);
+ * from then on adds do nothing, and the owner frees p (og_free) either way.
+ * A zeroed og_strbuf is empty. */
+typedef struct og_strbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} og_strbuf;
+void og_strbuf_add(og_strbuf *b, const char *s, size_t n);
+void og_strbuf_printf(og_strbuf *b, const char *fmt, ...) OG_PRINTF(2, 3);
+
 /* Monotonic clock in seconds. */
 double og_time_now(void);
+/* Waits on c (m held, as pthread_cond_wait) until it is signalled or
+ * og_time_now() reaches `until` (a time of that clock); returns
+ * pthread_cond_timedwait's result: ETIMEDOUT once `until` has passed. */
+int og_cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, double until);
 
 #endif /* OG_CORE_H */

@@ -44,6 +44,7 @@ static void req_free(og_request *r) {
     og_matcher_destroy(r->matcher);
     og_grammar_destroy(r->grammar);
     og_free(r->prompt);
+    og_free(r->bias);
     for (int32_t i = 0; i < r->n_stops; i++) og_free(r->stops[i]);
     og_free(r->stops);
     og_free(r->text);
@@ -56,6 +57,7 @@ static void req_free(og_request *r) {
     og_textgen_destroy(r->tg);
     og_free(r->logits);
     og_free(r->gen);
+    og_free(r->followers);
     pthread_cond_destroy(&r->cond);
     og_free(r);
 }
@@ -213,7 +215,7 @@ static bool start_locked(og_engine *e, og_request *r, int32_t k) {
                                 .n_stop_strings = r->n_stops};
         st = og_textgen_create(e->tok, &tp, &r->tg);
     }
-    if (st == OG_OK && (r->logprobs >= 0 || r->constraint) &&
+    if (st == OG_OK && (r->logprobs >= 0 || r->constraint || r->leader || r->n_followers) &&
         !(r->logits = og_malloc((size_t)e->vocab * sizeof(float))))
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory for a logits row");
     if (st != OG_OK) {
@@ -234,8 +236,8 @@ static bool start_locked(og_engine *e, og_request *r, int32_t k) {
             sl->held = km.bytes_allocated;
             sl->live = km.bytes_live;
         }
-    } else
-        reuse_prefix_locked(e, r, sl);
+    } else if (!r->leader)
+        reuse_prefix_locked(e, r, sl); /* a follower forks its leader's rows */
     e->running[e->n_running++] = r;
     return true;
 }
@@ -253,23 +255,46 @@ static void unlink_waiting_locked(og_engine *e, og_request *r) {
     e->n_waiting--;
 }
 
+/* A slot no request holds (marked ones included), one with a session
+ * first; -1 when none. */
+static int32_t free_slot_locked(const og_engine *e) {
+    int32_t k = -1;
+    for (int32_t i = 0; i < e->p.max_sessions; i++) {
+        if (e->slots[i].owner) continue;
+        if (e->slots[i].session) return i;
+        if (k < 0) k = i;
+    }
+    return k;
+}
+
 /* Moves waiting requests to running, first come first served, while a
- * session and the budget allow. */
+ * session and the budget allow. The choices of one prompt (n > 1) start
+ * together or wait together: each slot is marked as its choice's while the
+ * next one's fit is judged, so the budget counts them all. The leader starts
+ * last: a follower that cannot start leaves the group, and a leader that
+ * cannot start hands its prompt to a follower (finish_locked). */
 static void admit_locked(og_engine *e) {
-    while (e->wait_head && e->n_running < e->p.max_sessions && !e->quit) {
+    while (e->wait_head && !e->quit) {
         og_request *r = e->wait_head;
-        int32_t k = -1;
-        for (int32_t i = 0; i < e->p.max_sessions; i++) {
-            if (e->slots[i].owner) continue;
-            if (e->slots[i].session) {
-                k = i;
-                break;
+        const int32_t need = 1 + r->n_followers;
+        if (e->n_running + need > e->p.max_sessions) return;
+        int32_t got = 0;
+        bool fit = true;
+        for (int32_t m = 0; m < need && fit; m++) {
+            og_request *who = m == 0 ? r : r->followers[m - 1];
+            const int32_t k = free_slot_locked(e);
+            fit = k >= 0 && fits_locked(e, who, k);
+            if (fit) {
+                e->slots[k].owner = who;
+                e->pick[got++] = k;
             }
-            if (k < 0) k = i;
         }
-        if (k < 0 || !fits_locked(e, r, k)) return;
+        for (int32_t m = 0; m < got; m++) e->slots[e->pick[m]].owner = NULL;
+        if (!fit) return;
         unlink_waiting_locked(e, r);
-        start_locked(e, r, k);
+        og_request **members = r->followers;
+        for (int32_t m = need - 1; m >= 1; m--) start_locked(e, members[m - 1], e->pick[m]);
+        start_locked(e, r, e->pick[0]);
     }
 }
 
@@ -297,6 +322,25 @@ static og_status grammar_of(og_engine *e, og_request *r, const og_request_params
 
 static og_status copy_params(og_engine *e, og_request *r, const og_request_params *p) {
     r->sampling = p->sampling;
+    r->sampling.logit_bias = NULL;
+    r->sampling.n_logit_bias = 0;
+    const og_sampler_params *sp = &p->sampling;
+    if (sp->n_logit_bias < 0 || (sp->n_logit_bias && !sp->logit_bias))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: logit_bias NULL or a negative count");
+    for (int32_t i = 0; i < sp->n_logit_bias; i++)
+        if (sp->logit_bias[i].token < 0 || sp->logit_bias[i].token >= e->vocab || !isfinite(sp->logit_bias[i].bias))
+            return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                "og_engine_submit: logit_bias %d: token %d outside the vocabulary [0, %lld) or a "
+                                "bias that is not finite", (int)i, (int)sp->logit_bias[i].token, (long long)e->vocab);
+    if (!isfinite(sp->presence_penalty) || !isfinite(sp->frequency_penalty))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: a presence or frequency penalty is not finite");
+    if (sp->n_logit_bias) {
+        if (!(r->bias = og_malloc((size_t)sp->n_logit_bias * sizeof *r->bias)))
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no memory");
+        memcpy(r->bias, sp->logit_bias, (size_t)sp->n_logit_bias * sizeof *r->bias);
+        r->sampling.logit_bias = r->bias;
+        r->sampling.n_logit_bias = sp->n_logit_bias;
+    }
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs;
     r->constraint = p->constraint;
@@ -357,7 +401,7 @@ static og_status resolve_budget(og_engine *e, og_request *r, int64_t asked) {
             if (max < 1)
                 return og_set_error(OG_ERR_CAPACITY,
                                     "the prompt of %lld tokens leaves no room to generate under the whole "
-                                    "kv-budget of %lld bytes (a session reaches %lld tokens under it)",
+                                    "kv_budget of %lld bytes (a session reaches %lld tokens under it)",
                                     (long long)r->n_prompt, (long long)e->p.kv_budget, (long long)e->budget_tokens);
         }
     }
@@ -368,7 +412,7 @@ static og_status resolve_budget(og_engine *e, og_request *r, int64_t asked) {
     if (e->p.kv_budget > 0 && r->reserve_bytes > e->p.kv_budget)
         return og_set_error(OG_ERR_CAPACITY,
                             "the request needs up to %lld bytes of KV cache (%lld prompt tokens + max_tokens %lld), "
-                            "more than the whole kv-budget of %lld bytes; lower max_tokens or shorten the prompt",
+                            "more than the whole kv_budget of %lld bytes; lower max_tokens or shorten the prompt",
                             (long long)r->reserve_bytes, (long long)r->n_prompt, (long long)max,
                             (long long)e->p.kv_budget);
     return OG_OK;
@@ -383,63 +427,157 @@ static bool session_taken_locked(const og_engine *e, const og_session *s) {
     return false;
 }
 
-og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request **out) {
-    if (out) *out = NULL;
-    if (!e || !p || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: NULL argument");
+static og_request *req_new(og_engine *e) {
     og_request *r = og_calloc(1, sizeof *r);
-    if (!r) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no memory");
+    if (!r) return NULL;
     if (pthread_cond_init(&r->cond, NULL) != 0) {
         og_free(r);
-        return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no condition variable");
+        return NULL;
     }
     r->e = e;
     r->refs = 1;
     r->slot = -1;
-    og_status st = copy_params(e, r, p);
+    return r;
+}
+
+/* Choice i > 0 of a request: its parameters and the leader's prompt and budget. */
+static og_status follower_of(og_engine *e, const og_request *l, const og_request_params *p, int32_t i,
+                             og_request *r) {
+    OG_TRY(copy_params(e, r, p));
+    if (!(r->prompt = og_malloc((size_t)l->n_prompt * sizeof *r->prompt)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit_n: no memory");
+    memcpy(r->prompt, l->prompt, (size_t)l->n_prompt * sizeof *r->prompt);
+    r->n_prompt = l->n_prompt;
+    r->max_tokens = l->max_tokens;
+    r->reserve_bytes = l->reserve_bytes;
+    /* a seed the caller gave stays choice 0's; each other choice its own */
+    if (r->sampling.seed) r->sampling.seed += (uint64_t)i * 0xD1B54A32D192ED03ull;
+    return OG_OK;
+}
+
+og_status og_engine_submit(og_engine *e, const og_request_params *p, og_request **out) {
+    if (out) *out = NULL;
+    return og_engine_submit_n(e, p, 1, NULL, out);
+}
+
+og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n, void *const *constraint_ctx,
+                             og_request **out) {
+    for (int32_t i = 0; out && i < n; i++) out[i] = NULL;
+    if (!e || !p || !out || n < 1) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: NULL argument or n < 1");
+    if (n > e->p.max_sessions)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "og_engine_submit_n: %d choices are more than the engine's max_sessions %d: they could "
+                            "never run together", (int)n, (int)e->p.max_sessions);
+    if (n > 1 && p->session)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit_n: choices cannot share one caller's session");
+    og_request **rs = og_calloc((size_t)n, sizeof *rs);
+    og_status st = rs ? OG_OK : og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no memory");
+    for (int32_t i = 0; st == OG_OK && i < n; i++)
+        if (!(rs[i] = req_new(e))) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no memory");
+    og_request *r = st == OG_OK ? rs[0] : NULL;
+    if (st == OG_OK) st = copy_params(e, r, p);
     if (st == OG_OK) st = og_engine_prompt(e, p, &r->prompt, &r->n_prompt);
     if (st == OG_OK) st = resolve_budget(e, r, p->max_tokens);
+    for (int32_t i = 1; st == OG_OK && i < n; i++) st = follower_of(e, r, p, i, rs[i]);
+    for (int32_t i = 0; st == OG_OK && constraint_ctx && p->constraint && i < n; i++)
+        rs[i]->constraint_ctx = constraint_ctx[i];
+    if (st == OG_OK && n > 1 && !(r->followers = og_calloc((size_t)(n - 1), sizeof *r->followers)))
+        st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_submit: no memory");
     pthread_mutex_lock(&e->lock);
     if (st == OG_OK && e->stopping) st = og_set_error(OG_ERR_STATE, "the engine is shutting down");
     if (st == OG_OK && r->own && session_taken_locked(e, r->own))
         st = og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: another request still runs on the session");
     if (st == OG_OK) {
-        uint64_t serial = ++e->seed_counter;
-        if (r->sampling.seed == 0) r->sampling.seed = e->p.seed ^ (serial * 0x9E3779B97F4A7C15ull);
-        r->t_submit = og_time_now();
-        r->state = OG_REQ_WAITING;
-        r->refs++; /* the scheduler's */
+        const double now = og_time_now();
+        for (int32_t i = 0; i < n; i++) {
+            og_request *q = rs[i];
+            uint64_t serial = ++e->seed_counter;
+            if (q->sampling.seed == 0) q->sampling.seed = e->p.seed ^ (serial * 0x9E3779B97F4A7C15ull);
+            q->t_submit = now;
+            q->state = OG_REQ_WAITING;
+            q->refs++; /* the scheduler's */
+            if (i > 0) {
+                q->leader = r;
+                r->followers[r->n_followers++] = q;
+            }
+        }
         if (e->wait_tail) e->wait_tail->next_waiting = r;
         else e->wait_head = r;
         e->wait_tail = r;
         e->n_waiting++;
         admit_locked(e);
         if (r->state == OG_REQ_WAITING && e->n_waiting > e->p.max_queue) {
-            /* past the queue's bound: r is the last one in it */
+            /* past the queue's bound: r (and its group) is the last one in it */
             unlink_waiting_locked(e, r);
-            r->refs--;
+            for (int32_t i = 0; i < n; i++) rs[i]->refs--;
             st = og_set_error(OG_ERR_BUSY,
-                              "the engine runs max_sessions %d requests or holds its kv-budget, and its wait queue "
+                              "the engine runs max_sessions %d requests or holds its kv_budget, and its wait queue "
                               "(max_queue %d) is full; retry later",
                               (int)e->p.max_sessions, (int)e->p.max_queue);
         }
     }
     if (st != OG_OK) {
-        e->requests_rejected++;
+        e->requests_rejected += n;
         pthread_mutex_unlock(&e->lock);
-        req_free(r);
+        for (int32_t i = 0; rs && i < n; i++)
+            if (rs[i]) req_free(rs[i]);
+        og_free(rs);
         return st;
     }
     pthread_cond_signal(&e->sched_cond);
     pthread_mutex_unlock(&e->lock);
-    *out = r;
+    memcpy(out, rs, (size_t)n * sizeof *out);
+    og_free(rs);
     return OG_OK;
 }
 
 /* ------------------------------------------------------------ finishing */
 
+/* A leader ends before its prompt was read: its first follower becomes the
+ * leader of the others and reads the prompt itself (it takes r's place in
+ * the queue when r waits there). */
+static void hand_over_prompt_locked(og_engine *e, og_request *r) {
+    og_request *nl = r->followers[0];
+    nl->leader = NULL;
+    nl->followers = r->followers;
+    nl->n_followers = r->n_followers - 1;
+    memmove(nl->followers, nl->followers + 1, (size_t)nl->n_followers * sizeof *nl->followers);
+    for (int32_t i = 0; i < nl->n_followers; i++) nl->followers[i]->leader = nl;
+    r->followers = NULL;
+    r->n_followers = 0;
+    if (nl->state != OG_REQ_WAITING) {
+        if (nl->state == OG_REQ_RUNNING && nl->slot >= 0) reuse_prefix_locked(e, nl, &e->slots[nl->slot]);
+        return;
+    }
+    og_request **pp = &e->wait_head;
+    while (*pp && *pp != r) pp = &(*pp)->next_waiting;
+    if (*pp) { /* in r's place; r is then out of the queue */
+        nl->next_waiting = r->next_waiting;
+        *pp = nl;
+        if (e->wait_tail == r) e->wait_tail = nl;
+        r->next_waiting = NULL;
+    } else { /* r left the queue to start: nl goes first */
+        nl->next_waiting = e->wait_head;
+        e->wait_head = nl;
+        if (!e->wait_tail) e->wait_tail = nl;
+        e->n_waiting++;
+    }
+}
+
 /* Ends r: out of the waiting or running list, its session reset and back to
  * the pool. */
 static void finish_locked(og_engine *e, og_request *r, og_finish_reason why, og_status st, const char *msg) {
+    if (r->leader) { /* a choice still waiting for its leader's prompt leaves the group */
+        og_request *l = r->leader;
+        for (int32_t i = 0; i < l->n_followers; i++)
+            if (l->followers[i] == r) {
+                memmove(&l->followers[i], &l->followers[i + 1], (size_t)(l->n_followers - i - 1) * sizeof *l->followers);
+                l->n_followers--;
+                break;
+            }
+        r->leader = NULL;
+    }
+    if (r->n_followers) hand_over_prompt_locked(e, r);
     if (r->state == OG_REQ_WAITING) unlink_waiting_locked(e, r);
     if (r->state == OG_REQ_RUNNING) {
         for (int32_t i = 0; i < e->n_running; i++)
@@ -457,7 +595,7 @@ static void finish_locked(og_engine *e, og_request *r, og_finish_reason why, og_
             sl->session = NULL;
             sl->held = sl->live = 0;
         } else {
-            if (why != OG_FINISH_ERROR) cache_prompt_rows_locked(e, r, sl);
+            if (why != OG_FINISH_ERROR && !r->forked) cache_prompt_rows_locked(e, r, sl); /* a fork's are its leader's */
             og_session_reset(sl->session);
             og_kv_metrics km;
             if (og_session_metrics(sl->session, &km) == OG_OK) {
@@ -546,8 +684,11 @@ static bool flush_locked(og_request *r) {
 /* ------------------------------------------------------------ the step */
 
 static og_step_output output_of(const og_engine *e, const og_request *r) {
-    if (r->logprobs >= 0 || r->constraint) return OG_OUTPUT_LOGITS;
-    if (r->sampling.temperature <= 0 && e->n_forbidden == 0 && r->sampling.repeat_penalty == 1.0f)
+    /* a leader's followers draw their first tokens from its prompt's logits */
+    if (r->logprobs >= 0 || r->constraint || r->n_followers) return OG_OUTPUT_LOGITS;
+    const og_sampler_params *sp = &r->sampling;
+    if (sp->temperature <= 0 && e->n_forbidden == 0 && sp->repeat_penalty == 1.0f && sp->presence_penalty == 0 &&
+        sp->frequency_penalty == 0 && sp->n_logit_bias == 0)
         return OG_OUTPUT_ARGMAX;
     return OG_OUTPUT_SAMPLE;
 }
@@ -627,7 +768,7 @@ static void take_token_locked(og_engine *e, og_request *r, int32_t token, const 
         return;
     }
     r->next = token;
-    pthread_cond_broadcast(&r->cond);
+    r->wake = true; /* after the lock is let go: sched_main */
 }
 
 static void note_rate_locked(og_engine *e) {
@@ -641,12 +782,45 @@ static void note_rate_locked(og_engine *e) {
     if (e->rate_n < 16) e->rate_n++;
 }
 
+/* The end of a leader's prompt (its session at n_prompt): each follower
+ * continues from a fork of it (one prefill for every choice) with the first
+ * token it drew. scratch holds max_sessions pointers. */
+static void fork_followers_locked(og_engine *e, og_request *r, og_session *s, og_request **scratch) {
+    const int32_t n = r->n_followers;
+    memcpy(scratch, r->followers, (size_t)n * sizeof *scratch);
+    r->n_followers = 0; /* the group is over: each choice runs on its own */
+    for (int32_t j = 0; j < n; j++) scratch[j]->leader = NULL;
+    for (int32_t j = 0; j < n; j++) {
+        og_request *f = scratch[j];
+        og_engine_slot *sl = &e->slots[f->slot];
+        og_session *fs = NULL;
+        og_status st = og_session_fork(s, r->n_prompt, &fs);
+        if (st != OG_OK) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "cannot fork the prompt's session: %s", og_last_error());
+            finish_locked(e, f, OG_FINISH_ERROR, st, msg);
+            continue;
+        }
+        slot_destroy(sl);
+        sl->session = fs;
+        og_kv_metrics km;
+        if (og_session_metrics(fs, &km) == OG_OK) {
+            sl->held = km.bytes_allocated;
+            sl->live = km.bytes_live;
+        }
+        f->fed = f->n_prompt;
+        f->forked = true;
+        take_token_locked(e, f, f->first, f->logprobs >= 0 ? &f->first_lp : NULL);
+    }
+}
+
 typedef struct step_work {
     og_batch_item *items;
     og_request **owner;
     og_status *status;
     char (*why)[160];
     og_token_logprob *lp;
+    og_request **wake;
 } step_work;
 
 static void *sched_main(void *arg) {
@@ -654,10 +828,10 @@ static void *sched_main(void *arg) {
     const int32_t cap = e->p.max_sessions;
     step_work w = {og_calloc((size_t)cap, sizeof *w.items), og_calloc((size_t)cap, sizeof *w.owner),
                    og_calloc((size_t)cap, sizeof *w.status), og_calloc((size_t)cap, sizeof *w.why),
-                   og_calloc((size_t)cap, sizeof *w.lp)};
+                   og_calloc((size_t)cap, sizeof *w.lp), og_calloc((size_t)cap, sizeof *w.wake)};
     og_request **snap = og_calloc((size_t)cap, sizeof *snap);
     pthread_mutex_lock(&e->lock);
-    if (!w.items || !w.owner || !w.status || !w.why || !w.lp || !snap) {
+    if (!w.items || !w.owner || !w.status || !w.why || !w.lp || !w.wake || !snap) {
         og_log(OG_LOG_ERROR, "engine: the scheduler has no memory");
         e->quit = true;
     }
@@ -687,11 +861,7 @@ static void *sched_main(void *arg) {
             if (!e->wait_head) pthread_cond_wait(&e->sched_cond, &e->lock);
             else {
                 /* waiting requests that cannot start (budget): wait for a change */
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 50 * 1000 * 1000;
-                if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-                pthread_cond_timedwait(&e->sched_cond, &e->lock, &ts);
+                og_cond_wait_until(&e->sched_cond, &e->lock, og_time_now() + 0.05);
             }
             continue;
         }
@@ -710,7 +880,7 @@ static void *sched_main(void *arg) {
         }
         for (int32_t i = 0; i < e->n_running; i++) {
             og_request *r = e->running[i];
-            if (r->fed >= r->n_prompt) continue;
+            if (r->fed >= r->n_prompt || r->leader) continue; /* a follower forks its leader's prompt */
             int64_t T = r->n_prompt - r->fed, room = e->p.step_rows - rows;
             if (room <= 0 && prefills > 0) break;
             if (room <= 0) room = 32; /* decodes fill the budget: one small chunk still goes, so no prompt starves */
@@ -727,7 +897,18 @@ static void *sched_main(void *arg) {
             w.owner[n++] = r;
             rows += (int32_t)T;
         }
+        /* Waiters of the output the last step produced are woken only now,
+         * the lock let go: a waiter woken under it would only sleep again on
+         * the mutex (two more context switches a token). Running requests
+         * stay alive until this thread ends them. */
+        int32_t n_wake = 0;
+        for (int32_t i = 0; i < e->n_running; i++)
+            if (e->running[i]->wake) {
+                e->running[i]->wake = false;
+                w.wake[n_wake++] = e->running[i];
+            }
         pthread_mutex_unlock(&e->lock);
+        for (int32_t i = 0; i < n_wake; i++) pthread_cond_broadcast(&w.wake[i]->cond);
 
         /* Outside the lock: the items' requests stay running (only this
          * thread ends them) and their samplers, logits and drawn tokens are
@@ -752,6 +933,16 @@ static void *sched_main(void *arg) {
             og_request *r = w.owner[i];
             og_batch_item *it = &w.items[i];
             if (w.status[i] != OG_OK || it->output != OG_OUTPUT_LOGITS) continue;
+            /* the end of a leader's prompt: each follower draws its first
+             * token from a copy of the row (a constraint changes it); the
+             * followers list changes only on this thread once they run */
+            for (int32_t j = 0; r->n_followers && it->tokens != &r->next && j < r->n_followers; j++) {
+                og_request *f = r->followers[j];
+                memcpy(f->logits, r->logits, (size_t)e->vocab * sizeof *f->logits);
+                if (f->constraint) f->constraint(f->constraint_ctx, f->gen, f->n_gen, f->logits, e->vocab);
+                f->first = og_sampler_sample(f->sampler, f->logits);
+                if (f->logprobs >= 0) logprobs_of(f->logits, e->vocab, f->first, f->logprobs, &f->first_lp);
+            }
             if (r->constraint) r->constraint(r->constraint_ctx, r->gen, r->n_gen, r->logits, e->vocab);
             it->token = og_sampler_sample(r->sampler, r->logits);
             if (r->logprobs >= 0) logprobs_of(r->logits, e->vocab, it->token, r->logprobs, &w.lp[i]);
@@ -787,12 +978,18 @@ static void *sched_main(void *arg) {
                 if (r->fed == r->n_prompt && (e->prefix || r->own)) og_session_checkpoint(it->session);
             } else
                 r->unfed = false;
+            /* the slot's KV figures (admission, the gauges) after every
+             * prompt chunk and every 16th row of a generation: admission
+             * counts a running request's reservation, which holds its
+             * growth, so figures a few rows old change no decision */
             og_kv_metrics km;
-            if (og_session_metrics(it->session, &km) == OG_OK) {
+            if ((prefill || og_session_length(it->session) % 16 == 0) &&
+                og_session_metrics(it->session, &km) == OG_OK) {
                 e->slots[r->slot].held = km.bytes_allocated;
                 e->slots[r->slot].live = km.bytes_live;
             }
             if (it->output == OG_OUTPUT_NONE) continue;
+            if (prefill && r->n_followers) fork_followers_locked(e, r, it->session, w.wake);
             take_token_locked(e, r, it->token, r->logprobs >= 0 ? &w.lp[i] : NULL);
         }
         note_rate_locked(e);
@@ -807,22 +1004,12 @@ static void *sched_main(void *arg) {
     og_free(w.status);
     og_free(w.why);
     og_free(w.lp);
+    og_free(w.wake);
     og_free(snap);
     return NULL;
 }
 
 /* ------------------------------------------------------------ life */
-
-static void timed_wait(og_engine *e, double until) {
-    double left = until - og_time_now();
-    if (left <= 0) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double wait = left < 0.1 ? left : 0.1;
-    ts.tv_nsec += (long)(wait * 1e9);
-    while (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&e->idle_cond, &e->lock, &ts);
-}
 
 void og_engine_stop(og_engine *e, double grace_s) {
     if (!e) return;
@@ -830,7 +1017,7 @@ void og_engine_stop(og_engine *e, double grace_s) {
     e->stopping = true;
     fail_waiting_locked(e, OG_ERR_STATE, "the engine is shutting down");
     const double grace_end = og_time_now() + (grace_s > 0 ? grace_s : 0);
-    while (e->n_running > 0 && og_time_now() < grace_end) timed_wait(e, grace_end);
+    while (e->n_running > 0 && og_time_now() < grace_end) og_cond_wait_until(&e->idle_cond, &e->lock, grace_end);
     if (e->n_running > 0) {
         for (int32_t i = 0; i < e->n_running; i++) {
             og_request *r = e->running[i];
@@ -842,7 +1029,7 @@ void og_engine_stop(og_engine *e, double grace_s) {
         }
         pthread_cond_signal(&e->sched_cond);
     }
-    while (e->n_running > 0 && e->thread_started) timed_wait(e, og_time_now() + 0.1);
+    while (e->n_running > 0 && e->thread_started) og_cond_wait_until(&e->idle_cond, &e->lock, og_time_now() + 0.1);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -860,6 +1047,7 @@ void og_engine_destroy(og_engine *e) {
         for (int32_t i = 0; i < e->p.max_sessions; i++) og_session_destroy(e->slots[i].session);
     og_free(e->slots);
     og_free(e->running);
+    og_free(e->pick);
     og_prefix_cache_destroy(e->prefix); /* its sessions go before the model */
     og_session_destroy(e->probe);
     og_free(e->forbidden);
@@ -893,7 +1081,8 @@ og_status og_engine_create(og_model *m, og_tokenizer *tok, const og_engine_param
     og_status st = OG_OK;
     e->slots = og_calloc((size_t)p.max_sessions, sizeof *e->slots);
     e->running = og_calloc((size_t)p.max_sessions, sizeof *e->running);
-    if (!e->slots || !e->running) {
+    e->pick = og_calloc((size_t)p.max_sessions, sizeof *e->pick);
+    if (!e->slots || !e->running || !e->pick) {
         st = og_set_error(OG_ERR_OUT_OF_MEMORY, "og_engine_create: no memory");
         goto fail;
     }
@@ -937,12 +1126,8 @@ og_status og_engine_create(og_model *m, og_tokenizer *tok, const og_engine_param
     e->thread_started = true;
     *out = e;
     return OG_OK;
-fail: {
-    char why[OG_ERRMSG_CAP];
-    snprintf(why, sizeof why, "%s", og_last_error());
-    og_engine_destroy(e);
-    return og_set_error(st, "%s", why);
-}
+fail:
+    OG_RETURN_AFTER(st, og_engine_destroy(e));
 }
 
 int64_t og_engine_context(const og_engine *e) { return e ? e->ctx : 0; }
@@ -955,43 +1140,33 @@ og_status og_request_next(og_request *r, og_request_output *out, double timeout_
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&e->lock);
     if (r->n_text == 0 && r->n_toks == 0 && r->state != OG_REQ_DONE && timeout_s != 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + timeout_s;
-        ts.tv_sec = (time_t)t;
-        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        const double until = og_time_now() + timeout_s;
         while (r->n_text == 0 && r->n_toks == 0 && r->state != OG_REQ_DONE) {
             if (timeout_s < 0) pthread_cond_wait(&r->cond, &e->lock);
-            else if (pthread_cond_timedwait(&r->cond, &e->lock, &ts) == ETIMEDOUT) break;
+            else if (og_cond_wait_until(&r->cond, &e->lock, until) == ETIMEDOUT) break;
         }
     }
     /* hand the pending buffers over; the caller's old ones take new output */
-    char *t = r->out_text;
-    size_t tc = r->cap_out_text;
-    r->out_text = r->text;
-    r->cap_out_text = r->cap_text;
-    r->text = t;
-    r->cap_text = tc;
+#define HAND_OVER(pending, cap_pending, given, cap_given) \
+    do {                                                  \
+        void *p_ = (given);                               \
+        int64_t c_ = (int64_t)(cap_given);                \
+        (given) = (pending);                              \
+        (cap_given) = (cap_pending);                      \
+        (pending) = p_;                                   \
+        (cap_pending) = c_;                               \
+    } while (0)
+    HAND_OVER(r->text, r->cap_text, r->out_text, r->cap_out_text);
+    HAND_OVER(r->toks, r->cap_toks, r->out_toks, r->cap_out_toks);
+    HAND_OVER(r->lps, r->cap_lps, r->out_lps, r->cap_out_lps);
+#undef HAND_OVER
     out->text = r->out_text ? r->out_text : "";
     out->n_text = r->n_text;
     r->n_text = 0;
     if (r->text) r->text[0] = 0;
-    int32_t *k = r->out_toks;
-    int32_t kc = r->cap_out_toks;
-    r->out_toks = r->toks;
-    r->cap_out_toks = r->cap_toks;
-    r->toks = k;
-    r->cap_toks = kc;
     out->tokens = r->out_toks;
     out->n_tokens = r->n_toks;
     r->n_toks = 0;
-    og_token_logprob *l = r->out_lps;
-    int32_t lc = r->cap_out_lps;
-    r->out_lps = r->lps;
-    r->cap_out_lps = r->cap_lps;
-    r->lps = l;
-    r->cap_lps = lc;
     out->logprobs = r->out_lps;
     out->n_logprobs = r->n_lps;
     r->n_lps = 0;
@@ -1050,47 +1225,13 @@ void og_request_destroy(og_request *r) {
 
 /* ------------------------------------------------------------ metrics */
 
-typedef struct textbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} textbuf;
-
-static void tb_printf(textbuf *b, const char *fmt, ...) OG_PRINTF(2, 3);
-static void tb_printf(textbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if ((size_t)k < b->cap - b->n) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)k;
-        char *p = og_realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-static void metric(textbuf *b, const char *name, const char *type, const char *help, double v) {
-    tb_printf(b, "# HELP offgraph_%s %s\n# TYPE offgraph_%s %s\noffgraph_%s %.17g\n", name, help, name, type, name, v);
+static void metric(og_strbuf *b, const char *name, const char *type, const char *help, double v) {
+    og_strbuf_printf(b, "# HELP offgraph_%s %s\n# TYPE offgraph_%s %s\noffgraph_%s %.17g\n", name, help, name, type, name, v);
 }
 
 char *og_engine_metrics_text(og_engine *e) {
     if (!e) return NULL;
-    textbuf b = {og_malloc(4096), 0, 4096, false};
-    if (!b.p) return NULL;
+    og_strbuf b = {0};
     pthread_mutex_lock(&e->lock);
     int32_t busy = 0, idle = 0;
     int64_t held = 0, live = 0, reserved = 0;
@@ -1122,11 +1263,11 @@ char *og_engine_metrics_text(og_engine *e) {
     metric(&b, "requests_waiting", "gauge", "Requests waiting for a session or KV budget.", e->n_waiting);
     metric(&b, "sessions_busy", "gauge", "Sessions serving a request.", busy);
     metric(&b, "sessions_idle", "gauge", "Sessions kept in the pool for reuse.", idle);
-    metric(&b, "sessions_max", "gauge", "The --max-sessions bound.", e->p.max_sessions);
+    metric(&b, "sessions_max", "gauge", "The engine's max_sessions: requests that may generate at once.", e->p.max_sessions);
     metric(&b, "kv_bytes_backed", "gauge", "KV bytes the sessions hold (allocated).", (double)held);
     metric(&b, "kv_bytes_live", "gauge", "KV bytes of the tokens the sessions hold.", (double)live);
     metric(&b, "kv_bytes_reserved", "gauge", "KV bytes set aside for the running requests.", (double)reserved);
-    metric(&b, "kv_budget_bytes", "gauge", "The --kv-budget bound (0: none).", (double)e->p.kv_budget);
+    metric(&b, "kv_budget_bytes", "gauge", "The engine's kv_budget: KV bytes all sessions and the prefix cache may hold (0: no bound).", (double)e->p.kv_budget);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens prefilled.", (double)e->prompt_tokens_total);
     metric(&b, "generation_tokens_total", "counter", "Tokens generated.", (double)e->generation_tokens_total);
     og_prefix_cache_metrics pm = {0};
@@ -1143,20 +1284,20 @@ char *og_engine_metrics_text(og_engine *e) {
     metric(&b, "prefix_cache_entries", "gauge", "Sessions the prefix cache holds.", (double)pm.entries);
     metric(&b, "prefix_cache_evictions_total", "counter", "Prefix cache entries evicted (its bound or the budget).",
            (double)pm.evictions);
-    metric(&b, "prefix_cache_bytes_max", "gauge", "The --prefix-cache-bytes bound (0: no cache).",
+    metric(&b, "prefix_cache_bytes_max", "gauge", "The engine's prefix_cache_bytes: KV bytes the prefix cache may hold (0: no cache).",
            (double)(e->prefix ? e->p.prefix_cache_bytes : 0));
     metric(&b, "prompt_tokens_per_second", "gauge", "Prompt tokens a second, over the last 10 s.", prompt_rate);
     metric(&b, "generation_tokens_per_second", "gauge", "Generated tokens a second, over the last 10 s.", gen_rate);
     metric(&b, "steps_total", "counter", "Batched model steps.", (double)e->steps_total);
     metric(&b, "step_rows_total", "counter", "Tokens those steps advanced.", (double)e->step_rows_total);
     metric(&b, "step_failures_total", "counter", "Requests a failed step ended.", (double)e->step_failures);
-    tb_printf(&b, "# HELP offgraph_requests_total Requests ended, by outcome.\n# TYPE offgraph_requests_total counter\n");
-    tb_printf(&b, "offgraph_requests_total{outcome=\"ok\"} %lld\n", (long long)e->requests_ok);
-    tb_printf(&b, "offgraph_requests_total{outcome=\"error\"} %lld\n", (long long)e->requests_error);
-    tb_printf(&b, "offgraph_requests_total{outcome=\"cancelled\"} %lld\n", (long long)e->requests_cancelled);
-    tb_printf(&b, "offgraph_requests_total{outcome=\"rejected\"} %lld\n", (long long)e->requests_rejected);
+    og_strbuf_printf(&b, "# HELP offgraph_requests_total Requests ended, by outcome.\n# TYPE offgraph_requests_total counter\n");
+    og_strbuf_printf(&b, "offgraph_requests_total{outcome=\"ok\"} %lld\n", (long long)e->requests_ok);
+    og_strbuf_printf(&b, "offgraph_requests_total{outcome=\"error\"} %lld\n", (long long)e->requests_error);
+    og_strbuf_printf(&b, "offgraph_requests_total{outcome=\"cancelled\"} %lld\n", (long long)e->requests_cancelled);
+    og_strbuf_printf(&b, "offgraph_requests_total{outcome=\"rejected\"} %lld\n", (long long)e->requests_rejected);
     pthread_mutex_unlock(&e->lock);
-    if (b.oom) {
+    if (b.oom || !b.p) {
         og_free(b.p);
         return NULL;
     }

@@ -25,7 +25,8 @@ struct og_request {
     /* ---- set by og_engine_submit, read-only after */
     int32_t *prompt;            /* [n_prompt], owned */
     int64_t n_prompt;
-    og_sampler_params sampling;
+    og_sampler_params sampling; /* its logit_bias points to bias */
+    og_logit_bias *bias;        /* [sampling.n_logit_bias], owned */
     int64_t max_tokens;         /* >= 1: the engine's resolution of the caller's */
     char **stops;               /* [n_stops], owned */
     int32_t n_stops;
@@ -44,6 +45,8 @@ struct og_request {
     int refs;                   /* the caller's and the scheduler's */
     og_req_state state;
     bool cancelled;             /* og_request_cancel, or the engine stops */
+    bool wake;                  /* new output: its waiter is woken once the
+                                   scheduler lets go of the lock */
     og_status kill_status;      /* the engine stops it: OG_ERR_STATE (finish
                                    ERROR); OG_OK: a plain cancel */
     char *text;                 /* output not yet taken by og_request_next */
@@ -62,6 +65,12 @@ struct og_request {
     int64_t reused;             /* prompt tokens a cached prefix gave */
     og_kv_metrics kv;           /* its session's, taken as it ended (before the reset) */
     og_request *next_waiting;
+    /* n > 1 (og_engine_submit_n): the choices wait and start together; the
+     * leader reads the prompt, the followers fork its session at the prompt's
+     * end and draw their first tokens from its logits row */
+    og_request *leader;         /* a follower's, until the fork; NULL otherwise */
+    og_request **followers;     /* the leader's: [n_followers] not yet forked */
+    int32_t n_followers;
 
     /* ---- the caller's: what the last og_request_next gave out */
     char *out_text;
@@ -81,10 +90,11 @@ struct og_request {
     int32_t n_gen, cap_gen;
     int64_t fed;                /* prompt tokens fed */
     int32_t next;               /* the token drawn, to feed next */
-    og_session *parked;         /* own's request: the slot's session, put back
-                                   when it ends */
     bool unfed;                 /* own's request: next was given out, not yet fed */
     og_finish_reason final;     /* own's request: how it ends once next is fed */
+    bool forked;                /* its prompt's rows are its leader's */
+    int32_t first;              /* a follower's first token, and its */
+    og_token_logprob first_lp;  /* log-probabilities, drawn before the fork */
 };
 
 typedef struct og_engine_slot {
@@ -128,6 +138,7 @@ struct og_engine {
     og_request *wait_head, *wait_tail; /* lock */
     int32_t n_waiting;
     og_engine_slot *slots;      /* lock: [max_sessions] */
+    int32_t *pick;              /* lock: [max_sessions] slots admission picks */
     uint64_t seed_counter;      /* lock */
 
     /* figures (lock) */

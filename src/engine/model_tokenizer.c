@@ -13,9 +13,10 @@ og_status og_tokenizer_from_model(const og_model *m, og_tokenizer **out) {
     const char *json = og_model_tokenizer_json(m);
     if (!json) {
         const char *why = og_model_no_tokenizer_reason(m);
-        return og_set_error(OG_ERR_UNSUPPORTED, "og_tokenizer_from_model: the model's program has no tokenizer%s%s "
-                            "(export it from a checkpoint folder that has tokenizer.json)", why ? ": " : "",
-                            why ? why : "");
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "og_tokenizer_from_model: the model's program has no tokenizer%s%s (export it from a "
+                            "checkpoint folder that has tokenizer.json, or from a GGUF file with a vocabulary)",
+                            why ? ": " : "", why ? why : "");
     }
     return og_tokenizer_from_texts(json, og_model_tokenizer_config(m), "the model's program", out);
 }

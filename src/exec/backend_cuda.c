@@ -1211,6 +1211,15 @@ static og_status forbidden_dev(og_model *m, og_step_ctx *c, og_session *s, const
     return OG_OK;
 }
 
+/* Whether the device draws the token of a SAMPLE row of this sampler: what
+ * og_sample_cuda_supported accepts, with no step of the chain that only the
+ * host's og_sampler_sample applies (logit bias, presence and frequency
+ * penalties); otherwise the row's logits come back and the host draws. */
+static bool device_draws(const og_sampler *s, int64_t V) {
+    const og_sampler_params *sp = og_sampler_get_params(s);
+    return og_sample_cuda_supported(sp->temperature, sp->top_k, V) && !og_sampler_host_only(s);
+}
+
 /* Writes the step block: the rows' tokens and positions (and the tail's),
  * every attention layer's and every state's table of one-token sessions (B
  * entries, padding past the sessions), the samplers' rows and their recent
@@ -1276,7 +1285,7 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
         }
         if (it->output != OG_OUTPUT_SAMPLE) continue;
         const og_sampler_params *sp = og_sampler_get_params(it->sampler);
-        if (!og_sample_cuda_supported(sp->temperature, sp->top_k, m->vocab)) {
+        if (!device_draws(it->sampler, m->vocab)) {
             (*n_host)++;
             continue;
         }
@@ -1291,7 +1300,7 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
         const og_batch_item *it = q->item;
         if (it->output != OG_OUTPUT_SAMPLE) continue;
         const og_sampler_params *sp = og_sampler_get_params(it->sampler);
-        if (!og_sample_cuda_supported(sp->temperature, sp->top_k, m->vocab)) continue;
+        if (!device_draws(it->sampler, m->vocab)) continue;
         const int32_t *ids;
         const int32_t n_recent = sp->repeat_penalty != 1.0f ? og_sampler_recent(it->sampler, &ids) : 0;
         if (n_recent > 0) memcpy(c->recent_host + recent, ids, (size_t)n_recent * sizeof(int32_t));
@@ -1403,8 +1412,7 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
         const float *row = r->logits + (size_t)out_row(x, q) * (size_t)V;
         const og_step_output out = q->item->output;
         const bool on_host = out == OG_OUTPUT_SAMPLE &&
-                             !og_sample_cuda_supported(og_sampler_get_params(q->item->sampler)->temperature,
-                                                       og_sampler_get_params(q->item->sampler)->top_k, V);
+                             !device_draws(q->item->sampler, V);
         if (out == OG_OUTPUT_LOGITS || out == OG_OUTPUT_LOGITS_ALL)
             CUDA_TRY(cudaMemcpyAsync(q->item->logits, row, (size_t)q->tail_rows * (size_t)V * sizeof(float),
                                      cudaMemcpyDeviceToHost, c->stream),
@@ -1455,8 +1463,7 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
         if (out != OG_OUTPUT_ARGMAX && out != OG_OUTPUT_SAMPLE) continue;
         const int32_t t = x.rs->next_host[out_row(&x, q)];
         const bool dev = out == OG_OUTPUT_ARGMAX ||
-                         og_sample_cuda_supported(og_sampler_get_params(q->item->sampler)->temperature,
-                                                  og_sampler_get_params(q->item->sampler)->top_k, V);
+                         device_draws(q->item->sampler, V);
         if (dev && (t < 0 || t >= V))
             return og_set_error(OG_ERR_BACKEND, "the device sampler returned token %d for item of row %d (vocabulary %lld)",
                                 (int)t, q->row0, (long long)V);
@@ -1466,8 +1473,7 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
         og_batch_item *it = q->item;
         if (it->output == OG_OUTPUT_ARGMAX) it->token = x.rs->next_host[out_row(&x, q)];
         if (it->output != OG_OUTPUT_SAMPLE) continue;
-        const og_sampler_params *sp = og_sampler_get_params(it->sampler);
-        if (og_sample_cuda_supported(sp->temperature, sp->top_k, V)) {
+        if (device_draws(it->sampler, V)) {
             it->token = x.rs->next_host[out_row(&x, q)];
             og_sampler_commit(it->sampler, it->token);
         } else {

@@ -19,6 +19,10 @@ struct og_sampler {
     int32_t *recent;  /* [repeat_last_n] ring of recent tokens */
     int32_t n_recent, head;
     uint32_t *forbidden; /* [ceil(V / 32)] bitmap, NULL until a token is forbidden */
+    og_logit_bias *bias; /* [p.n_logit_bias], p.logit_bias points here */
+    int32_t *count;      /* [V] times each token was drawn; NULL without penalties */
+    int32_t *drawn;      /* [n_drawn] the distinct tokens drawn, for the penalties */
+    int32_t n_drawn, cap_drawn;
 };
 
 og_sampler_params og_sampler_default_params(void) {
@@ -41,6 +45,15 @@ og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sample
     if (!(p->top_p >= 0) || !(p->min_p >= 0) || !(p->repeat_penalty > 0) || p->repeat_last_n < 0)
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
                             "og_sampler_create: top_p and min_p must be >= 0, repeat_penalty > 0, repeat_last_n >= 0");
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_sampler_create: a presence or frequency penalty is not finite");
+    if (p->n_logit_bias < 0 || (p->n_logit_bias && !p->logit_bias))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_sampler_create: logit_bias NULL or a negative count");
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= vocab || !isfinite(p->logit_bias[i].bias))
+            return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                "og_sampler_create: logit_bias %d: token %d outside [0, %lld) or a bias that is not "
+                                "finite", (int)i, (int)p->logit_bias[i].token, (long long)vocab);
     *out = NULL;
     og_sampler *s = og_calloc(1, sizeof *s);
     if (!s) return og_set_error(OG_ERR_OUT_OF_MEMORY, "sampler: out of memory");
@@ -48,10 +61,15 @@ og_status og_sampler_create(const og_sampler_params *p, int64_t vocab, og_sample
     s->vocab = vocab;
     s->c = og_malloc((size_t)vocab * sizeof *s->c);
     s->recent = p->repeat_last_n ? og_malloc((size_t)p->repeat_last_n * sizeof *s->recent) : NULL;
-    if (!s->c || (p->repeat_last_n && !s->recent)) {
+    const bool penalties = p->presence_penalty != 0 || p->frequency_penalty != 0;
+    s->count = penalties ? og_calloc((size_t)vocab, sizeof *s->count) : NULL;
+    s->bias = p->n_logit_bias ? og_malloc((size_t)p->n_logit_bias * sizeof *s->bias) : NULL;
+    if (!s->c || (p->repeat_last_n && !s->recent) || (penalties && !s->count) || (p->n_logit_bias && !s->bias)) {
         og_sampler_destroy(s);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "sampler: out of memory");
     }
+    if (p->n_logit_bias) memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    s->p.logit_bias = s->bias;
     og_sampler_reset(s);
     *out = s;
     return OG_OK;
@@ -62,12 +80,17 @@ void og_sampler_destroy(og_sampler *s) {
     og_free(s->c);
     og_free(s->recent);
     og_free(s->forbidden);
+    og_free(s->bias);
+    og_free(s->count);
+    og_free(s->drawn);
     og_free(s);
 }
 
 void og_sampler_reset(og_sampler *s) {
     s->rng = s->p.seed;
     s->n_recent = s->head = 0;
+    for (int32_t i = 0; i < s->n_drawn; i++) s->count[s->drawn[i]] = 0;
+    s->n_drawn = 0;
 }
 
 void og_sampler_accept(og_sampler *s, int32_t token) {
@@ -103,9 +126,25 @@ double og_sampler_peek_uniform(const og_sampler *s) {
     return (double)(next_u64(&state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+bool og_sampler_host_only(const og_sampler *s) { return s->count || s->p.n_logit_bias; }
+
 void og_sampler_commit(og_sampler *s, int32_t token) {
     if (s->p.temperature > 0) next_u64(&s->rng);
     og_sampler_accept(s, token);
+    if (!s->count || token < 0 || token >= s->vocab) return;
+    if (s->count[token]++ == 0) {
+        if (s->n_drawn == s->cap_drawn) { /* at most V distinct tokens: the count stays in int32 */
+            int32_t cap = s->cap_drawn ? 2 * s->cap_drawn : 64;
+            int32_t *d = og_realloc(s->drawn, (size_t)cap * sizeof *d);
+            if (!d) { /* without memory the token goes unpenalized, never wrongly */
+                s->count[token] = 0;
+                return;
+            }
+            s->drawn = d;
+            s->cap_drawn = cap;
+        }
+        s->drawn[s->n_drawn++] = token;
+    }
 }
 
 /* Most likely first; the lower id first on ties, so the order is total. */
@@ -151,6 +190,7 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
     if (s->forbidden)
         for (int64_t i = 0; i < V; i++)
             if (s->forbidden[i / 32] >> (i % 32) & 1) c[i].p = -INFINITY;
+    for (int32_t i = 0; i < s->p.n_logit_bias; i++) c[s->bias[i].token].p += s->bias[i].bias;
     if (s->p.repeat_penalty != 1.0f)
         for (int32_t i = 0; i < s->n_recent; i++) {
             int32_t t = s->recent[i];
@@ -162,6 +202,10 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
             float x = c[t].p;
             c[t].p = x > 0 ? x / s->p.repeat_penalty : x * s->p.repeat_penalty;
         }
+    for (int32_t i = 0; i < s->n_drawn; i++) {
+        const int32_t t = s->drawn[i];
+        c[t].p -= (float)s->count[t] * s->p.frequency_penalty + s->p.presence_penalty;
+    }
     int32_t tok;
     if (s->p.temperature <= 0) {
         int64_t best = 0;

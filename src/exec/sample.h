@@ -9,6 +9,7 @@
 
 #include "offgraph.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The parameters the sampler was created with; borrowed. */
@@ -25,8 +26,14 @@ const uint32_t *og_sampler_forbidden(const og_sampler *s);
 /* The uniform draw in [0, 1) (53 bits) the next non-greedy choice uses, r =
  * u * (mass kept); not consumed. */
 double og_sampler_peek_uniform(const og_sampler *s);
+/* Whether the sampler uses a step of the chain that only
+ * og_sampler_sample applies (logit bias, presence and frequency
+ * penalties): a device that draws on its own must hand such a sampler the
+ * logits instead. */
+bool og_sampler_host_only(const og_sampler *s);
 /* Advances the sampler past a choice of token: consumes the draw (when the
- * temperature is > 0) and adds the token to the recent history. */
+ * temperature is > 0), adds the token to the recent history and counts it
+ * for the presence and frequency penalties. */
 void og_sampler_commit(og_sampler *s, int32_t token);
 
 #endif /* OG_EXEC_SAMPLE_H */

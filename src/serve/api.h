@@ -15,6 +15,9 @@
 
 #define OG_API_MAX_STOPS 4
 #define OG_API_MAX_TOP_LOGPROBS 20
+#define OG_API_MAX_LOGIT_BIAS 300
+#define OG_API_MAX_N 128        /* OpenAI's bound on n */
+#define OG_API_MAX_PROMPTS 64   /* prompts in one /v1/completions body */
 
 /* What parsing needs to know of the served model. */
 typedef struct og_serve_ctx {
@@ -33,17 +36,29 @@ typedef struct og_api_error {
     char message[512];
 } og_api_error;
 
+/* One prompt of /v1/completions: a text or token ids. */
+typedef struct og_api_prompt {
+    char *text;                 /* owned, or NULL */
+    int32_t *tokens;            /* owned, or NULL */
+    int64_t n_tokens;
+} og_api_prompt;
+
 /* A request as the body gives it; the prompt is the engine's to turn into
  * tokens (og_engine_submit: the one prompt policy). */
 typedef struct og_api_request {
     bool chat;                  /* /v1/chat/completions */
-    char *text;                 /* completions: a text prompt (owned), or NULL */
-    int32_t *tokens;            /* completions: token ids (owned), or NULL */
-    int64_t n_tokens;
+    og_api_prompt *prompts;     /* completions: [n_prompts] (owned): OpenAI's
+                                   prompt array gives several */
+    int32_t n_prompts;
+    int32_t n;                  /* choices of each prompt (1..OG_API_MAX_N) */
     og_chat_message *messages;  /* chat: [n_messages]; roles static, contents owned */
     int32_t n_messages;
     char *template_vars_json;   /* chat: chat_template_kwargs as JSON (owned), or NULL */
-    og_sampler_params sampling; /* the library's defaults where a field is absent */
+    og_sampler_params sampling; /* the library's defaults where a field is absent
+                                   (its logit_bias is set from bias by
+                                   og_api_request_params) */
+    og_logit_bias *bias;        /* logit_bias: [n_bias] (owned), or NULL */
+    int32_t n_bias;
     bool has_seed;
     int64_t max_tokens;         /* given, or the default (16; chat: 0, to the context) */
     bool max_tokens_given;
@@ -67,8 +82,9 @@ typedef struct og_api_request {
  * model, 500 when out of memory); *q then holds nothing. */
 bool og_api_parse(const og_serve_ctx *c, const char *body, size_t len, bool chat, og_api_request *q,
                   og_api_error *e);
-/* The engine's request for q (borrowing q's strings and arrays). */
-og_request_params og_api_request_params(const og_api_request *q);
+/* The engine's request for prompt i of q (chat: 0), borrowing q's strings
+ * and arrays; each of its q->n choices is one (og_engine_submit_n). */
+og_request_params og_api_request_params(const og_api_request *q, int32_t i);
 void og_api_request_free(og_api_request *q);
 
 /* api_tools.c: tools, tool_choice and parallel_tool_calls of a chat body

@@ -24,54 +24,32 @@
 
 /* ------------------------------------------------------------ helpers */
 
-typedef struct buf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} buf;
-
-static void buf_add(buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 512;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = og_realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
 /* Appends "data: <json>\n\n" and deletes j. */
-static void buf_event(buf *b, cJSON *j) {
+static void buf_event(og_strbuf *b, cJSON *j) {
     char *s = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     if (!s) {
         b->oom = true;
         return;
     }
-    buf_add(b, "data: ", 6);
-    buf_add(b, s, strlen(s));
-    buf_add(b, "\n\n", 2);
+    og_strbuf_add(b, "data: ", 6);
+    og_strbuf_add(b, s, strlen(s));
+    og_strbuf_add(b, "\n\n", 2);
     cJSON_free(s);
 }
 
 /* ------------------------------------------------------------ a request's handle */
 
-/* A request's handle shared by its response and, while it streams, the
- * connection guard: the last of them to let go destroys the request. refs
- * and t_sending under s->lock. */
+/* A response's requests (one a choice: n of each prompt, choice p * n + j
+ * prompt p's j-th) shared by the response and, while it streams, the
+ * connection guard: the last of them to let go destroys them. refs and
+ * t_sending under s->lock. */
 typedef struct sreq {
-    og_request *r;
-    og_grammar *grammar;  /* response_format's, and its matcher (the request's
-                             constraint): freed after the request */
-    og_matcher *matcher;
+    og_request **r;       /* [n]; NULL where not submitted */
+    int32_t n;
+    og_grammar *grammar;  /* response_format's, and a matcher a choice (its
+                             constraint): freed after the requests */
+    og_matcher **matcher; /* [n] or NULL */
     int refs;
     double t_sending; /* when the oldest output libmicrohttpd holds for the
                          socket was produced; 0: none */
@@ -83,10 +61,30 @@ static void sreq_release(og_server *s, sreq *q) {
     const bool last = --q->refs == 0;
     pthread_mutex_unlock(&s->lock);
     if (!last) return;
-    og_request_destroy(q->r);
-    og_matcher_destroy(q->matcher);
+    for (int32_t i = 0; q->r && i < q->n; i++) og_request_destroy(q->r[i]);
+    for (int32_t i = 0; q->matcher && i < q->n; i++) og_matcher_destroy(q->matcher[i]);
+    og_free(q->r);
+    og_free(q->matcher);
     og_grammar_destroy(q->grammar);
     og_free(q);
+}
+
+static void sreq_cancel(sreq *q) {
+    for (int32_t i = 0; q->r && i < q->n; i++) og_request_cancel(q->r[i]); /* a no-op once it ended */
+}
+
+/* The output its requests hold that the response has not taken: bytes, and
+ * when the oldest of it was produced (0: none). */
+static void sreq_backlog(sreq *q, size_t *bytes, double *oldest) {
+    *bytes = 0;
+    *oldest = 0;
+    for (int32_t i = 0; i < q->n; i++) {
+        size_t b = 0;
+        double t = 0;
+        og_request_backlog(q->r[i], &b, &t);
+        *bytes += b;
+        if (t && (!*oldest || t < *oldest)) *oldest = t;
+    }
 }
 
 /* ------------------------------------------------------------ the connection guard
@@ -254,7 +252,7 @@ static void guard_check(og_server *s, og_http_guard *g, double now) {
             sreq *q = c->r;
             size_t unsent = 0;
             double oldest = 0;
-            og_request_backlog(q->r, &unsent, &oldest);
+            sreq_backlog(q, &unsent, &oldest);
             pthread_mutex_lock(&s->lock);
             const double sending = q->t_sending;
             pthread_mutex_unlock(&s->lock);
@@ -263,7 +261,7 @@ static void guard_check(og_server *s, og_http_guard *g, double now) {
             if (unsent > OG_HTTP_MAX_UNSENT) kind = GUARD_T_UNSENT;
             else if (oldest && now - oldest > p->write_timeout_s) kind = GUARD_T_WRITE;
             /* the engine frees its session at its next step (a no-op when it ended) */
-            if (kind >= 0) og_request_cancel(q->r);
+            if (kind >= 0) sreq_cancel(q);
             if (kind < 0) break;
             guard_expire(c, NULL);
             g->timeouts[kind]++;
@@ -280,11 +278,7 @@ static void *guard_main(void *arg) {
     og_http_guard *g = s->guard;
     pthread_mutex_lock(&g->mu);
     while (!g->quit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(OG_HTTP_GUARD_TICK * 1e9);
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&g->cond, &g->mu, &ts);
+        og_cond_wait_until(&g->cond, &g->mu, og_time_now() + OG_HTTP_GUARD_TICK);
         if (!g->quit) guard_check(s, g, og_time_now());
     }
     pthread_mutex_unlock(&g->mu);
@@ -422,7 +416,7 @@ char *og_http_metrics_text(og_server *s) {
     pthread_mutex_lock(&s->lock);
     const int active = s->active_responses;
     pthread_mutex_unlock(&s->lock);
-    buf b = {0};
+    og_strbuf b = {0};
     char line[512];
     snprintf(line, sizeof line,
              "# HELP offgraph_http_connections Open client connections.\n# TYPE offgraph_http_connections gauge\n"
@@ -430,25 +424,25 @@ char *og_http_metrics_text(og_server *s) {
              "# HELP offgraph_http_connections_total Client connections accepted.\n"
              "# TYPE offgraph_http_connections_total counter\noffgraph_http_connections_total %lld\n",
              (long long)open, (long long)opened);
-    buf_add(&b, line, strlen(line));
+    og_strbuf_add(&b, line, strlen(line));
     snprintf(line, sizeof line,
              "# HELP offgraph_http_connections_max The --max-connections bound.\n"
              "# TYPE offgraph_http_connections_max gauge\noffgraph_http_connections_max %d\n"
              "# HELP offgraph_http_connections_per_ip_max The --max-connections-per-ip bound (0: none).\n"
              "# TYPE offgraph_http_connections_per_ip_max gauge\noffgraph_http_connections_per_ip_max %d\n",
              (int)s->p.max_connections, (int)s->p.max_connections_per_ip);
-    buf_add(&b, line, strlen(line));
+    og_strbuf_add(&b, line, strlen(line));
     snprintf(line, sizeof line,
              "# HELP offgraph_http_requests_active Requests whose connection the server is answering.\n"
              "# TYPE offgraph_http_requests_active gauge\noffgraph_http_requests_active %d\n"
              "# HELP offgraph_http_timeouts_total Connections closed by a deadline, by what was late.\n"
              "# TYPE offgraph_http_timeouts_total counter\n",
              active);
-    buf_add(&b, line, strlen(line));
+    og_strbuf_add(&b, line, strlen(line));
     for (int k = 0; k < GUARD_T_KINDS; k++) {
         snprintf(line, sizeof line, "offgraph_http_timeouts_total{kind=\"%s\"} %lld\n", guard_t_names[k],
                  (long long)t[k]);
-        buf_add(&b, line, strlen(line));
+        og_strbuf_add(&b, line, strlen(line));
     }
     if (b.oom) {
         og_free(b.p);
@@ -462,7 +456,7 @@ char *og_http_metrics_text(og_server *s) {
 typedef struct conn {
     og_server *s;
     guard_conn *gc; /* its connection in the guard; NULL: unguarded */
-    buf body;
+    og_strbuf body;
     bool too_large;
     bool counted;  /* in s->active_responses */
     bool answered; /* a response is queued */
@@ -527,9 +521,9 @@ static bool client_gone(struct MHD_Connection *c) {
     return false;
 }
 
-/* What a request has produced since the last take. */
+/* What a choice's request has produced since the last take. */
 typedef struct taken {
-    buf text;
+    og_strbuf text;
     og_token_logprob *lps;
     int32_t n_lps, cap_lps;
     bool done;
@@ -548,22 +542,54 @@ static int http_status_of(og_status st) {
     return st == OG_ERR_OUT_OF_MEMORY || st == OG_ERR_STATE ? 503 : 500;
 }
 
-/* Waits until r has output or has ended, and takes it into t (replacing
- * what t held). False when the client left: r is then cancelled. */
-static bool take(sreq *q, struct MHD_Connection *c, taken *t) {
+/* ------------------------------------------------------------ bodies */
+
+/* One choice of a response. */
+typedef struct choice_out {
+    taken t;             /* the last take */
+    bool role_sent;      /* chat streams: its first delta went out */
+    int64_t text_offset; /* completions' logprobs */
+    og_strbuf all;       /* a whole answer: its text, */
+    og_token_logprob *all_lps; /* and its logprobs [n_all_lps] */
+    int32_t n_all_lps, cap_all_lps;
+    og_tool_parser *tools; /* chat with tools: takes the calls out of its text */
+} choice_out;
+
+typedef struct gen {
+    og_server *s;
+    sreq *q;
+    choice_out *ch;      /* [n] */
+    int32_t n;           /* choices */
+    int32_t per_prompt;  /* the request's n */
+    int32_t open;        /* choices not ended */
+    int32_t turn;        /* the choice waited on next, round robin */
+    int32_t logprobs;    /* what the request asked for */
+    struct MHD_Connection *c;
+    bool chat, include_usage;
+    char id[48];
+    int64_t created;
+    /* streaming */
+    og_strbuf out;
+    size_t off;
+    double out_t; /* when the oldest output in out was produced */
+    bool ended;
+    int32_t pending; /* a choice whose take is not formatted yet (-1: none) */
+    og_tool_format tool_format;
+} gen;
+
+/* Takes what choice k has produced, waiting at most timeout_s. False when
+ * it has nothing new. */
+static bool take_one(gen *g, int32_t k, double timeout_s) {
+    og_request *r = g->q->r[k];
+    taken *t = &g->ch[k].t;
+    if (t->done) return false; /* its end was taken */
     og_request_output o;
     double oldest = 0;
-    for (;;) {
-        og_request_backlog(q->r, NULL, &oldest);
-        og_request_next(q->r, &o, 0.1);
-        if (o.n_text || o.n_logprobs || o.n_tokens || o.finish != OG_FINISH_NONE) break;
-        if (client_gone(c)) {
-            og_request_cancel(q->r);
-            return false;
-        }
-    }
+    og_request_backlog(r, NULL, &oldest);
+    og_request_next(r, &o, timeout_s);
+    if (!(o.n_text || o.n_logprobs || o.n_tokens || o.finish != OG_FINISH_NONE)) return false;
     t->text.n = 0;
-    buf_add(&t->text, o.text, o.n_text);
+    og_strbuf_add(&t->text, o.text, o.n_text);
     if (o.n_logprobs > t->cap_lps) {
         og_token_logprob *b = og_realloc(t->lps, (size_t)o.n_logprobs * sizeof *b);
         if (!b) t->text.oom = true;
@@ -582,41 +608,44 @@ static bool take(sreq *q, struct MHD_Connection *c, taken *t) {
     t->completion_tokens = o.completion_tokens;
     t->cached_tokens = o.reused_tokens;
     t->produced = oldest > 0 ? oldest : og_time_now();
+    if (t->done) g->open--;
     return true;
 }
 
-/* ------------------------------------------------------------ bodies */
+/* Waits until a choice that has not ended has output or ends, and takes it:
+ * its index, or -1 when the client left (every choice is then cancelled). */
+static int32_t take(gen *g) {
+    const int32_t n = g->q->n;
+    for (;;) {
+        for (int32_t i = 0; i < n; i++)
+            if (!g->ch[i].t.done && take_one(g, i, 0)) return i;
+        int32_t k = g->turn % n;
+        for (int32_t i = 0; i < n && g->ch[k].t.done; i++) k = (k + 1) % n;
+        g->turn = k + 1;
+        if (take_one(g, k, n == 1 ? 0.1 : 0.02)) return k;
+        if (client_gone(g->c)) {
+            sreq_cancel(g->q);
+            return -1;
+        }
+    }
+}
 
-typedef struct gen {
-    og_server *s;
-    sreq *q;
-    int32_t logprobs;    /* what the request asked for */
-    struct MHD_Connection *c;
-    bool chat, include_usage;
-    char id[48];
-    int64_t created;
-    int64_t text_offset; /* completions' logprobs */
-    /* streaming */
-    buf out;
-    size_t off;
-    double out_t; /* when the oldest output in out was produced */
-    bool started, ended;
-    bool taken_first; /* t holds the first output, taken before the stream began */
-    taken t;
-    og_tool_parser *tools; /* chat with tools: takes the calls out of the text */
-    og_tool_format tool_format;
-} gen;
-
-/* usage, with the prompt tokens taken from the prefix cache as OpenAI
- * reports cached ones (prompt_tokens_details.cached_tokens). */
-static cJSON *usage_json(const taken *t) {
-    const int64_t prompt = t->prompt_tokens;
+/* usage over every choice, as OpenAI counts n > 1: the prompt tokens of
+ * each prompt once, the completion tokens of every choice; the prompt
+ * tokens taken from the prefix cache as OpenAI reports cached ones
+ * (prompt_tokens_details.cached_tokens). */
+static cJSON *usage_json(const gen *g) {
+    int64_t prompt = 0, completion = 0, cached = 0;
+    for (int32_t k = 0; k < g->q->n; k++) {
+        const taken *t = &g->ch[k].t;
+        if (k % g->per_prompt == 0) prompt += t->prompt_tokens, cached += t->cached_tokens;
+        completion += t->completion_tokens;
+    }
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)t->completion_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + t->completion_tokens));
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
-                            (double)t->cached_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)cached);
     return u;
 }
 
@@ -637,7 +666,7 @@ static char *token_text(const og_server *s, int32_t id, size_t *n) {
 }
 
 /* logprobs of the tokens of one chunk, in the endpoint's form; NULL adds null. */
-static void add_logprobs(gen *g, cJSON *choice, const og_token_logprob *lps, int32_t n) {
+static void add_logprobs(gen *g, int32_t idx, cJSON *choice, const og_token_logprob *lps, int32_t n) {
     if (g->logprobs < 0) {
         cJSON_AddNullToObject(choice, "logprobs");
         return;
@@ -674,8 +703,8 @@ static void add_logprobs(gen *g, cJSON *choice, const og_token_logprob *lps, int
         char *t = token_text(g->s, lps[i].token, &k);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
         cJSON_AddItemToArray(tlp, cJSON_CreateNumber(lps[i].logprob));
-        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)g->text_offset));
-        g->text_offset += (int64_t)k;
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)g->ch[idx].text_offset));
+        g->ch[idx].text_offset += (int64_t)k;
         og_free(t);
         cJSON *o = cJSON_CreateObject();
         for (int32_t j = 0; j < lps[i].n_top; j++) {
@@ -701,20 +730,21 @@ static cJSON *envelope(const gen *g, bool chunk) {
 
 /* The calls' JSON as OpenAI gives them ({id, type, function: {name,
  * arguments}}; with their index in a stream); first is the index of the
- * first of them in the reply. */
-static cJSON *tool_calls_json(const gen *g, const og_tool_call *calls, int n, int first, bool stream) {
+ * first of them in choice k's reply. */
+static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls, int n, int first, bool stream) {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *c = cJSON_CreateObject(), *f;
         char id[64];
-        /* unique in the server: the response's id and the call's place;
-           Mistral's template takes back only ids of 9 letters and digits */
-        snprintf(id, sizeof id, "call_%.24s%d", strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id, first + i);
-        if (g->tool_format == OG_TOOL_FORMAT_MISTRAL) {
+        /* unique in the server: the response's id, the choice and the call's place */
+        const char *rid = strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id;
+        if (g->n > 1) snprintf(id, sizeof id, "call_%.24s%d_%d", rid, (int)k, first + i);
+        else snprintf(id, sizeof id, "call_%.24s%d", rid, first + i);
+        if (g->tool_format == OG_TOOL_FORMAT_MISTRAL) { /* its template takes back only 9 letters and digits */
             static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
             uint64_t h = 0xcbf29ce484222325ull;
             for (const char *q = id; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
-            for (int k = 0; k < 9; k++, h /= 62) id[k] = digits[h % 62];
+            for (int j = 0; j < 9; j++, h /= 62) id[j] = digits[h % 62];
             id[9] = 0;
         }
         if (stream) cJSON_AddNumberToObject(c, "index", first + i);
@@ -728,21 +758,22 @@ static cJSON *tool_calls_json(const gen *g, const og_tool_call *calls, int n, in
     return a;
 }
 
-/* finish_reason: "tool_calls" when the reply called tools and ended by
- * itself. */
-static const char *finish_of(const gen *g) {
-    const char *fin = og_finish_name(g->t.finish);
-    if (g->tools && og_tool_parser_total_calls(g->tools) > 0 && g->t.finish == OG_FINISH_STOP) return "tool_calls";
+/* Choice k's finish_reason: "tool_calls" when its reply called tools and
+ * ended by itself. */
+static const char *finish_of(const gen *g, int32_t k) {
+    const choice_out *c = &g->ch[k];
+    const char *fin = og_finish_name(c->t.finish);
+    if (c->tools && og_tool_parser_total_calls(c->tools) > 0 && c->t.finish == OG_FINISH_STOP) return "tool_calls";
     return fin ? fin : "stop";
 }
 
-/* One chunk of a stream: text (and its logprobs), or the last one with the
- * finish reason and usage. */
-static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_token_logprob *lps, int32_t n_lps,
+/* One chunk of a stream: choice k's text (and its logprobs), or its finish
+ * reason. */
+static cJSON *chunk_json(gen *g, int32_t k, const char *text, size_t n, const og_token_logprob *lps, int32_t n_lps,
                          bool role, const char *finish) {
     cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"), *ch = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddNumberToObject(ch, "index", k);
     char *t = og_malloc(n + 1);
     if (t) {
         memcpy(t, text, n);
@@ -756,11 +787,13 @@ static cJSON *chunk_json(gen *g, const char *text, size_t n, const og_token_logp
         cJSON_AddStringToObject(ch, "text", t ? t : "");
     }
     og_free(t);
-    if (n_lps || !finish) add_logprobs(g, ch, lps, n_lps);
+    if (n_lps || !finish) add_logprobs(g, k, ch, lps, n_lps);
     else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    if (finish) cJSON_AddItemToObject(root, "usage", usage_json(&g->t));
+    /* as OpenAI streams: usage only when stream_options.include_usage asks,
+       null in every chunk but the last, which has no choices (stream_format) */
+    if (g->include_usage) cJSON_AddNullToObject(root, "usage");
     return root;
 }
 
@@ -770,25 +803,29 @@ static void stream_error(gen *g, int status, const char *msg) {
     buf_event(&g->out, error_json(&e));
 }
 
-/* Formats what the request produced (taken into g->t) into g->out. */
-static void stream_format(gen *g) {
-    taken *t = &g->t;
-    bool role = g->chat && !g->started;
-    g->started = true;
-    const og_tool_call *calls = NULL;
-    int n_calls = 0;
-    if (g->tools) { /* the text less the calls, and the calls completed */
-        const int before = og_tool_parser_total_calls(g->tools);
+/* Formats what choice k produced (taken into its t) into g->out; after the
+ * last choice's end, the usage chunk (when asked) and [DONE]. A choice that
+ * fails ends the stream: an end of its own (finish_reason "error"), then
+ * the error object; the other choices are cancelled. */
+static void stream_format(gen *g, int32_t k) {
+    choice_out *c = &g->ch[k];
+    taken *t = &c->t;
+    bool role = g->chat && !c->role_sent;
+    c->role_sent = true;
+    if (c->tools) { /* the text less the calls, and the calls completed */
+        const og_tool_call *calls = NULL;
+        int n_calls = 0;
+        const int before = og_tool_parser_total_calls(c->tools);
         const char *content = NULL;
         size_t n_content = 0;
-        if (og_tool_parser_feed(g->tools, t->text.p ? t->text.p : "", t->text.n) != OG_OK ||
-            (t->done && og_tool_parser_finish(g->tools) != OG_OK))
+        if (og_tool_parser_feed(c->tools, t->text.p ? t->text.p : "", t->text.n) != OG_OK ||
+            (t->done && og_tool_parser_finish(c->tools) != OG_OK))
             t->text.oom = g->out.oom = true;
-        og_tool_parser_take(g->tools, &content, &n_content, &calls, &n_calls);
+        og_tool_parser_take(c->tools, &content, &n_content, &calls, &n_calls);
         t->text.n = 0;
-        buf_add(&t->text, content, n_content);
+        og_strbuf_add(&t->text, content, n_content);
         if (n_calls && (t->text.n || t->n_lps || role)) {
-            buf_event(&g->out, chunk_json(g, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
+            buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
             t->text.n = 0;
             t->n_lps = 0;
             role = false;
@@ -797,14 +834,15 @@ static void stream_format(gen *g) {
             cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"),
                   *ch = cJSON_CreateObject(), *d;
             cJSON_AddItemToArray(choices, ch);
-            cJSON_AddNumberToObject(ch, "index", 0);
+            cJSON_AddNumberToObject(ch, "index", k);
             d = cJSON_AddObjectToObject(ch, "delta");
             if (role) cJSON_AddStringToObject(d, "role", "assistant");
             if (role) cJSON_AddNullToObject(d, "content");
             role = false;
-            cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(g, calls + i, 1, before + i, true));
+            cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(g, k, calls + i, 1, before + i, true));
             cJSON_AddNullToObject(ch, "logprobs");
             cJSON_AddNullToObject(ch, "finish_reason");
+            if (g->include_usage) cJSON_AddNullToObject(root, "usage");
             buf_event(&g->out, root);
         }
         if (!t->done && (n_calls || (!t->text.n && !t->n_lps && !role))) { /* sent, or nothing to send yet */
@@ -813,26 +851,28 @@ static void stream_format(gen *g) {
         }
     }
     if (t->done && t->http_error) {
-        /* an end of its own (finish_reason "error"), then the error object */
-        if (t->text.n || t->n_lps) buf_event(&g->out, chunk_json(g, t->text.p, t->text.n, t->lps, t->n_lps, role, NULL));
-        buf_event(&g->out, chunk_json(g, "", 0, NULL, 0, role && !t->text.n && !t->n_lps, "error"));
+        if (t->text.n || t->n_lps) buf_event(&g->out, chunk_json(g, k, t->text.p, t->text.n, t->lps, t->n_lps, role, NULL));
+        buf_event(&g->out, chunk_json(g, k, "", 0, NULL, 0, role && !t->text.n && !t->n_lps, "error"));
         stream_error(g, t->http_error, t->error);
+        sreq_cancel(g->q);
+        og_strbuf_add(&g->out, "data: [DONE]\n\n", 14);
+        g->ended = true;
     } else if (t->done) {
         if (t->text.n || t->n_lps || role)
-            buf_event(&g->out, chunk_json(g, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
-        buf_event(&g->out, chunk_json(g, "", 0, NULL, 0, false, finish_of(g)));
-        if (g->include_usage) {
-            cJSON *root = envelope(g, true);
-            cJSON_AddArrayToObject(root, "choices");
-            cJSON_AddItemToObject(root, "usage", usage_json(t));
-            buf_event(&g->out, root);
+            buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
+        buf_event(&g->out, chunk_json(g, k, "", 0, NULL, 0, false, finish_of(g, k)));
+        if (g->open == 0) {
+            if (g->include_usage) {
+                cJSON *root = envelope(g, true);
+                cJSON_AddArrayToObject(root, "choices");
+                cJSON_AddItemToObject(root, "usage", usage_json(g));
+                buf_event(&g->out, root);
+            }
+            og_strbuf_add(&g->out, "data: [DONE]\n\n", 14);
+            g->ended = true;
         }
     } else {
-        buf_event(&g->out, chunk_json(g, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
-    }
-    if (t->done) {
-        buf_add(&g->out, "data: [DONE]\n\n", 14);
-        g->ended = true;
+        buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
     }
     g->out_t = t->produced > 0 ? t->produced : og_time_now();
 }
@@ -862,22 +902,28 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         }
         g->out.n = g->off = 0;
         if (g->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!g->taken_first && !take(g->q, g->c, &g->t)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        g->taken_first = false;
-        stream_format(g);
+        int32_t k = g->pending;
+        g->pending = -1;
+        if (k < 0 && (k = take(g)) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        stream_format(g, k);
     }
 }
 
 static void gen_free(gen *g) {
     if (!g) return;
     if (g->q) {
-        og_request_cancel(g->q->r); /* a no-op when it is done */
+        sreq_cancel(g->q);
         sreq_release(g->s, g->q);
     }
+    for (int32_t k = 0; g->ch && k < g->n; k++) {
+        og_free(g->ch[k].t.text.p);
+        og_free(g->ch[k].t.lps);
+        og_free(g->ch[k].all.p);
+        og_free(g->ch[k].all_lps);
+        og_tool_parser_destroy(g->ch[k].tools);
+    }
+    og_free(g->ch);
     og_free(g->out.p);
-    og_free(g->t.text.p);
-    og_free(g->t.lps);
-    og_tool_parser_destroy(g->tools);
     og_free(g);
 }
 
@@ -885,72 +931,92 @@ static void stream_free(void *cls) { gen_free(cls); }
 
 /* The whole answer of a request that does not stream. */
 static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen *g) {
-    buf text = {0};
-    og_token_logprob *lps = NULL;
-    int32_t n_lps = 0, cap_lps = 0;
-    for (;;) {
-        if (!take(g->q, c, &g->t)) {
-            og_free(text.p);
-            og_free(lps);
-            return MHD_NO; /* the client left */
-        }
-        if (g->t.text.oom) text.oom = true;
-        buf_add(&text, g->t.text.p ? g->t.text.p : "", g->t.text.n);
-        if (g->t.n_lps) {
-            if (n_lps + g->t.n_lps > cap_lps) {
-                cap_lps = 2 * (n_lps + g->t.n_lps);
-                og_token_logprob *b = og_realloc(lps, (size_t)cap_lps * sizeof *b);
-                if (!b) text.oom = true;
-                else lps = b;
+    bool oom = false;
+    while (g->open > 0) {
+        const int32_t k = g->pending >= 0 ? g->pending : take(g);
+        g->pending = -1;
+        if (k < 0) return MHD_NO; /* the client left */
+        choice_out *ch = &g->ch[k];
+        if (ch->t.text.oom) oom = true;
+        og_strbuf_add(&ch->all, ch->t.text.p ? ch->t.text.p : "", ch->t.text.n);
+        if (ch->t.n_lps) {
+            if (ch->n_all_lps + ch->t.n_lps > ch->cap_all_lps) {
+                const int32_t cap = 2 * (ch->n_all_lps + ch->t.n_lps);
+                og_token_logprob *b = og_realloc(ch->all_lps, (size_t)cap * sizeof *b);
+                if (!b) oom = true;
+                else ch->all_lps = b, ch->cap_all_lps = cap;
             }
-            if (!text.oom) memcpy(lps + n_lps, g->t.lps, (size_t)g->t.n_lps * sizeof *lps);
-            if (!text.oom) n_lps += g->t.n_lps;
+            if (!oom) {
+                memcpy(ch->all_lps + ch->n_all_lps, ch->t.lps, (size_t)ch->t.n_lps * sizeof *ch->all_lps);
+                ch->n_all_lps += ch->t.n_lps;
+            }
         }
-        if (g->t.done) break;
+        if (ch->all.oom) oom = true;
+        if (ch->t.done && ch->t.http_error) {
+            sreq_cancel(g->q); /* one failed: the answer is its error */
+            return respond_error(cn, c, ch->t.http_error, ch->t.http_error == 503 ? "service_unavailable" : "server_error",
+                                 NULL, NULL, ch->t.error, ch->t.http_error == 503 ? "1" : NULL);
+        }
     }
-    enum MHD_Result ret;
-    if (text.oom) {
-        ret = respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-    } else if (g->t.http_error) {
-        ret = respond_error(cn, c, g->t.http_error, g->t.http_error == 503 ? "service_unavailable" : "server_error",
-                            NULL, NULL, g->t.error, g->t.http_error == 503 ? "1" : NULL);
-    } else {
-        cJSON *root = envelope(g, false), *choices = cJSON_AddArrayToObject(root, "choices"),
-              *ch = cJSON_CreateObject();
-        cJSON_AddItemToArray(choices, ch);
-        cJSON_AddNumberToObject(ch, "index", 0);
-        if (g->chat && g->tools) { /* the text less the calls, and the calls */
+    if (oom) return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    cJSON *root = envelope(g, false), *choices = cJSON_AddArrayToObject(root, "choices");
+    for (int32_t k = 0; k < g->q->n; k++) {
+        choice_out *ch = &g->ch[k];
+        cJSON *one = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, one);
+        cJSON_AddNumberToObject(one, "index", k);
+        if (g->chat && ch->tools) { /* the text less the calls, and the calls */
             const char *content = NULL;
             size_t n_content = 0;
             const og_tool_call *calls = NULL;
             int n_calls = 0;
-            og_status fst = og_tool_parser_feed(g->tools, text.p ? text.p : "", text.n);
-            if (fst == OG_OK) fst = og_tool_parser_finish(g->tools);
-            og_tool_parser_take(g->tools, &content, &n_content, &calls, &n_calls);
-            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            og_status fst = og_tool_parser_feed(ch->tools, ch->all.p ? ch->all.p : "", ch->all.n);
+            if (fst == OG_OK) fst = og_tool_parser_finish(ch->tools);
+            og_tool_parser_take(ch->tools, &content, &n_content, &calls, &n_calls);
+            cJSON *m = cJSON_AddObjectToObject(one, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            if (fst != OG_OK) cJSON_AddStringToObject(m, "content", text.p ? text.p : ""); /* out of memory: as text */
+            if (fst != OG_OK) cJSON_AddStringToObject(m, "content", ch->all.p ? ch->all.p : ""); /* no memory: as text */
             else if (n_calls && !n_content) cJSON_AddNullToObject(m, "content");
             else cJSON_AddStringToObject(m, "content", content);
-            if (fst == OG_OK && n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(g, calls, n_calls, 0, false));
+            if (fst == OG_OK && n_calls)
+                cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(g, k, calls, n_calls, 0, false));
         } else if (g->chat) {
-            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON *m = cJSON_AddObjectToObject(one, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", text.p ? text.p : "");
+            cJSON_AddStringToObject(m, "content", ch->all.p ? ch->all.p : "");
         } else {
-            cJSON_AddStringToObject(ch, "text", text.p ? text.p : "");
+            cJSON_AddStringToObject(one, "text", ch->all.p ? ch->all.p : "");
         }
-        add_logprobs(g, ch, lps, n_lps);
-        cJSON_AddStringToObject(ch, "finish_reason", finish_of(g));
-        cJSON_AddItemToObject(root, "usage", usage_json(&g->t));
-        ret = respond_json(cn, c, 200, root, NULL);
+        add_logprobs(g, k, one, ch->all_lps, ch->n_all_lps);
+        cJSON_AddStringToObject(one, "finish_reason", finish_of(g, k));
     }
-    og_free(text.p);
-    og_free(lps);
-    return ret;
+    cJSON_AddItemToObject(root, "usage", usage_json(g));
+    return respond_json(cn, c, 200, root, NULL);
 }
 
 /* ------------------------------------------------------------ endpoints */
+
+/* The answer to an engine's refusal of a submit. */
+static enum MHD_Result respond_refused(conn *cn, struct MHD_Connection *c, og_status st, const char *msg, bool chat) {
+    const char *pname = chat ? "messages" : "prompt";
+    switch (st) {
+    case OG_ERR_BUSY:
+        return respond_error(cn, c, 429, "rate_limit_exceeded", "rate_limit_exceeded", NULL,
+                             "the server is at its --max-sessions / --kv-budget and its wait queue is full; "
+                             "retry later",
+                             "1");
+    case OG_ERR_STATE:
+        return respond_error(cn, c, 503, "service_unavailable", NULL, NULL, "the server is shutting down", "5");
+    case OG_ERR_CAPACITY: /* the prompt past the context, or the request past the whole budget */
+        return respond_error(cn, c, 400, "invalid_request_error", "context_length_exceeded",
+                             strstr(msg, "max_tokens") ? "max_tokens" : pname, msg, NULL);
+    case OG_ERR_INVALID_ARGUMENT: /* an empty prompt, the template's refusal, more choices than sessions */
+        return respond_error(cn, c, 400, "invalid_request_error", NULL, strstr(msg, "choices") ? "n" : pname, msg,
+                             NULL);
+    default:
+        return respond_error(cn, c, 500, "server_error", NULL, NULL, msg, NULL);
+    }
+}
 
 static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     og_server *s = cn->s;
@@ -963,83 +1029,66 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     og_api_error e;
     if (!og_api_parse(&s->api, cn->body.p ? cn->body.p : "", cn->body.n, chat, &q, &e))
         return respond_json(cn, c, (unsigned)e.status, error_json(&e), NULL);
-    og_request_params rp = og_api_request_params(&q);
-    /* response_format: a matcher over the request's grammar is its constraint */
-    og_grammar *grammar = q.grammar;
-    og_matcher *matcher = NULL;
-    q.grammar = NULL;
-    if (grammar && !s->gvocab) {
+    if (q.grammar && !s->gvocab) {
         og_api_request_free(&q);
-        og_grammar_destroy(grammar);
         return respond_error(cn, c, 400, "invalid_request_error", NULL, "response_format",
                              "'response_format' needs an end-of-sequence token, and this model's tokenizer has none",
                              NULL);
     }
-    if (grammar && og_matcher_create(grammar, s->gvocab, &matcher) != OG_OK) {
-        og_api_request_free(&q);
-        og_grammar_destroy(grammar);
-        return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-    }
-    if (matcher) {
-        rp.constraint = og_grammar_constraint;
-        rp.constraint_ctx = matcher;
-    }
-    og_request *r = NULL;
-    og_status st = og_engine_submit(s->engine, &rp, &r);
-    const char *pname = chat ? "messages" : "prompt";
-    const bool stream = q.stream, include_usage = q.include_usage;
-    const int32_t logprobs = q.logprobs;
-    const og_tool_format tool_format = q.tool_format;
-    og_api_request_free(&q);
-    if (st != OG_OK) {
-        og_matcher_destroy(matcher);
-        og_grammar_destroy(grammar);
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", og_last_error());
-        switch (st) {
-        case OG_ERR_BUSY:
-            return respond_error(cn, c, 429, "rate_limit_exceeded", "rate_limit_exceeded", NULL,
-                                 "the server is at its --max-sessions / --kv-budget and its wait queue is full; "
-                                 "retry later",
-                                 "1");
-        case OG_ERR_STATE:
-            return respond_error(cn, c, 503, "service_unavailable", NULL, NULL, "the server is shutting down", "5");
-        case OG_ERR_CAPACITY: /* the prompt past the context, or the request past the whole budget */
-            return respond_error(cn, c, 400, "invalid_request_error", "context_length_exceeded",
-                                 strstr(msg, "max_tokens") ? "max_tokens" : pname, msg, NULL);
-        case OG_ERR_INVALID_ARGUMENT: /* an empty prompt, the template's refusal */
-            return respond_error(cn, c, 400, "invalid_request_error", NULL, pname, msg, NULL);
-        default:
-            return respond_error(cn, c, 500, "server_error", NULL, NULL, msg, NULL);
-        }
-    }
+    const int32_t n_prompts = chat ? 1 : q.n_prompts, total = n_prompts * q.n;
     sreq *sq = og_calloc(1, sizeof *sq);
     gen *g = sq ? og_calloc(1, sizeof *g) : NULL;
-    if (g && tool_format != OG_TOOL_FORMAT_NONE && og_tool_parser_create(tool_format, &g->tools) != OG_OK) {
-        og_free(g);
-        g = NULL;
+    if (sq) {
+        sq->refs = 1;
+        sq->r = og_calloc((size_t)total, sizeof *sq->r);
+        sq->matcher = q.grammar ? og_calloc((size_t)total, sizeof *sq->matcher) : NULL;
+        sq->grammar = q.grammar; /* response_format: a matcher a choice is its constraint */
+        q.grammar = NULL;
     }
-    if (!g) {
-        og_free(sq);
-        og_request_destroy(r);
-        og_matcher_destroy(matcher);
-        og_grammar_destroy(grammar);
+    if (g) g->ch = og_calloc((size_t)total, sizeof *g->ch);
+    bool oom = !g || !g->ch || !sq->r || (sq->grammar && !sq->matcher);
+    for (int32_t k = 0; !oom && sq->grammar && k < total; k++)
+        oom = og_matcher_create(sq->grammar, s->gvocab, &sq->matcher[k]) != OG_OK;
+    for (int32_t k = 0; !oom && q.tool_format != OG_TOOL_FORMAT_NONE && k < total; k++)
+        oom = og_tool_parser_create(q.tool_format, &g->ch[k].tools) != OG_OK;
+    if (oom) {
+        og_api_request_free(&q);
+        for (int32_t k = 0; g && g->ch && k < total; k++) og_tool_parser_destroy(g->ch[k].tools);
+        og_free(g ? g->ch : NULL);
+        og_free(g);
+        if (sq) sq->n = total;
+        sreq_release(s, sq);
         return respond_error(cn, c, 500, "server_error", NULL, NULL, "out of memory", NULL);
     }
-    sq->r = r;
-    sq->grammar = grammar;
-    sq->matcher = matcher;
-    sq->refs = 1;
-    pthread_mutex_lock(&s->lock);
-    uint64_t serial = ++s->serial;
-    pthread_mutex_unlock(&s->lock);
+    sq->n = total;
+    og_status st = OG_OK;
+    for (int32_t i = 0; i < n_prompts && st == OG_OK; i++) {
+        og_request_params rp = og_api_request_params(&q, i);
+        if (sq->matcher) rp.constraint = og_grammar_constraint;
+        st = og_engine_submit_n(s->engine, &rp, q.n, sq->matcher ? (void *const *)&sq->matcher[i * q.n] : NULL,
+                                &sq->r[i * q.n]);
+    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", st == OG_OK ? "" : og_last_error());
+    const bool stream = q.stream;
     g->s = s;
     g->q = sq;
     g->c = c;
     g->chat = chat;
-    g->include_usage = include_usage;
-    g->tool_format = tool_format;
-    g->logprobs = logprobs;
+    g->include_usage = q.include_usage;
+    g->tool_format = q.tool_format;
+    g->logprobs = q.logprobs;
+    g->per_prompt = q.n;
+    g->n = g->open = total;
+    g->pending = -1;
+    og_api_request_free(&q);
+    if (st != OG_OK) {
+        gen_free(g); /* the choices submitted are cancelled */
+        return respond_refused(cn, c, st, msg, chat);
+    }
+    pthread_mutex_lock(&s->lock);
+    uint64_t serial = ++s->serial;
+    pthread_mutex_unlock(&s->lock);
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
              (unsigned long long)((serial * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)g->created << 20)));
@@ -1050,15 +1099,15 @@ static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     }
     /* The status line waits for the first output: a request that fails
      * before it (no KV memory, a shutdown) is answered with its status. */
-    if (!take(sq, c, &g->t)) {
+    if ((g->pending = take(g)) < 0) {
         gen_free(g);
         return MHD_NO; /* the client left */
     }
-    g->taken_first = true;
-    if (g->t.done && g->t.http_error && g->t.text.n == 0 && g->t.n_lps == 0) {
-        const int status = g->t.http_error;
-        char why[sizeof g->t.error];
-        snprintf(why, sizeof why, "%s", g->t.error);
+    const taken *t0 = &g->ch[g->pending].t;
+    if (t0->done && t0->http_error && t0->text.n == 0 && t0->n_lps == 0) {
+        const int status = t0->http_error;
+        char why[sizeof t0->error];
+        snprintf(why, sizeof why, "%s", t0->error);
         gen_free(g);
         return respond_error(cn, c, status, status == 503 ? "service_unavailable" : "server_error", NULL, NULL, why,
                              status == 503 ? "1" : NULL);
@@ -1134,10 +1183,10 @@ static enum MHD_Result route(conn *cn, struct MHD_Connection *c, const char *url
     if (!strcmp(url, "/metrics")) {
         if (!get) goto not_allowed;
         char *text = og_engine_metrics_text(s->engine), *http = og_http_metrics_text(s);
-        buf all = {0};
+        og_strbuf all = {0};
         if (text && http) {
-            buf_add(&all, text, strlen(text));
-            buf_add(&all, http, strlen(http));
+            og_strbuf_add(&all, text, strlen(text));
+            og_strbuf_add(&all, http, strlen(http));
         }
         og_free(text);
         og_free(http);
@@ -1207,7 +1256,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return MHD_YES;
         }
         if (cn->body.n + *upload_size > s->p.max_body) cn->too_large = true;
-        if (!cn->too_large) buf_add(&cn->body, upload, *upload_size);
+        if (!cn->too_large) og_strbuf_add(&cn->body, upload, *upload_size);
         *upload_size = 0;
         return cn->body.oom ? MHD_NO : MHD_YES;
     }

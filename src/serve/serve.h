@@ -1,18 +1,14 @@
-/* offgraph serve: an OpenAI-compatible HTTP server over one model, with
- * continuous batching (the command line's `offgraph serve` only parses its
- * options and runs this).
+/* offgraph serve: an OpenAI-compatible HTTP server over one model (the
+ * command line's `offgraph serve` only parses its options and runs this).
  *
- * One scheduler thread owns the model's sessions. Each iteration it steps
- * every running request together through og_model_step: one decode row per
- * request that is generating, and prompt chunks of newly admitted requests
- * beside them, under a row budget. A request joins at the next step and
- * leaves when it finishes; nothing waits for a batch to drain. Admission
- * bounds the running requests by --max-sessions and their KV bytes by
- * --kv-budget; a request that does not fit waits in a bounded queue, and
- * past it is answered 429 with Retry-After.
- *
- * The HTTP side (libmicrohttpd, a thread per connection) parses requests,
- * tokenizes, submits them, and streams what the scheduler produces. */
+ * Generation is the library's engine's (include/offgraph.h, "the engine":
+ * prompt policy, admission under max_sessions and kv_budget, the wait
+ * queue, the prefix cache and the continuous-batching scheduler); the
+ * server adapts requests to it. The HTTP side (libmicrohttpd, a thread per
+ * connection) parses a request body into an engine request (api.c),
+ * submits it, and writes what the engine produces as a response or a
+ * stream of server-sent events (http.c); a request the engine's queue has
+ * no room for is answered 429 with Retry-After. */
 #ifndef OG_SERVE_H
 #define OG_SERVE_H
 

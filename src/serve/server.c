@@ -53,17 +53,6 @@ static char *model_id_of(const char *path) {
     return id;
 }
 
-static void timed_wait(og_server *s, double until) {
-    double left = until - og_time_now();
-    if (left <= 0) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double wait = left < 0.1 ? left : 0.1;
-    ts.tv_nsec += (long)(wait * 1e9);
-    while (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&s->idle_cond, &s->lock, &ts);
-}
-
 void og_server_stop(og_server *s) {
     if (!s || s->stopped) return;
     pthread_mutex_lock(&s->lock);
@@ -76,7 +65,8 @@ void og_server_stop(og_server *s) {
     /* let the last responses reach their clients */
     pthread_mutex_lock(&s->lock);
     const double flush_end = og_time_now() + 2;
-    while (s->active_responses > 0 && og_time_now() < flush_end) timed_wait(s, flush_end);
+    while (s->active_responses > 0 && og_time_now() < flush_end)
+        og_cond_wait_until(&s->idle_cond, &s->lock, flush_end);
     pthread_mutex_unlock(&s->lock);
     og_http_stop(s);
     s->stopped = true;
@@ -127,17 +117,8 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
         goto fail;
     }
     if ((st = og_model_set_context(s->model, p->context)) != OG_OK) goto fail;
-    const char *json = og_model_tokenizer_json(s->model);
-    if (!json) {
-        const char *why = og_model_no_tokenizer_reason(s->model);
-        st = og_set_error(OG_ERR_UNSUPPORTED, "%s has no tokenizer%s%s%s: export it from a checkpoint folder that has "
-                          "tokenizer.json or a GGUF file with a vocabulary", p->model_path, why ? " (" : "",
-                          why ? why : "", why ? ")" : "");
-        goto fail;
-    }
-    if ((st = og_tokenizer_load_json(json, &s->tok)) != OG_OK ||
-        (st = og_tokenizer_load_config(s->tok, og_model_tokenizer_config(s->model))) != OG_OK) {
-        og_set_error(st, "the tokenizer of %s: %s", p->model_path, og_last_error());
+    if ((st = og_tokenizer_from_model(s->model, &s->tok)) != OG_OK) {
+        og_set_error(st, "%s: %s", p->model_path, og_last_error());
         goto fail;
     }
     og_engine_params ep = og_engine_default_params();
@@ -164,12 +145,8 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
     if ((st = og_http_start(s)) != OG_OK) goto fail;
     *out = s;
     return OG_OK;
-fail: {
-    char why[OG_ERRMSG_CAP];
-    snprintf(why, sizeof why, "%s", og_last_error());
-    og_server_destroy(s);
-    return og_set_error(st, "%s", why);
-}
+fail:
+    OG_RETURN_AFTER(st, og_server_destroy(s));
 }
 
 int32_t og_server_port(const og_server *s) { return s ? s->port : 0; }

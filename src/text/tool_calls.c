@@ -149,6 +149,26 @@ static bool member_span(const char *s, size_t n, const char *key, size_t *at, si
     return false;
 }
 
+/* Whether s[0..n) (JSON that cJSON took) is JSON as strict parsers read
+ * it: cJSON lets control bytes through as whitespace (even NUL) and inside
+ * strings, JSON.parse and Python's json do not. */
+static bool strict_json(const char *s, size_t n) {
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = false;
+            else if (c < 0x20) return false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* A block's body as a call: a JSON object with a string "name" and
  * "arguments" (or "parameters", as some fine-tunes write) an object, or a
  * string holding one. False when it is not one (then it is text). */
@@ -156,6 +176,9 @@ static bool body_call(const char *body, size_t n, bool need_args, og_tool_call *
     memset(out, 0, sizeof *out);
     while (n && is_space(*body)) body++, n--;
     while (n && is_space(body[n - 1])) n--;
+    /* NUL and other control bytes where JSON has none: not a call */
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)body[i] < 0x20 && body[i] != '\t' && body[i] != '\n' && body[i] != '\r') return false;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, n, &end, 0);
     const cJSON *name = j ? cJSON_GetObjectItemCaseSensitive(j, "name") : NULL;
@@ -177,16 +200,22 @@ static bool body_call(const char *body, size_t n, bool need_args, og_tool_call *
     } else if (cJSON_IsString(args)) { /* arguments already as JSON text */
         cJSON *inner = cJSON_Parse(args->valuestring);
         ok = cJSON_IsObject(inner);
+        if (ok && strict_json(args->valuestring, strlen(args->valuestring))) {
+            text = og_strdup(args->valuestring);
+        } else if (ok) {
+            char *t = cJSON_PrintUnformatted(inner);
+            text = t ? og_strdup(t) : NULL;
+            cJSON_free(t);
+        }
         cJSON_Delete(inner);
-        if (ok) text = og_strdup(args->valuestring);
     } else if (cJSON_IsObject(args)) {
         size_t at = 0, len = 0;
-        if (member_span(body, n, key, &at, &len)) {
+        if (member_span(body, n, key, &at, &len) && strict_json(body + at, len)) {
             if ((text = og_malloc(len + 1))) {
                 memcpy(text, body + at, len);
                 text[len] = 0;
             }
-        } else { /* a key written with escapes: cJSON's print of it */
+        } else { /* a key written with escapes, or a raw newline in a string: cJSON's print */
             char *t = cJSON_PrintUnformatted(args);
             text = t ? og_strdup(t) : NULL;
             cJSON_free(t);

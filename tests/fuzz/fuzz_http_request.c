@@ -1,9 +1,10 @@
 /* libFuzzer harness: the OpenAI request bodies offgraph serve parses
  * (src/serve/api.c) over arbitrary bytes, as a completion and as a chat
- * completion. An accepted request is internally consistent: exactly one
- * prompt form (text, token ids within the vocabulary, or chat messages with
- * known roles and their template variables as a JSON object), bounded stops
- * and logprobs, sampling fields within their ranges, tools and the
+ * completion. An accepted request is internally consistent: prompts
+ * (texts or token ids within the vocabulary, a bounded number of them and
+ * of choices) or chat messages with known roles and their template
+ * variables as a JSON object, logit biases within the vocabulary, bounded
+ * stops and logprobs, sampling fields within their ranges, tools and the
  * messages the template reads as JSON arrays, and the engine's
  * request made of it says the same. The body is a plain function that
  * test_fuzz_replay also runs over tests/fuzz/corpus/http_request/. */
@@ -19,11 +20,19 @@
 int og_fuzz_http_request(const uint8_t *data, size_t size);
 
 static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
-    const int forms = (q->text != NULL) + (q->tokens != NULL) + (q->messages != NULL);
-    if (forms != 1 || q->chat != chat || (chat && !q->messages)) __builtin_trap();
-    if (q->tokens && q->n_tokens < 1) __builtin_trap();
-    for (int64_t i = 0; q->tokens && i < q->n_tokens; i++)
-        if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab) __builtin_trap();
+    if ((q->n_prompts > 0) == (q->messages != NULL) || q->chat != chat || (chat && !q->messages)) __builtin_trap();
+    if (q->n < 1 || q->n > OG_API_MAX_N || q->n_prompts > OG_API_MAX_PROMPTS ||
+        (!chat && q->n * q->n_prompts > OG_API_MAX_N))
+        __builtin_trap();
+    for (int32_t k = 0; k < q->n_prompts; k++) {
+        const og_api_prompt *one = &q->prompts[k];
+        if ((one->text != NULL) == (one->tokens != NULL) || (one->tokens && one->n_tokens < 1)) __builtin_trap();
+        for (int64_t i = 0; one->tokens && i < one->n_tokens; i++)
+            if (one->tokens[i] < 0 || one->tokens[i] >= c->vocab) __builtin_trap();
+    }
+    for (int32_t i = 0; i < q->n_bias; i++)
+        if (q->bias[i].token < 0 || q->bias[i].token >= c->vocab || !(q->bias[i].bias >= -100 && q->bias[i].bias <= 100))
+            __builtin_trap();
     bool user = false;
     for (int32_t i = 0; q->messages && i < q->n_messages; i++) {
         const char *r = q->messages[i].role;
@@ -59,8 +68,9 @@ static void check(const og_serve_ctx *c, const og_api_request *q, bool chat) {
     if (q->max_tokens < 0 || (q->max_tokens_given && q->max_tokens < 1) || !(q->sampling.temperature >= 0) ||
         !(q->sampling.top_p > 0 && q->sampling.top_p <= 1))
         __builtin_trap();
-    og_request_params p = og_api_request_params(q);
-    if (p.kind != (chat ? OG_PROMPT_CHAT : q->text ? OG_PROMPT_TEXT : OG_PROMPT_TOKENS) ||
+    og_request_params p = og_api_request_params(q, 0);
+    if (p.kind != (chat ? OG_PROMPT_CHAT : q->prompts[0].text ? OG_PROMPT_TEXT : OG_PROMPT_TOKENS) ||
+        p.sampling.n_logit_bias != q->n_bias ||
         p.max_tokens != q->max_tokens || p.n_stop != q->n_stops || p.logprobs != q->logprobs ||
         (q->has_seed && p.sampling.seed == 0) || (!q->has_seed && p.sampling.seed != 0))
         __builtin_trap();

@@ -1,7 +1,8 @@
 /* libFuzzer harness: the tool-call parser (src/text/tool_calls.c) over
  * arbitrary output text, in the format (Hermes, Mistral, Llama 3.1) and fed
  * whole and in pieces cut where the first byte says. Whatever the cut, the content and the calls are the same; every
- * call has a name and arguments that are a JSON object; an output without
+ * call has a name and arguments that are a JSON object without control
+ * bytes (strict parsers refuse them); an output without
  * a call comes back as content byte for byte. The input is also tried as
  * the tools of og_tool_calls_grammar, whose grammars must parse. The body is
  * a plain function that test_fuzz_replay also runs over
@@ -43,6 +44,8 @@ static void take(og_tool_parser *p, result *r) {
     append(&r->content, &r->n, c, n);
     for (int i = 0; i < k; i++) {
         if (!calls[i].name || !*calls[i].name || !calls[i].arguments) __builtin_trap();
+        for (const char *q = calls[i].arguments; *q; q++) /* JSON as strict parsers read it */
+            if ((unsigned char)*q < 0x20 && *q != '\t' && *q != '\n' && *q != '\r') __builtin_trap();
         cJSON *a = cJSON_Parse(calls[i].arguments);
         if (!cJSON_IsObject(a)) __builtin_trap();
         cJSON_Delete(a);

@@ -51,15 +51,26 @@ def stream(port, path, body, timeout=60, on_chunk=None):
 
 
 def check_events(events):
-    """The framing every stream must have; returns the usage of its end."""
+    """The framing every stream must have, as OpenAI streams: one chunk with the
+    finish reason; usage (when stream_options.include_usage asked for it) once,
+    in a last chunk with no choices, null in the others. Returns the finish
+    reason and the usage (None when not asked for)."""
     assert events and events[-1] == "[DONE]", "no [DONE] at the end"
     assert "error" not in events[-2], events[-2]
-    last = events[-2]
     fin = [e for e in events[:-1] if e.get("choices") and e["choices"][0].get("finish_reason")]
     assert len(fin) == 1, "one chunk has the finish reason: %r" % fin
     assert fin[0]["choices"][0]["finish_reason"] in ("stop", "length"), fin
-    usage = fin[0].get("usage") or last.get("usage")
-    assert usage and usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
+    with_usage = [e for e in events[:-1] if e.get("usage")]
+    asked = "usage" in events[0]
+    assert all(("usage" in e) == asked for e in events[:-1]), "usage is in some chunks only"
+    usage = None
+    if asked:
+        assert len(with_usage) == 1 and with_usage[0] is events[-2] and with_usage[0]["choices"] == [], \
+            "usage once, in the last chunk, with no choices: %r" % with_usage
+        usage = with_usage[0]["usage"]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
+    else:
+        assert not with_usage, "usage without stream_options.include_usage: %r" % with_usage
     ids = {e["id"] for e in events[:-1]}
     assert len(ids) == 1, ids
     return fin[0]["choices"][0]["finish_reason"], usage
@@ -84,7 +95,7 @@ def main():
         def one(i):
             try:
                 body = {"prompt": expect[i]["prompt"], "max_tokens": expect[i]["max_tokens"], "temperature": 0,
-                        "stream": True}
+                        "stream": True, "stream_options": {"include_usage": True}}
                 st, ev, text, *_ = stream(port, "/v1/completions", body, timeout=120)
                 assert st == 200, (st, ev)
                 fin, usage = check_events(ev)
@@ -128,7 +139,7 @@ def main():
             k = 0
             while time.monotonic() < t_stop:
                 body = {"prompt": prompts[(i + k) % len(prompts)], "max_tokens": max_tokens, "temperature": 0.8,
-                        "seed": i * 1000 + k, "stream": True}
+                        "seed": i * 1000 + k, "stream": True, "stream_options": {"include_usage": True}}
                 k += 1
                 try:
                     st, ev, text, t_first, t_end, t0 = stream(port, "/v1/completions", body, timeout=120)
