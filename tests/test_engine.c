@@ -683,21 +683,27 @@ static void test_own_session(og_engine *e) {
     {
         seq more;
         encode_plain(" and", &more);
-        og_request_params p = token_params(more.ids, more.n, 4);
+        const int64_t before = og_session_length(mine);
+        /* the first runs until cancelled (to the context at most): the
+         * second comes while it runs, however slow the machine */
+        og_request_params p = token_params(more.ids, more.n, 0);
         p.session = mine;
+        p.ignore_eos = true;
         og_request *r1 = NULL, *r2 = NULL;
         CHECK_OK(og_engine_submit(e, &p, &r1));
         og_status st = og_engine_submit(e, &p, &r2);
-        CHECK_MSG(st == OG_ERR_INVALID_ARGUMENT || (st == OG_OK && r2 == NULL), "a second request: %s",
-                  og_status_str(st));
+        CHECK_MSG(st == OG_ERR_INVALID_ARGUMENT && r2 == NULL, "a second request: %s", og_status_str(st));
         og_request_destroy(r2);
+        og_request_cancel(r1);
         result res;
         if (r1) drain(r1, &res);
         og_request_destroy(r1);
-        seq want;
-        ref_turn(ref, more.ids, more.n, 4, &want);
-        CHECK(same(&res.tokens, &want));
-        CHECK(og_session_length(mine) == og_session_length(ref));
+        /* cancelled at once: perhaps before its prompt was read */
+        const int64_t L = og_session_length(mine);
+        CHECK_MSG(res.last.completion_tokens ? L == before + more.n + res.last.completion_tokens
+                                             : L >= before && L <= before + more.n,
+                  "the session holds %lld after %lld tokens", (long long)L, (long long)res.last.completion_tokens);
+        og_session_reset(mine); /* the next section starts it over */
     }
 
     og_test_section("a caller's session: max_tokens 0 fills it to the context, every token given out fed");
