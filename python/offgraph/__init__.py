@@ -890,7 +890,6 @@ class Model(_Handle):
             keep.append(js)
             p.json_schema = js
         if session is not None:
-            raise OffgraphError("submit: session: not yet (the engine cannot go on in a caller's session yet)")
             if not isinstance(session, Session) or session.model is not self:
                 raise OffgraphError("submit: session must be a Session of this model, not %r" % (session,))
             if session._request is not None:
@@ -1133,118 +1132,51 @@ class Session(_Handle):
         self._check(_L().og_session_metrics(self._ptr(), byref(m)), "metrics")
         return {f: getattr(m, f) for f, _ in _KvMetrics._fields_}
 
+    def submit(self, prompt=None, messages=None, **kw):
+        """A request of the engine that goes on in this session: the prompt
+        (text, token ids, or chat messages: what comes after what the
+        session holds) is fed after it, and every generated token too, so
+        that once the request has ended the session holds what it held, the
+        prompt and the generated tokens (end tokens excluded). Until then
+        the session is the engine's (its other methods must wait). Arguments
+        as Model.submit."""
+        return self.model.submit(prompt, messages, session=self, **kw)
+
     def generate_tokens(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
-                        repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop_ids=None,
-                        sampler=None):
+                        repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None):
         """A generator of the token ids of a continuation of prompt (a str,
-        made into ids by Model.prompt_ids(prompt, add_special), e.g. with a
-        BOS, as `offgraph run` does; or a list of token ids fed as they are), after
-        what the session already holds. temperature 0 is greedy; the other
-        arguments are Sampler's, and the ids the tokenizer does not know are
-        never drawn. It stops after max_tokens tokens, before an end token
-        (the tokenizer's eos and end of turn, and stop_ids: never given out),
-        or when the session is full; the reason ("length" or "stop") is the
-        generator's return value and last_finish_reason. The last token given
-        out is not fed back (as `offgraph run`), so the session then holds
-        the prompt and every generated token but that one. sampler: a Sampler
-        to use instead of the sampling arguments (it is not closed)."""
-        model = self.model
-        tok = model.tokenizer
-        ids = model.prompt_ids(prompt, add_special) if isinstance(prompt, (str, bytes)) else list(prompt)
-        if not ids:
-            raise OffgraphError("generate: the prompt gives no tokens")
-        if self.length + len(ids) > model.max_context:
-            raise OffgraphError("generate: the prompt is %d tokens and the session holds %d: more than the "
-                                "model's context limit of %d" % (len(ids), self.length, model.max_context))
-        stops = set(tok.stop_ids)
-        stops.update(int(i) for i in (stop_ids or ()))
-        own = sampler is None
-        if own:
-            sampler = model.sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                                    repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed)
-        self.last_finish_reason = None
-        try:
-            for t in ids:
-                sampler.accept(t)
-            if max_tokens <= 0:
-                self.eval(ids, logits=None)
-                self.last_finish_reason = "length"
-                return "length"
-            nxt = self.eval_sample(ids, sampler)
-            produced = 0
-            reason = "length"
-            while True:
-                if nxt in stops:
-                    reason = "stop"
-                    break
-                produced += 1
-                yield nxt
-                if produced >= max_tokens or self.length >= model.max_context:
-                    break
-                nxt = self.eval_sample([nxt], sampler)
-            self.last_finish_reason = reason
-            return reason
-        finally:
-            if own:
-                sampler.close()
+        tokenized by the tokenizer's rule, e.g. with a BOS, as `offgraph run`;
+        or a list of token ids fed as they are) after what the session holds:
+        Session.submit's request (Model.submit says what each argument
+        does). The finish reason ("stop" or "length") is the generator's
+        return value and last_finish_reason; the session then holds the
+        prompt and every token given out."""
+        with self.submit(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                         min_p=min_p, repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
+                         add_special=add_special, stop=stop) as req:
+            self.last_finish_reason = None
+            for out in req:
+                for t in out.tokens:
+                    yield t
+            self.last_finish_reason = req.finish_reason
+            return req.finish_reason
 
-    def generate(self, prompt, stop=None, **kw):
-        """A generator of the text pieces of generate_tokens(prompt, **kw),
-        each given out as soon as its UTF-8 characters are complete. stop: a
-        string or a list of strings that end the text before them (matched
-        across tokens, never given out: text that may begin one is held back
-        until it cannot), as `offgraph run --stop`; the token that completes
-        a match is not fed. The return value is the finish reason ("stop" or
-        "length"), also in last_finish_reason."""
-        stops = [stop] if isinstance(stop, str) else [x for x in (stop or ()) if x]
-        if not all(isinstance(x, str) for x in stops):
-            raise OffgraphError("generate: stop must be a string or a list of strings, not %r" % (stop,))
-        stream = self.model.tokenizer.decode_stream()
-        gen = self.generate_tokens(prompt, **kw)
-        held = ""  # decoded text not given out yet: a tail that may begin a stop string
-
-        def release(last):
-            """(text that is final, whether a stop string was met)"""
-            nonlocal held
-            hits = [i for i in (held.find(x) for x in stops) if i >= 0]
-            if hits:
-                out, held = held[:min(hits)], ""
-                return out, True
-            keep = 0
-            if not last:
-                for x in stops:
-                    for t in range(min(len(x) - 1, len(held)), keep, -1):
-                        if held.endswith(x[:t]):
-                            keep = t
-                            break
-            out, held = held[:len(held) - keep], held[len(held) - keep:]
-            return out, False
-
-        try:
-            while True:
-                try:
-                    t = next(gen)
-                except StopIteration as end:
-                    reason = end.value
-                    break
-                held += stream.push(t)
-                text, met = release(False)
-                if text:
-                    yield text
-                if met:
-                    self.last_finish_reason = reason = "stop"
-                    return reason
-            held += stream.finish()
-            text, met = release(True)
-            if text:
-                yield text
-            if met:
-                self.last_finish_reason = reason = "stop"
-            return reason
-        finally:
-            gen.close()
-            stream.close()
-
+    def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                 repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None):
+        """A generator of the text pieces of generate_tokens(prompt, ...),
+        each given out as soon as its characters are complete; stop strings
+        (a str or a list) end the text before them, as `offgraph run --stop`.
+        The return value is the finish reason ("stop" or "length"), also in
+        last_finish_reason."""
+        with self.submit(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                         min_p=min_p, repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, seed=seed,
+                         add_special=add_special, stop=stop) as req:
+            self.last_finish_reason = None
+            for out in req:
+                if out.text:
+                    yield out.text
+            self.last_finish_reason = req.finish_reason
+            return req.finish_reason
 
 
 from .llama import Llama  # noqa: E402  (it builds on the classes above)

@@ -110,7 +110,31 @@ for case in golden:
         check(got == case["continuation_ids"], "greedy ids of %r: %s; transformers: %s" %
               (case["prompt"], got, case["continuation_ids"]))
         check(s.last_finish_reason == "length", "finish reason %r" % s.last_finish_reason)
-        check(s.length == len(case["prompt_ids"]) + len(got) - 1, "session length %d after generate" % s.length)
+        check(s.length == len(case["prompt_ids"]) + len(got), "session length %d after generate" % s.length)
+
+# ---- a session goes on across requests (the engine continues in it): the
+# second request, fed the next token of transformers' continuation, goes on
+# with the rest of it
+case = golden[0]
+want = case["continuation_ids"]
+with model.session(kv_dtype="f32") as s:
+    first = list(s.generate_tokens(case["prompt"], max_tokens=5, temperature=0))
+    check(first == want[:5] and s.length == len(case["prompt_ids"]) + 5, "first turn %s (length %d)" % (first, s.length))
+    gen = s.generate_tokens([want[5]], max_tokens=6, temperature=0)
+    got = [next(gen)]
+    try:
+        s.length
+        check(False, "the session was usable while the engine held it")
+    except offgraph.OffgraphError as e:
+        check("engine" in str(e), "busy session: %s" % e)
+    got += list(gen)
+    check(got == want[6:12], "second turn %s; transformers: %s" % (got, want[6:12]))
+    check(s.length == len(case["prompt_ids"]) + 12, "session length %d after two turns" % s.length)
+    # closing a generator early ends its request and gives the session back
+    gen = s.generate_tokens([want[12]], max_tokens=20, temperature=0)
+    check(next(gen) == want[13], "third turn")
+    gen.close()
+    check(s.length >= len(case["prompt_ids"]) + 14, "session length %d after a cancelled turn" % s.length)
 
 # ... and `offgraph run --temp 0`, text for text (the program's own KV dtype)
 N = 40
@@ -216,7 +240,7 @@ for name, add_bos_token, template_bos in (("plain", None, False), ("add-bos", Tr
         check(got == want, "%s: greedy text:\n  bindings: %r\n  run:      %r" % (name, got, want))
         with m.session() as s:
             n = len(list(s.generate_tokens(prompt, max_tokens=12, temperature=0)))
-            check(s.length == len(ids) + n - 1, "%s: the session holds %d tokens, not the prompt's %d + %d - 1" %
+            check(s.length == len(ids) + n, "%s: the session holds %d tokens, not the prompt's %d + %d" %
                   (name, s.length, len(ids), n))
 
 # ---- the Llama-style API: what `offgraph run` gives, in OpenAI's shapes
