@@ -50,6 +50,12 @@ done
 T "$BIN" run -p "$PROMPT" -n 300 --temp 0 --json-schema "$SCHEMA" >"$WORK/inline.out" 2>"$WORK/inline.err" ||
     fail "run --json-schema inline: $(cat "$WORK/inline.err")"
 cmp -s "$WORK/run0.out" "$WORK/inline.out" || fail "run --json-schema inline differs from the file's: $(cat "$WORK/inline.out")"
+# llama.cpp's names: --json-schema-file / -jf / -j and --grammar-file take the same values
+for opt in --json-schema-file -jf -j; do
+    T "$BIN" run -p "$PROMPT" -n 300 --temp 0 $opt "$WORK/schema.json" >"$WORK/alias.out" 2>"$WORK/alias.err" ||
+        fail "run $opt: $(cat "$WORK/alias.err")"
+    cmp -s "$WORK/run0.out" "$WORK/alias.out" || fail "run $opt differs from --json-schema: $(cat "$WORK/alias.out")"
+done
 # free text is not JSON (the constraint did the work above)
 T "$BIN" run -p "$PROMPT" -n 40 --temp 0 >"$WORK/free.out" 2>/dev/null
 validate "$WORK/free.out" "free" >/dev/null 2>&1 && fail "free text validates: the test cannot tell"
@@ -65,6 +71,9 @@ T "$BIN" run -p "$PROMPT" -n 60 --temp 1 --seed 3 --grammar "$WORK/begat.gbnf" >
 T "$BIN" run -p "$PROMPT" -n 60 --temp 1 --seed 3 --grammar "$(cat "$WORK/begat.gbnf")" >"$WORK/gbnf2.out" 2>&1 ||
     fail "run --grammar inline: $(cat "$WORK/gbnf2.out")"
 cmp -s "$WORK/gbnf.out" "$WORK/gbnf2.out" || fail "run --grammar inline differs from the file's"
+T "$BIN" run -p "$PROMPT" -n 60 --temp 1 --seed 3 --grammar-file "$WORK/begat.gbnf" >"$WORK/gbnf3.out" 2>&1 ||
+    fail "run --grammar-file: $(cat "$WORK/gbnf3.out")"
+cmp -s "$WORK/gbnf.out" "$WORK/gbnf3.out" || fail "run --grammar-file differs from --grammar"
 $PY - "$WORK/gbnf.out" "$PROMPT" <<'PY' || fail "run --grammar: the output is not in the grammar's language"
 import re, sys
 raw = open(sys.argv[1], encoding="utf-8").read()

@@ -71,6 +71,8 @@ static const alias k_aliases[] = {
     {{"-r", "--reverse-prompt"}, "--stop"},
     {{"--predict", "--n-predict"}, "--max-tokens"},
     {{"-np", "--parallel"}, "--max-sessions"},
+    {{"--grammar-file"}, "--grammar"},
+    {{"-j", "-jf", "--json-schema-file"}, "--json-schema"},
 };
 #define N_ALIASES (sizeof k_aliases / sizeof k_aliases[0])
 

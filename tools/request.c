@@ -49,8 +49,7 @@ int og_gen_parse_option(const char *cmd, int argc, char **argv, int *i, og_gen_o
         o->no_special = true;
         return 1;
     }
-    if (!strcmp(a, "--grammar") || !strcmp(a, "--grammar-file") || !strcmp(a, "--json-schema") ||
-        !strcmp(a, "--json-schema-file")) {
+    if (!strcmp(a, "--grammar") || !strcmp(a, "--json-schema")) {
         if (!(v = og_cli_value(cmd, argc, argv, i))) return -1;
         const bool schema = a[2] == 'j';
         if (o->grammar || o->json_schema) {
