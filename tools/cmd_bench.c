@@ -28,8 +28,10 @@ static void usage(FILE *f) {
             "  --gen <N>                timed decode tokens per session (default 32)\n"
             "  --sessions <K>           K requests of the library's engine (og_engine: its\n"
             "                           scheduler batches them; no prefix cache), which is what\n"
-            "                           run, serve and the Python binding generate through;\n"
-            "                           without it one session on the direct step path\n"
+            "                           run, serve and the Python binding generate through:\n"
+            "                           a round of K prompts (prefill), then a round of K\n"
+            "                           decodes going on in the same sessions; without it one\n"
+            "                           session on the direct step path\n"
             "  --direct                 with --sessions: the K sessions on the direct step path\n"
             "                           (og_model_step, as described above), for comparison\n"
             "  --rows <N>               most rows in one prefill step (default 2048; -b too)\n"
@@ -110,20 +112,23 @@ static bool run_sequential(bench *b, int phase) {
     return true;
 }
 
-/* One round of K requests through the library's engine (og_engine): each
- * session's prompt as token ids, max_tokens each (ignore_eos: every one is
- * generated), submitted together; *fin gets each request's final output. */
-static bool engine_round(bench *b, og_engine *e, int64_t max_tokens, og_request_output *fin) {
+/* One round of K requests through the library's engine (og_engine), each
+ * going on in its session b->ss[k]: session k's n_ids token ids at ids +
+ * k * n_ids, max_tokens each (ignore_eos: every one is generated),
+ * submitted together; *fin gets each request's final output. */
+static bool engine_round(bench *b, og_engine *e, const int32_t *ids, int64_t n_ids, int64_t max_tokens,
+                         og_request_output *fin) {
     og_request **rs = calloc((size_t)b->K, sizeof *rs);
     bool ok = rs != NULL;
     for (int64_t k = 0; ok && k < b->K; k++) {
         og_request_params p = og_request_default_params();
         p.kind = OG_PROMPT_TOKENS;
-        p.tokens = b->ids + k * b->prompt;
-        p.n_tokens = b->prompt;
+        p.tokens = ids + k * n_ids;
+        p.n_tokens = n_ids;
         p.sampling.temperature = 0; /* greedy, as the direct path's arg-max */
         p.max_tokens = max_tokens;
         p.ignore_eos = true;
+        p.session = b->ss[k];
         if (og_engine_submit(e, &p, &rs[k]) != OG_OK) {
             fprintf(stderr, "offgraph bench: request %lld: %s\n", (long long)k, og_last_error());
             ok = false;
@@ -131,19 +136,32 @@ static bool engine_round(bench *b, og_engine *e, int64_t max_tokens, og_request_
     }
     /* only the ends are wanted (the engine times them): looked for every
      * 20 ms, so that no token wakes this thread beside the scheduler's */
-    for (int64_t k = 0; ok && k < b->K; k++) {
-        while (og_request_next(rs[k], &fin[k], 0), fin[k].finish == OG_FINISH_NONE)
+    for (int64_t k = 0; k < b->K; k++) {
+        while (rs && rs[k] && (og_request_next(rs[k], &fin[k], 0), fin[k].finish == OG_FINISH_NONE))
             nanosleep(&(struct timespec){0, 20000000}, NULL);
-        if (fin[k].finish != OG_FINISH_LENGTH) {
+        if (ok && fin[k].finish != OG_FINISH_LENGTH) {
             fprintf(stderr, "offgraph bench: request %lld ended early: %s\n", (long long)k,
                     fin[k].finish == OG_FINISH_ERROR ? fin[k].error : "cancelled");
             ok = false;
         }
     }
     if (rs)
-        for (int64_t k = 0; k < b->K; k++) og_request_destroy(rs[k]);
+        for (int64_t k = 0; k < b->K; k++) og_request_destroy(rs[k]); /* gives session k back */
     free(rs);
     return ok;
+}
+
+/* The time from the first submit to the last end of a round, and the
+ * tokens it generated. */
+static double round_time(const bench *b, const og_request_output *fin, int64_t *generated) {
+    double t0 = fin[0].t_submit, t1 = fin[0].t_end;
+    *generated = 0;
+    for (int64_t k = 0; k < b->K; k++) {
+        if (fin[k].t_submit < t0) t0 = fin[k].t_submit;
+        if (fin[k].t_end > t1) t1 = fin[k].t_end;
+        *generated += fin[k].completion_tokens;
+    }
+    return t1 - t0 > 0 ? t1 - t0 : 1e-9;
 }
 
 static void print_buckets(const int64_t *v) {
@@ -152,15 +170,22 @@ static void print_buckets(const int64_t *v) {
 
 /* bench --sessions K: K requests of the engine stepped by its scheduler
  * (continuous batching, rows under --rows, chunks of max_write; no prefix
- * cache, so every prompt is read). An untimed round of the same requests
- * (one token each after the prompt: the decode step of K is captured on
- * CUDA) comes first unless --no-warmup. Timed: each request generates 1 +
- * gen tokens, the first drawn by its prefill. Prefill rate: all prompt
- * tokens over the time from the first submit to the last first token;
- * decode rate: the gen tokens of every request over the time from the
- * first first token to the last end (when the prefills do not all land in
- * one step, decoding beside prefill counts in that time: the rate is not
- * overstated). */
+ * cache, so every prompt is read), in two rounds over the same K sessions
+ * (requests that go on in a session the caller owns, as a conversation's
+ * turns do):
+ *   prefill: each request reads its prompt and draws one token (fed to its
+ *     session as the engine feeds every token given out); rate: the prompt
+ *     tokens over the time from the first submit to the last end;
+ *   decode: each request reads one more token and generates gen; rate: the
+ *     generated tokens over the time from the first submit to the last end
+ *     (the one-token prompts are read by the first step, and the last token
+ *     drawn is fed by one more: gen + 1 steps for gen tokens, so the rate
+ *     is not overstated).
+ * Splitting the rounds keeps prompt steps out of the decode time, as on the
+ * direct path (one round of both would time the decode of early requests
+ * beside the later ones' prompts). An untimed pass of both rounds (two
+ * tokens) on other sessions comes first unless --no-warmup: the decode step
+ * of K is captured on CUDA. */
 static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, bool warmup, double *pf, double *dc,
                          double *t_decode, og_kv_metrics *tot) {
     og_engine_params ep = og_engine_default_params();
@@ -175,28 +200,39 @@ static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, boo
         return false;
     }
     og_request_output *fin = calloc((size_t)b->K, sizeof *fin);
-    bool ok = fin && (!warmup || engine_round(b, e, 2, fin)) && engine_round(b, e, gen + 1, fin);
-    if (ok) {
-        double t_sub = fin[0].t_submit, t_first0 = fin[0].t_first_token, t_first1 = 0, t_end = 0;
-        int64_t decoded = 0;
-        for (int64_t k = 0; k < b->K; k++) {
-            const og_request_output *o = &fin[k];
-            if (o->t_submit < t_sub) t_sub = o->t_submit;
-            if (o->t_first_token < t_first0) t_first0 = o->t_first_token;
-            if (o->t_first_token > t_first1) t_first1 = o->t_first_token;
-            if (o->t_end > t_end) t_end = o->t_end;
-            decoded += o->completion_tokens - 1;
-            tot->bytes_allocated += o->kv.bytes_allocated;
-            tot->bytes_live += o->kv.bytes_live;
-            tot->growth_count += o->kv.growth_count;
-            tot->graph_captures += o->kv.graph_captures;
+    int32_t *one = malloc((size_t)b->K * sizeof *one); /* each session's one-token prompt of the decode round */
+    bool ok = fin && one;
+    if (!ok) fprintf(stderr, "offgraph bench: no memory\n");
+    for (int64_t k = 0; ok && k < b->K; k++) one[k] = b->ids[k * b->prompt];
+    for (int pass = warmup ? 0 : 1; ok && pass < 2; pass++) { /* pass 0: the untimed warm-up */
+        for (int64_t k = 0; ok && k < b->K; k++) {
+            og_session_destroy(b->ss[k]);
+            b->ss[k] = NULL;
+            if (og_session_create(b->m, &mo->session, &b->ss[k]) != OG_OK) {
+                fprintf(stderr, "offgraph bench: session %lld: %s\n", (long long)k, og_last_error());
+                ok = false;
+            }
         }
-        *pf = (double)(b->prompt * b->K) / (t_first1 - t_sub > 0 ? t_first1 - t_sub : 1e-9);
-        *t_decode = t_end - t_first0;
-        *dc = decoded > 0 ? (double)decoded / (*t_decode > 0 ? *t_decode : 1e-9) : 0;
-    } else if (!fin) {
-        fprintf(stderr, "offgraph bench: no memory\n");
+        int64_t generated = 0;
+        ok = ok && engine_round(b, e, b->ids, b->prompt, 1, fin);
+        if (ok && pass == 1) *pf = (double)(b->prompt * b->K) / round_time(b, fin, &generated);
+        const int64_t n = pass == 0 ? 2 : gen;
+        if (!ok || n == 0) continue;
+        ok = engine_round(b, e, one, 1, n, fin);
+        if (ok && pass == 1) {
+            *t_decode = round_time(b, fin, &generated);
+            *dc = (double)generated / *t_decode;
+        }
     }
+    for (int64_t k = 0; ok && k < b->K; k++) {
+        og_kv_metrics mk;
+        og_session_metrics(b->ss[k], &mk);
+        tot->bytes_allocated += mk.bytes_allocated;
+        tot->bytes_live += mk.bytes_live;
+        tot->growth_count += mk.growth_count;
+        tot->graph_captures += mk.graph_captures;
+    }
+    free(one);
     free(fin);
     og_engine_destroy(e);
     return ok;

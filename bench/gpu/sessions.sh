@@ -2,8 +2,8 @@
 # program at each session count of $KS (context $CTX, $GEN generated), the
 # one-session row against a floor in tok/s, each result's JSON appended to a
 # file. Needs $B (a build folder), $KS, $CTX, $GEN. The sessions step on the
-# direct path (--direct): through the engine, the decode window would hold
-# the prompt steps of requests that start after the first one's first token.
+# direct path (--direct), as the earlier rows of bench/gpu/notes.md did
+# (without it, the engine's: a round of prompts, then a round of decodes).
 #   session_rows LABEL PROGRAM FLOOR JSONL
 field() { echo "$1" | grep -o "\"$2\":[0-9.]*" | cut -d: -f2; }
 session_rows() {
