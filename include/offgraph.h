@@ -1036,6 +1036,102 @@ OG_API og_status og_decode_stream_push(og_decode_stream *s, int32_t id, const ch
  * starts the stream over; *text as for push. */
 OG_API og_status og_decode_stream_finish(og_decode_stream *s, const char **text, size_t *len);
 
+/* ------------------------------------------------------------ tool calls */
+
+/* OpenAI's tool calls over a model's chat template: which format the
+ * template teaches its model to write calls in, a parser that takes the
+ * calls out of the model's output (whole, or as it streams), and the
+ * grammar of an output that is only calls (tool_choice "required" or a
+ * named function). The server (offgraph serve) and the Python binding use
+ * these; the template renders the tools themselves (og_request_params'
+ * tools_json, messages_json).
+ *
+ * Formats: Hermes' (Qwen 2.5, Qwen 3, Hermes and others), a block a call,
+ *   <tool_call>
+ *   {"name": "get_weather", "arguments": {"city": "Paris"}}
+ *   </tool_call>
+ * text around the blocks being the reply's content; Mistral's (Mistral Nemo
+ * and others), a JSON array of calls after a marker,
+ *   [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]
+ * (text before it is content); and Llama 3.1's, where a reply that is one
+ * JSON object with a "name" and its "parameters" (or "arguments"), after
+ * an optional <|python_tag|>, is a call. A template that reads tools and
+ * writes calls another way is OG_TOOL_FORMAT_OTHER: its calls are not
+ * parsed, and front ends refuse tools for it. */
+typedef enum og_tool_format {
+    OG_TOOL_FORMAT_NONE = 0, /* the template does not read tools              */
+    OG_TOOL_FORMAT_HERMES,   /* <tool_call>{"name", "arguments"}</tool_call> */
+    OG_TOOL_FORMAT_OTHER,    /* reads tools; its calls are not parsed         */
+    OG_TOOL_FORMAT_MISTRAL,  /* [TOOL_CALLS][{"name", "arguments"}, ...]      */
+    OG_TOOL_FORMAT_LLAMA3    /* the whole reply {"name", "parameters"}, maybe
+                                after <|python_tag|> (Llama 3.1)            */
+} og_tool_format;
+
+/* The format of t's chat template (NONE: no template, or one that does not
+ * read tools). */
+OG_API og_tool_format og_tokenizer_tool_format(const og_tokenizer *t);
+/* "none", "hermes", "other", "mistral", "llama3". */
+OG_API const char *og_tool_format_name(og_tool_format f);
+
+/* One call: the function's name and its arguments as JSON text (the
+ * model's own bytes of the arguments object; "{}" when it gave none). */
+typedef struct og_tool_call {
+    char *name;
+    char *arguments;
+} og_tool_call;
+
+/* Takes calls out of an output fed to it piece by piece (any split, even
+ * inside a marker or a character). Content is the text outside the calls:
+ * when the output holds no call it is the output byte for byte; around
+ * calls, the whitespace between content and a call is dropped. A block
+ * whose body is not a call (not a JSON object with a string "name", or for
+ * Mistral an array of them) stays in the content as the model wrote it; an
+ * unclosed block at the end is a call when its body is one. Content is
+ * given out as soon as it cannot be the start of a call (a possible
+ * marker's first bytes, and whitespace that may precede a call, wait). One
+ * thread at a time. */
+typedef struct og_tool_parser og_tool_parser;
+
+/* For format f (HERMES, MISTRAL, LLAMA3; any other gives a parser that
+ * passes the text through as content). On success *out is owned by the
+ * caller: og_tool_parser_destroy. */
+OG_API og_status og_tool_parser_create(og_tool_format f, og_tool_parser **out);
+/* NULL is a no-op. */
+OG_API void og_tool_parser_destroy(og_tool_parser *p);
+/* Feeds n bytes of output. OG_ERR_OUT_OF_MEMORY; OG_ERR_INVALID_ARGUMENT
+ * for NULL arguments. */
+OG_API og_status og_tool_parser_feed(og_tool_parser *p, const char *text, size_t n);
+/* The output ended: what was held back is decided. */
+OG_API og_status og_tool_parser_finish(og_tool_parser *p);
+/* What is ready since the previous take: content (*content NUL-terminated,
+ * *n_content bytes) and the calls completed (*calls[0..*n_calls)). Both are
+ * borrowed from p until its next call. */
+OG_API void og_tool_parser_take(og_tool_parser *p, const char **content, size_t *n_content,
+                                const og_tool_call **calls, int *n_calls);
+/* Calls completed since the parser was created. */
+OG_API int og_tool_parser_total_calls(const og_tool_parser *p);
+
+/* The grammar (GBNF text, as og_request_params.grammar takes) of an output
+ * that is only tool calls in format f (HERMES, MISTRAL, LLAMA3; spaced as
+ * the templates write calls): one call (one or more when parallel, except
+ * LLAMA3), of the function named only_name when it is not NULL, else of any
+ * function of tools_json (OpenAI's tools: a JSON array of {"type":
+ * "function", "function": {"name", "parameters"}}), its arguments following
+ * the function's parameters schema (an object of any members when it has
+ * none). A schema the JSON-schema compiler refuses gives its error
+ * (OG_ERR_UNSUPPORTED naming the keyword); an unknown only_name, a name
+ * of other characters than letters, digits, '_', '-' and '.', or another
+ * format, OG_ERR_INVALID_ARGUMENT. On success *out (NUL-terminated) is
+ * owned by the caller: og_free. */
+OG_API og_status og_tool_calls_grammar_text(og_tool_format f, const char *tools_json, const char *only_name,
+                                            bool parallel, char **out);
+/* The id of a call as format f's template takes it back in a later turn,
+ * made from unique (a string unique to the call, e.g. "call_<response
+ * id><index>"): unique itself, or for MISTRAL, whose template takes only
+ * ids of 9 letters and digits, 9 of them derived from it. Writes at most
+ * cap bytes with the NUL; OG_ERR_CAPACITY when it does not fit. */
+OG_API og_status og_tool_call_id(og_tool_format f, const char *unique, char *out, size_t cap);
+
 /* ------------------------------------------------------------ the engine */
 
 /* One loaded model serving many requests: the one generation path of every

@@ -416,11 +416,45 @@ static void grammar(void) {
     CHECK_STATUS(og_tool_calls_grammar(OG_TOOL_FORMAT_HERMES, bad, NULL, false, &g), OG_ERR_UNSUPPORTED);
     CHECK_MSG(strstr(og_last_error(), "pattern") && strstr(og_last_error(), "'f'"), "%s", og_last_error());
     CHECK(g == NULL);
+    /* the public text form: what og_tool_calls_grammar parses, refused alike */
+    char *text = NULL;
+    CHECK_OK(og_tool_calls_grammar_text(OG_TOOL_FORMAT_HERMES, TOOLS, "add", false, &text));
+    if (text) {
+        CHECK_MSG(!strncmp(text, "root ::= call\ncall ::= \"<tool_call>\\n\" (", 38), "%s", text);
+        CHECK(strstr(text, "add") && !strstr(text, "get_weather"));
+        CHECK_OK(og_grammar_parse(text, strlen(text), &g));
+        CHECK(match(g, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 40}}\n</tool_call>") == 1);
+        og_grammar_destroy(g);
+        og_free(text);
+    }
+    text = (char *)"untouched";
+    CHECK_STATUS(og_tool_calls_grammar_text(OG_TOOL_FORMAT_NONE, TOOLS, NULL, false, &text), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_tool_calls_grammar_text(OG_TOOL_FORMAT_HERMES, "{}", NULL, false, &text), OG_ERR_INVALID_ARGUMENT);
+}
+
+/* Call ids: as given, or Mistral's 9 letters and digits (its template
+ * raises on any other id), the same for the same input, and apart for
+ * different ones. */
+static void call_ids(void) {
+    char a[64], b[64], small[4];
+    CHECK_OK(og_tool_call_id(OG_TOOL_FORMAT_HERMES, "call_abc0", a, sizeof a));
+    CHECK(!strcmp(a, "call_abc0"));
+    CHECK_STATUS(og_tool_call_id(OG_TOOL_FORMAT_HERMES, "call_abc0", small, sizeof small), OG_ERR_CAPACITY);
+    CHECK_OK(og_tool_call_id(OG_TOOL_FORMAT_MISTRAL, "call_abc0", a, sizeof a));
+    CHECK_OK(og_tool_call_id(OG_TOOL_FORMAT_MISTRAL, "call_abc1", b, sizeof b));
+    CHECK(strlen(a) == 9 && strlen(b) == 9 && strcmp(a, b));
+    for (int i = 0; i < 9; i++)
+        CHECK((a[i] >= '0' && a[i] <= '9') || (a[i] >= 'a' && a[i] <= 'z') || (a[i] >= 'A' && a[i] <= 'Z'));
+    CHECK_OK(og_tool_call_id(OG_TOOL_FORMAT_MISTRAL, "call_abc1", a, sizeof a));
+    CHECK(!strcmp(a, b));
+    CHECK_STATUS(og_tool_call_id(OG_TOOL_FORMAT_MISTRAL, "call_abc1", small, sizeof small), OG_ERR_CAPACITY);
+    CHECK(og_tokenizer_tool_format(NULL) == OG_TOOL_FORMAT_NONE);
 }
 
 int main(void) {
     hand_checked();
     rendering();
     grammar();
+    call_ids();
     return og_test_finish();
 }

@@ -39,7 +39,8 @@ from ctypes import (POINTER, Structure, byref, c_bool, c_char_p, c_double, c_flo
                     c_size_t, c_uint, c_uint64, c_void_p)
 
 __all__ = ["OffgraphError", "Model", "Session", "Request", "Output", "Tokenizer", "DecodeStream", "Sampler",
-           "StepItem", "Llama", "library_path", "set_log_level", "ABI_MAJOR"]
+           "StepItem", "ToolParser", "Llama", "library_path", "set_log_level", "tool_calls_grammar", "tool_call_id",
+           "ABI_MAJOR"]
 
 __version__ = "0.1"
 
@@ -151,6 +152,13 @@ class _RequestOutput(Structure):
                 ("t_end", c_double), ("kv", _KvMetrics)]
 
 
+class _ToolCall(Structure):
+    _fields_ = [("name", c_char_p), ("arguments", c_char_p)]
+
+
+# og_tool_format, in the order of the enum
+_TOOL_FORMATS = {"none": 0, "hermes": 1, "other": 2, "mistral": 3, "llama3": 4}
+
 _PROMPT_TEXT, _PROMPT_TOKENS, _PROMPT_CHAT = 0, 1, 2
 _FINISH_NONE, _FINISH_STOP, _FINISH_LENGTH, _FINISH_CANCELLED, _FINISH_ERROR = range(5)
 
@@ -216,6 +224,18 @@ _PROTOTYPES = {
     "og_decode_stream_destroy": (None, [_P]),
     "og_decode_stream_push": (c_int, [_P, c_int32, POINTER(c_void_p), POINTER(c_size_t)]),
     "og_decode_stream_finish": (c_int, [_P, POINTER(c_void_p), POINTER(c_size_t)]),
+    # tool calls
+    "og_tokenizer_tool_format": (c_int, [_P]),
+    "og_tool_format_name": (c_char_p, [c_int]),
+    "og_tool_parser_create": (c_int, [c_int, POINTER(_P)]),
+    "og_tool_parser_destroy": (None, [_P]),
+    "og_tool_parser_feed": (c_int, [_P, c_char_p, c_size_t]),
+    "og_tool_parser_finish": (c_int, [_P]),
+    "og_tool_parser_take": (None, [_P, POINTER(c_void_p), POINTER(c_size_t), POINTER(POINTER(_ToolCall)),
+                                   POINTER(c_int)]),
+    "og_tool_parser_total_calls": (c_int, [_P]),
+    "og_tool_calls_grammar_text": (c_int, [c_int, c_char_p, c_char_p, c_bool, POINTER(c_void_p)]),
+    "og_tool_call_id": (c_int, [c_int, c_char_p, c_char_p, c_size_t]),
     # the engine
     "og_engine_default_params": (_EngineParams, []),
     "og_engine_create": (c_int, [_P, _P, POINTER(_EngineParams), POINTER(_P)]),
@@ -572,12 +592,93 @@ class Tokenizer(_Handle):
         return self._special(_L().og_tokenizer_eot)
 
     @property
+    def tool_format(self):
+        """How the chat template has its model write tool calls
+        (og_tokenizer_tool_format): "hermes", "mistral" or "llama3" (formats
+        ToolParser takes calls out of), "other" (the template reads tools
+        but its calls are not parsed) or "none" (it does not read tools)."""
+        return _text(_L().og_tool_format_name(_L().og_tokenizer_tool_format(self._ptr())))
+
+    @property
     def stop_ids(self):
         """The ids that end a generation (og_tokenizer_stop_ids: eos and end
         of turn), as every front end stops on them."""
         buf = (c_int32 * 8)()
         n = _L().og_tokenizer_stop_ids(self._ptr(), buf, 8)
         return [buf[i] for i in range(min(n, 8))]
+
+
+# ------------------------------------------------------------- tool calls
+
+def _tool_format(fmt):
+    if fmt not in _TOOL_FORMATS:
+        raise OffgraphError("tool format must be one of %s, not %r" % (", ".join(_TOOL_FORMATS), fmt))
+    return _TOOL_FORMATS[fmt]
+
+
+class ToolParser(_Handle):
+    """Takes tool calls out of a model's output (og_tool_parser), in a
+    format Tokenizer.tool_format names: feed(text) the output piece by piece
+    (any split) and finish() at its end; each gives back (content, calls),
+    what is ready since the previous call: the text outside the calls and
+    the calls completed, as (name, arguments) pairs (arguments: JSON text).
+    A format other than "hermes", "mistral" and "llama3" passes the text
+    through as content."""
+
+    _free = "og_tool_parser_destroy"
+
+    def __init__(self, tool_format):
+        super().__init__()
+        self.tool_format = tool_format
+        h = c_void_p()
+        _check(_L().og_tool_parser_create(_tool_format(tool_format), byref(h)), "tool parser")
+        self._h = h.value
+
+    def _take(self):
+        content, n, calls, k = c_void_p(), c_size_t(), POINTER(_ToolCall)(), c_int()
+        _L().og_tool_parser_take(self._ptr(), byref(content), byref(n), byref(calls), byref(k))
+        text = ctypes.string_at(content.value, n.value).decode("utf-8", "replace") if n.value else ""
+        return text, [(_text(calls[i].name), _text(calls[i].arguments)) for i in range(k.value)]
+
+    def feed(self, text):
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        _check(_L().og_tool_parser_feed(self._ptr(), data, len(data)), "tool parser feed")
+        return self._take()
+
+    def finish(self):
+        _check(_L().og_tool_parser_finish(self._ptr()), "tool parser finish")
+        return self._take()
+
+    @property
+    def total_calls(self):
+        """The calls completed since the parser was made."""
+        return _L().og_tool_parser_total_calls(self._ptr())
+
+
+def tool_calls_grammar(tool_format, tools, only_name=None, parallel=True):
+    """The GBNF grammar (og_tool_calls_grammar_text) of an output that is
+    only tool calls in tool_format: one (or with parallel, one or more) call
+    of the function named only_name, or of any of tools (OpenAI's tools: a
+    list of {"type": "function", "function": {"name", "parameters"}}, or its
+    JSON text), its arguments following the function's parameters schema."""
+    js = tools if isinstance(tools, (str, bytes)) else json.dumps(tools)
+    js = js.encode("utf-8") if isinstance(js, str) else js
+    out = c_void_p()
+    _check(_L().og_tool_calls_grammar_text(_tool_format(tool_format), js,
+                                           None if only_name is None else only_name.encode("utf-8"),
+                                           bool(parallel), byref(out)), "tool calls grammar")
+    try:
+        return ctypes.string_at(out.value).decode("utf-8")
+    finally:
+        _L().og_free(out)
+
+
+def tool_call_id(tool_format, unique):
+    """A call's id as tool_format's template takes it back (og_tool_call_id):
+    unique itself, or Mistral's 9 letters and digits derived from it."""
+    buf = ctypes.create_string_buffer(256)
+    _check(_L().og_tool_call_id(_tool_format(tool_format), unique.encode("utf-8"), buf, len(buf)), "tool call id")
+    return _text(buf.value)
 
 
 # ----------------------------------------------------------------- models
@@ -798,7 +899,7 @@ class Model(_Handle):
     def submit(self, prompt=None, messages=None, max_tokens=0, temperature=0.8, top_k=40, top_p=0.95,
                min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None,
                logprobs=None, grammar=None, json_schema=None, template_vars=None, add_generation_prompt=True,
-               ignore_eos=False, kv_dtype=None, session=None):
+               ignore_eos=False, kv_dtype=None, session=None, tools=None):
         """Submits a request to the library's engine (og_engine_submit), the
         one generation path of every front end, and returns its Request
         (iterate it for its output). The prompt is one of: prompt, a str
@@ -806,7 +907,11 @@ class Model(_Handle):
         tokens it adds, e.g. a BOS, as `offgraph run`) or a list of token ids
         (fed as given); or messages, a list of {"role", "content"} dicts
         rendered by the model's chat template (template_vars: a dict of extra
-        template variables, e.g. {"enable_thinking": False}). temperature 0
+        template variables, e.g. {"enable_thinking": False}); a message with
+        more than a role and a content (an assistant's tool_calls, their
+        arguments as dicts, or a tool result's tool_call_id) goes to the
+        template as it is, and tools (OpenAI's tools list) are shown to the
+        template (og_request_params' messages_json and tools_json). temperature 0
         is greedy; top_k, top_p, min_p, repeat_penalty, repeat_last_n and
         seed are og_sampler_params' (seed None: one the engine picks). The
         engine ends the request after max_tokens tokens (0: where the context
@@ -826,6 +931,25 @@ class Model(_Handle):
             raise OffgraphError("submit: give a prompt or messages, not %s" % ("both" if prompt is not None else "neither"))
         if messages is not None:
             msgs = list(messages)
+            full = any(isinstance(m, dict) and set(m) - {"role", "content"} for m in msgs)
+        if tools is not None:
+            if messages is None:
+                raise OffgraphError("submit: tools need messages (a chat)")
+            tj = (tools if isinstance(tools, (str, bytes)) else json.dumps(tools))
+            tj = tj.encode("utf-8") if isinstance(tj, str) else tj
+            keep.append(tj)
+            p.tools_json = tj
+        if messages is not None and full:
+            mj = json.dumps(msgs).encode("utf-8")
+            keep.append(mj)
+            p.messages_json = mj
+            p.kind = _PROMPT_CHAT
+            p.add_generation_prompt = bool(add_generation_prompt)
+            if template_vars:
+                tv = json.dumps(template_vars).encode("utf-8")
+                keep.append(tv)
+                p.template_vars_json = tv
+        elif messages is not None:
             arr = (_ChatMessage * max(len(msgs), 1))()
             for i, m in enumerate(msgs):
                 try:

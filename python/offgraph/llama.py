@@ -7,20 +7,118 @@ llama.cpp's Python habits:
     print(out["choices"][0]["text"])
     chat = llm.create_chat_completion([{"role": "user", "content": "Hello"}],
                                       response_format={"type": "json_object"})
+    calls = llm.create_chat_completion(messages, tools=tools, tool_choice="required")
 
 Every call is one request of the engine (Model.submit): the prompt's special
 tokens, the chat template, stop ids and strings, the sampler and the grammar
-of response_format are the library's, exactly as `offgraph run` and `offgraph
-serve` apply them; this module only turns arguments into a request and the
+of response_format, the tool-call format of the template, its parser and the
+grammar of required calls are the library's, exactly as `offgraph run` and
+`offgraph serve` apply them; this module only turns arguments into a request and the
 request's output into OpenAI-shaped dicts (or, with stream=True, an iterator
 of chunks). What the engine does not do is refused with OffgraphError naming
 the argument, never ignored.
 """
 
+import json
+import re
 import time
 import uuid
 
-from . import Model, OffgraphError, set_log_level
+from . import Model, OffgraphError, ToolParser, set_log_level, tool_call_id, tool_calls_grammar
+
+_CHOICE_HELP = 'none, auto, required or {"type": "function", "function": {"name": ...}}'
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for a function's name
+
+
+def _tool_choice(tools, tool_choice):
+    """(mode, only_name) of tools / tool_choice: mode "none", "auto",
+    "required" or "named"; tools checked to be OpenAI's function tools."""
+    only = None
+    if tool_choice is None:
+        mode = "auto" if tools else "none"
+    elif isinstance(tool_choice, str):
+        if tool_choice not in ("none", "auto", "required"):
+            raise OffgraphError("tool_choice must be %s, not %r" % (_CHOICE_HELP, tool_choice))
+        mode = tool_choice
+    else:
+        fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+        if (tool_choice.get("type") if isinstance(tool_choice, dict) else None) != "function" or \
+                not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise OffgraphError("tool_choice must be %s, not %r" % (_CHOICE_HELP, tool_choice))
+        mode, only = "named", fn["name"]
+    if tools is None:
+        if mode != "none":
+            raise OffgraphError("tool_choice %s needs tools" % ("naming a function" if only else mode))
+        return mode, None
+    if not isinstance(tools, (list, tuple)) or not tools:
+        raise OffgraphError('tools must be a non-empty list of {"type": "function", "function": {...}}')
+    names = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise OffgraphError('tools[%d] must be {"type": "function", "function": {"name", "description", '
+                                '"parameters"}}, not %r' % (i, t))
+        if not isinstance(fn.get("name"), str) or not _NAME.match(fn["name"]):
+            raise OffgraphError("tools[%d].function.name must be 1 to 64 letters, digits, '_' or '-', not %r"
+                                % (i, fn.get("name")))
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise OffgraphError("tools[%d].function.description must be a string" % i)
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise OffgraphError("tools[%d].function.parameters must be a JSON schema (a dict)" % i)
+        names.append(fn["name"])
+    if only is not None and only not in names:
+        raise OffgraphError("tool_choice names %r, which is not in tools" % only)
+    return mode, only
+
+
+def _message(m, i):
+    """A message as the chat template reads it: content as text; an
+    assistant's tool_calls with each call's arguments as a dict (OpenAI
+    sends JSON text, templates read a mapping); a tool result's
+    tool_call_id (and name)."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise OffgraphError("messages[%d] must be a dict with a role, not %r" % (i, m))
+    role = "system" if m["role"] == "developer" else m["role"]
+    out = {"role": role, "content": _content(m, i)}
+    if role == "tool":
+        if not isinstance(m.get("tool_call_id"), str):
+            raise OffgraphError("messages[%d]: a 'tool' message needs a string tool_call_id" % i)
+        out["tool_call_id"] = m["tool_call_id"]
+        if isinstance(m.get("name"), str):
+            out["name"] = m["name"]
+        return out
+    calls = m.get("tool_calls")
+    if calls is None:
+        return out
+    if role != "assistant":
+        raise OffgraphError("messages[%d]: only an assistant message has tool_calls" % i)
+    if not isinstance(calls, (list, tuple)):
+        raise OffgraphError("messages[%d].tool_calls must be a list" % i)
+    if not calls:
+        return out
+    out["tool_calls"] = []
+    for k, c in enumerate(calls):
+        where = "messages[%d].tool_calls[%d]" % (i, k)
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or c.get("type", "function") != "function":
+            raise OffgraphError('%s must be {"id", "type": "function", "function": {"name", "arguments"}}' % where)
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = None
+        elif args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise OffgraphError("%s.function.arguments must be a JSON object (as a string)" % where)
+        call = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+        if c.get("id") is not None:
+            if not isinstance(c["id"], str):
+                raise OffgraphError("%s.id must be a string" % where)
+            call["id"] = c["id"]
+        out["tool_calls"].append(call)
+    return out
 
 
 def _schema_of(response_format):
@@ -135,7 +233,7 @@ class Llama:
 
     # -- generation
     def _request(self, prompt, messages, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty, seed, stop,
-                 logprobs, grammar, response_format, template_vars=None):
+                 logprobs, grammar, response_format, template_vars=None, tools=None):
         schema = _schema_of(response_format)
         if grammar is not None and schema is not None:
             raise OffgraphError("grammar and response_format: give one")
@@ -150,7 +248,7 @@ class Llama:
         return self._model.submit(prompt, messages, max_tokens=int(max_tokens), temperature=temperature,
                                   top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty, seed=seed,
                                   stop=stop, logprobs=logprobs, grammar=grammar, json_schema=schema,
-                                  template_vars=template_vars, kv_dtype=self.kv_dtype)
+                                  template_vars=template_vars, kv_dtype=self.kv_dtype, tools=tools)
 
     @staticmethod
     def _usage(req):
@@ -240,45 +338,99 @@ class Llama:
     def create_chat_completion(self, messages, temperature=0.2, top_p=0.95, top_k=40, min_p=0.05, stream=False,
                                stop=None, seed=None, response_format=None, max_tokens=None, repeat_penalty=1.0,
                                logprobs=False, top_logprobs=None, grammar=None, tools=None, tool_choice=None,
-                               chat_template_kwargs=None):
+                               chat_template_kwargs=None, parallel_tool_calls=None):
         """A reply to messages (a list of {"role", "content"} dicts; content
         a str or a list of text parts) through the model's chat template: a
         dict shaped as OpenAI's chat.completion, or with stream=True an
         iterator of chat.completion.chunk dicts. response_format and grammar
         as create_completion; logprobs and top_logprobs as OpenAI's;
         chat_template_kwargs: extra template variables (with the Llama's).
-        tools / tool_choice are refused (not supported yet)."""
-        if tools or (tool_choice not in (None, "none")):
-            raise OffgraphError("tools / tool_choice: not supported yet")
+        tools: OpenAI's function tools, shown to the model by its chat
+        template; tool_choice: "none" (the tools are not shown), "auto" (the
+        default with tools), "required" (a call at least, enforced by a
+        grammar) or {"type": "function", "function": {"name": ...}} (a call
+        of that function); parallel_tool_calls False: required and named
+        give one call, not one or more (as the server, it does not limit
+        "auto"). The
+        calls the model writes (in its template's format: Qwen's and Hermes'
+        <tool_call>, Mistral's [TOOL_CALLS], Llama 3.1's JSON) come out as
+        message.tool_calls ({"id", "type": "function", "function": {"name",
+        "arguments": JSON text}}; streamed as delta.tool_calls with their
+        index) and finish_reason "tool_calls"; messages may hold an
+        assistant's tool_calls and "tool" results. A template that does not
+        read tools, or writes calls in a format offgraph does not parse,
+        refuses tools."""
         if not isinstance(messages, (list, tuple)) or not messages:
             raise OffgraphError("messages must be a non-empty list of {role, content} dicts")
-        msgs = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise OffgraphError("messages[%d] must be a dict with a role, not %r" % (i, m))
-            msgs.append({"role": m["role"], "content": _content(m, i)})
+        mode, only = _tool_choice(tools, tool_choice)
+        if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+            raise OffgraphError("parallel_tool_calls must be a bool")
+        msgs = [_message(m, i) for i, m in enumerate(messages)]
+        fmt, shown = None, None
+        if mode != "none":  # "none": the tools are not shown, the reply is text
+            fmt = self._model.tokenizer.tool_format
+            if fmt == "none":
+                raise OffgraphError("tools: this model's chat template does not take tools")
+            if fmt == "other":
+                raise OffgraphError("tools: this model's chat template writes tool calls in a format offgraph does "
+                                    "not parse (it parses Qwen's and Hermes' <tool_call>, Mistral's [TOOL_CALLS] "
+                                    "and Llama 3.1's JSON)")
+            shown = list(tools)
+            if mode in ("required", "named"):
+                if grammar is not None or response_format is not None:
+                    raise OffgraphError("tool_choice %s and %s cannot both constrain the reply"
+                                        % ("naming a function" if only else mode,
+                                           "grammar" if grammar is not None else "response_format"))
+                grammar = tool_calls_grammar(fmt, shown, only, parallel_tool_calls is not False)
         n_top = None
         if logprobs:
             n_top = int(top_logprobs or 0)
         tv = dict(self.chat_template_kwargs)
         tv.update(chat_template_kwargs or {})
         req = self._request(None, msgs, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty, seed, stop,
-                            n_top, grammar, response_format, tv or None)
+                            n_top, grammar, response_format, tv or None, shown)
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
+        parser = ToolParser(fmt) if fmt is not None else None
         if stream:
-            return self._stream_chat(req, cid, created, n_top is not None)
+            return self._stream_chat(req, cid, created, n_top is not None, parser)
         with req:
             texts, content = [], [] if n_top is not None else None
             for out in req:
                 texts.append(out.text)
                 if content is not None:
                     content += self._chat_logprobs(out)
+        message = {"role": "assistant", "content": "".join(texts)}
+        finish = req.finish_reason
+        if parser is not None:
+            with parser:
+                text, calls = parser.feed(message["content"])
+                more, last = parser.finish()
+            text, calls = text + more, calls + last
+            message["content"] = None if calls and not text else text
+            if calls:
+                message["tool_calls"] = self._tool_calls(fmt, cid, calls, 0, False)
+                if finish == "stop":
+                    finish = "tool_calls"
         return {"id": cid, "object": "chat.completion", "created": created, "model": self.model_path,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
+                "choices": [{"index": 0, "message": message,
                              "logprobs": None if content is None else {"content": content},
-                             "finish_reason": req.finish_reason}],
+                             "finish_reason": finish}],
                 "usage": self._usage(req)}
+
+    @staticmethod
+    def _tool_calls(fmt, cid, calls, first, stream):
+        """The calls as OpenAI gives them; first: the index of the first in
+        the reply. Ids unique to the response, as the template takes them
+        back (tool_call_id)."""
+        res = []
+        for i, (name, args) in enumerate(calls):
+            c = {"id": tool_call_id(fmt, "call_%s%d" % (cid[len("chatcmpl-"):][:24], first + i)),
+                 "type": "function", "function": {"name": name, "arguments": args}}
+            if stream:
+                c = dict(index=first + i, **c)
+            res.append(c)
+        return res
 
     def _chat_logprobs(self, out):
         def entry(token, lp):
@@ -291,16 +443,31 @@ class Llama:
             res.append(e)
         return res
 
-    def _stream_chat(self, req, cid, created, want_lps):
+    def _stream_chat(self, req, cid, created, want_lps, parser=None):
         def chunk(delta, finish, lps=None):
             return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.model_path,
                     "choices": [{"index": 0, "delta": delta, "logprobs": lps, "finish_reason": finish}]}
         with req:
             yield chunk({"role": "assistant"}, None)
+            n_calls = 0
             for out in req:
                 lps = {"content": self._chat_logprobs(out)} if want_lps else None
-                if out.text or lps:
-                    yield chunk({"content": out.text} if out.text else {}, None, lps)
-            last = chunk({}, req.finish_reason)
+                text, calls = (out.text, []) if parser is None else parser.feed(out.text)
+                if text or lps:
+                    yield chunk({"content": text} if text else {}, None, lps)
+                for c in self._tool_calls(parser.tool_format, cid, calls, n_calls, True) if calls else ():
+                    yield chunk({"tool_calls": [c]}, None)
+                n_calls += len(calls)
+            finish = req.finish_reason
+            if parser is not None:
+                text, calls = parser.finish()
+                if text:
+                    yield chunk({"content": text}, None)
+                for c in self._tool_calls(parser.tool_format, cid, calls, n_calls, True):
+                    yield chunk({"tool_calls": [c]}, None)
+                if parser.total_calls and finish == "stop":
+                    finish = "tool_calls"
+                parser.close()
+            last = chunk({}, finish)
             last["usage"] = self._usage(req)
             yield last

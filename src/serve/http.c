@@ -735,18 +735,13 @@ static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *c = cJSON_CreateObject(), *f;
-        char id[64];
+        char unique[64], id[64];
         /* unique in the server: the response's id, the choice and the call's place */
         const char *rid = strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id;
-        if (g->n > 1) snprintf(id, sizeof id, "call_%.24s%d_%d", rid, (int)k, first + i);
-        else snprintf(id, sizeof id, "call_%.24s%d", rid, first + i);
-        if (g->tool_format == OG_TOOL_FORMAT_MISTRAL) { /* its template takes back only 9 letters and digits */
-            static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-            uint64_t h = 0xcbf29ce484222325ull;
-            for (const char *q = id; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
-            for (int j = 0; j < 9; j++, h /= 62) id[j] = digits[h % 62];
-            id[9] = 0;
-        }
+        if (g->n > 1) snprintf(unique, sizeof unique, "call_%.24s%d_%d", rid, (int)k, first + i);
+        else snprintf(unique, sizeof unique, "call_%.24s%d", rid, first + i);
+        /* as the template takes it back (Mistral's: 9 letters and digits) */
+        if (og_tool_call_id(g->tool_format, unique, id, sizeof id) != OG_OK) snprintf(id, sizeof id, "%s", unique);
         if (stream) cJSON_AddNumberToObject(c, "index", first + i);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");

@@ -2,6 +2,7 @@
 #include "text/tool_calls.h"
 
 #include "core/core.h"
+#include "text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -22,6 +23,27 @@ og_tool_format og_tool_format_detect(const char *t) {
     if (strstr(t, "[TOOL_CALLS]")) return OG_TOOL_FORMAT_MISTRAL;
     if (strstr(t, PYTHON_TAG) || (strstr(t, "ipython") && strstr(t, "\"parameters\": "))) return OG_TOOL_FORMAT_LLAMA3;
     return OG_TOOL_FORMAT_OTHER;
+}
+
+og_tool_format og_tokenizer_tool_format(const og_tokenizer *t) {
+    return t ? og_tool_format_detect(og_tokenizer_chat_template(t)) : OG_TOOL_FORMAT_NONE;
+}
+
+og_status og_tool_call_id(og_tool_format f, const char *unique, char *out, size_t cap) {
+    if (!unique || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_call_id: NULL argument");
+    if (f == OG_TOOL_FORMAT_MISTRAL) { /* its template takes back only 9 letters and digits */
+        static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        if (cap < 10) return og_set_error(OG_ERR_CAPACITY, "og_tool_call_id: %zu bytes hold no id", cap);
+        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+        for (const char *q = unique; *q; q++) h = (h ^ (unsigned char)*q) * 0x100000001b3ull;
+        for (int j = 0; j < 9; j++, h /= 62) out[j] = digits[h % 62];
+        out[9] = 0;
+        return OG_OK;
+    }
+    const size_t n = strlen(unique);
+    if (n + 1 > cap) return og_set_error(OG_ERR_CAPACITY, "og_tool_call_id: %zu bytes hold no id of %zu", cap, n);
+    memcpy(out, unique, n + 1);
+    return OG_OK;
 }
 
 const char *og_tool_format_name(og_tool_format f) {
@@ -596,9 +618,9 @@ static void add_renamed(gtext *g, const char *s, int i) {
     }
 }
 
-og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const char *only_name, bool parallel,
-                                og_grammar **out) {
-    if (!out || !tools_json) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_calls_grammar: NULL argument");
+og_status og_tool_calls_grammar_text(og_tool_format f, const char *tools_json, const char *only_name, bool parallel,
+                                     char **out) {
+    if (!out || !tools_json) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_calls_grammar_text: NULL argument");
     *out = NULL;
     if (f != OG_TOOL_FORMAT_HERMES && f != OG_TOOL_FORMAT_MISTRAL && f != OG_TOOL_FORMAT_LLAMA3)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "tool calls: no grammar for the %s format", og_tool_format_name(f));
@@ -671,11 +693,24 @@ og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const 
         if (rules.n && !put(&g.b, rules.p, rules.n)) g.oom = true;
         if (g.oom) st = og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
     }
-    if (st == OG_OK) {
-        st = og_grammar_parse(g.b.p, g.b.n, out);
-        if (st != OG_OK) st = og_set_error(st, "tool calls: the grammar of the calls: %s", og_last_error());
-    }
     og_free(rules.p);
-    og_free(g.b.p);
+    if (st != OG_OK) {
+        og_free(g.b.p);
+        return st;
+    }
+    *out = g.b.p;
+    return OG_OK;
+}
+
+og_status og_tool_calls_grammar(og_tool_format f, const char *tools_json, const char *only_name, bool parallel,
+                                og_grammar **out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_calls_grammar: NULL argument");
+    *out = NULL;
+    char *text = NULL;
+    og_status st = og_tool_calls_grammar_text(f, tools_json, only_name, parallel, &text);
+    if (st != OG_OK) return st;
+    st = og_grammar_parse(text, strlen(text), out);
+    if (st != OG_OK) st = og_set_error(st, "tool calls: the grammar of the calls: %s", og_last_error());
+    og_free(text);
     return st;
 }
