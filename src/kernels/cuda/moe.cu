@@ -143,6 +143,7 @@ __global__ void route_kernel(const float *logits, int64_t E, int32_t k, bool nor
                 const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
                 if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
             }
+            __syncwarp(); /* every lane's reads of p before lane 0 marks the pick (a shuffle orders no memory) */
             if (threadIdx.x == 0) {
                 taken[j] = bi;
                 taken_p[j] = bv;
