@@ -15,21 +15,7 @@ if ! command -v python3 >/dev/null; then
 fi
 BUILD=$(cd "$(dirname "$BIN")" && pwd)
 export OFFGRAPH_LIB=${OFFGRAPH_LIB:-$BUILD/liboffgraph.so}
-# A sanitizer build's library needs its runtime loaded first (as
-# tests/cli_python.sh does): the interpreter runs with it preloaded.
-SAN=$(sed -n 's/^OG_SANITIZE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
-RUN=(env)
-if [ -n "$SAN" ]; then
-    cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
-    pre=
-    for rt in asan:address ubsan:undefined tsan:thread; do
-        case ",$SAN," in *",${rt#*:},"*) ;; *) continue ;; esac
-        f=$("${cc:-cc}" -print-file-name="lib${rt%%:*}.so" 2>/dev/null)
-        case "$f" in /*) [ -f "$f" ] && pre="$pre $f" && continue ;; esac
-        echo "cli_prompt_ids: sanitizer build ($SAN) whose lib${rt%%:*}.so runtime ${cc:-cc} does not name: skipped"
-        exit 77
-    done
-    RUN=(env LD_PRELOAD="${pre# }" PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=1:${ASAN_OPTIONS:-}
-         UBSAN_OPTIONS=print_stacktrace=1:${UBSAN_OPTIONS:-})
-fi
+. "$SRC/tests/python/sanitizer_env.sh"
+og_python_sanitizer_env "$BUILD" cli_prompt_ids || exit 77
+RUN=(env "${SAN_ENV[@]}")
 exec "${RUN[@]}" python3 "$SRC/tests/python/check_prompt_ids.py" "$BIN" "$WORK" "$SRC"

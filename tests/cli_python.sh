@@ -26,26 +26,10 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PYTHONDONTWRITEBYTECODE=1
 
-# A sanitizer build's library needs its runtime loaded first: the
-# interpreter runs with the compiler's ASan (and UBSan) runtime preloaded and
-# Python's allocator off, so that LeakSanitizer sees every block the library
-# hands out and the bindings must give back (a leak fails the run).
-SAN=$(sed -n 's/^OG_SANITIZE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
-RUN=(env)
-if [ -n "$SAN" ]; then
-    cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
-    pre=
-    for rt in asan:address ubsan:undefined; do
-        case ",$SAN," in *",${rt#*:},"*) ;; *) continue ;; esac
-        f=$("${cc:-cc}" -print-file-name="lib${rt%%:*}.so" 2>/dev/null)
-        case "$f" in /*) [ -f "$f" ] && pre="$pre $f" && continue ;; esac
-        echo "skipped: sanitizer build ($SAN) whose lib${rt%%:*}.so runtime ${cc:-cc} does not name"
-        exit 77
-    done
-    RUN=(env LD_PRELOAD="${pre# }" PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=1:${ASAN_OPTIONS:-}
-         UBSAN_OPTIONS=print_stacktrace=1:${UBSAN_OPTIONS:-})
-    echo "sanitizer build ($SAN): python runs with LD_PRELOAD=${pre# }"
-fi
+. "$SRC/tests/python/sanitizer_env.sh"
+og_python_sanitizer_env "$BUILD" cli_python || exit 77
+RUN=(env "${SAN_ENV[@]}")
+[ -z "$SAN" ] || echo "sanitizer build ($SAN): python runs with ${SAN_ENV[0]}"
 major=$(sed -n 's/^#define OG_VERSION_MAJOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
 minor=$(sed -n 's/^#define OG_VERSION_MINOR \([0-9]*\)/\1/p' "$SRC/include/offgraph.h")
 LIB=$BUILD/liboffgraph.so.$major

@@ -29,22 +29,9 @@ LIB=$BUILD/liboffgraph.so.$major
 [ -f "$LIB" ] || { echo "FAIL: no shared library at $LIB"; exit 1; }
 [ -f "$BUILD/kjv-tiny.ogp" ] || { echo "FAIL: no demo model at $BUILD/kjv-tiny.ogp"; exit 1; }
 
-# a sanitizer build's library needs its runtime loaded first (as tests/cli_python.sh)
-SAN=$(sed -n 's/^OG_SANITIZE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
-RUN=(env PYTHONPATH="$SRC/python" OFFGRAPH_LIB="$LIB" PYTHONDONTWRITEBYTECODE=1)
-if [ -n "$SAN" ]; then
-    cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
-    pre=
-    for rt in asan:address ubsan:undefined; do
-        case ",$SAN," in *",${rt#*:},"*) ;; *) continue ;; esac
-        f=$("${cc:-cc}" -print-file-name="lib${rt%%:*}.so" 2>/dev/null)
-        case "$f" in /*) [ -f "$f" ] && pre="$pre $f" && continue ;; esac
-        echo "skipped: sanitizer build ($SAN) whose lib${rt%%:*}.so runtime ${cc:-cc} does not name"
-        exit 77
-    done
-    RUN+=(LD_PRELOAD="${pre# }" PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=1:${ASAN_OPTIONS:-}
-          UBSAN_OPTIONS=print_stacktrace=1:${UBSAN_OPTIONS:-})
-fi
+. "$SRC/tests/python/sanitizer_env.sh"
+og_python_sanitizer_env "$BUILD" cli_python_tools || exit 77
+RUN=(env PYTHONPATH="$SRC/python" OFFGRAPH_LIB="$LIB" PYTHONDONTWRITEBYTECODE=1 "${SAN_ENV[@]}")
 
 # the tools: enums, integers and a bounded string, so that a model of
 # random weights still ends its calls within max_tokens (as cli_serve_tools)
