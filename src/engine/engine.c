@@ -477,7 +477,8 @@ og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n
     og_request *r = st == OG_OK ? rs[0] : NULL;
     if (st == OG_OK) st = copy_params(e, r, p);
     if (st == OG_OK) st = og_engine_prompt(e, p, &r->prompt, &r->n_prompt);
-    if (st == OG_OK) st = resolve_budget(e, r, p->max_tokens);
+    /* a caller's session is read only once no request runs on it (below) */
+    if (st == OG_OK && !r->own) st = resolve_budget(e, r, p->max_tokens);
     for (int32_t i = 1; st == OG_OK && i < n; i++) st = follower_of(e, r, p, i, rs[i]);
     for (int32_t i = 0; st == OG_OK && constraint_ctx && p->constraint && i < n; i++)
         rs[i]->constraint_ctx = constraint_ctx[i];
@@ -487,6 +488,9 @@ og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n
     if (st == OG_OK && e->stopping) st = og_set_error(OG_ERR_STATE, "the engine is shutting down");
     if (st == OG_OK && r->own && session_taken_locked(e, r->own))
         st = og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_submit: another request still runs on the session");
+    /* no request runs on the caller's session (n is 1): no step writes it
+     * while its length is read, which the lock keeps so until r is queued */
+    if (st == OG_OK && r->own) st = resolve_budget(e, r, p->max_tokens);
     if (st == OG_OK) {
         const double now = og_time_now();
         for (int32_t i = 0; i < n; i++) {
