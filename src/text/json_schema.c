@@ -607,6 +607,23 @@ og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
             if (c->used[p]) sb_add(&c->out, "%s\n", k_prim_rule[p]);
         if (c->out.oom) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "json schema: out of memory");
     }
+    if (rc == OG_OK) {
+        /* a $ref that comes back to its own schema before anything is
+         * matched (a schema that is its own reference) compiles to a rule
+         * that starts with itself, which the grammar parser refuses: the
+         * schema is refused here, by that reason */
+        og_grammar *g = NULL;
+        og_status ps = og_grammar_parse(c->out.p, strlen(c->out.p), &g);
+        og_grammar_destroy(g);
+        if (ps == OG_ERR_OUT_OF_MEMORY) {
+            rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "json schema: out of memory");
+        } else if (ps != OG_OK && ps != OG_ERR_UNSUPPORTED) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", og_last_error());
+            rc = og_set_error(OG_ERR_UNSUPPORTED, "json schema: a $ref cycle that matches nothing before it comes "
+                              "back (%s)", why);
+        }
+    }
     if (rc == OG_OK) *gbnf = c->out.p;
     else
         og_free(c->out.p);
