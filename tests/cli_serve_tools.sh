@@ -108,13 +108,21 @@ for choice in ("required", {"type": "function", "function": {"name": "add"}}):
             json.loads(call["function"]["arguments"]))
     if isinstance(choice, dict):
         assert calls[0]["function"]["name"] == "add", calls
-    # streamed: the same call in one delta
+    # streamed: the same call, a first delta naming it, then its arguments
+    # in pieces that join into the whole reply's
     st, raw = post(dict(body, stream=True), stream=True)
     deltas = [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: {")]
     got = [tc for d in deltas for ch in d["choices"] for tc in (ch["delta"].get("tool_calls") or [])]
     fins = [ch["finish_reason"] for d in deltas for ch in d["choices"] if ch["finish_reason"]]
-    assert [(g["function"]["name"], g["function"]["arguments"]) for g in got] == \
-        [(x["function"]["name"], x["function"]["arguments"]) for x in calls] and fins == ["tool_calls"], raw
+    first, rest = got[0], got[1:]
+    assert first["index"] == 0 and first["type"] == "function" and first["id"] and \
+        first["function"]["arguments"] == "", raw
+    assert all(set(g) == {"index", "function"} and set(g["function"]) == {"arguments"} and g["index"] == 0
+               for g in rest), raw
+    streamed = [(first["function"]["name"], "".join(g["function"]["arguments"] for g in rest))]
+    assert streamed == [(x["function"]["name"], x["function"]["arguments"]) for x in calls] and \
+        fins == ["tool_calls"], raw
+    assert len(calls[0]["function"]["arguments"]) < 8 or len(rest) > 1, raw
     # a second turn with the call and its result
     turn2 = msgs + [c["message"]] + [{"role": "tool", "tool_call_id": x["id"], "content": "18"} for x in calls]
     st, r2 = post({"messages": turn2, "tools": tools, "max_tokens": 4})

@@ -156,6 +156,10 @@ class _ToolCall(Structure):
     _fields_ = [("name", c_char_p), ("arguments", c_char_p)]
 
 
+class _ToolPiece(Structure):
+    _fields_ = [("call", c_int), ("name", c_char_p), ("text", c_void_p), ("n", c_size_t), ("last", c_bool)]
+
+
 # og_tool_format, in the order of the enum
 _TOOL_FORMATS = {"none": 0, "hermes": 1, "other": 2, "mistral": 3, "llama3": 4}
 
@@ -234,6 +238,7 @@ _PROTOTYPES = {
     "og_tool_parser_take": (None, [_P, POINTER(c_void_p), POINTER(c_size_t), POINTER(POINTER(_ToolCall)),
                                    POINTER(c_int)]),
     "og_tool_parser_total_calls": (c_int, [_P]),
+    "og_tool_parser_take_pieces": (None, [_P, POINTER(POINTER(_ToolPiece)), POINTER(c_int)]),
     "og_tool_calls_grammar_text": (c_int, [c_int, c_char_p, c_char_p, c_bool, POINTER(c_void_p)]),
     "og_tool_call_id": (c_int, [c_int, c_char_p, c_char_p, c_size_t]),
     # the engine
@@ -623,7 +628,14 @@ class ToolParser(_Handle):
     what is ready since the previous call: the text outside the calls and
     the calls completed, as (name, arguments) pairs (arguments: JSON text).
     A format other than "hermes", "mistral" and "llama3" passes the text
-    through as content."""
+    through as content. For a stream, feed_pieces(text) and
+    finish_pieces() give the same output in the order it was written, the
+    calls' arguments as they arrive (og_tool_parser_take_pieces): a list of
+    (index, name, text, last), index None for content, else the call's
+    index in the reply, name the call's name on its first piece (else
+    None), text content or bytes of the call's arguments, last True on the
+    call's last piece; a call's pieces' texts joined are its arguments as
+    feed/finish give them. A parser is read one way or the other."""
 
     _free = "og_tool_parser_destroy"
 
@@ -648,6 +660,25 @@ class ToolParser(_Handle):
     def finish(self):
         _check(_L().og_tool_parser_finish(self._ptr()), "tool parser finish")
         return self._take()
+
+    def _take_pieces(self):
+        pieces, k = POINTER(_ToolPiece)(), c_int()
+        _L().og_tool_parser_take_pieces(self._ptr(), byref(pieces), byref(k))
+        res = []
+        for i in range(k.value):
+            p = pieces[i]
+            text = ctypes.string_at(p.text, p.n).decode("utf-8", "replace") if p.n else ""
+            res.append((None if p.call < 0 else p.call, None if p.name is None else _text(p.name), text, bool(p.last)))
+        return res
+
+    def feed_pieces(self, text):
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        _check(_L().og_tool_parser_feed(self._ptr(), data, len(data)), "tool parser feed")
+        return self._take_pieces()
+
+    def finish_pieces(self):
+        _check(_L().og_tool_parser_finish(self._ptr()), "tool parser finish")
+        return self._take_pieces()
 
     @property
     def total_calls(self):

@@ -355,8 +355,10 @@ class Llama:
         calls the model writes (in its template's format: Qwen's and Hermes'
         <tool_call>, Mistral's [TOOL_CALLS], Llama 3.1's JSON) come out as
         message.tool_calls ({"id", "type": "function", "function": {"name",
-        "arguments": JSON text}}; streamed as delta.tool_calls with their
-        index) and finish_reason "tool_calls"; messages may hold an
+        "arguments": JSON text}}; streamed as OpenAI streams them: a first
+        delta.tool_calls entry with the call's index, id, type, name and
+        arguments "", then entries with its index and the arguments' bytes
+        as the model writes them) and finish_reason "tool_calls"; messages may hold an
         assistant's tool_calls and "tool" results. A template that does not
         read tools, or writes calls in a format offgraph does not parse,
         refuses tools."""
@@ -409,7 +411,7 @@ class Llama:
             text, calls = text + more, calls + last
             message["content"] = None if calls and not text else text
             if calls:
-                message["tool_calls"] = self._tool_calls(fmt, cid, calls, 0, False)
+                message["tool_calls"] = self._tool_calls(fmt, cid, calls)
                 if finish == "stop":
                     finish = "tool_calls"
         return {"id": cid, "object": "chat.completion", "created": created, "model": self.model_path,
@@ -419,18 +421,16 @@ class Llama:
                 "usage": self._usage(req)}
 
     @staticmethod
-    def _tool_calls(fmt, cid, calls, first, stream):
-        """The calls as OpenAI gives them; first: the index of the first in
-        the reply. Ids unique to the response, as the template takes them
-        back (tool_call_id)."""
-        res = []
-        for i, (name, args) in enumerate(calls):
-            c = {"id": tool_call_id(fmt, "call_%s%d" % (cid[len("chatcmpl-"):][:24], first + i)),
-                 "type": "function", "function": {"name": name, "arguments": args}}
-            if stream:
-                c = dict(index=first + i, **c)
-            res.append(c)
-        return res
+    def _tool_calls(fmt, cid, calls):
+        """The calls as OpenAI gives them, ids unique to the response."""
+        return [{"id": Llama._call_id(fmt, cid, i), "type": "function", "function": {"name": name, "arguments": args}}
+                for i, (name, args) in enumerate(calls)]
+
+    @staticmethod
+    def _call_id(fmt, cid, index):
+        """Call index's id, unique to the response cid, as the template
+        takes it back (tool_call_id)."""
+        return tool_call_id(fmt, "call_%s%d" % (cid[len("chatcmpl-"):][:24], index))
 
     def _chat_logprobs(self, out):
         def entry(token, lp):
@@ -447,24 +447,37 @@ class Llama:
         def chunk(delta, finish, lps=None):
             return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.model_path,
                     "choices": [{"index": 0, "delta": delta, "logprobs": lps, "finish_reason": finish}]}
+
+        def chunks(pieces, lps):
+            """The parser's pieces as chunks, in order: content (with the
+            take's logprobs), and each call as OpenAI streams it: a first
+            delta with its index, id, type, name and arguments "", then
+            deltas with its index and bytes of its arguments."""
+            text = []
+            for index, name, piece, _last in pieces:
+                if index is None:
+                    text.append(piece)
+                    continue
+                if text or lps:
+                    yield chunk({"content": "".join(text)} if text else {}, None, lps)
+                    text, lps = [], None
+                if name is not None:
+                    yield chunk({"tool_calls": [{"index": index, "id": self._call_id(parser.tool_format, cid, index),
+                                                 "type": "function", "function": {"name": name, "arguments": ""}}]},
+                                None)
+                if piece:
+                    yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, None)
+            if text or lps:
+                yield chunk({"content": "".join(text)} if text else {}, None, lps)
         with req:
             yield chunk({"role": "assistant"}, None)
-            n_calls = 0
             for out in req:
                 lps = {"content": self._chat_logprobs(out)} if want_lps else None
-                text, calls = (out.text, []) if parser is None else parser.feed(out.text)
-                if text or lps:
-                    yield chunk({"content": text} if text else {}, None, lps)
-                for c in self._tool_calls(parser.tool_format, cid, calls, n_calls, True) if calls else ():
-                    yield chunk({"tool_calls": [c]}, None)
-                n_calls += len(calls)
+                pieces = [(None, None, out.text, False)] if parser is None else parser.feed_pieces(out.text)
+                yield from chunks(pieces, lps)
             finish = req.finish_reason
             if parser is not None:
-                text, calls = parser.finish()
-                if text:
-                    yield chunk({"content": text}, None)
-                for c in self._tool_calls(parser.tool_format, cid, calls, n_calls, True):
-                    yield chunk({"tool_calls": [c]}, None)
+                yield from chunks(parser.finish_pieces(), None)
                 if parser.total_calls and finish == "stop":
                     finish = "tool_calls"
                 parser.close()
