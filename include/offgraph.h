@@ -1395,6 +1395,16 @@ OG_API og_status og_engine_submit(og_engine *e, const og_request_params *p, og_r
  * its own (next, cancel, destroy). */
 OG_API og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n,
                                     void *const *constraint_ctx, og_request **out);
+/* The prompt text a CHAT request p renders (the model's chat template over
+ * its messages or messages_json, tools_json, template_vars_json and
+ * add_generation_prompt, with the tokenizer's BOS and EOS texts), exactly
+ * as og_engine_submit renders it before tokenizing it; nothing is queued.
+ * Refused as og_engine_submit refuses the chat: OG_ERR_INVALID_ARGUMENT
+ * (NULL arguments, another kind than CHAT, no tokenizer, no messages, a
+ * chat the template refuses, bad template variables), OG_ERR_FORMAT (the
+ * template does not parse), OG_ERR_OUT_OF_MEMORY. On success *out
+ * (NUL-terminated UTF-8) is owned by the caller: og_free. */
+OG_API og_status og_engine_render(const og_engine *e, const og_request_params *p, char **out);
 
 /* What a request produced since the previous og_request_next. */
 typedef struct og_request_output {

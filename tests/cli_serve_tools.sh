@@ -47,6 +47,9 @@ cat >"$WORK/tools.json" <<'JSON'
    "note": {"type": "string", "maxLength": 8}}, "required": ["a", "b"], "additionalProperties": false}}}]
 JSON
 
+# a pause after every step (a bigger model's step time), so that a stream
+# reads each token of a call's arguments as it comes: more than one delta
+export OFFGRAPH_TEST_STEP_DELAY_MS=5
 mkdir -p "$WORK/m"
 cp "$SRC/tests/data/hf/qwen3-mixed/"* "$WORK/m/"
 cp "$SRC/tests/data/chat_templates/qwen3.jinja" "$WORK/m/chat_template.jinja"
@@ -133,6 +136,8 @@ PY
     wait $PID || fail "$tpl: the server's exit status after SIGTERM"
     PID=
 done
+
+unset OFFGRAPH_TEST_STEP_DELAY_MS
 
 # the demo model's template takes no tools
 post() { # BODY: the body in $WORK/out, prints the status

@@ -335,6 +335,40 @@ class Llama:
         return {"id": cid, "object": "text_completion", "created": created, "model": self.model_path,
                 "choices": [{"text": text, "index": 0, "logprobs": lps, "finish_reason": finish}]}
 
+    def _chat(self, messages, tools, tool_choice, chat_template_kwargs):
+        """What create_chat_completion gives the template: (messages as the
+        template reads them, tool mode, the named function, the tool format,
+        the tools shown or None, the template variables or None)."""
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise OffgraphError("messages must be a non-empty list of {role, content} dicts")
+        mode, only = _tool_choice(tools, tool_choice)
+        msgs = [_message(m, i) for i, m in enumerate(messages)]
+        fmt, shown = None, None
+        if mode != "none":  # "none": the tools are not shown, the reply is text
+            fmt = self._model.tokenizer.tool_format
+            if fmt == "none":
+                raise OffgraphError("tools: this model's chat template does not take tools")
+            if fmt == "other":
+                raise OffgraphError("tools: this model's chat template writes tool calls in a format offgraph does "
+                                    "not parse (it parses Qwen's and Hermes' <tool_call>, Mistral's [TOOL_CALLS] "
+                                    "and Llama 3.1's JSON)")
+            shown = list(tools)
+        tv = dict(self.chat_template_kwargs)
+        tv.update(chat_template_kwargs or {})
+        return msgs, mode, only, fmt, shown, tv or None
+
+    def render_chat(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
+                    add_generation_prompt=True):
+        """The prompt text create_chat_completion renders for these
+        arguments (Model.render_chat, og_engine_render): the messages as
+        OpenAI sends them (a call's arguments as JSON text), the tools shown
+        unless tool_choice is "none", the template variables with the
+        Llama's; a str, nothing generated. Refused as create_chat_completion
+        refuses them."""
+        msgs, _mode, _only, _fmt, shown, tv = self._chat(messages, tools, tool_choice, chat_template_kwargs)
+        return self._model.render_chat(msgs, template_vars=tv, add_generation_prompt=add_generation_prompt,
+                                       tools=shown, kv_dtype=self.kv_dtype)
+
     def create_chat_completion(self, messages, temperature=0.2, top_p=0.95, top_k=40, min_p=0.05, stream=False,
                                stop=None, seed=None, response_format=None, max_tokens=None, repeat_penalty=1.0,
                                logprobs=False, top_logprobs=None, grammar=None, tools=None, tool_choice=None,
@@ -362,22 +396,10 @@ class Llama:
         assistant's tool_calls and "tool" results. A template that does not
         read tools, or writes calls in a format offgraph does not parse,
         refuses tools."""
-        if not isinstance(messages, (list, tuple)) or not messages:
-            raise OffgraphError("messages must be a non-empty list of {role, content} dicts")
-        mode, only = _tool_choice(tools, tool_choice)
+        msgs, mode, only, fmt, shown, tv = self._chat(messages, tools, tool_choice, chat_template_kwargs)
         if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
             raise OffgraphError("parallel_tool_calls must be a bool")
-        msgs = [_message(m, i) for i, m in enumerate(messages)]
-        fmt, shown = None, None
-        if mode != "none":  # "none": the tools are not shown, the reply is text
-            fmt = self._model.tokenizer.tool_format
-            if fmt == "none":
-                raise OffgraphError("tools: this model's chat template does not take tools")
-            if fmt == "other":
-                raise OffgraphError("tools: this model's chat template writes tool calls in a format offgraph does "
-                                    "not parse (it parses Qwen's and Hermes' <tool_call>, Mistral's [TOOL_CALLS] "
-                                    "and Llama 3.1's JSON)")
-            shown = list(tools)
+        if mode != "none":
             if mode in ("required", "named"):
                 if grammar is not None or response_format is not None:
                     raise OffgraphError("tool_choice %s and %s cannot both constrain the reply"
@@ -387,10 +409,8 @@ class Llama:
         n_top = None
         if logprobs:
             n_top = int(top_logprobs or 0)
-        tv = dict(self.chat_template_kwargs)
-        tv.update(chat_template_kwargs or {})
         req = self._request(None, msgs, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty, seed, stop,
-                            n_top, grammar, response_format, tv or None, shown)
+                            n_top, grammar, response_format, tv, shown)
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
         parser = ToolParser(fmt) if fmt is not None else None
