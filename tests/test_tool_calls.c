@@ -69,7 +69,7 @@ static void pieces_into(og_tool_parser *p, parsed *r, bool *open_call) {
     int k;
     og_tool_parser_take_pieces(p, &pc, &k);
     for (int i = 0; i < k; i++) {
-        CHECK(pc[i].text && strlen(pc[i].text) == pc[i].n);
+        CHECK(pc[i].text && !pc[i].text[pc[i].n]);
         if (pc[i].call < 0) {
             CHECK(!pc[i].name && !pc[i].last);
             if (r->n_content + pc[i].n < sizeof r->content) memcpy(r->content + r->n_content, pc[i].text, pc[i].n);
@@ -88,6 +88,7 @@ static void pieces_into(og_tool_parser *p, parsed *r, bool *open_call) {
         } else {
             CHECK(pc[i].call == r->n_calls && !pc[i].name);
         }
+        CHECK(strlen(pc[i].text) == pc[i].n); /* arguments: JSON, no NUL */
         if (r->n_calls >= 8) return;
         char *a = r->args[r->n_calls];
         if (strlen(a) + pc[i].n < sizeof r->args[0]) strncat(a, pc[i].text, pc[i].n);

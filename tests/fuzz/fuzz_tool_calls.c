@@ -66,13 +66,13 @@ static void take_pieces(og_tool_parser *p, result *r, char **args, size_t *n_arg
     int k;
     og_tool_parser_take_pieces(p, &pc, &k);
     for (int i = 0; i < k; i++) {
-        if (!pc[i].text || strlen(pc[i].text) != pc[i].n) __builtin_trap();
-        if (pc[i].call < 0) {
+        if (!pc[i].text || pc[i].text[pc[i].n]) __builtin_trap();
+        if (pc[i].call < 0) { /* content: the model's bytes, NULs too */
             if (pc[i].name || pc[i].last || *name) __builtin_trap(); /* no content inside a call */
             append(&r->content, &r->n, pc[i].text, pc[i].n);
             continue;
         }
-        if (pc[i].call != r->n_calls || !pc[i].name != !!*name) __builtin_trap();
+        if (pc[i].call != r->n_calls || !pc[i].name != !!*name || strlen(pc[i].text) != pc[i].n) __builtin_trap();
         if (pc[i].name) {
             *name = og_strdup(pc[i].name);
             *n_args = 0;
