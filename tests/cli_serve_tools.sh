@@ -35,17 +35,10 @@ if [ ! -f "$CLIENT/node_modules/openai/package.json" ]; then
     }
 fi
 
-# the tools: enums, integers and a bounded string, so that a model of
-# random weights still ends its calls within max_tokens
-cat >"$WORK/tools.json" <<'JSON'
-[{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city.",
-  "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
-   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
-   "additionalProperties": false}}},
- {"type": "function", "function": {"name": "add", "description": "Adds two integers.",
-  "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-   "note": {"type": "string", "maxLength": 8}}, "required": ["a", "b"], "additionalProperties": false}}}]
-JSON
+# the tools (tests/data/tools/weather_add.json): enums, integers and a
+# bounded string, so that a model of random weights still ends its calls
+# within max_tokens
+cp "$SRC/tests/data/tools/weather_add.json" "$WORK/tools.json"
 
 # a pause after every step (a bigger model's step time), so that a stream
 # reads each token of a call's arguments as it comes: more than one delta
