@@ -175,6 +175,28 @@ static void scatter_cols(const float *x, int64_t rows, int64_t W, const og_shard
     }
 }
 
+/* Copies the columns want of a shard's rows x [rows, width(have)], which
+ * hold the columns have of a value, into dst [rows, width(want)]; every
+ * range of want lies inside one of have. */
+static void gather_within(const float *x, int64_t rows, const og_shard_cols *have, const og_shard_cols *want,
+                          float *dst) {
+    const int64_t hw = og_shard_cols_width(have), ww = og_shard_cols_width(want);
+    int64_t o = 0;
+    for (int32_t k = 0; k < want->n; k++) {
+        int64_t at = 0; /* where want's range k starts in x's row */
+        for (int32_t j = 0; j < have->n; j++) {
+            if (want->lo[k] >= have->lo[j] && want->hi[k] <= have->hi[j]) {
+                at += want->lo[k] - have->lo[j];
+                break;
+            }
+            at += have->hi[j] - have->lo[j];
+        }
+        const int64_t n = want->hi[k] - want->lo[k];
+        for (int64_t t = 0; t < rows; t++) memcpy(dst + t * ww + o, x + t * hw + at, (size_t)n * sizeof(float));
+        o += n;
+    }
+}
+
 /* Operand j of instruction i as shard s reads it; *width its columns. NULL
  * for a partial operand shard s does not add (a FULL one beyond shard 0). */
 static const void *operand(tp_run *r, int32_t i, int32_t j, int32_t s, int64_t *width, og_dtype *dtype) {
@@ -199,14 +221,17 @@ static const void *operand(tp_run *r, int32_t i, int32_t j, int32_t s, int64_t *
     float *full = r->c->full[v], *mine = r->c->part[(size_t)v * (size_t)N + (size_t)s];
     *width = value_width(r, v, s);
     switch (si->take[j]) {
-    case OG_SHARD_TAKE_COLS:
-        if (src->layout == OG_SHARD_SPLIT) return mine;
-        *width = og_shard_cols_width(&si->in_cols[j][s]);
+    case OG_SHARD_TAKE_COLS: {
+        const og_shard_cols *want = &si->in_cols[j][s];
+        if (src->layout == OG_SHARD_SPLIT && og_shard_cols_width(want) == *width) return mine; /* all it holds */
+        *width = og_shard_cols_width(want);
         og_free(r->scratch[j]);
         r->scratch[j] = alloc_rows(r->rows, *width);
         if (!r->scratch[j]) return NULL;
-        gather_cols(full, r->rows, og_program_instr_at(m->prog, v)->out_width, &si->in_cols[j][s], r->scratch[j]);
+        if (src->layout == OG_SHARD_SPLIT) gather_within(mine, r->rows, &src->cols[s], want, r->scratch[j]);
+        else gather_cols(full, r->rows, og_program_instr_at(m->prog, v)->out_width, want, r->scratch[j]);
         return r->scratch[j];
+    }
     case OG_SHARD_TAKE_PARTIAL:
         if (src->layout == OG_SHARD_PARTIAL) return mine;
         return s == 0 ? full : NULL;
