@@ -22,7 +22,7 @@
 # such products lie in series over the fixtures' 4 layers (o, down, and each
 # expert's down, per layer; the head), each moving the logits (under 5,
 # meta.json) by at most that share: 17 x 1.5e-5 x 5 ~ 1.3e-3; the bound is
-# 2e-3 (measured 3e-5). A head, column or expert cut wrong moves logits by
+# 2e-3 (measured at most 2.0e-5). A head, column or expert cut wrong moves logits by
 # O(1).
 # Args: the built offgraph, a scratch folder.
 set -u
