@@ -648,6 +648,49 @@ static og_request_params on_session(og_session *s, const char *text, seq *ids) {
     return p;
 }
 
+/* og_engine_render: the text a chat request renders is the prompt it
+ * reads: the same request as those ids (tokenized as a chat's text is, its
+ * special tokens parsed) gives the same prompt and the same tokens. */
+static void test_render(og_engine *e) {
+    og_test_section("og_engine_render: the prompt text a chat request reads");
+    const og_chat_message msgs[] = {{"system", "Be brief."}, {"user", "In the beginning"}};
+    og_request_params p = og_request_default_params();
+    p.kind = OG_PROMPT_CHAT;
+    p.messages = msgs;
+    p.n_messages = 2;
+    p.sampling.temperature = 0;
+    p.max_tokens = 6;
+    p.ignore_eos = true;
+    char *text = NULL;
+    CHECK_OK(og_engine_render(e, &p, &text));
+    if (!text) return;
+    CHECK(strstr(text, "In the beginning") && strstr(text, "Be brief."));
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    CHECK_OK(og_tokenize(g_tok, text, strlen(text), OG_TOKENIZE_PARSE_SPECIAL, &ids, &n));
+    result chat, toks;
+    run(e, &p, &chat);
+    og_request_params q = token_params(ids, n, 6);
+    q.ignore_eos = true;
+    run(e, &q, &toks);
+    CHECK_MSG(chat.last.prompt_tokens == n && toks.last.prompt_tokens == n && same(&chat.tokens, &toks.tokens),
+              "the chat read %lld tokens, its rendering %lld", (long long)chat.last.prompt_tokens, (long long)n);
+    og_free(ids);
+    og_free(text);
+    /* without a generation prompt the text is shorter; refusals */
+    p.add_generation_prompt = false;
+    CHECK_OK(og_engine_render(e, &p, &text));
+    og_free(text);
+    og_request_params t = text_params("x", 1);
+    text = (char *)1;
+    CHECK_STATUS(og_engine_render(e, &t, &text), OG_ERR_INVALID_ARGUMENT);
+    CHECK(text == NULL);
+    p.n_messages = 0;
+    CHECK_STATUS(og_engine_render(e, &p, &text), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_engine_render(e, NULL, &text), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_engine_render(e, &p, NULL), OG_ERR_INVALID_ARGUMENT);
+}
+
 static void test_own_session(og_engine *e) {
     og_test_section("a caller's session: turns give a plain loop's tokens and the session holds them");
     og_session *mine = NULL, *ref = NULL;
@@ -872,6 +915,7 @@ int main(void) {
         test_threads(e);
         test_constraint_and_tokens(e);
         test_own_session(e);
+        test_render(e);
         og_engine_destroy(e);
     }
     test_budget();
