@@ -471,7 +471,8 @@ static og_status deliver(const step_run *r) {
     for (int32_t i = 0; i < p->n_seqs; i++) {
         const og_step_seq *q = &p->seqs[i];
         og_batch_item *it = q->item;
-        const float *row = r->c->logits + (int64_t)q->tail_row0 * V;
+        float *row = r->c->logits + (int64_t)q->tail_row0 * V;
+        if (it->allowed) og_logits_mask(row, V, it->allowed); /* one row: LOGITS_ALL takes no mask */
         switch (it->output) {
         case OG_OUTPUT_LOGITS:
         case OG_OUTPUT_LOGITS_ALL:
