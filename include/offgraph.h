@@ -551,6 +551,14 @@ typedef struct og_model_params {
     /* CUDA: decode steps (one token) replay a captured graph, re-captured
      * only when the session's storage moved. 1 (default) on, 0 off. */
     int32_t cuda_graphs;
+    /* Tensor parallel: the model cut into this many shards (attention and
+     * Gated DeltaNet by heads, MLPs and experts by intermediate columns,
+     * the embedding and the head by vocabulary; docs/tensor-parallel.md).
+     * 0 or 1 (default): one. The CPU back end runs the shards in one process
+     * with an in-memory reduce (a check of the sharding: its logits equal
+     * the unsharded model's up to the order of the partial sums); CUDA
+     * across GPUs is not built yet (OG_ERR_UNSUPPORTED). Up to 8. */
+    int32_t tensor_parallel;
 } og_model_params;
 OG_API og_model_params og_model_default_params(void);
 

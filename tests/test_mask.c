@@ -34,6 +34,8 @@
  *      and masks that change between steps add no capture (og_model_metrics);
  *   5. a mask with an output that draws nothing (NONE, LOGITS_ALL) is
  *      refused, naming the item, and nothing steps.
+ * The CPU runs it twice: the model whole, and cut into 2 shards (tensor
+ * parallel), whose back end delivers the outputs through the same code.
  * Data are found under $OG_SOURCE_DIR when set, else where the build saw
  * them. */
 #include "harness.h"
@@ -169,11 +171,12 @@ static void check_refusals(og_model *m, og_session *s, const int32_t *ids, const
     CHECK(og_session_length(s) == L);
 }
 
-static void run(const char *prog, const int32_t *ids) {
+static void run(const char *prog, const int32_t *ids, int32_t tensor_parallel) {
     og_model_params mp = og_model_default_params();
     mp.backend = MASK_BACKEND;
     mp.n_threads = 2;
     mp.cuda_graphs = 1;
+    mp.tensor_parallel = tensor_parallel;
     og_model *m = NULL;
     CHECK_OK(og_model_load(prog, &mp, &m));
     if (!m) return;
@@ -269,8 +272,9 @@ static void run(const char *prog, const int32_t *ids) {
     }
     CHECK_MSG(forbidden_drawn == 0 && mismatches == 0, "%lld tokens outside their masks, %lld unlike the oracle",
               (long long)forbidden_drawn, (long long)mismatches);
-    printf("%s: %d steps of %d sessions; batch against alone compared %lld times, %lld rows of other bits\n",
-           MASK_BACKEND_NAME, STEPS + 1, K, (long long)compared_alone, (long long)skipped_alone);
+    printf("%s, %d shards: %d steps of %d sessions; batch against alone compared %lld times, %lld rows of other "
+           "bits\n",
+           MASK_BACKEND_NAME, tensor_parallel, STEPS + 1, K, (long long)compared_alone, (long long)skipped_alone);
     CHECK_OK(og_model_metrics_get(m, &now));
 #ifdef OG_MASK_TEST_CUDA
     /* the decode steps (1..STEPS) replayed the graphs of bucket 8 (the
@@ -367,7 +371,11 @@ int main(void) {
     o.initial_capacity = 8; /* the decode grows the flat layers */
     CHECK_OK(og_export_hf(dir, prog, &o, NULL));
     og_test_section("masked batch items, " MASK_BACKEND_NAME);
-    run(prog, ids);
+    run(prog, ids, 1);
+#ifndef OG_MASK_TEST_CUDA
+    og_test_section("masked batch items, cpu, 2 shards (tensor parallel)");
+    run(prog, ids, 2);
+#endif
     unlink(prog);
     return og_test_finish();
 }

@@ -188,6 +188,11 @@ int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_m
         o->threads = n < 0 ? 0 : (int)n;
         return 1;
     }
+    if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel") || !strcmp(a, "--tensor-parallel-size")) {
+        if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 1, 8, &n)) return -1;
+        o->tensor_parallel = (int)n;
+        return 1;
+    }
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
         if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT32_MAX, &o->ctx)) return -1;
         return 1;
@@ -241,6 +246,10 @@ void og_cli_model_opts_usage(FILE *f) {
                "  -ngl, --n-gpu-layers <N> 0: --backend cpu; another number or all: --backend cuda\n"
                "                           (every layer: there is no partial offload); auto: auto\n"
                "  -t, --threads <N>        CPU threads (default, or -1: all)\n"
+               "  -tp, --tensor-parallel <N>  cut the model into N shards (1 to 8; default 1):\n"
+               "                           heads, MLP columns, experts' columns and vocabulary\n"
+               "                           (docs/tensor-parallel.md); the cpu back end runs the\n"
+               "                           shards in one process, cuda is not built yet\n"
                "  -fa, --flash-attn <on|off|auto>  accepted; no effect: attention is always one\n"
                "                           fused kernel (online softmax)\n"
                "  -b, --batch-size <N>     most prompt tokens one step takes: serve's --step-rows,\n"
@@ -255,6 +264,7 @@ og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backen
     og_model_params mp = og_model_default_params();
     mp.backend = backend;
     mp.n_threads = threads;
+    mp.tensor_parallel = o && o->tensor_parallel > 0 ? o->tensor_parallel : 1;
     og_model *m = NULL;
     og_status st = og_model_load(file, &mp, &m);
     if (st != OG_OK) {

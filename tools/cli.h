@@ -35,6 +35,7 @@ typedef struct og_cli_model_opts {
     const char *model;          /* -m, --model: a program, a checkpoint folder or a GGUF file */
     og_backend backend;         /* --backend, -ngl                  */
     int threads;                /* -t, --threads (0: every online CPU) */
+    int tensor_parallel;        /* -tp, --tensor-parallel (0: one shard) */
     og_session_params session;  /* --kv-dtype                       */
     int64_t ctx;                /* -c, --ctx-size: most tokens a session holds (0: the program's) */
     int64_t batch;              /* -b, --batch-size (0: the command's default) */

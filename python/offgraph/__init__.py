@@ -79,7 +79,7 @@ class OffgraphError(Exception):
 # ---------------------------------------------------------------- structs
 
 class _ModelParams(Structure):
-    _fields_ = [("backend", c_int), ("n_threads", c_int32), ("cuda_graphs", c_int32)]
+    _fields_ = [("backend", c_int), ("n_threads", c_int32), ("cuda_graphs", c_int32), ("tensor_parallel", c_int32)]
 
 
 class _SessionParams(Structure):
@@ -701,11 +701,13 @@ class StepItem:
 class Model(_Handle):
     """A loaded program file (og_model). backend: "cpu", "cuda" or "auto"
     (CUDA when the library was built with it and a GPU is present).
-    n_threads: CPU threads, 0 for every online CPU."""
+    n_threads: CPU threads, 0 for every online CPU. tensor_parallel: the
+    model cut into that many shards (1 to 8; the CPU runs them in one
+    process)."""
 
     _free = "og_model_destroy"
 
-    def __init__(self, path, backend="auto", n_threads=0, cuda_graphs=True):
+    def __init__(self, path, backend="auto", n_threads=0, cuda_graphs=True, tensor_parallel=1):
         super().__init__()
         if backend not in _BACKENDS:
             raise OffgraphError("backend must be one of %s, not %r" % (", ".join(sorted(_BACKENDS)), backend))
@@ -714,6 +716,7 @@ class Model(_Handle):
         p.backend = _BACKENDS[backend]
         p.n_threads = int(n_threads)
         p.cuda_graphs = 1 if cuda_graphs else 0
+        p.tensor_parallel = int(tensor_parallel)
         h = c_void_p()
         _check(L.og_model_load(_path(path), byref(p), byref(h)), "load %s" % path)
         self._h = h.value

@@ -250,23 +250,26 @@ static const void *operand_ptr(const step_run *r, og_program_operand o, int64_t 
 
 /* x [rows, K] @ w^T over the phase's rows: one-token rows together, each
  * wider step's rows as a call of their own (see the file comment). */
-static og_status matmul(const step_run *r, const float *x, const void *w, const void *bias, og_dtype dt, int64_t K,
-                        int64_t N, float *out) {
-    const og_step_plan *p = r->plan;
-    og_threadpool *pool = r->m->pool;
-    const int64_t singles = r->tail ? p->n_tail_single : p->n_single;
+og_status og_cpu_plan_matmul(og_threadpool *pool, const og_step_plan *p, bool tail, bool bf16_prefill, const float *x,
+                             const void *w, const void *bias, og_dtype dt, int64_t K, int64_t N, float *out) {
+    const int64_t singles = tail ? p->n_tail_single : p->n_single;
     if (singles > 0) OG_TRY(og_matmul_rows_cpu(pool, x, w, bias, dt, singles, K, N, out));
     for (int32_t i = 0; i < p->n_seqs; i++) {
         const og_step_seq *q = &p->seqs[i];
-        const int64_t rows = r->tail ? q->tail_rows : q->T;
+        const int64_t rows = tail ? q->tail_rows : q->T;
         if (rows <= 1) continue;
-        const int64_t row0 = r->tail ? q->tail_row0 : q->row0;
+        const int64_t row0 = tail ? q->tail_row0 : q->row0;
         const float *xs = x + row0 * K;
         float *os = out + row0 * N;
-        if (cm_of(r->m)->bf16_prefill) OG_TRY(og_matmul_bf16_cpu(pool, xs, w, bias, dt, rows, K, N, os));
+        if (bf16_prefill) OG_TRY(og_matmul_bf16_cpu(pool, xs, w, bias, dt, rows, K, N, os));
         else OG_TRY(og_matmul_cpu(pool, xs, w, bias, dt, rows, K, N, os));
     }
     return OG_OK;
+}
+
+static og_status matmul(const step_run *r, const float *x, const void *w, const void *bias, og_dtype dt, int64_t K,
+                        int64_t N, float *out) {
+    return og_cpu_plan_matmul(r->m->pool, r->plan, r->tail, cm_of(r->m)->bf16_prefill, x, w, bias, dt, K, N, out);
 }
 
 /* update_and_attend of session i of the step over its own storage. */
@@ -464,14 +467,13 @@ static void compact_for_tail(const step_run *r) {
     }
 }
 
-/* Every item's output from the tail rows' logits. */
-static og_status deliver(const step_run *r) {
-    const og_step_plan *p = r->plan;
-    const int64_t V = r->m->vocab;
+/* Every item's output from the tail rows' logits [n_tail_rows, V] (an
+ * item's allowed mask is applied to its row in place first). */
+og_status og_cpu_deliver(const og_step_plan *p, float *logits, int64_t V) {
     for (int32_t i = 0; i < p->n_seqs; i++) {
         const og_step_seq *q = &p->seqs[i];
         og_batch_item *it = q->item;
-        float *row = r->c->logits + (int64_t)q->tail_row0 * V;
+        float *row = logits + (int64_t)q->tail_row0 * V;
         if (it->allowed) og_logits_mask(row, V, it->allowed); /* one row: LOGITS_ALL takes no mask */
         switch (it->output) {
         case OG_OUTPUT_LOGITS:
@@ -521,7 +523,7 @@ static og_status cpu_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
                                 og_last_error());
         }
     }
-    return p->n_tail_rows > 0 ? deliver(&r) : OG_OK;
+    return p->n_tail_rows > 0 ? og_cpu_deliver(p, c->logits, m->vocab) : OG_OK;
 }
 
 const og_backend_ops og_backend_cpu_ops = {

@@ -24,7 +24,7 @@
 #endif
 
 og_model_params og_model_default_params(void) {
-    og_model_params p = {OG_BACKEND_AUTO, 0, 1};
+    og_model_params p = {OG_BACKEND_AUTO, 0, 1, 1};
     return p;
 }
 
@@ -94,11 +94,19 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: this build has no CUDA back end; "
                                                 "use the cpu back end");
 #endif
+    if (p.tensor_parallel < 0 || p.tensor_parallel > 8)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: tensor_parallel %d: 1 to 8 shards",
+                            p.tensor_parallel);
+    const bool sharded = p.tensor_parallel > 1;
+    if (sharded && backend == OG_BACKEND_CUDA)
+        return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: tensor parallel %d on the cuda back end is not built "
+                                                "yet (the cpu back end runs it in one process)",
+                            p.tensor_parallel);
     og_model *m = og_calloc(1, sizeof *m);
     if (!m) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_model_load: no memory");
     pthread_mutex_init(&m->lock, NULL);
     m->backend = backend;
-    m->ops = backend_ops(backend);
+    m->ops = sharded ? &og_backend_cpu_tp_ops : backend_ops(backend);
     m->cuda_graphs = p.cuda_graphs != 0;
     og_status st = og_program_open(path, &m->prog);
     if (st != OG_OK) {

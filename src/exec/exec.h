@@ -132,6 +132,9 @@ struct og_backend_ops {
 };
 
 extern const og_backend_ops og_backend_cpu_ops;
+/* The CPU back end with the model cut into og_model_params.tensor_parallel
+ * shards run in one process (backend_cpu_tp.c, exec/shard.h). */
+extern const og_backend_ops og_backend_cpu_tp_ops;
 #ifdef OG_HAVE_CUDA
 extern const og_backend_ops og_backend_cuda_ops;
 #endif
@@ -148,6 +151,18 @@ static inline bool og_exec_in_tail(const og_model *m, int32_t instr) { return in
 static inline bool og_exec_full_rows(const og_model *m, og_program_operand o) {
     return o.kind == OG_VALUE_INPUT || (o.kind == OG_VALUE_ACTIVATION && o.index <= m->last_attend);
 }
+
+/* Pieces of the CPU back end that its tensor-parallel mode runs too
+ * (backend_cpu.c). og_cpu_plan_matmul: x [rows, K] @ w^T (+ bias) over the
+ * rows of the step (tail: of its tail), one-token rows in one call and each
+ * wider session's rows in a call of their own, so a row gets the bits it
+ * gets alone; bf16_prefill rounds the wider rows' x to bf16 (a bf16
+ * program). og_cpu_deliver: every item's output from the tail rows' logits
+ * [n_tail_rows, V], an item's allowed mask (og_batch_item.allowed) applied
+ * to its row in place first. */
+og_status og_cpu_plan_matmul(og_threadpool *pool, const og_step_plan *p, bool tail, bool bf16_prefill, const float *x,
+                             const void *w, const void *bias, og_dtype dt, int64_t K, int64_t N, float *out);
+og_status og_cpu_deliver(const og_step_plan *p, float *logits, int64_t V);
 
 /* The greedy scratch-slot plan shared by the back ends: n values in program
  * order; value i is written by step def[i] and read last by step last[i] (-1:

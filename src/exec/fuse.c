@@ -237,6 +237,10 @@ const og_fuse_rules og_fuse_rules_cpu = {
     .can_fuse = cpu_can_fuse,
 };
 
+/* A back end that runs every instruction on its own (the CPU's tensor-parallel
+ * mode, backend_cpu_tp.c). */
+const og_fuse_rules og_fuse_rules_none = {.patterns = 0, .max_products = 2, .can_fuse = NULL};
+
 /* ------------------------------------------------------------ CUDA */
 
 /* Output features up to which a CUDA product step takes an add + norm

@@ -97,6 +97,7 @@ typedef struct og_fuse_rules {
 } og_fuse_rules;
 
 extern const og_fuse_rules og_fuse_rules_cpu;
+extern const og_fuse_rules og_fuse_rules_none;
 extern const og_fuse_rules og_fuse_rules_cuda;
 
 /* Cuts the program into steps under the rules: every instruction in exactly
