@@ -884,8 +884,10 @@ typedef struct og_batch_item {
      * choose among the allowed tokens only (as og_sampler_sample does over
      * logits the caller masked so), and LOGITS gets the masked row
      * (-INFINITY where not allowed, the model's logits elsewhere). Refused
-     * with the other outputs (NONE, LOGITS_ALL). On CUDA the mask is applied
-     * on the device, inside the decode graph, and only the token comes back. */
+     * with the other outputs (NONE, LOGITS_ALL). A mask that allows nothing
+     * leaves every logit -infinity (ARGMAX then gives id 0). On CUDA the mask
+     * is applied on the device, inside the decode graph, and only the token
+     * comes back. */
     const uint32_t *allowed;
 } og_batch_item;
 
