@@ -32,12 +32,21 @@
 #include "kernels/gdn.h"
 #include "kernels/moe.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct tp_model {
     og_shard_plan *plan;
     int32_t *last_use; /* [n_instrs]: last instruction reading each value, -1 none */
     bool bf16_prefill;
+    /* OG_TEST_TP_FAULT=<shard>:<step> (tests/test_tensor_parallel.c): the
+     * step-th step of the model (from 1) fails on that shard at the last op on
+     * per-session storage, after the shards before it ran it */
+    int32_t fault_shard;
+    int64_t fault_step;
+    atomic_llong steps;
 } tp_model;
 
 struct og_step_ctx {
@@ -78,6 +87,9 @@ static og_status tp_model_init(og_model *m, const og_model_params *p) {
             if (in->in[j].kind == OG_VALUE_ACTIVATION) tm->last_use[in->in[j].index] = i;
     }
     tm->bf16_prefill = og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16;
+    const char *fault = getenv("OG_TEST_TP_FAULT");
+    tm->fault_shard = -1;
+    if (fault && sscanf(fault, "%d:%lld", &tm->fault_shard, (long long *)&tm->fault_step) != 2) tm->fault_shard = -1;
     return OG_OK;
 }
 
@@ -131,6 +143,7 @@ static og_status tp_ctx_create(og_model *m, og_step_ctx **out) {
 
 typedef struct tp_run {
     og_model *m;
+    int64_t step;                     /* which step of the model, from 1 */
     og_step_ctx *c;
     const og_step_plan *plan;
     const og_shard_plan *sp;
@@ -175,6 +188,28 @@ static void scatter_cols(const float *x, int64_t rows, int64_t W, const og_shard
     }
 }
 
+/* Copies the columns want of a shard's rows x [rows, width(have)], which
+ * hold the columns have of a value, into dst [rows, width(want)]; every
+ * range of want lies inside one of have. */
+static void gather_within(const float *x, int64_t rows, const og_shard_cols *have, const og_shard_cols *want,
+                          float *dst) {
+    const int64_t hw = og_shard_cols_width(have), ww = og_shard_cols_width(want);
+    int64_t o = 0;
+    for (int32_t k = 0; k < want->n; k++) {
+        int64_t at = 0; /* where want's range k starts in x's row */
+        for (int32_t j = 0; j < have->n; j++) {
+            if (want->lo[k] >= have->lo[j] && want->hi[k] <= have->hi[j]) {
+                at += want->lo[k] - have->lo[j];
+                break;
+            }
+            at += have->hi[j] - have->lo[j];
+        }
+        const int64_t n = want->hi[k] - want->lo[k];
+        for (int64_t t = 0; t < rows; t++) memcpy(dst + t * ww + o, x + t * hw + at, (size_t)n * sizeof(float));
+        o += n;
+    }
+}
+
 /* Operand j of instruction i as shard s reads it; *width its columns. NULL
  * for a partial operand shard s does not add (a FULL one beyond shard 0). */
 static const void *operand(tp_run *r, int32_t i, int32_t j, int32_t s, int64_t *width, og_dtype *dtype) {
@@ -199,14 +234,17 @@ static const void *operand(tp_run *r, int32_t i, int32_t j, int32_t s, int64_t *
     float *full = r->c->full[v], *mine = r->c->part[(size_t)v * (size_t)N + (size_t)s];
     *width = value_width(r, v, s);
     switch (si->take[j]) {
-    case OG_SHARD_TAKE_COLS:
-        if (src->layout == OG_SHARD_SPLIT) return mine;
-        *width = og_shard_cols_width(&si->in_cols[j][s]);
+    case OG_SHARD_TAKE_COLS: {
+        const og_shard_cols *want = &si->in_cols[j][s];
+        if (src->layout == OG_SHARD_SPLIT && og_shard_cols_width(want) == *width) return mine; /* all it holds */
+        *width = og_shard_cols_width(want);
         og_free(r->scratch[j]);
         r->scratch[j] = alloc_rows(r->rows, *width);
         if (!r->scratch[j]) return NULL;
-        gather_cols(full, r->rows, og_program_instr_at(m->prog, v)->out_width, &si->in_cols[j][s], r->scratch[j]);
+        if (src->layout == OG_SHARD_SPLIT) gather_within(mine, r->rows, &src->cols[s], want, r->scratch[j]);
+        else gather_cols(full, r->rows, og_program_instr_at(m->prog, v)->out_width, want, r->scratch[j]);
         return r->scratch[j];
+    }
     case OG_SHARD_TAKE_PARTIAL:
         if (src->layout == OG_SHARD_PARTIAL) return mine;
         return s == 0 ? full : NULL;
@@ -314,6 +352,8 @@ static og_status embed_shard(tp_run *r, int32_t i, int32_t s, const void *table,
 /* Instruction i on shard s into out (its [rows, width] of the output). */
 static og_status run_shard(tp_run *r, int32_t i, int32_t s, float *out) {
     const og_model *m = r->m;
+    if (i == m->last_attend && s == tm_of(m)->fault_shard && r->step == tm_of(m)->fault_step)
+        return og_set_error(OG_ERR_BACKEND, "shard %d: an injected failure (OG_TEST_TP_FAULT)", s);
     const og_program_instr *in = og_program_instr_at(m->prog, i);
     const og_shard_instr *si = &r->sp->instr[i];
     const og_op_attrs *a = &si->attrs[s];
@@ -463,7 +503,7 @@ static og_status tp_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
     OG_TRY(reserve(m, c, p->n_rows, p->n_tail_rows));
     memcpy(c->tokens, p->tokens, (size_t)p->n_rows * sizeof *c->tokens);
     memcpy(c->positions, p->positions, (size_t)p->n_rows * sizeof *c->positions);
-    tp_run r = {.m = m, .c = c, .plan = p, .sp = tm_of(m)->plan, .rows = p->n_rows};
+    tp_run r = {.m = m, .c = c, .plan = p, .sp = tm_of(m)->plan, .rows = p->n_rows, .step = ++tm_of(m)->steps};
     const int32_t end = p->n_tail_rows > 0 ? m->n_instrs : m->last_attend + 1;
     og_status st = OG_OK;
     for (int32_t i = 0; st == OG_OK && i < end; i++) {

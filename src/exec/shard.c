@@ -157,75 +157,127 @@ static og_status refuse(const planner *pl, int32_t i, const char *why) {
                         og_op_get(in->op)->name, in->out, why);
 }
 
-/* Attention of instruction i: each shard's query columns and kv heads. */
-static og_status attend_cut(const planner *pl, int32_t i, og_shard_cols *qcols, og_shard_cols *kvcols, int64_t *kv0) {
+/* A cut of heads in two levels: U groups (attention's kv heads, a Gated
+ * DeltaNet layer's key heads) of G members each (the query heads that read a
+ * kv head; the value heads that read a key head), members D columns wide.
+ * With N <= U, shard s holds groups [s U / N, (s+1) U / N) and all their
+ * members (uneven when N does not divide U). With N > U, the shards of a
+ * group share it and split its members the same way; when even members are
+ * fewer than the shards sharing them, those shards share a member: each
+ * computes it whole and owns a part of its D columns (its "own" columns,
+ * which the row-parallel product after it reads, so that every column is
+ * summed once). */
+typedef struct head_cut {
+    int64_t ga, gb;         /* groups [ga, gb)                            */
+    int64_t ma, mb;         /* members [ma, mb) it computes               */
+    int64_t own_lo, own_hi; /* the member columns it owns (of the [U G D]) */
+} head_cut;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static head_cut cut_heads(int64_t U, int64_t G, int64_t D, int64_t N, int64_t s) {
+    head_cut h;
+    if (N <= U) {
+        h.ga = s * U / N;
+        h.gb = (s + 1) * U / N;
+        h.ma = h.ga * G;
+        h.mb = h.gb * G;
+        h.own_lo = h.ma * D;
+        h.own_hi = h.mb * D;
+        return h;
+    }
+    const int64_t k = s * U / N, s0 = ceil_div(k * N, U), c = ceil_div((k + 1) * N, U) - s0, p = s - s0;
+    h.ga = k;
+    h.gb = k + 1;
+    if (c <= G) {
+        h.ma = k * G + p * G / c;
+        h.mb = k * G + (p + 1) * G / c;
+        h.own_lo = h.ma * D;
+        h.own_hi = h.mb * D;
+        return h;
+    }
+    const int64_t gi = p * G / c, p0 = ceil_div(gi * c, G), c2 = ceil_div((gi + 1) * c, G) - p0, q = p - p0;
+    h.ma = k * G + gi;
+    h.mb = h.ma + 1;
+    h.own_lo = h.ma * D + q * D / c2;
+    h.own_hi = h.ma * D + (q + 1) * D / c2;
+    return h;
+}
+
+static og_shard_cols range(int64_t lo, int64_t hi) {
+    og_shard_cols c = {.n = 1};
+    c.lo[0] = lo;
+    c.hi[0] = hi;
+    return c;
+}
+
+/* Attention of instruction i: each shard's query columns (those it computes
+ * and those it owns), its kv columns and first kv head. */
+static og_status attend_cut(const planner *pl, int32_t i, og_shard_cols *qcols, og_shard_cols *own,
+                            og_shard_cols *kvcols, int64_t *kv0) {
     const og_op_attrs *a = &og_program_instr_at(pl->p, i)->attrs;
-    const int64_t Hq = a->n_heads, Hkv = a->n_kv_heads, D = a->head_dim, N = pl->N, G = Hq / Hkv;
-    if (Hq % N || (Hkv % N && N % Hkv))
-        return refuse(pl, i, "its query heads must divide evenly over the shards, and its kv heads too (or the "
-                             "shards evenly over its kv heads)");
+    const int64_t Hq = a->n_heads, Hkv = a->n_kv_heads, D = a->head_dim;
     for (int32_t s = 0; s < pl->N; s++) {
-        const int64_t qa = s * Hq / N, qb = (s + 1) * Hq / N, ka = qa / G, kb = (qb - 1) / G + 1;
-        qcols[s] = cut(1, 0, 0, 1, 0);
-        qcols[s].lo[0] = qa * D;
-        qcols[s].hi[0] = qb * D;
-        kvcols[s] = qcols[s];
-        kvcols[s].lo[0] = ka * D;
-        kvcols[s].hi[0] = kb * D;
-        kv0[s] = ka;
+        const head_cut h = cut_heads(Hkv, Hq / Hkv, D, pl->N, s);
+        if (h.own_lo >= h.own_hi)
+            return refuse(pl, i, "more shards share one query head than it has columns");
+        qcols[s] = range(h.ma * D, h.mb * D);
+        own[s] = range(h.own_lo, h.own_hi);
+        kvcols[s] = range(h.ga * D, h.gb * D);
+        kv0[s] = h.ga;
     }
     return OG_OK;
 }
 
-/* A Gated DeltaNet layer (instruction i): each shard's value heads
- * [s Hv/N, (s+1) Hv/N) and the key heads they read (value head h reads key
- * head h / R, R = Hv / Hk: Hk/N of them when N divides Hk, else one shared
- * by N/Hk shards, as attention's kv heads), as columns of the convolution's
- * output (q heads, k heads, v heads), of the layer's output (v heads) and of
- * a / b (one per v head). */
-static og_status gdn_cut(const planner *pl, int32_t i, og_shard_cols *qkv, og_shard_cols *vcols, og_shard_cols *heads,
-                         int64_t *k_heads) {
+/* A Gated DeltaNet layer (instruction i): each shard's key heads (groups)
+ * and value heads (members), as columns of the convolution's output (q
+ * heads, k heads, v heads), of the layer's output (v heads: computed and
+ * owned) and of a / b (one per v head). */
+static og_status gdn_cut(const planner *pl, int32_t i, og_shard_cols *qkv, og_shard_cols *vcols, og_shard_cols *own,
+                         og_shard_cols *heads, int64_t *k_heads) {
     const og_op_attrs *a = &og_program_instr_at(pl->p, i)->attrs;
-    const int64_t Hk = a->k_heads, Hv = a->v_heads, Dk = a->k_head_dim, Dv = a->v_head_dim, N = pl->N, R = Hv / Hk;
-    if (Hv % N || (Hk % N && N % Hk))
-        return refuse(pl, i, "its value heads must divide evenly over the shards, and its key heads too (or the "
-                             "shards evenly over its key heads)");
+    const int64_t Hk = a->k_heads, Hv = a->v_heads, Dk = a->k_head_dim, Dv = a->v_head_dim;
     for (int32_t s = 0; s < pl->N; s++) {
-        const og_shard_cols v = cut(Hv, Dv, 0, pl->N, s);
-        const int64_t va = s * Hv / N, vb = (s + 1) * Hv / N, ka = va / R, kb = (vb - 1) / R + 1;
+        const head_cut h = cut_heads(Hk, Hv / Hk, Dv, pl->N, s);
+        if (h.own_lo >= h.own_hi)
+            return refuse(pl, i, "more shards share one value head than it has columns");
         qkv[s].n = 3;
-        qkv[s].lo[0] = ka * Dk;
-        qkv[s].hi[0] = kb * Dk;
-        qkv[s].lo[1] = Hk * Dk + ka * Dk;
-        qkv[s].hi[1] = Hk * Dk + kb * Dk;
-        qkv[s].lo[2] = 2 * Hk * Dk + v.lo[0];
-        qkv[s].hi[2] = 2 * Hk * Dk + v.hi[0];
-        vcols[s] = v;
-        heads[s] = cut(Hv, 1, 0, pl->N, s);
-        k_heads[s] = kb - ka;
+        qkv[s].lo[0] = h.ga * Dk;
+        qkv[s].hi[0] = h.gb * Dk;
+        qkv[s].lo[1] = Hk * Dk + h.ga * Dk;
+        qkv[s].hi[1] = Hk * Dk + h.gb * Dk;
+        qkv[s].lo[2] = 2 * Hk * Dk + h.ma * Dv;
+        qkv[s].hi[2] = 2 * Hk * Dk + h.mb * Dv;
+        vcols[s] = range(h.ma * Dv, h.mb * Dv);
+        own[s] = range(h.own_lo, h.own_hi);
+        heads[s] = range(h.ma, h.mb);
+        k_heads[s] = h.gb - h.ga;
     }
     return OG_OK;
 }
 
-/* The columns a split producer of value v gives each shard, for a
- * row-parallel product whose weight is cut in blocks of unit elements; false
- * when v is no split op's output (the product then runs whole). */
+/* The columns of value o each shard owns when a split op made it, for a
+ * row-parallel product whose weight is cut in blocks of unit elements;
+ * false when o is no split op's output (the product then runs whole). */
 static bool natural_cols(const planner *pl, og_program_operand o, int64_t unit, og_shard_cols *cols) {
     if (o.kind != OG_VALUE_ACTIVATION) return false;
     const og_program_instr *in = og_program_instr_at(pl->p, o.index);
-    og_shard_cols tmp[OG_SHARD_MAX], heads[OG_SHARD_MAX];
-    int64_t kv0[OG_SHARD_MAX], kh[OG_SHARD_MAX];
+    og_shard_cols t1[OG_SHARD_MAX], t2[OG_SHARD_MAX], t3[OG_SHARD_MAX];
+    int64_t kv0[OG_SHARD_MAX];
     switch (in->op) {
     case OG_OP_UPDATE_AND_ATTEND:
-        return attend_cut(pl, o.index, cols, tmp, kv0) == OG_OK;
+        return attend_cut(pl, o.index, t1, cols, t2, kv0) == OG_OK;
     case OG_OP_GATED_DELTA_NET:
-        return gdn_cut(pl, o.index, tmp, cols, heads, kh) == OG_OK;
+        return gdn_cut(pl, o.index, t1, t2, cols, t3, kv0) == OG_OK;
     case OG_OP_SIGMOID_MUL:
         return natural_cols(pl, in->in[0], unit, cols);
     case OG_OP_RMS_NORM_GATED: {
         const int64_t H = in->attrs.heads, D = in->out_width / H;
-        if (H % pl->N) return false;
-        for (int32_t s = 0; s < pl->N; s++) cols[s] = cut(H, D, 0, pl->N, s);
+        for (int32_t s = 0; s < pl->N; s++) {
+            const head_cut h = cut_heads(H, 1, D, pl->N, s);
+            if (h.own_lo >= h.own_hi) return false;
+            cols[s] = range(h.own_lo, h.own_hi);
+        }
         return true;
     }
     case OG_OP_SWIGLU: {
@@ -249,10 +301,22 @@ static int64_t per_head_dim(const og_program_instr *in) {
     }
 }
 
-static bool cols_aligned(const og_shard_cols *c, int64_t D, int32_t N) {
-    for (int32_t s = 0; s < N; s++)
-        for (int32_t r = 0; r < c[s].n; r++)
-            if (c[s].lo[r] % D || c[s].hi[r] % D) return false;
+/* c widened to whole heads of D columns. */
+static og_shard_cols whole_heads(og_shard_cols c, int64_t D) {
+    for (int32_t r = 0; r < c.n; r++) {
+        c.lo[r] = c.lo[r] / D * D;
+        c.hi[r] = ceil_div(c.hi[r], D) * D;
+    }
+    return c;
+}
+
+/* Every range of a inside a range of b. */
+static bool cols_within(const og_shard_cols *a, const og_shard_cols *b) {
+    for (int32_t i = 0; i < a->n; i++) {
+        bool in = false;
+        for (int32_t j = 0; j < b->n && !in; j++) in = a->lo[i] >= b->lo[j] && a->hi[i] <= b->hi[j];
+        if (!in) return false;
+    }
     return true;
 }
 
@@ -276,16 +340,16 @@ static void take_all_full(planner *pl, int32_t i) {
         if (!(pl->taken & (1u << j))) take(pl, i, j, OG_SHARD_TAKE_FULL, NULL);
 }
 
-/* Instruction i, split by heads with output columns cols: gathered after
- * unless its consumers want exactly these columns. */
+/* Instruction i, split by heads computing output columns cols: gathered
+ * after unless its consumers want columns within these. */
 static void split_out(planner *pl, int32_t i, const og_shard_cols *cols) {
     og_shard_instr *si = &pl->plan->instr[i];
     const want *w = &pl->want[i];
     si->mode = OG_SHARD_HEADS;
     memcpy(si->cols, cols, (size_t)pl->N * sizeof *cols);
-    bool same = w->kind == WANT_SPLIT;
-    for (int32_t s = 0; same && s < pl->N; s++) same = cols_equal(&w->cols[s], &cols[s]);
-    si->gather = !same;
+    bool within = w->kind == WANT_SPLIT;
+    for (int32_t s = 0; within && s < pl->N; s++) within = cols_within(&w->cols[s], &cols[s]);
+    si->gather = !within; /* consumers read their columns of what it computes */
 }
 
 static og_status plan_instr(planner *pl, int32_t i) {
@@ -337,22 +401,23 @@ static og_status plan_instr(planner *pl, int32_t i) {
     case OG_OP_CAUSAL_CONV1D:
     case OG_OP_RMS_NORM_GATED: {
         const int64_t D = per_head_dim(in);
-        if (w->kind != WANT_SPLIT || (D > 0 && !cols_aligned(w->cols, D, N))) {
+        if (w->kind != WANT_SPLIT) {
             si->mode = OG_SHARD_REPLICATED;
             take_all_full(pl, i);
             return OG_OK;
         }
-        split_out(pl, i, w->cols);
+        for (int32_t s = 0; s < N; s++) c[s] = D > 0 ? whole_heads(w->cols[s], D) : w->cols[s];
+        split_out(pl, i, c);
         /* the operands cut like the output: x (and the gate / z / up) */
         const int32_t n_split = in->op == OG_OP_SWIGLU || in->op == OG_OP_SIGMOID_MUL || in->op == OG_OP_RMS_NORM_GATED ? 2 : 1;
-        for (int32_t j = 0; j < n_split; j++) take(pl, i, j, OG_SHARD_TAKE_COLS, w->cols);
+        for (int32_t j = 0; j < n_split; j++) take(pl, i, j, OG_SHARD_TAKE_COLS, c);
         take_all_full(pl, i);
-        for (int32_t s = 0; D > 0 && s < N; s++) si->attrs[s].heads = og_shard_cols_width(&w->cols[s]) / D;
+        for (int32_t s = 0; D > 0 && s < N; s++) si->attrs[s].heads = og_shard_cols_width(&c[s]) / D;
         return OG_OK;
     }
     case OG_OP_UPDATE_AND_ATTEND: {
         int64_t kv0[OG_SHARD_MAX];
-        OG_TRY(attend_cut(pl, i, c, c2, kv0));
+        OG_TRY(attend_cut(pl, i, c, c3, c2, kv0));
         split_out(pl, i, c);
         take(pl, i, 0, OG_SHARD_TAKE_COLS, c);
         take(pl, i, 1, OG_SHARD_TAKE_COLS, c2);
@@ -360,14 +425,15 @@ static og_status plan_instr(planner *pl, int32_t i) {
         take_all_full(pl, i);
         for (int32_t s = 0; s < N; s++) {
             si->head0[s] = kv0[s];
-            si->attrs[s].n_heads = in->attrs.n_heads / N;
+            si->attrs[s].n_heads = og_shard_cols_width(&c[s]) / in->attrs.head_dim;
             si->attrs[s].n_kv_heads = og_shard_cols_width(&c2[s]) / in->attrs.head_dim;
         }
         return OG_OK;
     }
     case OG_OP_GATED_DELTA_NET: {
         int64_t kh[OG_SHARD_MAX];
-        OG_TRY(gdn_cut(pl, i, c, c2, c3, kh));
+        og_shard_cols own[OG_SHARD_MAX];
+        OG_TRY(gdn_cut(pl, i, c, c2, own, c3, kh));
         split_out(pl, i, c2);
         take(pl, i, 0, OG_SHARD_TAKE_COLS, c);
         take(pl, i, 1, OG_SHARD_TAKE_COLS, c3);
@@ -376,7 +442,7 @@ static og_status plan_instr(planner *pl, int32_t i) {
         for (int32_t s = 0; s < N; s++) {
             si->head0[s] = c3[s].lo[0];
             si->attrs[s].k_heads = kh[s];
-            si->attrs[s].v_heads = in->attrs.v_heads / N;
+            si->attrs[s].v_heads = c3[s].hi[0] - c3[s].lo[0];
         }
         return OG_OK;
     }
@@ -424,7 +490,7 @@ static og_status check_layouts(planner *pl) {
             if (si->take[j] == OG_SHARD_TAKE_PARTIAL) ok = ok || src->layout == OG_SHARD_PARTIAL;
             if (si->take[j] == OG_SHARD_TAKE_COLS && src->layout == OG_SHARD_SPLIT) {
                 ok = true;
-                for (int32_t s = 0; s < pl->N; s++) ok = ok && cols_equal(&src->cols[s], &si->in_cols[j][s]);
+                for (int32_t s = 0; s < pl->N; s++) ok = ok && cols_within(&si->in_cols[j][s], &src->cols[s]);
             }
             if (!ok) return refuse(pl, i, "an operand's cut does not match its producer's (a planner bug)");
         }
@@ -557,7 +623,7 @@ static og_status slice_weights(const planner *pl, slice_cache *cache) {
                 case OG_SHARD_HEADS:
                     if (in->op == OG_OP_CAUSAL_CONV1D && j == 1) rows = &si->cols[s];
                     if (in->op == OG_OP_GATED_DELTA_NET && (j == 3 || j == 4)) {
-                        tmp = cut(in->attrs.v_heads, 1, 0, plan->n_shards, s);
+                        tmp = range(si->head0[s], si->head0[s] + si->attrs[s].v_heads);
                         cols = &tmp;
                     }
                     break;

@@ -40,16 +40,22 @@
  *                 picks are the same everywhere; partial sums, all-reduced.
  * A HEADS op whose output a consumer wants FULL is all-gathered after.
  *
- * Attention heads: shard s takes query heads [s Hq/N, (s+1) Hq/N) and the kv
- * heads they read, [qa / G, (qb - 1) / G + 1): Hkv/N of them when N divides
- * Hkv, else (N a multiple of Hkv) one kv head shared by N/Hkv shards, whose
- * rows each of them writes with the same bits. A session's storage keeps its
- * one layout (so a saved session does not depend on N): a shard reads and
- * writes its heads' part of every row.
+ * Heads are cut in two levels (shard.c, cut_heads): attention's kv heads,
+ * each with the query heads that read it (a Gated DeltaNet layer's key
+ * heads, each with its value heads). With N <= Hkv, shard s takes kv heads
+ * [s Hkv / N, (s+1) Hkv / N) and their query heads (uneven when N does not
+ * divide Hkv); with more shards than kv heads, the shards of a kv head share
+ * it (each writes its rows with the same bits) and split its query heads;
+ * with more shards than even those, shards share a query head: each computes
+ * it whole and owns part of its D columns, which is what the row-parallel
+ * product after it reads. A session's storage keeps its one layout (so a
+ * saved session does not depend on N): a shard reads and writes its heads'
+ * part of every row.
  *
- * Refused by name (OG_ERR_UNSUPPORTED): head counts N does not divide (as
- * above), an intermediate size with fewer quantization blocks than shards,
- * and N outside [1, OG_SHARD_MAX]. */
+ * Refused by name (OG_ERR_UNSUPPORTED): a head shared by more shards than it
+ * has columns, an intermediate size with fewer quantization blocks than
+ * shards, a quantized weight cut off its blocks, and N outside
+ * [1, OG_SHARD_MAX]. */
 #ifndef OG_EXEC_SHARD_H
 #define OG_EXEC_SHARD_H
 
