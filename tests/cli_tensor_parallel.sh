@@ -93,5 +93,32 @@ if "$BIN" eval -m "$WORK/llama-gqa.ogp" --tokens 1,2 --logits-out "$WORK/x" -tp 
     echo "FAIL: -tp 2 --backend cuda: $(cat "$WORK/eval.log")"
     fails=$((fails + 1))
 fi
+# the Python binding's Model(tensor_parallel=): the same logits as the tool's at N = 4
+LIB=$(dirname "$BIN")/liboffgraph.so
+. "$SRC/tests/python/sanitizer_env.sh"
+if [ -f "$LIB" ] && command -v python3 >/dev/null && og_python_sanitizer_env "$(dirname "$BIN")" cli_tensor_parallel; then
+    runs=$((runs + 1))
+    if ! out=$(env "${SAN_ENV[@]}" OFFGRAPH_LIB="$LIB" PYTHONPATH="$SRC/python" python3 - "$WORK/llama-gqa.ogp" "$WORK/llama-gqa.4.whole.f32" \
+        "$SRC/tests/data/hf/llama-gqa/tokens.txt" 2>"$WORK/python.log" <<'PY'
+import array, sys
+import offgraph
+prog, ref_path, tok_path = sys.argv[1:4]
+toks = [int(t) for t in open(tok_path).read().replace(",", " ").split()]
+m = offgraph.Model(prog, backend="cpu", n_threads=1, tensor_parallel=4)
+rows = m.session(kv_dtype="f32").eval(toks, logits="all")
+ref = array.array("f")
+ref.frombytes(open(ref_path, "rb").read())
+V = m.vocab_size
+d = max(abs(rows[t][v] - ref[t * V + v]) for t in range(len(toks)) for v in range(V))
+print("max |difference| %g" % d)
+sys.exit(0 if d == 0 else 1)
+PY
+    ); then
+        echo "FAIL python Model(tensor_parallel=4): $out $(cat "$WORK/python.log")"
+        fails=$((fails + 1))
+    else
+        echo "ok   python Model(tensor_parallel=4) against offgraph eval -tp 4: $out"
+    fi
+fi
 echo "$((runs - fails)) passed, $fails failed (shard counts run:$ran_n)"
 [ "$fails" -eq 0 ]

@@ -84,7 +84,9 @@
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/sample_cuda.h"
 #include "kv/alloc_cuda.h"
+#include "exec/nccl_cuda.h"
 #include "exec/sample.h"
+#include "exec/shard.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -108,6 +110,10 @@
 
 typedef struct cuda_model {
     int device;
+    /* OG_CUDA_NCCL=1: the tensor-parallel path at N = 1 (nccl_cuda.h): an
+     * all-reduce of each output the shard planner reduces, after its step */
+    og_nccl *nccl;
+    bool *all_reduce;   /* [n_instrs], with nccl */
     void **weights;     /* [n_tensors]: device copy of every weight tensor, NULL for runtime ones */
     float *inv_freq;    /* [n_instrs, OG_ROPE_MAX_HEAD_DIM / 2]: rope tables */
     int32_t *slot_of;   /* [n_instrs]: scratch slot of each output, -1 when never written */
@@ -286,6 +292,8 @@ static void cuda_model_free(og_model *m) {
         for (int32_t i = 0; i < og_program_n_tensors(m->prog); i++) cudaFree(cm->weights[i]);
     cudaFree(cm->inv_freq);
     if (cm->store) cudaStreamDestroy(cm->store);
+    og_nccl_close(cm->nccl);
+    og_free(cm->all_reduce);
     og_free(cm->weights);
     og_free(cm->slot_of);
     og_free(cm->slot_width);
@@ -300,6 +308,21 @@ static void cuda_model_free(og_model *m) {
 static bool kernels_allowed(const char *name) {
     const char *v = getenv(name);
     return !v || strcmp(v, "0") != 0;
+}
+
+/* OG_CUDA_NCCL=1: the tensor-parallel path at N = 1 (nccl_cuda.h): a
+ * communicator of this one GPU, and which outputs the shard planner reduces. */
+static og_status nccl_path(og_model *m, cuda_model *cm) {
+    og_shard_plan *plan = NULL;
+    OG_TRY(og_shard_plan_create(m->prog, m->logits_instr, 1, &plan));
+    cm->all_reduce = og_calloc((size_t)m->n_instrs, sizeof *cm->all_reduce);
+    if (!cm->all_reduce) {
+        og_shard_plan_destroy(plan);
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    }
+    for (int32_t i = 0; i < m->n_instrs; i++) cm->all_reduce[i] = plan->instr[i].reduce;
+    og_shard_plan_destroy(plan);
+    return og_nccl_open(1, &cm->device, &cm->nccl);
 }
 
 static og_status cuda_model_init(og_model *m, const og_model_params *p) {
@@ -334,6 +357,8 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     const char *gemv_env = getenv("OG_CUDA_GEMV_ROWS");
     cm->gemv_max_t = OG_GEMV_CUDA_MAX_T;
     if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
+    const char *nccl_env = getenv("OG_CUDA_NCCL");
+    if (nccl_env && !strcmp(nccl_env, "1")) OG_TRY(nccl_path(m, cm));
     const int32_t n_tensors = og_program_n_tensors(m->prog);
     cm->weights = og_calloc((size_t)n_tensors, sizeof *cm->weights);
     if (!cm->weights) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
@@ -1219,6 +1244,15 @@ static og_status enqueue_compute(step_run *x, int32_t *failed) {
         }
         OG_TRY(run_fused(x, sp, failed));
         *failed = -1;
+        for (int32_t j = 0; cm_of(m)->nccl && j < sp->n; j++) { /* the all-reduces after row-parallel products */
+            const int32_t i = sp->instr[j], slot = cm_of(m)->slot_of[i];
+            if (!cm_of(m)->all_reduce[i]) continue;
+            *failed = i;
+            if (slot < 0) return og_set_error(OG_ERR_UNSUPPORTED, "a reduced output its fused step does not write");
+            OG_TRY(og_nccl_all_reduce_sum(cm_of(m)->nccl, 0, x->rs->slots[slot],
+                                          (size_t)(x->rows * og_program_instr_at(m->prog, i)->out_width), x->c->stream));
+            *failed = -1;
+        }
     }
     x->hi = NULL;
     /* the masks first: the sampler, the logits copied back and the rows

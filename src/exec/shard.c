@@ -547,6 +547,9 @@ static og_status slice_tensor(og_shard_plan *plan, slice_cache *cache, const og_
     const og_program_tensor *T = og_program_tensor_at(p, t);
     const int64_t E = T->rank == 3 ? T->shape[0] : 1, R = T->rank == 1 ? 1 : T->shape[T->rank - 2],
                   K = T->shape[T->rank - 1];
+    const og_shard_cols all_r = all_cols(R), all_k = all_cols(K);
+    if (rows && cols_equal(rows, &all_r)) rows = NULL; /* all of them: the tensor itself */
+    if (cols && cols_equal(cols, &all_k)) cols = NULL;
     if (!rows && !cols) {
         *out = (og_shard_weight){T->data, R, K};
         return OG_OK;

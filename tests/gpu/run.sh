@@ -17,7 +17,8 @@
 #      the hybrid model (test_gdn_cuda: the Gated DeltaNet kernels against the
 #      C references; test_hybrid cuda: forks, checkpoints, saves, prefix hits,
 #      batches of a hybrid model on the device; cli_parity_hybrid.sh);
-#      offgraph serve under device KV allocation faults (tests/cli_serve_faults.sh)
+#      offgraph serve under device KV allocation faults (tests/cli_serve_faults.sh);
+#      tensor parallel's NCCL path at N = 1 against the plain path (tests/gpu/nccl_tp1.sh)
 #   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
 #      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
@@ -70,6 +71,8 @@ check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgra
 check test_gdn_cuda "$B/tests/test_gdn_cuda"
 check hybrid_cuda "$B/tests/test_hybrid" cuda
 check parity_hybrid_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity_hybrid.sh" "$B/offgraph" "$(mktemp -d)"
+# tensor parallel's NCCL path at N = 1: its all-reduces, inside the decode graphs, change no bit
+check nccl_tp1 bash "$SRC/tests/gpu/nccl_tp1.sh" "$B"
 # offgraph serve with device KV allocations failing (cuMemCreate, cudaMallocAsync): each fault fails
 # its request alone. The checkpoint has kjv-tiny's tokenizer and wide KV rows (8 KiB a token and
 # layer in f32) and no sliding layers, so that every request starts from a fork of a cached prompt
