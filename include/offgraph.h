@@ -1107,7 +1107,10 @@ typedef struct og_tool_call {
  * calls, the whitespace between content and a call is dropped. A block
  * whose body is not a call (not a JSON object with a string "name", or for
  * Mistral an array of them) stays in the content as the model wrote it; an
- * unclosed block at the end is a call when its body is one. Content is
+ * unclosed block at the end is a call when its body is one. A call written
+ * as the templates write it ({"name": ..., "arguments": {...}}) is a call
+ * from its arguments' opening on, and complete when they close (see
+ * og_tool_parser_take_pieces for arguments that stop being JSON). Content is
  * given out as soon as it cannot be the start of a call (a possible
  * marker's first bytes, and whitespace that may precede a call, wait). One
  * thread at a time. */
@@ -1131,6 +1134,37 @@ OG_API void og_tool_parser_take(og_tool_parser *p, const char **content, size_t 
                                 const og_tool_call **calls, int *n_calls);
 /* Calls completed since the parser was created. */
 OG_API int og_tool_parser_total_calls(const og_tool_parser *p);
+
+/* The same output as pieces in the order the model wrote them, for a
+ * stream: content, and each call as its arguments arrive. A call written
+ * as the templates write it (its "name", then its "arguments" or
+ * "parameters" object) is a call from the moment its arguments open: its
+ * first piece carries its name (and maybe arguments), the next ones only
+ * further bytes of its arguments, its last one is marked. The arguments'
+ * pieces put together are the call's arguments as og_tool_parser_take
+ * gives them, and no piece is ever taken back: bytes of the arguments are
+ * given out once they are JSON that can end by closing what is open, a
+ * raw control byte in a string comes out escaped, and arguments that stop
+ * being JSON (or a block that ends inside them) end the call there, closed
+ * as JSON (what follows in the block, for Hermes, or up to the next call
+ * or the end of the array, for Mistral, is dropped; for Llama 3.1 it is
+ * content). A call written otherwise (its arguments before its name, or as
+ * a string) is one piece when its block ends, as og_tool_parser_take gives
+ * it. A piece: */
+typedef struct og_tool_piece {
+    int call;         /* -1: content; else the call's index in the reply    */
+    const char *name; /* the call's first piece: its name; else NULL        */
+    const char *text; /* the content, or bytes of the call's arguments
+                         (NUL-terminated; "" in a first or last piece that
+                         brings no bytes)                                    */
+    size_t n;         /* bytes of text                                       */
+    bool last;        /* the call's arguments are complete                   */
+} og_tool_piece;
+/* What is ready since the previous take (of either kind: a parser is read
+ * with og_tool_parser_take or with this, and each takes what the other
+ * would have given). *pieces[0..*n) are borrowed from p until its next
+ * call. */
+OG_API void og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces, int *n);
 
 /* The grammar (GBNF text, as og_request_params.grammar takes) of an output
  * that is only tool calls in format f (HERMES, MISTRAL, LLAMA3; spaced as
@@ -1382,6 +1416,16 @@ OG_API og_status og_engine_submit(og_engine *e, const og_request_params *p, og_r
  * its own (next, cancel, destroy). */
 OG_API og_status og_engine_submit_n(og_engine *e, const og_request_params *p, int32_t n,
                                     void *const *constraint_ctx, og_request **out);
+/* The prompt text a CHAT request p renders (the model's chat template over
+ * its messages or messages_json, tools_json, template_vars_json and
+ * add_generation_prompt, with the tokenizer's BOS and EOS texts), exactly
+ * as og_engine_submit renders it before tokenizing it; nothing is queued.
+ * Refused as og_engine_submit refuses the chat: OG_ERR_INVALID_ARGUMENT
+ * (NULL arguments, another kind than CHAT, no tokenizer, no messages, a
+ * chat the template refuses, bad template variables), OG_ERR_FORMAT (the
+ * template does not parse), OG_ERR_OUT_OF_MEMORY. On success *out
+ * (NUL-terminated UTF-8) is owned by the caller: og_free. */
+OG_API og_status og_engine_render(const og_engine *e, const og_request_params *p, char **out);
 
 /* What a request produced since the previous og_request_next. */
 typedef struct og_request_output {

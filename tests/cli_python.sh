@@ -15,11 +15,8 @@
 # python3 on PATH: the first that makes a venv with pip.
 # Args: the built offgraph, a scratch folder.
 set -u
-BIN=$1
-WORK=$2
-SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD=$(cd "$(dirname "$BIN")" && pwd)
-BIN=$BUILD/$(basename "$BIN")
+. "$(dirname "$0")/python/build_env.sh"
+og_python_build_env "$@"
 DEMO=$BUILD/kjv-tiny.ogp
 rm -rf "$WORK" && mkdir -p "$WORK"
 fails=0

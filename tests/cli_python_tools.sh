@@ -11,11 +11,8 @@
 # Needs Debian's python3 with python3-jsonschema (skipped, 77, without).
 # Args: the built offgraph, a scratch folder.
 set -u
-BIN=$1
-WORK=$2
-SRC=${OG_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD=$(cd "$(dirname "$BIN")" && pwd)
-BIN=$BUILD/$(basename "$BIN")
+. "$(dirname "$0")/python/build_env.sh"
+og_python_build_env "$@"
 rm -rf "$WORK" && mkdir -p "$WORK"
 PY=/usr/bin/python3
 [ -x $PY ] || PY=python3
@@ -33,17 +30,8 @@ LIB=$BUILD/liboffgraph.so.$major
 og_python_sanitizer_env "$BUILD" cli_python_tools || exit 77
 RUN=(env PYTHONPATH="$SRC/python" OFFGRAPH_LIB="$LIB" PYTHONDONTWRITEBYTECODE=1 "${SAN_ENV[@]}")
 
-# the tools: enums, integers and a bounded string, so that a model of
-# random weights still ends its calls within max_tokens (as cli_serve_tools)
-cat >"$WORK/tools.json" <<'JSON'
-[{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city.",
-  "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
-   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
-   "additionalProperties": false}}},
- {"type": "function", "function": {"name": "add", "description": "Adds two integers.",
-  "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-   "note": {"type": "string", "maxLength": 8}}, "required": ["a", "b"], "additionalProperties": false}}}]
-JSON
+# the tools (tests/data/tools/weather_add.json, as cli_serve_tools)
+cp "$SRC/tests/data/tools/weather_add.json" "$WORK/tools.json"
 
 # export NAME TEMPLATE_FILE: the checkpoint with that chat template, a
 # context past its 256 positions (the tools' system prompt is long)

@@ -35,18 +35,14 @@ if [ ! -f "$CLIENT/node_modules/openai/package.json" ]; then
     }
 fi
 
-# the tools: enums, integers and a bounded string, so that a model of
-# random weights still ends its calls within max_tokens
-cat >"$WORK/tools.json" <<'JSON'
-[{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city.",
-  "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
-   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
-   "additionalProperties": false}}},
- {"type": "function", "function": {"name": "add", "description": "Adds two integers.",
-  "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-   "note": {"type": "string", "maxLength": 8}}, "required": ["a", "b"], "additionalProperties": false}}}]
-JSON
+# the tools (tests/data/tools/weather_add.json): enums, integers and a
+# bounded string, so that a model of random weights still ends its calls
+# within max_tokens
+cp "$SRC/tests/data/tools/weather_add.json" "$WORK/tools.json"
 
+# a pause after every step (a bigger model's step time), so that a stream
+# reads each token of a call's arguments as it comes: more than one delta
+export OFFGRAPH_TEST_STEP_DELAY_MS=5
 mkdir -p "$WORK/m"
 cp "$SRC/tests/data/hf/qwen3-mixed/"* "$WORK/m/"
 cp "$SRC/tests/data/chat_templates/qwen3.jinja" "$WORK/m/chat_template.jinja"
@@ -108,13 +104,21 @@ for choice in ("required", {"type": "function", "function": {"name": "add"}}):
             json.loads(call["function"]["arguments"]))
     if isinstance(choice, dict):
         assert calls[0]["function"]["name"] == "add", calls
-    # streamed: the same call in one delta
+    # streamed: the same call, a first delta naming it, then its arguments
+    # in pieces that join into the whole reply's
     st, raw = post(dict(body, stream=True), stream=True)
     deltas = [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: {")]
     got = [tc for d in deltas for ch in d["choices"] for tc in (ch["delta"].get("tool_calls") or [])]
     fins = [ch["finish_reason"] for d in deltas for ch in d["choices"] if ch["finish_reason"]]
-    assert [(g["function"]["name"], g["function"]["arguments"]) for g in got] == \
-        [(x["function"]["name"], x["function"]["arguments"]) for x in calls] and fins == ["tool_calls"], raw
+    first, rest = got[0], got[1:]
+    assert first["index"] == 0 and first["type"] == "function" and first["id"] and \
+        first["function"]["arguments"] == "", raw
+    assert all(set(g) == {"index", "function"} and set(g["function"]) == {"arguments"} and g["index"] == 0
+               for g in rest), raw
+    streamed = [(first["function"]["name"], "".join(g["function"]["arguments"] for g in rest))]
+    assert streamed == [(x["function"]["name"], x["function"]["arguments"]) for x in calls] and \
+        fins == ["tool_calls"], raw
+    assert len(calls[0]["function"]["arguments"]) < 8 or len(rest) > 1, raw
     # a second turn with the call and its result
     turn2 = msgs + [c["message"]] + [{"role": "tool", "tool_call_id": x["id"], "content": "18"} for x in calls]
     st, r2 = post({"messages": turn2, "tools": tools, "max_tokens": 4})
@@ -125,6 +129,8 @@ PY
     wait $PID || fail "$tpl: the server's exit status after SIGTERM"
     PID=
 done
+
+unset OFFGRAPH_TEST_STEP_DELAY_MS
 
 # the demo model's template takes no tools
 post() { # BODY: the body in $WORK/out, prints the status

@@ -117,6 +117,14 @@ static void encode(const char *text, seq *out) {
 
 /* ------------------------------------------------------------ helpers */
 
+/* An engine over the test model with ep (NULL, the failure counted, when
+ * it cannot be made). */
+static og_engine *new_engine(const og_engine_params *ep) {
+    og_engine *e = NULL;
+    CHECK_OK(og_engine_create(g_model, g_tok, ep, &e));
+    return e;
+}
+
 typedef struct result {
     og_status submit;
     seq tokens;
@@ -335,8 +343,7 @@ static void test_budget(void) {
     const int64_t one = budget_for(CTX / 2);
     ep.kv_budget = one + one / 2; /* one request of CTX/2 tokens, never two */
     ep.test_step_delay_s = 0.002;
-    og_engine *e = NULL;
-    CHECK_OK(og_engine_create(g_model, g_tok, &ep, &e));
+    og_engine *e = new_engine(&ep);
     if (!e) return;
     og_request *r[3] = {0};
     seq prompt[3], want[3];
@@ -404,8 +411,7 @@ static void test_queue_and_cancel(void) {
     ep.max_sessions = 1;
     ep.max_queue = 1;
     ep.test_step_delay_s = 0.005;
-    og_engine *e = NULL;
-    CHECK_OK(og_engine_create(g_model, g_tok, &ep, &e));
+    og_engine *e = new_engine(&ep);
     if (!e) return;
     og_request_params p = text_params(g_prompts[0], 200);
     p.ignore_eos = true;
@@ -463,8 +469,7 @@ static void test_fairness(void) {
     ep.step_rows = 32;
     ep.prefix_cache_bytes = 0;
     ep.test_step_delay_s = 0.01;
-    og_engine *e = NULL;
-    CHECK_OK(og_engine_create(g_model, g_tok, &ep, &e));
+    og_engine *e = new_engine(&ep);
     if (!e) return;
     int32_t longp[200];
     og_rng rng = og_rng_seed(5);
@@ -633,6 +638,16 @@ static void encode_plain(const char *text, seq *out) {
     og_free(ids);
 }
 
+/* A request of text (its ids, no added tokens, into *ids) that goes on in
+ * the caller's session s until the context is full or it is cancelled. */
+static og_request_params on_session(og_session *s, const char *text, seq *ids) {
+    encode_plain(text, ids);
+    og_request_params p = token_params(ids->ids, ids->n, 0);
+    p.session = s;
+    p.ignore_eos = true;
+    return p;
+}
+
 static void test_own_session(og_engine *e) {
     og_test_section("a caller's session: turns give a plain loop's tokens and the session holds them");
     og_session *mine = NULL, *ref = NULL;
@@ -682,13 +697,10 @@ static void test_own_session(og_engine *e) {
     og_test_section("a caller's session: a second request on it while one runs is refused");
     {
         seq more;
-        encode_plain(" and", &more);
         const int64_t before = og_session_length(mine);
         /* the first runs until cancelled (to the context at most): the
          * second comes while it runs, however slow the machine */
-        og_request_params p = token_params(more.ids, more.n, 0);
-        p.session = mine;
-        p.ignore_eos = true;
+        og_request_params p = on_session(mine, " and", &more);
         og_request *r1 = NULL, *r2 = NULL;
         CHECK_OK(og_engine_submit(e, &p, &r1));
         og_status st = og_engine_submit(e, &p, &r2);
@@ -709,11 +721,8 @@ static void test_own_session(og_engine *e) {
     og_test_section("a caller's session: max_tokens 0 fills it to the context, every token given out fed");
     {
         seq more;
-        encode_plain(" And the", &more);
         const int64_t before = og_session_length(mine);
-        og_request_params p = token_params(more.ids, more.n, 0);
-        p.session = mine;
-        p.ignore_eos = true;
+        og_request_params p = on_session(mine, " And the", &more);
         result res;
         run(e, &p, &res);
         CHECK(res.last.finish == OG_FINISH_LENGTH);
@@ -777,8 +786,7 @@ static void test_choices(void) {
     og_test_section("n choices: one prefill; greedy choices are the reference's; sampled ones differ");
     og_engine_params ep = params();
     ep.prefix_cache_bytes = 0; /* every prompt token counted is one prefilled */
-    og_engine *e = NULL;
-    CHECK_OK(og_engine_create(g_model, g_tok, &ep, &e));
+    og_engine *e = new_engine(&ep);
     if (!e) return;
     seq prompt, want;
     encode(g_prompts[6], &prompt);
@@ -857,8 +865,7 @@ int main(void) {
     g_vocab = og_model_vocab_size(g_model);
     g_n_stop = og_tokenizer_stop_ids(g_tok, g_stop, 8);
     og_engine_params ep = params();
-    og_engine *e = NULL;
-    CHECK_OK(og_engine_create(g_model, g_tok, &ep, &e));
+    og_engine *e = new_engine(&ep);
     if (e) {
         test_greedy(e);
         test_prefix(e);

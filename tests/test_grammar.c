@@ -175,6 +175,12 @@ static const struct {
      {{"{\"q\":1,\"r\":2}", 1}, {"{\"q\":\"s\"}", 0}}},
     {"{\"type\":\"object\",\"required\":[\"id\"]}", {{"{\"id\":[1,{}]}", 1}, {"{}", 0}}},
     {"{\"title\":\"any\",\"description\":\"d\"}", {{"[1,{\"a\":null}]", 1}, {"tru", 2}}},
+    /* the root referenced from a member, and one definition at two starts:
+       no cycle before text */
+    {"{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#\"}}}", {{"{\"c\":{\"c\":{}}}", 1}, {"{\"c\":1}", 0}}},
+    {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"anyOf\":[{\"$ref\":\"#/$defs/s\"},{\"type\":\"array\","
+     "\"items\":{\"anyOf\":[{\"$ref\":\"#/$defs/s\"},{\"$ref\":\"#\"}]}}]}",
+     {{"\"a\"", 1}, {"[\"a\",[[\"b\"]]]", 1}, {"[1]", 0}}},
 };
 
 static void test_schema(void) {
@@ -207,6 +213,21 @@ static void test_schema(void) {
         {"false", "the schema false"},
         {"{\"type\":\"objekt\"}", "unknown type \"objekt\""},
         {"{", "not valid JSON"},
+        /* $ref cycles that match nothing before they come back (a grammar
+           that starts with itself): refused, the cycle named */
+        {"{\"$ref\":\"#\"}", "a $ref cycle that matches nothing before it comes back: # -> #"},
+        {"{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/b\"},{\"type\":\"null\"}]},\"b\":{\"anyOf\":[{\"type\":"
+         "\"string\"},{\"$ref\":\"#/$defs/a\"}]}},\"$ref\":\"#/$defs/a\"}",
+         "a $ref cycle that matches nothing before it comes back: #/$defs/b -> #/$defs/a -> #/$defs/b"},
+        /* b is compiled first inside a's member (after text), then reached
+           again at a's start */
+        {"{\"$defs\":{\"a\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/b\"}}},"
+         "{\"$ref\":\"#/$defs/b\"}]},\"b\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"type\":\"null\"}]}},"
+         "\"$ref\":\"#/$defs/a\"}",
+         "a $ref cycle that matches nothing before it comes back: #/$defs/a -> #/$defs/b -> #/$defs/a"},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/c\"},\"c\":{\"anyOf\":[{\"$ref\":"
+         "\"#\"}]}},\"$ref\":\"#/$defs/a\"}",
+         "a $ref cycle that matches nothing before it comes back: # -> #/$defs/a -> #/$defs/b -> #/$defs/c -> #"},
     };
     for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
         char *gbnf = NULL;

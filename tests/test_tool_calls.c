@@ -41,6 +41,7 @@ typedef struct parsed {
     int n_calls;
     char names[8][64];
     char args[8][512];
+    int arg_pieces[8]; /* pieces with argument bytes (take_pieces) */
 } parsed;
 
 static void take_into(og_tool_parser *p, parsed *r) {
@@ -60,24 +61,80 @@ static void take_into(og_tool_parser *p, parsed *r) {
 
 static og_tool_format g_format = OG_TOOL_FORMAT_HERMES; /* of parse_cut */
 
-/* Parses text fed in pieces cut at cuts[0..n_cuts) (ascending). */
+/* The pieces a take_pieces gives, into r: content joined, each call's
+ * name from its first piece and its arguments joined; a call's pieces
+ * come in order, only the first names it, none after its last. */
+static void pieces_into(og_tool_parser *p, parsed *r, bool *open_call) {
+    const og_tool_piece *pc;
+    int k;
+    og_tool_parser_take_pieces(p, &pc, &k);
+    for (int i = 0; i < k; i++) {
+        CHECK(pc[i].text && !pc[i].text[pc[i].n]);
+        if (pc[i].call < 0) {
+            CHECK(!pc[i].name && !pc[i].last);
+            if (r->n_content + pc[i].n < sizeof r->content) memcpy(r->content + r->n_content, pc[i].text, pc[i].n);
+            r->n_content += pc[i].n;
+            r->content[r->n_content < sizeof r->content ? r->n_content : sizeof r->content - 1] = 0;
+            continue;
+        }
+        if (!*open_call) { /* a call's first piece */
+            CHECK_MSG(pc[i].call == r->n_calls && pc[i].name, "piece of call %d, %d calls so far, name %s",
+                      pc[i].call, r->n_calls, pc[i].name ? pc[i].name : "(none)");
+            if (r->n_calls >= 8) return;
+            snprintf(r->names[r->n_calls], sizeof r->names[0], "%s", pc[i].name ? pc[i].name : "");
+            r->args[r->n_calls][0] = 0;
+            r->arg_pieces[r->n_calls] = 0;
+            *open_call = true;
+        } else {
+            CHECK(pc[i].call == r->n_calls && !pc[i].name);
+        }
+        CHECK(strlen(pc[i].text) == pc[i].n); /* arguments: JSON, no NUL */
+        if (r->n_calls >= 8) return;
+        char *a = r->args[r->n_calls];
+        if (strlen(a) + pc[i].n < sizeof r->args[0]) strncat(a, pc[i].text, pc[i].n);
+        r->arg_pieces[r->n_calls] += pc[i].n > 0;
+        if (pc[i].last) {
+            r->n_calls++;
+            *open_call = false;
+        }
+    }
+}
+
+/* Parses text fed in pieces cut at cuts[0..n_cuts) (ascending), read with
+ * og_tool_parser_take; a second parser read with take_pieces must give the
+ * same (its argument pieces counted in the result). */
 static parsed parse_cut(const char *text, const size_t *cuts, int n_cuts) {
-    parsed r;
+    parsed r, q;
     memset(&r, 0, sizeof r);
-    og_tool_parser *p = NULL;
+    memset(&q, 0, sizeof q);
+    og_tool_parser *p = NULL, *s = NULL;
     CHECK_OK(og_tool_parser_create(g_format, &p));
-    if (!p) return r;
+    CHECK_OK(og_tool_parser_create(g_format, &s));
+    if (!p || !s) return r;
+    bool open_call = false;
     size_t at = 0, n = strlen(text);
     for (int i = 0; i <= n_cuts; i++) {
         size_t to = i < n_cuts ? cuts[i] : n;
         CHECK_OK(og_tool_parser_feed(p, text + at, to - at));
         take_into(p, &r);
+        CHECK_OK(og_tool_parser_feed(s, text + at, to - at));
+        pieces_into(s, &q, &open_call);
         at = to;
     }
     CHECK_OK(og_tool_parser_finish(p));
     take_into(p, &r);
+    CHECK_OK(og_tool_parser_finish(s));
+    pieces_into(s, &q, &open_call);
+    CHECK_MSG(!open_call, "a call without its last piece");
     CHECK(og_tool_parser_total_calls(p) == r.n_calls);
+    bool alike = q.n_content == r.n_content && !strcmp(q.content, r.content) && q.n_calls == r.n_calls;
+    for (int i = 0; alike && i < r.n_calls && i < 8; i++)
+        alike = !strcmp(q.names[i], r.names[i]) && !strcmp(q.args[i], r.args[i]);
+    CHECK_MSG(alike, "the pieces give \"%s\" and %d calls (%s), take \"%s\" and %d calls (%s)", q.content,
+              q.n_calls, q.n_calls ? q.args[0] : "", r.content, r.n_calls, r.n_calls ? r.args[0] : "");
+    memcpy(r.arg_pieces, q.arg_pieces, sizeof r.arg_pieces);
     og_tool_parser_destroy(p);
+    og_tool_parser_destroy(s);
     return r;
 }
 
@@ -141,9 +198,32 @@ static void hand_checked(void) {
     /* what cJSON lets through and strict parsers refuse: a raw newline in a
        string is escaped (cJSON's print), a NUL makes the body text */
     expect("a raw newline in a string", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a\nb\"}}</tool_call>", "",
-           1, "f", "{\"s\":\"a\\nb\"}");
-    expect("a control byte", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \x01 1}}</tool_call>",
-           "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \x01 1}}</tool_call>", 0);
+           1, "f", "{\"s\": \"a\\nb\"}");
+    expect("a raw newline, arguments first", "<tool_call>{\"arguments\": {\"s\": \"a\nb\"}, \"name\": \"f\"}</tool_call>",
+           "", 1, "f", "{\"s\":\"a\\nb\"}");
+    /* arguments that stop being JSON end the call at the last point where
+       closing what is open makes them JSON; the rest of the block is
+       dropped */
+    expect("a control byte", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \x01 1}}</tool_call> ok", "ok", 1, "f",
+           "{}");
+    expect("broken in an array", "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2, tru</tool_call>", "", 1,
+           "f", "{\"a\": [1, 2]}");
+    expect("a bad escape", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"ab\\q\"}}</tool_call>", "", 1, "f",
+           "{\"s\": \"ab\"}");
+    expect("a lone low surrogate", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"\\udc00\"}}</tool_call>", "",
+           1, "f", "{\"s\": \"\"}");
+    expect("a surrogate pair", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"\\ud83d\\ude00\"}}</tool_call>",
+           "", 1, "f", "{\"s\": \"\\ud83d\\ude00\"}");
+    expect("a number cut at its dot", "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1, \"y\": 2.", "", 1, "f",
+           "{\"x\": 1, \"y\": 2}");
+    expect("a member cut after its comma", "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": {\"y\": \"z\"}, \"w", "",
+           1, "f", "{\"x\": {\"y\": \"z\"}}");
+    expect("a leading zero", "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": [0, 01]}}</tool_call>", "", 1, "f",
+           "{\"x\": [0, 0]}");
+    expect("the close marker in a string", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a</tool_call>b",
+           "b", 1, "f", "{\"s\": \"a\"}");
+    expect("a '<' in a string", "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"a < b </tool\"}}</tool_call>",
+           "", 1, "f", "{\"s\": \"a < b </tool\"}");
     expect("a body that is not a call", "x <tool_call>not json</tool_call> y",
            "x <tool_call>not json</tool_call> y", 0);
     expect("a body without a name", "<tool_call>{\"arguments\": {}}</tool_call>",
@@ -157,6 +237,9 @@ static void hand_checked(void) {
            "<think>\nWeather.\n</think>", 1, "w", "{\"c\": \"\\u00e9\"}");
     og_test_section("parsing: Mistral's [TOOL_CALLS] and Llama 3.1's JSON");
     g_format = OG_TOOL_FORMAT_MISTRAL;
+    expect("mistral a later element not a call",
+           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, {\"arguments\": {\"b\": 1}, \"name\": \"g\"}, 7] x", "7] x",
+           2, "f", "{}", "g", "{\"b\": 1}");
     expect("mistral plain", "Bonjour [TOOL and [TOOL_CALL", "Bonjour [TOOL and [TOOL_CALL", 0);
     expect("mistral two calls",
            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"]\"}, \"id\": \"abcdefghi\"}, "
@@ -175,8 +258,10 @@ static void hand_checked(void) {
            "{\"city\": \"Paris\"}");
     expect("llama python tag", "<|python_tag|>{\"name\": \"f\", \"arguments\": {}}\n", "", 1, "f", "{}");
     expect("llama JSON that is not a call", "{\"name\": \"John\", \"age\": 3}", "{\"name\": \"John\", \"age\": 3}", 0);
-    expect("llama a call and more", "{\"name\": \"f\", \"parameters\": {}} and text",
-           "{\"name\": \"f\", \"parameters\": {}} and text", 0);
+    /* a call is a call from its arguments' start: what follows is content */
+    expect("llama a call and more", "{\"name\": \"f\", \"parameters\": {}} and text", "and text", 1, "f", "{}");
+    expect("llama parameters first", "{\"parameters\": {}, \"name\": \"f\"}", "", 1, "f", "{}");
+    expect("llama broken", "{\"name\": \"f\", \"parameters\": {\"a\": 1 2}}", "2}}", 1, "f", "{\"a\": 1 }");
     expect("llama a lone tag start", "<|python", "<|python", 0);
     g_format = OG_TOOL_FORMAT_HERMES;
     /* not a parsed format: the text as it is */
@@ -192,6 +277,63 @@ static void hand_checked(void) {
     og_tool_parser_destroy(p);
     CHECK(og_tool_format_detect(NULL) == OG_TOOL_FORMAT_NONE);
     CHECK(og_tool_format_detect("{{ messages }}") == OG_TOOL_FORMAT_NONE);
+}
+
+/* Arguments as they stream: fed as a model's tokens would come (a few
+ * bytes at a time), a call's arguments come in more than one piece, the
+ * first naming the call, and they join into the call's arguments. */
+static void streamed_pieces(void) {
+    og_test_section("parsing: arguments in pieces as they arrive");
+    static const struct {
+        og_tool_format f;
+        const char *text, *name, *args;
+    } cases[] = {
+        {OG_TOOL_FORMAT_HERMES,
+         "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+         "\"celsius\", \"days\": [1, 2, 3]}}\n</tool_call>",
+         "get_weather", "{\"city\": \"Paris\", \"unit\": \"celsius\", \"days\": [1, 2, 3]}"},
+        {OG_TOOL_FORMAT_MISTRAL,
+         "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 40, \"note\": \"sum \\u00e9\"}}]",
+         "add", "{\"a\": 2, \"b\": 40, \"note\": \"sum \\u00e9\"}"},
+        {OG_TOOL_FORMAT_LLAMA3,
+         "<|python_tag|>{\"name\": \"lookup\", \"parameters\": {\"query\": \"the longest river\", \"n\": 3}}",
+         "lookup", "{\"query\": \"the longest river\", \"n\": 3}"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        g_format = cases[c].f;
+        const char *t = cases[c].text;
+        const size_t n = strlen(t);
+        size_t cuts[256];
+        int k = 0;
+        for (size_t at = 3; at < n && k < 256; at += 3) cuts[k++] = at; /* 3-byte "tokens" */
+        parsed r = parse_cut(t, cuts, k);
+        CHECK_MSG(r.n_calls == 1 && !strcmp(r.names[0], cases[c].name) && !strcmp(r.args[0], cases[c].args),
+                  "%s: %d calls, %s %s", og_tool_format_name(cases[c].f), r.n_calls, r.names[0], r.args[0]);
+        CHECK_MSG(r.arg_pieces[0] >= 4, "%s: the arguments came in %d pieces", og_tool_format_name(cases[c].f),
+                  r.arg_pieces[0]);
+    }
+    /* the first piece names the call before its arguments are complete */
+    og_tool_parser *p = NULL;
+    CHECK_OK(og_tool_parser_create(OG_TOOL_FORMAT_HERMES, &p));
+    const char *head = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"xy";
+    CHECK_OK(og_tool_parser_feed(p, head, strlen(head)));
+    const og_tool_piece *pc;
+    int k;
+    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_MSG(k == 1 && pc[0].call == 0 && pc[0].name && !strcmp(pc[0].name, "f") && !pc[0].last &&
+                  !strcmp(pc[0].text, "{\"a\": \"xy"),
+              "the first piece: %d pieces, %s", k, k ? pc[0].text : "");
+    /* a comma waits for what follows it (a member cut there ends closed) */
+    CHECK_OK(og_tool_parser_feed(p, "z\", ", 3));
+    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_MSG(k == 1 && !pc[0].name && !strcmp(pc[0].text, "z\""), "after a comma: %d pieces, %s", k, k ? pc[0].text : "");
+    CHECK_OK(og_tool_parser_feed(p, " \"b\": 1}}\n</tool_call>", 22));
+    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_MSG(k == 1 && !strcmp(pc[0].text, ", \"b\": 1}") && pc[0].last, "the end: %d pieces, %s", k,
+              k ? pc[0].text : "");
+    CHECK(og_tool_parser_total_calls(p) == 1);
+    og_tool_parser_destroy(p);
+    g_format = OG_TOOL_FORMAT_HERMES;
 }
 
 /* ------------------------------------------------------------ rendering */
@@ -453,6 +595,7 @@ static void call_ids(void) {
 
 int main(void) {
     hand_checked();
+    streamed_pieces();
     rendering();
     grammar();
     call_ids();

@@ -186,8 +186,18 @@ static void print_buckets(const int64_t *v) {
  * beside the later ones' prompts). An untimed pass of both rounds (two
  * tokens) on other sessions comes first unless --no-warmup, its decode round
  * also run by 1, 2, 4, ... requests (below). */
+/* An engine figure by name from its metrics text (0 when absent). */
+static double engine_figure(og_engine *e, const char *name) {
+    char *text = og_engine_metrics_text(e), key[96];
+    snprintf(key, sizeof key, "\noffgraph_%s ", name);
+    const char *at = text ? strstr(text, key) : NULL;
+    const double v = at ? strtod(at + strlen(key), NULL) : 0;
+    og_free(text);
+    return v;
+}
+
 static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, bool warmup, double *pf, double *dc,
-                         double *t_decode, og_kv_metrics *tot) {
+                         double *t_decode, og_kv_metrics *tot, double *step_ms, double *gap_ms) {
     og_engine_params ep = og_engine_default_params();
     ep.session = mo->session;
     ep.max_sessions = (int32_t)b->K;
@@ -224,10 +234,15 @@ static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, boo
         for (int64_t w = 1; ok && pass == 0 && w < b->K; w *= 2) ok = engine_round(b, e, w, one, 1, 2, fin);
         const int64_t n = pass == 0 ? 2 : gen;
         if (!ok || n == 0) continue;
+        const double s0 = engine_figure(e, "step_seconds_total"), g0 = engine_figure(e, "step_gap_seconds_total"),
+                     n0 = engine_figure(e, "steps_total");
         ok = engine_round(b, e, b->K, one, 1, n, fin);
         if (ok && pass == 1) {
             *t_decode = round_time(b, fin, &generated);
             *dc = (double)generated / *t_decode;
+            const double steps = engine_figure(e, "steps_total") - n0;
+            *step_ms = steps > 0 ? 1e3 * (engine_figure(e, "step_seconds_total") - s0) / steps : 0;
+            *gap_ms = steps > 0 ? 1e3 * (engine_figure(e, "step_gap_seconds_total") - g0) / steps : 0;
         }
     }
     for (int64_t k = 0; ok && k < b->K; k++) {
@@ -307,11 +322,11 @@ int og_cmd_bench(int argc, char **argv) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         b.ids[t] = (int32_t)(r % (uint64_t)V);
     }
-    double pf = 0, dc = 0, t_decode = 0;
+    double pf = 0, dc = 0, t_decode = 0, step_ms = -1, gap_ms = -1;
     og_kv_metrics tot = {0};
     const char *mode = sequential ? "sequential" : "batched";
     if (engine && !sequential && !direct) {
-        if (!bench_engine(&b, &mo, gen, warmup, &pf, &dc, &t_decode, &tot)) goto done;
+        if (!bench_engine(&b, &mo, gen, warmup, &pf, &dc, &t_decode, &tot, &step_ms, &gap_ms)) goto done;
         mode = "engine";
         goto report;
     }
@@ -363,7 +378,9 @@ report:;
         print_buckets(mm.bucket_captures);
         printf("],\"bucket_replays\":[");
         print_buckets(mm.bucket_replays);
-        printf("]}\n");
+        printf("]");
+        if (step_ms >= 0) printf(",\"engine_step_ms\":%.4f,\"engine_gap_ms\":%.4f", step_ms, gap_ms);
+        printf("}\n");
     } else {
         printf("%lld sessions (%s), prompt %lld, generated %lld tokens each\n", (long long)sessions, mode,
                (long long)prompt, (long long)gen);
@@ -380,6 +397,9 @@ report:;
         printf("], replays [");
         print_buckets(mm.bucket_replays);
         printf("]\n");
+        if (step_ms >= 0)
+            printf("  decode step      %10.3f ms in og_model_step, %.3f ms between steps (the engine's own work)\n",
+                   step_ms, gap_ms);
     }
     rc = 0;
 done:

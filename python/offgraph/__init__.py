@@ -157,6 +157,10 @@ class _ToolCall(Structure):
     _fields_ = [("name", c_char_p), ("arguments", c_char_p)]
 
 
+class _ToolPiece(Structure):
+    _fields_ = [("call", c_int), ("name", c_char_p), ("text", c_void_p), ("n", c_size_t), ("last", c_bool)]
+
+
 # og_tool_format, in the order of the enum
 _TOOL_FORMATS = {"none": 0, "hermes": 1, "other": 2, "mistral": 3, "llama3": 4}
 
@@ -235,6 +239,7 @@ _PROTOTYPES = {
     "og_tool_parser_take": (None, [_P, POINTER(c_void_p), POINTER(c_size_t), POINTER(POINTER(_ToolCall)),
                                    POINTER(c_int)]),
     "og_tool_parser_total_calls": (c_int, [_P]),
+    "og_tool_parser_take_pieces": (None, [_P, POINTER(POINTER(_ToolPiece)), POINTER(c_int)]),
     "og_tool_calls_grammar_text": (c_int, [c_int, c_char_p, c_char_p, c_bool, POINTER(c_void_p)]),
     "og_tool_call_id": (c_int, [c_int, c_char_p, c_char_p, c_size_t]),
     # the engine
@@ -243,6 +248,7 @@ _PROTOTYPES = {
     "og_engine_destroy": (None, [_P]),
     "og_request_default_params": (_RequestParams, []),
     "og_engine_submit": (c_int, [_P, POINTER(_RequestParams), POINTER(_P)]),
+    "og_engine_render": (c_int, [_P, POINTER(_RequestParams), POINTER(c_void_p)]),
     "og_request_next": (c_int, [_P, POINTER(_RequestOutput), c_double]),
     "og_request_cancel": (None, [_P]),
     "og_request_destroy": (None, [_P]),
@@ -624,7 +630,14 @@ class ToolParser(_Handle):
     what is ready since the previous call: the text outside the calls and
     the calls completed, as (name, arguments) pairs (arguments: JSON text).
     A format other than "hermes", "mistral" and "llama3" passes the text
-    through as content."""
+    through as content. For a stream, feed_pieces(text) and
+    finish_pieces() give the same output in the order it was written, the
+    calls' arguments as they arrive (og_tool_parser_take_pieces): a list of
+    (index, name, text, last), index None for content, else the call's
+    index in the reply, name the call's name on its first piece (else
+    None), text content or bytes of the call's arguments, last True on the
+    call's last piece; a call's pieces' texts joined are its arguments as
+    feed/finish give them. A parser is read one way or the other."""
 
     _free = "og_tool_parser_destroy"
 
@@ -641,14 +654,35 @@ class ToolParser(_Handle):
         text = ctypes.string_at(content.value, n.value).decode("utf-8", "replace") if n.value else ""
         return text, [(_text(calls[i].name), _text(calls[i].arguments)) for i in range(k.value)]
 
-    def feed(self, text):
+    def _feed(self, text):
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         _check(_L().og_tool_parser_feed(self._ptr(), data, len(data)), "tool parser feed")
+
+    def feed(self, text):
+        self._feed(text)
         return self._take()
 
     def finish(self):
         _check(_L().og_tool_parser_finish(self._ptr()), "tool parser finish")
         return self._take()
+
+    def _take_pieces(self):
+        pieces, k = POINTER(_ToolPiece)(), c_int()
+        _L().og_tool_parser_take_pieces(self._ptr(), byref(pieces), byref(k))
+        res = []
+        for i in range(k.value):
+            p = pieces[i]
+            text = ctypes.string_at(p.text, p.n).decode("utf-8", "replace") if p.n else ""
+            res.append((None if p.call < 0 else p.call, None if p.name is None else _text(p.name), text, bool(p.last)))
+        return res
+
+    def feed_pieces(self, text):
+        self._feed(text)
+        return self._take_pieces()
+
+    def finish_pieces(self):
+        _check(_L().og_tool_parser_finish(self._ptr()), "tool parser finish")
+        return self._take_pieces()
 
     @property
     def total_calls(self):
@@ -683,6 +717,53 @@ def tool_call_id(tool_format, unique):
 
 
 # ----------------------------------------------------------------- models
+
+def _chat_params(p, keep, messages, template_vars, add_generation_prompt, tools):
+    """Fills og_request_params p with a chat (what p points to kept alive in
+    keep): messages as og_chat_message entries, or as messages_json when one
+    has more than a role and a content; tools as tools_json."""
+    msgs = list(messages)
+    full = any(isinstance(m, dict) and set(m) - {"role", "content"} for m in msgs)
+    if tools is not None:
+        tj = (tools if isinstance(tools, (str, bytes)) else json.dumps(tools))
+        tj = tj.encode("utf-8") if isinstance(tj, str) else tj
+        keep.append(tj)
+        p.tools_json = tj
+    if full:
+        mj = json.dumps(msgs).encode("utf-8")
+        keep.append(mj)
+        p.messages_json = mj
+        p.kind = _PROMPT_CHAT
+        p.add_generation_prompt = bool(add_generation_prompt)
+        if template_vars:
+            tv = json.dumps(template_vars).encode("utf-8")
+            keep.append(tv)
+            p.template_vars_json = tv
+    else:
+        arr = (_ChatMessage * max(len(msgs), 1))()
+        for i, m in enumerate(msgs):
+            try:
+                role, content = m["role"], m.get("content")
+            except (TypeError, KeyError):
+                raise OffgraphError("submit: message %d must be a dict with a role and a content, not %r"
+                                    % (i, m)) from None
+            if content is None:
+                content = ""
+            if not isinstance(role, str) or not isinstance(content, str):
+                raise OffgraphError("submit: message %d: role and content must be strings" % i)
+            rb, cb = role.encode("utf-8"), content.encode("utf-8")
+            keep += [rb, cb]
+            arr[i].role, arr[i].content = rb, cb
+        keep.append(arr)
+        p.kind = _PROMPT_CHAT
+        p.messages = ctypes.cast(arr, c_void_p)
+        p.n_messages = len(msgs)
+        p.add_generation_prompt = bool(add_generation_prompt)
+        if template_vars:
+            tv = json.dumps(template_vars).encode("utf-8")
+            keep.append(tv)
+            p.template_vars_json = tv
+
 
 class StepItem:
     """One session's part of Model.step: its tokens and what it gets back.
@@ -900,6 +981,24 @@ class Model(_Handle):
                 h = self._engines[kv_dtype] = e.value
             return h
 
+    def render_chat(self, messages, template_vars=None, add_generation_prompt=True, tools=None, kv_dtype=None):
+        """The prompt text the engine renders for a chat (og_engine_render):
+        messages, template_vars, add_generation_prompt and tools as submit
+        takes them, through the model's chat template with the tokenizer's
+        BOS and EOS texts, exactly what submit(messages=...) tokenizes;
+        nothing is generated. A chat the template refuses raises
+        OffgraphError with its message."""
+        L = _L()
+        p = L.og_request_default_params()
+        keep = []
+        _chat_params(p, keep, messages, template_vars, add_generation_prompt, tools)
+        out = c_void_p()
+        _check(L.og_engine_render(self._engine(kv_dtype), byref(p), byref(out)), "render")
+        try:
+            return ctypes.string_at(out.value).decode("utf-8") if out.value else ""
+        finally:
+            L.og_free(out)
+
     def submit(self, prompt=None, messages=None, max_tokens=0, temperature=0.8, top_k=40, top_p=0.95,
                min_p=0.05, repeat_penalty=1.0, repeat_last_n=64, seed=None, add_special=True, stop=None,
                logprobs=None, grammar=None, json_schema=None, template_vars=None, add_generation_prompt=True,
@@ -933,50 +1032,10 @@ class Model(_Handle):
         keep = []  # what p points to, alive until the submit has copied it
         if (prompt is None) == (messages is None):
             raise OffgraphError("submit: give a prompt or messages, not %s" % ("both" if prompt is not None else "neither"))
+        if tools is not None and messages is None:
+            raise OffgraphError("submit: tools need messages (a chat)")
         if messages is not None:
-            msgs = list(messages)
-            full = any(isinstance(m, dict) and set(m) - {"role", "content"} for m in msgs)
-        if tools is not None:
-            if messages is None:
-                raise OffgraphError("submit: tools need messages (a chat)")
-            tj = (tools if isinstance(tools, (str, bytes)) else json.dumps(tools))
-            tj = tj.encode("utf-8") if isinstance(tj, str) else tj
-            keep.append(tj)
-            p.tools_json = tj
-        if messages is not None and full:
-            mj = json.dumps(msgs).encode("utf-8")
-            keep.append(mj)
-            p.messages_json = mj
-            p.kind = _PROMPT_CHAT
-            p.add_generation_prompt = bool(add_generation_prompt)
-            if template_vars:
-                tv = json.dumps(template_vars).encode("utf-8")
-                keep.append(tv)
-                p.template_vars_json = tv
-        elif messages is not None:
-            arr = (_ChatMessage * max(len(msgs), 1))()
-            for i, m in enumerate(msgs):
-                try:
-                    role, content = m["role"], m.get("content")
-                except (TypeError, KeyError):
-                    raise OffgraphError("submit: message %d must be a dict with a role and a content, not %r"
-                                        % (i, m)) from None
-                if content is None:
-                    content = ""
-                if not isinstance(role, str) or not isinstance(content, str):
-                    raise OffgraphError("submit: message %d: role and content must be strings" % i)
-                rb, cb = role.encode("utf-8"), content.encode("utf-8")
-                keep += [rb, cb]
-                arr[i].role, arr[i].content = rb, cb
-            keep.append(arr)
-            p.kind = _PROMPT_CHAT
-            p.messages = ctypes.cast(arr, c_void_p)
-            p.n_messages = len(msgs)
-            p.add_generation_prompt = bool(add_generation_prompt)
-            if template_vars:
-                tv = json.dumps(template_vars).encode("utf-8")
-                keep.append(tv)
-                p.template_vars_json = tv
+            _chat_params(p, keep, messages, template_vars, add_generation_prompt, tools)
         elif isinstance(prompt, (str, bytes)):
             text = prompt.encode("utf-8") if isinstance(prompt, str) else prompt
             keep.append(text)

@@ -335,6 +335,40 @@ class Llama:
         return {"id": cid, "object": "text_completion", "created": created, "model": self.model_path,
                 "choices": [{"text": text, "index": 0, "logprobs": lps, "finish_reason": finish}]}
 
+    def _chat(self, messages, tools, tool_choice, chat_template_kwargs):
+        """What create_chat_completion gives the template: (messages as the
+        template reads them, tool mode, the named function, the tool format,
+        the tools shown or None, the template variables or None)."""
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise OffgraphError("messages must be a non-empty list of {role, content} dicts")
+        mode, only = _tool_choice(tools, tool_choice)
+        msgs = [_message(m, i) for i, m in enumerate(messages)]
+        fmt, shown = None, None
+        if mode != "none":  # "none": the tools are not shown, the reply is text
+            fmt = self._model.tokenizer.tool_format
+            if fmt == "none":
+                raise OffgraphError("tools: this model's chat template does not take tools")
+            if fmt == "other":
+                raise OffgraphError("tools: this model's chat template writes tool calls in a format offgraph does "
+                                    "not parse (it parses Qwen's and Hermes' <tool_call>, Mistral's [TOOL_CALLS] "
+                                    "and Llama 3.1's JSON)")
+            shown = list(tools)
+        tv = dict(self.chat_template_kwargs)
+        tv.update(chat_template_kwargs or {})
+        return msgs, mode, only, fmt, shown, tv or None
+
+    def render_chat(self, messages, tools=None, tool_choice=None, chat_template_kwargs=None,
+                    add_generation_prompt=True):
+        """The prompt text create_chat_completion renders for these
+        arguments (Model.render_chat, og_engine_render): the messages as
+        OpenAI sends them (a call's arguments as JSON text), the tools shown
+        unless tool_choice is "none", the template variables with the
+        Llama's; a str, nothing generated. Refused as create_chat_completion
+        refuses them."""
+        msgs, _mode, _only, _fmt, shown, tv = self._chat(messages, tools, tool_choice, chat_template_kwargs)
+        return self._model.render_chat(msgs, template_vars=tv, add_generation_prompt=add_generation_prompt,
+                                       tools=shown, kv_dtype=self.kv_dtype)
+
     def create_chat_completion(self, messages, temperature=0.2, top_p=0.95, top_k=40, min_p=0.05, stream=False,
                                stop=None, seed=None, response_format=None, max_tokens=None, repeat_penalty=1.0,
                                logprobs=False, top_logprobs=None, grammar=None, tools=None, tool_choice=None,
@@ -355,27 +389,17 @@ class Llama:
         calls the model writes (in its template's format: Qwen's and Hermes'
         <tool_call>, Mistral's [TOOL_CALLS], Llama 3.1's JSON) come out as
         message.tool_calls ({"id", "type": "function", "function": {"name",
-        "arguments": JSON text}}; streamed as delta.tool_calls with their
-        index) and finish_reason "tool_calls"; messages may hold an
+        "arguments": JSON text}}; streamed as OpenAI streams them: a first
+        delta.tool_calls entry with the call's index, id, type, name and
+        arguments "", then entries with its index and the arguments' bytes
+        as the model writes them) and finish_reason "tool_calls"; messages may hold an
         assistant's tool_calls and "tool" results. A template that does not
         read tools, or writes calls in a format offgraph does not parse,
         refuses tools."""
-        if not isinstance(messages, (list, tuple)) or not messages:
-            raise OffgraphError("messages must be a non-empty list of {role, content} dicts")
-        mode, only = _tool_choice(tools, tool_choice)
+        msgs, mode, only, fmt, shown, tv = self._chat(messages, tools, tool_choice, chat_template_kwargs)
         if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
             raise OffgraphError("parallel_tool_calls must be a bool")
-        msgs = [_message(m, i) for i, m in enumerate(messages)]
-        fmt, shown = None, None
-        if mode != "none":  # "none": the tools are not shown, the reply is text
-            fmt = self._model.tokenizer.tool_format
-            if fmt == "none":
-                raise OffgraphError("tools: this model's chat template does not take tools")
-            if fmt == "other":
-                raise OffgraphError("tools: this model's chat template writes tool calls in a format offgraph does "
-                                    "not parse (it parses Qwen's and Hermes' <tool_call>, Mistral's [TOOL_CALLS] "
-                                    "and Llama 3.1's JSON)")
-            shown = list(tools)
+        if mode != "none":
             if mode in ("required", "named"):
                 if grammar is not None or response_format is not None:
                     raise OffgraphError("tool_choice %s and %s cannot both constrain the reply"
@@ -385,10 +409,8 @@ class Llama:
         n_top = None
         if logprobs:
             n_top = int(top_logprobs or 0)
-        tv = dict(self.chat_template_kwargs)
-        tv.update(chat_template_kwargs or {})
         req = self._request(None, msgs, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty, seed, stop,
-                            n_top, grammar, response_format, tv or None, shown)
+                            n_top, grammar, response_format, tv, shown)
         cid = "chatcmpl-" + uuid.uuid4().hex
         created = int(time.time())
         parser = ToolParser(fmt) if fmt is not None else None
@@ -409,7 +431,7 @@ class Llama:
             text, calls = text + more, calls + last
             message["content"] = None if calls and not text else text
             if calls:
-                message["tool_calls"] = self._tool_calls(fmt, cid, calls, 0, False)
+                message["tool_calls"] = self._tool_calls(fmt, cid, calls)
                 if finish == "stop":
                     finish = "tool_calls"
         return {"id": cid, "object": "chat.completion", "created": created, "model": self.model_path,
@@ -419,18 +441,16 @@ class Llama:
                 "usage": self._usage(req)}
 
     @staticmethod
-    def _tool_calls(fmt, cid, calls, first, stream):
-        """The calls as OpenAI gives them; first: the index of the first in
-        the reply. Ids unique to the response, as the template takes them
-        back (tool_call_id)."""
-        res = []
-        for i, (name, args) in enumerate(calls):
-            c = {"id": tool_call_id(fmt, "call_%s%d" % (cid[len("chatcmpl-"):][:24], first + i)),
-                 "type": "function", "function": {"name": name, "arguments": args}}
-            if stream:
-                c = dict(index=first + i, **c)
-            res.append(c)
-        return res
+    def _tool_calls(fmt, cid, calls):
+        """The calls as OpenAI gives them, ids unique to the response."""
+        return [{"id": Llama._call_id(fmt, cid, i), "type": "function", "function": {"name": name, "arguments": args}}
+                for i, (name, args) in enumerate(calls)]
+
+    @staticmethod
+    def _call_id(fmt, cid, index):
+        """Call index's id, unique to the response cid, as the template
+        takes it back (tool_call_id)."""
+        return tool_call_id(fmt, "call_%s%d" % (cid[len("chatcmpl-"):][:24], index))
 
     def _chat_logprobs(self, out):
         def entry(token, lp):
@@ -447,24 +467,37 @@ class Llama:
         def chunk(delta, finish, lps=None):
             return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.model_path,
                     "choices": [{"index": 0, "delta": delta, "logprobs": lps, "finish_reason": finish}]}
+
+        def chunks(pieces, lps):
+            """The parser's pieces as chunks, in order: content (with the
+            take's logprobs), and each call as OpenAI streams it: a first
+            delta with its index, id, type, name and arguments "", then
+            deltas with its index and bytes of its arguments."""
+            text = []
+            for index, name, piece, _last in pieces:
+                if index is None:
+                    text.append(piece)
+                    continue
+                if text or lps:
+                    yield chunk({"content": "".join(text)} if text else {}, None, lps)
+                    text, lps = [], None
+                if name is not None:
+                    yield chunk({"tool_calls": [{"index": index, "id": self._call_id(parser.tool_format, cid, index),
+                                                 "type": "function", "function": {"name": name, "arguments": ""}}]},
+                                None)
+                if piece:
+                    yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, None)
+            if text or lps:
+                yield chunk({"content": "".join(text)} if text else {}, None, lps)
         with req:
             yield chunk({"role": "assistant"}, None)
-            n_calls = 0
             for out in req:
                 lps = {"content": self._chat_logprobs(out)} if want_lps else None
-                text, calls = (out.text, []) if parser is None else parser.feed(out.text)
-                if text or lps:
-                    yield chunk({"content": text} if text else {}, None, lps)
-                for c in self._tool_calls(parser.tool_format, cid, calls, n_calls, True) if calls else ():
-                    yield chunk({"tool_calls": [c]}, None)
-                n_calls += len(calls)
+                pieces = [(None, None, out.text, False)] if parser is None else parser.feed_pieces(out.text)
+                yield from chunks(pieces, lps)
             finish = req.finish_reason
             if parser is not None:
-                text, calls = parser.finish()
-                if text:
-                    yield chunk({"content": text}, None)
-                for c in self._tool_calls(parser.tool_format, cid, calls, n_calls, True):
-                    yield chunk({"tool_calls": [c]}, None)
+                yield from chunks(parser.finish_pieces(), None)
                 if parser.total_calls and finish == "stop":
                     finish = "tool_calls"
                 parser.close()

@@ -845,6 +845,7 @@ static void *sched_main(void *arg) {
                    og_calloc((size_t)cap, sizeof *w.status), og_calloc((size_t)cap, sizeof *w.why),
                    og_calloc((size_t)cap, sizeof *w.lp), og_calloc((size_t)cap, sizeof *w.wake)};
     og_request **snap = og_calloc((size_t)cap, sizeof *snap);
+    double prev_end = 0; /* when the last step ended, 0 after a wait for work */
     pthread_mutex_lock(&e->lock);
     if (!w.items || !w.owner || !w.status || !w.why || !w.lp || !w.wake || !snap) {
         og_log(OG_LOG_ERROR, "engine: the scheduler has no memory");
@@ -873,6 +874,7 @@ static void *sched_main(void *arg) {
             }
         }
         if (e->n_running == 0) {
+            prev_end = 0;
             if (!e->wait_head) pthread_cond_wait(&e->sched_cond, &e->lock);
             else {
                 /* waiting requests that cannot start (budget): wait for a change */
@@ -942,7 +944,9 @@ static void *sched_main(void *arg) {
         /* Outside the lock: the items' requests stay running (only this
          * thread ends them) and their samplers, logits and drawn tokens are
          * this thread's alone. */
+        const double t_in = og_time_now();
         og_status st = og_model_step(e->model, w.items, n);
+        const double t_out = og_time_now();
         if (e->p.test_step_delay_s > 0) {
             struct timespec d = {(time_t)e->p.test_step_delay_s,
                                  (long)((e->p.test_step_delay_s - (double)(time_t)e->p.test_step_delay_s) * 1e9)};
@@ -981,6 +985,9 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&e->lock);
         e->steps_total++;
         e->step_rows_total += rows;
+        e->step_seconds += t_out - t_in;
+        if (prev_end > 0) e->step_gap_seconds += t_in - prev_end;
+        prev_end = t_out;
         for (int32_t i = 0; i < n; i++) {
             og_request *r = w.owner[i];
             og_batch_item *it = &w.items[i];
@@ -1320,6 +1327,11 @@ char *og_engine_metrics_text(og_engine *e) {
     metric(&b, "generation_tokens_per_second", "gauge", "Generated tokens a second, over the last 10 s.", gen_rate);
     metric(&b, "steps_total", "counter", "Batched model steps.", (double)e->steps_total);
     metric(&b, "step_rows_total", "counter", "Tokens those steps advanced.", (double)e->step_rows_total);
+    metric(&b, "step_seconds_total", "counter", "Seconds the scheduler spent inside og_model_step.", e->step_seconds);
+    metric(&b, "step_gap_seconds_total", "counter",
+           "Seconds from the end of one step to the start of the next while requests ran: the scheduler's own "
+           "work (admission, sampling rows on the host, bookkeeping, waking streams).",
+           e->step_gap_seconds);
     metric(&b, "step_failures_total", "counter", "Requests a failed step ended.", (double)e->step_failures);
     og_strbuf_printf(&b, "# HELP offgraph_requests_total Requests ended, by outcome.\n# TYPE offgraph_requests_total counter\n");
     og_strbuf_printf(&b, "offgraph_requests_total{outcome=\"ok\"} %lld\n", (long long)e->requests_ok);

@@ -146,6 +146,9 @@ struct og_engine {
     int64_t prompt_tokens_reused;  /* prompt tokens taken from the prefix cache */
     int64_t requests_ok, requests_error, requests_cancelled, requests_rejected;
     int64_t steps_total, step_rows_total, step_failures;
+    /* seconds inside og_model_step, and between the end of one step and the
+     * start of the next while requests run (the scheduler's own work) */
+    double step_seconds, step_gap_seconds;
     double rate_t[16];          /* samples for the rates: time, totals */
     int64_t rate_prompt[16], rate_gen[16];
     int32_t rate_n, rate_i;

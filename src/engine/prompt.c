@@ -77,6 +77,16 @@ static og_status render_chat(const og_engine *e, const og_request_params *p, cha
     return st;
 }
 
+og_status og_engine_render(const og_engine *e, const og_request_params *p, char **out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_render: NULL out");
+    *out = NULL;
+    if (!e || !p) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_render: NULL argument");
+    if (p->kind != OG_PROMPT_CHAT)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_engine_render: a chat request (kind CHAT) only");
+    if (!e->tok) return og_set_error(OG_ERR_INVALID_ARGUMENT, "a chat prompt needs an engine with a tokenizer");
+    return render_chat(e, p, out);
+}
+
 og_status og_engine_prompt(const og_engine *e, const og_request_params *p, int32_t **ids, int64_t *n) {
     *ids = NULL;
     *n = 0;

@@ -352,6 +352,17 @@ static void split_out(planner *pl, int32_t i, const og_shard_cols *cols) {
     si->gather = !within; /* consumers read their columns of what it computes */
 }
 
+/* A stateful op split by heads: output columns out, its first operand taken
+ * by x0's columns, the next two (k and v; a and b) by x12's, the rest whole. */
+static void split_stateful(planner *pl, int32_t i, const og_shard_cols *out, const og_shard_cols *x0,
+                           const og_shard_cols *x12) {
+    split_out(pl, i, out);
+    take(pl, i, 0, OG_SHARD_TAKE_COLS, x0);
+    take(pl, i, 1, OG_SHARD_TAKE_COLS, x12);
+    take(pl, i, 2, OG_SHARD_TAKE_COLS, x12);
+    take_all_full(pl, i);
+}
+
 static og_status plan_instr(planner *pl, int32_t i) {
     const og_program_instr *in = og_program_instr_at(pl->p, i);
     og_shard_instr *si = &pl->plan->instr[i];
@@ -418,11 +429,7 @@ static og_status plan_instr(planner *pl, int32_t i) {
     case OG_OP_UPDATE_AND_ATTEND: {
         int64_t kv0[OG_SHARD_MAX];
         OG_TRY(attend_cut(pl, i, c, c3, c2, kv0));
-        split_out(pl, i, c);
-        take(pl, i, 0, OG_SHARD_TAKE_COLS, c);
-        take(pl, i, 1, OG_SHARD_TAKE_COLS, c2);
-        take(pl, i, 2, OG_SHARD_TAKE_COLS, c2);
-        take_all_full(pl, i);
+        split_stateful(pl, i, c, c, c2);
         for (int32_t s = 0; s < N; s++) {
             si->head0[s] = kv0[s];
             si->attrs[s].n_heads = og_shard_cols_width(&c[s]) / in->attrs.head_dim;
@@ -434,11 +441,7 @@ static og_status plan_instr(planner *pl, int32_t i) {
         int64_t kh[OG_SHARD_MAX];
         og_shard_cols own[OG_SHARD_MAX];
         OG_TRY(gdn_cut(pl, i, c, c2, own, c3, kh));
-        split_out(pl, i, c2);
-        take(pl, i, 0, OG_SHARD_TAKE_COLS, c);
-        take(pl, i, 1, OG_SHARD_TAKE_COLS, c3);
-        take(pl, i, 2, OG_SHARD_TAKE_COLS, c3);
-        take_all_full(pl, i);
+        split_stateful(pl, i, c2, c, c3);
         for (int32_t s = 0; s < N; s++) {
             si->head0[s] = c3[s].lo[0];
             si->attrs[s].k_heads = kh[s];

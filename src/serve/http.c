@@ -728,21 +728,25 @@ static cJSON *envelope(const gen *g, bool chunk) {
     return root;
 }
 
+/* Call i of choice k's reply: its id, unique in the server (the response's
+ * id, the choice and the call's place), as the template takes it back
+ * (Mistral's: 9 letters and digits). */
+static void call_id(const gen *g, int32_t k, int i, char *id, size_t cap) {
+    char unique[64];
+    const char *rid = strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id;
+    if (g->n > 1) snprintf(unique, sizeof unique, "call_%.24s%d_%d", rid, (int)k, i);
+    else snprintf(unique, sizeof unique, "call_%.24s%d", rid, i);
+    if (og_tool_call_id(g->tool_format, unique, id, cap) != OG_OK) snprintf(id, cap, "%s", unique);
+}
+
 /* The calls' JSON as OpenAI gives them ({id, type, function: {name,
- * arguments}}; with their index in a stream); first is the index of the
- * first of them in choice k's reply. */
-static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls, int n, int first, bool stream) {
+ * arguments}}). */
+static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls, int n) {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *c = cJSON_CreateObject(), *f;
-        char unique[64], id[64];
-        /* unique in the server: the response's id, the choice and the call's place */
-        const char *rid = strchr(g->id, '-') ? strchr(g->id, '-') + 1 : g->id;
-        if (g->n > 1) snprintf(unique, sizeof unique, "call_%.24s%d_%d", rid, (int)k, first + i);
-        else snprintf(unique, sizeof unique, "call_%.24s%d", rid, first + i);
-        /* as the template takes it back (Mistral's: 9 letters and digits) */
-        if (og_tool_call_id(g->tool_format, unique, id, sizeof id) != OG_OK) snprintf(id, sizeof id, "%s", unique);
-        if (stream) cJSON_AddNumberToObject(c, "index", first + i);
+        char id[64];
+        call_id(g, k, i, id, sizeof id);
         cJSON_AddStringToObject(c, "id", id);
         cJSON_AddStringToObject(c, "type", "function");
         f = cJSON_AddObjectToObject(c, "function");
@@ -751,6 +755,39 @@ static cJSON *tool_calls_json(const gen *g, int32_t k, const og_tool_call *calls
         cJSON_AddItemToArray(a, c);
     }
     return a;
+}
+
+/* A chunk of a stream with one delta of call i of choice k, as OpenAI
+ * streams calls: the first names it ({index, id, type, function: {name,
+ * arguments: ""}}), the next ones bring its arguments' bytes ({index,
+ * function: {arguments}}). role: the choice's first delta. */
+static cJSON *call_chunk_json(gen *g, int32_t k, int i, const char *name, const char *args, bool role) {
+    cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"), *ch = cJSON_CreateObject(),
+          *d, *calls, *c, *f;
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddNumberToObject(ch, "index", k);
+    d = cJSON_AddObjectToObject(ch, "delta");
+    if (role) {
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddNullToObject(d, "content");
+    }
+    calls = cJSON_AddArrayToObject(d, "tool_calls");
+    c = cJSON_CreateObject();
+    cJSON_AddItemToArray(calls, c);
+    cJSON_AddNumberToObject(c, "index", i);
+    if (name) {
+        char id[64];
+        call_id(g, k, i, id, sizeof id);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+    }
+    f = cJSON_AddObjectToObject(c, "function");
+    if (name) cJSON_AddStringToObject(f, "name", name);
+    cJSON_AddStringToObject(f, "arguments", args);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    if (g->include_usage) cJSON_AddNullToObject(root, "usage");
+    return root;
 }
 
 /* Choice k's finish_reason: "tool_calls" when its reply called tools and
@@ -807,40 +844,35 @@ static void stream_format(gen *g, int32_t k) {
     taken *t = &c->t;
     bool role = g->chat && !c->role_sent;
     c->role_sent = true;
-    if (c->tools) { /* the text less the calls, and the calls completed */
-        const og_tool_call *calls = NULL;
-        int n_calls = 0;
-        const int before = og_tool_parser_total_calls(c->tools);
-        const char *content = NULL;
-        size_t n_content = 0;
+    if (c->tools) { /* the text less the calls, and the calls as they come */
+        const og_tool_piece *pc = NULL;
+        int n_pc = 0;
+        bool calls = false;
         if (og_tool_parser_feed(c->tools, t->text.p ? t->text.p : "", t->text.n) != OG_OK ||
             (t->done && og_tool_parser_finish(c->tools) != OG_OK))
             t->text.oom = g->out.oom = true;
-        og_tool_parser_take(c->tools, &content, &n_content, &calls, &n_calls);
+        og_tool_parser_take_pieces(c->tools, &pc, &n_pc);
         t->text.n = 0;
-        og_strbuf_add(&t->text, content, n_content);
-        if (n_calls && (t->text.n || t->n_lps || role)) {
-            buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role, NULL));
-            t->text.n = 0;
-            t->n_lps = 0;
+        for (int i = 0; i < n_pc; i++) {
+            if (pc[i].call < 0) {
+                og_strbuf_add(&t->text, pc[i].text, pc[i].n);
+                continue;
+            }
+            /* the content before the call goes first, with the take's logprobs */
+            if (t->text.n || t->n_lps) {
+                buf_event(&g->out, chunk_json(g, k, t->text.p ? t->text.p : "", t->text.n, t->lps, t->n_lps, role,
+                                              NULL));
+                t->text.n = 0;
+                t->n_lps = 0;
+                role = false;
+            }
+            if (pc[i].name) buf_event(&g->out, call_chunk_json(g, k, pc[i].call, pc[i].name, "", role));
+            if (pc[i].n) buf_event(&g->out, call_chunk_json(g, k, pc[i].call, NULL, pc[i].text, role && !pc[i].name));
             role = false;
+            calls = true;
         }
-        for (int i = 0; i < n_calls; i++) {
-            cJSON *root = envelope(g, true), *choices = cJSON_AddArrayToObject(root, "choices"),
-                  *ch = cJSON_CreateObject(), *d;
-            cJSON_AddItemToArray(choices, ch);
-            cJSON_AddNumberToObject(ch, "index", k);
-            d = cJSON_AddObjectToObject(ch, "delta");
-            if (role) cJSON_AddStringToObject(d, "role", "assistant");
-            if (role) cJSON_AddNullToObject(d, "content");
-            role = false;
-            cJSON_AddItemToObject(d, "tool_calls", tool_calls_json(g, k, calls + i, 1, before + i, true));
-            cJSON_AddNullToObject(ch, "logprobs");
-            cJSON_AddNullToObject(ch, "finish_reason");
-            if (g->include_usage) cJSON_AddNullToObject(root, "usage");
-            buf_event(&g->out, root);
-        }
-        if (!t->done && (n_calls || (!t->text.n && !t->n_lps && !role))) { /* sent, or nothing to send yet */
+        /* sent (content after a call goes on below), or nothing to send yet */
+        if (!t->done && !t->text.n && (calls || (!t->n_lps && !role))) {
             g->out_t = t->produced > 0 ? t->produced : og_time_now();
             return;
         }
@@ -974,7 +1006,7 @@ static enum MHD_Result respond_complete(conn *cn, struct MHD_Connection *c, gen 
             else if (n_calls && !n_content) cJSON_AddNullToObject(m, "content");
             else cJSON_AddStringToObject(m, "content", content);
             if (fst == OG_OK && n_calls)
-                cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(g, k, calls, n_calls, 0, false));
+                cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(g, k, calls, n_calls));
         } else if (g->chat) {
             cJSON *m = cJSON_AddObjectToObject(one, "message");
             cJSON_AddStringToObject(m, "role", "assistant");

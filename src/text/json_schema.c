@@ -102,6 +102,13 @@ typedef struct jctx {
     const cJSON *def[MAX_DEFS];
     int def_rule[MAX_DEFS];
     int n_def;
+    const char *def_ref[MAX_DEFS]; /* the $ref that named each */
+    /* $refs reached before any text is matched: left[a][b] when the rule
+       of a starts with the rule of b (a $ref at its start, maybe in a
+       branch of anyOf / oneOf); a cycle of them matches nothing before it
+       comes back (a left-recursive grammar), refused as it closes */
+    unsigned char (*left)[MAX_DEFS];
+    int left_owner; /* the definition whose start is being compiled (-1: none) */
     char path[512];
     int depth;
     int bad_utf8; /* a literal whose text (escapes decoded) is not UTF-8 */
@@ -173,6 +180,46 @@ static og_status sub(jctx *c, const cJSON *s, const char *key, char *name, size_
     return rc;
 }
 
+/* sub, for a sub-schema that comes after text its schema matches first
+ * (an array's items, an object's members): a $ref there starts no rule. */
+static og_status sub_inside(jctx *c, const cJSON *s, const char *key, char *name, size_t cap) {
+    const int keep = c->left_owner;
+    c->left_owner = -1;
+    og_status rc = sub(c, s, key, name, cap);
+    c->left_owner = keep;
+    return rc;
+}
+
+/* A path of left[] edges from `from` to `to`, written into msg (" -> " and
+ * the $ref of each step); false when there is none. */
+static bool left_path(const jctx *c, int from, int to, unsigned char *seen, char *msg, size_t cap) {
+    seen[from] = 1;
+    for (int i = 0; i < c->n_def; i++) {
+        if (!c->left[from][i] || (seen[i] && i != to)) continue;
+        const size_t n = strlen(msg);
+        snprintf(msg + n, cap - n, " -> %s", c->def_ref[i]);
+        if (i == to || left_path(c, i, to, seen, msg, cap)) return true;
+        msg[n] = 0;
+    }
+    return false;
+}
+
+/* A $ref to definition `to` reached at the start of definition
+ * c->left_owner's rule: refused, naming the cycle, when `to`'s rule comes
+ * back there before any text is matched. */
+static og_status left_ref(jctx *c, int to) {
+    const int from = c->left_owner;
+    if (from < 0) return OG_OK;
+    if (!c->left && !(c->left = og_calloc(MAX_DEFS, sizeof *c->left)))
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "json schema: out of memory");
+    c->left[from][to] = 1;
+    unsigned char seen[MAX_DEFS] = {0};
+    char msg[1024] = "";
+    if (to != from && !left_path(c, to, from, seen, msg, sizeof msg)) return OG_OK;
+    return og_set_error(OG_ERR_UNSUPPORTED, "json schema: a $ref cycle that matches nothing before it comes back: "
+                        "%s -> %s%s", c->def_ref[from], c->def_ref[to], msg);
+}
+
 static int new_rule(jctx *c) { return ++c->n_rules; }
 
 static const char *const k_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
@@ -232,7 +279,7 @@ static og_status compile_array(jctx *c, const cJSON *s, char *name, size_t cap) 
     char item[32] = "value";
     if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
         return bad(c, "\"items\" must be a schema (arrays of schemas: prefixItems, not supported)");
-    if (items) OG_TRY(sub(c, items, "items", item, sizeof item));
+    if (items) OG_TRY(sub_inside(c, items, "items", item, sizeof item));
     else
         use(c, P_VALUE);
     long lo, hi;
@@ -282,7 +329,7 @@ static og_status compile_object(jctx *c, const cJSON *s, char *name, size_t cap)
             return OG_OK;
         }
         char val[32];
-        OG_TRY(sub(c, add, "additionalProperties", val, sizeof val));
+        OG_TRY(sub_inside(c, add, "additionalProperties", val, sizeof val));
         use(c, P_STRING);
         int r = new_rule(c);
         sb_add(&c->out, "s%d ::= \"{\" ws (string ws \":\" ws %s ws (\",\" ws string ws \":\" ws %s ws)*)? \"}\"\n", r,
@@ -310,7 +357,7 @@ static og_status compile_object(jctx *c, const cJSON *s, char *name, size_t cap)
         char val[32], key[600];
         size_t keep = strlen(c->path);
         snprintf(c->path + keep, sizeof c->path - keep, "/properties");
-        rc = sub(c, p, p->string, val, sizeof val);
+        rc = sub_inside(c, p, p->string, val, sizeof val);
         c->path[keep] = 0;
         if (rc != OG_OK) break;
         cJSON *ks = cJSON_CreateString(p->string);
@@ -443,14 +490,21 @@ static og_status compile(jctx *c, const cJSON *s, char *name, size_t cap) {
             else {
                 slot = c->n_def++;
                 c->def[slot] = t;
+                c->def_ref[slot] = ref->valuestring;
                 c->def_rule[slot] = new_rule(c);
+                rc = left_ref(c, slot);
                 char inner[32], saved[sizeof c->path];
                 memcpy(saved, c->path, sizeof saved);
                 snprintf(c->path, sizeof c->path, "%s", ref->valuestring);
-                rc = compile(c, t, inner, sizeof inner);
+                const int owner = c->left_owner;
+                c->left_owner = slot; /* the start of its rule */
+                if (rc == OG_OK) rc = compile(c, t, inner, sizeof inner);
+                c->left_owner = owner;
                 memcpy(c->path, saved, sizeof saved);
                 if (rc == OG_OK) sb_add(&c->out, "s%d ::= %s\n", c->def_rule[slot], inner);
             }
+        } else if (rc == OG_OK) {
+            rc = left_ref(c, slot);
         }
         if (rc == OG_OK && cJSON_GetArraySize(s) > 1) {
             const cJSON *o;
@@ -596,6 +650,7 @@ og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "json schema: out of memory");
     }
     c->doc = doc;
+    c->left_owner = -1;
     char root[32];
     og_status rc = compile(c, doc, root, sizeof root);
     if (rc == OG_OK && c->bad_utf8)
@@ -607,26 +662,10 @@ og_status og_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
             if (c->used[p]) sb_add(&c->out, "%s\n", k_prim_rule[p]);
         if (c->out.oom) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "json schema: out of memory");
     }
-    if (rc == OG_OK) {
-        /* a $ref that comes back to its own schema before anything is
-         * matched (a schema that is its own reference) compiles to a rule
-         * that starts with itself, which the grammar parser refuses: the
-         * schema is refused here, by that reason */
-        og_grammar *g = NULL;
-        og_status ps = og_grammar_parse(c->out.p, strlen(c->out.p), &g);
-        og_grammar_destroy(g);
-        if (ps == OG_ERR_OUT_OF_MEMORY) {
-            rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "json schema: out of memory");
-        } else if (ps != OG_OK && ps != OG_ERR_UNSUPPORTED) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", og_last_error());
-            rc = og_set_error(OG_ERR_UNSUPPORTED, "json schema: a $ref cycle that matches nothing before it comes "
-                              "back (%s)", why);
-        }
-    }
     if (rc == OG_OK) *gbnf = c->out.p;
     else
         og_free(c->out.p);
+    og_free(c->left);
     og_free(c);
     cJSON_Delete(doc);
     return rc;

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -262,7 +263,258 @@ static bool body_call(const char *body, size_t n, bool need_args, og_tool_call *
     return ok;
 }
 
+/* ------------------------------------------------------------ arguments as they stream */
+
+/* Where a call written as the templates write it starts: s[0..n) (after
+ * Llama's optional python tag, when tag) is {"name": <string>,
+ * "arguments"|"parameters": {  with any whitespace. 1: it is (the name's
+ * JSON string at *name_at, *name_len bytes; the arguments' '{' at
+ * *args_at); 0: it may still be, with more bytes; -1: it is not. */
+static int lit_at(const char *s, size_t n, size_t *i, const char *lit) {
+    const size_t k = strlen(lit), have = n - *i < k ? n - *i : k;
+    if (memcmp(s + *i, lit, have)) return -1;
+    if (have < k) return 0;
+    *i += k;
+    return 1;
+}
+
+static int call_prefix(const char *s, size_t n, bool tag, size_t *name_at, size_t *name_len, size_t *args_at) {
+    size_t i = 0;
+    int r;
+#define OG_WS() \
+    do { \
+        while (i < n && is_space(s[i])) i++; \
+        if (i == n) return 0; \
+    } while (0)
+    OG_WS();
+    if (tag && s[i] == '<') {
+        if ((r = lit_at(s, n, &i, PYTHON_TAG)) <= 0) return r;
+        OG_WS();
+    }
+    if (s[i++] != '{') return -1;
+    OG_WS();
+    if ((r = lit_at(s, n, &i, "\"name\"")) <= 0) return r;
+    OG_WS();
+    if (s[i++] != ':') return -1;
+    OG_WS();
+    if (s[i] != '"') return -1;
+    const size_t n0 = i;
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\') i++;
+    if (i >= n) return 0;
+    const size_t n1 = ++i;
+    OG_WS();
+    if (s[i++] != ',') return -1;
+    OG_WS();
+    size_t j = i;
+    const int a = lit_at(s, n, &i, "\"arguments\""), b = lit_at(s, n, &j, "\"parameters\"");
+    if (a < 0 && b < 0) return -1;
+    if (a <= 0 && b <= 0) return 0;
+    if (b > 0) i = j;
+    OG_WS();
+    if (s[i++] != ':') return -1;
+    OG_WS();
+    if (s[i] != '{') return -1;
+#undef OG_WS
+    /* the name: a JSON string strict parsers read, not empty */
+    if (!strict_json(s + n0, n1 - n0)) return -1;
+    cJSON *j_name = cJSON_ParseWithLength(s + n0, n1 - n0);
+    const bool ok = cJSON_IsString(j_name) && *j_name->valuestring;
+    cJSON_Delete(j_name);
+    if (!ok) return -1;
+    *name_at = n0;
+    *name_len = n1 - n0;
+    *args_at = i;
+    return 1;
+}
+
+/* A JSON value checked byte by byte as it arrives (the arguments of a
+ * call): where it could end by closing what is open (a safe point), and
+ * how. */
+enum { J_KEY0, J_KEY, J_KEYSTR, J_COLON, J_VALUE0, J_VALUE, J_STR, J_NUM, J_LIT, J_AFTER };
+enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+#define J_MAX_DEPTH 64
+
+typedef struct jscan {
+    char stack[J_MAX_DEPTH];
+    int depth, mode, num;
+    int esc;           /* in a string: 0, 1 after '\\', 2..5 \u's digits, 6
+                          '\\' and 7 'u' of a low surrogate, 8..11 its digits */
+    unsigned code;     /* the \u digits so far */
+    const char *lit;
+    int lit_i;
+    size_t safe;       /* out's bytes up to the last safe point */
+    bool safe_str;     /* a string is open there */
+    char safe_stack[J_MAX_DEPTH];
+    int safe_depth;
+} jscan;
+
+static bool hex_digit(unsigned char c, unsigned *v) {
+    if (c >= '0' && c <= '9') *v = c - '0';
+    else if (c >= 'a' && c <= 'f') *v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') *v = c - 'A' + 10;
+    else return false;
+    return true;
+}
+
+/* A string's byte (a key's or a value's); false when it is not JSON. */
+static bool jstring(jscan *j, bytes *out, unsigned char c, bool *oom) {
+    unsigned v = 0;
+    bool ok = true;
+    if (j->esc == 0) {
+        if (c == '"') j->mode = j->mode == J_KEYSTR ? J_COLON : J_AFTER;
+        else if (c == '\\') j->esc = 1;
+        if (c < 0x20) { /* a raw control byte: escaped, as strict JSON has it */
+            char e[8];
+            const char *short_form = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b"
+                                   : c == '\f' ? "\\f" : NULL;
+            if (short_form) snprintf(e, sizeof e, "%s", short_form);
+            else snprintf(e, sizeof e, "\\u%04x", c);
+            if (!put(out, e, strlen(e))) *oom = true;
+            return true;
+        }
+    } else if (j->esc == 1) {
+        if (c == 'u') {
+            j->esc = 2;
+            j->code = 0;
+        } else {
+            ok = strchr("\"\\/bfnrt", c) && c;
+            j->esc = 0;
+        }
+    } else if (j->esc >= 2 && j->esc <= 5) {
+        ok = hex_digit(c, &v);
+        j->code = j->code * 16 + v;
+        if (ok && ++j->esc == 6) {
+            if (j->code >= 0xDC00 && j->code <= 0xDFFF) ok = false; /* a low surrogate alone */
+            else if (j->code < 0xD800 || j->code > 0xDBFF) j->esc = 0;
+        }
+    } else if (j->esc == 6 || j->esc == 7) { /* a high surrogate wants its low one */
+        ok = c == (j->esc == 6 ? '\\' : 'u');
+        if (++j->esc == 8) j->code = 0;
+    } else {
+        ok = hex_digit(c, &v);
+        j->code = j->code * 16 + v;
+        if (ok && ++j->esc == 12) {
+            ok = j->code >= 0xDC00 && j->code <= 0xDFFF;
+            j->esc = 0;
+        }
+    }
+    if (ok && !put(out, (const char *)&c, 1)) *oom = true;
+    return ok;
+}
+
+static bool jpush(jscan *j, char c) {
+    if (j->depth == J_MAX_DEPTH) return false;
+    j->stack[j->depth++] = c;
+    j->mode = c == '{' ? J_KEY0 : J_VALUE0;
+    return true;
+}
+
+/* Takes byte c (written to out as it stands, or escaped): 1 the value is
+ * complete, 0 more to come, -1 not JSON (out's bytes past the safe point
+ * are not part of it), -2 out of memory. */
+static int jfeed(jscan *j, bytes *out, unsigned char c) {
+    bool oom = false, ok = true, own = false; /* own: jstring wrote c */
+    const bool ws = is_space((char)c);
+    if (j->mode == J_NUM) { /* a number ends at the first byte not its own */
+        const int s = j->num;
+        const bool digit = c >= '0' && c <= '9';
+        if (digit && s != N_ZERO) j->num = s == N_MINUS ? (c == '0' ? N_ZERO : N_INT) : s == N_DOT ? N_FRAC
+                                       : s == N_E || s == N_ESIGN ? N_EXP : s;
+        else if (c == '.' && (s == N_ZERO || s == N_INT)) j->num = N_DOT;
+        else if ((c == 'e' || c == 'E') && (s == N_ZERO || s == N_INT || s == N_FRAC)) j->num = N_E;
+        else if ((c == '+' || c == '-') && s == N_E) j->num = N_ESIGN;
+        else if (s == N_ZERO || s == N_INT || s == N_FRAC || s == N_EXP) j->mode = J_AFTER;
+        else return -1;
+        if (j->mode == J_NUM) return put(out, (const char *)&c, 1) ? 0 : -2;
+    }
+    switch (j->mode) {
+    case J_KEYSTR:
+    case J_STR:
+        ok = jstring(j, out, c, &oom);
+        own = true;
+        break;
+    case J_LIT:
+        ok = c == (unsigned char)j->lit[j->lit_i];
+        if (ok && !j->lit[++j->lit_i]) j->mode = J_AFTER;
+        break;
+    case J_KEY0:
+    case J_KEY:
+        if (c == '"') j->mode = J_KEYSTR;
+        else if (c == '}' && j->mode == J_KEY0) j->depth--, j->mode = J_AFTER;
+        else ok = ws;
+        break;
+    case J_COLON:
+        if (c == ':') j->mode = J_VALUE;
+        else ok = ws;
+        break;
+    case J_VALUE0:
+    case J_VALUE:
+        if (c == '{' || c == '[') ok = jpush(j, (char)c);
+        else if (c == ']' && j->mode == J_VALUE0) j->depth--, j->mode = J_AFTER;
+        else if (c == '"') j->mode = J_STR, j->esc = 0;
+        else if (c == '-' || (c >= '0' && c <= '9'))
+            j->mode = J_NUM, j->num = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+        else if (c == 't' || c == 'f' || c == 'n')
+            j->mode = J_LIT, j->lit = c == 't' ? "true" : c == 'f' ? "false" : "null", j->lit_i = 1;
+        else ok = ws;
+        break;
+    case J_AFTER:
+        if (c == ',') j->mode = j->stack[j->depth - 1] == '{' ? J_KEY : J_VALUE;
+        else if ((c == '}' || c == ']') && j->stack[j->depth - 1] == (c == '}' ? '{' : '[')) j->depth--;
+        else ok = ws;
+        break;
+    default: break;
+    }
+    if (!ok) return -1;
+    if (!own && !put(out, (const char *)&c, 1)) oom = true;
+    if (oom) return -2;
+    if (j->depth == 0) {
+        j->safe = out->n;
+        j->safe_depth = 0;
+        return 1;
+    }
+    /* a safe point: out can end here by closing what is open */
+    const bool safe = j->mode == J_KEY0 || j->mode == J_VALUE0 || j->mode == J_AFTER ||
+                      (j->mode == J_STR && j->esc == 0) ||
+                      (j->mode == J_NUM && (j->num == N_ZERO || j->num == N_INT || j->num == N_FRAC || j->num == N_EXP));
+    if (safe) {
+        j->safe = out->n;
+        j->safe_str = j->mode == J_STR;
+        j->safe_depth = j->depth;
+        memcpy(j->safe_stack, j->stack, (size_t)j->depth);
+    }
+    return 0;
+}
+
+/* Ends out at the last safe point, closed. */
+static bool jclose(const jscan *j, bytes *out) {
+    out->n = j->safe;
+    if (out->p) out->p[out->n] = 0;
+    if (j->safe_str && !put(out, "\"", 1)) return false;
+    for (int i = j->safe_depth - 1; i >= 0; i--)
+        if (!put(out, j->safe_stack[i] == '{' ? "}" : "]", 1)) return false;
+    return true;
+}
+
 /* ------------------------------------------------------------ the parser */
+
+/* How the block being read is taken: whole when it ends (as a call or as
+ * text), or as a stream of calls. */
+enum {
+    S_PREFIX, /* a call's start may come */
+    S_WHOLE,  /* not written as the templates write calls: whole, at its end */
+    S_ARGS,   /* a call's arguments */
+    S_TAIL,   /* the rest of a call's object */
+    S_SEP,    /* Mistral: after a call, ',' or ']' */
+    S_ELEM    /* Mistral: an element after a streamed call, whole */
+};
+
+typedef struct piece_rec {
+    int call;
+    size_t name, text, n; /* offsets into the arena (name: SIZE_MAX for none) */
+    bool last;
+} piece_rec;
 
 struct og_tool_parser {
     og_tool_format f;
@@ -280,6 +532,23 @@ struct og_tool_parser {
     int total;
     og_tool_call *taken; /* given out by the last take (freed at the next call) */
     int n_taken;
+    /* the block as a stream */
+    int st;
+    size_t scan;       /* body's bytes the stream has read */
+    bool committed;    /* a call of this block is streamed */
+    bool m_started, m_array; /* Mistral: past the array's '[' (or at its one object) */
+    jscan js;
+    bytes args;        /* the streamed call's arguments so far */
+    size_t sent;       /* of them, given out as pieces */
+    char *name;        /* the streamed call's name */
+    int tail_depth;
+    bool tail_str, tail_esc;
+    /* pieces ready to take, their bytes in arena */
+    piece_rec *pieces;
+    int n_pieces, cap_pieces;
+    bytes arena;
+    og_tool_piece *out_pieces; /* given out by the last take_pieces */
+    int cap_out;
 };
 
 og_status og_tool_parser_create(og_tool_format f, og_tool_parser **out) {
@@ -318,7 +587,45 @@ void og_tool_parser_destroy(og_tool_parser *p) {
     og_free(p->body.p);
     og_free(p->gap.p);
     og_free(p->content.p);
+    og_free(p->args.p);
+    og_free(p->name);
+    og_free(p->pieces);
+    og_free(p->arena.p);
+    og_free(p->out_pieces);
     og_free(p);
+}
+
+/* A piece: content (call -1) or a call's (name: its first piece). Adjacent
+ * content, and adjacent bytes of one call's arguments, join. */
+static bool add_piece(og_tool_parser *p, int call, const char *name, const char *s, size_t n, bool last) {
+    piece_rec *prev = p->n_pieces ? &p->pieces[p->n_pieces - 1] : NULL;
+    if (prev && prev->call == call && !prev->last && (call < 0 || !name)) {
+        /* its text is the arena's last bytes: extend it over the NUL */
+        p->arena.n--;
+        if (!put(&p->arena, s, n)) return false;
+        p->arena.n++;
+        prev->n += n;
+        prev->last = last;
+        return true;
+    }
+    if (p->n_pieces == p->cap_pieces) {
+        int cap = p->cap_pieces ? 2 * p->cap_pieces : 8;
+        piece_rec *q = og_realloc(p->pieces, (size_t)cap * sizeof *q);
+        if (!q) return false;
+        p->pieces = q;
+        p->cap_pieces = cap;
+    }
+    piece_rec r = {.call = call, .name = SIZE_MAX, .n = n, .last = last};
+    if (name) {
+        r.name = p->arena.n;
+        if (!put(&p->arena, name, strlen(name))) return false;
+        p->arena.n++; /* keep put's NUL */
+    }
+    r.text = p->arena.n;
+    if (!put(&p->arena, s, n)) return false;
+    p->arena.n++;
+    p->pieces[p->n_pieces++] = r;
+    return true;
 }
 
 /* Gives out s[0..n) as content (its leading whitespace dropped right after
@@ -329,10 +636,12 @@ static bool emit(og_tool_parser *p, const char *s, size_t n) {
         if (!n) return true;
         p->after_call = false;
     }
-    return put(&p->content, s, n);
+    if (!n) return true;
+    return put(&p->content, s, n) && add_piece(p, -1, NULL, s, n, false);
 }
 
-static bool add_call(og_tool_parser *p, const og_tool_call *c) {
+/* A call complete; streamed: its pieces were given out already. */
+static bool add_call(og_tool_parser *p, const og_tool_call *c, bool streamed) {
     if (p->n_calls == p->cap_calls) {
         int cap = p->cap_calls ? 2 * p->cap_calls : 4;
         og_tool_call *q = og_realloc(p->calls, (size_t)cap * sizeof *q);
@@ -340,6 +649,7 @@ static bool add_call(og_tool_parser *p, const og_tool_call *c) {
         p->calls = q;
         p->cap_calls = cap;
     }
+    if (!streamed && !add_piece(p, p->total, c->name, c->arguments, strlen(c->arguments), true)) return false;
     p->calls[p->n_calls++] = *c;
     p->total++;
     p->after_call = true;
@@ -354,7 +664,7 @@ static bool array_calls(og_tool_parser *p, const char *s, size_t n, bool *oom) {
     if (n && *s == '{') {
         og_tool_call c;
         if (!body_call(s, n, false, &c, oom)) return false;
-        if (!add_call(p, &c)) {
+        if (!add_call(p, &c, false)) {
             free_calls(&c, 1);
             *oom = true;
             return false;
@@ -377,7 +687,7 @@ static bool array_calls(og_tool_parser *p, const char *s, size_t n, bool *oom) {
         i = e;
     }
     for (int i = 0; ok && i < k; i++) {
-        if (!add_call(p, &calls[i])) {
+        if (!add_call(p, &calls[i], false)) {
             *oom = true;
             free_calls(calls + i, k - i);
             return false;
@@ -385,6 +695,16 @@ static bool array_calls(og_tool_parser *p, const char *s, size_t n, bool *oom) {
     }
     if (!ok) free_calls(calls, k);
     return ok;
+}
+
+static void reset_block(og_tool_parser *p) {
+    p->gap.n = 0;
+    p->body.n = 0;
+    if (p->body.p) p->body.p[0] = 0;
+    p->inside = false;
+    p->st = S_PREFIX;
+    p->scan = 0;
+    p->committed = p->m_started = p->m_array = false;
 }
 
 /* A block ended (closed, or unclosed at the end): calls, or text. */
@@ -406,7 +726,7 @@ static bool end_block(og_tool_parser *p, bool closed) {
                 b += sizeof PYTHON_TAG - 1, k -= sizeof PYTHON_TAG - 1;
         }
         /* Llama's bare JSON: only an object with its arguments is a call */
-        if ((calls = body_call(b, k, p->f == OG_TOOL_FORMAT_LLAMA3, &c, &oom)) && !add_call(p, &c)) {
+        if ((calls = body_call(b, k, p->f == OG_TOOL_FORMAT_LLAMA3, &c, &oom)) && !add_call(p, &c, false)) {
             free_calls(&c, 1);
             ok = false;
         }
@@ -417,11 +737,202 @@ static bool end_block(og_tool_parser *p, bool closed) {
         ok = emit(p, p->gap.p ? p->gap.p : "", p->gap.n) && emit(p, open, strlen(open)) && emit(p, body, n) &&
              (!closed || p->f != OG_TOOL_FORMAT_HERMES || emit(p, CLOSE, CLOSE_LEN));
     }
-    p->gap.n = 0;
-    p->body.n = 0;
-    if (p->body.p) p->body.p[0] = 0;
-    p->inside = false;
+    reset_block(p);
     return ok;
+}
+
+/* The streamed block ends at body[at]: what follows goes back outside
+ * (content for Llama 3.1, whose call was the reply). */
+static bool end_stream_block(og_tool_parser *p, size_t at) {
+    if (!put(&p->pending, p->body.p + at, p->body.n - at)) return false;
+    if (p->f == OG_TOOL_FORMAT_LLAMA3) p->plain = true;
+    reset_block(p);
+    return true;
+}
+
+/* The streamed call's arguments since the last piece. */
+static bool send_args(og_tool_parser *p, bool last) {
+    const size_t upto = last ? p->args.n : p->js.safe;
+    if (upto <= p->sent && !last) return true;
+    const size_t from = p->sent < upto ? p->sent : upto;
+    if (!add_piece(p, p->total, NULL, p->args.p + from, upto - from, last)) return false;
+    p->sent = upto;
+    return true;
+}
+
+/* The streamed call is complete (its arguments closed, or ended and closed
+ * at their last safe point). */
+static bool call_done(og_tool_parser *p, bool complete) {
+    if (!complete && !jclose(&p->js, &p->args)) return false;
+    if (!send_args(p, true)) return false;
+    og_tool_call c = {.name = p->name, .arguments = og_malloc(p->args.n + 1)};
+    if (!c.arguments) return false;
+    memcpy(c.arguments, p->args.p, p->args.n);
+    c.arguments[p->args.n] = 0;
+    if (!add_call(p, &c, true)) {
+        og_free(c.arguments);
+        return false;
+    }
+    p->name = NULL;
+    p->args.n = 0;
+    p->sent = 0;
+    return true;
+}
+
+/* Bytes of s[0..n) that end inside a UTF-8 sequence (held until it is whole). */
+static size_t utf8_tail(const char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        const unsigned char c = (unsigned char)s[n - k];
+        if ((c & 0xC0) == 0x80) continue;
+        const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return len > k ? k : 0;
+    }
+    return 0;
+}
+
+enum { R_WAIT, R_ENDED, R_WHOLE, R_OOM };
+
+/* Reads the block as a stream of calls as far as it can be decided; final:
+ * the output ended (nothing more is held). */
+static int stream(og_tool_parser *p, bool final) {
+    const bool hermes = p->f == OG_TOOL_FORMAT_HERMES, mistral = p->f == OG_TOOL_FORMAT_MISTRAL;
+    for (;;) {
+        const char *b = p->body.p ? p->body.p : "";
+        const size_t n = p->body.n;
+        switch (p->st) {
+        case S_PREFIX: {
+            if (mistral && !p->m_started) { /* the array's '[', or one object */
+                size_t i = p->scan;
+                while (i < n && is_space(b[i])) i++;
+                if (i == n) return final ? R_WHOLE : R_WAIT;
+                if (b[i] != '[' && b[i] != '{') return R_WHOLE;
+                p->m_started = true;
+                p->m_array = b[i] == '[';
+                p->scan = p->m_array ? i + 1 : i;
+            }
+            size_t lim = n;
+            long close = -1;
+            if (hermes) {
+                close = find(&p->body, CLOSE, CLOSE_LEN);
+                if (close >= 0) lim = (size_t)close;
+            }
+            size_t name_at, name_len, args_at;
+            const int r = call_prefix(b + p->scan, lim - p->scan, p->f == OG_TOOL_FORMAT_LLAMA3, &name_at, &name_len,
+                                      &args_at);
+            if (r == 1) {
+                cJSON *j = cJSON_ParseWithLength(b + p->scan + name_at, name_len);
+                p->name = j ? og_strdup(j->valuestring) : NULL;
+                cJSON_Delete(j);
+                if (!p->name || !add_piece(p, p->total, p->name, "", 0, false)) return R_OOM;
+                memset(&p->js, 0, sizeof p->js);
+                p->js.mode = J_VALUE;
+                p->args.n = 0;
+                p->sent = 0;
+                p->scan += args_at;
+                p->committed = true;
+                p->gap.n = 0;
+                p->st = S_ARGS;
+                continue;
+            }
+            if (r == 0 && close < 0 && !final) return R_WAIT;
+            if (!p->committed) return R_WHOLE;
+            p->st = S_ELEM; /* Mistral: a later element written otherwise */
+            continue;
+        }
+        case S_ELEM: {
+            long k = json_end(b + p->scan, n - p->scan);
+            if (k == -1 && !final) return R_WAIT;
+            og_tool_call c;
+            bool oom = false;
+            if (k >= 0 && body_call(b + p->scan, (size_t)k, false, &c, &oom)) {
+                if (!add_call(p, &c, false)) {
+                    free_calls(&c, 1);
+                    return R_OOM;
+                }
+                p->scan += (size_t)k;
+                p->st = S_SEP;
+                continue;
+            }
+            if (oom) return R_OOM;
+            /* not a call: the calls end, the rest is content */
+            return end_stream_block(p, p->scan) ? R_ENDED : R_OOM;
+        }
+        case S_ARGS: {
+            const size_t avail = final ? n : n - utf8_tail(b, n);
+            while (p->scan < avail) {
+                if (hermes && b[p->scan] == '<') {
+                    const size_t have = n - p->scan;
+                    if (have >= CLOSE_LEN && !memcmp(b + p->scan, CLOSE, CLOSE_LEN)) { /* the block ends inside */
+                        if (!call_done(p, false)) return R_OOM;
+                        return end_stream_block(p, p->scan + CLOSE_LEN) ? R_ENDED : R_OOM;
+                    }
+                    if (have < CLOSE_LEN && !memcmp(b + p->scan, CLOSE, have) && !final) break;
+                }
+                const int r = jfeed(&p->js, &p->args, (unsigned char)b[p->scan]);
+                if (r == -2) return R_OOM;
+                if (r == -1) { /* not JSON: the call ends at its last safe point */
+                    if (!call_done(p, false)) return R_OOM;
+                    if (hermes) {
+                        p->st = S_TAIL;
+                        break;
+                    }
+                    return end_stream_block(p, p->scan) ? R_ENDED : R_OOM;
+                }
+                p->scan++;
+                if (r == 1) {
+                    if (!call_done(p, true)) return R_OOM;
+                    p->st = S_TAIL;
+                    p->tail_depth = 1;
+                    p->tail_str = p->tail_esc = false;
+                    break;
+                }
+            }
+            if (p->st == S_TAIL) continue;
+            if (!send_args(p, false)) return R_OOM;
+            if (final) {
+                if (!call_done(p, false)) return R_OOM;
+                return end_stream_block(p, n) ? R_ENDED : R_OOM;
+            }
+            return R_WAIT;
+        }
+        case S_TAIL:
+            if (hermes) { /* the rest of the block is dropped */
+                long k = find(&p->body, CLOSE, CLOSE_LEN);
+                if (k >= (long)p->scan) return end_stream_block(p, (size_t)k + CLOSE_LEN) ? R_ENDED : R_OOM;
+                if (final) return end_stream_block(p, n) ? R_ENDED : R_OOM;
+                return R_WAIT;
+            }
+            /* the rest of the call's object */
+            for (; p->scan < n && p->tail_depth > 0; p->scan++) {
+                const char c = b[p->scan];
+                if (p->tail_str) {
+                    if (p->tail_esc) p->tail_esc = false;
+                    else if (c == '\\') p->tail_esc = true;
+                    else if (c == '"') p->tail_str = false;
+                } else if (c == '"') {
+                    p->tail_str = true;
+                } else if (c == '{' || c == '[') {
+                    p->tail_depth++;
+                } else if (c == '}' || c == ']') {
+                    p->tail_depth--;
+                }
+            }
+            if (p->tail_depth > 0) return final ? (end_stream_block(p, n) ? R_ENDED : R_OOM) : R_WAIT;
+            if (!mistral || !p->m_array) return end_stream_block(p, p->scan) ? R_ENDED : R_OOM;
+            p->st = S_SEP;
+            continue;
+        case S_SEP:
+            while (p->scan < n && is_space(b[p->scan])) p->scan++;
+            if (p->scan == n) return final ? (end_stream_block(p, n) ? R_ENDED : R_OOM) : R_WAIT;
+            if (b[p->scan] == ',') {
+                p->scan++;
+                p->st = S_PREFIX;
+                continue;
+            }
+            return end_stream_block(p, p->scan + (b[p->scan] == ']')) ? R_ENDED : R_OOM;
+        default: return R_WHOLE;
+        }
+    }
 }
 
 /* Gives out what pending and body can decide now. */
@@ -429,6 +940,13 @@ static bool advance(og_tool_parser *p) {
     const char *open = open_marker(p->f);
     const size_t open_len = strlen(open);
     for (;;) {
+        if (p->inside && p->st != S_WHOLE) {
+            const int r = stream(p, false);
+            if (r == R_OOM) return false;
+            if (r == R_WAIT) return true;
+            if (r == R_WHOLE) p->st = S_WHOLE;
+            continue;
+        }
         if (p->inside && p->f == OG_TOOL_FORMAT_LLAMA3) return true; /* the whole reply, at the end */
         if (p->inside && p->f == OG_TOOL_FORMAT_MISTRAL) {
             long k = json_end(p->body.p ? p->body.p : "", p->body.n);
@@ -454,7 +972,7 @@ static bool advance(og_tool_parser *p) {
                 if (!put(&p->body, p->pending.p, n)) return false;
                 p->pending.n = 0;
                 p->inside = true;
-                return true;
+                continue;
             }
             if (i == n || !memcmp(p->pending.p + i, PYTHON_TAG, m)) return true; /* not decided yet */
             p->plain = true;
@@ -509,7 +1027,8 @@ og_status og_tool_parser_feed(og_tool_parser *p, const char *text, size_t n) {
     if (!p || (!text && n)) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_parser_feed: NULL argument");
     if ((p->f != OG_TOOL_FORMAT_HERMES && p->f != OG_TOOL_FORMAT_MISTRAL && p->f != OG_TOOL_FORMAT_LLAMA3) ||
         p->finished) {
-        if (!put(&p->content, text, n)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+        if (!put(&p->content, text, n) || (n && !add_piece(p, -1, NULL, text, n, false)))
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
         return OG_OK;
     }
     bytes *b = p->inside ? &p->body : &p->pending;
@@ -521,6 +1040,18 @@ og_status og_tool_parser_finish(og_tool_parser *p) {
     if (!p) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_tool_parser_finish: NULL argument");
     if (p->finished) return OG_OK;
     p->finished = true;
+    /* a stream's block decided with what it has; the rest outside again */
+    while (p->inside && p->st != S_WHOLE) {
+        const int r = stream(p, true);
+        if (r == R_OOM) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+        if (r == R_WHOLE || r == R_WAIT) p->st = S_WHOLE;
+        if (!p->inside && p->pending.n) {
+            p->finished = false;
+            bool ok = advance(p);
+            p->finished = true;
+            if (!ok) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+        }
+    }
     if (p->inside && !end_block(p, false)) return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
     /* what was held back: all of it when there was no call (the output as
        it is), else without the whitespace around the calls */
@@ -533,9 +1064,15 @@ og_status og_tool_parser_finish(og_tool_parser *p) {
     return OG_OK;
 }
 
+static void forget_pieces(og_tool_parser *p) {
+    p->n_pieces = 0;
+    p->arena.n = 0;
+}
+
 void og_tool_parser_take(og_tool_parser *p, const char **content, size_t *n_content, const og_tool_call **calls,
                          int *n_calls) {
     forget_taken(p);
+    forget_pieces(p);
     /* the content buffer is handed out as it is and starts over at the next
        feed: keep it until then */
     static const char empty[] = "";
@@ -548,6 +1085,41 @@ void og_tool_parser_take(og_tool_parser *p, const char **content, size_t *n_cont
     *calls = p->taken;
     *n_calls = p->n_taken;
     p->content.n = 0; /* the bytes stay until the next put */
+}
+
+void og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces, int *n) {
+    *pieces = NULL;
+    *n = 0;
+    if (!p) return;
+    /* what take would have given is taken too */
+    forget_taken(p);
+    p->taken = p->calls;
+    p->n_taken = p->n_calls;
+    p->calls = NULL;
+    p->n_calls = p->cap_calls = 0;
+    p->content.n = 0;
+    if (p->n_pieces > p->cap_out) {
+        og_tool_piece *q = og_realloc(p->out_pieces, (size_t)p->n_pieces * sizeof *q);
+        if (!q) { /* the pieces stay for the next take */
+            og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
+            return;
+        }
+        p->out_pieces = q;
+        p->cap_out = p->n_pieces;
+    }
+    for (int i = 0; i < p->n_pieces; i++) {
+        const piece_rec *r = &p->pieces[i];
+        p->out_pieces[i] = (og_tool_piece){.call = r->call,
+                                           .name = r->name == SIZE_MAX ? NULL : p->arena.p + r->name,
+                                           .text = p->arena.p + r->text,
+                                           .n = r->n,
+                                           .last = r->last};
+    }
+    *pieces = p->out_pieces;
+    *n = p->n_pieces;
+    /* the arena's bytes stay until the next put */
+    p->n_pieces = 0;
+    p->arena.n = 0;
 }
 
 int og_tool_parser_total_calls(const og_tool_parser *p) { return p ? p->total : 0; }

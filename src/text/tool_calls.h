@@ -19,10 +19,12 @@
  * a JSON array of calls after the marker (text before it is content); and
  * Llama 3.1's, where a reply that is one JSON object with a "name" and its
  * "parameters" (or "arguments"), after an optional <|python_tag|>, is a
- * call (any other reply is text; the reply is held until it ends when it
- * starts with "{"). Templates that read tools and write calls another way
- * are OG_TOOL_FORMAT_OTHER: their calls are not parsed (a server refuses
- * tools for them). */
+ * call (any other reply is text; a reply whose object is not written name
+ * first is held until it ends, and text after a call is content). A call
+ * written name first streams: its arguments are given out as they arrive,
+ * checked as JSON byte by byte (og_tool_parser_take_pieces). Templates
+ * that read tools and write calls another way are OG_TOOL_FORMAT_OTHER:
+ * their calls are not parsed (a server refuses tools for them). */
 #ifndef OG_TEXT_TOOL_CALLS_H
 #define OG_TEXT_TOOL_CALLS_H
 

@@ -6,15 +6,19 @@ with tools / tool_choice), run by tests/cli_python_tools.sh:
         tests/data/chat_templates/TEMPLATE.jinja; PORT: `offgraph serve` of
         the same program (0: none). Checks
         - the prompt the template renders from OpenAI-shaped messages (calls
-          with arguments as JSON text, tool results) and tools: as many
-          tokens as Hugging Face transformers' rendering committed in
-          CASES_JSON (tests/data/chat_templates/tool_cases.json) tokenizes
-          to, and the conversations transformers' template refuses refused;
+          with arguments as JSON text, tool results) and tools
+          (Llama.render_chat, og_engine_render): the text of Hugging Face
+          transformers' rendering committed in CASES_JSON
+          (tests/data/chat_templates/tool_cases.json) byte for byte (and a
+          request's prompt as many tokens as it), and the conversations
+          transformers' template refuses refused;
         - tool_choice "required" and a named function: a call that validates
           against its function's parameters schema (python3-jsonschema),
           finish_reason "tool_calls", content None; streamed, the deltas
-          give the same calls; the calls sent back with their results in a
-          second turn;
+          give the same calls, each as OpenAI streams it (a first delta with
+          its index, id, type, name and arguments "", then its arguments in
+          more than one delta that join into the whole reply's arguments);
+          the calls sent back with their results in a second turn;
         - the same requests (greedy and sampled with a seed, auto, required,
           named, streamed and not) give the server's content, calls and
           finish_reason.
@@ -68,21 +72,37 @@ def openai_messages(messages):
 
 
 def assemble(chunks):
-    """(content, [(name, arguments)], finish_reason, ids) of a stream's chunks."""
-    content, calls, finish, ids = [], [], None, []
+    """(content, [(name, arguments)], finish_reason, ids, pieces) of a
+    stream's chunks; pieces: how many deltas brought each call's arguments.
+    A call streams as OpenAI streams it: a first delta with its index, id,
+    type, name and arguments "", then deltas with only its index and bytes
+    of its arguments (one call at a time, in order)."""
+    content, calls, finish, ids, pieces = [], [], None, [], []
     for ch in chunks:
         for c in ch["choices"]:
             d = c.get("delta") or {}
             if d.get("content"):
                 content.append(d["content"])
             for tc in d.get("tool_calls") or []:
-                check(tc["index"] == len(calls), "stream: call index %r, want %d" % (tc["index"], len(calls)))
-                calls.append((tc["function"]["name"], tc["function"]["arguments"]))
-                ids.append(tc["id"])
+                fn = tc.get("function") or {}
+                if "id" in tc:  # a call's first delta
+                    check(tc["index"] == len(calls) and tc.get("type") == "function" and isinstance(tc["id"], str)
+                          and isinstance(fn.get("name"), str) and fn.get("arguments") == "",
+                          "stream: a call's first delta %r (%d calls before it)" % (tc, len(calls)))
+                    calls.append([fn.get("name"), ""])
+                    ids.append(tc["id"])
+                    pieces.append(0)
+                    continue
+                check(calls and tc["index"] == len(calls) - 1 and set(tc) == {"index", "function"} and
+                      set(fn) == {"arguments"} and fn["arguments"],
+                      "stream: a delta of arguments %r (after %d calls)" % (tc, len(calls)))
+                if calls:
+                    calls[-1][1] += fn.get("arguments") or ""
+                    pieces[-1] += 1
             if c.get("finish_reason"):
                 check(finish is None, "stream: two finish reasons")
                 finish = c["finish_reason"]
-    return "".join(content), calls, finish, ids
+    return "".join(content), [tuple(c) for c in calls], finish, ids, pieces
 
 
 def calls_of(message):
@@ -112,27 +132,38 @@ def check_rendering(llm, template, cases):
 
         def run():
             return llm.create_chat_completion(msgs, tools=case["tools"], max_tokens=1, temperature=0)
+
+        def render():
+            return llm.render_chat(msgs, tools=case["tools"])
         if "error" in case:
             raises(run, re.escape(case["error"]), what + ": the template's refusal")
+            raises(render, re.escape(case["error"]), what + ": the template's refusal (render_chat)")
             n += 1
             continue
         expected = case["expected"]
         # the fixture renders with the original model's special tokens; the
-        # program has the checkpoint's (qwen3-mixed: no BOS, <|endoftext|>)
+        # program has the checkpoint's (qwen3-mixed: no BOS, <|endoftext|>),
+        # which the template gets as their tokens' text
         if "bos_token" in text and case["bos_token"]:
-            expected = expected.replace(case["bos_token"], tok.decode([bos]) if bos is not None else "")
+            expected = expected.replace(case["bos_token"], tok.id_to_token(bos) if bos is not None else "")
         if "eos_token" in text and case["eos_token"]:
-            expected = expected.replace(case["eos_token"], tok.decode([eos]))
-        want = len(tok.encode(expected, add_special=False, parse_special=True))
-        got = run()["usage"]["prompt_tokens"]
-        check(got == want, "%s: the prompt is %d tokens, transformers' rendering %d" % (what, got, want))
+            expected = expected.replace(case["eos_token"], tok.id_to_token(eos))
+        got = render()
+        at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+        if check(got == expected, "%s: the prompt differs from transformers' rendering at byte %d: %r, want %r"
+                 % (what, at, got[max(at - 40, 0):at + 80], expected[max(at - 40, 0):at + 80])):
+            # and that text is the prompt a request reads
+            want = len(tok.encode(expected, add_special=False, parse_special=True))
+            got = run()["usage"]["prompt_tokens"]
+            check(got == want, "%s: the prompt is %d tokens, its rendering %d" % (what, got, want))
         n += 1
     check(n >= 8, "%s: only %d rendering cases" % (template, n))
-    print("check_tools: %s: %d conversations rendered as transformers renders them" % (template, n))
+    print("check_tools: %s: %d conversations rendered as transformers renders them, text for text" % (template, n))
 
 
 def check_forced(llm, template, tools):
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    streamed_pieces = []
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
     n = 0
     for choice in ("required", {"type": "function", "function": {"name": "add"}}):
@@ -160,15 +191,20 @@ def check_forced(llm, template, tools):
             if isinstance(choice, dict):
                 check(name == "add", what + ": called " + name)
             n += 1
-            # streamed: the same call
-            content, scalls, finish, ids = assemble(llm.create_chat_completion(msgs, stream=True, **kw))
+            # streamed: the same call, its arguments in pieces as they come
+            content, scalls, finish, ids, pieces = assemble(llm.create_chat_completion(msgs, stream=True, **kw))
             check((content, scalls, finish) == ("", calls_of(m), "tool_calls"),
                   "%s: streamed %r, not %r" % (what, (content, scalls, finish), calls_of(m)))
+            streamed_pieces.append(pieces[0] if pieces else 0)
             # the call and its result sent back
             turn2 = msgs + [m] + [{"role": "tool", "tool_call_id": x["id"], "content": "18"} for x in calls]
             r2 = llm.create_chat_completion(turn2, tools=tools, max_tokens=2, temperature=0)
             check(r2["usage"]["prompt_tokens"] > r["usage"]["prompt_tokens"], what + ": the second turn")
-    print("check_tools: %s: %d forced calls valid, streamed alike, sent back" % (template, n))
+    # how many deltas depends on how many tokens each read of the request
+    # finds (a loaded machine may find several): one call in pieces at least
+    check(n == 0 or max(streamed_pieces) > 1, "%s: no call's arguments came in pieces: %r" % (template, streamed_pieces))
+    print("check_tools: %s: %d forced calls valid, streamed alike (arguments in %r deltas), sent back"
+          % (template, n, streamed_pieces))
 
 
 def check_against_server(llm, template, tools, port):
@@ -291,7 +327,13 @@ def refusals_main(qwen3, demo, other, tools_path):
     with offgraph.ToolParser("hermes") as p:
         got = [p.feed(x) for x in ("Sure.\n<tool_", "call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool",
                                    "_call>")] + [p.finish()]
-        check(got == [("Sure.", []), ("", []), ("", [("add", "{\"a\": 1}")]), ("", [])], "ToolParser: %r" % got)
+        # a call is complete when its arguments close, before </tool_call>
+        check(got == [("Sure.", []), ("", [("add", "{\"a\": 1}")]), ("", []), ("", [])], "ToolParser: %r" % got)
+    with offgraph.ToolParser("hermes") as p:
+        got = [p.feed_pieces(x) for x in ("Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\"",
+                                          ": 1, \"b", "\": 2}}\n</tool", "_call>")] + [p.finish_pieces()]
+        check(got == [[(None, None, "Sure.", False), (0, "add", "{", False)], [(0, None, "\"a\": 1", False)],
+                      [(0, None, ", \"b\": 2}", True)], [], []], "ToolParser pieces: %r" % got)
     g = offgraph.tool_calls_grammar("hermes", tools, "add", False)
     check(g.startswith("root ::= call\n") and "add" in g and "get_weather" not in g, "tool_calls_grammar: " + g[:200])
     check(offgraph.tool_call_id("hermes", "call_x1") == "call_x1", "tool_call_id hermes")

@@ -1,8 +1,9 @@
 // Tool calls through a real OpenAI client (the `openai` npm package) against
 // offgraph serve on a model whose chat template takes tools (Qwen3's):
-// tool_choice "required" and a named function, streamed and not (the stream's
-// deltas put together by hand and by the client's own stream helper give the
-// calls the plain response gives), a second turn that sends the calls and
+// tool_choice "required" and a named function, streamed and not (a call
+// streams as OpenAI streams it: a first delta naming it, then its arguments in
+// pieces; the deltas put together by hand and by the client's own stream
+// helper give the calls the plain response gives), a second turn that sends the calls and
 // their results back (role "tool"), "auto" and "none" (text), and refusals
 // the client raises as its own error type. Writes the calls it got to
 // <out>/calls.json for the caller to validate against the tools' schemas.
@@ -45,13 +46,25 @@ for (const c of msg.tool_calls ?? []) {
 // the same streamed: deltas put together by hand
 const s = await client.chat.completions.create({ ...base, tool_choice: "required", parallel_tool_calls: false,
                                                  stream: true });
+// As OpenAI streams a call: its first delta has its index, id, type, name and
+// arguments "", the next ones only its index and pieces of its arguments.
 const acc = [];
 let finish = null, content = "";
 for await (const chunk of s) {
   const d = chunk.choices[0]?.delta ?? {};
   content += d.content ?? "";
   for (const tc of d.tool_calls ?? []) {
-    acc[tc.index] ??= { id: "", name: "", arguments: "" };
+    if (acc[tc.index] === undefined) {
+      check(tc.index === acc.length && typeof tc.id === "string" && tc.type === "function" &&
+            typeof tc.function?.name === "string" && tc.function?.arguments === "",
+            `stream: a call's first delta ${JSON.stringify(tc)}`);
+      acc[tc.index] = { id: "", name: "", arguments: "", pieces: 0 };
+    } else {
+      check(tc.id === undefined && tc.type === undefined && tc.function?.name === undefined &&
+            typeof tc.function?.arguments === "string" && tc.function.arguments !== "",
+            `stream: a delta of arguments ${JSON.stringify(tc)}`);
+      acc[tc.index].pieces++;
+    }
     acc[tc.index].id += tc.id ?? "";
     acc[tc.index].name += tc.function?.name ?? "";
     acc[tc.index].arguments += tc.function?.arguments ?? "";
@@ -61,6 +74,10 @@ for await (const chunk of s) {
 check(finish === "tool_calls" && content === "", `stream: finish ${finish}, content "${content}"`);
 check(JSON.stringify(acc.map((c) => [c.name, c.arguments])) === JSON.stringify(callsOf(msg)),
       `stream: calls ${JSON.stringify(acc)} != ${JSON.stringify(callsOf(msg))}`);
+// arguments of several tokens come in several deltas
+for (const c of acc)
+  check(c.arguments.length < 8 || c.pieces > 1, `stream: arguments ${c.arguments} in ${c.pieces} deltas`);
+console.log(`openai tools: streamed arguments in ${JSON.stringify(acc.map((c) => c.pieces))} deltas`);
 
 // streamed through the client's own helper, which joins the deltas itself
 const runner = client.beta.chat.completions.stream({ ...base, tool_choice: "required", parallel_tool_calls: false });
