@@ -9,7 +9,11 @@
  *   PROGRAM   an exported program with its tokenizer (build/kjv-tiny.ogp)
  *   TOKENS    tokens per run (256)
  * Prints the mean model step, the mean hook cost cold and warm, and their
- * ratios. */
+ * ratios; then whole greedy decode steps (og_model_step) free and
+ * constrained by the two paths a mask can take: a LOGITS row masked by the
+ * hook on the host (before masks went on batch items), and the mask on the
+ * batch item (og_batch_item.allowed, the engine's path), as the per-token
+ * cost and its excess over the free step. */
 #include "core/core.h"
 #include "core/textfile.h"
 #include "text/grammar.h"
@@ -30,6 +34,59 @@ static int32_t argmax(const float *l, int64_t n) {
     for (int64_t i = 1; i < n; i++)
         if (l[i] > l[b]) b = (int32_t)i;
     return b;
+}
+
+/* Whole decode steps (og_model_step, one session, greedy), up to n tokens
+ * after the prompt: FREE (an ARGMAX output), HOOK (the path before masks
+ * went on batch items: a LOGITS output, og_grammar_constraint on the row,
+ * the arg-max on the host) or MASK (og_grammar_constraint_mask, then an
+ * ARGMAX output with the mask as its allowed tokens: the engine's path).
+ * The seconds per token, the mask's computation included, go to *t_step. */
+enum { PATH_FREE, PATH_HOOK, PATH_MASK };
+static int run_steps(og_model *m, const int32_t *prompt, int64_t np, int n, og_matcher *mt, int path, double *t_step,
+                     const int32_t *end_ids, int n_end) {
+    og_session *s = NULL;
+    const int64_t V = og_model_vocab_size(m);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    int32_t *gen = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    if (!logits || !gen || og_session_create(m, NULL, &s) != OG_OK) {
+        fprintf(stderr, "session: %s\n", og_last_error());
+        exit(1);
+    }
+    if (mt) og_matcher_reset(mt);
+    int32_t tok = 0;
+    if (og_session_eval(s, prompt, np - 1, 0, NULL, 0) != OG_OK) {
+        fprintf(stderr, "prefill: %s\n", og_last_error());
+        exit(1);
+    }
+    tok = prompt[np - 1];
+    int k = 0;
+    double t0 = og_time_now();
+    for (; k < n; k++) {
+        og_batch_item it = {.session = s, .tokens = &tok, .n_tokens = 1, .output = OG_OUTPUT_ARGMAX};
+        if (path == PATH_HOOK) {
+            it.output = OG_OUTPUT_LOGITS;
+            it.logits = logits;
+        }
+        if (path == PATH_MASK) it.allowed = og_grammar_constraint_mask(mt, gen, k, V);
+        if (og_model_step(m, &it, 1) != OG_OK) break; /* the context is full */
+        if (path == PATH_HOOK) {
+            og_grammar_constraint(mt, gen, k, logits, V);
+            it.token = argmax(logits, V);
+        }
+        int end = 0;
+        for (int e = 0; e < n_end; e++) end |= it.token == end_ids[e];
+        if (end && path != PATH_FREE) {
+            k++;
+            break; /* the grammar is complete */
+        }
+        gen[k] = tok = it.token;
+    }
+    *t_step = (og_time_now() - t0) / (k > 0 ? k : 1);
+    og_session_destroy(s);
+    free(logits);
+    free(gen);
+    return k;
 }
 
 /* One greedy run of up to n tokens; hook NULL: free. Returns tokens made;
@@ -125,6 +182,24 @@ int main(int argc, char **argv) {
            cm / nc * 1e6, ch / nc * 1e6, 100.0 * (ch / nc) / (fm / nf));
     printf("warm matcher: %4d tokens, model step %8.1f us, hook %7.1f us/step (%.1f %% of the free step)\n", nw,
            wm / nw * 1e6, wh / nw * 1e6, 100.0 * (wh / nw) / (fm / nf));
+    /* whole steps: the constrained step's cost against a free one, by the
+     * path the mask takes (each run's matcher warm: the cold cost is above);
+     * the best of five rounds of each, the paths interleaved, the free run
+     * as long as the constrained ones (its steps at the same lengths) */
+    double best[3] = {1e30, 1e30, 1e30};
+    int made[3] = {0, 0, 0};
+    for (int round = 0; round < 5; round++)
+        for (int path = 2; path >= 0; path--) {
+            double t_step;
+            made[path] = run_steps(m, prompt, np, path == PATH_FREE ? made[PATH_MASK] : n,
+                                   path == PATH_FREE ? NULL : mt, path, &t_step, end_ids, n_end);
+            if (t_step < best[path]) best[path] = t_step;
+        }
+    printf("whole steps: free %8.1f us (%d tokens); logits + hook %8.1f us (%d tokens, %+.1f %%); "
+           "mask on the item %8.1f us (%d tokens, %+.1f %%)\n",
+           best[PATH_FREE] * 1e6, made[PATH_FREE], best[PATH_HOOK] * 1e6, made[PATH_HOOK],
+           100.0 * (best[PATH_HOOK] / best[PATH_FREE] - 1), best[PATH_MASK] * 1e6, made[PATH_MASK],
+           100.0 * (best[PATH_MASK] / best[PATH_FREE] - 1));
     og_free(prompt);
     og_matcher_destroy(mt);
     og_grammar_destroy(g);

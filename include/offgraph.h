@@ -877,6 +877,18 @@ typedef struct og_batch_item {
                               (its draw, and the token joins its history)
                               only when the step succeeds; else NULL         */
     int32_t token;         /* out: ARGMAX and SAMPLE, when the step succeeds */
+    /* The tokens the output may choose (a grammar's mask): bit i % 32 of word
+     * i / 32 set when token i is allowed, ceil(vocab / 32) words; borrowed for
+     * the call, only read. NULL: every token is allowed. Every disallowed
+     * logit counts as -infinity before the output is made: ARGMAX and SAMPLE
+     * choose among the allowed tokens only (as og_sampler_sample does over
+     * logits the caller masked so), and LOGITS gets the masked row
+     * (-INFINITY where not allowed, the model's logits elsewhere). Refused
+     * with the other outputs (NONE, LOGITS_ALL). A mask that allows nothing
+     * leaves every logit -infinity (ARGMAX then gives id 0). On CUDA the mask
+     * is applied on the device, inside the decode graph, and only the token
+     * comes back. */
+    const uint32_t *allowed;
 } og_batch_item;
 
 /* Advances n_items sessions of model m by their items' tokens in one step:
@@ -894,7 +906,8 @@ typedef struct og_batch_item {
  * a token id outside the vocabulary, a session of another model, the same
  * session twice, a session already in a step on another thread
  * (OG_ERR_STATE), an output without its logits or sampler, a sampler of
- * another vocabulary. Items are read and their `token` written; the call
+ * another vocabulary, an allowed mask with an output other than ARGMAX,
+ * SAMPLE or LOGITS. Items are read and their `token` written; the call
  * keeps no pointer to them. Steps of one model may run on several threads,
  * each with its own sessions. */
 OG_API og_status og_model_step(og_model *m, og_batch_item *items, int32_t n_items);

@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 from ctypes import (POINTER, Structure, byref, c_bool, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
-                    c_size_t, c_uint, c_uint64, c_void_p)
+                    c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 
 __all__ = ["OffgraphError", "Model", "Session", "Request", "Output", "Tokenizer", "DecodeStream", "Sampler",
            "StepItem", "ToolParser", "Llama", "library_path", "set_log_level", "tool_calls_grammar", "tool_call_id",
@@ -113,7 +113,8 @@ class _ModelMetrics(Structure):
 
 class _BatchItem(Structure):
     _fields_ = [("session", c_void_p), ("tokens", POINTER(c_int32)), ("n_tokens", c_int32), ("output", c_int),
-                ("logits", POINTER(c_float)), ("sampler", c_void_p), ("token", c_int32)]
+                ("logits", POINTER(c_float)), ("sampler", c_void_p), ("token", c_int32),
+                ("allowed", POINTER(c_uint32))]  # NULL (every token allowed): ctypes zeroes it
 
 
 class _EngineParams(Structure):

@@ -687,9 +687,20 @@ static bool flush_locked(og_request *r) {
 
 /* ------------------------------------------------------------ the step */
 
-static og_step_output output_of(const og_engine *e, const og_request *r) {
+/* Whether r's constraint is a grammar (a matcher of the model's vocabulary
+ * width) that the step applies as a mask (og_batch_item.allowed: on CUDA on
+ * the device, and only the token comes back), rather than the hook on a
+ * logits row brought back: a leader's prompt end is not, its followers draw
+ * from its raw row. */
+static bool masked_by_step(const og_engine *e, const og_request *r, bool prefill) {
+    return r->constraint == og_grammar_constraint && og_matcher_width(r->constraint_ctx) == e->vocab &&
+           !(prefill && r->n_followers);
+}
+
+/* The output of r's row; masked: its grammar's mask goes with the item. */
+static og_step_output output_of(const og_engine *e, const og_request *r, bool masked) {
     /* a leader's followers draw their first tokens from its prompt's logits */
-    if (r->logprobs >= 0 || r->constraint || r->n_followers) return OG_OUTPUT_LOGITS;
+    if (r->logprobs >= 0 || (r->constraint && !masked) || r->n_followers) return OG_OUTPUT_LOGITS;
     const og_sampler_params *sp = &r->sampling;
     if (sp->temperature <= 0 && e->n_forbidden == 0 && sp->repeat_penalty == 1.0f && sp->presence_penalty == 0 &&
         sp->frequency_penalty == 0 && sp->n_logit_bias == 0)
@@ -877,7 +888,7 @@ static void *sched_main(void *arg) {
             og_request *r = e->running[i];
             if (r->fed < r->n_prompt) continue;
             /* a caller's session's last token is fed, and nothing drawn after it */
-            og_step_output o = r->final != OG_FINISH_NONE ? OG_OUTPUT_NONE : output_of(e, r);
+            og_step_output o = r->final != OG_FINISH_NONE ? OG_OUTPUT_NONE : output_of(e, r, masked_by_step(e, r, false));
             w.items[n] = (og_batch_item){.session = e->slots[r->slot].session, .tokens = &r->next, .n_tokens = 1,
                                          .output = o, .logits = o == OG_OUTPUT_LOGITS ? r->logits : NULL,
                                          .sampler = o == OG_OUTPUT_SAMPLE ? r->sampler : NULL};
@@ -895,7 +906,7 @@ static void *sched_main(void *arg) {
             if (T > e->max_write) T = e->max_write;
             if (room > 0 && T > room) T = room;
             bool last = r->fed + T == r->n_prompt;
-            og_step_output o = last ? output_of(e, r) : OG_OUTPUT_NONE;
+            og_step_output o = last ? output_of(e, r, masked_by_step(e, r, true)) : OG_OUTPUT_NONE;
             w.items[n] = (og_batch_item){.session = e->slots[r->slot].session, .tokens = r->prompt + r->fed,
                                          .n_tokens = (int32_t)T, .output = o,
                                          .logits = o == OG_OUTPUT_LOGITS ? r->logits : NULL,
@@ -915,6 +926,20 @@ static void *sched_main(void *arg) {
             }
         pthread_mutex_unlock(&e->lock);
         for (int32_t i = 0; i < n_wake; i++) pthread_cond_broadcast(&w.wake[i]->cond);
+        /* the grammars' masks, outside the lock (a state's first mask walks
+         * the vocabulary): each matcher is fed what its request drew, and
+         * its mask is read by the step before this thread calls it again */
+        for (int32_t i = 0; i < n; i++) {
+            og_request *r = w.owner[i];
+            og_batch_item *it = &w.items[i];
+            if (it->output == OG_OUTPUT_NONE || !masked_by_step(e, r, it->tokens != &r->next)) continue;
+            it->allowed = og_grammar_constraint_mask(r->constraint_ctx, r->gen, r->n_gen, e->vocab);
+            if (!it->allowed) { /* not reached (masked_by_step checked the width): the hook masks the row */
+                it->output = OG_OUTPUT_LOGITS;
+                it->logits = r->logits;
+                it->sampler = NULL;
+            }
+        }
 
         /* Outside the lock: the items' requests stay running (only this
          * thread ends them) and their samplers, logits and drawn tokens are
@@ -951,7 +976,8 @@ static void *sched_main(void *arg) {
                 f->first = og_sampler_sample(f->sampler, f->logits);
                 if (f->logprobs >= 0) logprobs_of(f->logits, e->vocab, f->first, f->logprobs, &f->first_lp);
             }
-            if (r->constraint) r->constraint(r->constraint_ctx, r->gen, r->n_gen, r->logits, e->vocab);
+            /* a masked row came back masked (og_batch_item.allowed) */
+            if (r->constraint && !it->allowed) r->constraint(r->constraint_ctx, r->gen, r->n_gen, r->logits, e->vocab);
             it->token = og_sampler_sample(r->sampler, r->logits);
             if (r->logprobs >= 0) logprobs_of(r->logits, e->vocab, it->token, r->logprobs, &w.lp[i]);
         }

@@ -467,12 +467,14 @@ static void compact_for_tail(const step_run *r) {
     }
 }
 
-/* Every item's output from the tail rows' logits [n_tail_rows, V]. */
-og_status og_cpu_deliver(const og_step_plan *p, const float *logits, int64_t V) {
+/* Every item's output from the tail rows' logits [n_tail_rows, V] (an
+ * item's allowed mask is applied to its row in place first). */
+og_status og_cpu_deliver(const og_step_plan *p, float *logits, int64_t V) {
     for (int32_t i = 0; i < p->n_seqs; i++) {
         const og_step_seq *q = &p->seqs[i];
         og_batch_item *it = q->item;
-        const float *row = logits + (int64_t)q->tail_row0 * V;
+        float *row = logits + (int64_t)q->tail_row0 * V;
+        if (it->allowed) og_logits_mask(row, V, it->allowed); /* one row: LOGITS_ALL takes no mask */
         switch (it->output) {
         case OG_OUTPUT_LOGITS:
         case OG_OUTPUT_LOGITS_ALL:

@@ -65,10 +65,14 @@
  * another value still needs, whichever instruction of it the program listed
  * first.
  *
- * Outputs: logits rows are copied back; the arg-max, and sampling with what
- * og_sample_cuda_supported accepts, run on the device (og_sample_batch_cuda)
- * and only the token comes back; other samplers draw on the host from the
- * copied logits row. Every step ends with a stream synchronization, so that
+ * Outputs: a row with an allowed-token mask (og_batch_item.allowed, a
+ * grammar's) has its disallowed logits set to -inf on the device first
+ * (og_mask_logits_cuda, in the decode graph: the masks are uploaded with the
+ * step block into buffers that never move, so they change without a
+ * re-capture); logits rows are copied back; the arg-max, and sampling with
+ * what og_sample_cuda_supported accepts, run on the device
+ * (og_sample_batch_cuda) and only the token comes back; other samplers draw
+ * on the host from the copied logits row. Every step ends with a stream synchronization, so that
  * a failed kernel fails its own step (which then does not commit) and the
  * pinned step block is free for the next one.
  */
@@ -149,7 +153,7 @@ typedef struct cuda_session {
 enum { BLOCK_TOKENS = 0, BLOCK_POSITIONS, BLOCK_TAIL_TOKENS, BLOCK_TAIL_POSITIONS, BLOCK_ARRAYS };
 
 typedef struct block_layout {
-    size_t table, states, samplers, bytes;
+    size_t table, states, samplers, mask_of, bytes;
 } block_layout;
 
 /* Everything a step of up to cap rows (cap_out tail rows) reads and writes
@@ -166,6 +170,13 @@ typedef struct row_set {
     uint16_t *split_hi, *split_lo; /* [cap * max_k] bf16 parts          */
     float *logits;              /* [cap_out, V] the tail rows' logits  */
     uint32_t *marks;            /* [cap_out, W] sampler scratch, zero between steps */
+    /* the allowed-token masks of the step's masked rows (og_batch_item.allowed),
+     * packed: the step block's mask_of names each tail row's (k + 1, 0: none).
+     * The fixed set's hold cap_out masks from the start and never move (its
+     * graphs read them); the growing set's grow to a step's count. */
+    uint32_t *masks_host;       /* pinned [mask_cap, W] */
+    uint32_t *masks_dev;        /* [mask_cap, W] */
+    int64_t mask_cap;
     float *attn_partials;       /* batched attention scratch, counters zero between steps */
     void *moe_scratch;          /* the moe instructions' (og_moe_cuda_scratch_bytes of cap rows) */
     void *kq_x;                 /* x as int8 terms for the k-quant integer gemv (og_kquant_x_cuda_bytes) */
@@ -184,6 +195,7 @@ struct og_step_ctx {
     float *host_rows;           /* [host_rows_cap, V] logits rows sampled on the host */
     int64_t host_rows_cap;
     bool device_tokens;         /* this step's sampler kernel has rows to serve */
+    int32_t n_masks;            /* this step's masked rows (masks uploaded) */
     og_dtype kv_dtype;          /* the dtype the batched attention of this context serves */
     bool kv_dtype_set;
     cudaGraphExec_t graph[OG_BATCH_BUCKETS]; /* decode graphs over the fixed set */
@@ -448,8 +460,10 @@ static void cuda_session_free(og_session *s) {
  *   og_attend_cuda_seq table                               [n_layers, cap]
  *   og_state_cuda_seq table                                [n_states, cap]
  *   og_sample_cuda_row rows                                [cap_out]
- * The attention kernels and the sampler read the tables at run time, so a
- * graph captured over a row set serves any sessions the host writes there. */
+ *   int32 mask_of: the mask of each tail row (k + 1; 0: none) [cap_out]
+ * The attention kernels, the masking and the sampler read the tables at run
+ * time, so a graph captured over a row set serves any sessions (and masks)
+ * the host writes there. */
 static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static block_layout layout_of(int32_t n_layers, int32_t n_states, int64_t cap, int64_t cap_out) {
@@ -457,7 +471,8 @@ static block_layout layout_of(int32_t n_layers, int32_t n_states, int64_t cap, i
     b.table = align16((size_t)BLOCK_ARRAYS * (size_t)cap * sizeof(int32_t));
     b.states = align16(b.table + (size_t)n_layers * (size_t)cap * sizeof(og_attend_cuda_seq));
     b.samplers = align16(b.states + (size_t)n_states * (size_t)cap * sizeof(og_state_cuda_seq));
-    b.bytes = b.samplers + (size_t)cap_out * sizeof(og_sample_cuda_row);
+    b.mask_of = align16(b.samplers + (size_t)cap_out * sizeof(og_sample_cuda_row));
+    b.bytes = b.mask_of + (size_t)cap_out * sizeof(int32_t);
     return b;
 }
 
@@ -473,6 +488,8 @@ static void free_set(og_model *m, row_set *r) {
     cudaFree(r->split_lo);
     cudaFree(r->logits);
     cudaFree(r->marks);
+    cudaFreeHost(r->masks_host);
+    cudaFree(r->masks_dev);
     cudaFree(r->attn_partials);
     cudaFree(r->moe_scratch);
     cudaFree(r->kq_x);
@@ -534,6 +551,13 @@ static og_status make_set(og_model *m, row_set *r, int64_t cap, int64_t cap_out)
     const size_t marks = (size_t)cap_out * og_sample_cuda_marks_bytes(m->vocab);
     SET_TRY(cudaMalloc((void **)&r->marks, marks), "sampler scratch");
     SET_TRY(cudaMemset(r->marks, 0, marks), "sampler scratch");
+    /* masks for every tail row of a graph (the fixed set: its addresses are
+     * captured); a wider set starts with as many and grows (reserve_masks) */
+    r->mask_cap = cap_out < GRAPH_MAX_ROWS ? cap_out : GRAPH_MAX_ROWS;
+    SET_TRY(cudaMallocHost((void **)&r->masks_host, (size_t)r->mask_cap * og_sample_cuda_marks_bytes(m->vocab)),
+            "pinned token masks");
+    SET_TRY(cudaMalloc((void **)&r->masks_dev, (size_t)r->mask_cap * og_sample_cuda_marks_bytes(m->vocab)),
+            "token masks");
     if (cm->attends) { /* counters start at zero; every step leaves them so */
         const size_t floats = (size_t)og_attend_batch_cuda_scratch_floats((int32_t)cap, cm->max_heads, cm->max_head_dim,
                                                                          cm->max_keys);
@@ -628,6 +652,23 @@ static og_status pick_set(og_model *m, og_step_ctx *c, int64_t rows, int64_t out
         OG_TRY(make_set(m, &c->big, cap, cap_out));
     }
     *set = &c->big;
+    return OG_OK;
+}
+
+/* Room for n masks in row set r. Only the growing set ever grows: a step in
+ * the fixed one has at most its cap_out tail rows, as many as it has masks,
+ * so the addresses its graphs captured never change. */
+static og_status reserve_masks(og_model *m, row_set *r, int64_t n) {
+    if (n <= r->mask_cap) return OG_OK;
+    const size_t bytes = (size_t)n * og_sample_cuda_marks_bytes(m->vocab);
+    cudaFreeHost(r->masks_host);
+    cudaFree(r->masks_dev);
+    r->masks_host = NULL;
+    r->masks_dev = NULL;
+    r->mask_cap = 0;
+    CUDA_TRY(cudaMallocHost((void **)&r->masks_host, bytes), "pinned token masks");
+    CUDA_TRY(cudaMalloc((void **)&r->masks_dev, bytes), "token masks");
+    r->mask_cap = n;
     return OG_OK;
 }
 
@@ -1214,6 +1255,12 @@ static og_status enqueue_compute(step_run *x, int32_t *failed) {
         }
     }
     x->hi = NULL;
+    /* the masks first: the sampler, the logits copied back and the rows
+     * sampled on the host see only the allowed tokens */
+    if (x->B > 0 || x->c->n_masks > 0)
+        OG_TRY(og_mask_logits_cuda(x->c->stream, x->rs->logits, m->vocab, (int32_t)out_rows,
+                                   (const int32_t *)(const void *)(x->rs->block_dev + x->rs->layout.mask_of),
+                                   x->rs->masks_dev));
     if (x->B > 0 || x->c->device_tokens)
         OG_TRY(og_sample_batch_cuda(x->c->stream, x->rs->logits, m->vocab, (int32_t)out_rows,
                                     (const og_sample_cuda_row *)(const void *)(x->rs->block_dev + x->rs->layout.samplers),
@@ -1307,6 +1354,20 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
     }
     og_sample_cuda_row *srow = (og_sample_cuda_row *)(void *)(r->block_host + r->layout.samplers);
     for (int32_t j = 0; j < out_rows; j++) srow[j] = (og_sample_cuda_row){.mode = OG_SAMPLE_ROW_NONE};
+    /* the masks, packed in the order of the rows that have one */
+    int32_t *mask_of = (int32_t *)(void *)(r->block_host + r->layout.mask_of);
+    for (int32_t j = 0; j < out_rows; j++) mask_of[j] = 0;
+    int32_t n_masks = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) n_masks += p->seqs[i].item->allowed != NULL;
+    OG_TRY(reserve_masks(m, r, n_masks));
+    const size_t mask_bytes = og_sample_cuda_marks_bytes(m->vocab);
+    c->n_masks = 0;
+    for (int32_t i = 0; i < p->n_seqs; i++) {
+        const og_step_seq *q = &p->seqs[i];
+        if (!q->item->allowed) continue;
+        memcpy((unsigned char *)r->masks_host + (size_t)c->n_masks * mask_bytes, q->item->allowed, mask_bytes);
+        mask_of[out_row(x, q)] = ++c->n_masks;
+    }
     int64_t recent = 0;
     c->device_tokens = false;
     *n_host = 0;
@@ -1428,6 +1489,14 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
         CUDA_TRY(cudaMemcpyAsync(r->block_dev + r->layout.samplers, r->block_host + r->layout.samplers,
                                  (size_t)out_rows * sizeof(og_sample_cuda_row), cudaMemcpyHostToDevice, c->stream),
                  "sampler rows upload");
+    if (out_rows > 0)
+        CUDA_TRY(cudaMemcpyAsync(r->block_dev + r->layout.mask_of, r->block_host + r->layout.mask_of,
+                                 (size_t)out_rows * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream),
+                 "mask table upload");
+    if (c->n_masks > 0)
+        CUDA_TRY(cudaMemcpyAsync(r->masks_dev, r->masks_host, (size_t)c->n_masks * og_sample_cuda_marks_bytes(V),
+                                 cudaMemcpyHostToDevice, c->stream),
+                 "token masks upload");
     if (c->recent_used > 0)
         CUDA_TRY(cudaMemcpyAsync(c->recent_dev, c->recent_host, (size_t)c->recent_used * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, c->stream),

@@ -363,6 +363,10 @@ static og_status check_items(og_model *m, og_batch_item *items, int32_t n) {
                                     "og_model_step: item %d: the sampler is for a vocabulary of %lld, the model has %lld",
                                     i, (long long)og_sampler_vocab(it->sampler), (long long)m->vocab);
         }
+        if (it->allowed && it->output != OG_OUTPUT_ARGMAX && it->output != OG_OUTPUT_SAMPLE &&
+            it->output != OG_OUTPUT_LOGITS)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                "og_model_step: item %d: an allowed mask needs an ARGMAX, SAMPLE or LOGITS output", i);
         /* the same session twice is found when its stepping flag is taken */
         for (int32_t j = 0; j < i && it->output == OG_OUTPUT_SAMPLE; j++)
             if (items[j].output == OG_OUTPUT_SAMPLE && items[j].sampler == it->sampler)

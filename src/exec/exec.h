@@ -158,10 +158,11 @@ static inline bool og_exec_full_rows(const og_model *m, og_program_operand o) {
  * wider session's rows in a call of their own, so a row gets the bits it
  * gets alone; bf16_prefill rounds the wider rows' x to bf16 (a bf16
  * program). og_cpu_deliver: every item's output from the tail rows' logits
- * [n_tail_rows, V]. */
+ * [n_tail_rows, V], an item's allowed mask (og_batch_item.allowed) applied
+ * to its row in place first. */
 og_status og_cpu_plan_matmul(og_threadpool *pool, const og_step_plan *p, bool tail, bool bf16_prefill, const float *x,
                              const void *w, const void *bias, og_dtype dt, int64_t K, int64_t N, float *out);
-og_status og_cpu_deliver(const og_step_plan *p, const float *logits, int64_t V);
+og_status og_cpu_deliver(const og_step_plan *p, float *logits, int64_t V);
 
 /* The greedy scratch-slot plan shared by the back ends: n values in program
  * order; value i is written by step def[i] and read last by step last[i] (-1:

@@ -243,3 +243,13 @@ int32_t og_sampler_sample(og_sampler *s, const float *logits) {
     og_sampler_commit(s, tok);
     return tok;
 }
+
+void og_logits_mask(float *logits, int64_t V, const uint32_t *allowed) {
+    for (int64_t w = 0; w * 32 < V; w++) {
+        const uint32_t bits = allowed[w];
+        if (bits == 0xFFFFFFFFu) continue;
+        const int64_t base = w * 32, end = base + 32 < V ? base + 32 : V;
+        for (int64_t i = base; i < end; i++)
+            if (!(bits >> (i - base) & 1u)) logits[i] = -INFINITY;
+    }
+}

@@ -36,4 +36,9 @@ bool og_sampler_host_only(const og_sampler *s);
  * for the presence and frequency penalties. */
 void og_sampler_commit(og_sampler *s, int32_t token);
 
+/* Sets logits[i] = -INFINITY for every i in [0, V) whose bit (i % 32 of
+ * word i / 32) is clear in allowed (og_batch_item.allowed): the reference
+ * of the device's og_mask_logits_cuda. */
+void og_logits_mask(float *logits, int64_t V, const uint32_t *allowed);
+
 #endif /* OG_EXEC_SAMPLE_H */

@@ -1421,20 +1421,42 @@ og_status og_matcher_apply(og_matcher *m, float *logits, int64_t n_vocab) {
 
 const char *og_matcher_error(const og_matcher *m) { return m && m->failed ? m->err : NULL; }
 
-void og_grammar_constraint(void *ctx, const int32_t *generated, int64_t n, float *logits, int64_t vocab) {
-    og_matcher *m = ctx;
-    if (!m || !logits) return;
+/* The hook's first half: feeds the tokens of generated[] m has not seen
+ * (from the start when n is smaller than what it has seen). */
+static og_status feed_generated(og_matcher *m, const int32_t *generated, int64_t n) {
     if (n < m->seen) og_matcher_reset(m);
     og_status rc = OG_OK;
     while (!m->failed && m->seen < n && rc == OG_OK) {
         rc = og_matcher_accept_token(m, generated[m->seen]);
         if (rc == OG_OK) m->seen++;
     }
+    return rc;
+}
+
+static void fail_with_last_error(og_matcher *m) {
+    if (m->failed) return;
+    m->failed = 1;
+    snprintf(m->err, sizeof m->err, "%s", og_last_error());
+}
+
+int64_t og_matcher_width(const og_matcher *m) { return m ? m->v->n : 0; }
+
+const uint32_t *og_grammar_constraint_mask(void *ctx, const int32_t *generated, int64_t n, int64_t vocab) {
+    og_matcher *m = ctx;
+    if (!m || vocab != m->v->n) return NULL;
+    og_status rc = feed_generated(m, generated, n);
+    const uint32_t *mask = NULL;
+    if (rc == OG_OK && !m->failed && !(mask = og_matcher_mask(m))) rc = OG_ERR_OUT_OF_MEMORY;
+    if (rc != OG_OK) fail_with_last_error(m);
+    return m->failed ? m->v->eos : mask; /* a failure: only an end stays allowed */
+}
+
+void og_grammar_constraint(void *ctx, const int32_t *generated, int64_t n, float *logits, int64_t vocab) {
+    og_matcher *m = ctx;
+    if (!m || !logits) return;
+    og_status rc = feed_generated(m, generated, n);
     if (rc == OG_OK && !m->failed) rc = og_matcher_apply(m, logits, vocab);
-    if (rc != OG_OK && !m->failed) {
-        m->failed = 1;
-        snprintf(m->err, sizeof m->err, "%s", og_last_error());
-    }
+    if (rc != OG_OK) fail_with_last_error(m);
     if (m->failed) { /* only an end stays allowed */
         for (int64_t i = 0; i < vocab; i++)
             if (i >= m->v->n || !(m->v->eos[i >> 5] & (1u << (i & 31)))) logits[i] = -INFINITY;

@@ -134,6 +134,18 @@ void og_matcher_stats(const og_matcher *m, int64_t *states, int64_t *masks, int6
  * mask) or the mask cannot be computed, only the end ids stay allowed and
  * og_matcher_error() says what happened. */
 void og_grammar_constraint(void *ctx, const int32_t *generated, int64_t n, float *logits, int64_t vocab);
+/* The width of the logits rows m masks (its vocabulary's n_vocab); 0 for
+ * NULL. */
+int64_t og_matcher_width(const og_matcher *m);
+/* The same hook as a mask (og_batch_item.allowed), for a step that applies
+ * it itself (on the device): feeds generated[] as og_grammar_constraint
+ * does, then returns the allowed tokens (og_matcher_mask's bitmap, borrowed
+ * from the matcher until its next call); where og_grammar_constraint would
+ * leave only the end ids, their bitmap. NULL (nothing fed) when ctx is NULL
+ * or vocab is not the matcher's vocabulary width: the caller then masks
+ * the logits with og_grammar_constraint. The tokens either call lets
+ * through are the same. */
+const uint32_t *og_grammar_constraint_mask(void *ctx, const int32_t *generated, int64_t n, int64_t vocab);
 /* The adapter's failure, or NULL. Borrowed. */
 const char *og_matcher_error(const og_matcher *m);
 

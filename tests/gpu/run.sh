@@ -5,6 +5,8 @@
 #   1. kernel tests against the C references (test_ops_cuda, also with the
 #      CUDA-core gemv and with the split-K bf16 gemv (OG_CUDA_GEMV_SPLIT=1), test_attend_cuda,
 #      test_sample_cuda: the device sampler against og_sampler_sample;
+#      test_mask_cuda: grammar masks on batch items applied on the device,
+#      against a naive oracle, changing between replays of one graph;
 #      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
 #      test_kquant_cuda: the k-quant kernels, and the back end on k-quant
 #      programs against the CPU's)
@@ -58,6 +60,7 @@ check test_ops_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_ops_cuda"
 check test_exec_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_exec_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
+check test_mask_cuda "$B/tests/test_mask_cuda"
 check test_moe_cuda "$B/tests/test_moe_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
@@ -92,6 +95,7 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"
+    check memcheck_mask compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_mask_cuda"
     check memcheck_moe compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_moe_cuda"
     check racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_moe_cuda"
     check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"

@@ -365,6 +365,24 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) *token = -1; /* NONE, a row missing a buffer, an unknown mode */
 }
 
+/* Row blockIdx.x, when it names a mask: logits whose bit is clear -> -inf;
+ * the blocks of a row (blockIdx.y) stride over its V logits, a thread per
+ * logit, so that a warp reads one mask word and writes 32 neighbours. */
+constexpr int kMaskThreads = 256;
+constexpr int kMaskBlocksPerRow = 64;
+__global__ void __launch_bounds__(kMaskThreads)
+    mask_kernel(float *logits, int64_t V, const int32_t *mask_of, const uint32_t *masks) {
+    const int64_t b = blockIdx.x;
+    const int32_t k = mask_of[b];
+    if (k <= 0) return;
+    const int64_t W = (V + 31) / 32;
+    const uint32_t *mask = masks + (int64_t)(k - 1) * W;
+    float *x = logits + b * V;
+    for (int64_t i = (int64_t)blockIdx.y * kMaskThreads + threadIdx.x; i < V;
+         i += (int64_t)gridDim.y * kMaskThreads)
+        if (!((mask[i >> 5] >> (i & 31)) & 1u)) x[i] = -INFINITY;
+}
+
 static_assert(sizeof(og_sample_cuda_step) == 40, "og_sample_cuda_step layout");
 static_assert(sizeof(og_sample_cuda_row) == 72 && offsetof(og_sample_cuda_row, step) == 8 &&
                   offsetof(og_sample_cuda_row, recent) == 48 && offsetof(og_sample_cuda_row, marks) == 64,
@@ -409,4 +427,17 @@ extern "C" og_status og_sample_batch_cuda(void *stream, const float *logits, int
     if (B < 1) return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_batch_cuda: B = %d rows", (int)B);
     sample_batch_kernel<<<(unsigned)B, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, rows, tokens);
     return launched("sample_batch_cuda");
+}
+
+extern "C" og_status og_mask_logits_cuda(void *stream, float *logits, int64_t V, int32_t B, const int32_t *mask_of,
+                                         const uint32_t *masks) {
+    if (!logits || !mask_of || !masks) return og_set_error(OG_ERR_INVALID_ARGUMENT, "mask_logits_cuda: a NULL buffer");
+    if (V < 1 || V > INT32_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "mask_logits_cuda: V = %lld is outside [1, INT32_MAX]",
+                            (long long)V);
+    if (B < 1) return og_set_error(OG_ERR_INVALID_ARGUMENT, "mask_logits_cuda: B = %d rows", (int)B);
+    const int64_t per_row = (V + kMaskThreads - 1) / kMaskThreads;
+    const dim3 grid((unsigned)B, (unsigned)(per_row < kMaskBlocksPerRow ? per_row : kMaskBlocksPerRow));
+    mask_kernel<<<grid, kMaskThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, mask_of, masks);
+    return launched("mask_logits_cuda");
 }

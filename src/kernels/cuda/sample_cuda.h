@@ -131,6 +131,23 @@ size_t og_sample_cuda_marks_bytes(int64_t V);
 og_status og_sample_batch_cuda(void *stream, const float *logits /* [B, V] */, int64_t V, int32_t B,
                                const og_sample_cuda_row *rows /* [B], device */, int32_t *tokens /* [B], device */);
 
+/* ---- the allowed-token masks (og_batch_item.allowed) ---- */
+
+/* For each row b < B of logits [B, V] with mask_of[b] = k > 0: logits[b, i]
+ * = -infinity for every i whose bit (i % 32 of word i / 32) is clear in mask
+ * k - 1 (masks + (k - 1) * W); rows with mask_of[b] <= 0 and the allowed
+ * values are left as they are. Exactly og_logits_mask (exec/sample.h) on
+ * each such row. The executor launches it before og_sample_batch_cuda,
+ * inside a decode graph: mask_of and masks live at fixed device addresses
+ * (B, V and the three addresses are the only launch arguments) and the host
+ * rewrites their contents before each replay, so masks that change never
+ * re-capture. Rows may share a mask. One launch, no allocation, no host
+ * synchronization. Refuses NULL buffers, V outside [1, INT32_MAX] and B < 1
+ * before enqueuing anything. */
+og_status og_mask_logits_cuda(void *stream, float *logits /* [B, V], device */, int64_t V, int32_t B,
+                              const int32_t *mask_of /* [B], device */,
+                              const uint32_t *masks /* [max mask_of, W], device */);
+
 #ifdef __cplusplus
 }
 #endif
