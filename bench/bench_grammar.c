@@ -8,6 +8,8 @@
  * usage: bench_grammar PROGRAM [TOKENS] [THREADS] [SCHEMA_FILE]
  *   PROGRAM   an exported program with its tokenizer (build/kjv-tiny.ogp)
  *   TOKENS    tokens per run (256)
+ * OG_BACKEND=cuda runs the model on the GPU (the mask then applies inside
+ * the captured decode graph); the default is the CPU.
  * Prints the mean model step, the mean hook cost cold and warm, and their
  * ratios; then whole greedy decode steps (og_model_step) free and
  * constrained by the two paths a mask can take: a LOGITS row masked by the
@@ -136,7 +138,13 @@ int main(int argc, char **argv) {
     }
     int n = argc > 2 ? atoi(argv[2]) : 256;
     og_model_params mp = og_model_default_params();
+    const char *be = getenv("OG_BACKEND");
     mp.backend = OG_BACKEND_CPU;
+    if (be && !strcmp(be, "cuda")) mp.backend = OG_BACKEND_CUDA;
+    else if (be && *be && strcmp(be, "cpu")) {
+        fprintf(stderr, "OG_BACKEND=%s: expected cpu or cuda\n", be);
+        return 2;
+    }
     mp.n_threads = argc > 3 ? atoi(argv[3]) : 1;
     char *schema = NULL;
     if (argc > 4 && og_read_text_file(argv[4], &schema, NULL) != OG_OK) {
