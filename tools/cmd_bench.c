@@ -168,6 +168,16 @@ static void print_buckets(const int64_t *v) {
     for (int i = 0; i < OG_BATCH_BUCKETS; i++) printf("%s%lld", i ? "," : "", (long long)v[i]);
 }
 
+/* An engine figure by name from its metrics text (0 when absent). */
+static double engine_figure(og_engine *e, const char *name) {
+    char *text = og_engine_metrics_text(e), key[96];
+    snprintf(key, sizeof key, "\noffgraph_%s ", name);
+    const char *at = text ? strstr(text, key) : NULL;
+    const double v = at ? strtod(at + strlen(key), NULL) : 0;
+    og_free(text);
+    return v;
+}
+
 /* bench --sessions K: K requests of the engine stepped by its scheduler
  * (continuous batching, rows under --rows, chunks of max_write; no prefix
  * cache, so every prompt is read), in two rounds over the same K sessions
@@ -185,17 +195,9 @@ static void print_buckets(const int64_t *v) {
  * direct path (one round of both would time the decode of early requests
  * beside the later ones' prompts). An untimed pass of both rounds (two
  * tokens) on other sessions comes first unless --no-warmup, its decode round
- * also run by 1, 2, 4, ... requests (below). */
-/* An engine figure by name from its metrics text (0 when absent). */
-static double engine_figure(og_engine *e, const char *name) {
-    char *text = og_engine_metrics_text(e), key[96];
-    snprintf(key, sizeof key, "\noffgraph_%s ", name);
-    const char *at = text ? strstr(text, key) : NULL;
-    const double v = at ? strtod(at + strlen(key), NULL) : 0;
-    og_free(text);
-    return v;
-}
-
+ * also run by 1, 2, 4, ... requests (below). *step_ms and *gap_ms: the
+ * timed decode round's mean time a step inside og_model_step and between
+ * steps (the engine's step_seconds_total and step_gap_seconds_total). */
 static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, bool warmup, double *pf, double *dc,
                          double *t_decode, og_kv_metrics *tot, double *step_ms, double *gap_ms) {
     og_engine_params ep = og_engine_default_params();
