@@ -42,12 +42,12 @@ og_status og_nccl_open(int n_devices, const int *devices, og_nccl **out) {
                             dlerror());
     }
     /* dlsym gives a void *; its bits are the function's address (POSIX) */
-    void *f[4] = {dlsym(c->lib, "ncclCommInitAll"), dlsym(c->lib, "ncclCommDestroy"), dlsym(c->lib, "ncclAllReduce"),
-                  dlsym(c->lib, "ncclGetErrorString")};
+    static const char *const names[4] = {"ncclCommInitAll", "ncclCommDestroy", "ncclAllReduce", "ncclGetErrorString"};
+    void *f[4];
     for (int i = 0; i < 4; i++)
-        if (!f[i]) {
+        if (!(f[i] = dlsym(c->lib, names[i]))) {
             og_nccl_close(c);
-            return og_set_error(OG_ERR_UNSUPPORTED, "libnccl.so.2 lacks a function this build calls (%d of 4)", i + 1);
+            return og_set_error(OG_ERR_UNSUPPORTED, "libnccl.so.2 lacks %s, which this build calls", names[i]);
         }
     memcpy(&c->api.init_all, &f[0], sizeof f[0]);
     memcpy(&c->api.destroy, &f[1], sizeof f[1]);
