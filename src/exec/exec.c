@@ -15,6 +15,7 @@
 #include "exec/exec.h"
 
 #include "exec/sample.h"
+#include "exec/shard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -94,9 +95,9 @@ og_status og_model_load(const char *path, const og_model_params *params, og_mode
         return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: this build has no CUDA back end; "
                                                 "use the cpu back end");
 #endif
-    if (p.tensor_parallel < 0 || p.tensor_parallel > 8)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: tensor_parallel %d: 1 to 8 shards",
-                            p.tensor_parallel);
+    if (p.tensor_parallel < 0 || p.tensor_parallel > OG_SHARD_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: tensor_parallel %d: 1 to %d shards",
+                            p.tensor_parallel, OG_SHARD_MAX);
     const bool sharded = p.tensor_parallel > 1;
     if (sharded && backend == OG_BACKEND_CUDA)
         return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: tensor parallel %d on the cuda back end is not built "
