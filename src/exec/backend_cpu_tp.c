@@ -45,7 +45,7 @@ typedef struct tp_model {
      * step-th step of the model (from 1) fails on that shard at the last op on
      * per-session storage, after the shards before it ran it */
     int32_t fault_shard;
-    int64_t fault_step;
+    long long fault_step; /* sscanf's %lld */
     atomic_llong steps;
 } tp_model;
 
@@ -89,7 +89,7 @@ static og_status tp_model_init(og_model *m, const og_model_params *p) {
     tm->bf16_prefill = og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16;
     const char *fault = getenv("OG_TEST_TP_FAULT");
     tm->fault_shard = -1;
-    if (fault && sscanf(fault, "%d:%lld", &tm->fault_shard, (long long *)&tm->fault_step) != 2) tm->fault_shard = -1;
+    if (fault && sscanf(fault, "%d:%lld", &tm->fault_shard, &tm->fault_step) != 2) tm->fault_shard = -1;
     return OG_OK;
 }
 
