@@ -56,7 +56,7 @@ static void test_slice(void) {
             CHECK_MSG(!memcmp(part, whole, 32 * sizeof(float)) && !memcmp(part + 32, whole + 96, 32 * sizeof(float)),
                       "%s row %lld: the slice's values differ", og_dtype_name(dts[d]), (long long)srows[r]);
         }
-        free(slice);
+        og_free(slice); /* og_shard_slice_matrix allocates with og_malloc */
         og_shard_cols off = {.n = 1, .lo = {16}, .hi = {48}};
         CHECK_STATUS(og_shard_slice_matrix(dts[d], w, N, K, NULL, &off, &slice, NULL), OG_ERR_UNSUPPORTED);
         CHECK(strstr(og_last_error(), "blocks of 32") != NULL);
