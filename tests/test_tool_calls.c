@@ -240,6 +240,18 @@ static void hand_checked(void) {
     expect("mistral a later element not a call",
            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, {\"arguments\": {\"b\": 1}, \"name\": \"g\"}, 7] x", "7] x",
            2, "f", "{}", "g", "{\"b\": 1}");
+    /* arguments that stop being JSON end the call there; the rest of its
+       element is dropped (brackets in its strings do not count) and the
+       array goes on (offgraph.h, og_tool_parser_take_pieces) */
+    expect("mistral broken arguments",
+           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": tru}}, {\"name\": \"g\", \"arguments\": {}}] after",
+           "after", 2, "f", "{}", "g", "{}");
+    expect("mistral broken in a string",
+           "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"s\": \"a\\q}]\"}, \"id\": \"x\"}, {\"name\": \"g\", "
+           "\"arguments\": {\"b\": [1]}}]",
+           "", 2, "f", "{\"s\": \"a\"}", "g", "{\"b\": [1]}");
+    expect("mistral one object broken", "[TOOL_CALLS]{\"name\": \"f\", \"arguments\": {\"a\": 1 2}} x", "x", 1, "f",
+           "{\"a\": 1 }");
     expect("mistral plain", "Bonjour [TOOL and [TOOL_CALL", "Bonjour [TOOL and [TOOL_CALL", 0);
     expect("mistral two calls",
            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"]\"}, \"id\": \"abcdefghi\"}, "

@@ -538,6 +538,7 @@ struct og_tool_parser {
     bool committed;    /* a call of this block is streamed */
     bool m_started, m_array; /* Mistral: past the array's '[' (or at its one object) */
     jscan js;
+    size_t args0;      /* where the streamed call's arguments start in body */
     bytes args;        /* the streamed call's arguments so far */
     size_t sent;       /* of them, given out as pieces */
     char *name;        /* the streamed call's name */
@@ -829,6 +830,7 @@ static int stream(og_tool_parser *p, bool final) {
                 p->args.n = 0;
                 p->sent = 0;
                 p->scan += args_at;
+                p->args0 = p->scan;
                 p->committed = true;
                 p->gap.n = 0;
                 p->st = S_ARGS;
@@ -874,6 +876,13 @@ static int stream(og_tool_parser *p, bool final) {
                     if (!call_done(p, false)) return R_OOM;
                     if (hermes) {
                         p->st = S_TAIL;
+                        break;
+                    }
+                    if (mistral) { /* the rest of its element is dropped: its object scanned again from the arguments */
+                        p->scan = p->args0;
+                        p->st = S_TAIL;
+                        p->tail_depth = 1;
+                        p->tail_str = p->tail_esc = false;
                         break;
                     }
                     return end_stream_block(p, p->scan) ? R_ENDED : R_OOM;
