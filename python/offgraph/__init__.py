@@ -733,12 +733,6 @@ def _chat_params(p, keep, messages, template_vars, add_generation_prompt, tools)
         mj = json.dumps(msgs).encode("utf-8")
         keep.append(mj)
         p.messages_json = mj
-        p.kind = _PROMPT_CHAT
-        p.add_generation_prompt = bool(add_generation_prompt)
-        if template_vars:
-            tv = json.dumps(template_vars).encode("utf-8")
-            keep.append(tv)
-            p.template_vars_json = tv
     else:
         arr = (_ChatMessage * max(len(msgs), 1))()
         for i, m in enumerate(msgs):
@@ -755,14 +749,14 @@ def _chat_params(p, keep, messages, template_vars, add_generation_prompt, tools)
             keep += [rb, cb]
             arr[i].role, arr[i].content = rb, cb
         keep.append(arr)
-        p.kind = _PROMPT_CHAT
         p.messages = ctypes.cast(arr, c_void_p)
         p.n_messages = len(msgs)
-        p.add_generation_prompt = bool(add_generation_prompt)
-        if template_vars:
-            tv = json.dumps(template_vars).encode("utf-8")
-            keep.append(tv)
-            p.template_vars_json = tv
+    p.kind = _PROMPT_CHAT
+    p.add_generation_prompt = bool(add_generation_prompt)
+    if template_vars:
+        tv = json.dumps(template_vars).encode("utf-8")
+        keep.append(tv)
+        p.template_vars_json = tv
 
 
 class StepItem:
