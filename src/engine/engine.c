@@ -1330,7 +1330,7 @@ char *og_engine_metrics_text(og_engine *e) {
     metric(&b, "step_seconds_total", "counter", "Seconds the scheduler spent inside og_model_step.", e->step_seconds);
     metric(&b, "step_gap_seconds_total", "counter",
            "Seconds from the end of one step to the start of the next while requests ran: the scheduler's own "
-           "work (admission, sampling rows on the host, bookkeeping, waking streams).",
+           "work (admission, grammar masks, sampling rows on the host, bookkeeping, waking streams).",
            e->step_gap_seconds);
     metric(&b, "step_failures_total", "counter", "Requests a failed step ended.", (double)e->step_failures);
     og_strbuf_printf(&b, "# HELP offgraph_requests_total Requests ended, by outcome.\n# TYPE offgraph_requests_total counter\n");
