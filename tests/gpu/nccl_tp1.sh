@@ -50,10 +50,10 @@ for name in llama-gqa qwen3-moe qwen35-dense; do
         done
     done
 done
-# without the library on the path: refused by name
-if env -u LD_LIBRARY_PATH OG_CUDA_NCCL=1 "$B/offgraph" eval -m "$WORK/llama-gqa.f32.ogp" --tokens 1,2 --backend cuda \
+# without the library on the path (the pack's own libraries stay on it): refused by name
+if env LD_LIBRARY_PATH="$B/lib" OG_CUDA_NCCL=1 "$B/offgraph" eval -m "$WORK/llama-gqa.f32.ogp" --tokens 1,2 --backend cuda \
     --logits-out "$WORK/x.f32" 2>"$WORK/log"; then
-    echo "note: loaded without LD_LIBRARY_PATH (libnccl.so.2 is on the loader's default path)"
+    echo "note: loaded with only $B/lib on LD_LIBRARY_PATH (libnccl.so.2 is on the loader's default path)"
 elif ! grep -q "libnccl.so.2" "$WORK/log"; then
     echo "FAIL: without NCCL: $(cat "$WORK/log")"
     fails=$((fails + 1))
