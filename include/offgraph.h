@@ -557,9 +557,11 @@ typedef struct og_model_params {
      * 0 or 1 (default): one. The CPU back end runs the shards in one process
      * with an in-memory reduce (a check of the sharding: its logits equal
      * the unsharded model's up to the order of the partial sums); CUDA
-     * across GPUs is not built yet (OG_ERR_UNSUPPORTED). Up to 8. */
+     * across GPUs is not built yet (OG_ERR_UNSUPPORTED). Up to
+     * OG_TENSOR_PARALLEL_MAX. */
     int32_t tensor_parallel;
 } og_model_params;
+#define OG_TENSOR_PARALLEL_MAX 8
 OG_API og_model_params og_model_default_params(void);
 
 /* Loads and validates the program at path. On success *out is owned by the
@@ -1163,8 +1165,9 @@ typedef struct og_tool_piece {
 /* What is ready since the previous take (of either kind: a parser is read
  * with og_tool_parser_take or with this, and each takes what the other
  * would have given). *pieces[0..*n) are borrowed from p until its next
- * call. */
-OG_API void og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces, int *n);
+ * call. OG_ERR_OUT_OF_MEMORY: none given (*n 0); they stay for the next
+ * take. */
+OG_API og_status og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces, int *n);
 
 /* The grammar (GBNF text, as og_request_params.grammar takes) of an output
  * that is only tool calls in format f (HERMES, MISTRAL, LLAMA3; spaced as

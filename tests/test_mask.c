@@ -275,6 +275,11 @@ static void run(const char *prog, const int32_t *ids, int32_t tensor_parallel) {
     printf("%s, %d shards: %d steps of %d sessions; batch against alone compared %lld times, %lld rows of other "
            "bits\n",
            MASK_BACKEND_NAME, tensor_parallel, STEPS + 1, K, (long long)compared_alone, (long long)skipped_alone);
+    /* on CUDA a batch's rows may differ from alone in their last bits
+     * (rows of other bits are skipped), but never all of them: a run that
+     * compared none would check nothing of the batch against alone */
+    CHECK_MSG(compared_alone > 0, "no row of the batch had the bits of its session alone (%lld skipped)",
+              (long long)skipped_alone);
     CHECK_OK(og_model_metrics_get(m, &now));
 #ifdef OG_MASK_TEST_CUDA
     /* the decode steps (1..STEPS) replayed the graphs of bucket 8 (the

@@ -67,7 +67,7 @@ static og_tool_format g_format = OG_TOOL_FORMAT_HERMES; /* of parse_cut */
 static void pieces_into(og_tool_parser *p, parsed *r, bool *open_call) {
     const og_tool_piece *pc;
     int k;
-    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_OK(og_tool_parser_take_pieces(p, &pc, &k));
     for (int i = 0; i < k; i++) {
         CHECK(pc[i].text && !pc[i].text[pc[i].n]);
         if (pc[i].call < 0) {
@@ -331,16 +331,16 @@ static void streamed_pieces(void) {
     CHECK_OK(og_tool_parser_feed(p, head, strlen(head)));
     const og_tool_piece *pc;
     int k;
-    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_OK(og_tool_parser_take_pieces(p, &pc, &k));
     CHECK_MSG(k == 1 && pc[0].call == 0 && pc[0].name && !strcmp(pc[0].name, "f") && !pc[0].last &&
                   !strcmp(pc[0].text, "{\"a\": \"xy"),
               "the first piece: %d pieces, %s", k, k ? pc[0].text : "");
     /* a comma waits for what follows it (a member cut there ends closed) */
     CHECK_OK(og_tool_parser_feed(p, "z\", ", 3));
-    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_OK(og_tool_parser_take_pieces(p, &pc, &k));
     CHECK_MSG(k == 1 && !pc[0].name && !strcmp(pc[0].text, "z\""), "after a comma: %d pieces, %s", k, k ? pc[0].text : "");
     CHECK_OK(og_tool_parser_feed(p, " \"b\": 1}}\n</tool_call>", 22));
-    og_tool_parser_take_pieces(p, &pc, &k);
+    CHECK_OK(og_tool_parser_take_pieces(p, &pc, &k));
     CHECK_MSG(k == 1 && !strcmp(pc[0].text, ", \"b\": 1}") && pc[0].last, "the end: %d pieces, %s", k,
               k ? pc[0].text : "");
     CHECK(og_tool_parser_total_calls(p) == 1);

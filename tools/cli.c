@@ -189,7 +189,7 @@ int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_m
         return 1;
     }
     if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel") || !strcmp(a, "--tensor-parallel-size")) {
-        if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 1, 8, &n)) return -1;
+        if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 1, OG_TENSOR_PARALLEL_MAX, &n)) return -1;
         o->tensor_parallel = (int)n;
         return 1;
     }

@@ -239,7 +239,7 @@ _PROTOTYPES = {
     "og_tool_parser_take": (None, [_P, POINTER(c_void_p), POINTER(c_size_t), POINTER(POINTER(_ToolCall)),
                                    POINTER(c_int)]),
     "og_tool_parser_total_calls": (c_int, [_P]),
-    "og_tool_parser_take_pieces": (None, [_P, POINTER(POINTER(_ToolPiece)), POINTER(c_int)]),
+    "og_tool_parser_take_pieces": (c_int, [_P, POINTER(POINTER(_ToolPiece)), POINTER(c_int)]),
     "og_tool_calls_grammar_text": (c_int, [c_int, c_char_p, c_char_p, c_bool, POINTER(c_void_p)]),
     "og_tool_call_id": (c_int, [c_int, c_char_p, c_char_p, c_size_t]),
     # the engine
@@ -668,7 +668,7 @@ class ToolParser(_Handle):
 
     def _take_pieces(self):
         pieces, k = POINTER(_ToolPiece)(), c_int()
-        _L().og_tool_parser_take_pieces(self._ptr(), byref(pieces), byref(k))
+        _check(_L().og_tool_parser_take_pieces(self._ptr(), byref(pieces), byref(k)), "tool parser take")
         res = []
         for i in range(k.value):
             p = pieces[i]

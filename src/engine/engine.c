@@ -946,7 +946,7 @@ static void *sched_main(void *arg) {
          * this thread's alone. */
         const double t_in = og_time_now();
         og_status st = og_model_step(e->model, w.items, n);
-        const double t_out = og_time_now();
+        double t_out = og_time_now();
         if (e->p.test_step_delay_s > 0) {
             struct timespec d = {(time_t)e->p.test_step_delay_s,
                                  (long)((e->p.test_step_delay_s - (double)(time_t)e->p.test_step_delay_s) * 1e9)};
@@ -960,6 +960,7 @@ static void *sched_main(void *arg) {
                 w.status[i] = n == 1 ? st : og_model_step(e->model, &w.items[i], 1);
                 if (w.status[i] != OG_OK) snprintf(w.why[i], sizeof w.why[i], "%s", og_last_error());
             }
+            t_out = og_time_now(); /* the steps alone are step time, not the engine's own */
         }
         /* logits rows: the constraint, the draw, the log-probabilities */
         for (int32_t i = 0; i < n; i++) {

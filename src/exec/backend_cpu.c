@@ -102,6 +102,12 @@ static void plan_fusion(og_model *m, cpu_model *cm) {
     }
 }
 
+og_status og_cpu_start_pool(og_model *m, int32_t n_threads) {
+    m->pool = n_threads == 1 ? NULL : og_threadpool_create(n_threads);
+    if (n_threads != 1 && !m->pool) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cannot start %d threads", n_threads);
+    return OG_OK;
+}
+
 static og_status cpu_model_init(og_model *m, const og_model_params *p) {
     const int32_t n = m->n_instrs;
     cpu_model *cm = og_calloc(1, sizeof *cm);
@@ -109,8 +115,7 @@ static og_status cpu_model_init(og_model *m, const og_model_params *p) {
     m->be = cm;
     cm->weight_bytes = (int64_t)og_program_weight_bytes(m->prog);
     og_cpu_weights_loaded(cm->weight_bytes); /* picks how the products prefetch */
-    m->pool = p->n_threads == 1 ? NULL : og_threadpool_create(p->n_threads);
-    if (p->n_threads != 1 && !m->pool) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cannot start threads");
+    OG_TRY(og_cpu_start_pool(m, p->n_threads));
     cm->slot_of = og_malloc((size_t)n * sizeof *cm->slot_of);
     cm->slot_width = og_calloc((size_t)n, sizeof *cm->slot_width);
     cm->tail_reads = og_calloc((size_t)n, sizeof *cm->tail_reads);

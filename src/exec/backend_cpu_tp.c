@@ -75,8 +75,7 @@ static og_status tp_model_init(og_model *m, const og_model_params *p) {
     tp_model *tm = og_calloc(1, sizeof *tm);
     if (!tm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = tm;
-    m->pool = p->n_threads == 1 ? NULL : og_threadpool_create(p->n_threads);
-    if (p->n_threads != 1 && !m->pool) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cannot start threads");
+    OG_TRY(og_cpu_start_pool(m, p->n_threads));
     OG_TRY(og_shard_plan_create(m->prog, m->logits_instr, p->tensor_parallel, &tm->plan));
     tm->last_use = og_malloc((size_t)m->n_instrs * sizeof *tm->last_use);
     if (!tm->last_use) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");

@@ -163,6 +163,8 @@ static inline bool og_exec_full_rows(const og_model *m, og_program_operand o) {
 og_status og_cpu_plan_matmul(og_threadpool *pool, const og_step_plan *p, bool tail, bool bf16_prefill, const float *x,
                              const void *w, const void *bias, og_dtype dt, int64_t K, int64_t N, float *out);
 og_status og_cpu_deliver(const og_step_plan *p, float *logits, int64_t V);
+/* m->pool for n_threads (1: none, the calling thread runs the kernels). */
+og_status og_cpu_start_pool(og_model *m, int32_t n_threads);
 
 /* The greedy scratch-slot plan shared by the back ends: n values in program
  * order; value i is written by step def[i] and read last by step last[i] (-1:

@@ -62,7 +62,7 @@
 #include "core/core.h"
 #include "program/program.h"
 
-#define OG_SHARD_MAX 8
+#define OG_SHARD_MAX OG_TENSOR_PARALLEL_MAX
 #define OG_SHARD_MAX_RANGES 3
 
 /* The columns of a full-width value a shard holds: ranges [lo, hi) in order;

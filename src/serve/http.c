@@ -851,7 +851,7 @@ static void stream_format(gen *g, int32_t k) {
         if (og_tool_parser_feed(c->tools, t->text.p ? t->text.p : "", t->text.n) != OG_OK ||
             (t->done && og_tool_parser_finish(c->tools) != OG_OK))
             t->text.oom = g->out.oom = true;
-        og_tool_parser_take_pieces(c->tools, &pc, &n_pc);
+        if (og_tool_parser_take_pieces(c->tools, &pc, &n_pc) != OG_OK) t->text.oom = g->out.oom = true;
         t->text.n = 0;
         for (int i = 0; i < n_pc; i++) {
             if (pc[i].call < 0) {

@@ -1096,10 +1096,10 @@ void og_tool_parser_take(og_tool_parser *p, const char **content, size_t *n_cont
     p->content.n = 0; /* the bytes stay until the next put */
 }
 
-void og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces, int *n) {
+og_status og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces, int *n) {
     *pieces = NULL;
     *n = 0;
-    if (!p) return;
+    if (!p) return OG_OK;
     /* what take would have given is taken too */
     forget_taken(p);
     p->taken = p->calls;
@@ -1109,10 +1109,8 @@ void og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces,
     p->content.n = 0;
     if (p->n_pieces > p->cap_out) {
         og_tool_piece *q = og_realloc(p->out_pieces, (size_t)p->n_pieces * sizeof *q);
-        if (!q) { /* the pieces stay for the next take */
-            og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
-            return;
-        }
+        if (!q) /* the pieces stay for the next take */
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "tool calls: out of memory");
         p->out_pieces = q;
         p->cap_out = p->n_pieces;
     }
@@ -1129,6 +1127,7 @@ void og_tool_parser_take_pieces(og_tool_parser *p, const og_tool_piece **pieces,
     /* the arena's bytes stay until the next put */
     p->n_pieces = 0;
     p->arena.n = 0;
+    return OG_OK;
 }
 
 int og_tool_parser_total_calls(const og_tool_parser *p) { return p ? p->total : 0; }

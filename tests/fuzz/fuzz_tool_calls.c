@@ -64,7 +64,7 @@ static void take(og_tool_parser *p, result *r) {
 static void take_pieces(og_tool_parser *p, result *r, char **args, size_t *n_args, char **name) {
     const og_tool_piece *pc;
     int k;
-    og_tool_parser_take_pieces(p, &pc, &k);
+    if (og_tool_parser_take_pieces(p, &pc, &k) != OG_OK) return; /* out of memory: nothing taken */
     for (int i = 0; i < k; i++) {
         if (!pc[i].text || pc[i].text[pc[i].n]) __builtin_trap();
         if (pc[i].call < 0) { /* content: the model's bytes, NULs too */
