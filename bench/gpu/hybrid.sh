@@ -10,8 +10,8 @@
 # and 16 / 64 sessions (aggregate), prefill of 4096 tokens, against the
 # activated-bytes floor (the bytes one token moves: the weights it reads,
 # the KV of the context and the recurrent state read and written, over the
-# copy rate COPY in bytes/s, default 4.24e12, the measured read + write rate
-# of the GPU this was written for: TARGETS.md).
+# copy rate COPY in bytes/s, default 4.24e12: an H200's device-to-device
+# read + write rate as bench/gpu/run.sh measures it; set COPY for another GPU).
 #   bench/gpu/hybrid.sh <build-dir>
 # Environment: WORK (default /tmp/offgraph-hybrid35b), KS (default
 # "1 16 64"), CTX (prompt, default 512), GEN (default 64), WEIGHTS (default

@@ -9,7 +9,8 @@
 # and 16 / 64 / 256 sessions (aggregate), bf16 and q4 experts, against the
 # activated-bytes floor (the bytes one token reads: attention, the router,
 # 8 experts of 128, the head, over the copy rate COPY in bytes/s, default
-# 4.24e12, this H200's measured read + write rate: TARGETS.md).
+# 4.24e12: an H200's device-to-device read + write rate as bench/gpu/run.sh
+# measures it; set COPY for another GPU).
 #   bench/gpu/moe.sh <build-dir>
 # Environment: WORK (a folder to keep the checkpoint and programs in;
 # default /tmp/offgraph-moe30b), KS (default "1 16 64 256"), CTX (prompt,
