@@ -1449,6 +1449,11 @@ typedef struct og_request_output {
     int64_t reused_tokens;         /* of them, taken from the prefix cache    */
     int64_t completion_tokens;     /* generated so far (stop ids not counted) */
     double t_submit, t_first_token, t_end; /* seconds of CLOCK_MONOTONIC; 0: not yet */
+    double t_last_token;           /* when the latest generated token was
+                                      given out (0: none yet); a request in a
+                                      caller's session ends a step after its
+                                      last token (that token is fed), so
+                                      decode rates are timed to here           */
     og_kv_metrics kv;              /* once it has ended: its session's KV figures
                                       as it ended (bytes held and live, growth,
                                       graph captures); zero before             */

@@ -256,7 +256,7 @@ static void test_greedy(og_engine *e) {
                   text ? text : "");
         og_free(text);
         CHECK(res.last.t_submit > 0 && res.last.t_first_token >= res.last.t_submit &&
-              res.last.t_end >= res.last.t_first_token);
+              res.last.t_last_token >= res.last.t_first_token && res.last.t_end >= res.last.t_last_token);
     }
 
     og_test_section("a stop string ends the text before it; the same tokens as a token prompt");
@@ -715,6 +715,10 @@ static void test_own_session(og_engine *e) {
         CHECK_MSG(same(&res.tokens, &want), "turn %d: %lld tokens, the plain loop's %lld", k,
                   (long long)res.tokens.n, (long long)want.n);
         CHECK(res.last.reused_tokens == 0 && res.last.prompt_tokens == prompt.n);
+        /* the last token was given out a step before the end: the step that fed it */
+        CHECK_MSG(res.last.t_last_token >= res.last.t_first_token && res.last.t_end > res.last.t_last_token,
+                  "turn %d: first token %.6f, last %.6f, end %.6f", k, res.last.t_first_token, res.last.t_last_token,
+                  res.last.t_end);
         CHECK_MSG(og_session_length(mine) == before + prompt.n + res.tokens.n && og_session_length(mine) ==
                                                                                       og_session_length(ref),
                   "turn %d: the session holds %lld, want %lld + %lld + %lld", k, (long long)og_session_length(mine),

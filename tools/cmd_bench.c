@@ -155,14 +155,17 @@ static bool engine_round(bench *b, og_engine *e, int64_t K, const int32_t *ids, 
     return ok;
 }
 
-/* The time from the first submit to the last end of a round, and the
- * tokens it generated. */
+/* The time from the first submit of a round to its last token given out,
+ * and the tokens it generated. A request in a caller's session ends a step
+ * after its last token (the engine feeds that token to the session, which
+ * the direct path leaves unfed); that step delays no token, so it is not
+ * timed. */
 static double round_time(const bench *b, const og_request_output *fin, int64_t *generated) {
-    double t0 = fin[0].t_submit, t1 = fin[0].t_end;
+    double t0 = fin[0].t_submit, t1 = fin[0].t_last_token;
     *generated = 0;
     for (int64_t k = 0; k < b->K; k++) {
         if (fin[k].t_submit < t0) t0 = fin[k].t_submit;
-        if (fin[k].t_end > t1) t1 = fin[k].t_end;
+        if (fin[k].t_last_token > t1) t1 = fin[k].t_last_token;
         *generated += fin[k].completion_tokens;
     }
     return t1 - t0 > 0 ? t1 - t0 : 1e-9;
@@ -189,12 +192,14 @@ static double engine_figure(og_engine *e, const char *name) {
  * turns do):
  *   prefill: each request reads its prompt and draws one token (fed to its
  *     session as the engine feeds every token given out); rate: the prompt
- *     tokens over the time from the first submit to the last end;
+ *     tokens over the time from the first submit to the last token drawn,
+ *     as the direct path times its prompt steps;
  *   decode: each request reads one more token and generates gen; rate: the
- *     generated tokens over the time from the first submit to the last end
- *     (the one-token prompts are read by the first step, and the last token
- *     drawn is fed by one more: gen + 1 steps for gen tokens, so the rate
- *     is not overstated).
+ *     generated tokens over the time from the first submit to the last token
+ *     given out (the one-token prompts are read by the first step, which
+ *     draws the first token: gen steps for gen tokens, as the direct path's
+ *     timed steps; the step after, which feeds the last token to the
+ *     session, gives out nothing and is not timed: round_time).
  * Splitting the rounds keeps prompt steps out of the decode time, as on the
  * direct path (one round of both would time the decode of early requests
  * beside the later ones' prompts). An untimed pass of both rounds (two

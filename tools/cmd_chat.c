@@ -75,7 +75,8 @@ static void print_stats(const og_gen *g, og_session *s, const turn_stats *t) {
            (long long)t->turn, (long long)t->prefill_tokens, (long long)t->generated_tokens,
            (long long)og_session_length(s), (long long)g->max_ctx,
            t->prefill_s > 0 ? (double)t->prefill_tokens / t->prefill_s : 0.0,
-           t->decode_s > 0 ? (double)t->generated_tokens / t->decode_s : 0.0, (long long)km.bytes_allocated,
+           t->decode_s > 0 && t->generated_tokens > 1 ? (double)(t->generated_tokens - 1) / t->decode_s : 0.0,
+           (long long)km.bytes_allocated,
            (long long)km.bytes_live, (long long)km.growth_count, (long long)t->reused_tokens);
     fflush(stdout);
 }
@@ -837,9 +838,11 @@ int og_cmd_chat(int argc, char **argv) {
         } else
             og_free(res.text);
         free(msg);
+        /* decode: the tokens after the first over the time between them */
         const double t_first = out->t_first_token > 0 ? out->t_first_token : out->t_end;
+        const double t_last = out->t_last_token > 0 ? out->t_last_token : t_first;
         last = (turn_stats){last.turn + 1, reused, n, out->completion_tokens, t_first - out->t_submit,
-                            out->t_end - t_first};
+                            t_last - t_first};
     }
     input_close(&in);
     sigaction(SIGINT, &old_sa, NULL);

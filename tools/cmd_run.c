@@ -151,7 +151,7 @@ int og_cmd_run(int argc, char **argv) {
     if (context_full)
         fprintf(stderr, "offgraph run: stopped at the model's context limit (%lld tokens)\n", (long long)g.max_ctx);
     if (stats) {
-        const double prefill_s = res.t_first_token - res.t_submit, decode_s = res.t_end - res.t_first_token;
+        const double prefill_s = res.t_first_token - res.t_submit, decode_s = res.t_last_token - res.t_first_token;
         const int64_t decoded = res.completion_tokens > 1 ? res.completion_tokens - 1 : 0;
         fprintf(stderr,
                 "{\"prompt_tokens\": %lld, \"generated_tokens\": %lld, \"prefill_tokens_per_s\": %.2f, "

@@ -150,7 +150,7 @@ class _RequestOutput(Structure):
                 ("logprobs", c_void_p), ("n_logprobs", c_int32), ("finish", c_int), ("status", c_int),
                 ("error", ctypes.c_char * 256), ("prompt_tokens", c_int64), ("reused_tokens", c_int64),
                 ("completion_tokens", c_int64), ("t_submit", c_double), ("t_first_token", c_double),
-                ("t_end", c_double), ("kv", _KvMetrics)]
+                ("t_end", c_double), ("t_last_token", c_double), ("kv", _KvMetrics)]
 
 
 class _ToolCall(Structure):

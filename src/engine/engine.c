@@ -769,6 +769,7 @@ static void take_token_locked(og_engine *e, og_request *r, int32_t token, const 
         if (r->constraint) r->gen[r->n_gen++] = token;
         if (lp) r->lps[r->n_lps++] = *lp;
         r->unfed = r->own != NULL;
+        r->t_last = og_time_now();
     }
     if (!r->t_pending && (r->n_text || r->n_toks)) r->t_pending = og_time_now();
     if (fin != OG_FINISH_NONE && r->unfed) {
@@ -1221,6 +1222,7 @@ og_status og_request_next(og_request *r, og_request_output *out, double timeout_
     out->t_submit = r->t_submit;
     out->t_first_token = r->t_first;
     out->t_end = r->t_end;
+    out->t_last_token = r->t_last;
     if (r->state == OG_REQ_DONE) out->kv = r->kv;
     else memset(&out->kv, 0, sizeof out->kv);
     pthread_mutex_unlock(&e->lock);

@@ -59,7 +59,7 @@ struct og_request {
     og_finish_reason finish;    /* when DONE */
     og_status status;           /* finish ERROR: why */
     char error[256];
-    double t_submit, t_first, t_end;
+    double t_submit, t_first, t_last, t_end;
     double t_pending;           /* when the oldest output not yet taken (text,
                                    tokens, or the end) was produced; 0: none */
     int64_t reused;             /* prompt tokens a cached prefix gave */
