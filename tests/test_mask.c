@@ -28,7 +28,8 @@
  *      gives: on the CPU bit for bit always (a batch computes each row as
  *      the row alone); on CUDA wherever the batch's unmasked logits and
  *      the session's alone are the same bits (products of a batch may sum
- *      in another order than one row's);
+ *      in another order than one row's), and elsewhere within
+ *      test_exec_cuda's batch tolerance (1e-3 + 1e-3 |x|, f32 KV);
  *   3. no drawn token is ever one its mask forbids;
  *   4. CUDA: decode replays the graphs captured at the first decode step,
  *      and masks that change between steps add no capture (og_model_metrics);
@@ -196,6 +197,7 @@ static void run(const char *prog, const int32_t *ids, int32_t tensor_parallel) {
     float *row = malloc((size_t)g_V * sizeof *row);
     int32_t next[K];
     int64_t compared_alone = 0, skipped_alone = 0, forbidden_drawn = 0, mismatches = 0;
+    double worst_other = 0; /* CUDA: a batch's row furthest from alone, in tolerances */
     og_model_metrics after_first = {0}, now;
     for (int t = 0; t <= STEPS; t++) {
         int32_t T[K];
@@ -255,6 +257,15 @@ static void run(const char *prog, const int32_t *ids, int32_t tensor_parallel) {
             }
 #ifdef OG_MASK_TEST_CUDA
             if (!same_logits) {
+                /* a batch's products may sum in another order than one
+                 * row's: its unmasked logits are the session's alone
+                 * within test_exec_cuda's batch tolerance (f32 KV) */
+                size_t at = 0;
+                const double r = og_tol_ratio(w.logits[SET_BATCH_ORACLE][i], w.logits[SET_ALONE_ORACLE][i],
+                                              (size_t)g_V, 1e-3, 1e-3, &at);
+                CHECK_MSG(r <= 1.0, "step %d session %d: the batch's logit %zu is %g of the tolerance from alone's", t,
+                          i, at, r);
+                worst_other = r > worst_other ? r : worst_other;
                 skipped_alone++;
             } else
 #endif
@@ -272,14 +283,14 @@ static void run(const char *prog, const int32_t *ids, int32_t tensor_parallel) {
     }
     CHECK_MSG(forbidden_drawn == 0 && mismatches == 0, "%lld tokens outside their masks, %lld unlike the oracle",
               (long long)forbidden_drawn, (long long)mismatches);
-    printf("%s, %d shards: %d steps of %d sessions; batch against alone compared %lld times, %lld rows of other "
-           "bits\n",
-           MASK_BACKEND_NAME, tensor_parallel, STEPS + 1, K, (long long)compared_alone, (long long)skipped_alone);
-    /* on CUDA a batch's rows may differ from alone in their last bits
-     * (rows of other bits are skipped), but never all of them: a run that
-     * compared none would check nothing of the batch against alone */
-    CHECK_MSG(compared_alone > 0, "no row of the batch had the bits of its session alone (%lld skipped)",
-              (long long)skipped_alone);
+    printf("%s, %d shards: %d steps of %d sessions; batch against alone the same bits %lld times, %lld rows of "
+           "other bits (worst %.3g of the tolerance)\n",
+           MASK_BACKEND_NAME, tensor_parallel, STEPS + 1, K, (long long)compared_alone, (long long)skipped_alone,
+           worst_other);
+    /* every row was compared with its session alone: bit for bit, or (CUDA)
+     * within the tolerance */
+    CHECK_MSG(compared_alone + skipped_alone == (int64_t)(STEPS + 1) * K, "%lld rows compared, %lld of other bits",
+              (long long)compared_alone, (long long)skipped_alone);
     CHECK_OK(og_model_metrics_get(m, &now));
 #ifdef OG_MASK_TEST_CUDA
     /* the decode steps (1..STEPS) replayed the graphs of bucket 8 (the
