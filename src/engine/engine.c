@@ -741,7 +741,8 @@ static void take_token_locked(og_engine *e, og_request *r, int32_t token, const 
         end_locked(e, r, OG_FINISH_LENGTH);
         return;
     }
-    if (!r->t_first) r->t_first = og_time_now();
+    const double t_now = og_time_now(); /* the token's time: first, last, pending */
+    if (!r->t_first) r->t_first = t_now;
     const int64_t before = r->completion_tokens;
     og_finish_reason fin = OG_FINISH_NONE;
     int64_t now = before + 1;
@@ -769,9 +770,9 @@ static void take_token_locked(og_engine *e, og_request *r, int32_t token, const 
         if (r->constraint) r->gen[r->n_gen++] = token;
         if (lp) r->lps[r->n_lps++] = *lp;
         r->unfed = r->own != NULL;
-        r->t_last = og_time_now();
+        r->t_last = t_now;
     }
-    if (!r->t_pending && (r->n_text || r->n_toks)) r->t_pending = og_time_now();
+    if (!r->t_pending && (r->n_text || r->n_toks)) r->t_pending = t_now;
     if (fin != OG_FINISH_NONE && r->unfed) {
         /* the caller's session takes the last token too: r ends once it is fed */
         r->final = fin;
