@@ -45,13 +45,38 @@ static_assert(kMaxK <= kThreads, "one candidate per thread in the softmax");
 
 __device__ inline bool has_bit(const uint32_t *bits, int64_t i) { return (bits[i >> 5] >> (i & 31)) & 1u; }
 
-/* What the sampler sees of logit i; forbidden and marks may be NULL. */
-__device__ inline float value(const float *logits, int64_t i, const uint32_t *forbidden, const uint32_t *marks,
-                              float penalty) {
-    float x = logits[i];
+/* What the sampler sees of logit i, whose raw value is x; forbidden and
+ * marks may be NULL. */
+__device__ inline float seen(float x, int64_t i, const uint32_t *forbidden, const uint32_t *marks, float penalty) {
     if (forbidden && has_bit(forbidden, i)) x = -INFINITY;
     if (marks && has_bit(marks, i)) x = x > 0 ? __fdiv_rn(x, penalty) : __fmul_rn(x, penalty);
     return x == 0.0f ? 0.0f : x;
+}
+__device__ inline float value(const float *logits, int64_t i, const uint32_t *forbidden, const uint32_t *marks,
+                              float penalty) {
+    return seen(logits[i], i, forbidden, marks, penalty);
+}
+
+/* Calls visit(x, i) on every logit x = logits[i] of a row, by the whole
+ * block, each thread's ids rising. One block reads the whole row, so the
+ * loads must be wide and many in flight: 16-byte loads, four a thread at a
+ * time, over the row's 16-byte-aligned middle, single floats before and
+ * after it (a batch's rows start wherever b x V puts them). */
+template <class Visit>
+__device__ __forceinline__ void scan_row(const float *logits, int64_t V, Visit &&visit) {
+    const int tid = threadIdx.x;
+    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
+    if (head > V) head = V;
+    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
+    if (tid < head) visit(logits[tid], (int64_t)tid);
+    const float4 *body = reinterpret_cast<const float4 *>(logits + head);
+#pragma unroll 4
+    for (int64_t j = tid; j < n4; j += kThreads) {
+        const float4 v = body[j];
+        const int64_t i = head + 4 * j;
+        visit(v.x, i), visit(v.y, i + 1), visit(v.z, i + 2), visit(v.w, i + 3);
+    }
+    if (tail + tid < V) visit(logits[tail + tid], tail + tid);
 }
 
 /* Unsigned order of keys is the order of the floats (NaN aside). */
@@ -121,11 +146,11 @@ __device__ void greedy(shared_state &sh, const float *logits, int64_t V, const u
     const int tid = threadIdx.x;
     float best = 0.0f;
     int64_t best_id = -1; /* -1: none seen */
-    for (int64_t i = tid; i < V; i += kThreads) {
-        const float x = value(logits, i, forbidden, marks, penalty);
-        if (isnan(x)) continue;
+    scan_row(logits, V, [&](float raw, int64_t i) {
+        const float x = seen(raw, i, forbidden, marks, penalty);
+        if (isnan(x)) return;
         if (best_id < 0 || x > best) best = x, best_id = i; /* ids rise: strict > keeps the lowest */
-    }
+    });
     best_id = block_best<sampler_order>(sh, best, best_id);
     if (tid == 0) {
         /* the CPU's scan starts at id 0: a NaN there is never beaten; -1 is
@@ -135,31 +160,16 @@ __device__ void greedy(shared_state &sh, const float *logits, int64_t V, const u
     }
 }
 
-/* og_argmax_cuda's answer for one row of raw logits. */
-/* One block reads the whole row, so the loads must be wide and many in
- * flight: 16-byte loads, four per thread at a time, over the 16-byte-aligned
- * middle of the row, single floats before and after it (a batch's rows start
- * wherever b x V puts them). torch_order is a total order with the lower id
- * winning ties, so the order of the scan does not change the answer. */
+/* og_argmax_cuda's answer for one row of raw logits. torch_order is a total
+ * order with the lower id winning ties, so the order of the scan does not
+ * change the answer. */
 __device__ void argmax_row(shared_state &sh, const float *logits, int64_t V, int32_t *token) {
     const int tid = threadIdx.x;
     float best = 0.0f;
     int64_t best_id = -1;
-    const auto consider = [&](float x, int64_t i) {
+    scan_row(logits, V, [&](float x, int64_t i) {
         if (best_id < 0 || torch_order::better(x, i, best, best_id)) best = x, best_id = i;
-    };
-    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
-    if (head > V) head = V;
-    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
-    if (tid < head) consider(logits[tid], tid);
-    const float4 *body = reinterpret_cast<const float4 *>(logits + head);
-#pragma unroll 4
-    for (int64_t j = tid; j < n4; j += kThreads) {
-        const float4 v = body[j];
-        const int64_t i = head + 4 * j;
-        consider(v.x, i), consider(v.y, i + 1), consider(v.z, i + 2), consider(v.w, i + 3);
-    }
-    if (tail + tid < V) consider(logits[tail + tid], tail + tid);
+    });
     best_id = block_best<torch_order>(sh, best, best_id);
     if (tid == 0) *token = (int32_t)best_id;
 }
@@ -170,15 +180,20 @@ __device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, co
                             const uint32_t *marks, float penalty, uint32_t k) {
     const int tid = threadIdx.x, lane = tid & 31;
     uint32_t prefix = 0, mask = 0, remaining = k;
+    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
+    if (head > V) head = V;
+    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int d = tid; d < 256; d += kThreads) sh.hist[d] = 0;
         __syncthreads();
-        for (int64_t base = 0; base < V; base += kThreads) { /* whole warps in step, for match_any */
-            const int64_t i = base + tid;
+        /* whole warps in step, for match_any; the order of ids does not
+         * matter to a count: the row's 16-byte-aligned middle in 16-byte
+         * loads, then the few single floats before and after it */
+        const auto count = [&](bool valid, float raw, int64_t i) {
             bool in = false;
             uint32_t d = 0;
-            if (i < V) {
-                const uint32_t key = key_of(value(logits, i, forbidden, marks, penalty));
+            if (valid) {
+                const uint32_t key = key_of(seen(raw, i, forbidden, marks, penalty));
                 in = (key & mask) == prefix;
                 d = (key >> shift) & 255u;
             }
@@ -187,7 +202,18 @@ __device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, co
                 const unsigned peers = __match_any_sync(active, d);
                 if (lane == __ffs(peers) - 1) atomicAdd(&sh.hist[d], (uint32_t)__popc(peers));
             }
+        };
+        const float4 *body = reinterpret_cast<const float4 *>(logits + head);
+        for (int64_t base = 0; base < n4; base += kThreads) {
+            const int64_t j = base + tid;
+            const bool valid = j < n4;
+            const float4 v = valid ? body[j] : make_float4(0, 0, 0, 0);
+            const int64_t i = head + 4 * j;
+            count(valid, v.x, i), count(valid, v.y, i + 1), count(valid, v.z, i + 2), count(valid, v.w, i + 3);
         }
+        const int64_t e = tid < head ? tid : tail + (tid - head); /* at most 3 + 3 of them */
+        const bool edge = (tid < head || e < V) && tid < 8;
+        count(edge, edge ? logits[e] : 0.0f, e);
         __syncthreads();
         if (tid == 0) {
             uint32_t above = 0;
