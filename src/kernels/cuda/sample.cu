@@ -232,34 +232,78 @@ __device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, co
     return prefix;
 }
 
+/* One round of gather: each thread holds up to four keys of consecutive ids
+ * from i0 (bit c of valid: key c is one), the threads' ids rising with tid
+ * and every round's above the last one's. Keys above kth are appended in any
+ * order; of those equal to it, the need_eq lowest ids over all rounds are
+ * kept, after the n_gt above it (eq_before: equal keys of earlier rounds). */
+__device__ void gather_round(shared_state &sh, const uint32_t (&key)[4], int64_t i0, unsigned valid, uint32_t kth,
+                             uint32_t n_gt, uint32_t need_eq, uint32_t &eq_before) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    uint32_t mine = 0;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        if (!((valid >> c) & 1u)) continue;
+        if (key[c] > kth) sh.cand[atomicAdd(&sh.n_gt, 1u)] = cand_of(key[c], i0 + c);
+        else if (key[c] == kth) mine++;
+    }
+    uint32_t incl = mine; /* equal keys of this warp up to this thread */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+    }
+    if (lane == 31) sh.warp_eq[warp] = incl;
+    __syncthreads();
+    uint32_t rank = eq_before + incl - mine, total = 0;
+    for (int w = 0; w < kWarps; w++) {
+        if (w < warp) rank += sh.warp_eq[w];
+        total += sh.warp_eq[w];
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        if (((valid >> c) & 1u) && key[c] == kth) {
+            if (rank < need_eq) sh.cand[n_gt + rank] = cand_of(key[c], i0 + c);
+            rank++;
+        }
+    eq_before += total;
+    __syncthreads(); /* warp_eq is rewritten by the next round */
+}
+
 /* Gathers the k best into sh.cand[0, k): every key above kth (in any order),
- * then the lowest ids of those equal to it. */
+ * then the lowest ids of those equal to it. The row in rounds of rising ids:
+ * the floats before its 16-byte-aligned middle, the middle in 16-byte loads,
+ * the floats after it. */
 __device__ void gather(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
                        const uint32_t *marks, float penalty, uint32_t k, uint32_t kth) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const uint32_t n_gt = sh.n_gt, need_eq = k - n_gt;
     __syncthreads(); /* n_gt read before it counts again */
     if (tid == 0) sh.n_gt = 0;
     __syncthreads();
-    uint32_t eq_before = 0; /* equal keys at lower ids than this chunk */
-    for (int64_t base = 0; base < V; base += kThreads) {
-        const int64_t i = base + tid;
-        uint32_t key = 0;
-        if (i < V) key = key_of(value(logits, i, forbidden, marks, penalty));
-        const bool gt = i < V && key > kth, eq = i < V && key == kth;
-        if (gt) sh.cand[atomicAdd(&sh.n_gt, 1u)] = cand_of(key, i);
-        const unsigned eq_bits = __ballot_sync(0xffffffffu, eq);
-        if (lane == 0) sh.warp_eq[warp] = (uint32_t)__popc(eq_bits);
-        __syncthreads();
-        uint32_t rank = eq_before + (uint32_t)__popc(eq_bits & ((1u << lane) - 1u)), total = 0;
-        for (int w = 0; w < kWarps; w++) {
-            if (w < warp) rank += sh.warp_eq[w];
-            total += sh.warp_eq[w];
+    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
+    if (head > V) head = V;
+    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
+    uint32_t eq_before = 0;
+    uint32_t key[4] = {0, 0, 0, 0};
+    if (tid < head) key[0] = key_of(value(logits, tid, forbidden, marks, penalty));
+    gather_round(sh, key, tid, tid < head ? 1u : 0u, kth, n_gt, need_eq, eq_before);
+    const float4 *body = reinterpret_cast<const float4 *>(logits + head);
+    for (int64_t base = 0; base < n4; base += kThreads) {
+        const int64_t j = base + tid, i = head + 4 * j;
+        const bool in = j < n4;
+        if (in) {
+            const float4 v = body[j];
+            key[0] = key_of(seen(v.x, i, forbidden, marks, penalty));
+            key[1] = key_of(seen(v.y, i + 1, forbidden, marks, penalty));
+            key[2] = key_of(seen(v.z, i + 2, forbidden, marks, penalty));
+            key[3] = key_of(seen(v.w, i + 3, forbidden, marks, penalty));
         }
-        if (eq && rank < need_eq) sh.cand[n_gt + rank] = cand_of(key, i);
-        eq_before += total;
-        __syncthreads(); /* warp_eq is rewritten by the next chunk */
+        gather_round(sh, key, i, in ? 15u : 0u, kth, n_gt, need_eq, eq_before);
     }
+    const bool last = tail + tid < V;
+    if (last) key[0] = key_of(value(logits, tail + tid, forbidden, marks, penalty));
+    gather_round(sh, key, tail + tid, last ? 1u : 0u, kth, n_gt, need_eq, eq_before);
 }
 
 /* Sorts sh.cand[0, P) descending; entries k..P-1 are padded with 0. */
