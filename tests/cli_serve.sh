@@ -247,6 +247,11 @@ expect_error 400 "j['error']['code'] == 'context_length_exceeded' and '1024' in 
     "a prompt past the context" POST /v1/completions "{\"prompt\":\"$long\"}"
 expect_error 413 "j['error']['code'] == 'request_too_large'" "a body past --max-body" POST /v1/completions \
     "{\"prompt\":\"$long$long$long$long$long$long$long$long$long\"}"
+# one declared more than 8 times past it is answered before it is sent
+# (the client waits for 100 Continue), the rest read and dropped first
+python3 -c "import sys; sys.stdout.write('{\"prompt\":\"' + 'x' * 600000 + '\"}')" >"$WORK/big.json"
+expect_error 413 "j['error']['code'] == 'request_too_large'" "a body far past --max-body" POST /v1/completions \
+    "@$WORK/big.json" -H 'Expect: 100-continue'
 expect_error 404 "True" "unknown path" GET /v1/nothing
 expect_error 405 "True" "GET on completions" GET /v1/completions
 

@@ -1045,13 +1045,15 @@ static enum MHD_Result respond_refused(conn *cn, struct MHD_Connection *c, og_st
     }
 }
 
+/* 413 for a body past --max-body. */
+static enum MHD_Result refuse_too_large(conn *cn, struct MHD_Connection *c) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the request body is larger than the server's limit of %zu bytes", cn->s->p.max_body);
+    return respond_error(cn, c, 413, "invalid_request_error", "request_too_large", NULL, msg, NULL);
+}
+
 static enum MHD_Result generate(conn *cn, struct MHD_Connection *c, bool chat) {
     og_server *s = cn->s;
-    if (cn->too_large) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the request body is larger than the server's limit of %zu bytes", s->p.max_body);
-        return respond_error(cn, c, 413, "invalid_request_error", "request_too_large", NULL, msg, NULL);
-    }
     og_api_request q;
     og_api_error e;
     if (!og_api_parse(&s->api, cn->body.p ? cn->body.p : "", cn->body.n, chat, &q, &e))
@@ -1267,12 +1269,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         s->active_responses++;
         cn->counted = true;
         pthread_mutex_unlock(&s->lock);
+        /* A body past the limit is read and dropped, and answered 413 at
+         * its end (generate): answered now, the connection would close with
+         * the client still sending, and its reset can reach the client
+         * before the answer does. One declared far past the limit is
+         * answered at once, so that no one makes the server read it. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->p.max_body) {
-            cn->too_large = cn->answered = true;
-            char msg[128];
-            snprintf(msg, sizeof msg, "the request body is larger than the server's limit of %zu bytes", s->p.max_body);
-            return respond_error(cn, c, 413, "invalid_request_error", "request_too_large", NULL, msg, NULL);
+        const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        if (declared > s->p.max_body) cn->too_large = true;
+        if (declared / 8 > s->p.max_body) {
+            cn->answered = true;
+            return refuse_too_large(cn, c);
         }
         return MHD_YES;
     }
@@ -1290,6 +1297,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cn->answered) return MHD_YES;
     cn->answered = true;
     if (!guard_enter(s, cn->gc, GUARD_WORKING, NULL)) return MHD_NO;
+    if (cn->too_large) return refuse_too_large(cn, c); /* the body read and dropped: any endpoint */
     return route(cn, c, url, method);
 }
 
