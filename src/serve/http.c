@@ -1270,10 +1270,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cn->counted = true;
         pthread_mutex_unlock(&s->lock);
         /* A body past the limit is read and dropped, and answered 413 at
-         * its end (generate): answered now, the connection would close with
-         * the client still sending, and its reset can reach the client
-         * before the answer does. One declared far past the limit is
-         * answered at once, so that no one makes the server read it. */
+         * its end (below, whatever the endpoint): answered now, the
+         * connection would close with the client still sending, and its
+         * reset can reach the client before the answer does. One declared
+         * far past the limit is answered at once, so that no one makes the
+         * server read it. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
         if (declared > s->p.max_body) cn->too_large = true;
