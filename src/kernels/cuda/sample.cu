@@ -1,4 +1,7 @@
-/* The device sampler (sample_cuda.h): one block of 1024 threads.
+/* The device sampler (sample_cuda.h): a row is read by a cluster of blocks
+ * of 1024 threads (8 while the rows are few, else one), each its slice of
+ * the row; rank 0 of the cluster combines their results through distributed
+ * shared memory, and draws.
  *
  * Letters (as in sample_cuda.h): V vocabulary, K candidates kept, P the
  * power of two >= K they are sorted in, W = ceil(V / 32) bitmap words.
@@ -23,7 +26,7 @@
  * the double sum, the division, top-p, min-p, the kept mass and the scan.
  * Arithmetic uses the _rn intrinsics so nothing is fused into an fma.
  *
- * The batched sampler runs the same row code in one block per row, after
+ * The batched sampler runs the same row code in one cluster per row, after
  * reading the row's descriptor (og_sample_cuda_row) from the table; an
  * ARGMAX row is one pass with torch.argmax's order (NaN above every number,
  * first index on ties), the order of og_argmax_cuda. Every branch on the
@@ -32,11 +35,15 @@
  */
 #include "kernels/cuda/sample_cuda.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -57,26 +64,45 @@ __device__ inline float value(const float *logits, int64_t i, const uint32_t *fo
     return seen(logits[i], i, forbidden, marks, penalty);
 }
 
-/* Calls visit(x, i) on every logit x = logits[i] of a row, by the whole
- * block, each thread's ids rising. One block reads the whole row, so the
- * loads must be wide and many in flight: 16-byte loads, four a thread at a
- * time, over the row's 16-byte-aligned middle, single floats before and
- * after it (a batch's rows start wherever b x V puts them). */
+/* A row's share of one block of its cluster (C blocks a row, rank r): the
+ * row's 16-byte-aligned middle (n4 float4s from head) is cut into C
+ * contiguous runs of float4s, [j0, j1) for rank r; rank 0 also takes the
+ * floats before the middle, rank C - 1 those after it. So ids rise with the
+ * rank, and with C = 1 one block reads the whole row. */
+struct slice {
+    int64_t head, n4, tail, j0, j1;
+    bool first, last;
+};
+__device__ inline slice slice_of(const float *logits, int64_t V, unsigned r, unsigned C) {
+    slice s;
+    s.head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
+    if (s.head > V) s.head = V;
+    s.n4 = (V - s.head) / 4;
+    s.tail = s.head + 4 * s.n4;
+    s.j0 = s.n4 * (int64_t)r / (int64_t)C;
+    s.j1 = s.n4 * (int64_t)(r + 1) / (int64_t)C;
+    s.first = r == 0;
+    s.last = r + 1 == C;
+    return s;
+}
+
+/* Calls visit(x, i) on every logit x = logits[i] of the block's slice, each
+ * thread's ids rising. A few blocks read a whole row, so the loads must be
+ * wide and many in flight: 16-byte loads, four a thread at a time, over the
+ * row's 16-byte-aligned middle, single floats before and after it (a batch's
+ * rows start wherever b x V puts them). */
 template <class Visit>
-__device__ __forceinline__ void scan_row(const float *logits, int64_t V, Visit &&visit) {
+__device__ __forceinline__ void scan_slice(const slice &sl, const float *logits, int64_t V, Visit &&visit) {
     const int tid = threadIdx.x;
-    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
-    if (head > V) head = V;
-    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
-    if (tid < head) visit(logits[tid], (int64_t)tid);
-    const float4 *body = reinterpret_cast<const float4 *>(logits + head);
+    if (sl.first && tid < sl.head) visit(logits[tid], (int64_t)tid);
+    const float4 *body = reinterpret_cast<const float4 *>(logits + sl.head);
 #pragma unroll 4
-    for (int64_t j = tid; j < n4; j += kThreads) {
+    for (int64_t j = sl.j0 + tid; j < sl.j1; j += kThreads) {
         const float4 v = body[j];
-        const int64_t i = head + 4 * j;
+        const int64_t i = sl.head + 4 * j;
         visit(v.x, i), visit(v.y, i + 1), visit(v.z, i + 2), visit(v.w, i + 3);
     }
-    if (tail + tid < V) visit(logits[tail + tid], tail + tid);
+    if (sl.last && sl.tail + tid < V) visit(logits[sl.tail + tid], sl.tail + tid);
 }
 
 /* Unsigned order of keys is the order of the floats (NaN aside). */
@@ -101,7 +127,11 @@ struct shared_state {
     uint32_t warp_eq[kWarps];
     float warp_best[kWarps];
     int64_t warp_best_id[kWarps];
+    uint32_t tot[256];     /* a digit's counts over the cluster */
     uint32_t digit, remaining, n_gt;
+    uint32_t n_gt_local, n_eq_local; /* gather: this block's keys above / at the k-th */
+    float part_best;       /* the block's best (value, id): id -1 none */
+    int64_t part_best_id;
     double sum;
 };
 
@@ -141,18 +171,34 @@ __device__ int64_t block_best(shared_state &sh, float best, int64_t best_id) {
     return best_id;
 }
 
-__device__ void greedy(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
+__device__ void greedy(shared_state &sh, const slice &sl, const float *logits, int64_t V, const uint32_t *forbidden,
                        const uint32_t *marks, float penalty, int32_t *token) {
+    cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x;
     float best = 0.0f;
     int64_t best_id = -1; /* -1: none seen */
-    scan_row(logits, V, [&](float raw, int64_t i) {
+    scan_slice(sl, logits, V, [&](float raw, int64_t i) {
         const float x = seen(raw, i, forbidden, marks, penalty);
         if (isnan(x)) return;
         if (best_id < 0 || x > best) best = x, best_id = i; /* ids rise: strict > keeps the lowest */
     });
     best_id = block_best<sampler_order>(sh, best, best_id);
     if (tid == 0) {
+        sh.part_best_id = best_id;
+        sh.part_best = best_id >= 0 ? value(logits, best_id, forbidden, marks, penalty) : 0.0f;
+    }
+    cl.sync();
+    if (cl.block_rank() == 0 && tid == 0) {
+        best = sh.part_best; /* ranks rise with ids: a later rank wins only when greater */
+        for (unsigned q = 1; q < cl.num_blocks(); q++) {
+            const shared_state *o = cl.map_shared_rank(&sh, q);
+            const int64_t oi = o->part_best_id;
+            const float ov = o->part_best;
+            if (oi >= 0 && (best_id < 0 || sampler_order::better(ov, oi, best, best_id))) best = ov, best_id = oi;
+        }
+    }
+    cl.sync(); /* the blocks' shared memory is read: they may leave */
+    if (cl.block_rank() == 0 && tid == 0) {
         /* the CPU's scan starts at id 0: a NaN there is never beaten; -1 is
          * only left when every value is NaN, so id 0 is one too */
         if (best_id < 0 || isnan(value(logits, 0, forbidden, marks, penalty))) best_id = 0;
@@ -163,32 +209,49 @@ __device__ void greedy(shared_state &sh, const float *logits, int64_t V, const u
 /* og_argmax_cuda's answer for one row of raw logits. torch_order is a total
  * order with the lower id winning ties, so the order of the scan does not
  * change the answer. */
-__device__ void argmax_row(shared_state &sh, const float *logits, int64_t V, int32_t *token) {
+__device__ void argmax_row(shared_state &sh, const slice &sl, const float *logits, int64_t V, int32_t *token) {
+    cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x;
     float best = 0.0f;
     int64_t best_id = -1;
-    scan_row(logits, V, [&](float x, int64_t i) {
+    scan_slice(sl, logits, V, [&](float x, int64_t i) {
         if (best_id < 0 || torch_order::better(x, i, best, best_id)) best = x, best_id = i;
     });
     best_id = block_best<torch_order>(sh, best, best_id);
-    if (tid == 0) *token = (int32_t)best_id;
+    if (tid == 0) {
+        sh.part_best_id = best_id;
+        sh.part_best = best_id >= 0 ? logits[best_id] : 0.0f;
+    }
+    cl.sync();
+    if (cl.block_rank() == 0 && tid == 0) {
+        best = sh.part_best;
+        for (unsigned q = 1; q < cl.num_blocks(); q++) {
+            const shared_state *o = cl.map_shared_rank(&sh, q);
+            const int64_t oi = o->part_best_id;
+            const float ov = o->part_best;
+            if (oi >= 0 && (best_id < 0 || torch_order::better(ov, oi, best, best_id))) best = ov, best_id = oi;
+        }
+        *token = (int32_t)best_id;
+    }
+    cl.sync(); /* the blocks' shared memory is read: they may leave */
 }
 
-/* The key of the k-th best value (radix select, a byte at a time from the
- * top); sh.n_gt gets how many keys are above it. Every thread returns it. */
-__device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
-                            const uint32_t *marks, float penalty, uint32_t k) {
+/* The key of the k-th best value over the cluster's row (radix select, a
+ * byte at a time from the top): each block counts its slice's digits, and
+ * every block adds the cluster's counts and picks the same digit; sh.n_gt
+ * gets how many keys are above it. Every thread of every block returns it. */
+__device__ uint32_t kth_key(shared_state &sh, const slice &sl, const float *logits, int64_t V,
+                            const uint32_t *forbidden, const uint32_t *marks, float penalty, uint32_t k) {
+    cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x, lane = tid & 31;
     uint32_t prefix = 0, mask = 0, remaining = k;
-    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
-    if (head > V) head = V;
-    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
     for (int shift = 24; shift >= 0; shift -= 8) {
+        cl.sync(); /* every block has read the last pass's counts */
         for (int d = tid; d < 256; d += kThreads) sh.hist[d] = 0;
         __syncthreads();
         /* whole warps in step, for match_any; the order of ids does not
-         * matter to a count: the row's 16-byte-aligned middle in 16-byte
-         * loads, then the few single floats before and after it */
+         * matter to a count: the slice's run of 16-byte loads, then the few
+         * single floats before and after the row's middle */
         const auto count = [&](bool valid, float raw, int64_t i) {
             bool in = false;
             uint32_t d = 0;
@@ -203,22 +266,29 @@ __device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, co
                 if (lane == __ffs(peers) - 1) atomicAdd(&sh.hist[d], (uint32_t)__popc(peers));
             }
         };
-        const float4 *body = reinterpret_cast<const float4 *>(logits + head);
-        for (int64_t base = 0; base < n4; base += kThreads) {
+        const float4 *body = reinterpret_cast<const float4 *>(logits + sl.head);
+        for (int64_t base = sl.j0; base < sl.j1; base += kThreads) {
             const int64_t j = base + tid;
-            const bool valid = j < n4;
+            const bool valid = j < sl.j1;
             const float4 v = valid ? body[j] : make_float4(0, 0, 0, 0);
-            const int64_t i = head + 4 * j;
+            const int64_t i = sl.head + 4 * j;
             count(valid, v.x, i), count(valid, v.y, i + 1), count(valid, v.z, i + 2), count(valid, v.w, i + 3);
         }
-        const int64_t e = tid < head ? tid : tail + (tid - head); /* at most 3 + 3 of them */
-        const bool edge = (tid < head || e < V) && tid < 8;
+        /* at most 3 before the middle (rank 0) and 3 after it (the last rank) */
+        const int64_t e = tid < 4 ? tid : sl.tail + (tid - 4);
+        const bool edge = tid < 8 && (tid < 4 ? sl.first && e < sl.head : sl.last && e < V);
         count(edge, edge ? logits[e] : 0.0f, e);
+        cl.sync(); /* every block's counts are in */
+        for (int d = tid; d < 256; d += kThreads) {
+            uint32_t t = 0;
+            for (unsigned q = 0; q < cl.num_blocks(); q++) t += cl.map_shared_rank(sh.hist, q)[d];
+            sh.tot[d] = t;
+        }
         __syncthreads();
         if (tid == 0) {
             uint32_t above = 0;
             int d = 255;
-            for (; d > 0 && above + sh.hist[d] < remaining; d--) above += sh.hist[d];
+            for (; d > 0 && above + sh.tot[d] < remaining; d--) above += sh.tot[d];
             sh.digit = (uint32_t)d;
             sh.remaining = remaining - above;
         }
@@ -234,9 +304,10 @@ __device__ uint32_t kth_key(shared_state &sh, const float *logits, int64_t V, co
 
 /* One round of gather: each thread holds up to four keys of consecutive ids
  * from i0 (bit c of valid: key c is one), the threads' ids rising with tid
- * and every round's above the last one's. Keys above kth are appended in any
- * order; of those equal to it, the need_eq lowest ids over all rounds are
- * kept, after the n_gt above it (eq_before: equal keys of earlier rounds). */
+ * and every round's above the last one's. Keys above kth are appended to the
+ * block's own in any order; of those equal to it, the block's need_eq lowest
+ * ids are kept after the n_gt slots of the ones above (eq_before: equal keys
+ * of the block's earlier rounds). */
 __device__ void gather_round(shared_state &sh, const uint32_t (&key)[4], int64_t i0, unsigned valid, uint32_t kth,
                              uint32_t n_gt, uint32_t need_eq, uint32_t &eq_before) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -244,7 +315,7 @@ __device__ void gather_round(shared_state &sh, const uint32_t (&key)[4], int64_t
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         if (!((valid >> c) & 1u)) continue;
-        if (key[c] > kth) sh.cand[atomicAdd(&sh.n_gt, 1u)] = cand_of(key[c], i0 + c);
+        if (key[c] > kth) sh.cand[atomicAdd(&sh.n_gt_local, 1u)] = cand_of(key[c], i0 + c);
         else if (key[c] == kth) mine++;
     }
     uint32_t incl = mine; /* equal keys of this warp up to this thread */
@@ -270,28 +341,29 @@ __device__ void gather_round(shared_state &sh, const uint32_t (&key)[4], int64_t
     __syncthreads(); /* warp_eq is rewritten by the next round */
 }
 
-/* Gathers the k best into sh.cand[0, k): every key above kth (in any order),
- * then the lowest ids of those equal to it. The row in rounds of rising ids:
- * the floats before its 16-byte-aligned middle, the middle in 16-byte loads,
- * the floats after it. */
-__device__ void gather(shared_state &sh, const float *logits, int64_t V, const uint32_t *forbidden,
+/* Gathers the k best of the cluster's row into rank 0's sh.cand[0, k): every
+ * key above kth (in any order), then the lowest ids of those equal to it.
+ * Each block gathers its slice in rounds of rising ids (the floats before the
+ * row's 16-byte-aligned middle, its run of 16-byte loads, the floats after):
+ * its keys above kth at its cand[0, gt), its lowest equal ones at cand[n_gt,
+ * ...). Rank 0 then appends the other blocks' in rank order: ids rise with
+ * the rank, so the equal keys it keeps are still the lowest ids. */
+__device__ void gather(shared_state &sh, const slice &sl, const float *logits, int64_t V, const uint32_t *forbidden,
                        const uint32_t *marks, float penalty, uint32_t k, uint32_t kth) {
+    cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x;
     const uint32_t n_gt = sh.n_gt, need_eq = k - n_gt;
-    __syncthreads(); /* n_gt read before it counts again */
-    if (tid == 0) sh.n_gt = 0;
+    if (tid == 0) sh.n_gt_local = 0;
     __syncthreads();
-    int64_t head = (int64_t)((16 - ((uintptr_t)logits & 15)) & 15) / (int64_t)sizeof(float);
-    if (head > V) head = V;
-    const int64_t n4 = (V - head) / 4, tail = head + 4 * n4;
     uint32_t eq_before = 0;
     uint32_t key[4] = {0, 0, 0, 0};
-    if (tid < head) key[0] = key_of(value(logits, tid, forbidden, marks, penalty));
-    gather_round(sh, key, tid, tid < head ? 1u : 0u, kth, n_gt, need_eq, eq_before);
-    const float4 *body = reinterpret_cast<const float4 *>(logits + head);
-    for (int64_t base = 0; base < n4; base += kThreads) {
-        const int64_t j = base + tid, i = head + 4 * j;
-        const bool in = j < n4;
+    const bool before = sl.first && tid < sl.head;
+    if (before) key[0] = key_of(value(logits, tid, forbidden, marks, penalty));
+    gather_round(sh, key, tid, before ? 1u : 0u, kth, n_gt, need_eq, eq_before);
+    const float4 *body = reinterpret_cast<const float4 *>(logits + sl.head);
+    for (int64_t base = sl.j0; base < sl.j1; base += kThreads) {
+        const int64_t j = base + tid, i = sl.head + 4 * j;
+        const bool in = j < sl.j1;
         if (in) {
             const float4 v = body[j];
             key[0] = key_of(seen(v.x, i, forbidden, marks, penalty));
@@ -301,9 +373,24 @@ __device__ void gather(shared_state &sh, const float *logits, int64_t V, const u
         }
         gather_round(sh, key, i, in ? 15u : 0u, kth, n_gt, need_eq, eq_before);
     }
-    const bool last = tail + tid < V;
-    if (last) key[0] = key_of(value(logits, tail + tid, forbidden, marks, penalty));
-    gather_round(sh, key, tail + tid, last ? 1u : 0u, kth, n_gt, need_eq, eq_before);
+    const bool after = sl.last && sl.tail + tid < V;
+    if (after) key[0] = key_of(value(logits, sl.tail + tid, forbidden, marks, penalty));
+    gather_round(sh, key, sl.tail + tid, after ? 1u : 0u, kth, n_gt, need_eq, eq_before);
+    if (tid == 0) sh.n_eq_local = eq_before;
+    cl.sync(); /* every block's candidates are in */
+    if (cl.block_rank() == 0) {
+        uint32_t gt_at = sh.n_gt_local, eq_at = eq_before < need_eq ? eq_before : need_eq;
+        for (unsigned q = 1; q < cl.num_blocks(); q++) {
+            const shared_state *o = cl.map_shared_rank(&sh, q);
+            const uint32_t gt = o->n_gt_local, eq_all = o->n_eq_local;
+            const uint32_t eq = eq_all < need_eq - eq_at ? eq_all : need_eq - eq_at;
+            for (uint32_t i = tid; i < gt; i += kThreads) sh.cand[gt_at + i] = o->cand[i];
+            for (uint32_t i = tid; i < eq; i += kThreads) sh.cand[n_gt + eq_at + i] = o->cand[n_gt + i];
+            gt_at += gt, eq_at += eq;
+        }
+    }
+    cl.sync(); /* the blocks' shared memory is read: they may leave */
+    __syncthreads();
 }
 
 /* Sorts sh.cand[0, P) descending; entries k..P-1 are padded with 0. */
@@ -368,34 +455,41 @@ __device__ void draw(shared_state &sh, const og_sample_cuda_step *step, uint32_t
     *token = tok;
 }
 
-/* og_sample_cuda's work for one row, by the whole block. */
+/* og_sample_cuda's work for one row, by every block of the cluster (each
+ * reads its slice; rank 0 marks the recent ids, sorts, draws and writes the
+ * token). */
 __device__ void sample_row(shared_state &sh, const float *logits, int64_t V, const og_sample_cuda_step *step,
                            const int32_t *recent, const uint32_t *forbidden_bits, uint32_t *marks, int32_t *token) {
+    cg::cluster_group cl = cg::this_cluster();
     const int tid = threadIdx.x;
+    const bool lead = cl.block_rank() == 0;
+    const slice sl = slice_of(logits, V, cl.block_rank(), cl.num_blocks());
     const float penalty = step->repeat_penalty, temperature = step->temperature;
     const int32_t top_k = step->top_k;
     const int32_t n_recent = penalty != 1.0f ? step->n_recent : 0;
     const uint32_t *forbidden = step->use_forbidden ? forbidden_bits : nullptr;
-    for (int32_t j = tid; j < n_recent; j += kThreads) {
+    for (int32_t j = tid; lead && j < n_recent; j += kThreads) {
         const int32_t t = recent[j];
         if (t >= 0 && t < V) atomicOr(&marks[t >> 5], 1u << (t & 31));
     }
-    __syncthreads();
+    cl.sync(); /* the marks are set before any block reads them */
     const uint32_t *marked = n_recent > 0 ? marks : nullptr;
     if (temperature <= 0) {
-        greedy(sh, logits, V, forbidden, marked, penalty, token);
+        greedy(sh, sl, logits, V, forbidden, marked, penalty, token);
     } else {
         const int64_t k = top_k > 0 && top_k < V ? top_k : V;
         if (k > kMaxK) {
-            if (tid == 0) *token = -1;
+            if (lead && tid == 0) *token = -1;
         } else {
-            const uint32_t kth = kth_key(sh, logits, V, forbidden, marked, penalty, (uint32_t)k);
-            gather(sh, logits, V, forbidden, marked, penalty, (uint32_t)k, kth);
+            const uint32_t kth = kth_key(sh, sl, logits, V, forbidden, marked, penalty, (uint32_t)k);
+            gather(sh, sl, logits, V, forbidden, marked, penalty, (uint32_t)k, kth);
+            if (!lead) return; /* every block's reads of marks are done (gather's last cluster sync) */
             sort_candidates(sh, (uint32_t)k);
             draw(sh, step, (uint32_t)k, token);
         }
     }
-    __syncthreads(); /* every read of marks is done */
+    if (!lead) return;
+    __syncthreads(); /* every read of marks is done (and the other blocks' before the cluster syncs) */
     for (int32_t j = tid; j < n_recent; j += kThreads) {
         const int32_t t = recent[j];
         if (t >= 0 && t < V) marks[t >> 5] = 0; /* only recent ids are ever marked */
@@ -409,16 +503,20 @@ __global__ void __launch_bounds__(kThreads)
     sample_row(sh, logits, V, step, recent, forbidden_bits, marks, token);
 }
 
-/* Block b serves row b. */
+/* Cluster c (blocks c C .. c C + C - 1) serves row c; every branch on the
+ * row's descriptor is uniform over the cluster, so its cluster syncs are
+ * reached by all of its blocks. */
 __global__ void __launch_bounds__(kThreads)
     sample_batch_kernel(const float *logits, int64_t V, const og_sample_cuda_row *rows, int32_t *tokens) {
     __shared__ shared_state sh;
-    const og_sample_cuda_row *row = rows + blockIdx.x;
-    const float *x = logits + (int64_t)blockIdx.x * V;
-    int32_t *token = tokens + blockIdx.x;
+    cg::cluster_group cl = cg::this_cluster();
+    const int64_t b = (int64_t)blockIdx.x / cl.num_blocks();
+    const og_sample_cuda_row *row = rows + b;
+    const float *x = logits + b * V;
+    int32_t *token = tokens + b;
     const int32_t mode = row->mode;
     if (mode == OG_SAMPLE_ROW_ARGMAX) {
-        argmax_row(sh, x, V, token);
+        argmax_row(sh, slice_of(x, V, cl.block_rank(), cl.num_blocks()), x, V, token);
         return;
     }
     if (mode == OG_SAMPLE_ROW_SAMPLE) {
@@ -432,7 +530,38 @@ __global__ void __launch_bounds__(kThreads)
             return;
         }
     }
-    if (threadIdx.x == 0) *token = -1; /* NONE, a row missing a buffer, an unknown mode */
+    if (cl.block_rank() == 0 && threadIdx.x == 0) *token = -1; /* NONE, a row missing a buffer, an unknown mode */
+}
+
+/* Blocks a row: a few rows spread over clusters of 8 blocks (so that one
+ * row is read by 8 SMs), many rows a block each (the rows fill the device
+ * already). OG_CUDA_SAMPLE_CLUSTER sets the cluster (0 or 1: a block a row
+ * always; 2, 4 or 8), for measurements: the token is the same either way. */
+inline unsigned blocks_a_row(int64_t B) {
+    static const unsigned cluster = [] {
+        const char *v = getenv("OG_CUDA_SAMPLE_CLUSTER");
+        const long c = v && *v ? strtol(v, nullptr, 10) : 8;
+        return c == 2 || c == 4 || c == 8 ? (unsigned)c : 1u;
+    }();
+    return B * cluster <= 256 ? cluster : 1;
+}
+
+/* Launches kernel over B rows, C blocks a row in clusters of C. */
+template <class... Args>
+cudaError_t launch_rows(void (*kernel)(Args...), int64_t B, cudaStream_t stream, Args... args) {
+    const unsigned C = blocks_a_row(B);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)B * C);
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 /* Row blockIdx.x, when it names a mask: logits whose bit is clear -> -inf;
@@ -478,8 +607,8 @@ extern "C" og_status og_sample_cuda(void *stream, const float *logits, int64_t V
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_cuda: a NULL buffer");
     if (V < 1 || V > INT32_MAX)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_cuda: V = %lld is outside [1, INT32_MAX]", (long long)V);
-    sample_kernel<<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, step, recent, forbidden, marks,
-                                                                       token);
+    (void)launch_rows(sample_kernel, 1, static_cast<cudaStream_t>(stream), logits, V, step, recent,
+                      (const uint32_t *)forbidden, marks, token);
     return launched("sample_cuda");
 }
 
@@ -495,7 +624,7 @@ extern "C" og_status og_sample_batch_cuda(void *stream, const float *logits, int
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_batch_cuda: V = %lld is outside [1, INT32_MAX]",
                             (long long)V);
     if (B < 1) return og_set_error(OG_ERR_INVALID_ARGUMENT, "sample_batch_cuda: B = %d rows", (int)B);
-    sample_batch_kernel<<<(unsigned)B, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, V, rows, tokens);
+    (void)launch_rows(sample_batch_kernel, B, static_cast<cudaStream_t>(stream), logits, V, rows, tokens);
     return launched("sample_batch_cuda");
 }
 

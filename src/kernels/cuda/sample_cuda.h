@@ -30,7 +30,7 @@
  * a NaN among the values has no defined order on either side.
  *
  * The batched sampler (og_sample_batch_cuda) does the same for B rows of
- * logits in one launch, one block per row; what each row asks for (nothing,
+ * logits in one launch, a cluster of blocks per row; what each row asks for (nothing,
  * the arg-max, or a draw with its own parameters and buffers) is read from a
  * table of og_sample_cuda_row in device memory, so one captured graph per B
  * serves any mix of sessions and choices: the host rewrites the table's
@@ -69,7 +69,7 @@ bool og_sample_cuda_supported(float temperature, int32_t top_k, int64_t V);
 /* Writes the chosen id to *token, or -1 when the step asks for more than
  * OG_SAMPLE_CUDA_MAX_K candidates (the host checks og_sample_cuda_supported
  * first). marks is scratch of W words that must be zero before the launch;
- * the kernel leaves it zero again. One block: launches of one stream must
+ * the kernel leaves it zero again. One launch: launches of one stream must
  * not share marks concurrently. Refuses NULL buffers and V outside
  * [1, INT32_MAX] before enqueuing anything. */
 og_status og_sample_cuda(void *stream, const float *logits /* [V] */, int64_t V,
@@ -119,7 +119,7 @@ size_t og_sample_cuda_marks_bytes(int64_t V);
  * for ARGMAX rows (torch.argmax: the first maximum, the first NaN above
  * every number; exactly og_argmax_cuda's), and for SAMPLE rows exactly the
  * token og_sample_cuda gives for that row alone (hence og_sampler_sample's).
- * One launch of B blocks, no allocation, no host synchronization: it can be
+ * One launch (a cluster of blocks a row), no allocation, no host synchronization: it can be
  * captured in a graph, and B and the addresses of logits, rows and tokens
  * are the only launch arguments. Rows where og_sample_cuda_supported is
  * false (temperature > 0 keeping more than OG_SAMPLE_CUDA_MAX_K
