@@ -4,7 +4,8 @@
 # full output goes to $RESULTS_DIR/gpu-tests.log (default <build-dir>/results).
 #   1. kernel tests against the C references (test_ops_cuda, also with the
 #      CUDA-core gemv and with the split-K bf16 gemv (OG_CUDA_GEMV_SPLIT=1), test_attend_cuda,
-#      test_sample_cuda: the device sampler against og_sampler_sample;
+#      test_sample_cuda: the device sampler against og_sampler_sample, a
+#      row read by a cluster of blocks and (test_sample_cuda_block) by one;
 #      test_mask_cuda: grammar masks on batch items applied on the device,
 #      against a naive oracle, changing between replays of one graph;
 #      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
@@ -20,6 +21,7 @@
 #      offgraph serve under device KV allocation faults (tests/cli_serve_faults.sh);
 #      tensor parallel's NCCL path at N = 1 against the plain path (tests/gpu/nccl_tp1.sh)
 #   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
+#      synccheck on the sampler's cluster barriers,
 #      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
 # A check that exits 77 (no device) is reported as skipped.
@@ -60,6 +62,7 @@ check test_ops_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_ops_cuda"
 check test_exec_cuda_split env OG_CUDA_GEMV_SPLIT=1 "$B/tests/test_exec_cuda"
 check test_attend_cuda "$B/tests/test_attend_cuda"
 check test_sample_cuda "$B/tests/test_sample_cuda"
+check test_sample_cuda_block env OG_CUDA_SAMPLE_CLUSTER=1 "$B/tests/test_sample_cuda"
 check test_mask_cuda "$B/tests/test_mask_cuda"
 check test_moe_cuda "$B/tests/test_moe_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
@@ -98,7 +101,12 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_mask compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_mask_cuda"
     check memcheck_moe compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_moe_cuda"
     check racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_moe_cuda"
-    check racecheck_sample compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
+    # racecheck (2025.3) stops with "failed to handle a hardware exception" on the sampler's
+    # cluster launches at every cluster size, while memcheck, synccheck and plain runs of the same
+    # launches are clean: it checks a row read by one block, whose shared-memory code every block
+    # of a cluster runs; the cluster's exchanges are ordered by its barriers (synccheck_sample)
+    check racecheck_sample env OG_CUDA_SAMPLE_CLUSTER=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_sample_cuda"
+    check synccheck_sample compute-sanitizer --tool synccheck --error-exitcode 9 "$B/tests/test_sample_cuda"
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"
     check memcheck_kquant compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_kquant_cuda"
