@@ -250,6 +250,91 @@ static void every_quant_value(og_threadpool *pool) {
     }
 }
 
+/* A step over parts of the kv heads, as tensor-parallel shards run it
+ * (og_attend_args.kv_part): the kv heads cut into parts of 1 and 2 heads
+ * (3 and 5 heads of D 9 and 64; the rows hold padding), each part given
+ * its query heads, k and v and a view that starts at its first head's
+ * quants. After every part ran, storage must hold the bytes the whole-row
+ * reference wrote (quants, every head's scale where the whole row keeps it,
+ * the padding zeros over stale bytes), and each part's outputs must be the
+ * whole reference's for its heads: exactly for the reference run on parts,
+ * within the tolerance for the fast kernel at every instruction set. */
+static void parts_of_rows(og_threadpool *pool) {
+    typedef struct { int32_t T, D, Hkv, G; og_dtype dt; int64_t L; } part_case;
+    static const part_case cases[] = {{3, 9, 3, 2, OG_DTYPE_INT8, 40}, {1, 64, 5, 1, OG_DTYPE_FP8, 300},
+                                      {6, 64, 5, 2, OG_DTYPE_INT8, 7}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const part_case *c = &cases[ci];
+        char name[128];
+        snprintf(name, sizeof name, "parts of rows: T=%d D=%d Hkv=%d G=%d %s L=%lld", c->T, c->D, c->Hkv, c->G,
+                 og_dtype_name(c->dt), (long long)c->L);
+        og_test_section(name);
+        const int32_t Hq = c->Hkv * c->G, D = c->D;
+        og_rng r = og_rng_seed(4242 + ci);
+        og_test_seq s;
+        CHECK(og_test_seq_init(&s, Hq, c->Hkv, D, c->dt, c->L + c->T));
+        og_test_seq_append(&s, &r, (int32_t)c->L);
+        const int64_t rows = c->L + c->T + 2, RB = og_kv_dtype_row_bytes(c->dt, c->Hkv, D);
+        og_kv_layer_view orig = make_storage(&s, OG_KV_FLAT, 0, rows);
+        orig.row_stride = RB;
+        const int64_t pos = og_test_seq_append(&s, &r, c->T);
+        const size_t n_out = (size_t)c->T * Hq * D;
+        float *want = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
+        og_kv_layer_view ref_kv = og_test_kv_clone(&orig);
+        og_attend_args whole = {.q = s.q + pos * Hq * D, .k = s.k + pos * c->Hkv * D, .v = s.v + pos * c->Hkv * D,
+                                .out = want, .T = c->T, .n_heads = Hq, .kv = ref_kv};
+        CHECK_OK(og_update_and_attend_ref(&whole));
+        float *pq = malloc(n_out * sizeof(float)), *pk = malloc((size_t)c->T * c->Hkv * D * sizeof(float));
+        float *pv = malloc((size_t)c->T * c->Hkv * D * sizeof(float)), *pout = malloc(n_out * sizeof(float));
+        for (int run = -1; run < OG_CPU_ISA_COUNT; run++) { /* -1: the reference on parts */
+            if (run >= 0 && !og_cpu_isa_supported((og_cpu_isa)run)) continue;
+            og_kv_layer_view kv = og_test_kv_clone(&orig);
+            og_poison(got, n_out);
+            for (int32_t h0 = 0; h0 < c->Hkv;) {
+                const int32_t n = h0 % 2 ? 1 : (h0 + 2 <= c->Hkv ? 2 : 1); /* parts of 2, 1, 2, ... heads */
+                for (int32_t t = 0; t < c->T; t++) {
+                    memcpy(pq + (size_t)t * n * c->G * D, whole.q + ((size_t)t * Hq + (size_t)h0 * c->G) * D,
+                           (size_t)n * c->G * D * sizeof(float));
+                    memcpy(pk + (size_t)t * n * D, whole.k + ((size_t)t * c->Hkv + h0) * D, (size_t)n * D * sizeof(float));
+                    memcpy(pv + (size_t)t * n * D, whole.v + ((size_t)t * c->Hkv + h0) * D, (size_t)n * D * sizeof(float));
+                }
+                og_attend_args a = {.q = pq, .k = pk, .v = pv, .out = pout, .T = c->T, .n_heads = n * c->G, .kv = kv,
+                                    .kv_part = {.heads = c->Hkv, .head0 = h0}};
+                a.kv.k = (unsigned char *)kv.k + (size_t)h0 * D;
+                a.kv.v = (unsigned char *)kv.v + (size_t)h0 * D;
+                a.kv.n_kv_heads = n;
+                CHECK_OK(run < 0 ? og_update_and_attend_ref(&a)
+                                 : og_update_and_attend_cpu_isa(&a, pool, (og_cpu_isa)run, NULL));
+                for (int32_t t = 0; t < c->T; t++)
+                    memcpy(got + ((size_t)t * Hq + (size_t)h0 * c->G) * D, pout + (size_t)t * n * c->G * D,
+                           (size_t)n * c->G * D * sizeof(float));
+                h0 += n;
+            }
+            const char *who = run < 0 ? "reference" : og_cpu_isa_name((og_cpu_isa)run);
+            if (run < 0) {
+                CHECK_MSG(!memcmp(got, want, n_out * sizeof(float)), "%s [%s]: outputs differ from the whole row's",
+                          name, who);
+            } else {
+                size_t worst = 0;
+                const double ratio = og_tol_ratio(got, want, n_out, ATOL, RTOL, &worst);
+                CHECK_MSG(ratio <= 1.0, "%s [%s]: element %zu got %.9g want %.9g", name, who, worst,
+                          (double)got[worst], (double)want[worst]);
+            }
+            CHECK_MSG(!memcmp(kv.k, ref_kv.k, og_test_kv_bytes(&kv)) && !memcmp(kv.v, ref_kv.v, og_test_kv_bytes(&kv)),
+                      "%s [%s]: storage differs from the whole row's", name, who);
+            og_test_kv_free(&kv);
+        }
+        /* a part must be int8 / fp8 storage with whole heads inside the row */
+        og_attend_args bad = whole;
+        bad.kv_part = (og_kv_row_part){.heads = c->Hkv - 1, .head0 = 0};
+        CHECK_STATUS(og_update_and_attend_ref(&bad), OG_ERR_INVALID_ARGUMENT);
+        free(pq), free(pk), free(pv), free(pout), free(want), free(got);
+        og_test_kv_free(&ref_kv);
+        og_test_kv_free(&orig);
+        og_test_seq_free(&s);
+    }
+}
+
 int main(void) {
     /* the vector kernel at f32 tolerances: og_update_and_attend_cpu must not
      * hand wide bf16 steps to the tiles (bf16 q and weights; test_attend_amx) */
@@ -263,6 +348,7 @@ int main(void) {
         run_case(&k_cases[i], pool, 1000 + i);
     split_decode_after_prefill(pool);
     every_quant_value(pool);
+    parts_of_rows(pool);
     og_threadpool_destroy(pool);
     return og_test_finish();
 }

@@ -15,9 +15,16 @@
  *   - a step that fails on the last shard after the others wrote their
  *     heads' rows and state (OG_TEST_TP_FAULT) leaves the session as it was:
  *     its length, and the next steps' logits bit for bit those of a session
- *     that never failed.
+ *     that never failed;
+ *   - int8 / fp8 KV storage: each shard writes its heads' quants and scales
+ *     where the unsharded model keeps them (the scales of all heads follow
+ *     all quants in a row, core/kv_quant.h) and the padding is zeros: the
+ *     first attention layer of the Llama fixture, whose k and v are the same
+ *     bits at every N, holds the same bytes at N = 2, 4, 8 as at N = 1, and
+ *     every N gives the unsharded logits within the bound.
  * The fixtures are found under OG_SOURCE_DIR or the source tree. */
 #include "harness.h"
+#include "core/kv_quant.h"
 #include "exec/shard.h"
 #include "import/export.h"
 
@@ -105,13 +112,15 @@ static og_model *load(const fixture *f, int32_t n_shards) {
     return m;
 }
 
-static og_session *session(og_model *m) {
+static og_session *session_kv(og_model *m, og_dtype kv_dtype) {
     og_session_params sp = og_session_default_params();
-    sp.kv_dtype = OG_DTYPE_F32;
+    sp.kv_dtype = kv_dtype;
     og_session *s = NULL;
     CHECK_OK(og_session_create(m, &sp, &s));
     return s;
 }
+
+static og_session *session(og_model *m) { return session_kv(m, OG_DTYPE_F32); }
 
 /* Feeds tokens [from, to) one step each, writing the last step's logits. */
 static void feed(og_session *s, const int32_t *tok, int64_t from, int64_t to, float *logits) {
@@ -218,6 +227,53 @@ static void test_fault(const fixture *f, og_model *mf, og_model *m) {
     free(got);
 }
 
+/* Rows [0, L) of kv layer 0 of two sessions, k and v, the whole rows'
+ * bytes (quants, scales, padding): equal? */
+static bool same_rows(const og_session *a, const og_session *b, int64_t L) {
+    og_kv_layer_view va, vb;
+    CHECK_OK(og_kv_session_layer_view(og_session_kv(a), 0, &va));
+    CHECK_OK(og_kv_session_layer_view(og_session_kv(b), 0, &vb));
+    const size_t bytes = (size_t)og_kv_dtype_row_bytes(va.dtype, va.n_kv_heads, va.head_dim);
+    const int64_t sa = og_kv_layer_view_row_stride(&va), sb = og_kv_layer_view_row_stride(&vb);
+    bool same = va.dtype == vb.dtype && va.n_kv_heads == vb.n_kv_heads;
+    for (int64_t r = 0; same && r < L; r++)
+        same = !memcmp((const char *)va.k + r * sa, (const char *)vb.k + r * sb, bytes) &&
+               !memcmp((const char *)va.v + r * sa, (const char *)vb.v + r * sb, bytes);
+    return same;
+}
+
+/* int8 and fp8 storage: a prompt chunk then single tokens at every N;
+ * layer 0's rows byte for byte (first_exact: its k and v are the same bits
+ * at every N) and the last logits within the bound. */
+static void test_quant_kv(const fixture *f, og_model *const *models, const int32_t *shards, int n_models,
+                          bool first_exact) {
+    const int64_t V = f->V, L = f->n < 12 ? f->n : 12;
+    const og_dtype dts[2] = {OG_DTYPE_INT8, OG_DTYPE_FP8};
+    float *ref = calloc((size_t)V, sizeof(float)), *got = calloc((size_t)V, sizeof(float));
+    for (int d = 0; d < 2; d++) {
+        og_session *one = session_kv(models[0], dts[d]);
+        if (!one) continue;
+        CHECK_OK(og_session_eval(one, f->tokens, 5, 5, NULL, 0));
+        feed(one, f->tokens, 5, L, ref);
+        for (int k = 1; k < n_models; k++) {
+            og_session *s = session_kv(models[k], dts[d]);
+            if (!s) continue;
+            CHECK_OK(og_session_eval(s, f->tokens, 5, 5, NULL, 0));
+            feed(s, f->tokens, 5, L, got);
+            const double diff = max_diff(got, ref, V);
+            CHECK_MSG(diff <= BOUND, "%s, %s storage at N = %d: the logits differ by %g (bound %g)", f->name,
+                      og_dtype_name(dts[d]), shards[k], diff, BOUND);
+            if (first_exact)
+                CHECK_MSG(same_rows(s, one, L), "%s, %s storage at N = %d: layer 0's rows differ from N = 1's",
+                          f->name, og_dtype_name(dts[d]), shards[k]);
+            og_session_destroy(s);
+        }
+        og_session_destroy(one);
+    }
+    free(ref);
+    free(got);
+}
+
 static void test_fixture(fixture *f, const char *dir) {
     char section[128];
     snprintf(section, sizeof section, "%s: batches, save / restore across N, forks, a failed shard", f->name);
@@ -243,6 +299,7 @@ static void test_fixture(fixture *f, const char *dir) {
         test_batch(f, models[1]);
         test_batch(f, models[3]);
         test_save_fork(f, models, shards, 4, models[1], dir);
+        test_quant_kv(f, models, shards, 4, !strcmp(f->name, "llama-gqa"));
         setenv("OG_TEST_TP_FAULT", "1:2", 1); /* shard 1 of 2, the model's second step */
         og_model *mf = load(f, 2);
         unsetenv("OG_TEST_TP_FAULT");

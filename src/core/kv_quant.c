@@ -36,8 +36,9 @@ uint8_t og_kv_fp8_from_f32(float x) {
     return sign | (uint8_t)((e << 3) | (r & 7u));
 }
 
-void og_kv_quantize_row(og_dtype dt, const float *x, int64_t Hkv, int64_t D, void *row) {
+void og_kv_quantize_heads(og_dtype dt, const float *x, int64_t Hkv, int64_t D, og_kv_row_part part, void *row) {
     uint8_t *qrow = row;
+    const int64_t soff = og_kv_scale_offset(part, Hkv, D);
     for (int64_t h = 0; h < Hkv; h++) {
         const float *xh = x + h * D; /* [D] */
         float amax = 0.0f;
@@ -53,8 +54,17 @@ void og_kv_quantize_row(og_dtype dt, const float *x, int64_t Hkv, int64_t D, voi
                 qrow[h * D + d] = og_kv_fp8_from_f32(y);
             }
         }
-        memcpy(qrow + Hkv * D + h * OG_KV_SCALE_BYTES, &scale, sizeof scale);
+        memcpy(qrow + soff + h * OG_KV_SCALE_BYTES, &scale, sizeof scale);
     }
-    const int64_t used = Hkv * (D + OG_KV_SCALE_BYTES); /* the padding: zeros, never stale bytes */
-    memset(qrow + used, 0, (size_t)(og_kv_dtype_row_bytes(dt, Hkv, D) - used));
+    /* the padding, by the part that holds the row's last head: zeros, never
+     * stale bytes */
+    const int64_t heads = part.heads ? part.heads : Hkv;
+    if (part.head0 + Hkv == heads) {
+        const int64_t used = soff + Hkv * OG_KV_SCALE_BYTES, end = og_kv_dtype_row_bytes(dt, heads, D) - part.head0 * D;
+        memset(qrow + used, 0, (size_t)(end - used));
+    }
+}
+
+void og_kv_quantize_row(og_dtype dt, const float *x, int64_t Hkv, int64_t D, void *row) {
+    og_kv_quantize_heads(dt, x, Hkv, D, (og_kv_row_part){0, 0}, row);
 }

@@ -56,22 +56,49 @@ static inline float og_kv_fp8_to_f32(uint8_t x) { return og_kv_fp8_values[x]; }
 /* The e4m3 byte nearest x (ties to even), saturated to +-448; NaN -> 0x7f. */
 uint8_t og_kv_fp8_from_f32(float x);
 
-/* Scale of head h of a quantized row. */
-static inline float og_kv_row_scale(const void *row, int64_t Hkv, int64_t D, int64_t h) {
+/* Where a view's Hkv heads lie in a storage row: the whole row (heads 0),
+ * or heads [head0, head0 + Hkv) of a row of `heads` (a tensor-parallel
+ * shard's kv heads, exec/backend_cpu_tp.c). A view row starts at its first
+ * head's quants, head0 * D bytes into the storage row. */
+typedef struct og_kv_row_part {
+    int64_t heads; /* heads of the storage row; 0: the view's own Hkv */
+    int64_t head0; /* the view's first head in it                     */
+} og_kv_row_part;
+
+/* Bytes from a view row's start to the scale of its head 0. */
+static inline int64_t og_kv_scale_offset(og_kv_row_part part, int64_t Hkv, int64_t D) {
+    const int64_t heads = part.heads ? part.heads : Hkv;
+    return (heads - part.head0) * D + part.head0 * OG_KV_SCALE_BYTES;
+}
+
+/* Scale of head h of a quantized view row whose head 0 scale is soff
+ * bytes in (og_kv_scale_offset). */
+static inline float og_kv_row_scale_at(const void *row, int64_t soff, int64_t h) {
     float s;
-    memcpy(&s, (const unsigned char *)row + Hkv * D + h * OG_KV_SCALE_BYTES, sizeof s);
+    memcpy(&s, (const unsigned char *)row + soff + h * OG_KV_SCALE_BYTES, sizeof s);
     return s;
 }
 
-/* Quantizes x [Hkv, D] into one row of dt (int8 or fp8) as above, padding
- * included (og_kv_dtype_row_bytes bytes written). */
+/* Scale of head h of a whole quantized row. */
+static inline float og_kv_row_scale(const void *row, int64_t Hkv, int64_t D, int64_t h) {
+    return og_kv_row_scale_at(row, Hkv * D, h);
+}
+
+/* Quantizes x [Hkv, D] into the view row `row` of dt (int8 or fp8) as
+ * above: the heads' quants and scales, and the row's padding when the part
+ * holds its last head. The other heads' bytes are left as they are. */
+void og_kv_quantize_heads(og_dtype dt, const float *x, int64_t Hkv, int64_t D, og_kv_row_part part, void *row);
+
+/* Quantizes x [Hkv, D] into one whole row of dt, padding included
+ * (og_kv_dtype_row_bytes bytes written). */
 void og_kv_quantize_row(og_dtype dt, const float *x, int64_t Hkv, int64_t D, void *row);
 
-/* Element d of head h of a quantized row of dt, in f32. */
-static inline float og_kv_row_load(og_dtype dt, const void *row, int64_t Hkv, int64_t D, int64_t h, int64_t d) {
+/* Element d of head h of a quantized view row of dt, in f32 (soff:
+ * og_kv_scale_offset). */
+static inline float og_kv_row_load(og_dtype dt, const void *row, int64_t soff, int64_t D, int64_t h, int64_t d) {
     const uint8_t q = ((const uint8_t *)row)[h * D + d];
     const float x = dt == OG_DTYPE_INT8 ? (float)(int8_t)q : og_kv_fp8_to_f32(q);
-    return x * og_kv_row_scale(row, Hkv, D, h);
+    return x * og_kv_row_scale_at(row, soff, h);
 }
 
 #endif /* OG_CORE_KV_QUANT_H */

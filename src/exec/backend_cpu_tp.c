@@ -19,8 +19,11 @@
  * gated delta rule its value heads' part of the state, its convolution its
  * channels of the state (copied out and back). So a session does not depend
  * on the shard count: fork, save, restore and the prefix cache are
- * unchanged. int8 / fp8 KV storage is refused (its rows carry per-head
- * scales that the view does not cut yet).
+ * unchanged. In int8 / fp8 storage a row's per-head scales follow all of
+ * its heads' quants: a shard's view points at its heads' quants and names
+ * them as a part of the row (og_attend_args.kv_part), so each head's scale
+ * stays where the unsharded model keeps it, and the shard holding the last
+ * head writes the row's padding.
  *
  * What it does not do: fuse products (every product is its own call, which
  * the CPU back end's fused runs equal bit for bit), or run shards in
@@ -94,13 +97,7 @@ static og_status tp_model_init(og_model *m, const og_model_params *p) {
 
 /* ------------------------------------------------------------ sessions, contexts */
 
-static og_status tp_session_init(og_session *s) {
-    if (s->cfg.kv_dtype != OG_DTYPE_F32 && s->cfg.kv_dtype != OG_DTYPE_BF16)
-        return og_set_error(OG_ERR_UNSUPPORTED, "tensor parallel on the CPU: KV storage of %s is not cut by heads yet "
-                                                "(f32 or bf16)",
-                            og_dtype_name(s->cfg.kv_dtype));
-    return og_kv_session_create(&s->cfg, s->kv_alloc, &s->kv);
-}
+static og_status tp_session_init(og_session *s) { return og_kv_session_create(&s->cfg, s->kv_alloc, &s->kv); }
 static void tp_session_free(og_session *s) { (void)s; }
 
 static void drop_value(og_model *m, og_step_ctx *c, int32_t v) {
@@ -269,7 +266,10 @@ static og_status attend_shard(tp_run *r, int32_t i, int32_t s, const float *q, c
         };
         OG_TRY(og_kv_session_layer_view(sq->s->kv, in->kv_index, &aa.kv));
         const int64_t stride = og_kv_layer_view_row_stride(&aa.kv);
+        /* int8 / fp8 rows: D bytes a head, the scales at the row's end */
         const size_t off = (size_t)(si->head0[s] * D) * og_dtype_size(aa.kv.dtype);
+        if (og_kv_dtype_quantized(aa.kv.dtype))
+            aa.kv_part = (og_kv_row_part){.heads = aa.kv.n_kv_heads, .head0 = si->head0[s]};
         aa.kv.k = (char *)aa.kv.k + off;
         aa.kv.v = (char *)aa.kv.v + off;
         aa.kv.n_kv_heads = (int32_t)a->n_kv_heads;

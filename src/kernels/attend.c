@@ -54,10 +54,22 @@ og_status og_attend_check(const og_attend_args *a) {
                             "update_and_attend: layer %d: length %lld, rows %lld (need L >= 0, "
                             "R >= 1)",
                             layer, (long long)kv->length, (long long)kv->rows);
-    /* a row's own elements: Hkv * D, or its bytes quantized (core/kv_quant.h) */
-    const int64_t row_elems = og_kv_dtype_quantized(kv->dtype)
-                                  ? og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, kv->head_dim)
-                                  : (int64_t)kv->n_kv_heads * kv->head_dim;
+    const og_kv_row_part part = a->kv_part;
+    if (part.heads != 0 || part.head0 != 0) {
+        if (!og_kv_dtype_quantized(kv->dtype) || part.head0 < 0 || part.heads < part.head0 + kv->n_kv_heads ||
+            kv->row_stride == 0)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                                "update_and_attend: layer %d: heads %lld..%lld of rows of %lld heads (a part needs "
+                                "int8 / fp8 storage, whole heads and the storage's row stride)",
+                                layer, (long long)part.head0, (long long)(part.head0 + kv->n_kv_heads),
+                                (long long)part.heads);
+    }
+    /* a row's own elements from the view's start: Hkv * D, or its bytes
+     * quantized (core/kv_quant.h; for a part, up to the storage row's end) */
+    const int64_t row_elems =
+        !og_kv_dtype_quantized(kv->dtype) ? (int64_t)kv->n_kv_heads * kv->head_dim
+        : part.heads ? og_kv_dtype_row_bytes(kv->dtype, part.heads, kv->head_dim) - part.head0 * kv->head_dim
+                     : og_kv_dtype_row_bytes(kv->dtype, kv->n_kv_heads, kv->head_dim);
     if (kv->row_stride != 0 && kv->row_stride < row_elems)
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
                             "update_and_attend: layer %d: row stride %lld elements is below a row's "

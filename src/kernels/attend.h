@@ -29,6 +29,7 @@
 #define OG_KERNELS_ATTEND_H
 
 #include "core/core.h"
+#include "core/kv_quant.h"
 #include "kernels/cpu_isa.h"
 
 typedef struct og_attend_args {
@@ -39,6 +40,13 @@ typedef struct og_attend_args {
     int32_t T, n_heads;       /* T, Hq                                        */
     float scale;              /* softmax scale; 0 -> 1/sqrt(D)                */
     og_kv_layer_view kv;      /* bound storage; kv.length is L                */
+    /* int8 / fp8 storage: where kv's heads lie in a storage row ({0, 0}:
+     * the whole row). A tensor-parallel shard (exec/backend_cpu_tp.c) binds
+     * its heads [head0, head0 + Hkv) of rows of `heads`: kv.k and kv.v point
+     * at head0's quants, kv.row_stride is the storage's, and each head's
+     * scale stays where the whole row keeps it (core/kv_quant.h). bf16 and
+     * f32 views need no part: their heads are contiguous elements. */
+    og_kv_row_part kv_part;
 } og_attend_args;
 
 typedef struct og_attend_stats {

@@ -94,6 +94,7 @@ typedef struct cpu_ctx {
     const og_attend_ops *ops;
     int64_t T, Hq, Hkv, D, G, L, R, W; /* W = 0 for flat */
     int64_t RS;                  /* elements between storage rows (kv.row_stride; >= Hkv * D) */
+    int64_t soff;                /* int8 / fp8: bytes from a row to its head 0 scale (og_kv_scale_offset) */
     float scale;
     int64_t qb, n_blocks;        /* query rows per item, items per kv head */
     /* split-K (S == 1: not split) */
@@ -105,14 +106,15 @@ typedef struct cpu_ctx {
     int64_t scratch_per_thread;  /* floats */
 } cpu_ctx;
 
-/* Head g of n quantized rows (int8 or fp8 of Hkv heads of D), rows
- * row_bytes apart from src, into dst [n, D] f32: quant times the row's
- * scale for the head, the product the reference takes. */
+/* Head g of n quantized rows (int8 or fp8, heads of D, head 0's scale
+ * soff bytes in), rows row_bytes apart from src, into dst [n, D] f32:
+ * quant times the row's scale for the head, the product the reference
+ * takes. */
 static void widen_quant(const og_attend_ops *ops, float *dst, const unsigned char *src, int64_t row_bytes,
-                        og_dtype dt, int64_t Hkv, int64_t D, int64_t g, int32_t n) {
+                        og_dtype dt, int64_t soff, int64_t D, int64_t g, int32_t n) {
     for (int32_t j = 0; j < n; j++) {
         const unsigned char *row = src + j * row_bytes;
-        const float sc = og_kv_row_scale(row, Hkv, D, g);
+        const float sc = og_kv_row_scale_at(row, soff, g);
         if (dt == OG_DTYPE_INT8) ops->widen_i8(dst + (int64_t)j * D, row + g * D, sc, (int32_t)D);
         else ops->widen_fp8(dst + (int64_t)j * D, row + g * D, sc, (int32_t)D);
     }
@@ -155,13 +157,19 @@ static void prefetch_chunk(const cpu_ctx *c, int64_t j0, int64_t key_hi, int64_t
     const int64_t row_bytes = c->RS * esize;
     const int64_t lo = g0 * c->D * esize;
     int64_t hi = g1 * c->D * esize; /* bytes within a row */
-    if (og_kv_dtype_quantized(kv->dtype) && g1 == c->Hkv) hi += c->Hkv * OG_KV_SCALE_BYTES; /* and the scales */
+    /* and the scales, right after the last head's quants in a whole row */
+    const bool scales = og_kv_dtype_quantized(kv->dtype) && g1 == c->Hkv;
+    if (scales && c->soff == hi) hi += c->Hkv * OG_KV_SCALE_BYTES;
     const int64_t end = key_hi - j0 < KB ? key_hi : j0 + KB;
     for (int64_t j = j0; j < end; j++) {
         const int64_t off = (c->W > 0 ? j % c->R : j) * row_bytes;
         for (int64_t b = lo; b < hi; b += 64) {
             __builtin_prefetch((const char *)kv->k + off + b, 0, 2);
             __builtin_prefetch((const char *)kv->v + off + b, 0, 2);
+        }
+        if (scales && c->soff != g1 * c->D) { /* a shard's heads: the scales lie apart */
+            __builtin_prefetch((const char *)kv->k + off + c->soff, 0, 2);
+            __builtin_prefetch((const char *)kv->v + off + c->soff, 0, 2);
         }
     }
 }
@@ -222,10 +230,10 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 }
                 continue;
             }
-            if (fused_q) { /* rows of rs bytes; head g's scale (Hkv - g) * D + 4 g bytes past its quants */
+            if (fused_q) { /* rows of rs bytes; head g's scale soff + 4 g - g D bytes past its quants */
                 const uint8_t *Kq = (const uint8_t *)kv->k + slot * rs + g * D;
                 const uint8_t *Vq = (const uint8_t *)kv->v + slot * rs + g * D;
-                const int64_t soff = (c->Hkv - g) * D + g * OG_KV_SCALE_BYTES;
+                const int64_t soff = c->soff + g * OG_KV_SCALE_BYTES - g * D;
                 for (int64_t r = 0; r < rows; r++) {
                     int64_t lo;
                     const int64_t cnt = row_keys(c, t0, r, j0, n, &lo), x = (g - g0) * G;
@@ -243,9 +251,9 @@ static void attend_keys(const cpu_ctx *c, int thread, int64_t t0, int64_t rows, 
                 V = (const float *)kv->v + slot * rs + g * D;
                 ks = rs;
             } else if (og_kv_dtype_quantized(kv->dtype)) { /* rows of rs bytes */
-                widen_quant(c->ops, Kc, (const unsigned char *)kv->k + slot * rs, rs, kv->dtype, c->Hkv, D, g,
+                widen_quant(c->ops, Kc, (const unsigned char *)kv->k + slot * rs, rs, kv->dtype, c->soff, D, g,
                             (int32_t)n);
-                widen_quant(c->ops, Vc, (const unsigned char *)kv->v + slot * rs, rs, kv->dtype, c->Hkv, D, g,
+                widen_quant(c->ops, Vc, (const unsigned char *)kv->v + slot * rs, rs, kv->dtype, c->soff, D, g,
                             (int32_t)n);
                 K = Kc;
                 V = Vc;
@@ -281,8 +289,8 @@ static void write_token(void *ctx, int64_t t, int thread) {
     const int64_t p = c->L + t, slot = c->W > 0 ? p % c->R : p, n = c->Hkv * c->D;
     const float *k = c->a->k + t * n, *v = c->a->v + t * n; /* [Hkv, D] */
     if (og_kv_dtype_quantized(kv->dtype)) { /* rows of RS bytes */
-        og_kv_quantize_row(kv->dtype, k, c->Hkv, c->D, (unsigned char *)kv->k + slot * c->RS);
-        og_kv_quantize_row(kv->dtype, v, c->Hkv, c->D, (unsigned char *)kv->v + slot * c->RS);
+        og_kv_quantize_heads(kv->dtype, k, c->Hkv, c->D, c->a->kv_part, (unsigned char *)kv->k + slot * c->RS);
+        og_kv_quantize_heads(kv->dtype, v, c->Hkv, c->D, c->a->kv_part, (unsigned char *)kv->v + slot * c->RS);
     } else if (kv->dtype == OG_DTYPE_F32) {
         memcpy((float *)kv->k + slot * c->RS, k, (size_t)n * sizeof(float));
         memcpy((float *)kv->v + slot * c->RS, v, (size_t)n * sizeof(float));
@@ -377,6 +385,7 @@ og_status og_update_and_attend_cpu_isa(const og_attend_args *a, og_threadpool *p
         .R = kv->rows,
         .W = kv->policy == OG_KV_RING ? kv->window : 0,
         .RS = og_kv_layer_view_row_stride(kv),
+        .soff = og_kv_scale_offset(a->kv_part, kv->n_kv_heads, kv->head_dim),
         .scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)kv->head_dim),
         .S = 1,
     };

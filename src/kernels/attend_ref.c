@@ -17,10 +17,12 @@ static int64_t ref_slot(const og_kv_layer_view *kv, int64_t p) {
 }
 
 /* Element d of kv head h of storage row `row` of base (k or v), in f32. */
-static float ref_load(const og_kv_layer_view *kv, const void *base, int64_t row, int64_t h, int64_t d) {
+static float ref_load(const og_attend_args *a, const void *base, int64_t row, int64_t h, int64_t d) {
+    const og_kv_layer_view *kv = &a->kv;
     const int64_t S = og_kv_layer_view_row_stride(kv), D = kv->head_dim;
     if (og_kv_dtype_quantized(kv->dtype))
-        return og_kv_row_load(kv->dtype, (const unsigned char *)base + row * S, kv->n_kv_heads, D, h, d);
+        return og_kv_row_load(kv->dtype, (const unsigned char *)base + row * S,
+                              og_kv_scale_offset(a->kv_part, kv->n_kv_heads, D), D, h, d);
     return og_load_f32(base, kv->dtype, (size_t)(row * S + h * D + d));
 }
 
@@ -38,8 +40,8 @@ og_status og_update_and_attend_ref(const og_attend_args *a) {
     for (int64_t t = 0; t < T; t++) {
         const int64_t row = ref_slot(kv, L + t);
         if (og_kv_dtype_quantized(kv->dtype)) { /* quants and scales, row * S bytes in */
-            og_kv_quantize_row(kv->dtype, a->k + t * Hkv * D, Hkv, D, (unsigned char *)kv->k + row * S);
-            og_kv_quantize_row(kv->dtype, a->v + t * Hkv * D, Hkv, D, (unsigned char *)kv->v + row * S);
+            og_kv_quantize_heads(kv->dtype, a->k + t * Hkv * D, Hkv, D, a->kv_part, (unsigned char *)kv->k + row * S);
+            og_kv_quantize_heads(kv->dtype, a->v + t * Hkv * D, Hkv, D, a->kv_part, (unsigned char *)kv->v + row * S);
             continue;
         }
         for (int64_t i = 0; i < Hkv * D; i++) {
@@ -63,14 +65,14 @@ og_status og_update_and_attend_ref(const og_attend_args *a) {
             for (int64_t j = first; j <= p; j++) {
                 const int64_t row = ref_slot(kv, j);
                 float s = 0.0f;
-                for (int64_t d = 0; d < D; d++) s += q[d] * ref_load(kv, kv->k, row, kvh, d);
+                for (int64_t d = 0; d < D; d++) s += q[d] * ref_load(a, kv->k, row, kvh, d);
                 s *= scale;
                 const float m_new = s > m ? s : m;
                 const float c = expf(m - m_new); /* rescales what came before */
                 const float e = expf(s - m_new);
                 l = l * c + e;
                 for (int64_t d = 0; d < D; d++)
-                    acc[d] = acc[d] * c + e * ref_load(kv, kv->v, row, kvh, d);
+                    acc[d] = acc[d] * c + e * ref_load(a, kv->v, row, kvh, d);
                 m = m_new;
             }
             for (int64_t d = 0; d < D; d++) acc[d] /= l;
