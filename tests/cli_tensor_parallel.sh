@@ -5,7 +5,9 @@
 # 1 and 5 tokens a step. Every run must give logits that match
 #  - transformers' (the fixture's logits.f32, tests/fixtures/make_hf_fixtures.py)
 #    within cli_parity.sh's f32 bound, 0.02, and
-#  - the unsharded run's within the reduction-order bound below.
+#  - the unsharded run's within the reduction-order bound below;
+# and three of them with int8 / fp8 KV storage (each shard's heads of the
+# quantized rows) against the unsharded run of that storage at N = 2, 4, 8.
 # The fixtures have 3 to 8 query heads and 1 to 4 kv heads (Qwen2's are 6 and
 # 3; the hybrids' 2 key and 4 value heads), so these N cut heads unevenly,
 # share kv / key heads between shards and, at N = 8, share query and value
@@ -81,6 +83,38 @@ for dir in "$SRC"/tests/data/hf/*/; do
 done
 for n in 2 3 4 8; do
     case "$ran_n" in *" $n "*) ;; *) echo "FAIL: no fixture ran at tp=$n"; fails=$((fails + 1)) ;; esac
+done
+# int8 / fp8 KV storage cut by heads: the fixtures with several kv heads, fed
+# one token a step, against the unsharded run of the same storage dtype
+# (quantized the same way per head and token; the bound as above, since a
+# quant level may flip where a value moved by the reduction order)
+for name in llama-gqa qwen3-mixed qwen35-dense; do
+    dir=$SRC/tests/data/hf/$name
+    prog=$WORK/$name.ogp
+    [ -f "$prog" ] || continue
+    rows=$(tr ',' '\n' <"$dir/tokens.txt" | grep -c .)
+    for kv in int8 fp8; do
+        args=(eval -m "$prog" --tokens "@$dir/tokens.txt" --kv-dtype "$kv" --backend cpu -t 1 --chunk 1)
+        one=$WORK/$name.1.$kv.f32
+        if ! "$BIN" "${args[@]}" --logits-out "$one" 2>"$WORK/eval.log"; then
+            echo "FAIL $name kv=$kv: the unsharded eval: $(cat "$WORK/eval.log")"
+            fails=$((fails + 1))
+            continue
+        fi
+        for n in 2 4 8; do
+            out=$WORK/$name.$n.$kv.f32
+            runs=$((runs + 1))
+            if ! "$BIN" "${args[@]}" -tp "$n" --logits-out "$out" 2>"$WORK/eval.log"; then
+                echo "FAIL $name tp=$n kv=$kv: $(cat "$WORK/eval.log")"
+                fails=$((fails + 1))
+            elif ! res=$("$CMP" "$out" "$one" "$rows" 0.002); then
+                echo "FAIL $name tp=$n kv=$kv against one shard: $res"
+                fails=$((fails + 1))
+            else
+                echo "ok   $name tp=$n kv=$kv: against one shard $res"
+            fi
+        done
+    done
 done
 # a shard count out of range is refused by name, and so is the cuda back end
 if "$BIN" eval -m "$WORK/llama-gqa.ogp" --tokens 1,2 --logits-out "$WORK/x" -tp 9 2>"$WORK/eval.log" ||
