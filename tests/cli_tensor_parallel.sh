@@ -36,6 +36,31 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 fails=0
 runs=0
 ran_n=" "
+# offgraph with the arguments after $2, its logits into $2; a failure is
+# counted and told under the name $1.
+eval_to() {
+    local label=$1 out=$2
+    shift 2
+    "$BIN" "$@" --logits-out "$out" 2>"$WORK/eval.log" && return 0
+    echo "FAIL $label: $(cat "$WORK/eval.log")"
+    fails=$((fails + 1))
+    return 1
+}
+# A sharded run's logits $2 against transformers' ($5, unless empty) within
+# the f32 parity bound and against the unsharded run's ($3) within the
+# reduction-order bound; $1 names the run, $4 its rows.
+against() {
+    local ref res
+    if [ -n "$5" ] && ! ref=$("$CMP" "$2" "$5" "$4" 0.02); then
+        echo "FAIL $1 against transformers: $ref"
+        fails=$((fails + 1))
+    elif ! res=$("$CMP" "$2" "$3" "$4" 0.002); then
+        echo "FAIL $1 against one shard: $res"
+        fails=$((fails + 1))
+    else
+        echo "ok   $1: against one shard $res"
+    fi
+}
 for dir in "$SRC"/tests/data/hf/*/; do
     name=$(basename "$dir")
     prog=$WORK/$name.ogp
@@ -50,30 +75,14 @@ for dir in "$SRC"/tests/data/hf/*/; do
         one=$WORK/$name.1.$chunk.f32
         args=(eval -m "$prog" --tokens "@$dir/tokens.txt" --kv-dtype f32 --backend cpu -t 1)
         [ "$chunk" = whole ] || args+=(--chunk "$chunk")
-        if ! "$BIN" "${args[@]}" --logits-out "$one" 2>"$WORK/eval.log"; then
-            echo "FAIL $name chunk=$chunk: the unsharded eval: $(cat "$WORK/eval.log")"
-            fails=$((fails + 1))
-            continue
-        fi
+        eval_to "$name chunk=$chunk: the unsharded eval" "$one" "${args[@]}" || continue
         for n in 2 3 4 8; do
             out=$WORK/$name.$n.$chunk.f32
             runs=$((runs + 1))
-            if ! "$BIN" "${args[@]}" -tp "$n" --logits-out "$out" 2>"$WORK/eval.log"; then
-                echo "FAIL $name tp=$n chunk=$chunk: $(cat "$WORK/eval.log")"
-                fails=$((fails + 1))
-                continue
-            fi
+            eval_to "$name tp=$n chunk=$chunk" "$out" "${args[@]}" -tp "$n" || continue
             ran_any=1
             case "$ran_n" in *" $n "*) ;; *) ran_n="$ran_n$n " ;; esac
-            if ! ref=$("$CMP" "$out" "$dir/logits.f32" "$rows" 0.02); then
-                echo "FAIL $name tp=$n chunk=$chunk against transformers: $ref"
-                fails=$((fails + 1))
-            elif ! res=$("$CMP" "$out" "$one" "$rows" 0.002); then
-                echo "FAIL $name tp=$n chunk=$chunk against one shard: $res"
-                fails=$((fails + 1))
-            else
-                echo "ok   $name tp=$n chunk=$chunk: against one shard $res"
-            fi
+            against "$name tp=$n chunk=$chunk" "$out" "$one" "$rows" "$dir/logits.f32"
         done
     done
     if [ "$ran_any" = 0 ]; then
@@ -96,23 +105,12 @@ for name in llama-gqa qwen3-mixed qwen35-dense; do
     for kv in int8 fp8; do
         args=(eval -m "$prog" --tokens "@$dir/tokens.txt" --kv-dtype "$kv" --backend cpu -t 1 --chunk 1)
         one=$WORK/$name.1.$kv.f32
-        if ! "$BIN" "${args[@]}" --logits-out "$one" 2>"$WORK/eval.log"; then
-            echo "FAIL $name kv=$kv: the unsharded eval: $(cat "$WORK/eval.log")"
-            fails=$((fails + 1))
-            continue
-        fi
+        eval_to "$name kv=$kv: the unsharded eval" "$one" "${args[@]}" || continue
         for n in 2 4 8; do
             out=$WORK/$name.$n.$kv.f32
             runs=$((runs + 1))
-            if ! "$BIN" "${args[@]}" -tp "$n" --logits-out "$out" 2>"$WORK/eval.log"; then
-                echo "FAIL $name tp=$n kv=$kv: $(cat "$WORK/eval.log")"
-                fails=$((fails + 1))
-            elif ! res=$("$CMP" "$out" "$one" "$rows" 0.002); then
-                echo "FAIL $name tp=$n kv=$kv against one shard: $res"
-                fails=$((fails + 1))
-            else
-                echo "ok   $name tp=$n kv=$kv: against one shard $res"
-            fi
+            eval_to "$name tp=$n kv=$kv" "$out" "${args[@]}" -tp "$n" &&
+                against "$name tp=$n kv=$kv" "$out" "$one" "$rows" ""
         done
     done
 done
