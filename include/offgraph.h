@@ -545,6 +545,8 @@ typedef enum og_backend {
     OG_BACKEND_CUDA
 } og_backend;
 
+/* Most shards (and devices) of a tensor-parallel model. */
+#define OG_TENSOR_PARALLEL_MAX 8
 typedef struct og_model_params {
     og_backend backend;
     int32_t n_threads; /* CPU threads; <= 0 means every online CPU */
@@ -560,8 +562,14 @@ typedef struct og_model_params {
      * across GPUs is not built yet (OG_ERR_UNSUPPORTED). Up to
      * OG_TENSOR_PARALLEL_MAX. */
     int32_t tensor_parallel;
+    /* CUDA: the device ordinals the model runs on, shard i on devices[i]
+     * (as CUDA numbers them under CUDA_VISIBLE_DEVICES). n_devices 0
+     * (default): the calling thread's current device. Otherwise one device
+     * per shard, each at most once; the cpu back end takes none (an auto
+     * back end with devices given is cuda). */
+    int32_t n_devices;
+    int32_t devices[OG_TENSOR_PARALLEL_MAX];
 } og_model_params;
-#define OG_TENSOR_PARALLEL_MAX 8
 OG_API og_model_params og_model_default_params(void);
 
 /* Loads and validates the program at path. On success *out is owned by the

@@ -125,6 +125,25 @@ if "$BIN" eval -m "$WORK/llama-gqa.ogp" --tokens 1,2 --logits-out "$WORK/x" -tp 
     echo "FAIL: -tp 2 --backend cuda: $(cat "$WORK/eval.log")"
     fails=$((fails + 1))
 fi
+# --devices (llama.cpp's -dev): refused by name when it cannot be one CUDA
+# device a shard; the message must say what is wrong
+refused() { # $1: what the message must hold; the rest: eval's options
+    local want=$1
+    shift
+    if "$BIN" eval -m "$WORK/llama-gqa.ogp" --tokens 1,2 --logits-out "$WORK/x" "$@" 2>"$WORK/eval.log" ||
+        ! grep -q -- "$want" "$WORK/eval.log"; then
+        echo "FAIL: $*: wanted a refusal naming \"$want\", got: $(cat "$WORK/eval.log")"
+        fails=$((fails + 1))
+    else
+        echo "ok   $* refused: $(head -1 "$WORK/eval.log")"
+    fi
+}
+refused "devices name CUDA devices" --backend cpu --devices 0
+refused "devices name CUDA devices" --backend cpu -dev CUDA0,CUDA1 -tp 2
+refused "device 1 given twice" --devices 1,1 -tp 2 --backend cpu
+refused "1 device for 2 shards" --devices 0 -tp 2
+refused "expects CUDA device numbers" --devices 0,x
+refused "at most 8 devices" --devices 0,1,2,3,4,5,6,7,8
 # the Python binding's Model(tensor_parallel=): the same logits as the tool's at N = 4
 LIB=$(dirname "$BIN")/liboffgraph.so
 . "$SRC/tests/python/sanitizer_env.sh"

@@ -170,6 +170,30 @@ void og_cli_model_opts_default(og_cli_model_opts *o) {
     current_opts = o;
 }
 
+/* --devices 0,1 (llama.cpp's -dev CUDA0,CUDA1 too): CUDA device ordinals,
+ * one a shard; og_model_load checks the count against -tp and repeats. */
+static bool parse_devices(const char *cmd, const char *opt, const char *v, og_cli_model_opts *o) {
+    o->n_devices = 0;
+    for (const char *p = v;;) {
+        if (!strncmp(p, "CUDA", 4)) p += 4;
+        char *end = NULL;
+        const long d = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        if (d < 0 || d > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "offgraph %s: %s expects CUDA device numbers separated by commas (0,1 or CUDA0,CUDA1), "
+                            "got \"%s\"\n", cmd, opt, v);
+            return false;
+        }
+        if (o->n_devices == OG_TENSOR_PARALLEL_MAX) {
+            fprintf(stderr, "offgraph %s: %s \"%s\": at most %d devices (one a shard)\n", cmd, opt, v,
+                    OG_TENSOR_PARALLEL_MAX);
+            return false;
+        }
+        o->devices[o->n_devices++] = (int)d;
+        if (!*end) return true;
+        p = end + 1;
+    }
+}
+
 int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_model_opts *o) {
     const char *a = argv[*i], *v;
     int64_t n;
@@ -193,6 +217,8 @@ int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_m
         o->tensor_parallel = (int)n;
         return 1;
     }
+    if (!strcmp(a, "--devices")) /* llama.cpp's -dev / --device: tools/main.c's aliases */
+        return (v = og_cli_value(cmd, argc, argv, i)) && parse_devices(cmd, a, v, o) ? 1 : -1;
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
         if (!(v = og_cli_value(cmd, argc, argv, i)) || !og_cli_int(cmd, a, v, 0, INT32_MAX, &o->ctx)) return -1;
         return 1;
@@ -250,11 +276,18 @@ void og_cli_model_opts_usage(FILE *f) {
                "                           heads, MLP columns, experts' columns and vocabulary\n"
                "                           (docs/tensor-parallel.md); the cpu back end runs the\n"
                "                           shards in one process, cuda is not built yet\n"
+               "  --devices <i,j,...>      the CUDA devices to run on, one a shard (default: the\n"
+               "                           first, device 0); CUDA0,CUDA1 as llama.cpp writes them\n"
                "  -fa, --flash-attn <on|off|auto>  accepted; no effect: attention is always one\n"
                "                           fused kernel (online softmax)\n"
                "  -b, --batch-size <N>     most prompt tokens one step takes: serve's --step-rows,\n"
                "                           bench's --rows; no effect on run and chat (a prompt goes\n"
                "                           in steps of the program's max-write)\n");
+}
+
+void og_cli_devices(const og_cli_model_opts *o, og_model_params *mp) {
+    mp->n_devices = o ? o->n_devices : 0;
+    for (int i = 0; i < mp->n_devices; i++) mp->devices[i] = o->devices[i];
 }
 
 og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backend, int threads) {
@@ -265,6 +298,7 @@ og_model *og_cli_load_model(const char *cmd, const char *path, og_backend backen
     mp.backend = backend;
     mp.n_threads = threads;
     mp.tensor_parallel = o && o->tensor_parallel > 0 ? o->tensor_parallel : 1;
+    og_cli_devices(o, &mp);
     og_model *m = NULL;
     og_status st = og_model_load(file, &mp, &m);
     if (st != OG_OK) {

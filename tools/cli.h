@@ -36,6 +36,8 @@ typedef struct og_cli_model_opts {
     og_backend backend;         /* --backend, -ngl                  */
     int threads;                /* -t, --threads (0: every online CPU) */
     int tensor_parallel;        /* -tp, --tensor-parallel (0: one shard) */
+    int n_devices;              /* --devices: CUDA device ordinals, one a shard (0: the current one) */
+    int devices[OG_TENSOR_PARALLEL_MAX];
     og_session_params session;  /* --kv-dtype                       */
     int64_t ctx;                /* -c, --ctx-size: most tokens a session holds (0: the program's) */
     int64_t batch;              /* -b, --batch-size (0: the command's default) */
@@ -49,6 +51,8 @@ void og_cli_model_opts_default(og_cli_model_opts *o);
 int og_cli_model_option(const char *cmd, int argc, char **argv, int *i, og_cli_model_opts *o);
 /* Their help lines. */
 void og_cli_model_opts_usage(FILE *f);
+/* --devices into the model's parameters (o may be NULL: none). */
+void og_cli_devices(const og_cli_model_opts *o, og_model_params *mp);
 /* Loads a model, printing the reason on failure. A checkpoint folder or a
  * GGUF file is exported into the cache first (og_cli_resolve_model); the
  * options of og_cli_model_opts_default's struct apply: -c bounds the

@@ -227,6 +227,7 @@ int og_cmd_serve(int argc, char **argv) {
     p.model.backend = mo.backend;
     p.model.n_threads = mo.threads;
     p.model.tensor_parallel = mo.tensor_parallel > 0 ? mo.tensor_parallel : 1;
+    og_cli_devices(&mo, &p.model);
     p.session = mo.session;
 
     /* SIGINT/SIGTERM are taken by sigwait below: blocked in every thread

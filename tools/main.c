@@ -73,6 +73,7 @@ static const alias k_aliases[] = {
     {{"-np", "--parallel"}, "--max-sessions"},
     {{"--grammar-file"}, "--grammar"},
     {{"-j", "-jf", "--json-schema-file"}, "--json-schema"},
+    {{"-dev", "--device"}, "--devices"},
 };
 #define N_ALIASES (sizeof k_aliases / sizeof k_aliases[0])
 

@@ -79,7 +79,8 @@ class OffgraphError(Exception):
 # ---------------------------------------------------------------- structs
 
 class _ModelParams(Structure):
-    _fields_ = [("backend", c_int), ("n_threads", c_int32), ("cuda_graphs", c_int32), ("tensor_parallel", c_int32)]
+    _fields_ = [("backend", c_int), ("n_threads", c_int32), ("cuda_graphs", c_int32), ("tensor_parallel", c_int32),
+                ("n_devices", c_int32), ("devices", c_int32 * 8)]
 
 
 class _SessionParams(Structure):
@@ -778,11 +779,12 @@ class Model(_Handle):
     (CUDA when the library was built with it and a GPU is present).
     n_threads: CPU threads, 0 for every online CPU. tensor_parallel: the
     model cut into that many shards (1 to 8; the CPU runs them in one
-    process)."""
+    process). devices: the CUDA device ordinals to run on, one a shard
+    (None: the current device)."""
 
     _free = "og_model_destroy"
 
-    def __init__(self, path, backend="auto", n_threads=0, cuda_graphs=True, tensor_parallel=1):
+    def __init__(self, path, backend="auto", n_threads=0, cuda_graphs=True, tensor_parallel=1, devices=None):
         super().__init__()
         if backend not in _BACKENDS:
             raise OffgraphError("backend must be one of %s, not %r" % (", ".join(sorted(_BACKENDS)), backend))
@@ -792,6 +794,13 @@ class Model(_Handle):
         p.n_threads = int(n_threads)
         p.cuda_graphs = 1 if cuda_graphs else 0
         p.tensor_parallel = int(tensor_parallel)
+        if devices is not None:
+            devices = [int(d) for d in devices]
+            if len(devices) > len(p.devices):
+                raise OffgraphError("devices: at most %d, one a shard" % len(p.devices))
+            p.n_devices = len(devices)
+            for i, d in enumerate(devices):
+                p.devices[i] = d
         h = c_void_p()
         _check(L.og_model_load(_path(path), byref(p), byref(h)), "load %s" % path)
         self._h = h.value

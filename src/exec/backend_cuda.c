@@ -344,6 +344,14 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     cuda_model *cm = og_calloc(1, sizeof *cm);
     if (!cm) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
     m->be = cm;
+    if (p->n_devices > 0) { /* og_model_load checked the list; the ordinal is the device's to check */
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+        if (p->devices[0] >= count)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "device %d: this machine has %d CUDA device%s (0 to %d)",
+                                p->devices[0], count, count == 1 ? "" : "s", count - 1);
+        CUDA_TRY(cudaSetDevice(p->devices[0]), "cudaSetDevice");
+    }
     CUDA_TRY(cudaGetDevice(&cm->device), "cudaGetDevice");
     CUDA_TRY(cudaStreamCreateWithFlags(&cm->store, cudaStreamNonBlocking), "cudaStreamCreate");
     const char *products_env = getenv("OG_CUDA_PRODUCTS");

@@ -25,7 +25,7 @@
 #endif
 
 og_model_params og_model_default_params(void) {
-    og_model_params p = {OG_BACKEND_AUTO, 0, 1, 1};
+    og_model_params p = {OG_BACKEND_AUTO, 0, 1, 1, 0, {0}};
     return p;
 }
 
@@ -83,21 +83,52 @@ static const og_backend_ops *backend_ops(og_backend b) {
     return &og_backend_cpu_ops;
 }
 
+/* The shard count and the devices of p: in range, a device per shard,
+ * none twice. */
+static og_status check_devices(const og_model_params *p) {
+    if (p->tensor_parallel < 0 || p->tensor_parallel > OG_SHARD_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: tensor_parallel %d: 1 to %d shards",
+                            p->tensor_parallel, OG_SHARD_MAX);
+    if (p->n_devices < 0 || p->n_devices > OG_TENSOR_PARALLEL_MAX)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: n_devices %d: 0 to %d", p->n_devices,
+                            OG_TENSOR_PARALLEL_MAX);
+    const int32_t shards = p->tensor_parallel > 1 ? p->tensor_parallel : 1;
+    if (p->n_devices > 0 && p->n_devices != shards)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: %d device%s for %d shard%s: give one device a "
+                                                     "shard",
+                            p->n_devices, p->n_devices == 1 ? "" : "s", shards, shards == 1 ? "" : "s");
+    for (int32_t i = 0; i < p->n_devices; i++) {
+        if (p->devices[i] < 0)
+            return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: device %d: a CUDA device ordinal is 0 or more",
+                                p->devices[i]);
+        for (int32_t j = 0; j < i; j++)
+            if (p->devices[j] == p->devices[i])
+                return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: device %d given twice: one shard a device",
+                                    p->devices[i]);
+    }
+    return OG_OK;
+}
+
 og_status og_model_load(const char *path, const og_model_params *params, og_model **out) {
     if (!path || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: NULL argument");
     *out = NULL;
     og_model_params p = params ? *params : og_model_default_params();
-    og_backend backend = p.backend == OG_BACKEND_CUDA ? OG_BACKEND_CUDA : OG_BACKEND_CPU;
+    OG_TRY(check_devices(&p));
+    /* devices name GPUs: an auto back end given them is cuda */
+    const og_backend asked = p.backend == OG_BACKEND_AUTO && p.n_devices > 0 ? OG_BACKEND_CUDA : p.backend;
+    og_backend backend = asked == OG_BACKEND_CUDA ? OG_BACKEND_CUDA : OG_BACKEND_CPU;
 #ifdef OG_HAVE_CUDA
-    if (p.backend == OG_BACKEND_AUTO && og_cuda_device_present()) backend = OG_BACKEND_CUDA;
+    if (asked == OG_BACKEND_AUTO && og_cuda_device_present()) backend = OG_BACKEND_CUDA;
 #else
     if (backend == OG_BACKEND_CUDA)
         return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: this build has no CUDA back end; "
-                                                "use the cpu back end");
+                                                "use the cpu back end%s",
+                            p.n_devices > 0 ? " (devices name CUDA devices)" : "");
 #endif
-    if (p.tensor_parallel < 0 || p.tensor_parallel > OG_SHARD_MAX)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: tensor_parallel %d: 1 to %d shards",
-                            p.tensor_parallel, OG_SHARD_MAX);
+    if (p.n_devices > 0 && backend != OG_BACKEND_CUDA)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: %d device%s given to the cpu back end: devices "
+                                                     "name CUDA devices",
+                            p.n_devices, p.n_devices == 1 ? "" : "s");
     const bool sharded = p.tensor_parallel > 1;
     if (sharded && backend == OG_BACKEND_CUDA)
         return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: tensor parallel %d on the cuda back end is not built "

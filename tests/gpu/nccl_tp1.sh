@@ -5,7 +5,8 @@
 # decode graphs, must change no bit: fixtures of tests/data/hf (dense, MoE,
 # hybrid) in f32 and bf16, fed one token a step (decode graphs) and whole,
 # give the plain CUDA path's logits exactly. Without NCCL on the loader's
-# path the model load must fail naming libnccl.so.2.
+# path the model load must fail naming libnccl.so.2. --devices 0 gives the
+# same logits as no --devices, and a device the machine lacks is refused.
 # NCCL is looked for where the CUDA toolkit and Python's CUDA wheels (torch's
 # nvidia-nccl) put it. Args: a folder made by tests/gpu/pack.sh.
 set -u
@@ -57,6 +58,25 @@ if env LD_LIBRARY_PATH="$B/lib" OG_CUDA_NCCL=1 "$B/offgraph" eval -m "$WORK/llam
 elif ! grep -q "libnccl.so.2" "$WORK/log"; then
     echo "FAIL: without NCCL: $(cat "$WORK/log")"
     fails=$((fails + 1))
+fi
+# --devices: device 0 named gives the logits of no device named; a device
+# past the machine's is refused naming how many it has
+prog=$WORK/llama-gqa.f32.ogp
+toks="@$SRC/tests/data/hf/llama-gqa/tokens.txt"
+if ! "$B/offgraph" eval -m "$prog" --tokens "$toks" --backend cuda --logits-out "$WORK/plain.f32" 2>"$WORK/log" ||
+    ! "$B/offgraph" eval -m "$prog" --tokens "$toks" --devices 0 --logits-out "$WORK/dev0.f32" 2>>"$WORK/log" ||
+    ! cmp -s "$WORK/plain.f32" "$WORK/dev0.f32"; then
+    echo "FAIL --devices 0: $(cat "$WORK/log")"
+    fails=$((fails + 1))
+else
+    echo "ok   --devices 0: the same logits"
+fi
+if "$B/offgraph" eval -m "$prog" --tokens 1,2 --devices 99 --logits-out "$WORK/x.f32" 2>"$WORK/log" ||
+    ! grep -q "device 99: this machine has" "$WORK/log"; then
+    echo "FAIL --devices 99: $(cat "$WORK/log")"
+    fails=$((fails + 1))
+else
+    echo "ok   --devices 99 refused: $(head -1 "$WORK/log")"
 fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]
