@@ -79,11 +79,6 @@ static inline float og_kv_row_scale_at(const void *row, int64_t soff, int64_t h)
     return s;
 }
 
-/* Scale of head h of a whole quantized row. */
-static inline float og_kv_row_scale(const void *row, int64_t Hkv, int64_t D, int64_t h) {
-    return og_kv_row_scale_at(row, Hkv * D, h);
-}
-
 /* Quantizes x [Hkv, D] into the view row `row` of dt (int8 or fp8) as
  * above: the heads' quants and scales, and the row's padding when the part
  * holds its last head. The other heads' bytes are left as they are. */

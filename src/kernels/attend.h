@@ -63,6 +63,8 @@ typedef struct og_attend_stats {
  *   OG_ERR_UNSUPPORTED       storage dtype other than bf16 or f32
  *   OG_ERR_INVALID_ARGUMENT  anything else: NULL buffers, T < 1, sizes < 1,
  *                            Hq % Hkv != 0, 0 < kv.row_stride < Hkv * D,
+ *                            a kv_part on bf16 / f32 storage, past its row's
+ *                            heads or without the storage's row stride,
  *                            unknown dtype or policy, a ring
  *                            with W < 1 or R < W, a flat layer with W != 0,
  *                            L < 0, a non-finite scale, sizes that overflow. */
