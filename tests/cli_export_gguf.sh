@@ -58,8 +58,20 @@ b = open(sys.argv[1], "rb").read()
 i = b.index(b"qwen2", b.index(b"general.architecture"))
 open(sys.argv[2], "wb").write(b[:i] + b"gemma" + b[i + 5:])
 PY
-expect_fail "architecture" '"general.architecture" = "gemma": not supported (llama, qwen2, qwen3, qwen3moe)' \
+expect_fail "architecture" '"general.architecture" = "gemma": not supported (llama, qwen2, qwen3, qwen3moe, qwen3next)' \
     export "$WORK/arch.gguf" -o "$WORK/bad.ogp"
+# a qwen3next file whose full_attention_interval (which llama.cpp reads the
+# layer kinds from) contradicts its tensors: layer 2 has no ssm_a
+python3 - "$GG/qwen3next-bf16.gguf" "$WORK/interval.gguf" <<'PY' || fail "could not edit the GGUF"
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+i = b.index(b"qwen3next.full_attention_interval") + len(b"qwen3next.full_attention_interval")
+assert struct.unpack_from("<II", b, i) == (4, 3)  # type uint32, value 3
+struct.pack_into("<I", b, i + 4, 4)
+open(sys.argv[2], "wb").write(b)
+PY
+expect_fail "interval" 'layer 2 is full attention (it has no ssm_a), which qwen3next.full_attention_interval = 4 contradicts' \
+    export "$WORK/interval.gguf" -o "$WORK/bad.ogp"
 "$BIN" export --help | grep -q 'GGUF' || fail "export --help does not mention GGUF"
 [ $fails -eq 0 ] && echo "cli_export_gguf: all checks passed"
 exit $((fails > 0))

@@ -736,14 +736,15 @@ static og_status fused_projections(exporter *e, int32_t i, const char *p, const 
 
 /* The Gated DeltaNet token mixer of hybrid layer i: an -> out. Qwen3.5
  * stores in_proj_qkv, in_proj_z, in_proj_b and in_proj_a; Qwen3-Next their
- * fused forms (fused_projections). */
+ * fused forms (fused_projections), unless its source split them
+ * (og_hf_config.split_in_proj: a GGUF file). */
 static og_status lower_linear_attention(exporter *e, int32_t i, const char *p, const char *an, const char *out) {
     const og_hf_config *c = e->cfg;
     const int64_t H = c->hidden_size, Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim,
                   Dv = c->linear_v_head_dim, K = c->linear_conv_kernel, C = 2 * Hk * Dk + Hv * Dv;
     char w[176], qkv[48], z[48], b[48], a[48], cv[48], core[48], nrm[48], A[176], dt[176], sc[40], sr[40];
     og_status rc;
-    if (c->family == OG_HF_QWEN3_NEXT)
+    if (c->family == OG_HF_QWEN3_NEXT && !c->split_in_proj)
         rc = fused_projections(e, i, p, an, qkv, z, b, a);
     else if (!(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_qkv", p), C, H, false, NAME(qkv, "l%d.qkv", i))) &&
              !(rc = linear(e, an, NAME(w, "%s.linear_attn.in_proj_z", p), Hv * Dv, H, false, NAME(z, "l%d.z", i))) &&

@@ -46,11 +46,22 @@
 /* Token types of tokenizer.ggml.token_type. */
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
 
+/* Values the converter changed, put back (read as f32, then stored). */
+typedef enum gxform {
+    GX_NONE = 0,
+    GX_MINUS_ONE, /* a (1 + w) norm weight stored as 1 + w: w            */
+    GX_LOG_NEG    /* A_log stored as -exp(A_log): log(-a)                */
+} gxform;
+
 typedef struct gmap {
     og_st_tensor t;            /* Hugging Face name and shape; data in the mapping */
     const og_gguf_tensor *g;
     int32_t permute_heads;     /* > 0: undo the q/k row interleave, per head    */
     int64_t row0;              /* first row of g it is (an expert of a 3-D one) */
+    /* take > 0: rows gathered in groups, row r from r / take * group + off +
+     * r % take (qwen3next's ssm_ba: per key head its b rows, then its a) */
+    int64_t take, group, off;
+    gxform xform;
     char hf_name[96];
 } gmap;
 
@@ -159,6 +170,15 @@ static og_status gsrc_fill(void *ctx, const og_st_tensor *t, og_dtype dst, void 
         if (half) { /* r = head h, half s, index i; stored at h*2*half + 2i + s */
             int64_t h = r / (2 * half), s = (r % (2 * half)) / half, i = r % half;
             src = h * 2 * half + 2 * i + s;
+        }
+        if (m->take) src = r / m->take * m->group + m->off + r % m->take;
+        if (m->xform != GX_NONE) {
+            load_row(g, src, cols, row, qrow);
+            for (int64_t k = 0; k < cols; k++) {
+                const float x = row[k];
+                og_store_f32(out, dst, (size_t)(r * cols + k), m->xform == GX_MINUS_ONE ? x - 1.0f : logf(-x));
+            }
+            continue;
         }
         if (og_dtype_is_kquant(dst)) { /* the same blocks: the row as it is */
             const size_t rb = og_kquant_row_bytes(dst, cols);
@@ -272,6 +292,38 @@ static og_status map_expert(gsrc *s, const char *gname, const char *hf_name, int
     return OG_OK;
 }
 
+/* The last tensor mapped, its values changed back by x (read as f32). */
+static void set_xform(gsrc *s, gxform x) {
+    s->maps[s->n - 1].xform = x;
+    s->maps[s->n - 1].t.dtype = OG_DTYPE_F32;
+}
+
+/* gname [2 take x groups rows, K] as hf_name [take x groups, K]: of each
+ * group of 2 take rows, the take rows from off (qwen3next's ssm_ba). */
+static og_status map_half_rows(gsrc *s, const char *gname, const char *hf_name, int64_t groups, int64_t take,
+                               int64_t off, int64_t K) {
+    OG_TRY(map_tensor(s, gname, hf_name, 2, 2 * take * groups, K, 0, false, NULL));
+    gmap *m = &s->maps[s->n - 1];
+    m->take = take;
+    m->group = 2 * take;
+    m->off = off;
+    m->t.shape[0] = take * groups;
+    m->t.numel = take * groups * K;
+    return OG_OK;
+}
+
+/* A causal convolution's kernel stored squeezed (ne [K, C]) as the
+ * checkpoint's conv1d.weight [C, 1, K]. */
+static og_status map_conv(gsrc *s, const char *gname, const char *hf_name, int64_t C, int64_t K) {
+    OG_TRY(map_tensor(s, gname, hf_name, 2, C, K, 0, false, NULL));
+    gmap *m = &s->maps[s->n - 1];
+    m->t.rank = 3;
+    m->t.shape[0] = C;
+    m->t.shape[1] = 1;
+    m->t.shape[2] = K;
+    return OG_OK;
+}
+
 /* ------------------------------------------------------------ hyperparameters */
 
 typedef struct arch_info {
@@ -280,7 +332,8 @@ typedef struct arch_info {
 } arch_info;
 
 static const arch_info k_archs[] = {
-    {"llama", OG_HF_LLAMA}, {"qwen2", OG_HF_QWEN2}, {"qwen3", OG_HF_QWEN3}, {"qwen3moe", OG_HF_QWEN3_MOE}};
+    {"llama", OG_HF_LLAMA},         {"qwen2", OG_HF_QWEN2},          {"qwen3", OG_HF_QWEN3},
+    {"qwen3moe", OG_HF_QWEN3_MOE}, {"qwen3next", OG_HF_QWEN3_NEXT}};
 
 static og_status arch_int(const og_gguf *g, const char *arch, const char *key, bool required, int64_t lo, int64_t hi,
                           int64_t def, int64_t *out) {
@@ -381,6 +434,49 @@ static og_status rope_from_freqs(const og_gguf *g, const og_gguf_tensor *t, og_h
     return OG_OK;
 }
 
+/* qwen3next's Gated DeltaNet geometry and layer kinds. A layer is linear
+ * where it has blk.N.ssm_a; full_attention_interval, which llama.cpp reads
+ * the kinds from, must agree. */
+static og_status read_hybrid(const og_gguf *g, const char *arch, og_hf_config *c) {
+    const char *path = og_gguf_origin(g);
+    int64_t K, dk, hk, hv, inner, rot, every;
+    og_status rc;
+    if ((rc = arch_int(g, arch, "ssm.conv_kernel", true, 2, 64, 0, &K)) ||
+        (rc = arch_int(g, arch, "ssm.state_size", true, 1, OG_MAX_STATE_HEAD_DIM, 0, &dk)) ||
+        (rc = arch_int(g, arch, "ssm.group_count", true, 1, OG_MAX_STATE_HEADS, 0, &hk)) ||
+        (rc = arch_int(g, arch, "ssm.time_step_rank", true, 1, OG_MAX_STATE_HEADS, 0, &hv)) ||
+        (rc = arch_int(g, arch, "ssm.inner_size", true, 1, (int64_t)OG_MAX_STATE_HEADS * OG_MAX_STATE_HEAD_DIM, 0,
+                       &inner)) ||
+        (rc = arch_int(g, arch, "full_attention_interval", false, 1, INT32_MAX, 0, &every)) ||
+        (rc = arch_int(g, arch, "rope.dimension_count", true, 2, c->head_dim, 0, &rot)))
+        return rc;
+    if (hv % hk || inner % hv)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: %s.ssm.time_step_rank %lld (value heads) must be a multiple of "
+                            "ssm.group_count %lld and divide ssm.inner_size %lld", path, arch, (long long)hv,
+                            (long long)hk, (long long)inner);
+    if (rot % 2)
+        return og_set_error(OG_ERR_FORMAT, "gguf %s: %s.rope.dimension_count %lld must be even", path, arch,
+                            (long long)rot);
+    c->linear_conv_kernel = (int32_t)K;
+    c->linear_k_head_dim = (int32_t)dk;
+    c->linear_k_heads = (int32_t)hk;
+    c->linear_v_heads = (int32_t)hv;
+    c->linear_v_head_dim = (int32_t)(inner / hv);
+    c->rotary_dim = (int32_t)rot;
+    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.ssm_a", i);
+        c->layer_linear[i] = og_gguf_find_tensor(g, name) != NULL;
+        c->n_linear_layers += c->layer_linear[i];
+        if (every && c->layer_linear[i] != ((i + 1) % every != 0))
+            return og_set_error(OG_ERR_FORMAT, "gguf %s: layer %d is %s, which %s.full_attention_interval = %lld "
+                                "contradicts", path, i, c->layer_linear[i] ? "linear (it has ssm_a)" :
+                                "full attention (it has no ssm_a)", arch, (long long)every);
+    }
+    c->norm_plus_one = c->attn_output_gate = c->split_in_proj = true;
+    return OG_OK;
+}
+
 static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, size_t arch_cap) {
     const char *path = og_gguf_origin(g);
     char *a = NULL;
@@ -393,14 +489,15 @@ static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, siz
     while (k < sizeof k_archs / sizeof k_archs[0] && strcmp(k_archs[k].name, arch)) k++;
     if (k == sizeof k_archs / sizeof k_archs[0])
         return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: key \"general.architecture\" = \"%s\": not supported (llama, qwen2, "
-                            "qwen3, qwen3moe)",
+                            "qwen3, qwen3moe, qwen3next)",
                             path, arch);
     c->family = k_archs[k].family;
     int64_t v;
-    const bool moe = c->family == OG_HF_QWEN3_MOE;
+    const bool moe = c->family == OG_HF_QWEN3_MOE || c->family == OG_HF_QWEN3_NEXT;
     if (moe) {
-        /* llama.cpp's qwen3moe: softmax router, top expert_used_count of
-         * expert_count, weights renormalised (it always normalises them) */
+        /* llama.cpp's qwen3moe / qwen3next: softmax router, top
+         * expert_used_count of expert_count, weights renormalised (it always
+         * normalises them); qwen3next's gated shared expert */
         int64_t ne, nu;
         if ((rc = arch_int(g, arch, "expert_count", true, 1, OG_MAX_EXPERTS, 0, &ne)) ||
             (rc = arch_int(g, arch, "expert_used_count", true, 1, ne < 64 ? ne : 64, 0, &nu)) ||
@@ -410,6 +507,9 @@ static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, siz
         c->num_experts = (int32_t)ne;
         c->num_experts_per_tok = (int32_t)nu;
         c->norm_topk_prob = true;
+        if ((rc = arch_int(g, arch, "expert_shared_feed_forward_length", false, 0, OG_MAX_INTERMEDIATE, 0,
+                           &c->shared_expert_intermediate_size)))
+            return rc;
     }
     if ((rc = arch_int(g, arch, "embedding_length", true, 1, OG_MAX_HIDDEN, 0, &c->hidden_size)) ||
         (rc = arch_int(g, arch, "feed_forward_length", !moe, 1, OG_MAX_INTERMEDIATE, c->moe_intermediate_size,
@@ -485,7 +585,7 @@ static og_status read_hparams(const og_gguf *g, og_hf_config *c, char *arch, siz
     for (int32_t i = 0; i < c->num_hidden_layers; i++)
         c->layer_sliding[i] = window > 0 && (!pat || pat->elems[i]);
     c->qk_norm = c->family == OG_HF_QWEN3 || moe;
-    return OG_OK;
+    return c->family == OG_HF_QWEN3_NEXT ? read_hybrid(g, arch, c) : OG_OK;
 }
 
 /* ------------------------------------------------------------ tokenizer */
@@ -995,6 +1095,102 @@ og_status og_gguf_tokenizer(const og_gguf *g, char **tok_json, char **tok_config
 
 /* ------------------------------------------------------------ the export */
 
+#define G(suffix) (snprintf(gn, sizeof gn, "blk.%d.%s", i, suffix), gn)
+#define HF(suffix) (snprintf(hn, sizeof hn, "model.layers.%d.%s", i, suffix), hn)
+
+/* Layer i's MLP. A layer with a router (ffn_gate_inp) is sparse: its
+ * experts' 3-D tensors mapped expert by expert to the per-expert Hugging
+ * Face names, and qwen3next's shared expert with its gate; any other layer
+ * is dense (*bias: it has ffn_gate.bias). */
+static og_status map_mlp(gsrc *s, og_hf_config *c, int32_t i, bool *bias) {
+    const int64_t H = c->hidden_size, F = c->intermediate_size;
+    char gn[96], hn[96];
+    og_status rc;
+    c->layer_moe[i] = c->num_experts > 0 && og_gguf_find_tensor(s->g, G("ffn_gate_inp.weight"));
+    if (!c->layer_moe[i])
+        return (rc = map_tensor(s, G("ffn_gate.weight"), HF("mlp.gate_proj.weight"), 2, F, H, 0, false, NULL)) ||
+                       (rc = map_tensor(s, G("ffn_up.weight"), HF("mlp.up_proj.weight"), 2, F, H, 0, false, NULL)) ||
+                       (rc = map_tensor(s, G("ffn_down.weight"), HF("mlp.down_proj.weight"), 2, H, F, 0, false, NULL)) ||
+                       (rc = map_tensor(s, G("ffn_gate.bias"), HF("mlp.gate_proj.bias"), 1, F, 0, 0, true, bias))
+                   ? rc
+                   : OG_OK;
+    const int64_t E = c->num_experts, FE = c->moe_intermediate_size, S = c->shared_expert_intermediate_size;
+    c->n_moe_layers++;
+    if ((rc = map_tensor(s, G("ffn_gate_inp.weight"), HF("mlp.gate.weight"), 2, E, H, 0, false, NULL))) return rc;
+    static const char *const gnames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+    static const char *const hnames[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int64_t e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) {
+            char en[64];
+            snprintf(en, sizeof en, "mlp.experts.%lld.%s.weight", (long long)e, hnames[j]);
+            if ((rc = map_expert(s, G(gnames[j]), HF(en), e, E, j == 2 ? H : FE, j == 2 ? FE : H))) return rc;
+        }
+    if (S > 0 &&
+        ((rc = map_tensor(s, G("ffn_gate_inp_shexp.weight"), HF("mlp.shared_expert_gate.weight"), 2, 1, H, 0, false,
+                          NULL)) ||
+         (rc = map_tensor(s, G("ffn_gate_shexp.weight"), HF("mlp.shared_expert.gate_proj.weight"), 2, S, H, 0, false,
+                          NULL)) ||
+         (rc = map_tensor(s, G("ffn_up_shexp.weight"), HF("mlp.shared_expert.up_proj.weight"), 2, S, H, 0, false, NULL)) ||
+         (rc = map_tensor(s, G("ffn_down_shexp.weight"), HF("mlp.shared_expert.down_proj.weight"), 2, H, S, 0, false,
+                          NULL))))
+        return rc;
+    return OG_OK;
+}
+
+/* A (1 + w) norm of layer i stored as 1 + w. */
+static og_status map_norm_plus_one(gsrc *s, const char *gname, const char *hf_name, int64_t n) {
+    OG_TRY(map_tensor(s, gname, hf_name, 1, n, 0, 0, false, NULL));
+    set_xform(s, GX_MINUS_ONE);
+    return OG_OK;
+}
+
+/* Hybrid (qwen3next) layer i, as the converter writes it: norms stored as
+ * 1 + w; a linear layer's in_proj_qkvz split into attn_qkv (every q, every
+ * k, every v: Qwen3.5's in_proj_qkv) and attn_gate (in_proj_z), in_proj_ba
+ * kept as ssm_ba, A_log as ssm_a = -exp(A_log), conv1d squeezed; a full
+ * attention layer's q_proj with each head's query and gate rows. */
+static og_status map_hybrid_layer(gsrc *s, og_hf_config *c, int32_t i) {
+    const int64_t H = c->hidden_size, D = c->head_dim, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const int64_t Hk = c->linear_k_heads, Hv = c->linear_v_heads, Dk = c->linear_k_head_dim, Dv = c->linear_v_head_dim;
+    const int64_t C = 2 * Hk * Dk + Hv * Dv, r = Hv / Hk;
+    char gn[96], hn[96];
+    og_status rc;
+    bool bias = false;
+    if ((rc = map_norm_plus_one(s, G("attn_norm.weight"), HF("input_layernorm.weight"), H)) ||
+        (rc = map_norm_plus_one(s, G("post_attention_norm.weight"), HF("post_attention_layernorm.weight"), H)))
+        return rc;
+    if (c->layer_linear[i]) {
+        if ((rc = map_tensor(s, G("attn_qkv.weight"), HF("linear_attn.in_proj_qkv.weight"), 2, C, H, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("attn_gate.weight"), HF("linear_attn.in_proj_z.weight"), 2, Hv * Dv, H, 0, false,
+                             NULL)) ||
+            (rc = map_half_rows(s, G("ssm_ba.weight"), HF("linear_attn.in_proj_b.weight"), Hk, r, 0, H)) ||
+            (rc = map_half_rows(s, G("ssm_ba.weight"), HF("linear_attn.in_proj_a.weight"), Hk, r, r, H)) ||
+            (rc = map_conv(s, G("ssm_conv1d.weight"), HF("linear_attn.conv1d.weight"), C, c->linear_conv_kernel)) ||
+            (rc = map_tensor(s, G("ssm_a"), HF("linear_attn.A_log"), 1, Hv, 0, 0, false, NULL)))
+            return rc;
+        set_xform(s, GX_LOG_NEG);
+        if ((rc = map_tensor(s, G("ssm_dt.bias"), HF("linear_attn.dt_bias"), 1, Hv, 0, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("ssm_norm.weight"), HF("linear_attn.norm.weight"), 1, Dv, 0, 0, false, NULL)) ||
+            (rc = map_tensor(s, G("ssm_out.weight"), HF("linear_attn.out_proj.weight"), 2, H, Hv * Dv, 0, false, NULL)))
+            return rc;
+    } else if ((rc = map_tensor(s, G("attn_q.weight"), HF("self_attn.q_proj.weight"), 2, Hq * 2 * D, H, 0, false,
+                                NULL)) ||
+               (rc = map_tensor(s, G("attn_k.weight"), HF("self_attn.k_proj.weight"), 2, Hkv * D, H, 0, false, NULL)) ||
+               (rc = map_tensor(s, G("attn_v.weight"), HF("self_attn.v_proj.weight"), 2, Hkv * D, H, 0, false, NULL)) ||
+               (rc = map_tensor(s, G("attn_output.weight"), HF("self_attn.o_proj.weight"), 2, H, Hq * D, 0, false,
+                                NULL)) ||
+               (rc = map_norm_plus_one(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), D)) ||
+               (rc = map_norm_plus_one(s, G("attn_k_norm.weight"), HF("self_attn.k_norm.weight"), D))) {
+        return rc;
+    }
+    if ((rc = map_mlp(s, c, i, &bias))) return rc;
+    return bias ? og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: layer %d has MLP biases: not supported in a %s model",
+                               s->path, i, og_hf_family_name(c->family))
+                : OG_OK;
+}
+#undef G
+#undef HF
+
 static og_status map_all(gsrc *s, og_hf_config *c) {
     const int64_t H = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
     const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
@@ -1008,11 +1204,14 @@ static og_status map_all(gsrc *s, og_hf_config *c) {
     og_status rc;
     bool has_output;
     if ((rc = map_tensor(s, "token_embd.weight", "model.embed_tokens.weight", 2, c->vocab_size, H, 0, false, NULL)) ||
-        (rc = map_tensor(s, "output_norm.weight", "model.norm.weight", 1, H, 0, 0, false, NULL)) ||
-        (rc = map_tensor(s, "output.weight", "lm_head.weight", 2, c->vocab_size, H, 0, true, &has_output)))
+        (rc = map_tensor(s, "output_norm.weight", "model.norm.weight", 1, H, 0, 0, false, NULL)))
         return rc;
+    if (c->norm_plus_one) set_xform(s, GX_MINUS_ONE);
+    if ((rc = map_tensor(s, "output.weight", "lm_head.weight", 2, c->vocab_size, H, 0, true, &has_output))) return rc;
     c->tie_word_embeddings = !has_output;
-    for (int32_t i = 0; i < c->num_hidden_layers; i++) {
+    for (int32_t i = 0; og_hf_is_hybrid(c->family) && i < c->num_hidden_layers; i++)
+        if ((rc = map_hybrid_layer(s, c, i))) return rc;
+    for (int32_t i = 0; !og_hf_is_hybrid(c->family) && i < c->num_hidden_layers; i++) {
         char gn[96], hn[96];
         const char *p = "model.layers";
 #define G(suffix) (snprintf(gn, sizeof gn, "blk.%d.%s", i, suffix), gn)
@@ -1031,30 +1230,7 @@ static og_status map_all(gsrc *s, og_hf_config *c) {
             (rc = map_tensor(s, G("ffn_norm.weight"), HF("post_attention_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
             (rc = map_tensor(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), 1, D, 0, 0, !c->qk_norm, &qn)))
             return rc;
-        /* qwen3moe: a layer with a router (ffn_gate_inp) is sparse, its
-         * experts' 3-D tensors mapped expert by expert to the per-expert
-         * Hugging Face names; any other layer is dense */
-        c->layer_moe[i] = c->family == OG_HF_QWEN3_MOE && og_gguf_find_tensor(s->g, G("ffn_gate_inp.weight"));
-        if (c->layer_moe[i]) {
-            const int64_t E = c->num_experts, FE = c->moe_intermediate_size;
-            c->n_moe_layers++;
-            if ((rc = map_tensor(s, G("ffn_gate_inp.weight"), HF("mlp.gate.weight"), 2, E, H, 0, false, NULL)))
-                return rc;
-            static const char *const gnames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
-            static const char *const hnames[3] = {"gate_proj", "up_proj", "down_proj"};
-            for (int64_t e = 0; e < E; e++)
-                for (int j = 0; j < 3; j++) {
-                    char en[64];
-                    snprintf(en, sizeof en, "mlp.experts.%lld.%s.weight", (long long)e, hnames[j]);
-                    if ((rc = map_expert(s, G(gnames[j]), HF(en), e, E, j == 2 ? H : FE, j == 2 ? FE : H)))
-                        return rc;
-                }
-        } else if ((rc = map_tensor(s, G("ffn_gate.weight"), HF("mlp.gate_proj.weight"), 2, F, H, 0, false, NULL)) ||
-                   (rc = map_tensor(s, G("ffn_up.weight"), HF("mlp.up_proj.weight"), 2, F, H, 0, false, NULL)) ||
-                   (rc = map_tensor(s, G("ffn_down.weight"), HF("mlp.down_proj.weight"), 2, H, F, 0, false, NULL)) ||
-                   (rc = map_tensor(s, G("ffn_gate.bias"), HF("mlp.gate_proj.bias"), 1, F, 0, 0, true, &mb))) {
-            return rc;
-        }
+        if ((rc = map_mlp(s, c, i, &mb))) return rc;
         if (i == 0) {
             c->qkv_bias = qb;
             c->o_bias = ob;
@@ -1107,8 +1283,9 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
     if (rc == OG_OK) rc = read_hparams(s.g, cfg, arch, sizeof arch);
     if (rc == OG_OK) {
         /* 3 + per layer: 2 norms, 7 matrices, 7 biases, 2 q/k norms, and
-         * a router and 3 tensors per expert in a sparse layer */
-        s.cap = 3 + cfg->num_hidden_layers * (18 + 1 + 3 * cfg->num_experts);
+         * a router, 3 tensors per expert and 4 of a shared expert in a
+         * sparse layer (a linear layer's 10 tensors fit within these) */
+        s.cap = 3 + cfg->num_hidden_layers * (18 + 1 + 4 + 3 * cfg->num_experts);
         s.maps = og_calloc((size_t)s.cap, sizeof *s.maps);
         if (!s.maps) rc = og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory");
     }
@@ -1150,6 +1327,7 @@ og_status og_export_gguf(const char *gguf_path, const char *out_path, const og_e
         /* quantized matrices and no weights asked: each matrix as stored
          * (a llama-quantize file mixes types), named by attn_q's */
         const og_st_tensor *q = gsrc_find(&s, "model.layers.0.self_attn.q_proj.weight");
+        if (!q) q = gsrc_find(&s, "model.layers.0.linear_attn.in_proj_qkv.weight");
         if (o.weights == OG_DTYPE_COUNT && o.mix == OG_MIX_NONE && q && og_dtype_is_quantized(q->dtype)) {
             o.weights = q->dtype;
             o.mix = OG_MIX_AS_STORED;

@@ -73,6 +73,10 @@ typedef struct og_hf_config {
     int32_t rotary_dim;     /* head_dim * partial_rotary_factor; head_dim when not partial */
     bool norm_plus_one;     /* RMS norms scale by (1 + w) (the gated norm of a linear layer excepted) */
     bool attn_output_gate;  /* q_proj holds each head's query and its sigmoid output gate */
+    /* qwen3_next whose linear layers' projections come split as Qwen3.5
+     * stores them (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a): a GGUF
+     * qwen3next file, whose converter splits in_proj_qkvz */
+    bool split_in_proj;
     int32_t mtp_layers;     /* multi-token prediction layers (mtp_num_hidden_layers), not exported */
     bool nested_text;       /* config.json nests the text model's config in "text_config" */
     /* a vision + text checkpoint's placeholder tokens (image, video, vision
