@@ -9,7 +9,10 @@
  *   weights          token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
  *                    attn_output, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate,
  *                    ffn_up, ffn_down}.weight (+ .bias), output_norm, output
- *                    (absent: tied embeddings); rope_freqs (llama3 scaling)
+ *                    (absent: tied embeddings); rope_freqs (llama3 scaling);
+ *                    qwen3moe's ffn_gate_inp and ffn_{gate,up,down}_exps;
+ *                    qwen3next's hybrid layers (map_hybrid_layer) with
+ *                    their shared experts (ffn_*_shexp, ffn_gate_inp_shexp)
  *   tokenizer        tokenizer.ggml.* (byte-level BPE; SentencePiece BPE,
  *                    its merges derived from the scores) rebuilt as the
  *                    tokenizer.json / tokenizer_config.json texts the
