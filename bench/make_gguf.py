@@ -3,7 +3,13 @@
 sharded index, bf16 weights) as a GGUF file that llama.cpp loads, so that its
 llama-bench can time the same model as offgraph (bench/cpu.sh, bench/gpu/run.sh).
 
-    python3 bench/make_gguf.py HF_DIR OUT.gguf
+    python3 bench/make_gguf.py HF_DIR OUT.gguf [--arch llama]
+
+--arch llama writes the checkpoint as a llama-architecture file instead, for
+llama.cpp builds that predate qwen3: the same matrices, q and k rows put in
+llama.cpp's rotary layout as its converter does (per head, the two rotary
+halves interleaved), and no q / k norms (the one difference of the two
+architectures; a few thousand multiplies a token, nothing to a benchmark).
 
 Needs numpy and the `gguf` Python package (the gguf-py folder of a llama.cpp
 source tree on PYTHONPATH, or `pip install gguf`). No tokenizer is needed: the
@@ -52,13 +58,18 @@ def bf16_to_f32(raw):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    as_llama = "--arch" in args and args[args.index("--arch") + 1:args.index("--arch") + 2] == ["llama"]
+    if as_llama:
+        i = args.index("--arch")
+        del args[i:i + 2]
+    if len(args) != 2:
         sys.exit(__doc__)
-    hf_dir, out = sys.argv[1], sys.argv[2]
+    hf_dir, out = args
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
     if cfg.get("model_type") != "qwen3":
         sys.exit(f"make_gguf.py: model_type {cfg.get('model_type')!r}: only qwen3 is written")
-    arch = getattr(gguf.MODEL_ARCH, "QWEN3", None)
+    arch = gguf.MODEL_ARCH.LLAMA if as_llama else getattr(gguf.MODEL_ARCH, "QWEN3", None)
     if arch is None:
         sys.exit(f"make_gguf.py: the gguf package at {os.path.dirname(gguf.__file__)} predates Qwen3 "
                  "(no MODEL_ARCH.QWEN3): put the gguf-py folder of the llama.cpp tree llama-bench was built "
@@ -94,10 +105,16 @@ def main():
     for name, tag, shape, raw in safetensors_tensors(hf_dir):
         if name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
             continue
+        if as_llama and (".q_norm." in name or ".k_norm." in name):
+            continue
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
             sys.exit(f"make_gguf.py: no GGUF name for tensor {name}")
-        if tag == "BF16" and len(shape) >= 2:
+        if as_llama and tag == "BF16" and (".q_proj." in name or ".k_proj." in name):
+            heads = shape[0] // head_dim  # rows 2i + s of a head <- row s * D / 2 + i
+            a = raw.view(np.uint16).reshape(heads, 2, head_dim // 2, shape[1]).swapaxes(1, 2).reshape(shape)
+            w.add_tensor(new, np.ascontiguousarray(a), raw_dtype=gguf.GGMLQuantizationType.BF16)
+        elif tag == "BF16" and len(shape) >= 2:
             w.add_tensor(new, raw.view(np.uint16).reshape(shape), raw_dtype=gguf.GGMLQuantizationType.BF16)
         elif tag == "BF16":
             w.add_tensor(new, bf16_to_f32(raw).reshape(shape))
