@@ -171,6 +171,33 @@ __device__ int64_t block_best(shared_state &sh, float best, int64_t best_id) {
     return best_id;
 }
 
+/* The best (value, id) by Order over the cluster, from each thread's best
+ * (id -1: none); value_at(id) is the value of an id. Thread 0 of rank 0 gets
+ * it (-1 when no block has one); ranks rise with ids, so a later rank's best
+ * wins only when better. Every block returns after rank 0 has read the
+ * others' shared memory. */
+template <class Order, class Value>
+__device__ int64_t cluster_best(shared_state &sh, float best, int64_t best_id, Value &&value_at) {
+    cg::cluster_group cl = cg::this_cluster();
+    best_id = block_best<Order>(sh, best, best_id);
+    if (threadIdx.x == 0) {
+        sh.part_best_id = best_id;
+        sh.part_best = best_id >= 0 ? value_at(best_id) : 0.0f;
+    }
+    cl.sync();
+    if (cl.block_rank() == 0 && threadIdx.x == 0) {
+        best = sh.part_best;
+        for (unsigned q = 1; q < cl.num_blocks(); q++) {
+            const shared_state *o = cl.map_shared_rank(&sh, q);
+            const int64_t oi = o->part_best_id;
+            const float ov = o->part_best;
+            if (oi >= 0 && (best_id < 0 || Order::better(ov, oi, best, best_id))) best = ov, best_id = oi;
+        }
+    }
+    cl.sync(); /* the blocks' shared memory is read: they may leave */
+    return best_id;
+}
+
 __device__ void greedy(shared_state &sh, const slice &sl, const float *logits, int64_t V, const uint32_t *forbidden,
                        const uint32_t *marks, float penalty, int32_t *token) {
     cg::cluster_group cl = cg::this_cluster();
@@ -182,22 +209,8 @@ __device__ void greedy(shared_state &sh, const slice &sl, const float *logits, i
         if (isnan(x)) return;
         if (best_id < 0 || x > best) best = x, best_id = i; /* ids rise: strict > keeps the lowest */
     });
-    best_id = block_best<sampler_order>(sh, best, best_id);
-    if (tid == 0) {
-        sh.part_best_id = best_id;
-        sh.part_best = best_id >= 0 ? value(logits, best_id, forbidden, marks, penalty) : 0.0f;
-    }
-    cl.sync();
-    if (cl.block_rank() == 0 && tid == 0) {
-        best = sh.part_best; /* ranks rise with ids: a later rank wins only when greater */
-        for (unsigned q = 1; q < cl.num_blocks(); q++) {
-            const shared_state *o = cl.map_shared_rank(&sh, q);
-            const int64_t oi = o->part_best_id;
-            const float ov = o->part_best;
-            if (oi >= 0 && (best_id < 0 || sampler_order::better(ov, oi, best, best_id))) best = ov, best_id = oi;
-        }
-    }
-    cl.sync(); /* the blocks' shared memory is read: they may leave */
+    best_id = cluster_best<sampler_order>(sh, best, best_id,
+                                          [&](int64_t i) { return value(logits, i, forbidden, marks, penalty); });
     if (cl.block_rank() == 0 && tid == 0) {
         /* the CPU's scan starts at id 0: a NaN there is never beaten; -1 is
          * only left when every value is NaN, so id 0 is one too */
@@ -217,23 +230,8 @@ __device__ void argmax_row(shared_state &sh, const slice &sl, const float *logit
     scan_slice(sl, logits, V, [&](float x, int64_t i) {
         if (best_id < 0 || torch_order::better(x, i, best, best_id)) best = x, best_id = i;
     });
-    best_id = block_best<torch_order>(sh, best, best_id);
-    if (tid == 0) {
-        sh.part_best_id = best_id;
-        sh.part_best = best_id >= 0 ? logits[best_id] : 0.0f;
-    }
-    cl.sync();
-    if (cl.block_rank() == 0 && tid == 0) {
-        best = sh.part_best;
-        for (unsigned q = 1; q < cl.num_blocks(); q++) {
-            const shared_state *o = cl.map_shared_rank(&sh, q);
-            const int64_t oi = o->part_best_id;
-            const float ov = o->part_best;
-            if (oi >= 0 && (best_id < 0 || torch_order::better(ov, oi, best, best_id))) best = ov, best_id = oi;
-        }
-        *token = (int32_t)best_id;
-    }
-    cl.sync(); /* the blocks' shared memory is read: they may leave */
+    best_id = cluster_best<torch_order>(sh, best, best_id, [&](int64_t i) { return logits[i]; });
+    if (cl.block_rank() == 0 && tid == 0) *token = (int32_t)best_id;
 }
 
 /* The key of the k-th best value over the cluster's row (radix select, a
