@@ -29,10 +29,21 @@
  * 16 x 16 buffer, transposed in zmm registers and written to out with the
  * bias, 16 features a store; the last panel's missing rows are zeros.
  * Scratch: 2 panels (128 K bytes) per thread, plus xp, both og_scratch's
- * (kept by the calling thread between calls). */
+ * (kept by the calling thread between calls).
+ *
+ * Quantized weights (q8, q4, the k-quants: og_matmul_quant_amx) take the
+ * same tiles. A panel's 32 rows are dequantized exactly to f32 (the values
+ * og_dequantize_row gives) and each weight split into two bf16 values, hi =
+ * bf16(w) and lo = bf16(w - hi), both rounded to nearest: hi + lo is w
+ * within 2^-16 |w|, where bf16 alone would be 2^-8. The panel holds both,
+ * [K/32][hi, lo][2 tiles][16 rows][32 k], and every 32 k runs 8 products
+ * (hi and lo into the same C tiles) for the bf16 path's 4. The panel is
+ * made whole before its products (one buffer; quantized weights are a
+ * fraction of bf16's bytes, so the overlap matters less), and the f32 rows
+ * of the dequantization sit beside it: 256 K bytes per thread in all. */
 #include "kernels/matmul_amx.h"
 
-#include "kernels/ops.h"
+#include "kernels/ops_internal.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -78,11 +89,14 @@ bool og_cpu_has_amx_bf16(void) {
 
 typedef struct {
     const float *x;       /* [T, K]                         */
-    const og_bf16 *w;     /* [N, K]                         */
-    const og_bf16 *bias;  /* [N] or NULL                    */
+    const void *w;        /* [N, K] of dt                   */
+    og_dtype dt;          /* bf16, or a quantized format     */
+    const void *bias;     /* [N] of og_bias_dtype(dt), or NULL */
     int64_t T, K, N, TP;
+    og_cpu_isa isa;
     og_bf16 *xp;          /* [TP/16, K/32, 16, 16, 2]       */
-    og_bf16 *scratch;     /* [threads, 2, 32, K]: 2 panels   */
+    og_bf16 *scratch;     /* [threads, stride]              */
+    int64_t stride;       /* bf16: 2 panels [2, 32, K]; quantized: the hi / lo panel [2, 32, K] and f32 rows [32, K] */
     float *out;           /* [T, N]                         */
     atomic_llong next_claim; /* the next PANELS panels a worker takes */
 } amx_job;
@@ -94,7 +108,7 @@ typedef struct {
 } tile_config;
 
 #pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")
 
 /* 16 x 16 32-bit elements, rows `stride` elements apart: r[i][j] = in[j][i]. */
 static inline void transpose16(const float *in, int64_t stride, __m512 r[TB]) {
@@ -127,7 +141,7 @@ static inline void transpose16(const float *in, int64_t stride, __m512 r[TB]) {
 static void pack_task(void *ctx, int64_t b, int thread) {
     const amx_job *j = ctx;
     const int64_t K = j->K, kblocks = K / KB;
-    og_bf16 *rows = j->scratch + (size_t)thread * 64 * (size_t)K; /* [16, K] in a panel buffer ([64, K]) */
+    og_bf16 *rows = j->scratch + (size_t)thread * (size_t)j->stride; /* [16, K] in a panel buffer */
     for (int64_t i = 0; i < TB; i++) {
         const int64_t t = b * TB + i;
         if (t < j->T) og_f32_to_bf16_cpu(j->x + t * K, rows + i * K, (size_t)K);
@@ -168,24 +182,28 @@ static void zero_rows(og_bf16 *panel, int64_t kblocks, int64_t rows) {
 }
 
 /* c[4][16][16]: C tiles (n block i, token block k) at c[2i + k], over all
- * of K; A tiles from a panel, B tiles from xp. Between tile products it
- * copies `pieces` pieces of the next panel. */
-static void block_kernel(const og_bf16 *panel, int64_t K, const og_bf16 *b0, const og_bf16 *b1, panel_copy *next,
-                         int64_t pieces, float c[4][TB][TB]) {
+ * of K; A tiles from a panel of `parts` bf16 terms per weight (1, or 2 for
+ * hi and lo), B tiles from xp. Between tile products it copies `pieces`
+ * pieces of the next panel. */
+static void block_kernel(const og_bf16 *panel, int64_t K, int parts, const og_bf16 *b0, const og_bf16 *b1,
+                         panel_copy *next, int64_t pieces, float c[4][TB][TB]) {
     const int64_t kblocks = K / KB;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t kb = 0; kb < kblocks; kb++) {
-        _tile_loadd(4, panel + kb * 2 * TB * KB, KB * (int64_t)sizeof(og_bf16));
-        _tile_loadd(5, panel + kb * 2 * TB * KB + TB * KB, KB * (int64_t)sizeof(og_bf16));
         _tile_loadd(6, b0 + kb * TB * KB, TB * 2 * (int64_t)sizeof(og_bf16));
         _tile_loadd(7, b1 + kb * TB * KB, TB * 2 * (int64_t)sizeof(og_bf16));
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        for (int h = 0; h < parts; h++) {
+            const og_bf16 *a = panel + (kb * parts + h) * 2 * TB * KB;
+            _tile_loadd(4, a, KB * (int64_t)sizeof(og_bf16));
+            _tile_loadd(5, a + TB * KB, KB * (int64_t)sizeof(og_bf16));
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
         copy_pieces(next, pieces);
     }
     _tile_stored(0, c[0], TB * sizeof(float));
@@ -214,6 +232,26 @@ static void write_block(const amx_job *j, float c[4][TB][TB], int64_t t0, int64_
 /* Panel p's rows (32 out features, fewer in the last one). */
 static int64_t panel_rows(const amx_job *j, int64_t p) { return j->N - 32 * p < 32 ? j->N - 32 * p : 32; }
 
+/* Panel p's bias as f32 (zeros past its rows, or without a bias). */
+static void panel_bias(const amx_job *j, int64_t p, float bias[2 * TB]) {
+    memset(bias, 0, 2 * TB * sizeof *bias);
+    for (int64_t i = 0; j->bias && i < panel_rows(j, p); i++)
+        bias[i] = og_load_f32(j->bias, og_bias_dtype(j->dt), (size_t)(32 * p + i));
+}
+
+/* All 8 tile registers 16 rows of 64 bytes. C: 16 f32; A: 32 bf16; B: 16
+ * pairs of bf16. */
+static void tiles_configure(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
 /* One worker: takes panels from the shared counter one ahead of the one it
  * multiplies, and copies the next into its second buffer meanwhile. */
 static void tiles_worker(void *ctx, int64_t item, int thread) {
@@ -224,16 +262,11 @@ static void tiles_worker(void *ctx, int64_t item, int thread) {
     const int64_t pieces = (2 * TB + tblocks - 1) / tblocks;
     int64_t p = PANELS * atomic_fetch_add(&j->next_claim, 1), end = p + PANELS < panels ? p + PANELS : panels;
     if (p >= panels) return;
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        cfg.rows[i] = 16;
-        cfg.colsb[i] = 64; /* C: 16 f32; A: 32 bf16; B: 16 pairs of bf16 */
-    }
-    _tile_loadconfig(&cfg);
-    og_bf16 *buf[2] = {j->scratch + (size_t)thread * 64 * (size_t)K, j->scratch + (size_t)thread * 64 * (size_t)K + 32 * K};
-    panel_copy first = {j->w + (size_t)p * 32 * (size_t)K, buf[0], 0, 0, panel_rows(j, p), kblocks};
+    tiles_configure();
+    const og_bf16 *w = j->w;
+    og_bf16 *buf[2] = {j->scratch + (size_t)thread * (size_t)j->stride,
+                       j->scratch + (size_t)thread * (size_t)j->stride + 32 * K};
+    panel_copy first = {w + (size_t)p * 32 * (size_t)K, buf[0], 0, 0, panel_rows(j, p), kblocks};
     copy_pieces(&first, first.rows * kblocks);
     zero_rows(buf[0], kblocks, first.rows);
     float c[4][TB][TB];
@@ -244,14 +277,13 @@ static void tiles_worker(void *ctx, int64_t item, int thread) {
             q = PANELS * atomic_fetch_add(&j->next_claim, 1);
             end = q + PANELS < panels ? q + PANELS : panels;
         }
-        panel_copy next = {j->w + (q < panels ? (size_t)q * 32 * (size_t)K : 0), buf[cur ^ 1], 0, 0,
+        panel_copy next = {w + (q < panels ? (size_t)q * 32 * (size_t)K : 0), buf[cur ^ 1], 0, 0,
                            q < panels ? panel_rows(j, q) : 0, kblocks};
-        float bias[2 * TB] = {0};
-        if (j->bias)
-            for (int64_t i = 0; i < rows; i++) bias[i] = og_f32_from_bf16(j->bias[n0 + i]);
+        float bias[2 * TB];
+        panel_bias(j, p, bias);
         for (int64_t t0 = 0; t0 < j->T; t0 += 2 * TB) {
             const og_bf16 *b0 = j->xp + (size_t)(t0 / TB) * (size_t)kblocks * TB * KB;
-            block_kernel(buf[cur], K, b0, b0 + kblocks * TB * KB, &next, pieces, c);
+            block_kernel(buf[cur], K, 1, b0, b0 + kblocks * TB * KB, &next, pieces, c);
             write_block(j, c, t0, n0, rows, bias);
         }
         copy_pieces(&next, next.rows * kblocks);
@@ -261,25 +293,91 @@ static void tiles_worker(void *ctx, int64_t item, int thread) {
     _tile_release();
 }
 
+/* Quantized panel p as hi and lo bf16 tiles (see the file comment), through
+ * the f32 rows tmp [32, K]; rows past the panel's last are zeros. */
+static void split_panel(const amx_job *j, int64_t p, float *tmp, og_bf16 *panel) {
+    const int64_t K = j->K, kblocks = K / KB, rows = panel_rows(j, p);
+    og_dequantize_rows_cpu(j->isa, j->dt, j->w, j->N, K, 32 * p, rows, tmp);
+    for (int64_t r = 0; r < 2 * TB; r++)
+        for (int64_t kb = 0; kb < kblocks; kb++) {
+            og_bf16 *hi = panel + (kb * 2 * 2 * TB + r) * KB, *lo = hi + 2 * TB * KB;
+            if (r >= rows) {
+                _mm512_store_si512((void *)hi, _mm512_setzero_si512());
+                _mm512_store_si512((void *)lo, _mm512_setzero_si512());
+                continue;
+            }
+            for (int h = 0; h < KB; h += 16) {
+                const __m512 v = _mm512_loadu_ps(tmp + r * K + kb * KB + h);
+                const __m256i vh = (__m256i)_mm512_cvtneps_pbh(v);
+                const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(vh), 16));
+                _mm256_store_si256((__m256i *)(hi + h), vh);
+                _mm256_store_si256((__m256i *)(lo + h), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
+            }
+        }
+}
+
+/* One worker of a quantized product: claims PANELS panels at a time, makes
+ * each panel's hi / lo tiles and runs every token block over them. */
+static void split_worker(void *ctx, int64_t item, int thread) {
+    amx_job *j = ctx;
+    const int64_t K = j->K, kblocks = K / KB, panels = (j->N + 31) / 32;
+    og_bf16 *panel = j->scratch + (size_t)thread * (size_t)j->stride; /* [K/32, 2, 32, 32] */
+    float *tmp = (float *)(panel + 64 * K);                         /* [32, K] */
+    bool configured = false;
+    float c[4][TB][TB];
+    panel_copy none = {0};
+    for (int64_t p; (p = PANELS * atomic_fetch_add(&j->next_claim, 1)) < panels;) {
+        if (!configured) tiles_configure(), configured = true;
+        for (const int64_t end = p + PANELS < panels ? p + PANELS : panels; p < end; p++) {
+            float bias[2 * TB];
+            split_panel(j, p, tmp, panel);
+            panel_bias(j, p, bias);
+            for (int64_t t0 = 0; t0 < j->T; t0 += 2 * TB) {
+                const og_bf16 *b0 = j->xp + (size_t)(t0 / TB) * (size_t)kblocks * TB * KB;
+                block_kernel(panel, K, 2, b0, b0 + kblocks * TB * KB, &none, 0, c);
+                write_block(j, c, t0, 32 * p, panel_rows(j, p), bias);
+            }
+        }
+    }
+    if (configured) _tile_release();
+}
+
 #pragma GCC pop_options
+
+/* Packs x, then runs `worker` on every thread of the pool over j's panels. */
+static og_status amx_run(og_threadpool *pool, amx_job *j, void (*worker)(void *, int64_t, int)) {
+    const int threads = og_threadpool_size(pool);
+    og_bf16 *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)j->TP * (size_t)j->K * sizeof *xp);
+    og_bf16 *scratch_mem = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * (size_t)j->stride * sizeof(og_bf16) + 64);
+    if (!xp || !scratch_mem)
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_amx: no memory to pack %lld x %lld activations",
+                            (long long)j->T, (long long)j->K);
+    j->xp = xp;
+    j->scratch = (og_bf16 *)(((uintptr_t)scratch_mem + 63) & ~(uintptr_t)63);
+    og_parallel_for(pool, j->TP / TB, pack_task, j);
+    og_parallel_for(pool, threads, worker, j);
+    return OG_OK;
+}
 
 og_status og_matmul_bf16_amx(og_threadpool *pool, const float *x, const og_bf16 *weight, const og_bf16 *bias,
                              int64_t T, int64_t K, int64_t N, float *out) {
     if (!og_cpu_has_amx_bf16() || K % KB)
         return og_set_error(OG_ERR_UNSUPPORTED, "matmul_bf16_amx: no AMX here, or K = %lld is not a multiple of %d",
                             (long long)K, KB);
-    const int64_t TP = (T + 2 * TB - 1) / (2 * TB) * (2 * TB);
-    const int threads = og_threadpool_size(pool);
-    og_bf16 *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)TP * (size_t)K * sizeof *xp);
-    og_bf16 *scratch_mem = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * 64 * (size_t)K * sizeof(og_bf16) + 64);
-    og_bf16 *scratch = scratch_mem ? (og_bf16 *)(((uintptr_t)scratch_mem + 63) & ~(uintptr_t)63) : NULL;
-    if (!xp || !scratch)
-        return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_bf16_amx: no memory to pack %lld x %lld activations",
-                            (long long)T, (long long)K);
-    amx_job j = {x, weight, bias, T, K, N, TP, xp, scratch, out, 0};
-    og_parallel_for(pool, TP / TB, pack_task, &j);
-    og_parallel_for(pool, threads, tiles_worker, &j);
-    return OG_OK;
+    amx_job j = {x, weight, OG_DTYPE_BF16, bias, T, K, N, (T + 2 * TB - 1) / (2 * TB) * (2 * TB),
+                 og_cpu_isa_active(), NULL, NULL, 64 * K, out, 0};
+    return amx_run(pool, &j, tiles_worker);
+}
+
+og_status og_matmul_quant_amx(og_threadpool *pool, const float *x, const void *weight, og_dtype dt, const void *bias,
+                              int64_t T, int64_t K, int64_t N, float *out) {
+    if (!og_cpu_has_amx_bf16() || K % KB || !og_dtype_is_quantized(dt))
+        return og_set_error(OG_ERR_UNSUPPORTED,
+                            "matmul_quant_amx: no AMX here, K = %lld is not a multiple of %d, or %s is not quantized",
+                            (long long)K, KB, og_dtype_name(dt));
+    amx_job j = {x, weight, dt, bias, T, K, N, (T + 2 * TB - 1) / (2 * TB) * (2 * TB),
+                 og_cpu_isa_active(), NULL, NULL, 128 * K, out, 0};
+    return amx_run(pool, &j, split_worker);
 }
 
 #else /* no AMX intrinsics: never usable */
@@ -290,6 +388,12 @@ og_status og_matmul_bf16_amx(og_threadpool *pool, const float *x, const og_bf16 
                              int64_t T, int64_t K, int64_t N, float *out) {
     (void)pool, (void)x, (void)weight, (void)bias, (void)T, (void)K, (void)N, (void)out;
     return og_set_error(OG_ERR_UNSUPPORTED, "matmul_bf16_amx: built without AMX support");
+}
+
+og_status og_matmul_quant_amx(og_threadpool *pool, const float *x, const void *weight, og_dtype dt, const void *bias,
+                              int64_t T, int64_t K, int64_t N, float *out) {
+    (void)pool, (void)x, (void)weight, (void)dt, (void)bias, (void)T, (void)K, (void)N, (void)out;
+    return og_set_error(OG_ERR_UNSUPPORTED, "matmul_quant_amx: built without AMX support");
 }
 
 #endif

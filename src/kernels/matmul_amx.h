@@ -1,6 +1,7 @@
 /* AMX tile products for the bf16 prefill matmul (og_matmul_bf16_cpu):
  * out = bf16(x) @ weight^T (+ bias) with bf16 weights, products exact in
- * f32 and accumulated in f32 by the tile unit (TDPBF16PS).
+ * f32 and accumulated in f32 by the tile unit (TDPBF16PS); quantized
+ * weights as two bf16 terms each (og_matmul_quant_amx).
  *
  * Used when the CPU has AMX-BF16 and AMX-TILE, the kernel grants the
  * process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), the active ISA
@@ -26,5 +27,12 @@ void og_cpu_amx_allow(bool allow);
 og_status og_matmul_bf16_amx(og_threadpool *pool, const float *x /* [T, K] */, const og_bf16 *weight /* [N, K] */,
                              const og_bf16 *bias /* [N] or NULL */, int64_t T, int64_t K, int64_t N,
                              float *out /* [T, N] */);
+/* The same product with quantized weights (q8, q4, a k-quant; K % 32 == 0):
+ * out = bf16(x) @ w^T (+ bias of og_bias_dtype(dt)), w dequantized exactly
+ * and carried as two bf16 terms, within 2^-16 |w| of it (matmul_amx.c).
+ * OG_ERR_UNSUPPORTED without AMX, for another dtype or K. */
+og_status og_matmul_quant_amx(og_threadpool *pool, const float *x /* [T, K] */, const void *weight /* [N, K] of dt */,
+                              og_dtype dt, const void *bias /* [N] or NULL */, int64_t T, int64_t K, int64_t N,
+                              float *out /* [T, N] */);
 
 #endif

@@ -13,7 +13,16 @@
  * and stream from memory once per call. A tile is TT = 32 tokens x NT = 8 out
  * features (16 accumulators); a task takes NB out features and runs every
  * tile of its rows, so its 8 weight rows are read from memory by the first
- * token tile and from cache by the others. */
+ * token tile and from cache by the others.
+ *
+ * Quantized weights (q8, q4, the k-quants) take the same kernel over 2K:
+ * each weight, dequantized exactly to f32, is split into two bf16 values, hi
+ * = bf16(w) and lo = bf16(w - hi), both rounded to nearest, which make one
+ * pair (hi + lo is w within 2^-16 |w|, where bf16 alone is 2^-8), and x is
+ * packed with each element twice, pair k = (x[k], x[k]): one vdpbf16ps adds
+ * x[k] hi + x[k] lo. A task dequantizes NT rows at a time into its thread's
+ * scratch and turns each f32 into its pair in place (4 bytes each), then
+ * runs every token tile over them. */
 #include "kernels/matmul_amx.h"
 #include "kernels/ops_internal.h"
 
@@ -23,11 +32,13 @@ enum { TT = 32, NT = 8, NB = 64 };
 
 typedef struct {
     const float *x;      /* [T, K]             */
-    const void *w;       /* [N, K] bf16        */
-    const void *bias;    /* [N] bf16 or NULL   */
-    int64_t T, K, N, P, TP;
+    const void *w;       /* [N, K] of dt       */
+    og_dtype dt;         /* bf16 or quantized  */
+    const void *bias;    /* [N] of og_bias_dtype(dt), or NULL */
+    int64_t T, K, N, P, TP; /* P: pairs of the kernel, (K + 1) / 2 or, quantized, K */
     uint32_t *xp;        /* [TP/TT, P, TT]     */
-    og_bf16 *row;        /* [threads, K]       */
+    og_bf16 *row;        /* [threads, K]; quantized: [threads, NT, K] pairs (uint32) */
+    size_t row_stride;   /* elements of row per thread */
     float *out;          /* [T, N]             */
 } bf16_job;
 
@@ -35,8 +46,8 @@ typedef struct {
  * lanes past T are zero. */
 static void pack_task(void *ctx, int64_t b, int thread) {
     const bf16_job *j = ctx;
-    og_bf16 *row = j->row + (size_t)thread * (size_t)j->K; /* [K] */
-    uint32_t *tile = j->xp + b * j->P * TT;                /* [P, TT] */
+    og_bf16 *row = j->row + (size_t)thread * j->row_stride; /* [K] */
+    uint32_t *tile = j->xp + b * j->P * TT;                 /* [P, TT] */
     const int64_t full = j->K / 2;
     for (int64_t i = 0; i < TT; i++) {
         const int64_t t = b * TT + i;
@@ -45,6 +56,10 @@ static void pack_task(void *ctx, int64_t b, int thread) {
             continue;
         }
         og_f32_to_bf16_cpu(j->x + t * j->K, row, (size_t)j->K);
+        if (j->P == j->K) { /* quantized: each element twice */
+            for (int64_t k = 0; k < j->K; k++) tile[k * TT + i] = (uint32_t)row[k] * 0x10001u;
+            continue;
+        }
         for (int64_t p = 0; p < full; p++)
             tile[p * TT + i] = (uint32_t)row[2 * p] | (uint32_t)row[2 * p + 1] << 16;
         if (j->K & 1) tile[full * TT + i] = row[j->K - 1];
@@ -117,22 +132,38 @@ static OG_BF16 void tile_kernel(const uint32_t *xp, const og_bf16 *const w[NT],
     _mm512_storeu_ps(tile[7], c70), _mm512_storeu_ps(tile[7] + 16, c71);
 }
 
+/* Quantized rows [n0, n0 + rows) as (hi, lo) bf16 pairs, [rows, K], made
+ * in place over their exact f32 values. */
+static OG_BF16 void split_rows(const bf16_job *j, int64_t n0, int64_t rows, uint32_t *pairs) {
+    og_dequantize_rows_cpu(OG_CPU_ISA_AVX512, j->dt, j->w, j->N, j->K, n0, rows, (float *)pairs);
+    for (int64_t e = 0; e < rows * j->K; e += 16) { /* K is a multiple of 32 */
+        const __m512 v = _mm512_loadu_ps((const float *)(pairs + e));
+        const __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
+        const __m512i hi32 = _mm512_cvtepu16_epi32(hi);
+        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(hi32, 16));
+        const __m512i lo32 = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
+        _mm512_storeu_si512((void *)(pairs + e), _mm512_or_si512(hi32, _mm512_slli_epi32(lo32, 16)));
+    }
+}
+
 /* Out features [task*NB, +NB): every tile, written to out with the bias. */
 static void tiles_task(void *ctx, int64_t task, int thread) {
     const bf16_job *j = ctx;
-    (void)thread;
-    const int64_t n_end = (task + 1) * NB < j->N ? (task + 1) * NB : j->N;
+    const bool quant = og_dtype_is_quantized(j->dt);
+    const int64_t n_end = (task + 1) * NB < j->N ? (task + 1) * NB : j->N, kk = quant ? 2 * j->K : j->K;
+    uint32_t *pairs = (uint32_t *)(j->row + (size_t)thread * j->row_stride); /* quantized: [NT, K] */
     float tile[NT][TT];
     for (int64_t n0 = task * NB; n0 < n_end; n0 += NT) {
         const int64_t nn = n_end - n0 < NT ? n_end - n0 : NT;
+        if (quant) split_rows(j, n0, nn, pairs);
         const og_bf16 *w[NT]; /* rows past the end repeat the last; their sums are dropped */
         for (int64_t i = 0; i < NT; i++)
-            w[i] = (const og_bf16 *)j->w + (size_t)(n0 + (i < nn ? i : nn - 1)) * (size_t)j->K;
+            w[i] = quant ? (const og_bf16 *)(pairs + (size_t)(i < nn ? i : nn - 1) * (size_t)j->K)
+                         : (const og_bf16 *)j->w + (size_t)(n0 + (i < nn ? i : nn - 1)) * (size_t)j->K;
         float b[NT] = {0}; /* [nn] */
-        if (j->bias)
-            for (int64_t i = 0; i < nn; i++) b[i] = og_f32_from_bf16(((const og_bf16 *)j->bias)[n0 + i]);
+        for (int64_t i = 0; j->bias && i < nn; i++) b[i] = og_load_f32(j->bias, og_bias_dtype(j->dt), (size_t)(n0 + i));
         for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
-            tile_kernel(j->xp + t0 * j->P, w, j->K, tile);
+            tile_kernel(j->xp + t0 * j->P, w, kk, tile);
             const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
             for (int64_t t = 0; t < tt; t++) { /* nn adjacent floats per token */
                 float *o = j->out + (t0 + t) * j->N + n0;
@@ -142,17 +173,19 @@ static void tiles_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *w,
+static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *w, og_dtype dt,
                                const void *bias, int64_t T, int64_t K, int64_t N, float *out) {
-    const int64_t P = (K + 1) / 2, TP = (T + TT - 1) / TT * TT;
+    const bool quant = og_dtype_is_quantized(dt);
+    const int64_t P = quant ? K : (K + 1) / 2, TP = (T + TT - 1) / TT * TT;
+    const size_t row_stride = quant ? 2 * NT * (size_t)K : (size_t)K; /* og_bf16 elements */
     const int threads = og_threadpool_size(pool);
     uint32_t *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)(P * TP) * sizeof *xp);
-    og_bf16 *row = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * (size_t)K * sizeof *row);
+    og_bf16 *row = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * row_stride * sizeof *row);
     if (!xp || !row)
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
                             "matmul_bf16: no memory to pack %lld x %lld activations",
                             (long long)T, (long long)K);
-    bf16_job j = {x, w, bias, T, K, N, P, TP, xp, row, out};
+    bf16_job j = {x, w, dt, bias, T, K, N, P, TP, xp, row, row_stride, out};
     og_parallel_for(pool, TP / TT, pack_task, &j);
     og_parallel_for(pool, (N + NB - 1) / NB, tiles_task, &j);
     return OG_OK;
@@ -182,8 +215,11 @@ og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x, const void *we
      * get it is final */
     if (weight_dtype == OG_DTYPE_BF16 && K % 32 == 0 && og_cpu_has_amx_bf16())
         return og_matmul_bf16_amx(pool, x, weight, bias, T, K, N, out);
-    if (weight_dtype == OG_DTYPE_BF16 && og_cpu_has_avx512_bf16())
-        return matmul_dpbf16(pool, x, weight, bias, T, K, N, out);
+    if (og_dtype_is_quantized(weight_dtype) && K % 32 == 0 && og_cpu_has_amx_bf16())
+        return og_matmul_quant_amx(pool, x, weight, weight_dtype, bias, T, K, N, out);
+    if ((weight_dtype == OG_DTYPE_BF16 || (og_dtype_is_quantized(weight_dtype) && K % 32 == 0)) &&
+        og_cpu_has_avx512_bf16())
+        return matmul_dpbf16(pool, x, weight, weight_dtype, bias, T, K, N, out);
 #endif
     return matmul_rounded(pool, x, weight, bias, weight_dtype, T, K, N, out);
 }

@@ -46,9 +46,8 @@ static quant_block quant_rows(og_dtype dt, const void *w, int64_t N, int64_t K, 
     return b;
 }
 
-/* Rows [n0, n0 + rows) of w as f32 (exact: og_dequantize_row's values). */
-static void dequantize_rows(og_cpu_isa isa, og_dtype dt, const void *w, int64_t N, int64_t K,
-                            int64_t n0, int64_t rows, float *dst /* [rows, K] */) {
+void og_dequantize_rows_cpu(og_cpu_isa isa, og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n0,
+                            int64_t rows, float *dst /* [rows, K] */) {
     if (og_dtype_is_kquant(dt)) {
         og_kq_dequantize(isa, dt, (const uint8_t *)w + (size_t)n0 * og_kquant_row_bytes(dt, K), K, rows, dst);
         return;
@@ -83,7 +82,7 @@ static void embed_task(void *ctx, int64_t t, int thread) {
     size_t row = (size_t)j->tokens[t] * (size_t)j->H;
     float *dst = j->out + t * j->H;
     if (og_dtype_is_quantized(j->dt))
-        dequantize_rows(j->isa, j->dt, j->table, j->V, j->H, j->tokens[t], 1, dst);
+        og_dequantize_rows_cpu(j->isa, j->dt, j->table, j->V, j->H, j->tokens[t], 1, dst);
     else if (j->dt == OG_DTYPE_BF16)
         og_bf16_to_f32_cpu((const og_bf16 *)j->table + row, dst, (size_t)j->H);
     else
@@ -601,7 +600,7 @@ static void gemm_task(void *ctx, int64_t task, int thread) {
     if (j->dt != OG_DTYPE_F32) {
         float *s = j->scratch + (size_t)thread * PANEL * (size_t)j->K;
         if (og_dtype_is_quantized(j->dt))
-            dequantize_rows(j->isa, j->dt, j->w, j->N, j->K, n0, nb, s);
+            og_dequantize_rows_cpu(j->isa, j->dt, j->w, j->N, j->K, n0, nb, s);
         else
             og_bf16_to_f32_cpu((const og_bf16 *)panel, s, (size_t)(nb * j->K));
         panel = s;

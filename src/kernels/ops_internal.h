@@ -99,6 +99,10 @@ void og_gemv_q_rows_avx2(const float *x /* [K] */, const uint8_t *q, const og_f1
 void og_matmul_rows_q_avx512(const float *x /* [R, K] */, const uint8_t *q, const og_f16 *s,
                              og_dtype dt, int64_t R, int64_t K, int64_t rows, bool stream,
                              float *out /* [R, ldo] */, int64_t ldo);
+/* Rows [n0, n0 + rows) of a [N, K] quantized weight (q8, q4 or a k-quant)
+ * as f32, exact: og_dequantize_row's values, at the ISA level isa. */
+void og_dequantize_rows_cpu(og_cpu_isa isa, og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n0,
+                            int64_t rows, float *dst /* [rows, K] */);
 /* dequantize: dst = the rows as f32, bit for bit og_dequantize_row (each
  * element f32(scale) * q, exact). */
 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt, int64_t K,
