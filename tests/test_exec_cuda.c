@@ -671,6 +671,31 @@ done:
     remove(prog);
 }
 
+/* A q8 / q4 program with bf16 activations: the whole step rounds x to bf16 and
+ * multiplies it by the weights as bf16 hi + lo (2^-16 relative), on the
+ * tensor cores here and on the vector (or tile) units in the CPU's
+ * prefill: against the CPU's prefill, the bound of check_fixture's bf16
+ * programs (0.1: summation order flipping a bf16 rounding of x, and
+ * attention's q rounding on the CPU). */
+static void check_quantized_bf16(const char *prog, const char *what, const int32_t *ids) {
+    char label[160];
+    snprintf(label, sizeof label, "%s, bf16 activations", what);
+    og_model *cpu = load(prog, OG_BACKEND_CPU, 1), *gpu = load(prog, OG_BACKEND_CUDA, 1);
+    if (cpu && gpu) {
+        const size_t all = (size_t)N_TOK * (size_t)og_model_vocab_size(cpu);
+        float *want = run(cpu, ids, N_TOK, 0, NULL), *got = run(gpu, ids, N_TOK, 0, NULL);
+        size_t at = 0;
+        const double r = og_tol_ratio(got, want, all, 0.1, 0, &at);
+        CHECK_MSG(r <= 1.0, "%s one %d-token step: CUDA vs the CPU's prefill ratio %.3g at %zu (%g vs %g)", label,
+                  N_TOK, r, at, (double)got[at], (double)want[at]);
+        printf("  %s one %d-token step: vs the CPU's prefill max |diff| %.3g\n", label, N_TOK,
+               max_abs_diff(got, want, all));
+        free(want), free(got);
+    }
+    og_model_destroy(cpu);
+    og_model_destroy(gpu);
+}
+
 /* A program with q8 or q4 weights (every matrix of the fixture, the
  * embedding table, and with tied embeddings the head that reads it): the
  * CUDA logits agree with the CPU back end's on the same program, fed whole
@@ -679,7 +704,9 @@ done:
  * variants, norm prologues included). Same tolerance as the float programs:
  * both back ends multiply by the exact weights scale * q with f32 sums and
  * differ in summation order only. Decode with graphs gives the bits of
- * decode without. */
+ * decode without.
+ *
+ * Then the same weights in a bf16 program (check_quantized_bf16). */
 static void check_quantized(const char *src, const char *name, og_dtype weights) {
     char dir[1024], prog[1024], what[128];
     snprintf(dir, sizeof dir, "%s/tests/data/hf/%s", src, name);
@@ -724,6 +751,9 @@ static void check_quantized(const char *src, const char *name, og_dtype weights)
     og_model_destroy(cpu);
     og_model_destroy(gpu);
     og_model_destroy(nog);
+    o.dtype = OG_DTYPE_BF16;
+    CHECK_OK(og_export_hf(dir, prog, &o, NULL));
+    check_quantized_bf16(prog, what, ids);
     remove(prog);
 }
 

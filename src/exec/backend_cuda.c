@@ -134,6 +134,10 @@ typedef struct cuda_model {
      * measurements) */
     enum { PRODUCTS_AUTO, PRODUCTS_SPLIT, PRODUCTS_BF16 } products;
     bool bf16_program; /* activations bf16 (the program's model) */
+    /* quantized weights in a step that rounds x to bf16 (bf16_step): as
+     * bf16 hi + lo on the tensor cores (default), or, with
+     * OG_CUDA_QUANT_PRODUCTS=f32 (measurements), f32 panels and SGEMM */
+    bool quant_tensor_cores;
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
@@ -189,6 +193,7 @@ struct og_step_ctx {
     row_set fixed, big;
     float *partials;            /* per-session attention scratch, counters zero between steps */
     float *dequant;             /* [max_dequant] a quantized weight's panel in f32 (wide steps) */
+    uint16_t *dequant_split;    /* [2, max_dequant] that panel as bf16 hi, then lo (quant_products), or NULL */
     int32_t *recent_host;       /* pinned [recent_cap]: the samplers' recent tokens */
     int32_t *recent_dev;
     int64_t recent_cap, recent_used;
@@ -362,6 +367,8 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     if (products_env && *products_env && cm->products == PRODUCTS_AUTO)
         OG_WARN("OG_CUDA_PRODUCTS=%s: expected split or bf16; using the default", products_env);
     cm->bf16_program = og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16;
+    const char *quant_env = getenv("OG_CUDA_QUANT_PRODUCTS");
+    cm->quant_tensor_cores = !quant_env || strcmp(quant_env, "f32") != 0;
     const char *gemv_env = getenv("OG_CUDA_GEMV_ROWS");
     cm->gemv_max_t = OG_GEMV_CUDA_MAX_T;
     if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
@@ -601,6 +608,7 @@ static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
     cudaFree(c->blas_workspace);
     cudaFree(c->partials);
     cudaFree(c->dequant);
+    cudaFree(c->dequant_split);
     cudaFreeHost(c->recent_host);
     cudaFree(c->recent_dev);
     og_free(c->host_rows);
@@ -629,6 +637,9 @@ static og_status ctx_init(og_model *m, og_step_ctx *c) {
     }
     if (cm->max_dequant > 0) /* once, for the widest panel: products of every width share it */
         CUDA_TRY(cudaMalloc((void **)&c->dequant, (size_t)cm->max_dequant * sizeof(float)), "dequantized weights");
+    if (cm->max_dequant > 0 && cm->quant_tensor_cores && (cm->bf16_program || cm->products == PRODUCTS_BF16))
+        CUDA_TRY(cudaMalloc((void **)&c->dequant_split, (size_t)cm->max_dequant * 2 * sizeof(uint16_t)),
+                 "dequantized weights as bf16 hi + lo");
     /* the rows of the widest decode graph, or of a max_write step */
     const int64_t mw = og_program_kv_config(m->prog)->max_write;
     return make_set(m, &c->fixed, mw > GRAPH_MAX_ROWS ? mw : GRAPH_MAX_ROWS, GRAPH_MAX_ROWS);
@@ -761,6 +772,14 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
  * measurements). */
 static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
 
+/* True when a wide product of this step rounds its bf16 activations to
+ * bf16 (one tensor-core product) rather than splitting them (two). */
+static bool bf16_step(const step_run *x) {
+    const cuda_model *cm = cm_of(x->m);
+    if (cm->products != PRODUCTS_AUTO) return cm->products == PRODUCTS_BF16;
+    return cm->bf16_program && x->plan->n_seqs == 1;
+}
+
 /* Quantized weights: q8/q4 in a step wider than the gemv, k-quants at every
  * width (kquant_cuda.h's kernels, chunks of at most OG_KQUANT_GEMV_CUDA_MAX_T
  * rows):
@@ -773,6 +792,11 @@ static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
  *    not, so the product keeps the f32-weight path's precision (the exact
  *    weights, f32 x, f32 sums) and agrees with the gemv and the CPU to
  *    summation order; bf16 weights would move each by up to 2^-9.
+ *  - wider, in a step that rounds x to bf16 (bf16_step: the prefill of a
+ *    bf16 program): the f32 panel split into bf16 hi + lo
+ *    (og_split_bf16_cuda: the weights to about 2^-16) and two tensor-core
+ *    products of bf16(x), W.hi + W.lo: what the CPU's prefill of such a
+ *    program computes (og_matmul_bf16_cpu), at tensor-core speed.
  * Biases beside quantized weights are f32. */
 static og_status quant_products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                                 const og_gemv_cuda_part *parts, int n) {
@@ -812,6 +836,9 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
     if (!c->dequant || panel < 1)
         return og_set_error(OG_ERR_UNSUPPORTED, "matmul: no dequantization scratch for a %s weight of K = %lld",
                             og_dtype_name(dt), (long long)K);
+    const bool tc = c->dequant_split && bf16_step(x); /* bf16(x) by the weights' hi + lo */
+    const uint16_t *xh = x->rs->split_hi;
+    if (tc && !(x->hi && x->hi->of == in)) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, x->rs->split_hi, NULL));
     const float one = 1.0f, zero = 0.0f;
     for (int k = 0; k < n; k++) {
         const og_gemv_cuda_part *pt = &parts[k];
@@ -826,20 +853,26 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
             else OG_TRY(og_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
             /* out[T, N] row-major is [N, T] column-major (ld N); the panel's
              * features are its rows n0 .. n0 + rows - 1 */
-            const cublasStatus_t bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one,
-                                                  c->dequant, (int)K, in, (int)K, beta, pt->out + n0, (int)pt->N);
+            cublasStatus_t bs;
+            if (tc) {
+                uint16_t *wh = c->dequant_split, *wl = c->dequant_split + cm_of(x->m)->max_dequant;
+                OG_TRY(og_split_bf16_cuda(c->stream, c->dequant, rows * K, wh, wl));
+                bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, wh, CUDA_R_16BF,
+                                  (int)K, xh, CUDA_R_16BF, (int)K, beta, pt->out + n0, CUDA_R_32F, (int)pt->N,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                if (bs == CUBLAS_STATUS_SUCCESS)
+                    bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, wl,
+                                      CUDA_R_16BF, (int)K, xh, CUDA_R_16BF, (int)K, &one, pt->out + n0, CUDA_R_32F,
+                                      (int)pt->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasGemmEx (dequantized weights, bf16 hi + lo)");
+                continue;
+            }
+            bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, c->dequant, (int)K, in,
+                             (int)K, beta, pt->out + n0, (int)pt->N);
             if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSgemm (dequantized weights)");
         }
     }
     return OG_OK;
-}
-
-/* True when a wide product of this step rounds its bf16 activations to
- * bf16 (one tensor-core product) rather than splitting them (two). */
-static bool bf16_step(const step_run *x) {
-    const cuda_model *cm = cm_of(x->m);
-    if (cm->products != PRODUCTS_AUTO) return cm->products == PRODUCTS_BF16;
-    return cm->bf16_program && x->plan->n_seqs == 1;
 }
 
 /* Where a kernel writing a value of [T, width] may also write its bf16
