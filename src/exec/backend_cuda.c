@@ -135,9 +135,10 @@ typedef struct cuda_model {
     enum { PRODUCTS_AUTO, PRODUCTS_SPLIT, PRODUCTS_BF16 } products;
     bool bf16_program; /* activations bf16 (the program's model) */
     /* quantized weights in a step that rounds x to bf16 (bf16_step): as
-     * bf16 hi + lo on the tensor cores (default), or, with
-     * OG_CUDA_QUANT_PRODUCTS=f32 (measurements), f32 panels and SGEMM */
-    bool quant_tensor_cores;
+     * bf16 hi + lo on the tensor cores (QUANT_SPLIT, the default); for
+     * measurements, OG_CUDA_QUANT_PRODUCTS=f32: f32 panels and SGEMM, =hi:
+     * the weights rounded to one bf16 value (one product; 2^-9) */
+    enum { QUANT_SPLIT, QUANT_F32, QUANT_HI } quant_products;
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
 } cuda_model;
@@ -368,7 +369,12 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
         OG_WARN("OG_CUDA_PRODUCTS=%s: expected split or bf16; using the default", products_env);
     cm->bf16_program = og_program_get_model(m->prog)->activation_dtype == OG_DTYPE_BF16;
     const char *quant_env = getenv("OG_CUDA_QUANT_PRODUCTS");
-    cm->quant_tensor_cores = !quant_env || strcmp(quant_env, "f32") != 0;
+    cm->quant_products = !quant_env || !*quant_env     ? QUANT_SPLIT
+                         : !strcmp(quant_env, "f32") ? QUANT_F32
+                         : !strcmp(quant_env, "hi")  ? QUANT_HI
+                                                     : QUANT_SPLIT;
+    if (quant_env && *quant_env && cm->quant_products == QUANT_SPLIT && strcmp(quant_env, "split") != 0)
+        OG_WARN("OG_CUDA_QUANT_PRODUCTS=%s: expected f32 or hi; using the default", quant_env);
     const char *gemv_env = getenv("OG_CUDA_GEMV_ROWS");
     cm->gemv_max_t = OG_GEMV_CUDA_MAX_T;
     if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
@@ -637,7 +643,7 @@ static og_status ctx_init(og_model *m, og_step_ctx *c) {
     }
     if (cm->max_dequant > 0) /* once, for the widest panel: products of every width share it */
         CUDA_TRY(cudaMalloc((void **)&c->dequant, (size_t)cm->max_dequant * sizeof(float)), "dequantized weights");
-    if (cm->max_dequant > 0 && cm->quant_tensor_cores && (cm->bf16_program || cm->products == PRODUCTS_BF16))
+    if (cm->max_dequant > 0 && cm->quant_products != QUANT_F32 && (cm->bf16_program || cm->products == PRODUCTS_BF16))
         CUDA_TRY(cudaMalloc((void **)&c->dequant_split, (size_t)cm->max_dequant * 2 * sizeof(uint16_t)),
                  "dequantized weights as bf16 hi + lo");
     /* the rows of the widest decode graph, or of a max_write step */
@@ -793,10 +799,10 @@ static bool bf16_step(const step_run *x) {
  *    weights, f32 x, f32 sums) and agrees with the gemv and the CPU to
  *    summation order; bf16 weights would move each by up to 2^-9.
  *  - wider, in a step that rounds x to bf16 (bf16_step: the prefill of a
- *    bf16 program): the f32 panel split into bf16 hi + lo
- *    (og_split_bf16_cuda: the weights to about 2^-16) and two tensor-core
- *    products of bf16(x), W.hi + W.lo: what the CPU's prefill of such a
- *    program computes (og_matmul_bf16_cpu), at tensor-core speed.
+ *    bf16 program): each panel dequantized straight to bf16 hi + lo
+ *    (og_dequantize_split_cuda: the weights to about 2^-16) and two
+ *    tensor-core products of bf16(x), W.hi + W.lo: what the CPU's prefill of
+ *    such a program computes (og_matmul_bf16_cpu), at tensor-core speed.
  * Biases beside quantized weights are f32. */
 static og_status quant_products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                                 const og_gemv_cuda_part *parts, int n) {
@@ -849,24 +855,24 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
         }
         for (int64_t n0 = 0; n0 < pt->N; n0 += panel) {
             const int64_t rows = pt->N - n0 < panel ? pt->N - n0 : panel;
-            if (kq) OG_TRY(og_kquant_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
-            else OG_TRY(og_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
             /* out[T, N] row-major is [N, T] column-major (ld N); the panel's
              * features are its rows n0 .. n0 + rows - 1 */
             cublasStatus_t bs;
             if (tc) {
                 uint16_t *wh = c->dequant_split, *wl = c->dequant_split + cm_of(x->m)->max_dequant;
-                OG_TRY(og_split_bf16_cuda(c->stream, c->dequant, rows * K, wh, wl));
+                OG_TRY(og_dequantize_split_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, wh, wl));
                 bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, wh, CUDA_R_16BF,
                                   (int)K, xh, CUDA_R_16BF, (int)K, beta, pt->out + n0, CUDA_R_32F, (int)pt->N,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-                if (bs == CUBLAS_STATUS_SUCCESS)
+                if (bs == CUBLAS_STATUS_SUCCESS && cm_of(x->m)->quant_products != QUANT_HI)
                     bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, wl,
                                       CUDA_R_16BF, (int)K, xh, CUDA_R_16BF, (int)K, &one, pt->out + n0, CUDA_R_32F,
                                       (int)pt->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
                 if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasGemmEx (dequantized weights, bf16 hi + lo)");
                 continue;
             }
+            if (kq) OG_TRY(og_kquant_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
+            else OG_TRY(og_dequantize_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, c->dequant));
             bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, c->dequant, (int)K, in,
                              (int)K, beta, pt->out + n0, (int)pt->N);
             if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSgemm (dequantized weights)");

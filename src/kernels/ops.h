@@ -145,11 +145,14 @@ og_status og_matmul_rows_swiglu_cpu(og_threadpool *pool, const float *x /* [R, K
  * What a bf16 program computes (and transformers in bf16): x is first rounded
  * to bf16 (nearest even); products of two bf16 values are exact in f32 and
  * accumulate in f32. Same arguments and rules as og_matmul_cpu. With bf16
- * weights on a CPU with AVX512_BF16 this is a blocked vdpbf16ps kernel;
- * otherwise (and with q8/q4 weights, whose dequantized values bf16 does not
- * hold exactly) the rounded x goes through og_matmul_cpu. The reference is
- * og_matmul_ref on x rounded by og_bf16_from_f32 (the kernel treats f32
- * subnormal inputs and products as zero, as vdpbf16ps does). */
+ * weights on a CPU with AVX512_BF16 this is the AMX tile kernel (where the
+ * CPU has one) or a blocked vdpbf16ps kernel; quantized weights (q8, q4,
+ * k-quants; K a multiple of 32), whose dequantized values bf16 does not hold
+ * exactly, take the same kernels with each weight as two bf16 values hi +
+ * lo (within 2^-16 |w|: matmul_bf16.c). Otherwise the rounded x goes through
+ * og_matmul_cpu. The reference is og_matmul_ref on x rounded by
+ * og_bf16_from_f32 (the kernel treats f32 subnormal inputs and products as
+ * zero, as vdpbf16ps does). */
 og_status og_matmul_bf16_cpu(og_threadpool *pool, const float *x /* [T, K] */,
                              const void *weight /* [N, K] */, const void *bias /* [N] or NULL */,
                              og_dtype weight_dtype, int64_t T, int64_t K, int64_t N,

@@ -52,6 +52,23 @@ __device__ inline void grid_wait() {
 
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* A weight w as bf16 hi = bf16(w) and lo = bf16(w - hi), both rounded to
+ * nearest: hi + lo is w within 2^-16 |w| (the panels of a tensor-core
+ * product of quantized weights). */
+__device__ inline void og_split_bf16(float w, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(w);
+    *hi = h;
+    *lo = __float2bfloat16_rn(w - __bfloat162float(h));
+}
+/* Eight of them, stored with one 16-byte store each (hi, lo 16-byte aligned). */
+__device__ inline void og_split8_bf16(const float w[8], __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    __align__(16) __nv_bfloat16 h[8], l[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) og_split_bf16(w[j], &h[j], &l[j]);
+    *reinterpret_cast<uint4 *>(hi) = *reinterpret_cast<const uint4 *>(h);
+    *reinterpret_cast<uint4 *>(lo) = *reinterpret_cast<const uint4 *>(l);
+}
+
 inline og_status launched(const char *op) {
     const cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return OG_OK;

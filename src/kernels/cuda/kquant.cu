@@ -656,13 +656,15 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
 
 template <og_dtype DT>
 __global__ void dequant_kernel(const uint8_t *__restrict__ w, int64_t K, int64_t row0, int64_t count,
-                               float *__restrict__ out) {
+                               float *__restrict__ out, __nv_bfloat16 *__restrict__ hi, __nv_bfloat16 *__restrict__ lo) {
     grid_wait();
     const int bb = block_bytes(DT);
     const int64_t nb = K / QK;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = row0 + i / K, k = i % K;
-        out[i] = elem<DT>(w + (r * nb + k / QK) * bb, (int)(k % QK));
+        const float v = elem<DT>(w + (r * nb + k / QK) * bb, (int)(k % QK));
+        if (hi) og_split_bf16(v, hi + i, lo + i);
+        else out[i] = v;
     }
 }
 
@@ -718,6 +720,18 @@ extern "C" og_status og_kquant_gemv_cuda(void *stream, const float *x, const voi
     return rc;
 }
 
+/* Rows row0 .. row0 + rows - 1 as f32 into out, or as bf16 hi + lo. */
+static og_status dequant(cudaStream_t st, const uint8_t *wb, og_dtype dt, int64_t K, int64_t row0, int64_t rows,
+                         float *out, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    const int64_t count = rows * K;
+    const int64_t want = (count + 255) / 256;
+    const dim3 grid((unsigned)(want < 65536 ? want : 65536)), block(256);
+#define OG_KQ_DEQ(DT) launch_pdl(dequant_kernel<DT>, grid, block, st, wb, K, row0, count, out, hi, lo)
+    OG_KQ_DISPATCH(dt, OG_KQ_DEQ)
+#undef OG_KQ_DEQ
+    return launched("kquant_dequantize_cuda");
+}
+
 extern "C" og_status og_kquant_dequantize_cuda(void *stream, const void *w, og_dtype dt, int64_t N, int64_t K,
                                                int64_t row0, int64_t rows, float *out) {
     const char *op = "kquant_dequantize_cuda";
@@ -727,14 +741,19 @@ extern "C" og_status og_kquant_dequantize_cuda(void *stream, const void *w, og_d
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows %lld..%lld of %lld, or out is NULL", op, (long long)row0,
                             (long long)(row0 + rows), (long long)N);
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
-    const uint8_t *wb = static_cast<const uint8_t *>(w);
-    const int64_t count = rows * K;
-    const int64_t want = (count + 255) / 256;
-    const dim3 grid((unsigned)(want < 65536 ? want : 65536)), block(256);
-#define OG_KQ_DEQ(DT) launch_pdl(dequant_kernel<DT>, grid, block, st, wb, K, row0, count, out)
-    OG_KQ_DISPATCH(dt, OG_KQ_DEQ)
-#undef OG_KQ_DEQ
-    return launched(op);
+    return dequant(st, static_cast<const uint8_t *>(w), dt, K, row0, rows, out, NULL, NULL);
+}
+
+extern "C" og_status og_kquant_dequantize_split_cuda(void *stream, const void *w, og_dtype dt, int64_t N, int64_t K,
+                                                     int64_t row0, int64_t rows, uint16_t *hi, uint16_t *lo) {
+    const char *op = "kquant_dequantize_split_cuda";
+    og_status rc = check(op, w, dt, N, K);
+    if (rc != OG_OK) return rc;
+    if (!hi || !lo || row0 < 0 || rows < 1 || row0 + rows > N)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows %lld..%lld of %lld, or hi or lo is NULL", op,
+                            (long long)row0, (long long)(row0 + rows), (long long)N);
+    return dequant(static_cast<cudaStream_t>(stream), static_cast<const uint8_t *>(w), dt, K, row0, rows, NULL,
+                   reinterpret_cast<__nv_bfloat16 *>(hi), reinterpret_cast<__nv_bfloat16 *>(lo));
 }
 
 extern "C" og_status og_kquant_embed_cuda(void *stream, const int32_t *tokens, int64_t T, const void *table,

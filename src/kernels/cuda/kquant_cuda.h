@@ -77,6 +77,9 @@ og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void
  * multiplies. */
 og_status og_kquant_dequantize_cuda(void *stream, const void *w /* [N, K] */, og_dtype dt, int64_t N, int64_t K,
                                     int64_t row0, int64_t rows, float *out /* [rows, K] */);
+/* The same rows as bf16 hi + lo (og_dequantize_split_cuda, which calls it). */
+og_status og_kquant_dequantize_split_cuda(void *stream, const void *w /* [N, K] */, og_dtype dt, int64_t N, int64_t K,
+                                          int64_t row0, int64_t rows, uint16_t *hi, uint16_t *lo);
 
 /* out[t] = row tokens[t] of a k-quant table as f32 (og_embed_ref's bits). A
  * token outside [0, V) gives a row of NaN (the host checks ids before). */

@@ -9,6 +9,7 @@
  * f32 accumulation.
  */
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/kquant_cuda.h"
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_q.cuh"
@@ -650,9 +651,11 @@ __global__ void gemv_swiglu_q_kernel(const float *x, gemv_norm nm, const void *w
 }
 
 /* Rows row0 .. row0 + rows - 1 of a quantized [N, K] tensor as f32 (the
- * exact values scale * q): a thread per 8 elements. */
-template <bool Q4>
-__global__ void dequantize_kernel(const void *w, int64_t N, int64_t K, int64_t row0, int64_t rows, float *out) {
+ * exact values scale * q), or, SPLIT, as bf16 hi + lo (og_split8_bf16): a
+ * thread per 8 elements. */
+template <bool Q4, bool SPLIT>
+__global__ void dequantize_kernel(const void *w, int64_t N, int64_t K, int64_t row0, int64_t rows, float *out,
+                                  __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     grid_wait();
     const int64_t per_row = K / 8, total = rows * per_row;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < total; u += (int64_t)gridDim.x * blockDim.x) {
@@ -675,6 +678,12 @@ __global__ void dequantize_kernel(const void *w, int64_t N, int64_t K, int64_t r
         bytes_f32(v.x, Q4 ? 8.0f : 128.0f, q);
         bytes_f32(v.y, Q4 ? 8.0f : 128.0f, q + 4);
         const float sc = q_scale(r, g);
+        if (SPLIT) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) q[j] *= sc;
+            og_split8_bf16(q, hi + i * K + e, lo + i * K + e);
+            continue;
+        }
         float4 *o = reinterpret_cast<float4 *>(out + i * K + e);
         o[0] = make_float4(sc * q[0], sc * q[1], sc * q[2], sc * q[3]);
         o[1] = make_float4(sc * q[4], sc * q[5], sc * q[6], sc * q[7]);
@@ -1204,12 +1213,39 @@ extern "C" og_status og_dequantize_cuda(void *stream, const void *weight, og_dty
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld", op, (long long)row0,
                             (long long)(row0 + rows), (long long)N);
     const dim3 grid(grid_for(rows * (K / 8), 256));
+    __nv_bfloat16 *none = NULL;
     if (weight_dtype == OG_DTYPE_Q4)
-        launch_pdl(dequantize_kernel<true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K, row0,
-                   rows, out);
+        launch_pdl(dequantize_kernel<true, false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
+                   row0, rows, out, none, none);
     else
-        launch_pdl(dequantize_kernel<false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K, row0,
-                   rows, out);
+        launch_pdl(dequantize_kernel<false, false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
+                   row0, rows, out, none, none);
+    return launched(op);
+}
+
+extern "C" og_status og_dequantize_split_cuda(void *stream, const void *weight, og_dtype weight_dtype, int64_t N,
+                                              int64_t K, int64_t row0, int64_t rows, uint16_t *hi, uint16_t *lo) {
+    const char *op = "dequantize_split_cuda";
+    if (og_dtype_is_kquant(weight_dtype))
+        return og_kquant_dequantize_split_cuda(stream, weight, weight_dtype, N, K, row0, rows, hi, lo);
+    if (!og_dtype_is_quantized(weight_dtype))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: dtype %s is not quantized", op, og_dtype_name(weight_dtype));
+    OG_CUDA_TRY(check_matrix(op, weight, weight_dtype, K));
+    OG_CUDA_TRY(check_dims(op, N, K));
+    if (!hi || !lo || ((uintptr_t)hi & 15u) || ((uintptr_t)lo & 15u))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: hi or lo is NULL or not 16-byte aligned", op);
+    if (row0 < 0 || rows < 1 || row0 > N - rows)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld", op, (long long)row0,
+                            (long long)(row0 + rows), (long long)N);
+    const dim3 grid(grid_for(rows * (K / 8), 256));
+    __nv_bfloat16 *h = reinterpret_cast<__nv_bfloat16 *>(hi), *l = reinterpret_cast<__nv_bfloat16 *>(lo);
+    float *none = NULL;
+    if (weight_dtype == OG_DTYPE_Q4)
+        launch_pdl(dequantize_kernel<true, true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
+                   row0, rows, none, h, l);
+    else
+        launch_pdl(dequantize_kernel<false, true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
+                   row0, rows, none, h, l);
     return launched(op);
 }
 

@@ -198,6 +198,13 @@ void og_gemv_cuda_set_split(int mode, int splits, int ring_kb);
 og_status og_dequantize_cuda(void *stream, const void *weight /* [N, K] */, og_dtype weight_dtype, int64_t N,
                              int64_t K, int64_t row0, int64_t rows, float *out /* [rows, K] */);
 
+/* The same rows of a q8, q4 or k-quant weight as bf16 hi = bf16(w) and lo =
+ * bf16(w - hi), both rounded to nearest (w to within 2^-16 |w|): the panels
+ * of the two tensor-core products that take quantized weights in the
+ * prefill of a bf16 program. hi and lo [rows, K], 16-byte aligned. */
+og_status og_dequantize_split_cuda(void *stream, const void *weight /* [N, K] */, og_dtype weight_dtype, int64_t N,
+                                   int64_t K, int64_t row0, int64_t rows, uint16_t *hi, uint16_t *lo);
+
 /* Splits f32 x into hi = bf16(x) and lo = bf16(x - hi), so that two bf16
  * products W.hi + W.lo carry x to about 2^-16 relative (tensor-core prefill). */
 og_status og_split_bf16_cuda(void *stream, const float *x /* [count] */, int64_t count,
