@@ -40,7 +40,12 @@
  * (decode: the CUDA gemv with f32 x, the CPU with x in two int8 terms,
  * 1/64516 of a block's largest value an element) within 5e-4 of the logits'
  * scale of each other, measured near 1e-4 on the CPU's own decode against
- * its prefill (test_gguf_kquant). Skipped (77) without CUDA or a device. */
+ * its prefill (test_gguf_kquant).
+ * og_dequantize_split_cuda, for q8, q4 and every k-quant (the panels of a
+ * bf16 program's quantized prefill): a panel's hi and lo are
+ * og_bf16_from_f32(w) and og_bf16_from_f32(w - hi) of the exact weights
+ * og_dequantize_row gives, bit for bit; bf16 weights and a misaligned lo
+ * are refused. Skipped (77) without CUDA or a device. */
 #include "harness.h"
 
 #ifndef OG_HAVE_CUDA
@@ -398,6 +403,41 @@ static void check_backend(const char *dir) {
     }
 }
 
+/* Rows [N / 3, N) of a random [N, K] weight of dt as bf16 hi + lo. */
+static void check_split(og_dtype dt, int64_t N, int64_t K) {
+    float *src = malloc(sizeof(float) * (size_t)(N * K)), *w = malloc(sizeof(float) * (size_t)(N * K));
+    const size_t bytes = og_weight_row_bytes(dt, K) * (size_t)N;
+    void *q = malloc(bytes);
+    og_rng_fill(&rng, src, (size_t)(N * K), -3.0f, 3.0f);
+    CHECK_OK(og_dtype_is_kquant(dt) ? og_kquant_quantize_rows(dt, src, N, K, q) : og_quantize_rows(dt, src, N, K, q));
+    for (int64_t n = 0; n < N; n++) og_dequantize_row(dt, q, N, K, n, w + n * K);
+    const int64_t row0 = N / 3, rows = N - row0, n = rows * K;
+    void *dq = up(q, bytes);
+    uint16_t *dh = NULL, *dl = NULL, *h = malloc(2 * (size_t)n), *l = malloc(2 * (size_t)n);
+    CK(cudaMalloc((void **)&dh, 2 * (size_t)n));
+    CK(cudaMalloc((void **)&dl, 2 * (size_t)n + 16));
+    CK(cudaMemset(dh, 0xff, 2 * (size_t)n));
+    CK(cudaMemset(dl, 0xff, 2 * (size_t)n));
+    CHECK_OK(og_dequantize_split_cuda(NULL, dq, dt, N, K, row0, rows, dh, dl));
+    CK(cudaMemcpy(h, dh, 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(l, dl, 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    int64_t i = 0;
+    for (; i < n; i++) {
+        const float v = w[row0 * K + i];
+        const og_bf16 want_hi = og_bf16_from_f32(v), want_lo = og_bf16_from_f32(v - og_f32_from_bf16(want_hi));
+        if (h[i] != want_hi || l[i] != want_lo) break;
+    }
+    CHECK_MSG(i == n, "dequantize_split %s K=%lld N=%lld: element %lld is 0x%04x + 0x%04x", og_dtype_name(dt),
+              (long long)K, (long long)N, (long long)(i < n ? i : 0), i < n ? h[i] : 0, i < n ? l[i] : 0);
+    CHECK_STATUS(og_dequantize_split_cuda(NULL, dq, dt, N, K, row0, rows, dh, (uint16_t *)((char *)dl + 2)),
+                 OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_dequantize_split_cuda(NULL, dq, OG_DTYPE_BF16, N, K, row0, rows, dh, dl), OG_ERR_INVALID_ARGUMENT);
+    free(src), free(w), free(q), free(h), free(l);
+    CK(cudaFree(dq));
+    CK(cudaFree(dh));
+    CK(cudaFree(dl));
+}
+
 int main(void) {
     if (!og_cuda_device_present()) {
         printf("skipped: no CUDA device\n");
@@ -430,6 +470,13 @@ int main(void) {
         }
     }
     check_refusals();
+    og_test_section("dequantized panels as bf16 hi + lo, every quantized dtype");
+    static const og_dtype split_types[] = {OG_DTYPE_Q8,   OG_DTYPE_Q4,   OG_DTYPE_Q2_K, OG_DTYPE_Q3_K,
+                                           OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};
+    for (size_t t = 0; t < sizeof split_types / sizeof split_types[0]; t++) {
+        check_split(split_types[t], 67, 768);
+        check_split(split_types[t], 5, 2048);
+    }
     char dir[] = "/tmp/og_kq_cuda_ckpt_XXXXXX";
     if (mkdtemp(dir)) {
         CHECK(og_test_write_kq_checkpoint(dir));

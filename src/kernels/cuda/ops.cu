@@ -1226,14 +1226,14 @@ extern "C" og_status og_dequantize_cuda(void *stream, const void *weight, og_dty
 extern "C" og_status og_dequantize_split_cuda(void *stream, const void *weight, og_dtype weight_dtype, int64_t N,
                                               int64_t K, int64_t row0, int64_t rows, uint16_t *hi, uint16_t *lo) {
     const char *op = "dequantize_split_cuda";
-    if (og_dtype_is_kquant(weight_dtype))
-        return og_kquant_dequantize_split_cuda(stream, weight, weight_dtype, N, K, row0, rows, hi, lo);
     if (!og_dtype_is_quantized(weight_dtype))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: dtype %s is not quantized", op, og_dtype_name(weight_dtype));
+    if (!hi || !lo || !aligned16(hi) || !aligned16(lo))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: hi or lo is NULL or not 16-byte aligned", op);
+    if (og_dtype_is_kquant(weight_dtype))
+        return og_kquant_dequantize_split_cuda(stream, weight, weight_dtype, N, K, row0, rows, hi, lo);
     OG_CUDA_TRY(check_matrix(op, weight, weight_dtype, K));
     OG_CUDA_TRY(check_dims(op, N, K));
-    if (!hi || !lo || ((uintptr_t)hi & 15u) || ((uintptr_t)lo & 15u))
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: hi or lo is NULL or not 16-byte aligned", op);
     if (row0 < 0 || rows < 1 || row0 > N - rows)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld", op, (long long)row0,
                             (long long)(row0 + rows), (long long)N);
