@@ -722,6 +722,7 @@ static void check_quantized(const char *src, const char *name, og_dtype weights)
     og_export_options o;
     og_export_default_options(&o);
     o.weights = weights;
+    o.dtype = OG_DTYPE_F32; /* f32 activations: the exact-weight products the comment describes */
     o.max_write = N_TOK;
     o.initial_capacity = 8;
     og_export_summary sum;

@@ -107,6 +107,20 @@
  * whole). */
 #define QUANT_GEMV_LAUNCHES 4
 #define QUANT_PANEL_FLOATS ((int64_t)16 << 20)
+/* The tensor-core path's panels (quant_products) hold at least this many
+ * rows, a whole matrix where it has no more: a panel of fewer rows (a
+ * 12288-wide down projection in 16 M floats is 1365) leaves most SMs idle
+ * in its product. */
+#define QUANT_SPLIT_MIN_ROWS 4096
+
+/* Rows of a [N, K] quantized weight a panel holds: f32 panels (SGEMM), or
+ * bf16 hi + lo panels (split). */
+static int64_t quant_panel_rows(int64_t N, int64_t K, bool split) {
+    int64_t rows = QUANT_PANEL_FLOATS / K > 1 ? QUANT_PANEL_FLOATS / K : 1;
+    if (split && rows < QUANT_SPLIT_MIN_ROWS) rows = QUANT_SPLIT_MIN_ROWS;
+    if (split && rows > 32768) rows = 32768; /* og_dequantize_split_cuda: at most 65535 rows a call */
+    return N < rows ? N : rows;
+}
 
 typedef struct cuda_model {
     int device;
@@ -121,6 +135,7 @@ typedef struct cuda_model {
     int32_t n_slots;
     int64_t max_k;      /* widest input of a product (the bf16 split scratch) */
     int64_t max_dequant;/* floats of the widest dequantized panel of a quantized weight, 0 when none */
+    int64_t max_split;  /* bf16 elements of the widest hi (or lo) panel of the tensor-core path, 0 when none */
     int64_t kq_max_k;   /* widest input of a product with k-quant weights, 0 when none */
     int64_t attend_scratch; /* floats of og_update_and_attend_cuda's scratch */
     /* the widest attention layer, for the batched attention's scratch */
@@ -194,7 +209,7 @@ struct og_step_ctx {
     row_set fixed, big;
     float *partials;            /* per-session attention scratch, counters zero between steps */
     float *dequant;             /* [max_dequant] a quantized weight's panel in f32 (wide steps) */
-    uint16_t *dequant_split;    /* [2, max_dequant] that panel as bf16 hi, then lo (quant_products), or NULL */
+    uint16_t *dequant_split;    /* [2, max_split] a panel as bf16 hi, then lo (quant_products), or NULL */
     int32_t *recent_host;       /* pinned [recent_cap]: the samplers' recent tokens */
     int32_t *recent_dev;
     int64_t recent_cap, recent_used;
@@ -430,9 +445,10 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
             const og_program_tensor *w =
                 in->in[1].kind == OG_VALUE_TENSOR ? og_program_tensor_at(m->prog, in->in[1].index) : NULL;
             if (w && og_dtype_is_quantized(w->dtype)) {
-                const int64_t N = w->shape[0], panel = QUANT_PANEL_FLOATS / K > 1 ? QUANT_PANEL_FLOATS / K : 1;
-                const int64_t floats = (N < panel ? N : panel) * K;
+                const int64_t N = w->shape[0], floats = quant_panel_rows(N, K, false) * K,
+                              split = quant_panel_rows(N, K, true) * K;
                 if (floats > cm->max_dequant) cm->max_dequant = floats;
+                if (split > cm->max_split) cm->max_split = split;
                 if (og_dtype_is_kquant(w->dtype) && K > cm->kq_max_k) cm->kq_max_k = K;
             }
         }
@@ -644,7 +660,7 @@ static og_status ctx_init(og_model *m, og_step_ctx *c) {
     if (cm->max_dequant > 0) /* once, for the widest panel: products of every width share it */
         CUDA_TRY(cudaMalloc((void **)&c->dequant, (size_t)cm->max_dequant * sizeof(float)), "dequantized weights");
     if (cm->max_dequant > 0 && cm->quant_products != QUANT_F32 && (cm->bf16_program || cm->products == PRODUCTS_BF16))
-        CUDA_TRY(cudaMalloc((void **)&c->dequant_split, (size_t)cm->max_dequant * 2 * sizeof(uint16_t)),
+        CUDA_TRY(cudaMalloc((void **)&c->dequant_split, (size_t)cm->max_split * 2 * sizeof(uint16_t)),
                  "dequantized weights as bf16 hi + lo");
     /* the rows of the widest decode graph, or of a max_write step */
     const int64_t mw = og_program_kv_config(m->prog)->max_write;
@@ -838,8 +854,7 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
         }
         return OG_OK;
     }
-    const int64_t panel = cm_of(x->m)->max_dequant / K; /* rows dequantized at a time */
-    if (!c->dequant || panel < 1)
+    if (!c->dequant)
         return og_set_error(OG_ERR_UNSUPPORTED, "matmul: no dequantization scratch for a %s weight of K = %lld",
                             og_dtype_name(dt), (long long)K);
     const bool tc = c->dequant_split && bf16_step(x); /* bf16(x) by the weights' hi + lo */
@@ -853,13 +868,14 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
             OG_TRY(og_fill_rows_cuda(c->stream, pt->bias, og_bias_dtype(dt), T, pt->N, pt->out));
             beta = &one;
         }
+        const int64_t panel = quant_panel_rows(pt->N, K, tc); /* rows dequantized at a time */
         for (int64_t n0 = 0; n0 < pt->N; n0 += panel) {
             const int64_t rows = pt->N - n0 < panel ? pt->N - n0 : panel;
             /* out[T, N] row-major is [N, T] column-major (ld N); the panel's
              * features are its rows n0 .. n0 + rows - 1 */
             cublasStatus_t bs;
             if (tc) {
-                uint16_t *wh = c->dequant_split, *wl = c->dequant_split + cm_of(x->m)->max_dequant;
+                uint16_t *wh = c->dequant_split, *wl = c->dequant_split + cm_of(x->m)->max_split;
                 OG_TRY(og_dequantize_split_cuda(c->stream, pt->weight, dt, pt->N, K, n0, rows, wh, wl));
                 bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, wh, CUDA_R_16BF,
                                   (int)K, xh, CUDA_R_16BF, (int)K, beta, pt->out + n0, CUDA_R_32F, (int)pt->N,

@@ -656,15 +656,32 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
 
 template <og_dtype DT>
 __global__ void dequant_kernel(const uint8_t *__restrict__ w, int64_t K, int64_t row0, int64_t count,
-                               float *__restrict__ out, __nv_bfloat16 *__restrict__ hi, __nv_bfloat16 *__restrict__ lo) {
+                               float *__restrict__ out) {
     grid_wait();
     const int bb = block_bytes(DT);
     const int64_t nb = K / QK;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = row0 + i / K, k = i % K;
-        const float v = elem<DT>(w + (r * nb + k / QK) * bb, (int)(k % QK));
-        if (hi) og_split_bf16(v, hi + i, lo + i);
-        else out[i] = v;
+        out[i] = elem<DT>(w + (r * nb + k / QK) * bb, (int)(k % QK));
+    }
+}
+
+/* Row row0 + blockIdx.y as bf16 hi + lo (og_split8_bf16), 8 elements a
+ * thread: no 64-bit division per element. */
+template <og_dtype DT>
+__global__ void dequant_split_kernel(const uint8_t *__restrict__ w, int64_t K, int64_t row0, __nv_bfloat16 *hi,
+                                     __nv_bfloat16 *lo) {
+    grid_wait();
+    const int bb = block_bytes(DT);
+    const int64_t nb = K / QK, r = blockIdx.y;
+    const uint8_t *row = w + (row0 + r) * nb * bb;
+    for (int64_t k = 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); k < K; k += 8 * (int64_t)gridDim.x * blockDim.x) {
+        const uint8_t *b = row + (k / QK) * bb; /* K and QK powers of two apart: shifts */
+        const int e = (int)(k % QK);
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = elem<DT>(b, e + j);
+        og_split8_bf16(v, hi + r * K + k, lo + r * K + k);
     }
 }
 
@@ -720,18 +737,6 @@ extern "C" og_status og_kquant_gemv_cuda(void *stream, const float *x, const voi
     return rc;
 }
 
-/* Rows row0 .. row0 + rows - 1 as f32 into out, or as bf16 hi + lo. */
-static og_status dequant(cudaStream_t st, const uint8_t *wb, og_dtype dt, int64_t K, int64_t row0, int64_t rows,
-                         float *out, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
-    const int64_t count = rows * K;
-    const int64_t want = (count + 255) / 256;
-    const dim3 grid((unsigned)(want < 65536 ? want : 65536)), block(256);
-#define OG_KQ_DEQ(DT) launch_pdl(dequant_kernel<DT>, grid, block, st, wb, K, row0, count, out, hi, lo)
-    OG_KQ_DISPATCH(dt, OG_KQ_DEQ)
-#undef OG_KQ_DEQ
-    return launched("kquant_dequantize_cuda");
-}
-
 extern "C" og_status og_kquant_dequantize_cuda(void *stream, const void *w, og_dtype dt, int64_t N, int64_t K,
                                                int64_t row0, int64_t rows, float *out) {
     const char *op = "kquant_dequantize_cuda";
@@ -741,7 +746,14 @@ extern "C" og_status og_kquant_dequantize_cuda(void *stream, const void *w, og_d
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows %lld..%lld of %lld, or out is NULL", op, (long long)row0,
                             (long long)(row0 + rows), (long long)N);
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
-    return dequant(st, static_cast<const uint8_t *>(w), dt, K, row0, rows, out, NULL, NULL);
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const int64_t count = rows * K;
+    const int64_t want = (count + 255) / 256;
+    const dim3 grid((unsigned)(want < 65536 ? want : 65536)), block(256);
+#define OG_KQ_DEQ(DT) launch_pdl(dequant_kernel<DT>, grid, block, st, wb, K, row0, count, out)
+    OG_KQ_DISPATCH(dt, OG_KQ_DEQ)
+#undef OG_KQ_DEQ
+    return launched(op);
 }
 
 extern "C" og_status og_kquant_dequantize_split_cuda(void *stream, const void *w, og_dtype dt, int64_t N, int64_t K,
@@ -749,11 +761,18 @@ extern "C" og_status og_kquant_dequantize_split_cuda(void *stream, const void *w
     const char *op = "kquant_dequantize_split_cuda";
     og_status rc = check(op, w, dt, N, K);
     if (rc != OG_OK) return rc;
-    if (!hi || !lo || row0 < 0 || rows < 1 || row0 + rows > N)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows %lld..%lld of %lld, or hi or lo is NULL", op,
-                            (long long)row0, (long long)(row0 + rows), (long long)N);
-    return dequant(static_cast<cudaStream_t>(stream), static_cast<const uint8_t *>(w), dt, K, row0, rows, NULL,
-                   reinterpret_cast<__nv_bfloat16 *>(hi), reinterpret_cast<__nv_bfloat16 *>(lo));
+    if (!hi || !lo || row0 < 0 || rows < 1 || rows > 65535 || row0 + rows > N)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows %lld..%lld of %lld (at most 65535 a call), or hi or lo is NULL",
+                            op, (long long)row0, (long long)(row0 + rows), (long long)N);
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const int64_t per_row = (K / 8 + 127) / 128;
+    const dim3 grid((unsigned)per_row, (unsigned)rows), block(128);
+    __nv_bfloat16 *h = reinterpret_cast<__nv_bfloat16 *>(hi), *l = reinterpret_cast<__nv_bfloat16 *>(lo);
+#define OG_KQ_DEQ(DT) launch_pdl(dequant_split_kernel<DT>, grid, block, st, wb, K, row0, h, l)
+    OG_KQ_DISPATCH(dt, OG_KQ_DEQ)
+#undef OG_KQ_DEQ
+    return launched(op);
 }
 
 extern "C" og_status og_kquant_embed_cuda(void *stream, const int32_t *tokens, int64_t T, const void *table,

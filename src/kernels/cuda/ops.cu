@@ -650,43 +650,58 @@ __global__ void gemv_swiglu_q_kernel(const float *x, gemv_norm nm, const void *w
     }
 }
 
-/* Rows row0 .. row0 + rows - 1 of a quantized [N, K] tensor as f32 (the
- * exact values scale * q), or, SPLIT, as bf16 hi + lo (og_split8_bf16): a
+/* Elements e .. e + 7 of row `row` of a quantized [N, K] tensor as f32 (the
+ * exact values scale * q). */
+template <bool Q4>
+__device__ inline void dequant8(const void *w, int64_t N, int64_t K, int64_t row, int64_t e, float q[8]) {
+    const qrow r = q_row(w, Q4, N, K, row);
+    const int64_t g = e / OG_QUANT_GROUP;
+    const int s = (int)(e % OG_QUANT_GROUP) / 8;
+    uint2 v;
+    if (Q4) { /* elements 8 s .. 8 s + 7: bytes 8 (s & 1) .. + 7 of the group, nibble s >> 1 */
+        v = __ldg(reinterpret_cast<const uint2 *>(r.q + g * 16 + 8 * (s & 1)));
+        const int shift = (s >> 1) * 4;
+        v.x = (v.x >> shift) & 0x0f0f0f0fu;
+        v.y = (v.y >> shift) & 0x0f0f0f0fu;
+    } else {
+        v = __ldg(reinterpret_cast<const uint2 *>(r.q + e));
+        v.x ^= 0x80808080u;
+        v.y ^= 0x80808080u;
+    }
+    bytes_f32(v.x, Q4 ? 8.0f : 128.0f, q);
+    bytes_f32(v.y, Q4 ? 8.0f : 128.0f, q + 4);
+    const float sc = q_scale(r, g);
+#pragma unroll
+    for (int j = 0; j < 8; j++) q[j] *= sc;
+}
+
+/* Rows row0 .. row0 + rows - 1 of a quantized [N, K] tensor as f32: a
  * thread per 8 elements. */
-template <bool Q4, bool SPLIT>
-__global__ void dequantize_kernel(const void *w, int64_t N, int64_t K, int64_t row0, int64_t rows, float *out,
-                                  __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+template <bool Q4>
+__global__ void dequantize_kernel(const void *w, int64_t N, int64_t K, int64_t row0, int64_t rows, float *out) {
     grid_wait();
     const int64_t per_row = K / 8, total = rows * per_row;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < total; u += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = u / per_row, e = (u % per_row) * 8; /* row i of the slice, first element e */
-        const qrow r = q_row(w, Q4, N, K, row0 + i);
-        const int64_t g = e / OG_QUANT_GROUP;
-        const int s = (int)(e % OG_QUANT_GROUP) / 8;
-        uint2 v;
-        if (Q4) { /* elements 8 s .. 8 s + 7: bytes 8 (s & 1) .. + 7 of the group, nibble s >> 1 */
-            v = __ldg(reinterpret_cast<const uint2 *>(r.q + g * 16 + 8 * (s & 1)));
-            const int shift = (s >> 1) * 4;
-            v.x = (v.x >> shift) & 0x0f0f0f0fu;
-            v.y = (v.y >> shift) & 0x0f0f0f0fu;
-        } else {
-            v = __ldg(reinterpret_cast<const uint2 *>(r.q + e));
-            v.x ^= 0x80808080u;
-            v.y ^= 0x80808080u;
-        }
         float q[8];
-        bytes_f32(v.x, Q4 ? 8.0f : 128.0f, q);
-        bytes_f32(v.y, Q4 ? 8.0f : 128.0f, q + 4);
-        const float sc = q_scale(r, g);
-        if (SPLIT) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) q[j] *= sc;
-            og_split8_bf16(q, hi + i * K + e, lo + i * K + e);
-            continue;
-        }
+        dequant8<Q4>(w, N, K, row0 + i, e, q);
         float4 *o = reinterpret_cast<float4 *>(out + i * K + e);
-        o[0] = make_float4(sc * q[0], sc * q[1], sc * q[2], sc * q[3]);
-        o[1] = make_float4(sc * q[4], sc * q[5], sc * q[6], sc * q[7]);
+        o[0] = make_float4(q[0], q[1], q[2], q[3]);
+        o[1] = make_float4(q[4], q[5], q[6], q[7]);
+    }
+}
+
+/* Row row0 + blockIdx.y as bf16 hi + lo (og_split8_bf16), 8 elements a
+ * thread. */
+template <bool Q4>
+__global__ void dequantize_split_kernel(const void *w, int64_t N, int64_t K, int64_t row0, __nv_bfloat16 *hi,
+                                        __nv_bfloat16 *lo) {
+    grid_wait();
+    const int64_t i = blockIdx.y;
+    for (int64_t e = 8 * (blockIdx.x * (int64_t)blockDim.x + threadIdx.x); e < K; e += 8 * (int64_t)gridDim.x * blockDim.x) {
+        float q[8];
+        dequant8<Q4>(w, N, K, row0 + i, e, q);
+        og_split8_bf16(q, hi + i * K + e, lo + i * K + e);
     }
 }
 
@@ -1213,13 +1228,12 @@ extern "C" og_status og_dequantize_cuda(void *stream, const void *weight, og_dty
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld", op, (long long)row0,
                             (long long)(row0 + rows), (long long)N);
     const dim3 grid(grid_for(rows * (K / 8), 256));
-    __nv_bfloat16 *none = NULL;
     if (weight_dtype == OG_DTYPE_Q4)
-        launch_pdl(dequantize_kernel<true, false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
-                   row0, rows, out, none, none);
+        launch_pdl(dequantize_kernel<true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K, row0,
+                   rows, out);
     else
-        launch_pdl(dequantize_kernel<false, false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
-                   row0, rows, out, none, none);
+        launch_pdl(dequantize_kernel<false>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K, row0,
+                   rows, out);
     return launched(op);
 }
 
@@ -1234,18 +1248,17 @@ extern "C" og_status og_dequantize_split_cuda(void *stream, const void *weight, 
         return og_kquant_dequantize_split_cuda(stream, weight, weight_dtype, N, K, row0, rows, hi, lo);
     OG_CUDA_TRY(check_matrix(op, weight, weight_dtype, K));
     OG_CUDA_TRY(check_dims(op, N, K));
-    if (row0 < 0 || rows < 1 || row0 > N - rows)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld", op, (long long)row0,
-                            (long long)(row0 + rows), (long long)N);
-    const dim3 grid(grid_for(rows * (K / 8), 256));
+    if (row0 < 0 || rows < 1 || rows > 65535 || row0 > N - rows)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: rows [%lld, %lld) of %lld (at most 65535 a call)", op,
+                            (long long)row0, (long long)(row0 + rows), (long long)N);
+    const dim3 grid((unsigned)((K / 8 + 127) / 128), (unsigned)rows);
     __nv_bfloat16 *h = reinterpret_cast<__nv_bfloat16 *>(hi), *l = reinterpret_cast<__nv_bfloat16 *>(lo);
-    float *none = NULL;
     if (weight_dtype == OG_DTYPE_Q4)
-        launch_pdl(dequantize_kernel<true, true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
-                   row0, rows, none, h, l);
+        launch_pdl(dequantize_split_kernel<true>, grid, dim3(128), static_cast<cudaStream_t>(stream), weight, N, K,
+                   row0, h, l);
     else
-        launch_pdl(dequantize_kernel<false, true>, grid, dim3(256), static_cast<cudaStream_t>(stream), weight, N, K,
-                   row0, rows, none, h, l);
+        launch_pdl(dequantize_split_kernel<false>, grid, dim3(128), static_cast<cudaStream_t>(stream), weight, N, K,
+                   row0, h, l);
     return launched(op);
 }
 
