@@ -56,7 +56,7 @@ static void pack_task(void *ctx, int64_t b, int thread) {
             continue;
         }
         og_f32_to_bf16_cpu(j->x + t * j->K, row, (size_t)j->K);
-        if (j->P == j->K) { /* quantized: each element twice */
+        if (og_dtype_is_quantized(j->dt)) { /* each element twice */
             for (int64_t k = 0; k < j->K; k++) tile[k * TT + i] = (uint32_t)row[k] * 0x10001u;
             continue;
         }
