@@ -2,6 +2,7 @@
 #include "import/export.h"
 
 #include "core/core.h"
+#include "kernels/ops.h"
 #include "import/safetensors.h"
 #include "core/textfile.h"
 
@@ -33,10 +34,13 @@ typedef struct weight_src {
 } weight_src;
 
 /* Quantizing one tensor's rows across a pool: blocks of 64 rows, the first
- * error of any block kept. */
+ * error of any block kept. With `from`, each block first converts its own
+ * rows of that source tensor to f32 into src (bf16 by the vector kernel),
+ * so the conversion runs on every thread too. */
 typedef struct quant_job {
     og_dtype dt;
     const float *src;
+    const og_st_tensor *from; /* [N, K] in its own dtype, or NULL: src is filled */
     int64_t N, K;
     void *dst;
     og_status rc;
@@ -50,6 +54,16 @@ static void quant_task(void *ctx, int64_t i, int thread) {
     (void)thread;
     quant_job *j = ctx;
     const int64_t r0 = i * QUANT_BLOCK_ROWS, r1 = r0 + QUANT_BLOCK_ROWS < j->N ? r0 + QUANT_BLOCK_ROWS : j->N;
+    if (j->from) {
+        const og_st_tensor *t = j->from;
+        float *f = (float *)j->src + r0 * j->K;
+        const size_t i0 = (size_t)(r0 * j->K), n = (size_t)((r1 - r0) * j->K);
+        if (t->dtype == OG_DTYPE_BF16) og_bf16_to_f32_cpu((const og_bf16 *)t->data + i0, f, n);
+        else if (t->dtype == OG_DTYPE_F16)
+            for (size_t e = 0; e < n; e++) f[e] = og_f32_from_f16(((const og_f16 *)t->data)[i0 + e]);
+        else
+            for (size_t e = 0; e < n; e++) f[e] = og_load_f32(t->data, t->dtype, i0 + e);
+    }
     const og_status rc = og_quantize_row_range(j->dt, j->src, j->N, j->K, r0, r1, j->dst);
     if (rc == OG_OK) return;
     pthread_mutex_lock(&j->lock);
@@ -60,13 +74,18 @@ static void quant_task(void *ctx, int64_t i, int thread) {
     pthread_mutex_unlock(&j->lock);
 }
 
-static og_status quantize_parallel(og_threadpool *pool, og_dtype dt, const float *src, int64_t N, int64_t K,
-                                   void *dst) {
-    quant_job j = {.dt = dt, .src = src, .N = N, .K = K, .dst = dst, .rc = OG_OK};
+static og_status quantize_from(og_threadpool *pool, og_dtype dt, const og_st_tensor *from, float *src, int64_t N,
+                               int64_t K, void *dst) {
+    quant_job j = {.dt = dt, .src = src, .from = from, .N = N, .K = K, .dst = dst, .rc = OG_OK};
     pthread_mutex_init(&j.lock, NULL);
     og_parallel_for(pool, (N + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS, quant_task, &j);
     pthread_mutex_destroy(&j.lock);
     return j.rc == OG_OK ? OG_OK : og_set_error(j.rc, "%s", j.why);
+}
+
+static og_status quantize_parallel(og_threadpool *pool, og_dtype dt, const float *src, int64_t N, int64_t K,
+                                   void *dst) {
+    return quantize_from(pool, dt, NULL, (float *)src, N, K, dst);
 }
 
 typedef struct exporter {
@@ -135,8 +154,11 @@ static og_status fill_weight(void *ctx, void *dst, size_t nbytes) {
     if (og_dtype_is_quantized(s->dst) && t->dtype != s->dst) {
         float *f = og_malloc(n * sizeof *f);
         if (!f) return og_set_error(OG_ERR_OUT_OF_MEMORY, "export: out of memory for tensor \"%s\" as f32", t->name);
-        og_status rc = load_f32(s, f);
-        if (rc == OG_OK) rc = quantize_parallel(s->pool, s->dst, f, s->shape[0], s->shape[1], dst);
+        /* a source with its own reader fills f whole; a mapped one is
+         * converted block by block by the quantizing threads */
+        og_status rc = s->src->fill ? load_f32(s, f) : OG_OK;
+        if (rc == OG_OK)
+            rc = quantize_from(s->pool, s->dst, s->src->fill ? NULL : t, f, s->shape[0], s->shape[1], dst);
         og_free(f);
         return rc == OG_OK ? OG_OK : og_set_error(rc, "export: tensor \"%s\": %s", t->name, og_last_error());
     }
