@@ -2,7 +2,6 @@
 #include "import/export.h"
 
 #include "core/core.h"
-#include "kernels/ops.h"
 #include "import/safetensors.h"
 #include "core/textfile.h"
 
@@ -35,8 +34,8 @@ typedef struct weight_src {
 
 /* Quantizing one tensor's rows across a pool: blocks of 64 rows, the first
  * error of any block kept. With `from`, each block first converts its own
- * rows of that source tensor to f32 into src (bf16 by the vector kernel),
- * so the conversion runs on every thread too. */
+ * rows of that source tensor to f32 into src, so the conversion runs on
+ * every thread too. */
 typedef struct quant_job {
     og_dtype dt;
     const float *src;
@@ -58,7 +57,8 @@ static void quant_task(void *ctx, int64_t i, int thread) {
         const og_st_tensor *t = j->from;
         float *f = (float *)j->src + r0 * j->K;
         const size_t i0 = (size_t)(r0 * j->K), n = (size_t)((r1 - r0) * j->K);
-        if (t->dtype == OG_DTYPE_BF16) og_bf16_to_f32_cpu((const og_bf16 *)t->data + i0, f, n);
+        if (t->dtype == OG_DTYPE_BF16)
+            for (size_t e = 0; e < n; e++) f[e] = og_f32_from_bf16(((const og_bf16 *)t->data)[i0 + e]);
         else if (t->dtype == OG_DTYPE_F16)
             for (size_t e = 0; e < n; e++) f[e] = og_f32_from_f16(((const og_f16 *)t->data)[i0 + e]);
         else
