@@ -932,6 +932,13 @@ typedef struct og_model_metrics {
     int64_t graph_captures;                    /* all buckets                        */
     int64_t bucket_captures[OG_BATCH_BUCKETS]; /* bucket b holds 2^b sessions        */
     int64_t bucket_replays[OG_BATCH_BUCKETS];
+    /* Where those steps' time went, in seconds, by phase: preparing and
+     * binding every session's storage and planning the step (prepare); the
+     * back end's own host work (submit: on CUDA the tables, uploads,
+     * launches and the samplers' bookkeeping; on the CPU the whole
+     * computation); the back end's waits for the device (wait; 0 on the
+     * CPU); and the sessions' commits (finish). */
+    double prepare_seconds, submit_seconds, wait_seconds, finish_seconds;
 } og_model_metrics;
 OG_API og_status og_model_metrics_get(const og_model *m, og_model_metrics *out);
 

@@ -53,7 +53,26 @@ typedef struct bench {
     int64_t *who;          /* [K]: the session of each item */
     int64_t *fed;          /* [K]: prompt tokens each session has taken */
     double in_step;        /* seconds inside og_model_step, summed */
+    og_model_metrics phases0, phases1; /* the model's figures before and after the timed decode */
 } bench;
+
+/* The timed decode's mean milliseconds a step in each phase of
+ * og_model_metrics (steps: how many; 0 when there were none). */
+typedef struct phase_ms {
+    int64_t steps;
+    double prepare, submit, wait, finish;
+} phase_ms;
+
+static phase_ms phases_of(const og_model_metrics *a, const og_model_metrics *b) {
+    const int64_t n = b->steps - a->steps;
+    if (n <= 0) return (phase_ms){0};
+    const double k = 1e3 / (double)n;
+    return (phase_ms){.steps = n,
+                      .prepare = k * (b->prepare_seconds - a->prepare_seconds),
+                      .submit = k * (b->submit_seconds - a->submit_seconds),
+                      .wait = k * (b->wait_seconds - a->wait_seconds),
+                      .finish = k * (b->finish_seconds - a->finish_seconds)};
+}
 
 static bool step(bench *b, int32_t n, const char *phase) {
     const double t_in = og_time_now();
@@ -247,7 +266,9 @@ static bool bench_engine(bench *b, const og_cli_model_opts *mo, int64_t gen, boo
         if (!ok || n == 0) continue;
         const double s0 = engine_figure(e, "step_seconds_total"), g0 = engine_figure(e, "step_gap_seconds_total"),
                      n0 = engine_figure(e, "steps_total");
+        og_model_metrics_get(b->m, &b->phases0);
         ok = engine_round(b, e, b->K, one, 1, n, fin);
+        og_model_metrics_get(b->m, &b->phases1);
         if (ok && pass == 1) {
             *t_decode = round_time(b, fin, &generated);
             *dc = (double)generated / *t_decode;
@@ -360,9 +381,11 @@ int og_cmd_bench(int argc, char **argv) {
     if (gen > 0 && !(sequential ? run_sequential(&b, 1) : decode_batched(&b))) goto done; /* untimed */
     t0 = og_time_now();
     b.in_step = 0;
+    og_model_metrics_get(b.m, &b.phases0);
     for (int64_t g = 0; g < gen; g++)
         if (!(sequential ? run_sequential(&b, 1) : decode_batched(&b))) goto done;
     t_decode = og_time_now() - t0;
+    og_model_metrics_get(b.m, &b.phases1);
     if (!sequential && gen > 0) { /* as the engine's figures: inside og_model_step, and the rest */
         step_ms = 1e3 * b.in_step / (double)gen;
         gap_ms = 1e3 * (t_decode - b.in_step) / (double)gen;
@@ -381,6 +404,7 @@ int og_cmd_bench(int argc, char **argv) {
 report:;
     og_model_metrics mm;
     og_model_metrics_get(b.m, &mm);
+    const phase_ms ph = phases_of(&b.phases0, &b.phases1);
     int64_t recaptures = 0;
     for (int i = 0; i < OG_BATCH_BUCKETS; i++) recaptures += mm.bucket_captures[i] > 1 ? mm.bucket_captures[i] - 1 : 0;
     if (json) {
@@ -396,6 +420,9 @@ report:;
         print_buckets(mm.bucket_replays);
         printf("]");
         if (step_ms >= 0) printf(",\"step_ms\":%.4f,\"gap_ms\":%.4f", step_ms, gap_ms);
+        if (ph.steps > 0)
+            printf(",\"prepare_ms\":%.4f,\"submit_ms\":%.4f,\"wait_ms\":%.4f,\"finish_ms\":%.4f", ph.prepare,
+                   ph.submit, ph.wait, ph.finish);
         printf("}\n");
     } else {
         printf("%lld sessions (%s), prompt %lld, generated %lld tokens each\n", (long long)sessions, mode,
@@ -416,6 +443,9 @@ report:;
         if (step_ms >= 0)
             printf("  decode step      %10.3f ms in og_model_step, %.3f ms between steps (the %s's own work)\n",
                    step_ms, gap_ms, strcmp(mode, "engine") ? "caller" : "engine");
+        if (ph.steps > 0)
+            printf("  of which         %10.3f ms prepare, %.3f submit, %.3f wait for the device, %.3f finish\n",
+                   ph.prepare, ph.submit, ph.wait, ph.finish);
     }
     rc = 0;
 done:

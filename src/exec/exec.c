@@ -519,6 +519,7 @@ og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
             return og_set_error(OG_ERR_STATE, "og_model_step: item %d: the session is already in a step", i);
         }
     }
+    const double t0 = og_time_now();
     int32_t prepared = 0;
     for (; prepared < n; prepared++) {
         og_session *s = items[prepared].session;
@@ -535,12 +536,16 @@ og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
         release(items, n);
         return st;
     }
+    double wait = 0;
+    plan.wait_seconds = &wait;
+    const double t1 = og_time_now();
     og_step_ctx *c = NULL;
     st = ctx_take(m, &c);
     if (st == OG_OK) {
         st = m->ops->step(m, c, &plan);
         ctx_give_back(m, c);
     }
+    const double t2 = og_time_now();
     if (st != OG_OK) {
         char cause[OG_ERRMSG_CAP];
         snprintf(cause, sizeof cause, "%s", og_last_error());
@@ -552,9 +557,14 @@ og_status og_model_step(og_model *m, og_batch_item *items, int32_t n) {
         og_set_error(st, "og_model_step: %s", cause);
     } else {
         for (int32_t i = 0; i < n; i++) og_kv_session_commit(items[i].session->kv, items[i].n_tokens);
+        const double t3 = og_time_now();
         pthread_mutex_lock(&m->lock);
         m->metrics.steps++;
         m->metrics.rows += plan.n_rows;
+        m->metrics.prepare_seconds += t1 - t0;
+        m->metrics.submit_seconds += t2 - t1 - wait;
+        m->metrics.wait_seconds += wait;
+        m->metrics.finish_seconds += t3 - t2;
         pthread_mutex_unlock(&m->lock);
     }
     plan_free(&plan);

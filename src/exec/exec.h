@@ -106,6 +106,7 @@ typedef struct og_step_plan {
     int32_t n_tail_single; /* tail rows 0 .. n_tail_single-1 belong to
                               sessions with one tail row               */
     bool decode_only;      /* every T == 1                              */
+    double *wait_seconds;  /* the back end adds its wait for the device here */
 } og_step_plan;
 
 /* ------------------------------------------------------------ back ends */
