@@ -1608,14 +1608,14 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
     int32_t n_host = 0;
     /* the pinned block is free: the previous step ended with a synchronization */
     OG_TRY(fill_block(&x, &n_host));
-    double t = og_time_now();
+    double t_wait = og_time_now();
     CUDA_TRY(cudaStreamSynchronize(cm_of(m)->store), "KV storage copies");
-    *p->wait_seconds += og_time_now() - t;
+    *p->wait_seconds += og_time_now() - t_wait;
     int32_t failed = -1;
     og_status st = enqueue(&x, bucket, n_host, &failed);
-    t = og_time_now();
+    t_wait = og_time_now();
     cudaError_t e = cudaStreamSynchronize(c->stream);
-    *p->wait_seconds += og_time_now() - t;
+    *p->wait_seconds += og_time_now() - t_wait;
     if (st == OG_OK && e != cudaSuccess) st = cuda_fail(e, "step");
     if (st != OG_OK) {
         if (failed >= 0) {
