@@ -15,7 +15,15 @@
  * tile of its rows, so its 8 weight rows are read from memory by the first
  * token tile and from cache by the others.
  *
- * Quantized weights (q8, q4, the k-quants) take the same kernel over 2K:
+ * q8 and q4 weights take one product per weight: their integers q are
+ * bf16 exactly (|q| <= 128), so a task turns GT = 4 rows at a time into q
+ * (bf16, [GT, K]) and their group scales (f32), and group_kernel runs the
+ * same pairs of x over each group of 32 k into zeroed accumulators, then
+ * adds scale * that sum to the tile (x bf16 times q is exact in f32, so
+ * only the sums round). Tiles of 4 rows keep 8 accumulators and 8 group
+ * sums in registers.
+ *
+ * The k-quants take the same kernel as bf16 weights, over 2K:
  * each weight, dequantized exactly to f32, is split into two bf16 values, hi
  * = bf16(w) and lo = bf16(w - hi), both rounded to nearest, which make one
  * pair (hi + lo is w within 2^-16 |w|, where bf16 alone is 2^-8), and x is
@@ -28,7 +36,10 @@
 
 #include <string.h>
 
-enum { TT = 32, NT = 8, NB = 64 };
+enum { TT = 32, NT = 8, NB = 64, GT = 4 };
+
+/* q8 and q4 take group_kernel (one product per weight); the k-quants hi + lo pairs */
+static bool grouped(og_dtype dt) { return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4; }
 
 typedef struct {
     const float *x;      /* [T, K]             */
@@ -56,7 +67,7 @@ static void pack_task(void *ctx, int64_t b, int thread) {
             continue;
         }
         og_f32_to_bf16_cpu(j->x + t * j->K, row, (size_t)j->K);
-        if (og_dtype_is_quantized(j->dt)) { /* each element twice */
+        if (og_dtype_is_quantized(j->dt) && !grouped(j->dt)) { /* each element twice */
             for (int64_t k = 0; k < j->K; k++) tile[k * TT + i] = (uint32_t)row[k] * 0x10001u;
             continue;
         }
@@ -132,6 +143,77 @@ static OG_BF16 void tile_kernel(const uint32_t *xp, const og_bf16 *const w[NT],
     _mm512_storeu_ps(tile[7], c70), _mm512_storeu_ps(tile[7] + 16, c71);
 }
 
+/* tile[i][t] = sum_g scale_i[g] (sum_{k in group g} xr[t, k] q_i[k]) for
+ * the TT tokens whose pairs are xp [K / 2, TT] and the GT rows of integers
+ * q_i (bf16) with their group scales sc_i [K / 32]. */
+static OG_BF16 void group_kernel(const uint32_t *xp, const og_bf16 *const q[GT], const float *const sc[GT],
+                                 int64_t K, float tile[GT][TT]) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    const og_bf16 *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
+    for (int64_t g = 0; g < K / OG_QUANT_GROUP; g++) {
+        __m512 s00 = _mm512_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00,
+               s31 = s00;
+#define OG_STEP(i)                                          \
+    do {                                                    \
+        const __m512bh b_ = bcast_pair(q##i + 2 * p);       \
+        s##i##0 = _mm512_dpbf16_ps(s##i##0, a0, b_);        \
+        s##i##1 = _mm512_dpbf16_ps(s##i##1, a1, b_);        \
+    } while (0)
+        for (int64_t p = g * (OG_QUANT_GROUP / 2); p < (g + 1) * (OG_QUANT_GROUP / 2); p++) {
+            const uint32_t *xr = xp + p * TT;
+            const __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)xr);
+            const __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(xr + 16));
+            OG_STEP(0);
+            OG_STEP(1);
+            OG_STEP(2);
+            OG_STEP(3);
+        }
+#undef OG_STEP
+#define OG_SCALE(i)                                         \
+    do {                                                    \
+        const __m512 v_ = _mm512_set1_ps(sc[i][g]);         \
+        c##i##0 = _mm512_fmadd_ps(v_, s##i##0, c##i##0);    \
+        c##i##1 = _mm512_fmadd_ps(v_, s##i##1, c##i##1);    \
+    } while (0)
+        OG_SCALE(0);
+        OG_SCALE(1);
+        OG_SCALE(2);
+        OG_SCALE(3);
+#undef OG_SCALE
+    }
+    _mm512_storeu_ps(tile[0], c00), _mm512_storeu_ps(tile[0] + 16, c01);
+    _mm512_storeu_ps(tile[1], c10), _mm512_storeu_ps(tile[1] + 16, c11);
+    _mm512_storeu_ps(tile[2], c20), _mm512_storeu_ps(tile[2] + 16, c21);
+    _mm512_storeu_ps(tile[3], c30), _mm512_storeu_ps(tile[3] + 16, c31);
+}
+
+/* Out features [n0, n0 + nn) of a q8 / q4 weight (nn <= GT), every token
+ * tile; scratch: the thread's row space. */
+static void group_rows(const bf16_job *j, int64_t n0, int64_t nn, og_bf16 *scratch) {
+    const int64_t K = j->K, G = K / OG_QUANT_GROUP;
+    og_bf16 *ints = scratch;                          /* [GT, K] */
+    float *scales = (float *)(void *)(ints + GT * K); /* [GT, G] */
+    og_quant_ints_rows_cpu(j->dt, j->w, j->N, K, n0, nn, ints, scales);
+    const og_bf16 *q[GT]; /* rows past the end repeat the last; their sums are dropped */
+    const float *sc[GT];
+    for (int64_t i = 0; i < GT; i++) {
+        const int64_t r = i < nn ? i : nn - 1;
+        q[i] = ints + r * K;
+        sc[i] = scales + r * G;
+    }
+    float b[GT] = {0};
+    for (int64_t i = 0; j->bias && i < nn; i++) b[i] = og_load_f32(j->bias, og_bias_dtype(j->dt), (size_t)(n0 + i));
+    float tile[GT][TT];
+    for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
+        group_kernel(j->xp + t0 * j->P, q, sc, K, tile);
+        const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
+        for (int64_t t = 0; t < tt; t++) {
+            float *o = j->out + (t0 + t) * j->N + n0;
+            for (int64_t i = 0; i < nn; i++) o[i] = tile[i][t] + b[i];
+        }
+    }
+}
+
 /* Quantized rows [n0, n0 + rows) as (hi, lo) bf16 pairs, [rows, K], made
  * in place over their exact f32 values. */
 static OG_BF16 void split_rows(const bf16_job *j, int64_t n0, int64_t rows, uint32_t *pairs) {
@@ -152,6 +234,11 @@ static void tiles_task(void *ctx, int64_t task, int thread) {
     const bool quant = og_dtype_is_quantized(j->dt);
     const int64_t n_end = (task + 1) * NB < j->N ? (task + 1) * NB : j->N, kk = quant ? 2 * j->K : j->K;
     uint32_t *pairs = (uint32_t *)(j->row + (size_t)thread * j->row_stride); /* quantized: [NT, K] */
+    if (grouped(j->dt)) {
+        for (int64_t n0 = task * NB; n0 < n_end; n0 += GT)
+            group_rows(j, n0, n_end - n0 < GT ? n_end - n0 : GT, j->row + (size_t)thread * j->row_stride);
+        return;
+    }
     float tile[NT][TT];
     for (int64_t n0 = task * NB; n0 < n_end; n0 += NT) {
         const int64_t nn = n_end - n0 < NT ? n_end - n0 : NT;
@@ -175,9 +262,12 @@ static void tiles_task(void *ctx, int64_t task, int thread) {
 
 static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *w, og_dtype dt,
                                const void *bias, int64_t T, int64_t K, int64_t N, float *out) {
-    const bool quant = og_dtype_is_quantized(dt);
+    const bool quant = og_dtype_is_quantized(dt) && !grouped(dt); /* hi + lo pairs over 2K */
     const int64_t P = quant ? K : (K + 1) / 2, TP = (T + TT - 1) / TT * TT;
-    const size_t row_stride = quant ? 2 * NT * (size_t)K : (size_t)K; /* og_bf16 elements */
+    /* og_bf16 elements; grouped: GT rows of integers and their f32 scales */
+    const size_t row_stride = quant ? 2 * NT * (size_t)K
+                              : grouped(dt) ? GT * (size_t)K + 2 * GT * (size_t)(K / OG_QUANT_GROUP)
+                                            : (size_t)K;
     const int threads = og_threadpool_size(pool);
     uint32_t *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)(P * TP) * sizeof *xp);
     og_bf16 *row = og_scratch(OG_SCRATCH_PANELS, (size_t)threads * row_stride * sizeof *row);

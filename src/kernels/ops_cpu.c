@@ -61,6 +61,13 @@ void og_dequantize_rows_cpu(og_cpu_isa isa, og_dtype dt, const void *w, int64_t 
         for (int64_t r = 0; r < rows; r++) og_dequantize_row(dt, w, N, K, n0 + r, dst + r * K);
 }
 
+void og_quant_ints_rows_cpu(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n0, int64_t rows,
+                            og_bf16 *ints, float *scales) {
+    quant_block b = quant_rows(dt, w, N, K, n0);
+    og_quant_ints_avx512(b.q, dt, K, rows, ints);
+    for (int64_t i = 0; i < rows * (K / OG_QUANT_GROUP); i++) scales[i] = og_f32_from_f16(b.s[i]);
+}
+
 /* Rows [n0, n0 + rows) of a float (bf16 or f32) [N, K] weight. */
 static const void *float_rows(og_dtype dt, const void *w, int64_t K, int64_t n0) {
     return (const char *)w + (size_t)n0 * (size_t)K * og_dtype_size(dt);

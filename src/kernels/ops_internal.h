@@ -103,6 +103,14 @@ void og_matmul_rows_q_avx512(const float *x /* [R, K] */, const uint8_t *q, cons
  * as f32, exact: og_dequantize_row's values, at the ISA level isa. */
 void og_dequantize_rows_cpu(og_cpu_isa isa, og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n0,
                             int64_t rows, float *dst /* [rows, K] */);
+/* Rows [n0, n0 + rows) of a q8 / q4 weight as their integers q in bf16
+ * (exact: |q| <= 128), ints [rows, K], and their group scales in f32,
+ * scales [rows, K / OG_QUANT_GROUP]: element k of row r is
+ * scales[r, k / OG_QUANT_GROUP] * ints[r, k], as og_dequantize_row. Needs
+ * AVX-512 (og_cpu_isa_active). */
+void og_quant_ints_rows_cpu(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n0, int64_t rows,
+                            og_bf16 *ints, float *scales);
+void og_quant_ints_avx512(const uint8_t *q, og_dtype dt, int64_t K, int64_t rows, og_bf16 *dst /* [rows, K] */);
 /* dequantize: dst = the rows as f32, bit for bit og_dequantize_row (each
  * element f32(scale) * q, exact). */
 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt, int64_t K,

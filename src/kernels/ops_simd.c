@@ -666,6 +666,33 @@ OG_AVX512 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_d
     }
 }
 
+/* 16 small integers held as floats -> their bf16 bits (exact: the low half
+ * of each float is zero). */
+static OG_INLINE OG_AVX512 __m256i int_floats_bf16_512(__m512 v) {
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
+}
+
+OG_AVX512 void og_quant_ints_avx512(const uint8_t *q, og_dtype dt, int64_t K, int64_t rows, og_bf16 *dst) {
+    const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
+    const __m512 lut = q4_lut_512();
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < K / QG; g++) {
+            const uint8_t *p = q + (size_t)r * rb + (size_t)g * gb;
+            __m512 a, b;
+            if (dt == OG_DTYPE_Q8) {
+                a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+                b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+            } else {
+                const __m512i v = q4_bytes_512(p);
+                a = q4_lo_512(v, lut);
+                b = q4_hi_512(v, lut);
+            }
+            og_bf16 *o = dst + r * K + g * QG;
+            _mm256_storeu_si256((__m256i *)o, int_floats_bf16_512(a));
+            _mm256_storeu_si256((__m256i *)(o + 16), int_floats_bf16_512(b));
+        }
+}
+
 OG_AVX512 void og_bf16_to_f32_avx512(const og_bf16 *src, float *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_bf16_512(src + i));
