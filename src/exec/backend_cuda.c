@@ -22,14 +22,14 @@
  * through each row-wise launch at once: products stream the weights once
  * for all rows in a gemv up to gemv_rows (OG_GEMV_CUDA_MAX_T; lower with
  * OG_CUDA_GEMV_ROWS), and above it go to cuBLAS: f32 weights by SGEMM; bf16
- * weights, in the prefill of one session of a bf16 program, by one
+ * weights, in a bf16 program (its prefill and its batched steps), by one
  * tensor-core product of the activations rounded to bf16 (f32 accumulation:
  * the rounding the CPU's prefill of such a program makes, see
- * og_matmul_bf16_cpu), otherwise (batched steps, f32 programs) by two bf16
- * products of the activations split into bf16 hi + lo parts, which keeps
- * them to about 2^-16 relative, close to the CPU's f32 products, so a
- * batch's decode rows keep the precision of decode alone; quantized weights
- * (q8/q4, k-quants: k-quants at every width) as quant_products says.
+ * og_matmul_bf16_cpu, and what transformers computes in bf16), in an f32
+ * program by two bf16 products of the activations split into bf16 hi + lo
+ * parts, which keeps them to about 2^-16 relative, close to the CPU's f32
+ * products; quantized weights (q8/q4, k-quants: k-quants at every width) as
+ * quant_products says.
  * update_and_attend runs per session over its own storage, and so do a
  * hybrid model's state ops (causal_conv1d, gated_delta_net): the one-token
  * sessions of a step in one launch over the step block's tables (KV storage;
@@ -142,11 +142,11 @@ typedef struct cuda_model {
     int32_t max_heads, max_head_dim;
     int64_t max_keys;
     bool attends;       /* the program attends at all (the batched attention's scratch) */
-    /* products of more than gemv_rows rows of bf16 weights (see
-     * the file comment): PRODUCTS_AUTO rounds activations to bf16 in the
-     * one-session steps of a bf16 program; OG_CUDA_PRODUCTS=split or bf16
-     * in the environment forces hi + lo or bf16 for every step (tests,
-     * measurements) */
+    /* products of more than gemv_rows rows (see the file comment):
+     * PRODUCTS_AUTO rounds activations to bf16 in every step of a bf16
+     * program, batched or not, and splits them into hi + lo in an f32
+     * program's; OG_CUDA_PRODUCTS=split or bf16 in the environment forces
+     * hi + lo or bf16 for every step (tests, measurements) */
     enum { PRODUCTS_AUTO, PRODUCTS_SPLIT, PRODUCTS_BF16 } products;
     bool bf16_program; /* activations bf16 (the program's model) */
     /* quantized weights in a step that rounds x to bf16 (bf16_step): as
@@ -794,12 +794,16 @@ static const void *operand_dev(const step_run *x, og_program_operand o, int64_t 
  * measurements). */
 static int64_t gemv_rows(const step_run *x) { return cm_of(x->m)->gemv_max_t; }
 
-/* True when a wide product of this step rounds its bf16 activations to
- * bf16 (one tensor-core product) rather than splitting them (two). */
+/* True when a wide product of this step rounds its activations to bf16
+ * (one tensor-core product) rather than splitting them (two): in a bf16
+ * program, whose activations are bf16 by its model, at every width past
+ * the gemv's rows. A row's logits then depend on the step's width within
+ * the bf16-activation bound of tests/cli_parity.sh (test_exec_cuda checks
+ * batches against it); rows of a step within the gemv keep f32 x. */
 static bool bf16_step(const step_run *x) {
     const cuda_model *cm = cm_of(x->m);
     if (cm->products != PRODUCTS_AUTO) return cm->products == PRODUCTS_BF16;
-    return cm->bf16_program && x->plan->n_seqs == 1;
+    return cm->bf16_program;
 }
 
 /* Quantized weights: q8/q4 in a step wider than the gemv, k-quants at every
@@ -814,8 +818,8 @@ static bool bf16_step(const step_run *x) {
  *    not, so the product keeps the f32-weight path's precision (the exact
  *    weights, f32 x, f32 sums) and agrees with the gemv and the CPU to
  *    summation order; bf16 weights would move each by up to 2^-9.
- *  - wider, in a step that rounds x to bf16 (bf16_step: the prefill of a
- *    bf16 program): each panel dequantized straight to bf16 hi + lo
+ *  - wider, in a step that rounds x to bf16 (bf16_step: a bf16 program's
+ *    steps): each panel dequantized straight to bf16 hi + lo
  *    (og_dequantize_split_cuda: the weights to about 2^-16) and two
  *    tensor-core products of bf16(x), W.hi + W.lo: what the CPU's prefill of
  *    such a program computes (og_matmul_bf16_cpu), at tensor-core speed.
