@@ -336,6 +336,11 @@ static void check_batched_equals_alone(const variant *v, int K, uint64_t seed) {
         CHECK_MSG(m1.steps == m0.steps + 1 && m1.rows == m0.rows + n_rows,
                   "%s K=%d step %d: model metrics steps +%lld rows +%lld, want +1 +%d", v->name, K, step,
                   (long long)(m1.steps - m0.steps), (long long)(m1.rows - m0.rows), n_rows);
+        /* the step's phases: the CPU computes in submit and never waits */
+        CHECK_MSG(m1.prepare_seconds >= m0.prepare_seconds && m1.submit_seconds > m0.submit_seconds &&
+                      m1.wait_seconds == 0 && m1.finish_seconds >= m0.finish_seconds,
+                  "%s K=%d step %d: phases prepare %g submit %g wait %g finish %g", v->name, K, step,
+                  m1.prepare_seconds, m1.submit_seconds, m1.wait_seconds, m1.finish_seconds);
         steps_ok++;
         /* the twins, each alone */
         for (int k = 0; k < n; k++) {

@@ -323,7 +323,8 @@ static void test_big_rows(cudaStream_t stream) {
     }
     og_kv_metrics m;
     CHECK_OK(og_kv_session_metrics(s, &m));
-    CHECK(m.length == 4096 && og_kv_session_layer_rows(s, 0) == 4096 && growths >= 8 && m.growth_count == growths &&
+    CHECK(m.length == 4096 && og_kv_session_layer_rows(s, 0) == 4096 && growths >= 2 && 4096 * P > 2 * g &&
+          m.growth_count == growths &&
           m.rebinds == 0);
 out:
     og_kv_session_destroy(s);

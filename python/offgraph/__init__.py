@@ -109,7 +109,9 @@ class _KvMetrics(Structure):
 
 class _ModelMetrics(Structure):
     _fields_ = [("steps", c_int64), ("rows", c_int64), ("graph_captures", c_int64),
-                ("bucket_captures", c_int64 * 9), ("bucket_replays", c_int64 * 9)]
+                ("bucket_captures", c_int64 * 9), ("bucket_replays", c_int64 * 9),
+                ("prepare_seconds", c_double), ("submit_seconds", c_double), ("wait_seconds", c_double),
+                ("finish_seconds", c_double)]
 
 
 class _BatchItem(Structure):
@@ -842,12 +844,15 @@ class Model(_Handle):
 
     def metrics(self):
         """Figures of the model's batched steps (og_model_metrics) as a dict:
-        steps, rows, graph_captures, and captures and replays per batch
-        bucket (bucket b holds 2^b sessions; CUDA decode graphs)."""
+        steps, rows, graph_captures, captures and replays per batch bucket
+        (bucket b holds 2^b sessions; CUDA decode graphs), and the seconds
+        those steps spent by phase (prepare, submit, wait, finish)."""
         m = _ModelMetrics()
         _check(_L().og_model_metrics_get(self._ptr(), byref(m)), "metrics")
         return {"steps": m.steps, "rows": m.rows, "graph_captures": m.graph_captures,
-                "bucket_captures": list(m.bucket_captures), "bucket_replays": list(m.bucket_replays)}
+                "bucket_captures": list(m.bucket_captures), "bucket_replays": list(m.bucket_replays),
+                "prepare_seconds": m.prepare_seconds, "submit_seconds": m.submit_seconds,
+                "wait_seconds": m.wait_seconds, "finish_seconds": m.finish_seconds}
 
     @property
     def max_context(self):

@@ -387,8 +387,11 @@ for _ in range(K - 1):
     toks[0].append(r[0])
     toks[1].append(r[1])
 check(toks == ref, "batched tokens %s; alone %s" % (toks, ref))
-steps = model.metrics()["steps"]
+mm = model.metrics()
+steps = mm["steps"]
 check(steps >= K, "model metrics count %d steps after %d batched ones" % (steps, K))
+phases = [mm[k] for k in ("prepare_seconds", "submit_seconds", "wait_seconds", "finish_seconds")]
+check(all(p >= 0 for p in phases) and mm["submit_seconds"] > 0, "step phases %s" % phases)
 check(a.length == len(cases[0]["prompt_ids"]) + K - 1 and b.length == len(cases[1]["prompt_ids"]) + K - 1,
       "lengths after the batch: %d, %d" % (a.length, b.length))
 # logits_all and a sampled item
