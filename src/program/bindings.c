@@ -12,18 +12,26 @@ typedef struct binding {
 struct og_program_bindings {
     const og_program *prog;
     binding *slots; /* [n_tensors]; only runtime tensors are ever bound */
+    /* the runtime tensors' indices, in order: a step binds and checks
+     * these alone, not every tensor of the program */
+    int32_t *runtime; /* [n_runtime] */
+    int32_t n_runtime;
     og_errbuf err;
 };
 
 og_status og_program_bindings_create(const og_program *p, og_program_bindings **out) {
     if (!p || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bindings_create: NULL argument");
     og_program_bindings *b = og_calloc(1, sizeof *b);
-    if (b && p->n_tensors > 0 && !(b->slots = og_calloc((size_t)p->n_tensors, sizeof *b->slots))) {
-        og_free(b);
+    if (b && p->n_tensors > 0 &&
+        (!(b->slots = og_calloc((size_t)p->n_tensors, sizeof *b->slots)) ||
+         !(b->runtime = og_calloc((size_t)p->n_tensors, sizeof *b->runtime)))) {
+        og_program_bindings_destroy(b);
         b = NULL;
     }
     if (!b) return og_set_error(OG_ERR_OUT_OF_MEMORY, "program bindings: out of memory");
     b->prog = p;
+    for (int32_t i = 0; i < p->n_tensors; i++)
+        if (p->tensors[i].binding == OG_BINDING_RUNTIME) b->runtime[b->n_runtime++] = i;
     *out = b;
     return OG_OK;
 }
@@ -31,11 +39,13 @@ og_status og_program_bindings_create(const og_program *p, og_program_bindings **
 void og_program_bindings_destroy(og_program_bindings *b) {
     if (!b) return;
     og_free(b->slots);
+    og_free(b->runtime);
     og_free(b);
 }
 
 void og_program_bindings_clear(og_program_bindings *b) {
-    if (b && b->slots) memset(b->slots, 0, (size_t)b->prog->n_tensors * sizeof *b->slots);
+    if (!b || !b->slots) return;
+    for (int32_t j = 0; j < b->n_runtime; j++) b->slots[b->runtime[j]] = (binding){0};
 }
 
 og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
@@ -75,9 +85,9 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
                                  "kv.states[%d] (layer_id %d)",
                                  (int)i, (int)v.layer_id, v.name, (int)i, (int)want->layer_id);
     }
-    for (int32_t i = 0; i < p->n_tensors; i++) {
+    for (int32_t j = 0; j < b->n_runtime; j++) {
+        const int32_t i = b->runtime[j];
         const og_program_tensor *t = &p->tensors[i];
-        if (t->binding != OG_BINDING_RUNTIME) continue;
         if (t->state_index >= 0) {
             og_kv_state_view v;
             og_kv_session_state_view(s, t->state_index, &v);
@@ -95,9 +105,10 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
 og_status og_program_bindings_check(og_program_bindings *b) {
     if (!b) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bindings_check: NULL table");
     const og_program *p = b->prog;
-    for (int32_t i = 0; i < p->n_tensors; i++) {
+    for (int32_t j = 0; j < b->n_runtime; j++) {
+        const int32_t i = b->runtime[j];
         const og_program_tensor *t = &p->tensors[i];
-        if (t->binding == OG_BINDING_RUNTIME && !b->slots[i].data)
+        if (!b->slots[i].data)
             return og_errbuf_set(&b->err, OG_ERR_UNBOUND,
                                  "program bindings: runtime tensor \"%s\" (layer %d %s) is unbound", t->name,
                                  t->layer_id, t->state_index >= 0 ? "state" : t->part == OG_KV_PART_K ? "k" : "v");
