@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Aggregate decode of many sessions in one batched step, side by side with
 # transformers batched generate (static cache, greedy), in one run, from a
-# folder made by tests/gpu/pack.sh; bench/gpu/run.sh calls it last. Qwen3-0.6B
-# shape, random bf16 weights, random prompts of CTX tokens per session, GEN
+# folder made by tests/gpu/pack.sh; bench/gpu/run.sh calls it last. A Qwen3
+# shape (SHAPE), random bf16 weights, random prompts of CTX tokens per session, GEN
 # timed decode tokens. JSON lines go to $RESULTS_DIR/batch.jsonl (default
 # <build-dir>/results); a table comes last, and the check that every batch
 # bucket offgraph used captured its graph once (no re-capture).
 #   bench/gpu/batch.sh <build-dir>
 # Environment: KS (batch sizes, default "1 8 64 256"), CTX (512), GEN (128),
-# PEER_COMPILE (off: transformers without its automatic torch.compile),
-# OG_TIMEOUT (seconds one offgraph bench may take, default 300),
-# WORK (a folder holding qwen3/ and qwen3.ogp to reuse; default: made here).
+# SHAPE (0.6b, or 8b: peer.py make-qwen3's shapes), WEIGHTS (bf16, or q8 / q4:
+# offgraph's program quantized by export --weights; transformers keeps bf16),
+# PEER_RUN (off: offgraph alone), PEER_COMPILE (off: transformers without its
+# automatic torch.compile), OG_TIMEOUT (seconds one offgraph bench may take,
+# default 300), WORK (a folder holding qwen3/ and qwen3.ogp to reuse; default:
+# made here).
 set -u
 B=$(cd "${1:?usage: bench/gpu/batch.sh <build-dir>}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,9 +34,14 @@ if [ -z "${WORK:-}" ]; then
     WORK=$(mktemp -d)
     OWN=1
 fi
+SHAPE=${SHAPE:-0.6b}
+WEIGHTS=${WEIGHTS:-bf16}
 if [ ! -f "$WORK/qwen3.ogp" ]; then
-    $PEER make-qwen3 "$WORK/qwen3" >>"$LOG" 2>&1
-    "$B/offgraph" export "$WORK/qwen3" -o "$WORK/qwen3.ogp" --max-context 8192 >>"$LOG" 2>&1 || echo "export failed (see $LOG)"
+    $PEER make-qwen3 "$WORK/qwen3" "$SHAPE" >>"$LOG" 2>&1
+    wargs=()
+    [ "$WEIGHTS" != bf16 ] && wargs=(--weights "$WEIGHTS")
+    "$B/offgraph" export "$WORK/qwen3" -o "$WORK/qwen3.ogp" --max-context 8192 "${wargs[@]}" >>"$LOG" 2>&1 ||
+        echo "export failed (see $LOG)"
 fi
 for k in $KS; do
     echo "== offgraph bench --sessions $k --prompt $CTX --gen $GEN" >>"$LOG"
@@ -42,15 +50,15 @@ for k in $KS; do
     [ -n "$out" ] && echo "$out" | sed "s/^{/{\"bench\":\"batch_decode\",\"impl\":\"offgraph\",\"context\":$CTX,/" >>"$J"
 done
 # shellcheck disable=SC2086
-$PEER batch "$WORK/qwen3" "$CTX" "$GEN" $KS 2>>"$LOG" | tee -a "$LOG" | grep '^{' >>"$J"
+[ "${PEER_RUN:-on}" != off ] && $PEER batch "$WORK/qwen3" "$CTX" "$GEN" $KS 2>>"$LOG" | tee -a "$LOG" | grep '^{' >>"$J"
 [ -n "$OWN" ] && rm -rf "$WORK"
 
-python3 - "$J" "$KS" <<'PY'
+python3 - "$J" "$KS" "$SHAPE" "$WEIGHTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 og = {r["sessions"]: r for r in rows if r.get("impl") == "offgraph"}
 tf = {r["sessions"]: r for r in rows if r.get("impl", "").startswith("transformers")}
-print("---- aggregate decode, Qwen3-0.6B shape (random bf16 weights), batched step")
+print(f"---- aggregate decode, Qwen3-{sys.argv[3].upper()} shape (random weights, offgraph {sys.argv[4]}), batched step")
 print(f"{'K':>4} {'offgraph tok/s':>14} {'per session':>11} {'transformers':>12} {'ratio':>6}  graph captures by bucket")
 bad = []
 for k in map(int, sys.argv[2].split()):
