@@ -65,7 +65,7 @@ for k in map(int, sys.argv[2].split()):
     o, t = og.get(k), tf.get(k)
     a = f"{o['decode_tokens_per_s']:.0f}" if o else "failed"
     s = f"{o['decode_tokens_per_s_per_session']:.1f}" if o else ""
-    p = f"{t['decode_tokens_per_s']:.0f}" if t else "failed"
+    p = f"{t['decode_tokens_per_s']:.0f}" if t else ("failed" if tf else "not run")
     ratio = f"{o['decode_tokens_per_s'] / t['decode_tokens_per_s']:.2f}" if o and t else ""
     caps = ""
     if o:

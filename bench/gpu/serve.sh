@@ -8,8 +8,10 @@
 # batching with prompts joining all the time.
 #   bench/gpu/serve.sh <build-dir>
 # Environment: LEVELS (default "1 16 64"), MAXTOK (output tokens a request,
-# default 256), BENCH_SECONDS (per level, default 20), WORK (a folder holding
-# qwen3/ and qwen3-serve.ogp to reuse; default: made here).
+# default 256), BENCH_SECONDS (per level, default 20), MAX_SESSIONS (the
+# server's --max-sessions, default 256: the widest level generates at once),
+# WORK (a folder holding qwen3/ and qwen3-serve.ogp to reuse; default: made
+# here).
 set -u
 B=$(cd "${1:?usage: bench/gpu/serve.sh <build-dir>}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +28,7 @@ if [ ! -f "$WORK/qwen3-serve.ogp" ]; then
     "$B/offgraph" export "$WORK/qwen3" -o "$WORK/qwen3-serve.ogp" --max-context 8192 >&2 || exit 1
 fi
 MAXTOK=${MAXTOK:-256} LEVELS=${LEVELS:-"1 16 64"} BENCH_SECONDS=${BENCH_SECONDS:-20} \
-    bash "$SRC/bench/serve.sh" "$B" -- -m "$WORK/qwen3-serve.ogp" --backend cuda
+    bash "$SRC/bench/serve.sh" "$B" -- -m "$WORK/qwen3-serve.ogp" --backend cuda --max-sessions "${MAX_SESSIONS:-256}"
 rc=$?
 [ -n "$OWN" ] && rm -rf "$WORK"
 exit $rc
