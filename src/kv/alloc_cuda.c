@@ -446,8 +446,6 @@ static bool vmm_load_driver(vmm_driver *d) {
     return true;
 }
 
-/* Sets up c for the current device; OG_ERR_UNSUPPORTED when the driver or
- * the device cannot manage virtual memory. */
 /* The device's recommended granules one growth maps (the allocator's
  * granularity is that many of them): a growth's three driver calls cost
  * about the same whatever their size, and a batched step of 256 sessions
@@ -463,6 +461,8 @@ static int growth_granules(void) {
     return n >= 1 && n <= 64 ? n : KV_GROWTH_GRANULES;
 }
 
+/* Sets up c for the current device; OG_ERR_UNSUPPORTED when the driver or
+ * the device cannot manage virtual memory. */
 static og_status vmm_init(vmm_ctx *c, void *stream) {
     c->stream = (cudaStream_t)stream;
     cudaError_t e = cudaGetDevice(&c->device);

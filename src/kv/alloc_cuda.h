@@ -19,8 +19,9 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out);
  * CUDA virtual memory management: reserve takes address space for the
  * largest size once, resize maps or unmaps device memory at its end, so a
  * flat layer's storage never moves (see og_kv_allocator in offgraph.h).
- * Memory is backed in multiples of the device's allocation granularity,
- * which the allocator's `granularity` member reports.
+ * Memory is backed in multiples of four of the device's recommended
+ * allocation granules (OG_CUDA_KV_GRANULES changes how many), which the
+ * allocator's `granularity` member reports.
  * Freeing or shrinking a reservation first waits for `stream`. Calls make the
  * device that was current at creation current on the calling thread.
  * When the driver or the device has no virtual memory management, *out is
