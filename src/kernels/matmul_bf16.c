@@ -53,6 +53,21 @@ typedef struct {
     float *out;          /* [T, N]             */
 } bf16_job;
 
+/* The bias of out features [n0, n0 + nn) into b (zeros without one). */
+static void load_bias(const bf16_job *j, int64_t n0, int64_t nn, float *b) {
+    for (int64_t i = 0; i < nn; i++) b[i] = j->bias ? og_load_f32(j->bias, og_bias_dtype(j->dt), (size_t)(n0 + i)) : 0.0f;
+}
+
+/* Tokens [t0, t0 + TT) of out features [n0, n0 + nn) from tile [rows][TT]
+ * (row i: feature n0 + i) plus the bias b: nn adjacent floats a token. */
+static void store_tile(const bf16_job *j, int64_t t0, int64_t n0, int64_t nn, const float *tile, const float *b) {
+    const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
+    for (int64_t t = 0; t < tt; t++) {
+        float *o = j->out + (t0 + t) * j->N + n0;
+        for (int64_t i = 0; i < nn; i++) o[i] = tile[i * TT + t] + b[i];
+    }
+}
+
 /* Token tile b of x rounded to bf16 and scattered into its pair lanes;
  * lanes past T are zero. */
 static void pack_task(void *ctx, int64_t b, int thread) {
@@ -201,16 +216,12 @@ static void group_rows(const bf16_job *j, int64_t n0, int64_t nn, og_bf16 *scrat
         q[i] = ints + r * K;
         sc[i] = scales + r * G;
     }
-    float b[GT] = {0};
-    for (int64_t i = 0; j->bias && i < nn; i++) b[i] = og_load_f32(j->bias, og_bias_dtype(j->dt), (size_t)(n0 + i));
+    float b[GT];
+    load_bias(j, n0, nn, b);
     float tile[GT][TT];
     for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
         group_kernel(j->xp + t0 * j->P, q, sc, K, tile);
-        const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
-        for (int64_t t = 0; t < tt; t++) {
-            float *o = j->out + (t0 + t) * j->N + n0;
-            for (int64_t i = 0; i < nn; i++) o[i] = tile[i][t] + b[i];
-        }
+        store_tile(j, t0, n0, nn, &tile[0][0], b);
     }
 }
 
@@ -247,15 +258,11 @@ static void tiles_task(void *ctx, int64_t task, int thread) {
         for (int64_t i = 0; i < NT; i++)
             w[i] = quant ? (const og_bf16 *)(pairs + (size_t)(i < nn ? i : nn - 1) * (size_t)j->K)
                          : (const og_bf16 *)j->w + (size_t)(n0 + (i < nn ? i : nn - 1)) * (size_t)j->K;
-        float b[NT] = {0}; /* [nn] */
-        for (int64_t i = 0; j->bias && i < nn; i++) b[i] = og_load_f32(j->bias, og_bias_dtype(j->dt), (size_t)(n0 + i));
+        float b[NT];
+        load_bias(j, n0, nn, b);
         for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
             tile_kernel(j->xp + t0 * j->P, w, kk, tile);
-            const int64_t tt = j->T - t0 < TT ? j->T - t0 : TT;
-            for (int64_t t = 0; t < tt; t++) { /* nn adjacent floats per token */
-                float *o = j->out + (t0 + t) * j->N + n0;
-                for (int64_t i = 0; i < nn; i++) o[i] = tile[i][t] + b[i];
-            }
+            store_tile(j, t0, n0, nn, &tile[0][0], b);
         }
     }
 }

@@ -632,6 +632,19 @@ OG_AVX512 void og_matmul_rows_q_avx512(const float *x, const uint8_t *q, const o
     }
 }
 
+/* The 32 integers q of one q8 / q4 group at p as floats (exact): elements
+ * 0..15 in *a, 16..31 in *b. */
+static OG_INLINE OG_AVX512 void group_ints_512(const uint8_t *p, og_dtype dt, __m512 lut, __m512 *a, __m512 *b) {
+    if (dt == OG_DTYPE_Q8) {
+        *a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+        *b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+    } else {
+        const __m512i v = q4_bytes_512(p);
+        *a = q4_lo_512(v, lut);
+        *b = q4_hi_512(v, lut);
+    }
+}
+
 OG_AVX512 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_dtype dt,
                                          int64_t K, int64_t rows, float *dst) {
     const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
@@ -646,18 +659,8 @@ OG_AVX512 void og_dequantize_rows_avx512(const uint8_t *q, const og_f16 *s, og_d
             scales_512(s + r * G + g0, ng, sc);
             for (int64_t g = g0; g < g0 + ng; g++) {
                 const __m512 sv = _mm512_set1_ps(sc[g - g0]);
-                const uint8_t *p = qr + (size_t)g * gb;
                 __m512 a, b;
-                if (dt == OG_DTYPE_Q8) {
-                    a = _mm512_cvtepi32_ps(
-                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-                    b = _mm512_cvtepi32_ps(
-                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
-                } else {
-                    const __m512i v = q4_bytes_512(p);
-                    a = q4_lo_512(v, lut);
-                    b = q4_hi_512(v, lut);
-                }
+                group_ints_512(qr + (size_t)g * gb, dt, lut, &a, &b);
                 /* scale * q as og_dequantize_row: exact */
                 _mm512_storeu_ps(o + g * QG, _mm512_mul_ps(sv, a));
                 _mm512_storeu_ps(o + g * QG + 16, _mm512_mul_ps(sv, b));
@@ -677,16 +680,8 @@ OG_AVX512 void og_quant_ints_avx512(const uint8_t *q, og_dtype dt, int64_t K, in
     const __m512 lut = q4_lut_512();
     for (int64_t r = 0; r < rows; r++)
         for (int64_t g = 0; g < K / QG; g++) {
-            const uint8_t *p = q + (size_t)r * rb + (size_t)g * gb;
             __m512 a, b;
-            if (dt == OG_DTYPE_Q8) {
-                a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-                b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
-            } else {
-                const __m512i v = q4_bytes_512(p);
-                a = q4_lo_512(v, lut);
-                b = q4_hi_512(v, lut);
-            }
+            group_ints_512(q + (size_t)r * rb + (size_t)g * gb, dt, lut, &a, &b);
             og_bf16 *o = dst + r * K + g * QG;
             _mm256_storeu_si256((__m256i *)o, int_floats_bf16_512(a));
             _mm256_storeu_si256((__m256i *)(o + 16), int_floats_bf16_512(b));
