@@ -608,6 +608,11 @@ OG_API const char *og_model_tokenizer_config(const og_model *m);
 OG_API const char *og_model_no_tokenizer_reason(const og_model *m);
 /* The back end the model runs on (never OG_BACKEND_AUTO). */
 OG_API og_backend og_model_backend(const og_model *m);
+/* The back end og_model_load picks for params (NULL: the defaults), never
+ * OG_BACKEND_AUTO: the one asked for; for AUTO, CUDA when devices are named
+ * or this build has CUDA and a GPU is present, else CPU. Whether a model
+ * then loads there is og_model_load's to say. */
+OG_API og_backend og_model_params_backend(const og_model_params *params);
 
 /* ------------------------------------------------------------ sampling */
 

@@ -64,7 +64,10 @@ expect_error() {
 }
 
 # ------------------------------------------------------------ server A: defaults, the demo model
-start_server a --max-body 65536 || exit 1
+start_server a --max-body 65536 --backend cpu || exit 1
+# the CPU back end's default admission: 64 requests at once, 256 waiting
+grep -q "listening on http://127.0.0.1:$PORT (64 requests at once, 256 may wait)" "$WORK/a.log" ||
+    fail "default --max-sessions on the CPU: $(grep listening "$WORK/a.log")"
 
 # with no --host it listens on loopback only: 127.0.0.1:PORT, not every address (IPv4 or IPv6)
 hexport=$(printf '%04X' "$PORT")

@@ -27,7 +27,9 @@ static void usage(FILE *f) {
             "                           name, without .ogp or .gguf; -m defaults to the demo model)\n"
             "  --host <addr>            address to listen on (default 127.0.0.1)\n"
             "  --port <N>               port (default 8080; 0 picks a free one, printed at start)\n"
-            "  --max-sessions <N>       requests generating at once (default 64)\n"
+            "  --max-sessions <N>       requests generating at once (default 256 on a GPU, where one\n"
+            "                           batched step of 256 costs little more than one of 64; 64 on\n"
+            "                           the CPU)\n"
             "  --kv-budget <BYTES>      KV bytes all sessions together may hold, e.g. 512M or 2G\n"
             "                           (default 0: no bound); a request that does not fit waits\n"
             "  --prefix-cache-bytes <BYTES>  KV bytes of finished requests kept so that a prompt\n"
@@ -43,11 +45,12 @@ static void usage(FILE *f) {
             "  --shutdown-grace <S>     seconds running requests get at shutdown (default 5)\n"
             "  --max-connections-per-ip <N>  open connections from one client address; past it\n"
             "                           a new one is closed at once (default: max-sessions +\n"
-            "                           max-queue + 64 = 384: every request the server admits,\n"
-            "                           and 64 more to be answered 429; 0: no bound, e.g.\n"
+            "                           max-queue + 64, 384 with 64 sessions: every request the\n"
+            "                           server admits, and 64 more to be answered 429; 0: no bound, e.g.\n"
             "                           behind a proxy, whose address every client has)\n"
             "  --max-connections <N>    open connections in all; past it a new one is closed at\n"
-            "                           once (default: 2 x (max-sessions + max-queue) + 192 = 832:\n"
+            "                           once (default: 2 x (max-sessions + max-queue) + 192, 832\n"
+            "                           with 64 sessions:\n"
             "                           every admitted request, one address at its bound, and\n"
             "                           128 to spare)\n"
             "  --header-timeout <S>     a request's headers must be in S seconds after the\n"
@@ -222,12 +225,12 @@ int og_cmd_serve(int argc, char **argv) {
     p.model_path = resolved;
     p.context = mo.ctx;
     if (mo.batch) p.step_rows = (int32_t)mo.batch;
-    og_serve_resolve_params(&p);
-    raise_file_limit(p.max_connections);
     p.model.backend = mo.backend;
     p.model.n_threads = mo.threads;
     p.model.tensor_parallel = mo.tensor_parallel > 0 ? mo.tensor_parallel : 1;
     og_cli_devices(&mo, &p.model);
+    og_serve_resolve_params(&p);
+    raise_file_limit(p.max_connections);
     p.session = mo.session;
 
     /* SIGINT/SIGTERM are taken by sigwait below: blocked in every thread
@@ -247,8 +250,9 @@ int og_cmd_serve(int argc, char **argv) {
         return 1;
     }
     const char *host = p.host ? p.host : "127.0.0.1";
-    fprintf(stderr, "offgraph serve: model %s (%s), listening on http://%s%s%s:%d\n", og_server_model_id(srv),
-            p.model_path, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", (int)og_server_port(srv));
+    fprintf(stderr, "offgraph serve: model %s (%s), listening on http://%s%s%s:%d (%d requests at once, %d may wait)\n",
+            og_server_model_id(srv), p.model_path, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+            (int)og_server_port(srv), (int)p.max_sessions, (int)p.max_queue);
     fflush(stderr);
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -109,17 +109,24 @@ static og_status check_devices(const og_model_params *p) {
     return OG_OK;
 }
 
+og_backend og_model_params_backend(const og_model_params *params) {
+    const og_model_params p = params ? *params : og_model_default_params();
+    if (p.backend == OG_BACKEND_CUDA) return OG_BACKEND_CUDA;
+    if (p.backend != OG_BACKEND_AUTO) return OG_BACKEND_CPU;
+    if (p.n_devices > 0) return OG_BACKEND_CUDA; /* devices name GPUs */
+#ifdef OG_HAVE_CUDA
+    if (og_cuda_device_present()) return OG_BACKEND_CUDA;
+#endif
+    return OG_BACKEND_CPU;
+}
+
 og_status og_model_load(const char *path, const og_model_params *params, og_model **out) {
     if (!path || !out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_model_load: NULL argument");
     *out = NULL;
     og_model_params p = params ? *params : og_model_default_params();
     OG_TRY(check_devices(&p));
-    /* devices name GPUs: an auto back end given them is cuda */
-    const og_backend asked = p.backend == OG_BACKEND_AUTO && p.n_devices > 0 ? OG_BACKEND_CUDA : p.backend;
-    og_backend backend = asked == OG_BACKEND_CUDA ? OG_BACKEND_CUDA : OG_BACKEND_CPU;
-#ifdef OG_HAVE_CUDA
-    if (asked == OG_BACKEND_AUTO && og_cuda_device_present()) backend = OG_BACKEND_CUDA;
-#else
+    const og_backend backend = og_model_params_backend(&p);
+#ifndef OG_HAVE_CUDA
     if (backend == OG_BACKEND_CUDA)
         return og_set_error(OG_ERR_UNSUPPORTED, "og_model_load: this build has no CUDA back end; "
                                                 "use the cpu back end%s",

@@ -29,7 +29,9 @@ typedef struct og_serve_params {
                                    none (og_engine_params.seed); 0: the clock */
     const char *host;           /* address to listen on (default 127.0.0.1) */
     int32_t port;               /* 0 picks a free port (og_server_port)     */
-    int32_t max_sessions;       /* requests generating at once (default 64) */
+    int32_t max_sessions;       /* requests generating at once; 0 (default):
+                                   OG_SERVE_SESSIONS_CUDA on the CUDA back
+                                   end, OG_SERVE_SESSIONS_CPU on the CPU   */
     int64_t kv_budget;          /* KV bytes all sessions may hold; 0: no bound */
     int64_t prefix_cache_bytes; /* KV bytes of finished requests' sessions kept
                                    for prefix reuse (default 1 GiB; 0: none);
@@ -66,11 +68,16 @@ typedef struct og_serve_params {
                                    test can keep requests running (0)       */
 } og_serve_params;
 
+/* The default max_sessions of each back end. */
+#define OG_SERVE_SESSIONS_CUDA 256
+#define OG_SERVE_SESSIONS_CPU 64
+
 og_serve_params og_serve_default_params(void);
-/* Replaces the -1 ("default") connection limits of p by the values they
- * stand for, from its max_sessions and max_queue. og_server_start does it on
- * its copy; a caller that sizes something by them (the open-file limit)
- * calls it first. */
+/* Replaces the defaults of p by the values they stand for: max_sessions 0
+ * by the back end p->model picks (og_model_params_backend), then the -1
+ * connection limits from max_sessions and max_queue. og_server_start does it
+ * on its copy; a caller that sizes something by them (the open-file limit)
+ * calls it first, after setting p->model. */
 void og_serve_resolve_params(og_serve_params *p);
 
 typedef struct og_server og_server;
