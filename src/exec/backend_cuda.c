@@ -85,6 +85,7 @@
 #include "kernels/cuda/sample_cuda.h"
 #include "kv/alloc_cuda.h"
 #include "exec/nccl_cuda.h"
+#include "exec/profile_cuda.h"
 #include "exec/sample.h"
 #include "exec/shard.h"
 
@@ -156,6 +157,7 @@ typedef struct cuda_model {
     enum { QUANT_SPLIT, QUANT_F32, QUANT_HI } quant_products;
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
+    og_cuda_profile *profile; /* OG_CUDA_PROFILE: device time by launch step (steps run without graphs) */
 } cuda_model;
 
 typedef struct cuda_session {
@@ -314,6 +316,7 @@ static void cuda_model_free(og_model *m) {
     cudaFree(cm->inv_freq);
     if (cm->store) cudaStreamDestroy(cm->store);
     og_nccl_close(cm->nccl);
+    og_cuda_profile_close(cm->profile);
     og_free(cm->all_reduce);
     og_free(cm->weights);
     og_free(cm->slot_of);
@@ -395,6 +398,7 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
     const char *nccl_env = getenv("OG_CUDA_NCCL");
     if (nccl_env && !strcmp(nccl_env, "1")) OG_TRY(nccl_path(m, cm));
+    OG_TRY(og_cuda_profile_open(getenv("OG_CUDA_PROFILE"), &cm->profile));
     const int32_t n_tensors = og_program_n_tensors(m->prog);
     cm->weights = og_calloc((size_t)n_tensors, sizeof *cm->weights);
     if (!cm->weights) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
@@ -1253,6 +1257,46 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
     return run_each(x, mi, n, failed);
 }
 
+/* Charges the device work enqueued since the last mark to label, under
+ * OG_CUDA_PROFILE (profile_cuda.h). */
+static og_status profile_mark(const step_run *x, const char *label, uint64_t bytes) {
+    og_cuda_profile *pr = cm_of(x->m)->profile;
+    return pr ? og_cuda_profile_mark(pr, x->c->stream, label, bytes) : OG_OK;
+}
+
+/* The profile's label of launch step sp in buf (its ops, with each
+ * product's K -> N and the weights' dtype); returns the weight bytes its
+ * products read. */
+static uint64_t step_label(const og_model *m, const og_fuse_step *sp, char *buf, size_t n) {
+    uint64_t bytes = 0;
+    size_t len = 0;
+    const char *dtype = NULL;
+    bool product = false;
+    buf[0] = 0;
+    for (int32_t k = 0; k < sp->n && len < n; k++) {
+        const og_program_instr *in = og_program_instr_at(m->prog, sp->instr[k]);
+        const og_program_tensor *w = in->op == OG_OP_MATMUL && in->in[1].kind == OG_VALUE_TENSOR
+                                         ? og_program_tensor_at(m->prog, in->in[1].index)
+                                         : NULL;
+        const char *sep = k ? "+" : "";
+        if (w && product) {
+            len += (size_t)snprintf(buf + len, n - len, "+%lld", (long long)in->out_width);
+        } else if (w) {
+            len += (size_t)snprintf(buf + len, n - len, "%smatmul %lld->%lld", sep, (long long)w->shape[1],
+                                    (long long)in->out_width);
+        } else {
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, og_op_get(in->op)->name);
+        }
+        if (w) {
+            product = true;
+            bytes += w->nbytes;
+            dtype = og_dtype_name(w->dtype);
+        }
+    }
+    if (dtype && len < n) snprintf(buf + len, n - len, " %s", dtype);
+    return bytes;
+}
+
 /* Moves the tail's rows of every value the tail reads to the front (rows
  * only move down, in increasing order, on one stream: safe in place). */
 static og_status compact_for_tail(const step_run *x) {
@@ -1285,6 +1329,46 @@ static og_status compact_for_tail(const step_run *x) {
  * holds session q's output: a graph's tail runs on all B rows. */
 static int32_t out_row(const step_run *x, const og_step_seq *q) { return x->B > 0 ? q->row0 : q->tail_row0; }
 
+/* Enqueues every launch step in order (the tail on out_rows rows), with
+ * x->hi set. */
+static og_status launch_steps(step_run *x, int64_t out_rows, int32_t *failed) {
+    og_model *m = x->m;
+    const og_step_plan *p = x->plan;
+    for (int32_t k = 0; k < m->n_steps; k++) {
+        const og_fuse_step *sp = &m->steps[k];
+        const bool tail = og_exec_in_tail(m, sp->instr[0]);
+        /* the previous step's bf16 copy serves this step's products, unless a prologue runs first */
+        x->hi->of = sp->n_pre ? NULL : x->hi->next;
+        x->hi->next = NULL;
+        if (tail && out_rows == 0) continue; /* no output is asked for */
+        if (tail && !x->tail) {
+            if (x->B == 0 && !p->tail_is_all) OG_TRY(compact_for_tail(x));
+            OG_TRY(profile_mark(x, "tail rows", 0));
+            x->hi->of = NULL; /* rows moved */
+            x->tail = true;
+            x->rows = out_rows;
+        }
+        OG_TRY(run_fused(x, sp, failed));
+        *failed = -1;
+        if (cm_of(m)->profile) {
+            char label[128];
+            const uint64_t bytes = step_label(m, sp, label, sizeof label);
+            OG_TRY(profile_mark(x, label, bytes));
+        }
+        for (int32_t j = 0; cm_of(m)->nccl && j < sp->n; j++) { /* the all-reduces after row-parallel products */
+            const int32_t i = sp->instr[j], slot = cm_of(m)->slot_of[i];
+            if (!cm_of(m)->all_reduce[i]) continue;
+            *failed = i;
+            if (slot < 0) return og_set_error(OG_ERR_UNSUPPORTED, "a reduced output its fused step does not write");
+            OG_TRY(og_nccl_all_reduce_sum(cm_of(m)->nccl, 0, x->rs->slots[slot],
+                                          (size_t)(x->rows * og_program_instr_at(m->prog, i)->out_width), x->c->stream));
+            *failed = -1;
+            OG_TRY(profile_mark(x, "all_reduce", 0));
+        }
+    }
+    return OG_OK;
+}
+
 /* Enqueues the step's device work: every launch step (the tail on its rows;
  * a graph's tail on all B rows), then the sampler over the tail rows. The
  * block upload and the copies back are not part of it, so that a graph
@@ -1294,44 +1378,26 @@ static og_status enqueue_compute(step_run *x, int32_t *failed) {
     const og_step_plan *p = x->plan;
     *failed = -1;
     const int64_t out_rows = x->B > 0 ? x->B : p->n_tail_rows;
+    OG_TRY(profile_mark(x, "step block upload", 0));
     hi_copy hi = {NULL, NULL};
     x->hi = &hi;
-    for (int32_t k = 0; k < m->n_steps; k++) {
-        const og_fuse_step *sp = &m->steps[k];
-        const bool tail = og_exec_in_tail(m, sp->instr[0]);
-        /* the previous step's bf16 copy serves this step's products, unless a prologue runs first */
-        hi.of = sp->n_pre ? NULL : hi.next;
-        hi.next = NULL;
-        if (tail && out_rows == 0) continue; /* no output is asked for */
-        if (tail && !x->tail) {
-            if (x->B == 0 && !p->tail_is_all) OG_TRY(compact_for_tail(x));
-            hi.of = NULL; /* rows moved */
-            x->tail = true;
-            x->rows = out_rows;
-        }
-        OG_TRY(run_fused(x, sp, failed));
-        *failed = -1;
-        for (int32_t j = 0; cm_of(m)->nccl && j < sp->n; j++) { /* the all-reduces after row-parallel products */
-            const int32_t i = sp->instr[j], slot = cm_of(m)->slot_of[i];
-            if (!cm_of(m)->all_reduce[i]) continue;
-            *failed = i;
-            if (slot < 0) return og_set_error(OG_ERR_UNSUPPORTED, "a reduced output its fused step does not write");
-            OG_TRY(og_nccl_all_reduce_sum(cm_of(m)->nccl, 0, x->rs->slots[slot],
-                                          (size_t)(x->rows * og_program_instr_at(m->prog, i)->out_width), x->c->stream));
-            *failed = -1;
-        }
-    }
+    const og_status st = launch_steps(x, out_rows, failed);
     x->hi = NULL;
+    OG_TRY(st);
     /* the masks first: the sampler, the logits copied back and the rows
      * sampled on the host see only the allowed tokens */
-    if (x->B > 0 || x->c->n_masks > 0)
+    if (x->B > 0 || x->c->n_masks > 0) {
         OG_TRY(og_mask_logits_cuda(x->c->stream, x->rs->logits, m->vocab, (int32_t)out_rows,
                                    (const int32_t *)(const void *)(x->rs->block_dev + x->rs->layout.mask_of),
                                    x->rs->masks_dev));
-    if (x->B > 0 || x->c->device_tokens)
+        OG_TRY(profile_mark(x, "mask", 0));
+    }
+    if (x->B > 0 || x->c->device_tokens) {
         OG_TRY(og_sample_batch_cuda(x->c->stream, x->rs->logits, m->vocab, (int32_t)out_rows,
                                     (const og_sample_cuda_row *)(const void *)(x->rs->block_dev + x->rs->layout.samplers),
                                     x->rs->next_dev));
+        OG_TRY(profile_mark(x, "sample", 0));
+    }
     return OG_OK;
 }
 
@@ -1488,7 +1554,7 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
 /* The bucket of a decode step of n sessions (2^b >= n), or -1 when the step
  * does not replay a graph. */
 static int32_t graph_bucket(const og_model *m, const og_step_ctx *c, const og_step_plan *p) {
-    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
+    if (!m->cuda_graphs || cm_of(m)->profile || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
     for (int32_t i = 0; i < p->n_seqs; i++)
         if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype) return -1;
     int32_t b = 0;
@@ -1596,7 +1662,7 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
         CUDA_TRY(cudaMemcpyAsync(r->next_host, r->next_dev, (size_t)out_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                  c->stream),
                  "token copy back");
-    return OG_OK;
+    return profile_mark(x, "copies back", 0);
 }
 
 static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
@@ -1616,11 +1682,14 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
     CUDA_TRY(cudaStreamSynchronize(cm_of(m)->store), "KV storage copies");
     *p->wait_seconds += og_time_now() - t_wait;
     int32_t failed = -1;
-    og_status st = enqueue(&x, bucket, n_host, &failed);
+    og_cuda_profile *pr = cm_of(m)->profile;
+    og_status st = pr ? og_cuda_profile_begin(pr, c->stream, p->n_seqs, p->n_rows) : OG_OK;
+    if (st == OG_OK) st = enqueue(&x, bucket, n_host, &failed);
     t_wait = og_time_now();
     cudaError_t e = cudaStreamSynchronize(c->stream);
     *p->wait_seconds += og_time_now() - t_wait;
     if (st == OG_OK && e != cudaSuccess) st = cuda_fail(e, "step");
+    if (pr) og_cuda_profile_end(pr, st == OG_OK);
     if (st != OG_OK) {
         if (failed >= 0) {
             const og_program_instr *in = og_program_instr_at(m->prog, failed);
