@@ -4,15 +4,15 @@
 # 0.6b, 8b or 32b as peer.py make-qwen3 makes them) at each batch size of KS,
 # under OG_CUDA_PROFILE (src/exec/profile_cuda.h): the device time of every
 # launch step summed per label (a product's K -> N and weight dtype, or its
-# ops), with the GB/s of each product's weights, one table per step shape.
+# ops), with the GB/s of each product's weights, one table per step shape;
+# decode steps replay their graphs, with the events inside them.
 #   bench/gpu/profile.sh <build-dir> [context, default 128] [shape, default 0.6b]
 # Environment: KS (sessions, default "1"), GEN (decode tokens, default 32),
 # WEIGHTS (bf16, q8 or q4: export --weights), PROFILE_WORK (a folder holding
 # qwen3/ and qwen3.ogp of that shape to reuse), NCU=1 (also the per-kernel
 # summary of Nsight Compute, ncu, for one session: $RESULTS_DIR/profile-ncu.txt).
-# The profile's steps run without graphs: compare its device time a step with
-# the step time `offgraph bench` reports with graphs (printed first) to see
-# what launches and the host add.
+# The bench runs twice, without and with the profile (printed first: the
+# step's phases); the difference is what the events cost.
 set -u
 B=$(cd "${1:?usage: bench/gpu/profile.sh <build-dir> [context] [shape]}" && pwd)
 CTX=${2:-128}
@@ -38,12 +38,12 @@ fi
 for k in $KS; do
     out=$RES/profile-$SHAPE-$WEIGHTS-ctx$CTX-k$k.txt
     : >"$out"
-    echo "== $SHAPE $WEIGHTS, context $CTX, $k session(s): offgraph bench (graphs), then the profile (no graphs)" |
+    echo "== $SHAPE $WEIGHTS, context $CTX, $k session(s): offgraph bench, then again under the profile" |
         tee -a "$LOG"
     "$B/offgraph" bench -m "$WORK/qwen3.ogp" --backend cuda --sessions "$k" --prompt "$CTX" --gen "$GEN" 2>&1 |
         tail -n 4 | tee -a "$LOG"
     OG_CUDA_PROFILE=$out "$B/offgraph" bench -m "$WORK/qwen3.ogp" --backend cuda --sessions "$k" --prompt "$CTX" \
-        --gen "$GEN" >>"$LOG" 2>&1
+        --gen "$GEN" 2>&1 | tail -n 4 | tee -a "$LOG"
     # the decode steps' table: k sessions of one row each
     awk -v k="$k" '/^# CUDA device time/ { on = ($0 ~ (" of " k " session(s)?, " k " row(s)?:")) } on' "$out" |
         head -n 40 | tee -a "$LOG"

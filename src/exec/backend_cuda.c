@@ -157,7 +157,7 @@ typedef struct cuda_model {
     enum { QUANT_SPLIT, QUANT_F32, QUANT_HI } quant_products;
     int64_t gemv_max_t; /* see gemv_rows */
     cudaStream_t store; /* orders the sessions' KV storage copies */
-    og_cuda_profile *profile; /* OG_CUDA_PROFILE: device time by launch step (steps run without graphs) */
+    og_cuda_profile *profile; /* OG_CUDA_PROFILE: device time by launch step (profile_cuda.h) */
 } cuda_model;
 
 typedef struct cuda_session {
@@ -222,6 +222,9 @@ struct og_step_ctx {
     og_dtype kv_dtype;          /* the dtype the batched attention of this context serves */
     bool kv_dtype_set;
     cudaGraphExec_t graph[OG_BATCH_BUCKETS]; /* decode graphs over the fixed set */
+    /* OG_CUDA_PROFILE: the marks of steps without a graph [0] and of each
+     * decode graph [1 + bucket] */
+    og_cuda_marks *marks[OG_BATCH_BUCKETS + 1];
 };
 
 static cuda_model *cm_of(const og_model *m) { return m->be; }
@@ -628,6 +631,7 @@ static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
     cudaSetDevice(cm_of(m)->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
     drop_graphs(c);
+    for (int32_t i = 0; i <= OG_BATCH_BUCKETS; i++) og_cuda_marks_free(c->marks[i]);
     free_set(m, &c->fixed);
     free_set(m, &c->big);
     if (c->blas) cublasDestroy(c->blas);
@@ -761,6 +765,7 @@ typedef struct step_run {
     bool tail;      /* running the tail: rows are the tail's rows */
     int64_t rows;   /* rows of the current phase */
     hi_copy *hi;    /* set while enqueue_compute runs */
+    og_cuda_marks *marks; /* OG_CUDA_PROFILE: this step's recording, else NULL */
 } step_run;
 
 /* Device table of attention layer (manifest index) l. */
@@ -1260,8 +1265,8 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
 /* Charges the device work enqueued since the last mark to label, under
  * OG_CUDA_PROFILE (profile_cuda.h). */
 static og_status profile_mark(const step_run *x, const char *label, uint64_t bytes) {
-    og_cuda_profile *pr = cm_of(x->m)->profile;
-    return pr ? og_cuda_profile_mark(pr, x->c->stream, label, bytes) : OG_OK;
+    /* a graph's compute is enqueued only while it is captured */
+    return x->marks ? og_cuda_marks_add(x->marks, x->c->stream, label, bytes, x->B > 0) : OG_OK;
 }
 
 /* The profile's label of launch step sp in buf (its ops, with each
@@ -1350,7 +1355,7 @@ static og_status launch_steps(step_run *x, int64_t out_rows, int32_t *failed) {
         }
         OG_TRY(run_fused(x, sp, failed));
         *failed = -1;
-        if (cm_of(m)->profile) {
+        if (x->marks) {
             char label[128];
             const uint64_t bytes = step_label(m, sp, label, sizeof label);
             OG_TRY(profile_mark(x, label, bytes));
@@ -1554,7 +1559,7 @@ static og_status fill_block(step_run *x, int32_t *n_host) {
 /* The bucket of a decode step of n sessions (2^b >= n), or -1 when the step
  * does not replay a graph. */
 static int32_t graph_bucket(const og_model *m, const og_step_ctx *c, const og_step_plan *p) {
-    if (!m->cuda_graphs || cm_of(m)->profile || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
+    if (!m->cuda_graphs || !p->decode_only || p->n_seqs > GRAPH_MAX_ROWS) return -1;
     for (int32_t i = 0; i < p->n_seqs; i++)
         if (p->seqs[i].s->cfg.kv_dtype != c->kv_dtype) return -1;
     int32_t b = 0;
@@ -1662,7 +1667,21 @@ static og_status enqueue(step_run *x, int32_t bucket, int32_t n_host, int32_t *f
         CUDA_TRY(cudaMemcpyAsync(r->next_host, r->next_dev, (size_t)out_rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                  c->stream),
                  "token copy back");
-    return profile_mark(x, "copies back", 0);
+    if (x->marks && bucket >= 0 && !captured) /* a replay: its marks' last, after the graph's */
+        return og_cuda_marks_again(x->marks, c->stream, og_cuda_marks_count(x->marks) - 1);
+    return x->marks ? og_cuda_marks_add(x->marks, c->stream, "copies back", 0, false) : OG_OK;
+}
+
+/* OG_CUDA_PROFILE: the recording x's step adds to (x->marks), started, or
+ * for a graph's replay its first event recorded again. Events are made here,
+ * before any capture. */
+static og_status profile_start(step_run *x, int32_t bucket) {
+    og_step_ctx *c = x->c;
+    og_cuda_marks **mk = &c->marks[bucket >= 0 ? 1 + bucket : 0];
+    OG_TRY(og_cuda_marks_reserve(mk, x->m->n_steps + x->m->n_instrs + 8));
+    x->marks = *mk;
+    if (bucket >= 0 && c->graph[bucket]) return og_cuda_marks_again(*mk, c->stream, -1);
+    return og_cuda_marks_start(*mk, c->stream);
 }
 
 static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *p) {
@@ -1683,13 +1702,13 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
     *p->wait_seconds += og_time_now() - t_wait;
     int32_t failed = -1;
     og_cuda_profile *pr = cm_of(m)->profile;
-    og_status st = pr ? og_cuda_profile_begin(pr, c->stream, p->n_seqs, p->n_rows) : OG_OK;
+    og_status st = pr ? profile_start(&x, bucket) : OG_OK;
     if (st == OG_OK) st = enqueue(&x, bucket, n_host, &failed);
     t_wait = og_time_now();
     cudaError_t e = cudaStreamSynchronize(c->stream);
     *p->wait_seconds += og_time_now() - t_wait;
     if (st == OG_OK && e != cudaSuccess) st = cuda_fail(e, "step");
-    if (pr) og_cuda_profile_end(pr, st == OG_OK);
+    if (pr && st == OG_OK) og_cuda_profile_add(pr, x.marks, p->n_seqs, p->n_rows);
     if (st != OG_OK) {
         if (failed >= 0) {
             const og_program_instr *in = og_program_instr_at(m->prog, failed);

@@ -25,23 +25,25 @@ typedef struct shape {
     double seconds;
 } shape;
 
-/* A mark of the step in flight. */
+struct og_cuda_profile {
+    char *dest;
+    pthread_mutex_t lock; /* over the tables: contexts add steps from their threads */
+    entry *entries;
+    int32_t n_entries, cap_entries;
+    shape *shapes;
+    int32_t n_shapes, cap_shapes;
+};
+
+/* A mark: the work before its event is its label's. */
 typedef struct mark {
     char label[LABEL_CHARS];
     uint64_t bytes;
 } mark;
 
-struct og_cuda_profile {
-    char *dest;
-    pthread_mutex_t lock; /* held from begin to end */
-    cudaEvent_t *events;  /* [n_events]: events[0] the begin, events[k + 1] mark k */
-    int32_t n_events;
-    mark *marks; /* [n_events - 1] */
-    int32_t n_marks, sessions, rows;
-    entry *entries;
-    int32_t n_entries, cap_entries;
-    shape *shapes;
-    int32_t n_shapes, cap_shapes;
+struct og_cuda_marks {
+    cudaEvent_t *events; /* [n_events]: events[0] the start, events[k + 1] mark k's */
+    mark *marks;         /* [n_events - 1] */
+    int32_t n_events, n_marks;
 };
 
 static og_status cuda_fail(cudaError_t e, const char *what) {
@@ -61,48 +63,59 @@ og_status og_cuda_profile_open(const char *dest, og_cuda_profile **out) {
     return OG_OK;
 }
 
-/* The event for mark k (k = -1: the begin), made on first use. */
-static og_status event_at(og_cuda_profile *p, int32_t k, cudaEvent_t *ev) {
-    const int32_t i = k + 1;
-    if (i >= p->n_events) {
-        const int32_t n = i < 64 ? 64 : 2 * i;
-        cudaEvent_t *e = og_realloc(p->events, (size_t)n * sizeof *e);
-        if (!e) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
-        p->events = e;
-        mark *m = og_realloc(p->marks, (size_t)n * sizeof *m);
-        if (!m) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
-        p->marks = m;
-        for (; p->n_events < n; p->n_events++) {
-            const cudaError_t err = cudaEventCreate(&p->events[p->n_events]);
-            if (err != cudaSuccess) return cuda_fail(err, "cudaEventCreate");
-        }
+og_status og_cuda_marks_reserve(og_cuda_marks **mkp, int32_t events) {
+    if (!*mkp && !(*mkp = og_calloc(1, sizeof **mkp))) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    og_cuda_marks *mk = *mkp;
+    if (events + 1 <= mk->n_events) return OG_OK;
+    const int32_t n = events + 1;
+    cudaEvent_t *e = og_realloc(mk->events, (size_t)n * sizeof *e);
+    if (!e) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    mk->events = e;
+    mark *m = og_realloc(mk->marks, (size_t)n * sizeof *m);
+    if (!m) return og_set_error(OG_ERR_OUT_OF_MEMORY, "no memory");
+    mk->marks = m;
+    for (; mk->n_events < n; mk->n_events++) {
+        const cudaError_t err = cudaEventCreate(&mk->events[mk->n_events]);
+        if (err != cudaSuccess) return cuda_fail(err, "cudaEventCreate");
     }
-    *ev = p->events[i];
     return OG_OK;
 }
 
-og_status og_cuda_profile_begin(og_cuda_profile *p, void *stream, int32_t sessions, int32_t rows) {
-    pthread_mutex_lock(&p->lock);
-    p->n_marks = 0;
-    p->sessions = sessions;
-    p->rows = rows;
-    cudaEvent_t ev;
-    OG_TRY(event_at(p, -1, &ev));
-    const cudaError_t e = cudaEventRecord(ev, (cudaStream_t)stream);
+void og_cuda_marks_free(og_cuda_marks *mk) {
+    if (!mk) return;
+    for (int32_t i = 0; i < mk->n_events; i++) cudaEventDestroy(mk->events[i]);
+    og_free(mk->events);
+    og_free(mk->marks);
+    og_free(mk);
+}
+
+og_status og_cuda_marks_start(og_cuda_marks *mk, void *stream) {
+    mk->n_marks = 0;
+    return og_cuda_marks_again(mk, stream, -1);
+}
+
+og_status og_cuda_marks_add(og_cuda_marks *mk, void *stream, const char *label, uint64_t bytes, bool captured) {
+    if (mk->n_marks + 1 >= mk->n_events)
+        return og_set_error(OG_ERR_BACKEND, "profile: more marks in a step than the %d reserved", mk->n_events - 1);
+    mark *m = &mk->marks[mk->n_marks];
+    snprintf(m->label, sizeof m->label, "%s", label);
+    m->bytes = bytes;
+    const cudaEvent_t ev = mk->events[mk->n_marks + 1];
+    const cudaError_t e = captured ? cudaEventRecordWithFlags(ev, (cudaStream_t)stream, cudaEventRecordExternal)
+                                   : cudaEventRecord(ev, (cudaStream_t)stream);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaEventRecord");
+    mk->n_marks++;
+    return OG_OK;
+}
+
+og_status og_cuda_marks_again(og_cuda_marks *mk, void *stream, int32_t k) {
+    if (k < -1 || k >= mk->n_marks || mk->n_events == 0)
+        return og_set_error(OG_ERR_BACKEND, "profile: no mark %d to record again", (int)k);
+    const cudaError_t e = cudaEventRecord(mk->events[k + 1], (cudaStream_t)stream);
     return e == cudaSuccess ? OG_OK : cuda_fail(e, "cudaEventRecord");
 }
 
-og_status og_cuda_profile_mark(og_cuda_profile *p, void *stream, const char *label, uint64_t bytes) {
-    cudaEvent_t ev;
-    OG_TRY(event_at(p, p->n_marks, &ev));
-    mark *m = &p->marks[p->n_marks];
-    snprintf(m->label, sizeof m->label, "%s", label);
-    m->bytes = bytes;
-    const cudaError_t e = cudaEventRecord(ev, (cudaStream_t)stream);
-    if (e != cudaSuccess) return cuda_fail(e, "cudaEventRecord");
-    p->n_marks++;
-    return OG_OK;
-}
+int32_t og_cuda_marks_count(const og_cuda_marks *mk) { return mk->n_marks; }
 
 static void *grow(void *a, int32_t n, int32_t *cap, size_t size) {
     if (n < *cap) return a;
@@ -112,35 +125,35 @@ static void *grow(void *a, int32_t n, int32_t *cap, size_t size) {
     return b;
 }
 
-/* Adds the step's marks to the tables (a failed growth drops the rest). */
-static void add_step(og_cuda_profile *p) {
+/* Adds mk's times to the tables (a failed growth drops the rest). */
+static void add_step(og_cuda_profile *p, const og_cuda_marks *mk, int32_t sessions, int32_t rows) {
     shape *s = NULL;
     for (int32_t i = 0; i < p->n_shapes && !s; i++)
-        if (p->shapes[i].sessions == p->sessions && p->shapes[i].rows == p->rows) s = &p->shapes[i];
+        if (p->shapes[i].sessions == sessions && p->shapes[i].rows == rows) s = &p->shapes[i];
     if (!s) {
         shape *a = grow(p->shapes, p->n_shapes, &p->cap_shapes, sizeof *a);
         if (!a) return;
         p->shapes = a;
         s = &a[p->n_shapes++];
-        *s = (shape){.sessions = p->sessions, .rows = p->rows};
+        *s = (shape){.sessions = sessions, .rows = rows};
     }
     s->steps++;
-    for (int32_t k = 0; k < p->n_marks; k++) {
+    for (int32_t k = 0; k < mk->n_marks; k++) {
         float ms = 0;
-        if (cudaEventElapsedTime(&ms, p->events[k], p->events[k + 1]) != cudaSuccess) ms = 0;
+        if (cudaEventElapsedTime(&ms, mk->events[k], mk->events[k + 1]) != cudaSuccess) ms = 0;
         s->seconds += ms * 1e-3;
-        const mark *m = &p->marks[k];
+        const mark *m = &mk->marks[k];
         entry *e = NULL;
         for (int32_t i = 0; i < p->n_entries && !e; i++) {
             entry *c = &p->entries[i];
-            if (c->sessions == p->sessions && c->rows == p->rows && !strcmp(c->label, m->label)) e = c;
+            if (c->sessions == sessions && c->rows == rows && !strcmp(c->label, m->label)) e = c;
         }
         if (!e) {
             entry *a = grow(p->entries, p->n_entries, &p->cap_entries, sizeof *a);
             if (!a) return;
             p->entries = a;
             e = &a[p->n_entries++];
-            *e = (entry){.sessions = p->sessions, .rows = p->rows};
+            *e = (entry){.sessions = sessions, .rows = rows};
             snprintf(e->label, sizeof e->label, "%s", m->label);
         }
         e->launches += 1;
@@ -149,8 +162,9 @@ static void add_step(og_cuda_profile *p) {
     }
 }
 
-void og_cuda_profile_end(og_cuda_profile *p, bool ok) {
-    if (ok) add_step(p);
+void og_cuda_profile_add(og_cuda_profile *p, const og_cuda_marks *mk, int32_t sessions, int32_t rows) {
+    pthread_mutex_lock(&p->lock);
+    add_step(p, mk, sessions, rows);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -192,10 +206,7 @@ void og_cuda_profile_close(og_cuda_profile *p) {
             OG_WARN("OG_CUDA_PROFILE=%s: cannot open it to append the profile", p->dest);
         }
     }
-    for (int32_t i = 0; i < p->n_events; i++) cudaEventDestroy(p->events[i]);
     pthread_mutex_destroy(&p->lock);
-    og_free(p->events);
-    og_free(p->marks);
     og_free(p->entries);
     og_free(p->shapes);
     og_free(p->dest);

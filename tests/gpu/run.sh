@@ -10,7 +10,8 @@
 #      against a naive oracle, changing between replays of one graph;
 #      test_moe_cuda: the mixture-of-experts layer against og_moe_ref)
 #      test_kquant_cuda: the k-quant kernels, and the back end on k-quant
-#      programs against the CPU's)
+#      programs against the CPU's; profile_cuda: OG_CUDA_PROFILE's tables
+#      against the program they profile)
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
 #      kind across growth (test_exec_cuda)
@@ -69,6 +70,8 @@ check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
 check test_fork_cuda "$B/tests/test_fork_cuda"
 check test_kquant_cuda "$B/tests/test_kquant_cuda"
+# OG_CUDA_PROFILE's tables against the program: launches a step per layer, the head once, shares summing to 100 %
+check profile_cuda bash "$SRC/tests/gpu/profile_check.sh" "$B"
 check threads_cuda "$B/tests/test_threads" cuda
 check parity_cuda env OG_BACKEND=cuda bash "$SRC/tests/cli_parity.sh" "$B/offgraph" "$(mktemp -d)"
 check test_gdn_cuda "$B/tests/test_gdn_cuda"
@@ -81,10 +84,11 @@ check nccl_tp1 bash "$SRC/tests/gpu/nccl_tp1.sh" "$B"
 # layer in f32) and no sliding layers, so that every request starts from a fork of a cached prompt
 # and outgrows several 2 MiB chunks: kjv-tiny's own rows fit a whole request into the first chunk,
 # which a server's pooled sessions keep, and its rings kept the prefix cache from forking, so
-# faults were rare
+# faults were rare. Blocks grow by one granule here (OG_CUDA_KV_GRANULES=1, not the default 4):
+# a request of 600 tokens fits an 8 MiB growth whole, and 34 faults came in 400 s against 100
 WIDE=$(mktemp -d)
 python3 "$SRC/tests/serve/wide_kv_model.py" "$SRC/models/kjv-tiny" "$WIDE/wide" >>"$LOG" 2>&1
-check serve_faults_cuda env OG_BACKEND=cuda OG_FAULTS_TEXT=length OG_FAULTS_MODEL="$WIDE/wide" OG_FAULTS_EVERY=16 \
+check serve_faults_cuda env OG_BACKEND=cuda OG_CUDA_KV_GRANULES=1 OG_FAULTS_TEXT=length OG_FAULTS_MODEL="$WIDE/wide" OG_FAULTS_EVERY=16 \
     OG_FAULTS_TOKENS="300 450 600" OG_FAULTS_ARGS="--kv-dtype f32" OG_FAULTS_KV_BUDGET=512M \
     bash "$SRC/tests/cli_serve_faults.sh" "$B/offgraph" "$(mktemp -d)"
 rm -rf "$WIDE"
