@@ -96,13 +96,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* cuBLAS workspace per step context (and per side stream), so that
- * products need no allocation inside a graph capture. */
+/* cuBLAS workspace per step context, so that products need no allocation
+ * inside a graph capture. */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
-/* Streams beside a context's own that the cuBLAS products of one x (the q,
- * k and v projections; gate and up) run on at once: a product of 64 rows
- * by a 1024-feature weight fills a few of the device's SMs (see products). */
-#define SIDE_STREAMS 2
 /* Quantized weights in steps wider than the gemv (see quant_products): up
  * to this many gemv launches of the gemv's rows each read the weights (q8:
  * 1 byte a weight per launch, q4 1/2, k-quants their blocks' bytes) before
@@ -160,8 +156,6 @@ typedef struct cuda_model {
      * the weights rounded to one bf16 value (one product; 2^-9) */
     enum { QUANT_SPLIT, QUANT_F32, QUANT_HI } quant_products;
     int64_t gemv_max_t; /* see gemv_rows */
-    int32_t product_streams; /* streams the cuBLAS products of one x spread over (1 + SIDE_STREAMS;
-                                OG_CUDA_PRODUCT_STREAMS=1 keeps them on one, for measurements) */
     cudaStream_t store; /* orders the sessions' KV storage copies */
     og_cuda_profile *profile; /* OG_CUDA_PROFILE: device time by launch step (profile_cuda.h) */
 } cuda_model;
@@ -214,13 +208,6 @@ struct og_step_ctx {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_workspace;
-    /* the side streams of products (cuda_model.product_streams - 1 of
-     * them), each with its cuBLAS handle and workspace; fork and join
-     * order them after and before the context's stream */
-    cudaStream_t side[SIDE_STREAMS];
-    cublasHandle_t side_blas[SIDE_STREAMS];
-    void *side_workspace[SIDE_STREAMS];
-    cudaEvent_t fork, join[SIDE_STREAMS];
     row_set fixed, big;
     float *partials;            /* per-session attention scratch, counters zero between steps */
     float *dequant;             /* [max_dequant] a quantized weight's panel in f32 (wide steps) */
@@ -412,10 +399,6 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     const char *gemv_env = getenv("OG_CUDA_GEMV_ROWS");
     cm->gemv_max_t = OG_GEMV_CUDA_MAX_T;
     if (gemv_env && atoi(gemv_env) >= 0 && atoi(gemv_env) < OG_GEMV_CUDA_MAX_T) cm->gemv_max_t = atoi(gemv_env);
-    const char *streams_env = getenv("OG_CUDA_PRODUCT_STREAMS");
-    cm->product_streams = 1 + SIDE_STREAMS;
-    if (streams_env && atoi(streams_env) >= 1 && atoi(streams_env) <= 1 + SIDE_STREAMS)
-        cm->product_streams = atoi(streams_env);
     const char *nccl_env = getenv("OG_CUDA_NCCL");
     if (nccl_env && !strcmp(nccl_env, "1")) OG_TRY(nccl_path(m, cm));
     OG_TRY(og_cuda_profile_open(getenv("OG_CUDA_PROFILE"), &cm->profile));
@@ -653,13 +636,6 @@ static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
     free_set(m, &c->big);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_workspace);
-    for (int i = 0; i < SIDE_STREAMS; i++) {
-        if (c->side_blas[i]) cublasDestroy(c->side_blas[i]);
-        cudaFree(c->side_workspace[i]);
-        if (c->side[i]) cudaStreamDestroy(c->side[i]);
-        if (c->join[i]) cudaEventDestroy(c->join[i]);
-    }
-    if (c->fork) cudaEventDestroy(c->fork);
     cudaFree(c->partials);
     cudaFree(c->dequant);
     cudaFree(c->dequant_split);
@@ -670,32 +646,19 @@ static void cuda_ctx_free(og_model *m, og_step_ctx *c) {
     og_free(c);
 }
 
-/* A non-blocking stream with a cuBLAS handle on it and the handle's
- * workspace. */
-static og_status blas_stream(cudaStream_t *s, cublasHandle_t *h, void **workspace) {
-    CUDA_TRY(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
-    cublasStatus_t bs = cublasCreate(h);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        *h = NULL;
-        return blas_fail(bs, "cublasCreate");
-    }
-    if ((bs = cublasSetStream(*h, *s)) != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSetStream");
-    CUDA_TRY(cudaMalloc(workspace, BLAS_WORKSPACE_BYTES), "cuBLAS workspace");
-    if ((bs = cublasSetWorkspace(*h, *workspace, BLAS_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
-        return blas_fail(bs, "cublasSetWorkspace");
-    return OG_OK;
-}
-
 static og_status ctx_init(og_model *m, og_step_ctx *c) {
     const cuda_model *cm = cm_of(m);
     CUDA_TRY(cudaSetDevice(cm->device), "cudaSetDevice");
-    OG_TRY(blas_stream(&c->stream, &c->blas, &c->blas_workspace));
-    if (cm->product_streams > 1)
-        CUDA_TRY(cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming), "cudaEventCreate");
-    for (int i = 0; i + 1 < cm->product_streams; i++) {
-        OG_TRY(blas_stream(&c->side[i], &c->side_blas[i], &c->side_workspace[i]));
-        CUDA_TRY(cudaEventCreateWithFlags(&c->join[i], cudaEventDisableTiming), "cudaEventCreate");
+    CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        return blas_fail(bs, "cublasCreate");
     }
+    if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSetStream");
+    CUDA_TRY(cudaMalloc(&c->blas_workspace, BLAS_WORKSPACE_BYTES), "cuBLAS workspace");
+    if ((bs = cublasSetWorkspace(c->blas, c->blas_workspace, BLAS_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
+        return blas_fail(bs, "cublasSetWorkspace");
     if (cm->attend_scratch > 0) { /* its split counters start at zero; every step leaves them so */
         CUDA_TRY(cudaMalloc((void **)&c->partials, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
         CUDA_TRY(cudaMemset(c->partials, 0, (size_t)cm->attend_scratch * sizeof(float)), "attention scratch");
@@ -956,60 +919,11 @@ static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
     return x->rs->split_hi;
 }
 
-/* Lanes 1 .. lanes - 1 (side streams) wait for the work enqueued so far on
- * the context's stream (lane 0). */
-static og_status fork_lanes(og_step_ctx *c, int lanes) {
-    if (lanes < 2) return OG_OK;
-    CUDA_TRY(cudaEventRecord(c->fork, c->stream), "fork of the products");
-    for (int i = 0; i + 1 < lanes; i++) CUDA_TRY(cudaStreamWaitEvent(c->side[i], c->fork, 0), "fork of the products");
-    return OG_OK;
-}
-
-/* The context's stream waits for lanes 1 .. lanes - 1. */
-static og_status join_lanes(og_step_ctx *c, int lanes) {
-    og_status st = OG_OK;
-    for (int i = 0; i + 1 < lanes; i++) {
-        cudaError_t e = cudaEventRecord(c->join[i], c->side[i]);
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(c->stream, c->join[i], 0);
-        if (e != cudaSuccess && st == OG_OK) st = cuda_fail(e, "join of the products");
-    }
-    return st;
-}
-
-/* One cuBLAS product of the products step: x [T, K] (f32 in, its bf16 hi
- * and lo) by part pt's f32 or bf16 weight, on lane `lane`. */
-static og_status one_product(og_step_ctx *c, int lane, const og_gemv_cuda_part *pt, const float *in,
-                             const uint16_t *hi, const uint16_t *lo, og_dtype dt, bool bf16, int64_t T, int64_t K) {
-    cudaStream_t s = lane ? c->side[lane - 1] : c->stream;
-    cublasHandle_t h = lane ? c->side_blas[lane - 1] : c->blas;
-    const int N = (int)pt->N;
-    const float one = 1.0f, zero = 0.0f, *beta = &zero;
-    if (pt->bias) {
-        OG_TRY(og_fill_rows_cuda(s, pt->bias, dt, T, pt->N, pt->out));
-        beta = &one;
-    }
-    cublasStatus_t bs;
-    if (dt == OG_DTYPE_F32) {
-        bs = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, (int)K, in, (int)K, beta,
-                         pt->out, N);
-        return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasSgemm");
-    }
-    /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
-    bs = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF, (int)K, hi,
-                      CUDA_R_16BF, (int)K, beta, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (bs == CUBLAS_STATUS_SUCCESS && !bf16)
-        bs = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF, (int)K, lo,
-                          CUDA_R_16BF, (int)K, &one, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return bs == CUBLAS_STATUS_SUCCESS ? OG_OK : blas_fail(bs, "cublasGemmEx bf16");
-}
-
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to gemv_rows rows
  * stream the weights once in a gemv; wider steps go to cuBLAS, f32 weights
  * by SGEMM, bf16 weights by one tensor-core product of x rounded to bf16
- * (bf16_step) or two of x split once into bf16 hi + lo parts, the parts'
- * products at once on the context's stream and its side streams (64 rows by
- * a 1024-feature weight are 8 of cuBLAS's 128 x 64 tiles: a few SMs); k-quant
+ * (bf16_step) or two of x split once into bf16 hi + lo parts; k-quant
  * weights at every width, and q8/q4 past the gemv, as quant_products says. */
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
@@ -1025,14 +939,33 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
     const bool bf16 = bf16_step(x);
     const bool made = bf16 && x->hi && x->hi->of == in; /* its producer wrote hi */
     if (dt != OG_DTYPE_F32 && !made) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
-    /* part k on lane k % lanes: the context's stream (0) or a side stream */
-    const int lanes = n < cm_of(x->m)->product_streams ? n : cm_of(x->m)->product_streams;
-    OG_TRY(fork_lanes(c, lanes));
-    og_status st = OG_OK;
-    for (int k = 0; k < n && st == OG_OK; k++)
-        st = one_product(c, k % lanes, &parts[k], in, hi, lo, dt, bf16, T, K);
-    const og_status joined = join_lanes(c, lanes); /* also after a failure: a capture must end joined */
-    return st != OG_OK ? st : joined;
+    const float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < n; k++) {
+        const og_gemv_cuda_part *pt = &parts[k];
+        const int N = (int)pt->N;
+        const float *beta = &zero;
+        if (pt->bias) {
+            OG_TRY(og_fill_rows_cuda(c->stream, pt->bias, dt, T, pt->N, pt->out));
+            beta = &one;
+        }
+        cublasStatus_t bs;
+        if (dt == OG_DTYPE_F32) {
+            bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, (int)K, in,
+                             (int)K, beta, pt->out, N);
+            if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasSgemm");
+            continue;
+        }
+        /* out[T, N] row-major is out^T [N, T] column-major = W^T-as-stored . x^T */
+        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF,
+                          (int)K, hi, CUDA_R_16BF, (int)K, beta, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+        if (bs == CUBLAS_STATUS_SUCCESS && !bf16)
+            bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, (int)K, &one, pt->weight, CUDA_R_16BF,
+                              (int)K, lo, CUDA_R_16BF, (int)K, &one, pt->out, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS) return blas_fail(bs, "cublasGemmEx bf16");
+    }
+    return OG_OK;
 }
 
 static og_status matmul(const step_run *x, const float *in, const void *w, const void *bias, og_dtype dt,
