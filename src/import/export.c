@@ -38,8 +38,9 @@ typedef struct weight_src {
  * every thread too. */
 typedef struct quant_job {
     og_dtype dt;
-    const float *src;
+    const float *src;         /* [N, K]: the rows quantized */
     const og_st_tensor *from; /* [N, K] in its own dtype, or NULL: src is filled */
+    float *fill;              /* with from: src, each block's rows written first */
     int64_t N, K;
     void *dst;
     og_status rc;
@@ -55,7 +56,7 @@ static void quant_task(void *ctx, int64_t i, int thread) {
     const int64_t r0 = i * QUANT_BLOCK_ROWS, r1 = r0 + QUANT_BLOCK_ROWS < j->N ? r0 + QUANT_BLOCK_ROWS : j->N;
     if (j->from) {
         const og_st_tensor *t = j->from;
-        float *f = (float *)j->src + r0 * j->K;
+        float *f = j->fill + r0 * j->K;
         const size_t i0 = (size_t)(r0 * j->K), n = (size_t)((r1 - r0) * j->K);
         if (t->dtype == OG_DTYPE_BF16)
             for (size_t e = 0; e < n; e++) f[e] = og_f32_from_bf16(((const og_bf16 *)t->data)[i0 + e]);
@@ -74,18 +75,26 @@ static void quant_task(void *ctx, int64_t i, int thread) {
     pthread_mutex_unlock(&j->lock);
 }
 
-static og_status quantize_from(og_threadpool *pool, og_dtype dt, const og_st_tensor *from, float *src, int64_t N,
-                               int64_t K, void *dst) {
-    quant_job j = {.dt = dt, .src = src, .from = from, .N = N, .K = K, .dst = dst, .rc = OG_OK};
-    pthread_mutex_init(&j.lock, NULL);
-    og_parallel_for(pool, (N + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS, quant_task, &j);
-    pthread_mutex_destroy(&j.lock);
-    return j.rc == OG_OK ? OG_OK : og_set_error(j.rc, "%s", j.why);
+static og_status run_quant_job(og_threadpool *pool, quant_job *j) {
+    j->rc = OG_OK;
+    pthread_mutex_init(&j->lock, NULL);
+    og_parallel_for(pool, (j->N + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS, quant_task, j);
+    pthread_mutex_destroy(&j->lock);
+    return j->rc == OG_OK ? OG_OK : og_set_error(j->rc, "%s", j->why);
 }
 
+/* Quantizes `from` [N, K] through the f32 scratch rows (filled here). */
+static og_status quantize_from(og_threadpool *pool, og_dtype dt, const og_st_tensor *from, float *scratch, int64_t N,
+                               int64_t K, void *dst) {
+    quant_job j = {.dt = dt, .src = scratch, .from = from, .fill = scratch, .N = N, .K = K, .dst = dst};
+    return run_quant_job(pool, &j);
+}
+
+/* Quantizes the f32 rows src [N, K]. */
 static og_status quantize_parallel(og_threadpool *pool, og_dtype dt, const float *src, int64_t N, int64_t K,
                                    void *dst) {
-    return quantize_from(pool, dt, NULL, (float *)src, N, K, dst);
+    quant_job j = {.dt = dt, .src = src, .N = N, .K = K, .dst = dst};
+    return run_quant_job(pool, &j);
 }
 
 typedef struct exporter {
