@@ -4,6 +4,8 @@
 # [DONE], and sends the next, for BENCH_SECONDS), requests/s, output tokens/s,
 # p50/p99 time to first token and time per output token, and errors.
 # Bounded: BENCH_SECONDS per level (default 20), MAXTOK tokens a request (64).
+# The server keeps its own --max-sessions (64 on the CPU, 256 on a GPU)
+# unless the options after -- give one.
 #
 # Usage: bash bench/serve.sh [build folder (default build)] [-- offgraph serve options, e.g. -m model.ogp]
 #   BENCH_SECONDS=20 MAXTOK=64 LEVELS="1 16 64" bash bench/serve.sh build
@@ -18,7 +20,7 @@ MAXTOK=${MAXTOK:-64}
 LEVELS=${LEVELS:-"1 16 64"}
 [ -x "$BIN" ] || { echo "bench/serve.sh: no $BIN (build first)" >&2; exit 1; }
 LOG=$(mktemp)
-"$BIN" serve --port 0 --max-sessions 64 "$@" >"$LOG" 2>&1 &
+"$BIN" serve --port 0 "$@" >"$LOG" 2>&1 &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null; rm -f "$LOG"' EXIT
 PORT=

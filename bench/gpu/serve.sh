@@ -9,7 +9,7 @@
 #   bench/gpu/serve.sh <build-dir>
 # Environment: LEVELS (default "1 16 64"), MAXTOK (output tokens a request,
 # default 256), BENCH_SECONDS (per level, default 20), MAX_SESSIONS (the
-# server's --max-sessions, default 256: the widest level generates at once),
+# server's --max-sessions; default: the server's own, 256 on the GPU),
 # WORK (a folder holding qwen3/ and qwen3-serve.ogp to reuse; default: made
 # here).
 set -u
@@ -27,8 +27,10 @@ if [ ! -f "$WORK/qwen3-serve.ogp" ]; then
     $PEER qwen3-tokenizer "$WORK/qwen3" "$SRC/tests/data/hf/qwen3-mixed" >&2 || exit 1
     "$B/offgraph" export "$WORK/qwen3" -o "$WORK/qwen3-serve.ogp" --max-context 8192 >&2 || exit 1
 fi
+sargs=()
+[ -n "${MAX_SESSIONS:-}" ] && sargs=(--max-sessions "$MAX_SESSIONS")
 MAXTOK=${MAXTOK:-256} LEVELS=${LEVELS:-"1 16 64"} BENCH_SECONDS=${BENCH_SECONDS:-20} \
-    bash "$SRC/bench/serve.sh" "$B" -- -m "$WORK/qwen3-serve.ogp" --backend cuda --max-sessions "${MAX_SESSIONS:-256}"
+    bash "$SRC/bench/serve.sh" "$B" -- -m "$WORK/qwen3-serve.ogp" --backend cuda "${sargs[@]}"
 rc=$?
 [ -n "$OWN" ] && rm -rf "$WORK"
 exit $rc
