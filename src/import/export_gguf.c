@@ -1191,19 +1191,67 @@ static og_status map_hybrid_layer(gsrc *s, og_hf_config *c, int32_t i) {
                                s->path, i, og_hf_family_name(c->family))
                 : OG_OK;
 }
+
+/* Dense layer i (llama, qwen2, qwen3 and the like): attention with its
+ * optional biases and q/k norms, the MLP (map_mlp); every layer's biases as
+ * layer 0's. */
+static og_status map_dense_layer(gsrc *s, og_hf_config *c, int32_t i) {
+    const int64_t H = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
+    const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const bool llama = c->family == OG_HF_LLAMA;
+    char gn[96], hn[96];
+    og_status rc;
+    bool qb = false, ob = false, mb = false, qn = false;
+    if ((rc = map_tensor(s, G("attn_norm.weight"), HF("input_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
+        (rc = map_tensor(s, G("attn_q.weight"), HF("self_attn.q_proj.weight"), 2, Hq * D, H, llama ? (int32_t)Hq : 0,
+                         false, NULL)) ||
+        (rc = map_tensor(s, G("attn_k.weight"), HF("self_attn.k_proj.weight"), 2, Hkv * D, H,
+                         llama ? (int32_t)Hkv : 0, false, NULL)) ||
+        (rc = map_tensor(s, G("attn_v.weight"), HF("self_attn.v_proj.weight"), 2, Hkv * D, H, 0, false, NULL)) ||
+        (rc = map_tensor(s, G("attn_output.weight"), HF("self_attn.o_proj.weight"), 2, H, Hq * D, 0, false, NULL)) ||
+        (rc = map_tensor(s, G("attn_q.bias"), HF("self_attn.q_proj.bias"), 1, Hq * D, 0, llama ? (int32_t)Hq : 0,
+                         c->family != OG_HF_QWEN2, &qb)) ||
+        (rc = map_tensor(s, G("attn_output.bias"), HF("self_attn.o_proj.bias"), 1, H, 0, 0, true, &ob)) ||
+        (rc = map_tensor(s, G("ffn_norm.weight"), HF("post_attention_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
+        (rc = map_tensor(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), 1, D, 0, 0, !c->qk_norm, &qn)))
+        return rc;
+    if ((rc = map_mlp(s, c, i, &mb))) return rc;
+    if (i == 0) {
+        c->qkv_bias = qb;
+        c->o_bias = ob;
+        c->mlp_bias = mb;
+    } else if (qb != c->qkv_bias || ob != c->o_bias || mb != c->mlp_bias) {
+        return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: layer %d has biases layer 0 has not (or the reverse): not "
+                            "supported", s->path, i);
+    }
+    if (c->qkv_bias &&
+        ((rc = map_tensor(s, G("attn_k.bias"), HF("self_attn.k_proj.bias"), 1, Hkv * D, 0, llama ? (int32_t)Hkv : 0,
+                          false, NULL)) ||
+         (rc = map_tensor(s, G("attn_v.bias"), HF("self_attn.v_proj.bias"), 1, Hkv * D, 0, 0, false, NULL))))
+        return rc;
+    if (c->mlp_bias &&
+        ((rc = map_tensor(s, G("ffn_up.bias"), HF("mlp.up_proj.bias"), 1, F, 0, 0, false, NULL)) ||
+         (rc = map_tensor(s, G("ffn_down.bias"), HF("mlp.down_proj.bias"), 1, H, 0, 0, false, NULL))))
+        return rc;
+    if (c->qk_norm &&
+        (rc = map_tensor(s, G("attn_k_norm.weight"), HF("self_attn.k_norm.weight"), 1, D, 0, 0, false, NULL)))
+        return rc;
+    return OG_OK;
+}
 #undef G
 #undef HF
 
+/* Every tensor of the file to its Hugging Face name: the embedding, the
+ * final norm, the head (absent: tied), each layer; a tensor left over is an
+ * error. */
 static og_status map_all(gsrc *s, og_hf_config *c) {
-    const int64_t H = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
-    const int64_t Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const int64_t H = c->hidden_size;
     const og_gguf_tensor *embd = og_gguf_find_tensor(s->g, "token_embd.weight");
     if (!embd) return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"token_embd.weight\" is missing", s->path);
     if (embd->ne[1] < 1 || embd->ne[1] > OG_MAX_VOCAB)
         return og_set_error(OG_ERR_FORMAT, "gguf %s: tensor \"token_embd.weight\": %lld rows is not a vocabulary size "
                             "this build supports", s->path, (long long)embd->ne[1]);
     c->vocab_size = embd->ne[1];
-    const bool llama = c->family == OG_HF_LLAMA;
     og_status rc;
     bool has_output;
     if ((rc = map_tensor(s, "token_embd.weight", "model.embed_tokens.weight", 2, c->vocab_size, H, 0, false, NULL)) ||
@@ -1212,51 +1260,8 @@ static og_status map_all(gsrc *s, og_hf_config *c) {
     if (c->norm_plus_one) set_xform(s, GX_MINUS_ONE);
     if ((rc = map_tensor(s, "output.weight", "lm_head.weight", 2, c->vocab_size, H, 0, true, &has_output))) return rc;
     c->tie_word_embeddings = !has_output;
-    for (int32_t i = 0; og_hf_is_hybrid(c->family) && i < c->num_hidden_layers; i++)
-        if ((rc = map_hybrid_layer(s, c, i))) return rc;
-    for (int32_t i = 0; !og_hf_is_hybrid(c->family) && i < c->num_hidden_layers; i++) {
-        char gn[96], hn[96];
-        const char *p = "model.layers";
-#define G(suffix) (snprintf(gn, sizeof gn, "blk.%d.%s", i, suffix), gn)
-#define HF(suffix) (snprintf(hn, sizeof hn, "%s.%d.%s", p, i, suffix), hn)
-        bool qb = false, ob = false, mb = false, qn = false;
-        if ((rc = map_tensor(s, G("attn_norm.weight"), HF("input_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("attn_q.weight"), HF("self_attn.q_proj.weight"), 2, Hq * D, H, llama ? (int32_t)Hq : 0,
-                             false, NULL)) ||
-            (rc = map_tensor(s, G("attn_k.weight"), HF("self_attn.k_proj.weight"), 2, Hkv * D, H,
-                             llama ? (int32_t)Hkv : 0, false, NULL)) ||
-            (rc = map_tensor(s, G("attn_v.weight"), HF("self_attn.v_proj.weight"), 2, Hkv * D, H, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("attn_output.weight"), HF("self_attn.o_proj.weight"), 2, H, Hq * D, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("attn_q.bias"), HF("self_attn.q_proj.bias"), 1, Hq * D, 0, llama ? (int32_t)Hq : 0,
-                             c->family != OG_HF_QWEN2, &qb)) ||
-            (rc = map_tensor(s, G("attn_output.bias"), HF("self_attn.o_proj.bias"), 1, H, 0, 0, true, &ob)) ||
-            (rc = map_tensor(s, G("ffn_norm.weight"), HF("post_attention_layernorm.weight"), 1, H, 0, 0, false, NULL)) ||
-            (rc = map_tensor(s, G("attn_q_norm.weight"), HF("self_attn.q_norm.weight"), 1, D, 0, 0, !c->qk_norm, &qn)))
-            return rc;
-        if ((rc = map_mlp(s, c, i, &mb))) return rc;
-        if (i == 0) {
-            c->qkv_bias = qb;
-            c->o_bias = ob;
-            c->mlp_bias = mb;
-        } else if (qb != c->qkv_bias || ob != c->o_bias || mb != c->mlp_bias) {
-            return og_set_error(OG_ERR_UNSUPPORTED, "gguf %s: layer %d has biases layer 0 has not (or the reverse): not "
-                                "supported", s->path, i);
-        }
-        if (c->qkv_bias &&
-            ((rc = map_tensor(s, G("attn_k.bias"), HF("self_attn.k_proj.bias"), 1, Hkv * D, 0, llama ? (int32_t)Hkv : 0,
-                              false, NULL)) ||
-             (rc = map_tensor(s, G("attn_v.bias"), HF("self_attn.v_proj.bias"), 1, Hkv * D, 0, 0, false, NULL))))
-            return rc;
-        if (c->mlp_bias &&
-            ((rc = map_tensor(s, G("ffn_up.bias"), HF("mlp.up_proj.bias"), 1, F, 0, 0, false, NULL)) ||
-             (rc = map_tensor(s, G("ffn_down.bias"), HF("mlp.down_proj.bias"), 1, H, 0, 0, false, NULL))))
-            return rc;
-        if (c->qk_norm &&
-            (rc = map_tensor(s, G("attn_k_norm.weight"), HF("self_attn.k_norm.weight"), 1, D, 0, 0, false, NULL)))
-            return rc;
-#undef G
-#undef HF
-    }
+    for (int32_t i = 0; i < c->num_hidden_layers; i++)
+        if ((rc = og_hf_is_hybrid(c->family) ? map_hybrid_layer(s, c, i) : map_dense_layer(s, c, i))) return rc;
     /* every tensor of the file must have been used: an unknown one means a
      * model this mapping does not describe */
     const int64_t nt = og_gguf_n_tensors(s->g);
