@@ -58,6 +58,8 @@ void og_cpu_amx_allow(bool allow) { atomic_store(&g_amx_allowed, allow ? 1 : 0);
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
+
+#include "kernels/bf16_split_x86.h"
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -307,11 +309,10 @@ static void split_panel(const amx_job *j, int64_t p, float *tmp, og_bf16 *panel)
                 continue;
             }
             for (int h = 0; h < KB; h += 16) {
-                const __m512 v = _mm512_loadu_ps(tmp + r * K + kb * KB + h);
-                const __m256i vh = (__m256i)_mm512_cvtneps_pbh(v);
-                const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(vh), 16));
+                __m256i vl;
+                const __m256i vh = og_split16_bf16(_mm512_loadu_ps(tmp + r * K + kb * KB + h), &vl);
                 _mm256_store_si256((__m256i *)(hi + h), vh);
-                _mm256_store_si256((__m256i *)(lo + h), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
+                _mm256_store_si256((__m256i *)(lo + h), vl);
             }
         }
 }

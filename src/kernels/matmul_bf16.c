@@ -95,6 +95,8 @@ static void pack_task(void *ctx, int64_t b, int thread) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "kernels/bf16_split_x86.h"
+
 #define OG_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 static inline OG_BF16 __m512bh bcast_pair(const og_bf16 *w) {
@@ -230,12 +232,10 @@ static void group_rows(const bf16_job *j, int64_t n0, int64_t nn, og_bf16 *scrat
 static OG_BF16 void split_rows(const bf16_job *j, int64_t n0, int64_t rows, uint32_t *pairs) {
     og_dequantize_rows_cpu(OG_CPU_ISA_AVX512, j->dt, j->w, j->N, j->K, n0, rows, (float *)pairs);
     for (int64_t e = 0; e < rows * j->K; e += 16) { /* K is a multiple of 32 */
-        const __m512 v = _mm512_loadu_ps((const float *)(pairs + e));
-        const __m256i hi = (__m256i)_mm512_cvtneps_pbh(v);
-        const __m512i hi32 = _mm512_cvtepu16_epi32(hi);
-        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(hi32, 16));
-        const __m512i lo32 = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
-        _mm512_storeu_si512((void *)(pairs + e), _mm512_or_si512(hi32, _mm512_slli_epi32(lo32, 16)));
+        __m256i lo;
+        const __m256i hi = og_split16_bf16(_mm512_loadu_ps((const float *)(pairs + e)), &lo);
+        _mm512_storeu_si512((void *)(pairs + e),
+                            _mm512_or_si512(_mm512_cvtepu16_epi32(hi), _mm512_slli_epi32(_mm512_cvtepu16_epi32(lo), 16)));
     }
 }
 
