@@ -727,9 +727,10 @@ __global__ void embed_q_kernel(const int32_t *tokens, const void *table, int64_t
 __global__ void split_bf16_kernel(const float *x, int64_t count, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     grid_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        const __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
+        __nv_bfloat16 h, l;
+        og_split_bf16(x[i], &h, &l);
         hi[i] = h;
-        if (lo) lo[i] = __float2bfloat16_rn(x[i] - __bfloat162float(h));
+        if (lo) lo[i] = l;
     }
 }
 
