@@ -128,16 +128,16 @@ og_status og_server_start(const og_serve_params *p, og_server **out) {
         og_set_error(st, "%s: %s", p->model_path, og_last_error());
         goto fail;
     }
-    og_engine_params ep = og_engine_default_params();
-    ep.session = p->session;
-    ep.max_sessions = p->max_sessions;
-    ep.max_queue = p->max_queue;
-    ep.kv_budget = p->kv_budget;
-    ep.prefix_cache_bytes = p->prefix_cache_bytes;
-    ep.chunk = p->chunk;
-    ep.step_rows = p->step_rows;
-    ep.test_step_delay_s = p->test_step_delay_s;
-    ep.seed = p->seed;
+    og_engine_params ep = og_engine_default_params(); /* from the resolved copy: max_sessions 0 is a default */
+    ep.session = rp.session;
+    ep.max_sessions = rp.max_sessions;
+    ep.max_queue = rp.max_queue;
+    ep.kv_budget = rp.kv_budget;
+    ep.prefix_cache_bytes = rp.prefix_cache_bytes;
+    ep.chunk = rp.chunk;
+    ep.step_rows = rp.step_rows;
+    ep.test_step_delay_s = rp.test_step_delay_s;
+    ep.seed = rp.seed;
     if ((st = og_engine_create(s->model, s->tok, &ep, &s->engine)) != OG_OK) goto fail;
     s->ctx = og_engine_context(s->engine);
     s->api = (og_serve_ctx){.model_id = s->model_id, .vocab = og_model_vocab_size(s->model),
