@@ -30,7 +30,8 @@
  * unfused kernels bit for bit. Odd sizes: N = 1, 17, 67, 259; K of one
  * group to five rounds of the slabs a lane loads ahead; T = 1, 3, 8, 40,
  * 200. The split-K bf16 products (og_gemv_cuda_set_split) at the 0.6B, 8B
- * and 32B-like shapes: test_split. Skipped (77) without a CUDA build or
+ * and 32B-like shapes: test_split. The narrow-batch products: test_narrow.
+ * Skipped (77) without a CUDA build or
  * device. */
 #include "harness.h"
 
@@ -287,6 +288,76 @@ static void same_bits(const char *what, const float *da, const float *db, size_t
     CHECK_MSG(i == n, "%s: fused and unfused differ at %zu (%g vs %g)", what, i, (double)a[i < n ? i : 0],
               (double)b[i < n ? i : 0]);
     free(a), free(b);
+}
+
+/* The narrow-batch products (og_gemm_narrow_cuda): bf16 x and weights, a bf16
+ * bias on one part, three parts of odd widths in one launch, against a
+ * double-precision sum of the same bf16 values at the products' tolerance;
+ * at every split count (the partial tiles of a cluster added in rank order);
+ * and a row's bits the same at every T (its sums never see the other rows). */
+static void test_narrow(void) {
+    og_test_section("narrow-batch products (og_gemm_narrow_cuda)");
+    const int64_t Ts[] = {1, 9, 16, 17, 32, 33, 64}, TM = 64;
+    const int64_t Ns[3] = {300, 128, 1000};
+    for (int ki = 0; ki < 2; ki++) {
+        const int64_t K = ki ? 4096 : 1024;
+        float *x = rand_f32((size_t)(TM * K));
+        uint16_t *xb = malloc((size_t)(TM * K) * 2);
+        for (int64_t i = 0; i < TM * K; i++) xb[i] = og_bf16_from_f32(x[i]), x[i] = og_f32_from_bf16(xb[i]);
+        uint16_t *dx = up(xb, (size_t)(TM * K) * 2);
+        void *w[3], *dw[3];
+        float *ref[3], *dout[3], *dfull[3];
+        uint16_t *bias = rand_w((size_t)Ns[0], OG_DTYPE_BF16);
+        uint16_t *dbias = up(bias, (size_t)Ns[0] * 2);
+        for (int p = 0; p < 3; p++) {
+            const int64_t N = Ns[p];
+            w[p] = rand_w((size_t)(N * K), OG_DTYPE_BF16);
+            dw[p] = up(w[p], (size_t)(N * K) * 2);
+            ref[p] = malloc((size_t)(TM * N) * 4);
+            for (int64_t t = 0; t < TM; t++)
+                for (int64_t n = 0; n < N; n++) {
+                    double acc = p == 0 ? og_f32_from_bf16(bias[n]) : 0.0;
+                    const uint16_t *wr = (const uint16_t *)w[p] + n * K;
+                    for (int64_t k = 0; k < K; k++) acc += (double)x[t * K + k] * og_f32_from_bf16(wr[k]);
+                    ref[p][t * N + n] = (float)acc;
+                }
+            dout[p] = poisoned((size_t)(TM * N));
+            dfull[p] = poisoned((size_t)(TM * N));
+        }
+        const og_gemv_cuda_part full[3] = {{dw[0], dbias, Ns[0], dfull[0]}, {dw[1], NULL, Ns[1], dfull[1]},
+                                           {dw[2], NULL, Ns[2], dfull[2]}};
+        const og_gemv_cuda_part parts[3] = {{dw[0], dbias, Ns[0], dout[0]}, {dw[1], NULL, Ns[1], dout[1]},
+                                            {dw[2], NULL, Ns[2], dout[2]}};
+        for (int forced = 0; forced <= 8; forced = forced ? 2 * forced : 1) {
+            og_gemm_narrow_cuda_set_splits(forced);
+            CHECK_OK(og_gemm_narrow_cuda(NULL, dx, TM, K, full, 3));
+            for (int p = 0; p < 3; p++) {
+                char what[96];
+                snprintf(what, sizeof what, "narrow K=%lld part %d T=%lld splits %d", (long long)K, p, (long long)TM,
+                         forced);
+                float *got = down(dfull[p], (size_t)(TM * Ns[p]));
+                compare(what, got, ref[p], (size_t)(TM * Ns[p]), 1e-5 * sqrt((double)K), 1e-5);
+                free(got);
+            }
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) { /* row t's bits at every T */
+                const int64_t T = Ts[ti];
+                CHECK_OK(og_gemm_narrow_cuda(NULL, dx, T, K, parts, 3));
+                for (int p = 0; p < 3; p++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "narrow K=%lld part %d T=%lld splits %d against T=64", (long long)K,
+                             p, (long long)T, forced);
+                    same_bits(what, dout[p], dfull[p], (size_t)(T * Ns[p]));
+                }
+            }
+        }
+        og_gemm_narrow_cuda_set_splits(-1);
+        for (int p = 0; p < 3; p++) free(w[p]), free(ref[p]), cudaFree(dw[p]), cudaFree(dout[p]), cudaFree(dfull[p]);
+        free(x), free(xb), free(bias), cudaFree(dx), cudaFree(dbias);
+    }
+    /* what it does not take, refused by name */
+    const og_gemv_cuda_part bad = {NULL, NULL, 16, NULL};
+    CHECK(og_gemm_narrow_cuda(NULL, NULL, 65, 1024, &bad, 1) == OG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(og_last_error(), "gemm_narrow_cuda") != NULL);
 }
 
 static void test_fused(void) {
@@ -1060,6 +1131,7 @@ int main(void) {
     test_matmul();
     test_rows();
     test_fused();
+    test_narrow();
     test_split();
     test_quant_embed();
     /* the q8 / q4 products with the bandwidth-first kernel off, then on

@@ -921,9 +921,11 @@ static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
 
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to gemv_rows rows
- * stream the weights once in a gemv; wider steps go to cuBLAS, f32 weights
- * by SGEMM, bf16 weights by one tensor-core product of x rounded to bf16
- * (bf16_step) or two of x split once into bf16 hi + lo parts; k-quant
+ * stream the weights once in a gemv; wider steps of bf16 weights and x
+ * rounded to bf16 (bf16_step) up to OG_GEMM_NARROW_CUDA_MAX_T rows stream
+ * them once more in og_gemm_narrow_cuda, every part in one launch; the rest go
+ * to cuBLAS, f32 weights by SGEMM, bf16 weights by one tensor-core product
+ * of x rounded to bf16 or two of x split once into bf16 hi + lo parts; k-quant
  * weights at every width, and q8/q4 past the gemv, as quant_products says. */
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,
                           const og_gemv_cuda_part *parts, int n) {
@@ -939,6 +941,8 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
     const bool bf16 = bf16_step(x);
     const bool made = bf16 && x->hi && x->hi->of == in; /* its producer wrote hi */
     if (dt != OG_DTYPE_F32 && !made) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
+    if (bf16 && dt == OG_DTYPE_BF16 && og_gemm_narrow_cuda_wanted() && og_gemm_narrow_cuda_takes(hi, T, K, parts, n))
+        return og_gemm_narrow_cuda(c->stream, hi, T, K, parts, n);
     const float one = 1.0f, zero = 0.0f;
     for (int k = 0; k < n; k++) {
         const og_gemv_cuda_part *pt = &parts[k];
