@@ -16,12 +16,12 @@ OUT=${1:-build-gpu}
 TREE=$OUT.tree
 cmake -S "$SRC" -B "$TREE" -DOG_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$TREE" -j"${JOBS:-2}" --target offgraph_cli test_ops_cuda test_attend_cuda test_sample_cuda test_mask_cuda test_moe_cuda test_exec_cuda test_gpu_kv_alloc test_fork_cuda test_threads test_gdn_cuda test_hybrid test_kquant_cuda \
-    compare_logits bench_attend_cuda bench_gemv_cuda bench_kquant_cuda bench_moe_cuda bench_threads bench_grammar
+    compare_logits bench_attend_cuda bench_gemv_cuda bench_narrow_cuda bench_kquant_cuda bench_moe_cuda bench_threads bench_grammar
 rm -rf "$OUT"
 mkdir -p "$OUT/tests" "$OUT/bench" "$OUT/lib"
 install -s "$TREE/offgraph" "$OUT/offgraph"
 for t in test_ops_cuda test_attend_cuda test_sample_cuda test_mask_cuda test_moe_cuda test_exec_cuda test_gpu_kv_alloc test_fork_cuda test_threads test_gdn_cuda test_hybrid test_kquant_cuda compare_logits; do install -s "$TREE/tests/$t" "$OUT/tests/$t"; done
-for b in bench_attend_cuda bench_gemv_cuda bench_kquant_cuda bench_moe_cuda bench_threads bench_grammar; do install -s "$TREE/bench/$b" "$OUT/bench/$b"; done
+for b in bench_attend_cuda bench_gemv_cuda bench_narrow_cuda bench_kquant_cuda bench_moe_cuda bench_threads bench_grammar; do install -s "$TREE/bench/$b" "$OUT/bench/$b"; done
 # libraries resolved outside the CUDA toolkit and the C/C++ runtime
 for bin in "$OUT"/offgraph "$OUT"/tests/* "$OUT"/bench/*; do
     ldd "$bin" | awk '$3 ~ /^\// {print $1, $3}'
