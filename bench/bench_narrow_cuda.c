@@ -1,19 +1,20 @@
 /* The products of a narrow batch (9 to 64 rows of x: a batched decode step
  * of that many sessions) by bf16 weights, two ways in the same run:
  *   narrow  og_gemm_narrow_cuda, every part of a step in one launch (what
- *           the back end takes by default)
- *   cublas  one cublasGemmEx a part, bf16 x, f32 out (what it took before,
- *           and what OG_CUDA_NARROW=0 restores)
+ *           the back end takes by default), over bf16, q8 and q4 weights
+ *   cublas  one cublasGemmEx a part over bf16 weights, bf16 x, f32 out (what
+ *           the back end took before, and what OG_CUDA_NARROW=0 restores)
  * for the products of the 0.6b, 8b and 32b shapes of bench_gemv_cuda (q, k,
  * v as three parts of one x; gate and up as two), at T = 16, 32 and 64.
  * Times BATCH back-to-back calls between CUDA events, median of REPS
  * batches after a warm-up, rotating over enough copies of the weights that
  * a round reads more than the 60 MB L2 holds. Reports microseconds, weight
- * bytes read per second, that rate as a fraction of a device-to-device copy
- * measured in the same run, and cuBLAS's time over the kernel's. One JSON
+ * bytes read per second (quants and scales for q8 / q4), that rate as a
+ * fraction of a device-to-device copy measured in the same run, and
+ * cuBLAS's time over the narrow kernel's on the same bf16 weights. One JSON
  * line per case, a table last.
  *   bench_narrow_cuda [shape ...]     (default: 0.6b 8b 32b)
- * Weights are random bf16 values. Built in every configuration; without
+ * Weights are random values (a product's time does not depend on them). Built in every configuration; without
  * CUDA it says so and exits 77. */
 #include "core/core.h"
 
@@ -41,28 +42,42 @@ typedef struct shape {
     int64_t K, N[3];
 } shape;
 
-/* `copies` device copies of a bf16 [N, K] weight of small random values. */
-static void **make_weights(int64_t N, int64_t K, int copies, uint64_t seed) {
-    const size_t n = (size_t)(N * K);
-    uint16_t *h = malloc(n * 2);
+/* `copies` device copies of a [N, K] weight of dtype dt: bf16 small random
+ * values; q8 / q4 random quants and f16 scales in (2^-7, 0.5). */
+static void **make_weights(og_dtype dt, int64_t N, int64_t K, int copies, size_t *bytes, uint64_t seed) {
+    const int64_t shape[2] = {N, K};
+    int64_t nb = 0;
+    if (!og_tensor_bytes(dt, 2, shape, &nb)) exit(2);
+    uint8_t *h = malloc((size_t)nb);
     if (!h) exit(2);
-    for (size_t i = 0; i < n; i++) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        h[i] = og_bf16_from_f32(((float)(seed >> 40) / (float)(1 << 24) - 0.5f) * 0.1f);
+    if (dt == OG_DTYPE_BF16) {
+        for (int64_t i = 0; i < N * K; i++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            ((uint16_t *)h)[i] = og_bf16_from_f32(((float)(seed >> 40) / (float)(1 << 24) - 0.5f) * 0.1f);
+        }
+    } else {
+        const size_t quants = og_quant_row_bytes(dt, K) * (size_t)N;
+        for (size_t i = 0; i < quants; i++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            h[i] = (uint8_t)(seed >> 24);
+        }
+        uint16_t *sc = (uint16_t *)(h + quants);
+        for (size_t i = 0; i < ((size_t)nb - quants) / 2; i++) sc[i] = (uint16_t)(0x2000 + (i * 2654435761u) % 0x1800);
     }
     void **d = malloc((size_t)copies * sizeof *d);
     if (!d) exit(2);
     for (int c = 0; c < copies; c++) {
-        CK(cudaMalloc(&d[c], n * 2));
-        CK(cudaMemcpy(d[c], h, n * 2, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&d[c], (size_t)nb));
+        CK(cudaMemcpy(d[c], h, (size_t)nb, cudaMemcpyHostToDevice));
     }
     free(h);
+    *bytes = (size_t)nb;
     return d;
 }
 
 /* Median microseconds of one call (every part) at T rows. */
-static double time_case(cudaStream_t st, cublasHandle_t blas, bool narrow, const shape *s, void **const *w,
-                        int copies, int64_t T, const uint16_t *x, float *out) {
+static double time_case(cudaStream_t st, cublasHandle_t blas, og_dtype dt, bool narrow, const shape *s,
+                        void **const *w, int copies, int64_t T, const uint16_t *x, float *out) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -79,7 +94,7 @@ static double time_case(cudaStream_t st, cublasHandle_t blas, bool narrow, const
                 off += s->N[p];
             }
             if (narrow) {
-                if (og_gemm_narrow_cuda(st, x, T, s->K, pt, s->n_parts) != OG_OK) {
+                if (og_gemm_narrow_cuda(st, x, dt, T, s->K, pt, s->n_parts) != OG_OK) {
                     fprintf(stderr, "%s %s T=%lld: %s\n", s->model, s->name, (long long)T, og_last_error());
                     exit(1);
                 }
@@ -123,65 +138,74 @@ int main(int argc, char **argv) {
         {"32b", "gate_up", 2, 5120, {25600, 25600}},  {"32b", "down", 1, 25600, {5120}},
     };
     const int64_t Ts[] = {16, 32, 64};
-    enum { NT = 3 };
+    enum { NT = 3, NK = 4 };
+    /* kernel k: cuBLAS over bf16, then the narrow kernel over bf16, q8, q4 */
+    const char *kname[NK] = {"cublas", "narrow", "narrow", "narrow"};
+    const og_dtype kdt[NK] = {OG_DTYPE_BF16, OG_DTYPE_BF16, OG_DTYPE_Q8, OG_DTYPE_Q4};
     const double copy = copy_rate(st);
     printf("{\"bench\":\"copy\",\"copy_GBps\":%.0f}\n", copy / 1e9);
-    double table[sizeof shapes / sizeof *shapes][NT][2];
-    bool ran[sizeof shapes / sizeof *shapes] = {false};
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    enum { NS = sizeof shapes / sizeof *shapes };
+    double us_of[NS][NK][NT], frac_of[NS][NK][NT];
+    bool ran[NS] = {false};
+    for (size_t si = 0; si < NS; si++) {
         const shape *s = &shapes[si];
         bool wanted = argc < 2;
         for (int a = 1; a < argc; a++) wanted = wanted || !strcmp(argv[a], s->model);
         if (!wanted) continue;
         ran[si] = true;
-        size_t per_copy = 0;
         int64_t out_n = 0;
-        for (int p = 0; p < s->n_parts; p++) per_copy += (size_t)(s->N[p] * s->K) * 2, out_n += s->N[p];
-        const int copies = (int)(2 * L2_BYTES / per_copy + 1);
-        void **w[3];
-        for (int p = 0; p < s->n_parts; p++) w[p] = make_weights(s->N[p], s->K, copies, 77 + (uint64_t)p);
+        for (int p = 0; p < s->n_parts; p++) out_n += s->N[p];
         uint16_t *x = NULL;
         float *out = NULL;
         CK(cudaMalloc((void **)&x, (size_t)(MAX_T * s->K) * 2));
         CK(cudaMemset(x, 0, (size_t)(MAX_T * s->K) * 2));
         CK(cudaMalloc((void **)&out, (size_t)(MAX_T * out_n) * sizeof(float)));
-        CK(cudaDeviceSynchronize());
-        for (int ti = 0; ti < NT; ti++)
-            for (int k = 0; k < 2; k++) {
-                const bool narrow = k == 1;
-                const double us = time_case(st, blas, narrow, s, w, copies, Ts[ti], x, out);
+        for (int k = 0; k < NK; k++) {
+            size_t per_copy = 0, nb[3];
+            for (int p = 0; p < s->n_parts; p++) {
+                const int64_t shp[2] = {s->N[p], s->K};
+                int64_t b = 0;
+                og_tensor_bytes(kdt[k], 2, shp, &b);
+                nb[p] = (size_t)b;
+                per_copy += nb[p];
+            }
+            const int copies = (int)(2 * L2_BYTES / per_copy + 1);
+            void **w[3];
+            for (int p = 0; p < s->n_parts; p++)
+                w[p] = make_weights(kdt[k], s->N[p], s->K, copies, &nb[p], 77 + (uint64_t)p);
+            CK(cudaDeviceSynchronize());
+            for (int ti = 0; ti < NT; ti++) {
+                const double us = time_case(st, blas, kdt[k], k > 0, s, w, copies, Ts[ti], x, out);
                 const double gbps = (double)per_copy / us / 1e3;
-                table[si][ti][k] = us;
+                us_of[si][k][ti] = us;
+                frac_of[si][k][ti] = gbps * 1e9 / copy;
                 printf("{\"bench\":\"narrow\",\"model\":\"%s\",\"shape\":\"%s\",\"T\":%lld,\"kernel\":\"%s\","
-                       "\"us\":%.2f,\"weight_bytes\":%zu,\"GBps\":%.0f,\"fraction_of_copy\":%.3f}\n",
-                       s->model, s->name, (long long)Ts[ti], narrow ? "narrow" : "cublas", us, per_copy, gbps,
+                       "\"weights\":\"%s\",\"us\":%.2f,\"weight_bytes\":%zu,\"GBps\":%.0f,\"fraction_of_copy\":%.3f}\n",
+                       s->model, s->name, (long long)Ts[ti], kname[k], og_dtype_name(kdt[k]), us, per_copy, gbps,
                        gbps * 1e9 / copy);
                 fflush(stdout);
             }
-        for (int p = 0; p < s->n_parts; p++) {
-            for (int c = 0; c < copies; c++) cudaFree(w[p][c]);
-            free(w[p]);
+            for (int p = 0; p < s->n_parts; p++) {
+                for (int c = 0; c < copies; c++) cudaFree(w[p][c]);
+                free(w[p]);
+            }
         }
         cudaFree(x), cudaFree(out);
     }
-    printf("---- bf16 products of T rows: us cuBLAS -> us narrow (narrow's fraction of the %.0f GB/s copy rate; "
-           "cuBLAS time / narrow time)\n",
-           copy / 1e9);
-    printf("%-5s %-8s %32s %32s %32s\n", "model", "product", "T=16", "T=32", "T=64");
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    printf("---- products of T rows: us (fraction of the %.0f GB/s copy rate) by kernel and weights\n", copy / 1e9);
+    printf("%-5s %-8s %-3s %17s %17s %17s %17s %9s\n", "model", "product", "T", "cublas bf16", "narrow bf16",
+           "narrow q8", "narrow q4", "cublas/nb");
+    for (size_t si = 0; si < NS; si++) {
         if (!ran[si]) continue;
-        const shape *s = &shapes[si];
-        size_t per_copy = 0;
-        for (int p = 0; p < s->n_parts; p++) per_copy += (size_t)(s->N[p] * s->K) * 2;
-        printf("%-5s %-8s", s->model, s->name);
         for (int ti = 0; ti < NT; ti++) {
-            char cell[64];
-            const double cu = table[si][ti][0], na = table[si][ti][1];
-            snprintf(cell, sizeof cell, "%.1f -> %.1f (%.2f; %.2fx)", cu, na, (double)per_copy / na / 1e3 * 1e9 / copy,
-                     cu / na);
-            printf(" %32s", cell);
+            printf("%-5s %-8s %-3lld", shapes[si].model, shapes[si].name, (long long)Ts[ti]);
+            for (int k = 0; k < NK; k++) {
+                char cell[40];
+                snprintf(cell, sizeof cell, "%.1f (%.2f)", us_of[si][k][ti], frac_of[si][k][ti]);
+                printf(" %17s", cell);
+            }
+            printf(" %8.2fx\n", us_of[si][0][ti] / us_of[si][1][ti]);
         }
-        printf("\n");
     }
     cublasDestroy(blas);
     cudaStreamDestroy(st);

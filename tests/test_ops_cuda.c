@@ -290,76 +290,6 @@ static void same_bits(const char *what, const float *da, const float *db, size_t
     free(a), free(b);
 }
 
-/* The narrow-batch products (og_gemm_narrow_cuda): bf16 x and weights, a bf16
- * bias on one part, three parts of odd widths in one launch, against a
- * double-precision sum of the same bf16 values at the products' tolerance;
- * at every split count (the partial tiles of a cluster added in rank order);
- * and a row's bits the same at every T (its sums never see the other rows). */
-static void test_narrow(void) {
-    og_test_section("narrow-batch products (og_gemm_narrow_cuda)");
-    const int64_t Ts[] = {1, 9, 16, 17, 32, 33, 64}, TM = 64;
-    const int64_t Ns[3] = {300, 128, 1000};
-    for (int ki = 0; ki < 2; ki++) {
-        const int64_t K = ki ? 4096 : 1024;
-        float *x = rand_f32((size_t)(TM * K));
-        uint16_t *xb = malloc((size_t)(TM * K) * 2);
-        for (int64_t i = 0; i < TM * K; i++) xb[i] = og_bf16_from_f32(x[i]), x[i] = og_f32_from_bf16(xb[i]);
-        uint16_t *dx = up(xb, (size_t)(TM * K) * 2);
-        void *w[3], *dw[3];
-        float *ref[3], *dout[3], *dfull[3];
-        uint16_t *bias = rand_w((size_t)Ns[0], OG_DTYPE_BF16);
-        uint16_t *dbias = up(bias, (size_t)Ns[0] * 2);
-        for (int p = 0; p < 3; p++) {
-            const int64_t N = Ns[p];
-            w[p] = rand_w((size_t)(N * K), OG_DTYPE_BF16);
-            dw[p] = up(w[p], (size_t)(N * K) * 2);
-            ref[p] = malloc((size_t)(TM * N) * 4);
-            for (int64_t t = 0; t < TM; t++)
-                for (int64_t n = 0; n < N; n++) {
-                    double acc = p == 0 ? og_f32_from_bf16(bias[n]) : 0.0;
-                    const uint16_t *wr = (const uint16_t *)w[p] + n * K;
-                    for (int64_t k = 0; k < K; k++) acc += (double)x[t * K + k] * og_f32_from_bf16(wr[k]);
-                    ref[p][t * N + n] = (float)acc;
-                }
-            dout[p] = poisoned((size_t)(TM * N));
-            dfull[p] = poisoned((size_t)(TM * N));
-        }
-        const og_gemv_cuda_part full[3] = {{dw[0], dbias, Ns[0], dfull[0]}, {dw[1], NULL, Ns[1], dfull[1]},
-                                           {dw[2], NULL, Ns[2], dfull[2]}};
-        const og_gemv_cuda_part parts[3] = {{dw[0], dbias, Ns[0], dout[0]}, {dw[1], NULL, Ns[1], dout[1]},
-                                            {dw[2], NULL, Ns[2], dout[2]}};
-        for (int forced = 0; forced <= 8; forced = forced ? 2 * forced : 1) {
-            og_gemm_narrow_cuda_set_splits(forced);
-            CHECK_OK(og_gemm_narrow_cuda(NULL, dx, TM, K, full, 3));
-            for (int p = 0; p < 3; p++) {
-                char what[96];
-                snprintf(what, sizeof what, "narrow K=%lld part %d T=%lld splits %d", (long long)K, p, (long long)TM,
-                         forced);
-                float *got = down(dfull[p], (size_t)(TM * Ns[p]));
-                compare(what, got, ref[p], (size_t)(TM * Ns[p]), 1e-5 * sqrt((double)K), 1e-5);
-                free(got);
-            }
-            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) { /* row t's bits at every T */
-                const int64_t T = Ts[ti];
-                CHECK_OK(og_gemm_narrow_cuda(NULL, dx, T, K, parts, 3));
-                for (int p = 0; p < 3; p++) {
-                    char what[96];
-                    snprintf(what, sizeof what, "narrow K=%lld part %d T=%lld splits %d against T=64", (long long)K,
-                             p, (long long)T, forced);
-                    same_bits(what, dout[p], dfull[p], (size_t)(T * Ns[p]));
-                }
-            }
-        }
-        og_gemm_narrow_cuda_set_splits(-1);
-        for (int p = 0; p < 3; p++) free(w[p]), free(ref[p]), cudaFree(dw[p]), cudaFree(dout[p]), cudaFree(dfull[p]);
-        free(x), free(xb), free(bias), cudaFree(dx), cudaFree(dbias);
-    }
-    /* what it does not take, refused by name */
-    const og_gemv_cuda_part bad = {NULL, NULL, 16, NULL};
-    CHECK(og_gemm_narrow_cuda(NULL, NULL, 65, 1024, &bad, 1) == OG_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(og_last_error(), "gemm_narrow_cuda") != NULL);
-}
-
 static void test_fused(void) {
     og_test_section("fused kernels vs the unfused composition");
     const int64_t Ts[] = {1, 3, 8, 17};
@@ -762,6 +692,88 @@ static float *dequantized(og_dtype dt, const void *w, int64_t N, int64_t K) {
     return f;
 }
 
+/* The narrow-batch products (og_gemm_narrow_cuda): bf16 x, bf16 / q8 / q4
+ * weights, a bias on one part (bf16 beside bf16 weights, f32 beside q8/q4),
+ * three parts of odd widths in one launch, against a double-precision sum
+ * of x times the exact weights (the bf16 values, or scale * q) at the
+ * products' tolerance; at every split count (the partial tiles of a cluster
+ * added in rank order); and a row's bits the same at every T (its sums never
+ * see the other rows). */
+static void test_narrow(void) {
+    og_test_section("narrow-batch products (og_gemm_narrow_cuda)");
+    const int64_t Ts[] = {1, 9, 16, 17, 32, 33, 64}, TM = 64;
+    const int64_t Ns[3] = {300, 128, 1000};
+    const og_dtype dts[3] = {OG_DTYPE_BF16, OG_DTYPE_Q8, OG_DTYPE_Q4};
+    for (int di = 0; di < 3; di++)
+        for (int ki = 0; ki < 2; ki++) {
+            const og_dtype dt = dts[di];
+            const bool quant = dt != OG_DTYPE_BF16;
+            const int64_t K = ki ? 4096 : 1024;
+            float *x = rand_f32((size_t)(TM * K));
+            uint16_t *xb = malloc((size_t)(TM * K) * 2);
+            for (int64_t i = 0; i < TM * K; i++) xb[i] = og_bf16_from_f32(x[i]), x[i] = og_f32_from_bf16(xb[i]);
+            uint16_t *dx = up(xb, (size_t)(TM * K) * 2);
+            void *dw[3];
+            float *ref[3], *dout[3], *dfull[3];
+            const og_dtype bias_dt = quant ? OG_DTYPE_F32 : OG_DTYPE_BF16;
+            void *bias = rand_w((size_t)Ns[0], bias_dt);
+            void *dbias = up(bias, (size_t)Ns[0] * og_dtype_size(bias_dt));
+            for (int p = 0; p < 3; p++) {
+                const int64_t N = Ns[p];
+                size_t bytes = (size_t)(N * K) * 2;
+                void *w = quant ? rand_q(dt, N, K, &bytes) : rand_w((size_t)(N * K), dt);
+                float *wf = quant ? dequantized(dt, w, N, K) : malloc((size_t)(N * K) * 4);
+                if (!quant)
+                    for (int64_t i = 0; i < N * K; i++) wf[i] = og_f32_from_bf16(((const uint16_t *)w)[i]);
+                dw[p] = up(w, bytes);
+                ref[p] = malloc((size_t)(TM * N) * 4);
+                for (int64_t t = 0; t < TM; t++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double acc = p == 0 ? og_load_f32(bias, bias_dt, (size_t)n) : 0.0;
+                        for (int64_t k = 0; k < K; k++) acc += (double)x[t * K + k] * wf[n * K + k];
+                        ref[p][t * N + n] = (float)acc;
+                    }
+                free(w), free(wf);
+                dout[p] = poisoned((size_t)(TM * N));
+                dfull[p] = poisoned((size_t)(TM * N));
+            }
+            const og_gemv_cuda_part full[3] = {{dw[0], dbias, Ns[0], dfull[0]}, {dw[1], NULL, Ns[1], dfull[1]},
+                                               {dw[2], NULL, Ns[2], dfull[2]}};
+            const og_gemv_cuda_part parts[3] = {{dw[0], dbias, Ns[0], dout[0]}, {dw[1], NULL, Ns[1], dout[1]},
+                                                {dw[2], NULL, Ns[2], dout[2]}};
+            for (int forced = 0; forced <= 8; forced = forced ? 2 * forced : 1) {
+                og_gemm_narrow_cuda_set_splits(forced);
+                CHECK_OK(og_gemm_narrow_cuda(NULL, dx, dt, TM, K, full, 3));
+                for (int p = 0; p < 3; p++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "narrow %s K=%lld part %d T=%lld splits %d", og_dtype_name(dt),
+                             (long long)K, p, (long long)TM, forced);
+                    float *got = down(dfull[p], (size_t)(TM * Ns[p]));
+                    compare(what, got, ref[p], (size_t)(TM * Ns[p]), 1e-5 * sqrt((double)K), 1e-5);
+                    free(got);
+                }
+                for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) { /* row t's bits at every T */
+                    const int64_t T = Ts[ti];
+                    CHECK_OK(og_gemm_narrow_cuda(NULL, dx, dt, T, K, parts, 3));
+                    for (int p = 0; p < 3; p++) {
+                        char what[96];
+                        snprintf(what, sizeof what, "narrow %s K=%lld part %d T=%lld splits %d against T=64",
+                                 og_dtype_name(dt), (long long)K, p, (long long)T, forced);
+                        same_bits(what, dout[p], dfull[p], (size_t)(T * Ns[p]));
+                    }
+                }
+            }
+            og_gemm_narrow_cuda_set_splits(-1);
+            for (int p = 0; p < 3; p++) free(ref[p]), cudaFree(dw[p]), cudaFree(dout[p]), cudaFree(dfull[p]);
+            free(x), free(xb), free(bias), cudaFree(dx), cudaFree(dbias);
+        }
+    /* what it does not take, refused by name */
+    const og_gemv_cuda_part bad = {NULL, NULL, 16, NULL};
+    CHECK(og_gemm_narrow_cuda(NULL, NULL, OG_DTYPE_BF16, 65, 1024, &bad, 1) == OG_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(og_last_error(), "gemm_narrow_cuda") != NULL);
+    CHECK(!og_gemm_narrow_cuda_takes((const uint16_t *)16, OG_DTYPE_Q4_K, 16, 1024, &bad, 1));
+}
+
 /* What the back end does with quantized weights in a step wider than the
  * gemv: the gemv on chunks of OG_GEMV_CUDA_MAX_T rows (chunked), or the
  * weight dequantized panel by panel (rows of `panel`) and SGEMM. */
@@ -1131,9 +1143,9 @@ int main(void) {
     test_matmul();
     test_rows();
     test_fused();
-    test_narrow();
     test_split();
     test_quant_embed();
+    test_narrow();
     /* the q8 / q4 products with the bandwidth-first kernel off, then on
      * (OG_CUDA_GEMVQ=ring), whatever the environment asked */
     const int gemvq = og_gemvq_cuda_set(0);

@@ -818,6 +818,9 @@ static bool bf16_step(const step_run *x) {
 /* Quantized weights: q8/q4 in a step wider than the gemv, k-quants at every
  * width (kquant_cuda.h's kernels, chunks of at most OG_KQUANT_GEMV_CUDA_MAX_T
  * rows):
+ *  - q8/q4 in a step that rounds x to bf16 (bf16_step), up to
+ *    OG_GEMM_NARROW_CUDA_MAX_T rows: og_gemm_narrow_cuda, the quants read
+ *    once for every row and every part;
  *  - up to QUANT_GEMV_LAUNCHES x the gemv's rows: the gemv on chunks of
  *    rows, reading the weights once per chunk;
  *  - wider: each weight dequantized, a panel of rows at a time, into the
@@ -855,6 +858,11 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
                                                   parts[k].N, parts[k].out + t0 * parts[k].N));
         }
         return OG_OK;
+    }
+    if (!kq && T > gemv_rows(x) && bf16_step(x) && og_gemm_narrow_cuda_wanted() &&
+        og_gemm_narrow_cuda_takes(x->rs->split_hi, dt, T, K, parts, n)) { /* bf16(x), the weights read once */
+        if (!(x->hi && x->hi->of == in)) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, x->rs->split_hi, NULL));
+        return og_gemm_narrow_cuda(c->stream, x->rs->split_hi, dt, T, K, parts, n);
     }
     if (chunk > 0 && T <= QUANT_GEMV_LAUNCHES * chunk) {
         for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -941,8 +949,9 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
     const bool bf16 = bf16_step(x);
     const bool made = bf16 && x->hi && x->hi->of == in; /* its producer wrote hi */
     if (dt != OG_DTYPE_F32 && !made) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
-    if (bf16 && dt == OG_DTYPE_BF16 && og_gemm_narrow_cuda_wanted() && og_gemm_narrow_cuda_takes(hi, T, K, parts, n))
-        return og_gemm_narrow_cuda(c->stream, hi, T, K, parts, n);
+    if (bf16 && dt == OG_DTYPE_BF16 && og_gemm_narrow_cuda_wanted() &&
+        og_gemm_narrow_cuda_takes(hi, dt, T, K, parts, n))
+        return og_gemm_narrow_cuda(c->stream, hi, dt, T, K, parts, n);
     const float one = 1.0f, zero = 0.0f;
     for (int k = 0; k < n; k++) {
         const og_gemv_cuda_part *pt = &parts[k];

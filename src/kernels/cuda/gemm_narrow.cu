@@ -23,6 +23,14 @@
  *   whose 16-byte chunks are XOR-swizzled by row so the 8 rows an ldmatrix
  *   phase reads fall in distinct banks.
  *
+ * q8 / q4 weights (core.h's layout: quants, then an f16 scale a group of 32)
+ * come into the ring as they are stored, with their slice's scales; after
+ * the slot lands, the block widens the quants (integers, exact in bf16) to
+ * one bf16 tile in the same swizzled layout, and a group's two k16 steps go
+ * into a zeroed fragment that is then scaled into the sum (acc += scale *
+ * t), as the gemv does: the weights are read from memory once, at a
+ * quarter (q4) or half (q8) of bf16's bytes.
+ *
  * Numerics: bf16 products, f32 sums; each output's sum runs over its k in
  * an order fixed by K, the part's shape and S, never by T or the other rows
  * of x, so a row's bits do not depend on the batch it is in. The order
@@ -34,9 +42,12 @@
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <type_traits>
 
 namespace {
 
@@ -50,8 +61,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMinBlockK = 256; /* k a block of a split takes, at least */
 
 struct narrow_params {
-    const uint16_t *w[OG_GEMV_CUDA_MAX_PARTS];
-    const uint16_t *bias[OG_GEMV_CUDA_MAX_PARTS];
+    const uint8_t *w[OG_GEMV_CUDA_MAX_PARTS];
+    const void *bias[OG_GEMV_CUDA_MAX_PARTS]; /* bf16 beside bf16 weights, f32 beside q8 / q4 */
     float *out[OG_GEMV_CUDA_MAX_PARTS];
     int64_t N[OG_GEMV_CUDA_MAX_PARTS];
     int64_t first[OG_GEMV_CUDA_MAX_PARTS + 1]; /* part i owns tiles first[i] .. first[i + 1] - 1 */
@@ -60,11 +71,30 @@ struct narrow_params {
     int64_t T, K;
 };
 
+/* ---- weight formats ----
+ * kRow: bytes of a slice of one row as stored (64 k); kQuant: quants with
+ * scales, widened in shared memory before the products. */
+struct w_bf16 {
+    static constexpr int kRow = kSliceK * 2;
+    static constexpr bool kQuant = false;
+};
+struct w_q8 {
+    static constexpr int kRow = kSliceK;
+    static constexpr bool kQuant = true;
+};
+struct w_q4 {
+    static constexpr int kRow = kSliceK / 2;
+    static constexpr bool kQuant = true;
+};
+
 /* Byte offset of 16-byte chunk ch of row r in a slot of 128-byte rows. */
 __device__ inline uint32_t swz(int r, int ch) { return (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4)); }
 
 __device__ inline void copy16(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ inline void copy4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ inline void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -88,23 +118,74 @@ __device__ inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Shared memory of a block: kStages slots of weights [128][64] then of x
- * [BT][64]; after the loop, the block's partial tile [BT][kTileN + 4] f32. */
-template <int NB>
-constexpr int slot_bytes() {
-    return kTileN * kSliceK * 2 + 16 * NB * kSliceK * 2;
+/* Shared memory of a block: kStages slots, each the weights of a slice as
+ * stored ([128][kRow]: bf16 swizzled, quants plain), their scales ([128][2]
+ * f16, quantized formats) and x ([BT][64] bf16, swizzled); for quantized
+ * formats one widened bf16 tile [128][64] (swizzled) after the slots. After
+ * the loop, the block's partial tile [BT][kTileN + 4] f32 takes their place. */
+template <class Q>
+constexpr int w_bytes() {
+    return kTileN * Q::kRow;
 }
-template <int NB>
+template <class Q>
+constexpr int scale_bytes() {
+    return Q::kQuant ? kTileN * 4 : 0;
+}
+template <class Q, int NB>
+constexpr int slot_bytes() {
+    return w_bytes<Q>() + scale_bytes<Q>() + 16 * NB * kSliceK * 2;
+}
+constexpr int kWide = kTileN * kSliceK * 2; /* the widened tile */
+template <class Q, int NB>
 constexpr int smem_bytes() {
-    return kStages * slot_bytes<NB>();
+    return kStages * slot_bytes<Q, NB>() + (Q::kQuant ? kWide : 0);
+}
+
+/* Eight integers (low byte of each half of four words: q8 bytes, or q4
+ * nibbles less 8) as eight bf16 in a 16-byte chunk. */
+__device__ inline uint32_t bf16x2(int a, int b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn((float)a, (float)b);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* Widens slot's quants (row r, 32 k of group h a thread) into the bf16 tile. */
+template <class Q>
+__device__ inline void widen(const uint8_t *raw, uint8_t *wide, int tid) {
+    const int r = tid >> 1, h = tid & 1;
+    int v[32]; /* k 32 h + 0 .. 31 */
+    if constexpr (std::is_same<Q, w_q8>::value) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(raw + r * 64 + h * 32);
+        const uint4 b = *reinterpret_cast<const uint4 *>(raw + r * 64 + h * 32 + 16);
+        const uint32_t wd[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 32; i++) v[i] = (int)(int8_t)(wd[i >> 2] >> (8 * (i & 3)));
+    } else {
+        const uint4 a = *reinterpret_cast<const uint4 *>(raw + r * 32 + h * 16);
+        const uint32_t wd[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int j = 0; j < 16; j++) { /* byte j: k = j (low nibble), j + 16 (high) */
+            const int byte = (int)((wd[j >> 2] >> (8 * (j & 3))) & 0xff);
+            v[j] = (byte & 15) - 8;
+            v[j + 16] = (byte >> 4) - 8;
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        uint4 o;
+        o.x = bf16x2(v[8 * q], v[8 * q + 1]);
+        o.y = bf16x2(v[8 * q + 2], v[8 * q + 3]);
+        o.z = bf16x2(v[8 * q + 4], v[8 * q + 5]);
+        o.w = bf16x2(v[8 * q + 6], v[8 * q + 7]);
+        *reinterpret_cast<uint4 *>(wide + swz(r, 4 * h + q)) = o;
+    }
 }
 constexpr int kRedLd = kTileN + 4; /* floats a token row of the partial tile */
 
 /* NB n8 blocks a warp: the block's BT = 16 NB tokens (T <= BT). */
-template <int NB>
+template <class Q, int NB>
 __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params p, int S) {
     constexpr int BT = 16 * NB, WT = BT / 2; /* tokens of the block, of a warp */
-    constexpr int kW = kTileN * kSliceK * 2;  /* weight bytes of a slot */
+    constexpr int kW = w_bytes<Q>(), kX = kW + scale_bytes<Q>(), kSlot = slot_bytes<Q, NB>();
     extern __shared__ __align__(128) uint8_t smem[];
     const int rank = (int)(blockIdx.x % S);
     const int64_t tile_all = blockIdx.x / S;
@@ -116,16 +197,23 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem);
 
-    /* what a thread copies of a slice: weight chunks tid + 256 j (4), x
-     * chunks tid + 256 j below BT x 8; rows past N or T repeat the last */
-    const uint16_t *wsrc[4];
-    uint32_t wdst[4];
+    /* what a thread copies of a slice (rows past N or T repeat the last):
+     * kWc 16-byte chunks of weights (chunk tid + 256 j), one scale pair
+     * (threads below 128), x chunks tid + 256 j below BT x 8 */
+    constexpr int kChunks = kTileN * Q::kRow / 16, kWc = (kChunks + kThreads - 1) / kThreads, kCr = Q::kRow / 16;
+    const uint8_t *wsrc[kWc];
+    uint32_t wdst[kWc];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int idx = tid + kThreads * j, r = idx >> 3, ch = idx & 7;
+    for (int j = 0; j < kWc; j++) {
+        const int idx = tid + kThreads * j, r = idx / kCr, ch = idx % kCr;
         const int64_t row = f0 + r < N ? f0 + r : N - 1;
-        wsrc[j] = p.w[part] + row * K + kb + ch * 8;
-        wdst[j] = swz(r, ch);
+        wsrc[j] = p.w[part] + row * (K / kSliceK) * Q::kRow + kb / kSliceK * Q::kRow + ch * 16;
+        wdst[j] = Q::kQuant ? (uint32_t)(r * Q::kRow + ch * 16) : swz(r, ch);
+    }
+    const uint8_t *ssrc = nullptr; /* the row's two f16 scales of the slice */
+    if (Q::kQuant && tid < kTileN) {
+        const int64_t row = f0 + tid < N ? f0 + tid : N - 1;
+        ssrc = p.w[part] + N * (K / kSliceK) * Q::kRow + (row * (K / 32) + kb / 32) * 2;
     }
     constexpr int kXc = (BT * 8 + kThreads - 1) / kThreads;
     const uint16_t *xsrc[kXc];
@@ -135,15 +223,17 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
         const int idx = tid + kThreads * j, r = idx >> 3, ch = idx & 7;
         const int64_t t = r < T ? r : T - 1;
         xsrc[j] = p.x + t * K + kb + ch * 8;
-        xdst[j] = kW + swz(r, ch);
+        xdst[j] = kX + swz(r, ch);
     }
-    const auto load_w = [&](int s) {
-        const uint32_t slot = base + (uint32_t)((s % kStages) * slot_bytes<NB>());
+    const auto fetch_w = [&](int s) {
+        const uint32_t slot = base + (uint32_t)((s % kStages) * kSlot);
 #pragma unroll
-        for (int j = 0; j < 4; j++) copy16(slot + wdst[j], wsrc[j] + s * kSliceK);
+        for (int j = 0; j < kWc; j++)
+            if (kChunks % kThreads == 0 || tid + kThreads * j < kChunks) copy16(slot + wdst[j], wsrc[j] + s * Q::kRow);
+        if (Q::kQuant && tid < kTileN) copy4(slot + kW + tid * 4, ssrc + s * 4);
     };
-    const auto load_x = [&](int s) {
-        const uint32_t slot = base + (uint32_t)((s % kStages) * slot_bytes<NB>());
+    const auto fetch_x = [&](int s) {
+        const uint32_t slot = base + (uint32_t)((s % kStages) * kSlot);
 #pragma unroll
         for (int j = 0; j < kXc; j++)
             if (tid + kThreads * j < BT * 8) copy16(slot + xdst[j], xsrc[j] + s * kSliceK);
@@ -152,14 +242,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
     /* the first slices' weights before the wait; group s holds slice s's x
      * (group 0 also every early weight) */
     for (int s = 0; s < kStages - 1; s++)
-        if (s < slices) load_w(s);
+        if (s < slices) fetch_w(s);
     grid_wait();
     for (int s = 0; s < kStages - 1; s++) {
-        if (s < slices) load_x(s);
+        if (s < slices) fetch_x(s);
         commit();
     }
 
     const int wm = warp & 3, wn = warp >> 2; /* features 32 wm .., tokens WT wn .. */
+    const int g = lane >> 2, c = lane & 3;
     float acc[2][NB][4];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -172,32 +263,59 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
 
     for (int s = 0; s < slices; s++) {
         wait_groups<kStages - 2>();
-        __syncthreads(); /* slice s landed for every thread; slot s - 1 is free */
+        __syncthreads(); /* slice s landed for every thread; slot s - 1 (and the widened tile) are free */
         if (s + kStages - 1 < slices) {
-            load_w(s + kStages - 1);
-            load_x(s + kStages - 1);
+            fetch_w(s + kStages - 1);
+            fetch_x(s + kStages - 1);
         }
         commit();
-        const uint32_t slot = base + (uint32_t)((s % kStages) * slot_bytes<NB>());
+        const uint32_t slot = base + (uint32_t)((s % kStages) * kSlot);
+        uint32_t wt = slot; /* the bf16 weight tile */
+        if constexpr (Q::kQuant) {
+            widen<Q>(smem + (s % kStages) * kSlot, smem + kStages * kSlot, tid);
+            __syncthreads();
+            wt = base + (uint32_t)(kStages * kSlot);
+        }
+        float t[2][NB][4]; /* a group's products before its scale (quantized formats) */
 #pragma unroll
         for (int kk = 0; kk < kSliceK / 16; kk++) {
+            if (Q::kQuant && (kk & 1) == 0)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < NB; j++) t[i][j][0] = t[i][j][1] = t[i][j][2] = t[i][j][3] = 0.0f;
             uint32_t a[2][4];
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                ldsm4(slot + swz(a_row + 16 * i, 2 * kk + a_hi), a[i][0], a[i][1], a[i][2], a[i][3]);
+                ldsm4(wt + swz(a_row + 16 * i, 2 * kk + a_hi), a[i][0], a[i][1], a[i][2], a[i][3]);
 #pragma unroll
             for (int j = 0; j < NB; j += 2) {
                 uint32_t b0, b1, b2, b3;
                 if (NB == 1) {
-                    ldsm2(slot + kW + swz(wn * WT + (lane & 7), 2 * kk + b_hi), b0, b1);
+                    ldsm2(slot + kX + swz(wn * WT + (lane & 7), 2 * kk + b_hi), b0, b1);
                     b2 = b3 = 0;
                 } else {
-                    ldsm4(slot + kW + swz(b_row + 8 * j, 2 * kk + b_hi), b0, b1, b2, b3);
+                    ldsm4(slot + kX + swz(b_row + 8 * j, 2 * kk + b_hi), b0, b1, b2, b3);
                 }
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    mma(acc[i][j], a[i], b0, b1);
-                    if (j + 1 < NB) mma(acc[i][j + 1], a[i], b2, b3);
+                    mma(Q::kQuant ? t[i][j] : acc[i][j], a[i], b0, b1);
+                    if (j + 1 < NB) mma(Q::kQuant ? t[i][j + 1] : acc[i][j + 1], a[i], b2, b3);
+                }
+            }
+            if (Q::kQuant && (kk & 1) == 1) { /* the group's end: acc += scale * t, rows g and g + 8 */
+                const __half *sc = reinterpret_cast<const __half *>(smem + (s % kStages) * kSlot + kW);
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int r = wm * 32 + 16 * i + g;
+                    const float s0 = __half2float(sc[r * 2 + (kk >> 1)]), s1 = __half2float(sc[(r + 8) * 2 + (kk >> 1)]);
+#pragma unroll
+                    for (int j = 0; j < NB; j++) {
+                        acc[i][j][0] = fmaf(s0, t[i][j][0], acc[i][j][0]);
+                        acc[i][j][1] = fmaf(s0, t[i][j][1], acc[i][j][1]);
+                        acc[i][j][2] = fmaf(s1, t[i][j][2], acc[i][j][2]);
+                        acc[i][j][3] = fmaf(s1, t[i][j][3], acc[i][j][3]);
+                    }
                 }
             }
         }
@@ -208,15 +326,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
     /* acc element e of (i, j): feature row 32 wm + 16 i + g (+ 8 for e >= 2),
      * token WT wn + 8 j + 2 c + (e & 1) */
     float *red = reinterpret_cast<float *>(smem);
-    const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < NB; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int f = wm * 32 + 16 * i + g + (e >> 1) * 8, t = wn * WT + 8 * j + 2 * c + (e & 1);
-                red[t * kRedLd + f] = acc[i][j][e];
+                const int f = wm * 32 + 16 * i + g + (e >> 1) * 8, tk = wn * WT + 8 * j + 2 * c + (e & 1);
+                red[tk * kRedLd + f] = acc[i][j][e];
             }
     namespace cg = cooperative_groups;
     if (S > 1) cg::this_cluster().sync();
@@ -224,18 +341,18 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
     /* rank r stores elements r, r + S, ... of the tile's rows of 128: the
      * sum of the S partial tiles in rank order, plus the bias */
     const int64_t rows = T < BT ? T : BT;
-    const uint16_t *bias = p.bias[part];
+    const void *bias = p.bias[part];
     float *out = p.out[part];
     for (int64_t e = (int64_t)rank * kThreads + tid; e < rows * kTileN; e += (int64_t)S * kThreads) {
-        const int t = (int)(e / kTileN), f = (int)(e % kTileN);
+        const int tk = (int)(e / kTileN), f = (int)(e % kTileN);
         if (f0 + f >= N) continue;
-        float *at = red + t * kRedLd + f, v = *at;
+        float *at = red + tk * kRedLd + f, v = *at;
         if (S > 1) {
             v = *cg::this_cluster().map_shared_rank(at, 0);
             for (int r = 1; r < S; r++) v += *cg::this_cluster().map_shared_rank(at, r);
         }
-        if (bias) v += __bfloat162float(__ushort_as_bfloat16(bias[f0 + f]));
-        out[t * N + f0 + f] = v;
+        if (bias) v += load_w(bias, !Q::kQuant, f0 + f);
+        out[tk * N + f0 + f] = v;
     }
     if (S > 1) cg::this_cluster().sync(); /* the others' tiles stay until every rank has read them */
 }
@@ -275,15 +392,15 @@ int split_count(int64_t tiles, int64_t K) {
     return s;
 }
 
-template <int NB>
+template <class Q, int NB>
 og_status launch(cudaStream_t stream, const narrow_params &p, int64_t tiles, int S) {
-    void (*kernel)(narrow_params, int) = gemm_narrow_kernel<NB>;
-    static const cudaError_t allowed =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<NB>());
+    void (*kernel)(narrow_params, int) = gemm_narrow_kernel<Q, NB>;
+    constexpr int smem = smem_bytes<Q, NB>();
+    static const cudaError_t allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (allowed != cudaSuccess) {
         (void)cudaGetLastError();
-        return og_set_error(OG_ERR_BACKEND, "gemm_narrow_cuda: %d bytes of shared memory refused: %s",
-                            smem_bytes<NB>(), cudaGetErrorString(allowed));
+        return og_set_error(OG_ERR_BACKEND, "gemm_narrow_cuda: %d bytes of shared memory refused: %s", smem,
+                            cudaGetErrorString(allowed));
     }
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -295,12 +412,19 @@ og_status launch(cudaStream_t stream, const narrow_params &p, int64_t tiles, int
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(tiles * S));
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem_bytes<NB>();
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = S > 1 ? 2 : 1;
     (void)cudaLaunchKernelEx(&cfg, kernel, p, S);
     return launched("gemm_narrow_cuda");
+}
+
+template <class Q>
+og_status launch_rows(cudaStream_t stream, const narrow_params &p, int64_t tiles, int S) {
+    if (p.T <= 16) return launch<Q, 1>(stream, p, tiles, S);
+    if (p.T <= 32) return launch<Q, 2>(stream, p, tiles, S);
+    return launch<Q, 4>(stream, p, tiles, S);
 }
 
 } /* namespace */
@@ -312,29 +436,32 @@ bool og_gemm_narrow_cuda_wanted(void) {
 
 void og_gemm_narrow_cuda_set_splits(int splits) { splits_forced = splits; }
 
-bool og_gemm_narrow_cuda_takes(const uint16_t *x, int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n) {
+bool og_gemm_narrow_cuda_takes(const uint16_t *x, og_dtype dtype, int64_t T, int64_t K,
+                               const og_gemv_cuda_part *parts, int n) {
+    if (dtype != OG_DTYPE_BF16 && dtype != OG_DTYPE_Q8 && dtype != OG_DTYPE_Q4) return false;
     if (T < 1 || T > OG_GEMM_NARROW_CUDA_MAX_T || K < kSliceK || K % kSliceK || n < 1 ||
-        n > OG_GEMV_CUDA_MAX_PARTS || !aligned16(x))
+        n > OG_GEMV_CUDA_MAX_PARTS || !x || !aligned16(x))
         return false;
     for (int i = 0; i < n; i++)
         if (parts[i].N < 1 || !aligned16(parts[i].weight) || !parts[i].out) return false;
     return true;
 }
 
-og_status og_gemm_narrow_cuda(void *stream, const uint16_t *x, int64_t T, int64_t K, const og_gemv_cuda_part *parts,
-                              int n) {
-    if (!og_gemm_narrow_cuda_takes(x, T, K, parts, n))
+og_status og_gemm_narrow_cuda(void *stream, const uint16_t *x, og_dtype dtype, int64_t T, int64_t K,
+                              const og_gemv_cuda_part *parts, int n) {
+    if (!og_gemm_narrow_cuda_takes(x, dtype, T, K, parts, n))
         return og_set_error(OG_ERR_INVALID_ARGUMENT,
-                            "gemm_narrow_cuda: T = %lld (1 .. %d), K = %lld (a multiple of %d), %d parts (1 .. %d), "
-                            "x and weights 16-byte aligned",
-                            (long long)T, OG_GEMM_NARROW_CUDA_MAX_T, (long long)K, kSliceK, n, OG_GEMV_CUDA_MAX_PARTS);
+                            "gemm_narrow_cuda: %s weights (bf16, q8, q4), T = %lld (1 .. %d), K = %lld (a multiple "
+                            "of %d), %d parts (1 .. %d), x and weights 16-byte aligned",
+                            og_dtype_name(dtype), (long long)T, OG_GEMM_NARROW_CUDA_MAX_T, (long long)K, kSliceK, n,
+                            OG_GEMV_CUDA_MAX_PARTS);
     narrow_params p;
     memset(&p, 0, sizeof p);
     p.n = n, p.x = x, p.T = T, p.K = K;
     int64_t tiles = 0;
     for (int i = 0; i < n; i++) {
-        p.w[i] = static_cast<const uint16_t *>(parts[i].weight);
-        p.bias[i] = static_cast<const uint16_t *>(parts[i].bias);
+        p.w[i] = static_cast<const uint8_t *>(parts[i].weight);
+        p.bias[i] = parts[i].bias;
         p.out[i] = parts[i].out;
         p.N[i] = parts[i].N;
         p.first[i] = tiles;
@@ -345,7 +472,9 @@ og_status og_gemm_narrow_cuda(void *stream, const uint16_t *x, int64_t T, int64_
     if (tiles * S > INT32_MAX)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "gemm_narrow_cuda: %lld blocks", (long long)(tiles * S));
     cudaStream_t st = static_cast<cudaStream_t>(stream);
-    if (T <= 16) return launch<1>(st, p, tiles, S);
-    if (T <= 32) return launch<2>(st, p, tiles, S);
-    return launch<4>(st, p, tiles, S);
+    switch (dtype) {
+    case OG_DTYPE_Q8: return launch_rows<w_q8>(st, p, tiles, S);
+    case OG_DTYPE_Q4: return launch_rows<w_q4>(st, p, tiles, S);
+    default: return launch_rows<w_bf16>(st, p, tiles, S);
+    }
 }

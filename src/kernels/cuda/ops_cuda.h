@@ -167,22 +167,25 @@ og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NUL
                                    og_dtype weight_dtype, int64_t T, int64_t K, int64_t F, float *out /* [T, F] */);
 
 /* Products of a narrow batch (gemm_narrow.cu): out_i = x @ weight_i^T
- * (+ bias_i) for every part, bf16 x (og_split_bf16_cuda's hi) and bf16
- * weights and biases, f32 sums, 1 <= T <= OG_GEMM_NARROW_CUDA_MAX_T, K a
- * multiple of 64, x and the weights 16-byte aligned (og_gemm_narrow_cuda_takes).
- * The weights are streamed once for all T rows, K split across the blocks of
- * a cluster where a launch has few tiles. A row's bits depend on the
- * weights, K and the parts' shapes, not on T or the other rows. The batched
- * decode steps of a bf16 program take it past the gemv's rows unless
- * OG_CUDA_NARROW=0 (og_gemm_narrow_cuda_wanted); OG_CUDA_NARROW_SPLITS=1, 2,
- * 4 or 8 forces the blocks a tile (measurements; og_gemm_narrow_cuda_set_splits
- * overrides it, 0 restores the choice by shape, -1 the environment's). */
+ * (+ bias_i) for every part, bf16 x (og_split_bf16_cuda's hi), weights of
+ * one dtype: bf16 (bf16 biases), q8 or q4 (f32 biases; the quants times
+ * their scales, as the gemv reads them); f32 sums; 1 <= T <=
+ * OG_GEMM_NARROW_CUDA_MAX_T, K a multiple of 64, x and the weights 16-byte
+ * aligned (og_gemm_narrow_cuda_takes). The weights are streamed once for
+ * all T rows, K split across the blocks of a cluster where a launch has few
+ * tiles. A row's bits depend on the weights, K and the parts' shapes, not
+ * on T or the other rows. The batched steps of a bf16 program take it past
+ * the gemv's rows unless OG_CUDA_NARROW=0 (og_gemm_narrow_cuda_wanted);
+ * OG_CUDA_NARROW_SPLITS=1, 2, 4 or 8 forces the blocks a tile
+ * (measurements; og_gemm_narrow_cuda_set_splits overrides it, 0 restores
+ * the choice by shape, -1 the environment's). */
 #define OG_GEMM_NARROW_CUDA_MAX_T 64
 bool og_gemm_narrow_cuda_wanted(void);
 void og_gemm_narrow_cuda_set_splits(int splits);
-bool og_gemm_narrow_cuda_takes(const uint16_t *x, int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n_parts);
-og_status og_gemm_narrow_cuda(void *stream, const uint16_t *x /* [T, K] bf16 */, int64_t T, int64_t K,
-                              const og_gemv_cuda_part *parts /* [n_parts] */, int n_parts);
+bool og_gemm_narrow_cuda_takes(const uint16_t *x, og_dtype weight_dtype, int64_t T, int64_t K,
+                               const og_gemv_cuda_part *parts, int n_parts);
+og_status og_gemm_narrow_cuda(void *stream, const uint16_t *x /* [T, K] bf16 */, og_dtype weight_dtype, int64_t T,
+                              int64_t K, const og_gemv_cuda_part *parts /* [n_parts] */, int n_parts);
 
 /* The bandwidth-first kernel for q8 / q4 decode products (gemv_q.cu: 16-byte
  * weight loads, 8 in flight a lane, x staged in shared memory; T <= 8 and T x K
