@@ -45,9 +45,9 @@ typedef struct shape {
 /* `copies` device copies of a [N, K] weight of dtype dt: bf16 small random
  * values; q8 / q4 random quants and f16 scales in (2^-7, 0.5). */
 static void **make_weights(og_dtype dt, int64_t N, int64_t K, int copies, size_t *bytes, uint64_t seed) {
-    const int64_t shape[2] = {N, K};
+    const int64_t dims[2] = {N, K};
     int64_t nb = 0;
-    if (!og_tensor_bytes(dt, 2, shape, &nb)) exit(2);
+    if (!og_tensor_bytes(dt, 2, dims, &nb)) exit(2);
     uint8_t *h = malloc((size_t)nb);
     if (!h) exit(2);
     if (dt == OG_DTYPE_BF16) {
