@@ -686,11 +686,13 @@ done:
 }
 
 /* A q8 / q4 program with bf16 activations: the whole step rounds x to bf16 and
- * multiplies it by the weights as bf16 hi + lo (2^-16 relative), on the
- * tensor cores here and on the vector (or tile) units in the CPU's
+ * multiplies it by the weights (as bf16 hi + lo, 2^-16 relative, past 64
+ * rows; up to 64, the quants widened to bf16 and scaled a group at a time),
+ * on the tensor cores here and on the vector (or tile) units in the CPU's
  * prefill: against the CPU's prefill, the bound of check_fixture's bf16
  * programs (0.1: summation order flipping a bf16 rounding of x, and
- * attention's q rounding on the CPU). */
+ * attention's q rounding on the CPU). Then batches of sessions, as
+ * check_fixture checks a bf16 program's. */
 static void check_quantized_bf16(const char *prog, const char *what, const int32_t *ids) {
     char label[160];
     snprintf(label, sizeof label, "%s, bf16 activations", what);
@@ -705,6 +707,9 @@ static void check_quantized_bf16(const char *prog, const char *what, const int32
         printf("  %s one %d-token step: vs the CPU's prefill max |diff| %.3g\n", label, N_TOK,
                max_abs_diff(got, want, all));
         free(want), free(got);
+        /* batches of 1 - 64 sessions (og_gemm_narrow_cuda's q8 / q4 products past 8 rows, up to 64) against
+         * the CPU stepped alone: the bf16-activation bound of check_fixture's batches */
+        check_batch_sizes(cpu, gpu, ids, label, 0.32, 0);
     }
     og_model_destroy(cpu);
     og_model_destroy(gpu);
