@@ -558,11 +558,22 @@ namespace {
  * plans as if it had this many (still about a wave). */
 constexpr int32_t kMaxSMs = 256;
 
+/* A cap on the grid depth from the environment (OG_CUDA_ATTEND_BATCH_SPLITS,
+ * for measurements; 0: none), read once. */
+int32_t batch_split_env() {
+    static const int32_t cap = [] {
+        const char *v = getenv("OG_CUDA_ATTEND_BATCH_SPLITS");
+        return v && atoi(v) > 0 ? (int32_t)atoi(v) : 0;
+    }();
+    return cap;
+}
+
 /* Grid depth of a batched call: splits of the longest entry there may be,
  * capped where B x row_blocks blocks per split already fill a wave. */
 int32_t batch_split_cap(int32_t B, int32_t rb, int64_t max_keys, int32_t sm_count) {
     int64_t s = (max_keys + OG_ATTEND_CUDA_SPLIT_KEYS - 1) / OG_ATTEND_CUDA_SPLIT_KEYS;
     if (s > OG_ATTEND_CUDA_MAX_SPLITS) s = OG_ATTEND_CUDA_MAX_SPLITS;
+    if (batch_split_env() > 0 && s > batch_split_env()) s = batch_split_env();
     const int64_t sms = sm_count < kMaxSMs ? sm_count : kMaxSMs;
     const int64_t per_split = (int64_t)B * rb;
     const int64_t fill = ((int64_t)kWave * sms + per_split - 1) / per_split;

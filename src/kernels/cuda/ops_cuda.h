@@ -410,7 +410,8 @@ typedef struct og_attend_batch_cuda_args {
 /* The grid's depth (most splits of one entry) of a batched call on a device
  * of sm_count SMs: min(OG_ATTEND_CUDA_MAX_SPLITS, ceil(max_keys /
  * OG_ATTEND_CUDA_SPLIT_KEYS), enough to fill about one wave of blocks when
- * every entry is long), at least 1. */
+ * every entry is long, OG_CUDA_ATTEND_BATCH_SPLITS where the environment sets
+ * it: measurements), at least 1. */
 int32_t og_attend_batch_cuda_max_splits(int32_t B, int32_t n_heads, int32_t n_kv_heads, int64_t max_keys,
                                         int32_t sm_count);
 /* Scratch floats for batched calls of at most B entries of Hq heads of D and
