@@ -338,21 +338,32 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
     namespace cg = cooperative_groups;
     if (S > 1) cg::this_cluster().sync();
     else __syncthreads();
-    /* rank r stores elements r, r + S, ... of the tile's rows of 128: the
-     * sum of the S partial tiles in rank order, plus the bias */
+    /* rank r stores groups of 4 elements r, r + S, ... (256 a block) of the
+     * tile's rows of 128: the sum of the S partial tiles in rank order (all
+     * S loads issued before the first add), plus the bias */
     const int64_t rows = T < BT ? T : BT;
     const void *bias = p.bias[part];
     float *out = p.out[part];
-    for (int64_t e = (int64_t)rank * kThreads + tid; e < rows * kTileN; e += (int64_t)S * kThreads) {
-        const int tk = (int)(e / kTileN), f = (int)(e % kTileN);
+    for (int64_t e = (int64_t)rank * kThreads + tid; e < rows * (kTileN / 4); e += (int64_t)S * kThreads) {
+        const int tk = (int)(e / (kTileN / 4)), f = (int)(e % (kTileN / 4)) * 4;
         if (f0 + f >= N) continue;
-        float *at = red + tk * kRedLd + f, v = *at;
+        const float4 *at = reinterpret_cast<const float4 *>(red + tk * kRedLd + f);
+        float4 v = *at;
         if (S > 1) {
-            v = *cg::this_cluster().map_shared_rank(at, 0);
-            for (int r = 1; r < S; r++) v += *cg::this_cluster().map_shared_rank(at, r);
+            float4 pr[8];
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                if (r < S) pr[r] = *cg::this_cluster().map_shared_rank(at, r);
+            v = pr[0];
+#pragma unroll
+            for (int r = 1; r < 8; r++)
+                if (r < S) v.x += pr[r].x, v.y += pr[r].y, v.z += pr[r].z, v.w += pr[r].w;
         }
-        if (bias) v += load_w(bias, !Q::kQuant, f0 + f);
-        out[tk * N + f0 + f] = v;
+        const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (f0 + f + i < N)
+                out[tk * N + f0 + f + i] = bias ? vs[i] + load_w(bias, !Q::kQuant, f0 + f + i) : vs[i];
     }
     if (S > 1) cg::this_cluster().sync(); /* the others' tiles stay until every rank has read them */
 }
