@@ -42,6 +42,7 @@
 #include "kernels/cuda/gemv_tc.cuh"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant_pairs.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -163,18 +164,6 @@ struct fmt_bf16 {
     }
 };
 
-/* The bf16 pairs of the four q8 bytes of word v (two's complement). */
-__device__ inline void q8_pairs(uint32_t v, uint32_t &p01, uint32_t &p23) {
-    const uint32_t f = v ^ 0x80808080u; /* q + 128 */
-    const float m = 8388736.0f;         /* 2^23 + 128 */
-    const float e0 = __uint_as_float(__byte_perm(f, 0x4b000000u, 0x7540)) - m;
-    const float e1 = __uint_as_float(__byte_perm(f, 0x4b000000u, 0x7541)) - m;
-    const float e2 = __uint_as_float(__byte_perm(f, 0x4b000000u, 0x7542)) - m;
-    const float e3 = __uint_as_float(__byte_perm(f, 0x4b000000u, 0x7543)) - m;
-    p01 = bits(__floats2bfloat162_rn(e0, e1));
-    p23 = bits(__floats2bfloat162_rn(e2, e3));
-}
-
 struct fmt_q8 {
     static constexpr int kUnroll = 8, kUnroll2 = 3;
     static constexpr bool kBiasBf16 = false;
@@ -214,14 +203,6 @@ struct fmt_q8 {
         acc[3] = fmaf(sb, t[3], acc[3]);
     }
 };
-
-/* The bf16 pair of the nibbles (stored q + 8) in bits 0..3 and 16..19 of v. */
-__device__ inline uint32_t q4_pair(uint32_t v) {
-    const uint32_t b = (v & 0x000f000fu) | 0x43004300u; /* bf16 128 + n, exactly */
-    __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162 *>(&b);
-    r = __hsub2(r, __floats2bfloat162_rn(136.0f, 136.0f));
-    return bits(r);
-}
 
 struct fmt_q4 {
     static constexpr int kUnroll = 12, kUnroll2 = 5;
