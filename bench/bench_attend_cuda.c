@@ -29,6 +29,10 @@
  * a step are rotated over enough copies that a round reads more than L2
  * holds. Same timing (events around back-to-back calls, median of 100 after
  * a warm-up), GB/s of KV bytes read (every live key and value row once).
+ * Then B = 64 and 256 at context 512 over rows packed as the KV manager
+ * packs a session's flat layers (position p's k and v of 28 layers, the
+ * 0.6B shape's, side by side; and 36, the 8B's, at B = 64): what a decode
+ * step of the executor reads. BENCH_ATTEND_BATCHES_ONLY=1 runs part 2 alone.
  * Built in every configuration; without CUDA it says so and exits 77. */
 #include "core/core.h"
 
@@ -109,14 +113,18 @@ typedef struct batch_result {
     int32_t depth;
 } batch_result;
 
-/* One batched configuration: B sessions, L[b] keys each before the step. */
+/* One batched configuration: B sessions, L[b] keys each before the step;
+ * packed > 0: each session's rows packed as the KV manager packs them,
+ * position p's k and v rows of `packed` layers side by side (the call reads
+ * the first layer's), else one dense block of k and one of v a session. */
 static batch_result bench_batch(cudaStream_t st, double copy, int sms, og_dtype dt, int32_t B, const int64_t *L,
-                                int64_t rows, const char *label) {
+                                int64_t rows, const char *label, int packed) {
     const int32_t Hq = 16, Hkv = 8, D = 128, HD = Hkv * D;
     const size_t RB = (size_t)og_kv_dtype_row_bytes(dt, Hkv, D); /* bytes of a row */
     size_t kv_bytes = 0; /* what one call must read: every live row of k and v */
     for (int32_t b = 0; b < B; b++) kv_bytes += 2 * (size_t)L[b] * RB;
-    const size_t layer = (size_t)B * rows * RB; /* bytes of k (or v) of one copy, all sessions */
+    const size_t PB = packed > 0 ? 2 * (size_t)packed * RB : RB; /* bytes between a session's rows */
+    const size_t layer = (size_t)B * rows * PB; /* bytes of k (or v; packed: both) of one copy, all sessions */
     int n_copies = (int)(256e6 / (double)kv_bytes) + 1;
     if (n_copies < 2) n_copies = 2;
     void **k = calloc((size_t)n_copies, sizeof *k), **v = calloc((size_t)n_copies, sizeof *v);
@@ -124,12 +132,17 @@ static batch_result bench_batch(cudaStream_t st, double copy, int sms, og_dtype 
     og_attend_cuda_seq *h = calloc((size_t)B, sizeof *h);
     for (int c = 0; c < n_copies; c++) {
         CK(cudaMalloc(&k[c], layer));
-        CK(cudaMalloc(&v[c], layer));
         fill_dev(k[c], layer, dt, Hkv, D, 1234 + (uint64_t)c);
-        fill_dev(v[c], layer, dt, Hkv, D, 777 + (uint64_t)c);
-        for (int32_t b = 0; b < B; b++)
-            h[b] = (og_attend_cuda_seq){.k = (char *)k[c] + (size_t)b * rows * RB, .v = (char *)v[c] + (size_t)b * rows * RB,
+        if (!packed) {
+            CK(cudaMalloc(&v[c], layer));
+            fill_dev(v[c], layer, dt, Hkv, D, 777 + (uint64_t)c);
+        }
+        for (int32_t b = 0; b < B; b++) {
+            char *kb = (char *)k[c] + (size_t)b * rows * PB;
+            h[b] = (og_attend_cuda_seq){.k = kb, .v = packed ? kb + RB : (char *)v[c] + (size_t)b * rows * RB,
+                                        .row_stride = packed ? (int64_t)(PB / og_dtype_size(dt)) : 0,
                                         .length = L[b], .rows = rows, .T = 1};
+        }
         CK(cudaMalloc((void **)&tab[c], (size_t)B * sizeof *h));
         CK(cudaMemcpy(tab[c], h, (size_t)B * sizeof *h, cudaMemcpyHostToDevice));
     }
@@ -199,12 +212,12 @@ static batch_result bench_batch(cudaStream_t st, double copy, int sms, og_dtype 
     batch_result res = {.dt = dt, .B = B, .lengths = label, .us = med[0] * 1e6, .gbps = (double)kv_bytes / med[0] / 1e9,
                         .frac = (double)kv_bytes / med[0] / copy, .single_us = med[1] * 1e6, .mma_us = med[2] * 1e6,
                         .mma_single_us = med[3] * 1e6, .depth = og_attend_batch_cuda_max_splits(B, Hq, Hkv, rows, sms)};
-    printf("{\"bench\":\"batch_decode_attention\",\"kv\":\"%s\",\"B\":%d,\"lengths\":\"%s\",\"Hq\":%d,\"Hkv\":%d,\"D\":%d,"
+    printf("{\"bench\":\"batch_decode_attention\",\"kv\":\"%s\",\"B\":%d,\"lengths\":\"%s\",\"packed_layers\":%d,\"Hq\":%d,\"Hkv\":%d,\"D\":%d,"
            "\"us\":%.2f,\"kv_GBps\":%.1f,\"fraction_of_copy\":%.3f,\"depth\":%d,\"single_us\":%.2f,"
            "\"mma_us\":%.2f,\"mma_fraction_of_copy\":%.3f,\"mma_single_us\":%.2f}\n",
-           og_dtype_name(dt), B, label, Hq, Hkv, D, res.us, res.gbps, res.frac, res.depth, res.single_us, res.mma_us,
+           og_dtype_name(dt), B, label, packed, Hq, Hkv, D, res.us, res.gbps, res.frac, res.depth, res.single_us, res.mma_us,
            (double)kv_bytes / med[2] / copy, res.mma_single_us);
-    for (int c = 0; c < n_copies; c++) cudaFree(k[c]), cudaFree(v[c]), cudaFree(tab[c]);
+    for (int c = 0; c < n_copies; c++) cudaFree(k[c]), cudaFree(packed ? NULL : v[c]), cudaFree(tab[c]);
     free(k), free(v), free(tab), free(h);
     cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
@@ -212,7 +225,7 @@ static batch_result bench_batch(cudaStream_t st, double copy, int sms, og_dtype 
 }
 
 static void bench_batches(cudaStream_t st, double copy, int sms) {
-    batch_result r[12];
+    batch_result r[16];
     int n = 0;
     const int32_t Bs[] = {1, 64, 256};
     const int64_t ctx[] = {512, 4096};
@@ -222,7 +235,7 @@ static void bench_batches(cudaStream_t st, double copy, int sms) {
         snprintf(labels[ci], sizeof labels[ci], "%lld", (long long)ctx[ci]);
         for (int bi = 0; bi < 3; bi++) {
             for (int32_t b = 0; b < Bs[bi]; b++) L[b] = ctx[ci];
-            r[n++] = bench_batch(st, copy, sms, OG_DTYPE_BF16, Bs[bi], L, ctx[ci] + 1, labels[ci]);
+            r[n++] = bench_batch(st, copy, sms, OG_DTYPE_BF16, Bs[bi], L, ctx[ci] + 1, labels[ci], 0);
         }
     }
     uint64_t seed = 99;
@@ -231,12 +244,19 @@ static void bench_batches(cudaStream_t st, double copy, int sms) {
         const int64_t x = (int64_t)(seed % 4096) + 1;
         L[b] = x * x / 4096 + 1;
     }
-    r[n++] = bench_batch(st, copy, sms, OG_DTYPE_BF16, 64, L, 4097, "mixed 1..4096");
+    r[n++] = bench_batch(st, copy, sms, OG_DTYPE_BF16, 64, L, 4097, "mixed 1..4096", 0);
     for (int di = 0; di < 2; di++) /* int8 and fp8 storage, context 4096 */
         for (int bi = 0; bi < (di ? 2 : 3); bi++) {
             for (int32_t b = 0; b < Bs[bi]; b++) L[b] = 4096;
-            r[n++] = bench_batch(st, copy, sms, di ? OG_DTYPE_FP8 : OG_DTYPE_INT8, Bs[bi], L, 4097, labels[1]);
+            r[n++] = bench_batch(st, copy, sms, di ? OG_DTYPE_FP8 : OG_DTYPE_INT8, Bs[bi], L, 4097, labels[1], 0);
         }
+    /* rows packed as a session of the 0.6B (28 layers) and 8B (36) shapes packs them */
+    for (int bi = 1; bi < 3; bi++) {
+        for (int32_t b = 0; b < Bs[bi]; b++) L[b] = 512;
+        r[n++] = bench_batch(st, copy, sms, OG_DTYPE_BF16, Bs[bi], L, 513, "512, packed 28", 28);
+    }
+    for (int32_t b = 0; b < 64; b++) L[b] = 512;
+    r[n++] = bench_batch(st, copy, sms, OG_DTYPE_BF16, 64, L, 513, "512, packed 36", 36);
     free(L);
     printf("\n| kv | B | context | us | KV GB/s | of copy | depth | single-session us | tensor cores: us | single-session us "
            "|\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -309,13 +329,19 @@ int main(void) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const double copy = copy_rate(st);
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (getenv("BENCH_ATTEND_BATCHES_ONLY")) { /* part 2 alone */
+        printf("device-to-device copy: %.0f GB/s (read + written)\n", copy / 1e9);
+        bench_batches(st, copy, sms);
+        cudaStreamDestroy(st);
+        return 0;
+    }
     const char *pdl = getenv("OG_CUDA_PDL");
     printf("device-to-device copy: %.0f GB/s (read + written); programmatic dependent launch %s\n", copy / 1e9,
            pdl && pdl[0] == '0' ? "off (OG_CUDA_PDL=0)" : "allowed");
     const int32_t Hq = 32, Hkv = 8, D = 128;
-    int dev = 0, sms = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     enum { NL = 6 };
     const int64_t Ls[NL] = {1, 128, 512, 4096, 32768, 131072};
     const og_dtype dts[] = {OG_DTYPE_BF16, OG_DTYPE_INT8, OG_DTYPE_FP8};
