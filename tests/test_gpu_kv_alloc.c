@@ -19,11 +19,7 @@
  *     granules) in steps of 333 tokens, a failure injected at the one
  *     resize of each growth;
  *   - eight sessions on one allocator, stepped in turn, stay disjoint and
- *     keep their own rows, destroyed in an interleaved order;
- *   - a pool of chunks made ahead (og_kv_cuda_pool) shared by two
- *     allocators: one-unit growths take its chunks once its thread has made
- *     them, the two blocks keep their own bytes through growing, shrinking
- *     and growing again, and the pool never holds more than it keeps.
+ *     keep their own rows, destroyed in an interleaved order.
  * Skipped (77) without CUDA or without a device. */
 #include "harness.h"
 
@@ -34,7 +30,6 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The small manifest: a flat layer of 32-byte rows and a ring, 256 rows. */
 static const og_kv_layer_config k_small_layers[2] = {
@@ -122,7 +117,7 @@ static int64_t verify_rows(const og_kv_session *s, int salt, cudaStream_t stream
  * whose second allocation fails must leave everything as it was. */
 static void run_session(cudaStream_t stream, bool in_place) {
     og_kv_allocator dev;
-    CHECK_OK(in_place ? og_kv_allocator_cuda_vmm(stream, NULL, &dev) : og_kv_allocator_cuda(stream, &dev));
+    CHECK_OK(in_place ? og_kv_allocator_cuda_vmm(stream, &dev) : og_kv_allocator_cuda(stream, &dev));
     CHECK(!in_place || (dev.reserve && dev.resize)); /* every GPU this runs on manages virtual memory */
     og_kv_fault_state fs = {.inner = dev};
     og_kv_allocator a = og_kv_allocator_faulty(&fs);
@@ -226,7 +221,7 @@ static size_t differ(const char *dev, size_t n, int salt) {
 static void test_reserve_resize(cudaStream_t stream) {
     og_test_section("reserve and resize keep the address and the contents");
     og_kv_allocator a;
-    CHECK_OK(og_kv_allocator_cuda_vmm(stream, NULL, &a));
+    CHECK_OK(og_kv_allocator_cuda_vmm(stream, &a));
     const size_t g = og_kv_allocator_cuda_granularity(&a);
     CHECK_MSG(a.reserve && a.resize && g > 0 && a.granularity == g, "no growth in place (granularity %zu)", g);
     if (!a.reserve || !g) return;
@@ -283,7 +278,7 @@ out:
 static void test_big_rows(cudaStream_t stream) {
     og_test_section("8 KiB packed rows grown to 32 MiB in place, a failure at every resize");
     og_kv_allocator dev;
-    CHECK_OK(og_kv_allocator_cuda_vmm(stream, NULL, &dev));
+    CHECK_OK(og_kv_allocator_cuda_vmm(stream, &dev));
     og_kv_fault_state fs = {.inner = dev};
     og_kv_allocator a = og_kv_allocator_faulty(&fs);
     og_kv_session *s = NULL;
@@ -340,7 +335,7 @@ static void test_many_sessions(cudaStream_t stream) {
     og_test_section("eight sessions on one allocator");
     enum { NS = 8 };
     og_kv_allocator a;
-    CHECK_OK(og_kv_allocator_cuda_vmm(stream, NULL, &a));
+    CHECK_OK(og_kv_allocator_cuda_vmm(stream, &a));
     og_kv_session *s[NS] = {0};
     for (int i = 0; i < NS; i++) CHECK_OK(og_kv_session_create(&k_big, &a, &s[i]));
     /* session i steps 64 * (i + 1) tokens at a time until it holds 2048 */
@@ -386,70 +381,6 @@ static void test_many_sessions(cudaStream_t stream) {
     og_kv_allocator_cuda_release(&a);
 }
 
-/* Waits (up to 2 s) until the pool holds a chunk; false if it never does. */
-static bool pool_ready(og_kv_cuda_pool *pool) {
-    for (int i = 0; i < 2000; i++) {
-        og_kv_pool_stats st;
-        og_kv_cuda_pool_stats(pool, &st);
-        if (st.held > 0) return true;
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-    return false;
-}
-
-static void test_pool(cudaStream_t stream) {
-    og_test_section("growths map the chunks a pool made ahead; two blocks never share one");
-    og_kv_cuda_pool *pool = NULL;
-    CHECK_OK(og_kv_cuda_pool_create(&pool));
-    const char *env = getenv("OG_CUDA_KV_POOL");
-    if (!pool) { /* only where asked for none */
-        CHECK_MSG(env && atoi(env) <= 0, "no pool, OG_CUDA_KV_POOL=%s", env ? env : "(unset)");
-        return;
-    }
-    og_kv_allocator a, b;
-    CHECK_OK(og_kv_allocator_cuda_vmm(stream, pool, &a));
-    CHECK_OK(og_kv_allocator_cuda_vmm(stream, pool, &b));
-    const size_t g = a.granularity;
-    og_kv_pool_stats st;
-    og_kv_cuda_pool_stats(pool, &st);
-    CHECK_MSG(st.unit == g && st.held == 0 && st.taken == 0 && st.target >= 1,
-              "unit %zu (granularity %zu), held %d, taken %lld", st.unit, g, st.held, (long long)st.taken);
-    void *pa = NULL, *pb = NULL;
-    CHECK_OK(a.reserve(a.ctx, 20 * g, g, &pa));
-    CHECK_OK(b.reserve(b.ctx, 20 * g, g, &pb));
-    char *da = pa, *db = pb;
-    enum { GROWTHS = 12 };
-    int waited = 0;
-    if (da && db && fill(da, 0, g, 3) && fill(db, 0, g, 4)) {
-        for (size_t i = 1; i <= GROWTHS; i++) {
-            if (i > 1) waited += pool_ready(pool); /* the first growth starts the thread */
-            CHECK_OK(a.resize(a.ctx, da, (i + 1) * g));
-            CHECK(fill(da, i * g, g, 3));
-            if (i > 1) waited += pool_ready(pool);
-            CHECK_OK(b.resize(b.ctx, db, (i + 1) * g));
-            CHECK(fill(db, i * g, g, 4));
-        }
-        CHECK(differ(da, (GROWTHS + 1) * g, 3) == 0 && differ(db, (GROWTHS + 1) * g, 4) == 0);
-        og_kv_cuda_pool_stats(pool, &st);
-        CHECK_MSG(waited == 2 * GROWTHS - 2 && st.taken >= 2 * GROWTHS - 2 && st.made >= st.taken &&
-                      st.held <= st.target,
-                  "waited %d, taken %lld, made %lld, held %d of %d", waited, (long long)st.taken, (long long)st.made,
-                  st.held, st.target);
-        /* a shrink releases a's last chunks (never back to the pool); growing
-         * again takes fresh ones, and b's bytes stay b's */
-        CHECK_OK(a.resize(a.ctx, da, 2 * g));
-        CHECK_OK(a.resize(a.ctx, da, (GROWTHS + 1) * g));
-        CHECK(fill(da, 2 * g, (GROWTHS - 1) * g, 3));
-        CHECK(differ(da, (GROWTHS + 1) * g, 3) == 0 && differ(db, (GROWTHS + 1) * g, 4) == 0);
-    }
-    if (da) a.free(a.ctx, da);
-    if (db) b.free(b.ctx, db);
-    cuda_ok(cudaStreamSynchronize(stream), "sync");
-    og_kv_allocator_cuda_release(&a);
-    og_kv_allocator_cuda_release(&b);
-    og_kv_cuda_pool_destroy(pool);
-}
-
 int main(void) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -469,12 +400,11 @@ int main(void) {
         test_reserve_resize(stream);
         test_big_rows(stream);
         test_many_sessions(stream);
-        test_pool(stream);
         cuda_ok(cudaStreamDestroy(stream), "cudaStreamDestroy");
     }
     og_kv_allocator a;
     CHECK_STATUS(og_kv_allocator_cuda(NULL, NULL), OG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(og_kv_allocator_cuda_vmm(NULL, NULL, NULL), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kv_allocator_cuda_vmm(NULL, NULL), OG_ERR_INVALID_ARGUMENT);
     CHECK_OK(og_kv_allocator_cuda(NULL, &a));
     CHECK(og_kv_allocator_cuda_granularity(&a) == 0);
     void *p = NULL;

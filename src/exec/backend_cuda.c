@@ -125,7 +125,6 @@ static int64_t quant_panel_rows(int64_t N, int64_t K, bool split) {
 
 typedef struct cuda_model {
     int device;
-    og_kv_cuda_pool *kv_pool; /* chunks made ahead of its sessions' growths (kv/alloc_cuda.h), or NULL */
     /* OG_CUDA_NCCL=1: the tensor-parallel path at N = 1 (nccl_cuda.h): an
      * all-reduce of each output the shard planner reduces, after its step */
     og_nccl *nccl;
@@ -319,7 +318,6 @@ static void cuda_model_free(og_model *m) {
         for (int32_t i = 0; i < og_program_n_tensors(m->prog); i++) cudaFree(cm->weights[i]);
     cudaFree(cm->inv_freq);
     if (cm->store) cudaStreamDestroy(cm->store);
-    og_kv_cuda_pool_destroy(cm->kv_pool); /* every session, and so its allocator, is gone */
     og_nccl_close(cm->nccl);
     og_cuda_profile_close(cm->profile);
     og_free(cm->all_reduce);
@@ -383,7 +381,6 @@ static og_status cuda_model_init(og_model *m, const og_model_params *p) {
     }
     CUDA_TRY(cudaGetDevice(&cm->device), "cudaGetDevice");
     CUDA_TRY(cudaStreamCreateWithFlags(&cm->store, cudaStreamNonBlocking), "cudaStreamCreate");
-    OG_TRY(og_kv_cuda_pool_create(&cm->kv_pool));
     const char *products_env = getenv("OG_CUDA_PRODUCTS");
     cm->products = !products_env || !*products_env   ? PRODUCTS_AUTO
                    : !strcmp(products_env, "bf16")  ? PRODUCTS_BF16
@@ -481,7 +478,7 @@ static og_status cuda_session_init(og_session *s) {
     if (!cs) return og_set_error(OG_ERR_OUT_OF_MEMORY, "cuda session: no memory");
     s->be = cs;
     CUDA_TRY(cudaSetDevice(cm_of(s->m)->device), "cudaSetDevice");
-    OG_TRY(og_kv_allocator_cuda_vmm(cm_of(s->m)->store, cm_of(s->m)->kv_pool, &cs->alloc));
+    OG_TRY(og_kv_allocator_cuda_vmm(cm_of(s->m)->store, &cs->alloc));
     return og_kv_session_create(&s->cfg, &cs->alloc, &s->kv);
 }
 

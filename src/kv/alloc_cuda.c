@@ -111,15 +111,6 @@ og_status og_kv_allocator_cuda(void *stream, og_kv_allocator *out) {
  * bytes in a chunk that straddles the boundary is copied into the block's
  * first new chunk (at most one chunk of the source: one growth's worth).
  *
- * A growth of one unit of the granularity (what a session's packed block
- * asks for at a time) maps a chunk made ahead when the allocator was given
- * a pool (og_kv_cuda_pool: one a model, shared by its sessions' allocators):
- * the pool's thread, started at the first growth, keeps chunks made
- * (cuMemCreate, the costly call of the three), so that a step's prepare
- * only maps. Chunks leave the pool to be mapped once and never come back
- * (an unmapped chunk may still be mapped by a fork), so the pool never hands
- * out memory that something else maps.
- *
  * The driver functions come through the runtime
  * (cudaGetDriverEntryPointByVersion), so nothing links libcuda at build time. */
 
@@ -156,24 +147,6 @@ typedef struct vmm_block {
     struct vmm_block *next;
 } vmm_block;
 
-enum { KV_POOL_DEFAULT = 8, KV_POOL_MAX = 64 };
-
-/* Chunks of one granularity unit made ahead by the pool's thread. */
-struct og_kv_cuda_pool {
-    int device;
-    size_t granularity;
-    CUmemAllocationProp prop;
-    vmm_driver drv;
-    pthread_mutex_t lock;
-    pthread_cond_t wake; /* to the thread: a chunk was taken, or stop */
-    CUmemGenericAllocationHandle h[KV_POOL_MAX];
-    int32_t n, target;  /* chunks held; how many the thread keeps */
-    bool started, stop; /* the thread runs (until stop) */
-    bool stalled;       /* its last cuMemCreate failed: it waits for the next take */
-    int64_t taken, made;
-    pthread_t filler;
-};
-
 typedef struct vmm_ctx {
     cudaStream_t stream;
     int device;
@@ -183,7 +156,6 @@ typedef struct vmm_ctx {
     vmm_driver drv;
     pthread_mutex_t lock; /* guards `blocks` */
     vmm_block *blocks;    /* live reservations */
-    og_kv_cuda_pool *pool; /* borrowed; NULL: every growth makes its chunk */
 } vmm_ctx;
 
 static og_status vmm_status(const vmm_ctx *c, CUresult r, const char *what, size_t bytes) {
@@ -226,59 +198,8 @@ static og_status vmm_unmap_past(vmm_ctx *c, vmm_block *b, size_t keep) {
     return OG_OK;
 }
 
-/* The pool's thread: keeps p->target chunks of one granularity unit made. */
-static void *pool_fill(void *arg) {
-    og_kv_cuda_pool *p = arg;
-    if (cudaSetDevice(p->device) != cudaSuccess) (void)cudaGetLastError(); /* cuMemCreate names the device itself */
-    pthread_mutex_lock(&p->lock);
-    while (!p->stop) {
-        if (p->n >= p->target || p->stalled) {
-            pthread_cond_wait(&p->wake, &p->lock);
-            continue;
-        }
-        pthread_mutex_unlock(&p->lock);
-        CUmemGenericAllocationHandle h;
-        const CUresult r = p->drv.create(&h, p->granularity, &p->prop, 0);
-        pthread_mutex_lock(&p->lock);
-        if (r != CUDA_SUCCESS) {
-            p->stalled = true; /* the device is full: a growth makes its own chunk, and fails as it would */
-        } else if (p->stop || p->n >= p->target) {
-            p->drv.release(h);
-        } else {
-            p->h[p->n++] = h;
-            p->made++;
-        }
-    }
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
-}
-
-/* A chunk of `bytes` from c's pool into *h (true), or false when there is
- * no pool, the size is not its unit, or it holds none; the first call
- * starts the pool's thread, every call wakes it. */
-static bool pool_take(vmm_ctx *c, size_t bytes, CUmemGenericAllocationHandle *h) {
-    og_kv_cuda_pool *p = c->pool;
-    if (!p || bytes != p->granularity || c->device != p->device) return false;
-    bool got = false;
-    pthread_mutex_lock(&p->lock);
-    if (!p->started && !p->stop) {
-        if (pthread_create(&p->filler, NULL, pool_fill, p) == 0) p->started = true;
-        else p->stop = true; /* no thread: every growth makes its own chunk */
-    }
-    if (p->n > 0) {
-        *h = p->h[--p->n];
-        p->taken++;
-        got = true;
-    }
-    p->stalled = false;
-    pthread_cond_signal(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    return got;
-}
-
 /* Backs the block up to `target` bytes (a multiple of the granularity,
- * above b->backed) with one chunk (made ahead when the pool has one of
- * that size); all or nothing. */
+ * above b->backed) with one new chunk; all or nothing. */
 static og_status vmm_map_to(vmm_ctx *c, vmm_block *b, size_t target) {
     if (b->n == b->cap) {
         int32_t cap = b->cap ? 2 * b->cap : 4;
@@ -291,9 +212,8 @@ static og_status vmm_map_to(vmm_ctx *c, vmm_block *b, size_t target) {
     const CUdeviceptr at = b->base + b->backed;
     CUmemGenericAllocationHandle h;
     if (og_kv_test_fault("kv cuda vmm allocator: cuMemCreate", bytes)) return OG_ERR_OUT_OF_MEMORY;
-    CUresult r = CUDA_SUCCESS;
-    if (!pool_take(c, bytes, &h) && (r = c->drv.create(&h, bytes, &c->prop, 0)) != CUDA_SUCCESS)
-        return vmm_status(c, r, "cuMemCreate", bytes);
+    CUresult r = c->drv.create(&h, bytes, &c->prop, 0);
+    if (r != CUDA_SUCCESS) return vmm_status(c, r, "cuMemCreate", bytes);
     if ((r = c->drv.map(at, bytes, 0, h, 0)) != CUDA_SUCCESS) {
         og_status st = vmm_status(c, r, "cuMemMap", bytes);
         c->drv.release(h);
@@ -571,60 +491,7 @@ static og_status vmm_init(vmm_ctx *c, void *stream) {
     return OG_OK;
 }
 
-og_status og_kv_cuda_pool_create(og_kv_cuda_pool **out) {
-    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_cuda_pool_create: out is NULL");
-    *out = NULL;
-    const char *v = getenv("OG_CUDA_KV_POOL");
-    const int target = v && *v ? atoi(v) : KV_POOL_DEFAULT;
-    if (target <= 0) return OG_OK;
-    vmm_ctx probe = {0}; /* the device, driver and unit the sessions' allocators will have */
-    og_status st = vmm_init(&probe, NULL);
-    if (st == OG_ERR_UNSUPPORTED) return OG_OK; /* growth moves storage: nothing to make ahead */
-    if (st != OG_OK) return st;
-    og_kv_cuda_pool *p = og_calloc(1, sizeof *p);
-    if (!p) return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_kv_cuda_pool_create: no host memory");
-    p->device = probe.device;
-    p->granularity = probe.granularity;
-    p->prop = probe.prop;
-    p->drv = probe.drv;
-    p->target = target > KV_POOL_MAX ? KV_POOL_MAX : target;
-    if (pthread_mutex_init(&p->lock, NULL) != 0) {
-        og_free(p);
-        return og_set_error(OG_ERR_BACKEND, "og_kv_cuda_pool_create: pthread_mutex_init failed");
-    }
-    if (pthread_cond_init(&p->wake, NULL) != 0) {
-        pthread_mutex_destroy(&p->lock);
-        og_free(p);
-        return og_set_error(OG_ERR_BACKEND, "og_kv_cuda_pool_create: pthread_cond_init failed");
-    }
-    *out = p;
-    return OG_OK;
-}
-
-void og_kv_cuda_pool_destroy(og_kv_cuda_pool *p) {
-    if (!p) return;
-    pthread_mutex_lock(&p->lock);
-    p->stop = true;
-    pthread_cond_signal(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    if (p->started) pthread_join(p->filler, NULL);
-    for (int32_t i = 0; i < p->n; i++) p->drv.release(p->h[i]);
-    pthread_cond_destroy(&p->wake);
-    pthread_mutex_destroy(&p->lock);
-    og_free(p);
-}
-
-void og_kv_cuda_pool_stats(og_kv_cuda_pool *p, og_kv_pool_stats *out) {
-    if (!out) return;
-    *out = (og_kv_pool_stats){0};
-    if (!p) return;
-    pthread_mutex_lock(&p->lock);
-    *out = (og_kv_pool_stats){.held = p->n, .target = p->target, .unit = p->granularity, .taken = p->taken,
-                              .made = p->made};
-    pthread_mutex_unlock(&p->lock);
-}
-
-og_status og_kv_allocator_cuda_vmm(void *stream, og_kv_cuda_pool *pool, og_kv_allocator *out) {
+og_status og_kv_allocator_cuda_vmm(void *stream, og_kv_allocator *out) {
     if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_allocator_cuda_vmm: out is NULL");
     og_kv_allocator plain;
     og_status st = og_kv_allocator_cuda(stream, &plain);
@@ -643,7 +510,6 @@ og_status og_kv_allocator_cuda_vmm(void *stream, og_kv_cuda_pool *pool, og_kv_al
         og_free(c);
         return og_set_error(OG_ERR_BACKEND, "og_kv_allocator_cuda_vmm: pthread_mutex_init failed");
     }
-    c->pool = pool;
     *out = (og_kv_allocator){.alloc = vmm_alloc, .free = vmm_free, .copy = vmm_copy, .ctx = c,
                              .reserve = vmm_reserve, .resize = vmm_resize, .granularity = c->granularity,
                              .share = vmm_share, .to_host = vmm_to_host, .from_host = vmm_from_host};
