@@ -859,7 +859,7 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
         }
         return OG_OK;
     }
-    if (!kq && T > gemv_rows(x) && bf16_step(x) && og_gemm_narrow_cuda_wanted(dt, n) &&
+    if (!kq && T > gemv_rows(x) && bf16_step(x) && og_gemm_narrow_cuda_wanted(dt, parts, n) &&
         og_gemm_narrow_cuda_takes(x->rs->split_hi, dt, T, K, parts, n)) { /* bf16(x), the weights read once */
         if (!(x->hi && x->hi->of == in)) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, x->rs->split_hi, NULL));
         return og_gemm_narrow_cuda(c->stream, x->rs->split_hi, dt, T, K, parts, n);
@@ -929,9 +929,10 @@ static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
 
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to gemv_rows rows
- * stream the weights once in a gemv; with OG_CUDA_NARROW=1, wider steps of
- * several parts (q, k, v; gate, up) of bf16 weights and x rounded to bf16
- * (bf16_step) up to OG_GEMM_NARROW_CUDA_MAX_T rows take og_gemm_narrow_cuda,
+ * stream the weights once in a gemv; where og_gemm_narrow_cuda_wanted says
+ * (OG_CUDA_NARROW), wider steps of several parts (q, k, v; gate, up) of bf16
+ * weights and x rounded to bf16 (bf16_step) up to OG_GEMM_NARROW_CUDA_MAX_T
+ * rows take og_gemm_narrow_cuda,
  * every part in one launch (2 - 2.5x cuBLAS's three launches for the q, k, v
  * of an 8B model at 16 - 64 rows on an H200; one product alone, cuBLAS is as
  * fast or faster: see bench/gpu/notes.md); the rest go to cuBLAS, f32 weights by SGEMM, bf16 weights by one tensor-core product
@@ -951,7 +952,7 @@ static og_status products(const step_run *x, const float *in, og_dtype dt, int64
     const bool bf16 = bf16_step(x);
     const bool made = bf16 && x->hi && x->hi->of == in; /* its producer wrote hi */
     if (dt != OG_DTYPE_F32 && !made) OG_TRY(og_split_bf16_cuda(c->stream, in, T * K, hi, bf16 ? NULL : lo));
-    if (bf16 && dt == OG_DTYPE_BF16 && og_gemm_narrow_cuda_wanted(dt, n) &&
+    if (bf16 && dt == OG_DTYPE_BF16 && og_gemm_narrow_cuda_wanted(dt, parts, n) &&
         og_gemm_narrow_cuda_takes(hi, dt, T, K, parts, n))
         return og_gemm_narrow_cuda(c->stream, hi, dt, T, K, parts, n);
     const float one = 1.0f, zero = 0.0f;

@@ -39,6 +39,7 @@
 #include "kernels/cuda/ops_cuda.h"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant_pairs.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -141,45 +142,39 @@ constexpr int smem_bytes() {
     return kStages * slot_bytes<Q, NB>() + (Q::kQuant ? kWide : 0);
 }
 
-/* Eight integers (low byte of each half of four words: q8 bytes, or q4
- * nibbles less 8) as eight bf16 in a 16-byte chunk. */
-__device__ inline uint32_t bf16x2(int a, int b) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn((float)a, (float)b);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
+constexpr int kRedLd = kTileN + 4; /* floats a token row of the partial tile */
 
-/* Widens slot's quants (row r, 32 k of group h a thread) into the bf16 tile. */
+/* Widens slot's quants (row r, the 32 k of group h a thread) into the bf16
+ * tile, four 16-byte chunks of 8 k (quant_pairs.cuh: exact). */
 template <class Q>
 __device__ inline void widen(const uint8_t *raw, uint8_t *wide, int tid) {
     const int r = tid >> 1, h = tid & 1;
-    int v[32]; /* k 32 h + 0 .. 31 */
-    if constexpr (std::is_same<Q, w_q8>::value) {
+    uint4 o[4];
+    if constexpr (std::is_same<Q, w_q8>::value) { /* chunk q: the bytes of words 2 q, 2 q + 1 */
         const uint4 a = *reinterpret_cast<const uint4 *>(raw + r * 64 + h * 32);
         const uint4 b = *reinterpret_cast<const uint4 *>(raw + r * 64 + h * 32 + 16);
         const uint32_t wd[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = (int)(int8_t)(wd[i >> 2] >> (8 * (i & 3)));
-    } else {
+        for (int q = 0; q < 4; q++) {
+            q8_pairs(wd[2 * q], o[q].x, o[q].y);
+            q8_pairs(wd[2 * q + 1], o[q].z, o[q].w);
+        }
+    } else { /* byte j holds k = j (low nibble) and j + 16 (high): chunks 0, 1 low of bytes 0..7, 8..15; 2, 3 high */
         const uint4 a = *reinterpret_cast<const uint4 *>(raw + r * 32 + h * 16);
         const uint32_t wd[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
-        for (int j = 0; j < 16; j++) { /* byte j: k = j (low nibble), j + 16 (high) */
-            const int byte = (int)((wd[j >> 2] >> (8 * (j & 3))) & 0xff);
-            v[j] = (byte & 15) - 8;
-            v[j + 16] = (byte >> 4) - 8;
+        for (int q = 0; q < 4; q++) {
+            const int sh = q < 2 ? 0 : 4;
+            const uint32_t u = wd[(q & 1) * 2], v = wd[(q & 1) * 2 + 1];
+            o[q].x = q4_pair(__byte_perm(u, 0, 0x4140) >> sh);
+            o[q].y = q4_pair(__byte_perm(u, 0, 0x4342) >> sh);
+            o[q].z = q4_pair(__byte_perm(v, 0, 0x4140) >> sh);
+            o[q].w = q4_pair(__byte_perm(v, 0, 0x4342) >> sh);
         }
     }
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        uint4 o;
-        o.x = bf16x2(v[8 * q], v[8 * q + 1]);
-        o.y = bf16x2(v[8 * q + 2], v[8 * q + 3]);
-        o.z = bf16x2(v[8 * q + 4], v[8 * q + 5]);
-        o.w = bf16x2(v[8 * q + 6], v[8 * q + 7]);
-        *reinterpret_cast<uint4 *>(wide + swz(r, 4 * h + q)) = o;
-    }
+    for (int q = 0; q < 4; q++) *reinterpret_cast<uint4 *>(wide + swz(r, 4 * h + q)) = o[q];
 }
-constexpr int kRedLd = kTileN + 4; /* floats a token row of the partial tile */
 
 /* NB n8 blocks a warp: the block's BT = 16 NB tokens (T <= BT). */
 template <class Q, int NB>
@@ -338,21 +333,32 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_narrow_kernel(narrow_params 
     namespace cg = cooperative_groups;
     if (S > 1) cg::this_cluster().sync();
     else __syncthreads();
-    /* rank r stores elements r, r + S, ... of the tile's rows of 128: the
-     * sum of the S partial tiles in rank order, plus the bias */
+    /* rank r stores groups of 4 elements r, r + S, ... (256 a block) of the
+     * tile's rows of 128: the sum of the S partial tiles in rank order (all
+     * S loads issued before the first add), plus the bias */
     const int64_t rows = T < BT ? T : BT;
     const void *bias = p.bias[part];
     float *out = p.out[part];
-    for (int64_t e = (int64_t)rank * kThreads + tid; e < rows * kTileN; e += (int64_t)S * kThreads) {
-        const int tk = (int)(e / kTileN), f = (int)(e % kTileN);
+    for (int64_t e = (int64_t)rank * kThreads + tid; e < rows * (kTileN / 4); e += (int64_t)S * kThreads) {
+        const int tk = (int)(e / (kTileN / 4)), f = (int)(e % (kTileN / 4)) * 4;
         if (f0 + f >= N) continue;
-        float *at = red + tk * kRedLd + f, v = *at;
+        const float4 *at = reinterpret_cast<const float4 *>(red + tk * kRedLd + f);
+        float4 v = *at;
         if (S > 1) {
-            v = *cg::this_cluster().map_shared_rank(at, 0);
-            for (int r = 1; r < S; r++) v += *cg::this_cluster().map_shared_rank(at, r);
+            float4 pr[8];
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                if (r < S) pr[r] = *cg::this_cluster().map_shared_rank(at, r);
+            v = pr[0];
+#pragma unroll
+            for (int r = 1; r < 8; r++)
+                if (r < S) v.x += pr[r].x, v.y += pr[r].y, v.z += pr[r].z, v.w += pr[r].w;
         }
-        if (bias) v += load_w(bias, !Q::kQuant, f0 + f);
-        out[tk * N + f0 + f] = v;
+        const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (f0 + f + i < N)
+                out[tk * N + f0 + f + i] = bias ? vs[i] + load_w(bias, !Q::kQuant, f0 + f + i) : vs[i];
     }
     if (S > 1) cg::this_cluster().sync(); /* the others' tiles stay until every rank has read them */
 }
@@ -429,11 +435,15 @@ og_status launch_rows(cudaStream_t stream, const narrow_params &p, int64_t tiles
 
 } /* namespace */
 
-bool og_gemm_narrow_cuda_wanted(og_dtype dtype, int n_parts) {
+bool og_gemm_narrow_cuda_wanted(og_dtype dtype, const og_gemv_cuda_part *parts, int n_parts) {
     static const int mode = env_int("OG_CUDA_NARROW", -1); /* -1: unset */
     if (mode == 0) return false;
     if (dtype == OG_DTYPE_Q8 || dtype == OG_DTYPE_Q4) return true;
-    return dtype == OG_DTYPE_BF16 && mode >= 1 && n_parts > 1;
+    if (dtype != OG_DTYPE_BF16 || n_parts < 2 || mode < 1) return false;
+    if (mode == 1) return true;
+    for (int i = 0; i < n_parts; i++)
+        if (parts[i].N <= OG_GEMM_NARROW_CUDA_THIN) return true;
+    return false;
 }
 
 void og_gemm_narrow_cuda_set_splits(int splits) { splits_forced = splits; }

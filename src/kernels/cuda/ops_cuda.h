@@ -176,15 +176,19 @@ og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NUL
  * tiles. A row's bits depend on the weights, K and the parts' shapes, not
  * on T or the other rows. Past the gemv's rows, the steps of a q8 / q4
  * program with bf16 activations take it for every product unless
- * OG_CUDA_NARROW=0; the steps of a bf16 program take it for the products of
- * several parts (q, k, v; gate, up: one launch where cuBLAS took one a part)
- * where OG_CUDA_NARROW=1 asks (og_gemm_narrow_cuda_wanted: its end-to-end gain
- * is not measured yet, see bench/gpu/notes.md);
+ * OG_CUDA_NARROW=0; the steps of a bf16 program take it where
+ * OG_CUDA_NARROW asks (og_gemm_narrow_cuda_wanted): 1 for every product of
+ * several parts (q, k, v; gate, up: one launch where cuBLAS took one a
+ * part), 2 for those of several parts one of which is at most
+ * OG_GEMM_NARROW_CUDA_THIN features wide (the k and v of grouped-query
+ * attention, which cuBLAS covers with too few tiles; see
+ * bench/gpu/notes.md);
  * OG_CUDA_NARROW_SPLITS=1, 2, 4 or 8 forces the blocks a tile
  * (measurements; og_gemm_narrow_cuda_set_splits overrides it, 0 restores
  * the choice by shape, -1 the environment's). */
 #define OG_GEMM_NARROW_CUDA_MAX_T 64
-bool og_gemm_narrow_cuda_wanted(og_dtype weight_dtype, int n_parts);
+#define OG_GEMM_NARROW_CUDA_THIN 2048
+bool og_gemm_narrow_cuda_wanted(og_dtype weight_dtype, const og_gemv_cuda_part *parts, int n_parts);
 void og_gemm_narrow_cuda_set_splits(int splits);
 bool og_gemm_narrow_cuda_takes(const uint16_t *x, og_dtype weight_dtype, int64_t T, int64_t K,
                                const og_gemv_cuda_part *parts, int n_parts);
