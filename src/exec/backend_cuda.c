@@ -930,12 +930,12 @@ static uint16_t *hi_target(const step_run *x, int64_t T, int64_t width) {
 /* Products of one input x [T, K] by up to OG_GEMV_CUDA_MAX_PARTS weights of
  * one dtype (the q, k, v projections, or gate and up): up to gemv_rows rows
  * stream the weights once in a gemv; where og_gemm_narrow_cuda_wanted says
- * (OG_CUDA_NARROW), wider steps of several parts (q, k, v; gate, up) of bf16
- * weights and x rounded to bf16 (bf16_step) up to OG_GEMM_NARROW_CUDA_MAX_T
- * rows take og_gemm_narrow_cuda,
- * every part in one launch (2 - 2.5x cuBLAS's three launches for the q, k, v
- * of an 8B model at 16 - 64 rows on an H200; one product alone, cuBLAS is as
- * fast or faster: see bench/gpu/notes.md); the rest go to cuBLAS, f32 weights by SGEMM, bf16 weights by one tensor-core product
+ * (by default the q, k, v of grouped-query attention), wider steps of
+ * several parts of bf16 weights and x rounded to bf16 (bf16_step) up to
+ * OG_GEMM_NARROW_CUDA_MAX_T rows take og_gemm_narrow_cuda, every part in one
+ * launch (1.6 - 2.5x cuBLAS's three launches for the q, k, v of an 8B model
+ * at 16 - 64 rows; one wide product, cuBLAS is as fast or faster: see
+ * bench/gpu/notes.md); the rest go to cuBLAS, f32 weights by SGEMM, bf16 weights by one tensor-core product
  * of x rounded to bf16 or two of x split once into bf16 hi + lo parts; k-quant
  * weights at every width, and q8/q4 past the gemv, as quant_products says. */
 static og_status products(const step_run *x, const float *in, og_dtype dt, int64_t T, int64_t K,

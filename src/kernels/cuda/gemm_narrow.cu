@@ -439,7 +439,7 @@ bool og_gemm_narrow_cuda_wanted(og_dtype dtype, const og_gemv_cuda_part *parts, 
     static const int mode = env_int("OG_CUDA_NARROW", -1); /* -1: unset */
     if (mode == 0) return false;
     if (dtype == OG_DTYPE_Q8 || dtype == OG_DTYPE_Q4) return true;
-    if (dtype != OG_DTYPE_BF16 || n_parts < 2 || mode < 1) return false;
+    if (dtype != OG_DTYPE_BF16 || n_parts < 2) return false;
     if (mode == 1) return true;
     for (int i = 0; i < n_parts; i++)
         if (parts[i].N <= OG_GEMM_NARROW_CUDA_THIN) return true;

@@ -176,13 +176,13 @@ og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x /* [T, K] or NUL
  * tiles. A row's bits depend on the weights, K and the parts' shapes, not
  * on T or the other rows. Past the gemv's rows, the steps of a q8 / q4
  * program with bf16 activations take it for every product unless
- * OG_CUDA_NARROW=0; the steps of a bf16 program take it where
- * OG_CUDA_NARROW asks (og_gemm_narrow_cuda_wanted): 1 for every product of
- * several parts (q, k, v; gate, up: one launch where cuBLAS took one a
- * part), 2 for those of several parts one of which is at most
- * OG_GEMM_NARROW_CUDA_THIN features wide (the k and v of grouped-query
- * attention, which cuBLAS covers with too few tiles; see
- * bench/gpu/notes.md);
+ * OG_CUDA_NARROW=0; the steps of a bf16 program take it for the products
+ * of several parts one of which is at most OG_GEMM_NARROW_CUDA_THIN
+ * features wide (the q, k, v of grouped-query attention, whose k and v
+ * cuBLAS covers with too few tiles: one launch where cuBLAS took three; an
+ * 8B model's 64-session step 2 - 6 % faster on an H100, see
+ * bench/gpu/notes.md), or for every product of several parts (gate, up
+ * too) where OG_CUDA_NARROW=1 asks (og_gemm_narrow_cuda_wanted);
  * OG_CUDA_NARROW_SPLITS=1, 2, 4 or 8 forces the blocks a tile
  * (measurements; og_gemm_narrow_cuda_set_splits overrides it, 0 restores
  * the choice by shape, -1 the environment's). */
