@@ -1139,6 +1139,10 @@ int main(void) {
         test_split();
         return og_test_finish();
     }
+    if (getenv("OG_CUDA_TEST_NARROW_ONLY") && getenv("OG_CUDA_TEST_NARROW_ONLY")[0] == '1') { /* a sanitizer's run */
+        test_narrow();
+        return og_test_finish();
+    }
     test_matmul_first_staged(); /* first: no launch before it may have asked for the shared memory */
     test_matmul();
     test_rows();

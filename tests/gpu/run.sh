@@ -22,6 +22,7 @@
 #      offgraph serve under device KV allocation faults (tests/cli_serve_faults.sh);
 #      tensor parallel's NCCL path at N = 1 against the plain path (tests/gpu/nccl_tp1.sh)
 #   4. compute-sanitizer memcheck and racecheck on the kernel tests (quick sizes),
+#      memcheck on the narrow products alone (their clusters),
 #      synccheck on the sampler's cluster barriers,
 #      memcheck on the executor and on KV storage growing in place;
 #      OG_GPU_SANITIZERS=0 leaves them out (run them later, or not at all)
@@ -99,6 +100,7 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_ops compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check memcheck_split env OG_CUDA_TEST_SPLIT_ONLY=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check racecheck_split env OG_CUDA_TEST_SPLIT_ONLY=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_ops_cuda"
+    check memcheck_narrow env OG_CUDA_TEST_NARROW_ONLY=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops_cuda"
     check memcheck_attend compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check racecheck_attend compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_attend_cuda"
     check memcheck_sample compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_sample_cuda"
