@@ -234,7 +234,10 @@ OG_API int64_t og_kv_layer_slots(const og_kv_config *cfg, const og_kv_layer_conf
 
 /* Where a session's KV storage comes from. The CPU allocator uses the host
  * heap; the CUDA allocator (cuda builds) uses device memory and orders its
- * copies on a stream. Every call may fail; sessions roll back on failure. */
+ * copies on a stream. Every call may fail; sessions roll back on failure.
+ * An allocator is called from several threads at once (a step of many
+ * sessions prepares them in parallel, and steps of one model may run on
+ * several threads), so its functions must be safe to call that way. */
 typedef struct og_kv_allocator {
     og_status (*alloc)(void *ctx, size_t bytes, void **out);
     /* frees an allocation or a whole reservation */

@@ -18,7 +18,8 @@
  *     metrics, storage addresses or committed rows change, no logits are
  *     written, no sampler moves; the same batch then succeeds and matches
  *     the twins. A session at max_capacity fails a batch with
- *     OG_ERR_CAPACITY the same way;
+ *     OG_ERR_CAPACITY the same way. Both again with the sessions prepared
+ *     on the model's threads (a fault state per session);
  *  4. refusals, each naming the item, with nothing changed;
  *  5. threads: 4 threads each stepping their own 2 sessions of one model
  *     give the tokens of a single-threaded run. */
@@ -722,6 +723,17 @@ static void test_all_or_nothing(void) {
         check_faults(v, true);
         check_capacity(v);
     }
+    /* the same with the sessions prepared on the model's threads, as steps
+     * of many sessions are (exec.c, prepare_all); a fault state per session,
+     * since a shared one would be counted from two threads at once */
+    for (int p = 0; p < 2; p++) g_prog[p]->prepare_parallel_min = 2;
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        const variant *v = &k_variants[vi];
+        if (v->paged && !g_have_paged) continue;
+        check_faults(v, false);
+        check_capacity(v);
+    }
+    for (int p = 0; p < 2; p++) g_prog[p]->prepare_parallel_min = 32;
 }
 
 /* ------------------------------------------------------------ 4. refusals */

@@ -1761,6 +1761,10 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
     return OG_OK;
 }
 
+static og_status cuda_host_thread(og_model *m) {
+    return cuda_fail(cudaSetDevice(cm_of(m)->device), "cudaSetDevice on a thread preparing sessions");
+}
+
 const og_backend_ops og_backend_cuda_ops = {
     .name = "cuda",
     .fusion = &og_fuse_rules_cuda,
@@ -1771,4 +1775,5 @@ const og_backend_ops og_backend_cuda_ops = {
     .ctx_create = cuda_ctx_create,
     .ctx_free = cuda_ctx_free,
     .step = cuda_run_step,
+    .host_thread = cuda_host_thread,
 };

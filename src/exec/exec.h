@@ -37,6 +37,12 @@ struct og_model {
     const og_backend_ops *ops;
     void *be;              /* owned by the back end: its model state   */
     og_threadpool *pool;   /* owned (CPU back end); NULL: calling thread */
+    /* the threads a step of at least prepare_parallel_min sessions prepares
+     * them on (exec.c, prepare_all): pool, or own_host_pool where the back
+     * end has none; NULL: the calling thread */
+    og_threadpool *host_pool;
+    og_threadpool *own_host_pool; /* owned */
+    int32_t prepare_parallel_min;
     int32_t n_instrs;
     int32_t logits_instr;  /* the instruction producing "logits"       */
     int32_t last_attend;   /* the last op on per-session storage (update_and_attend, a state op), -1 if none */
@@ -122,6 +128,10 @@ struct og_backend_ops {
     /* Session state, including s->kv over the back end's storage (s->cfg set). */
     og_status (*session_init)(og_session *s);
     void (*session_free)(og_session *s); /* frees s->kv too; may meet a half-made state */
+    /* Makes the calling thread, one of og_model.host_pool's, ready to
+     * prepare sessions (their storage's allocator calls): on CUDA, the
+     * model's device current. NULL: nothing to do. */
+    og_status (*host_thread)(og_model *m);
     /* A step context: the scratch, stream and graphs one step at a time uses. */
     og_status (*ctx_create)(og_model *m, og_step_ctx **out);
     void (*ctx_free)(og_model *m, og_step_ctx *c);

@@ -325,7 +325,22 @@ static void pack_bind(og_kv_session *s) {
 
 /* Step 2 of a packed prepare: the ring block (first prepare only), then one
  * reserve or resize of the packed block. All or nothing. */
-static og_status pack_prepare(og_kv_session *s, int64_t need, const char *ctx) {
+/* The context of a prepare's messages, put into words only when a message is
+ * made: a step prepares every session, and most prepares make none. */
+typedef struct prep_ctx {
+    const char *fixed; /* the words, when they are fixed */
+    int32_t T;
+    int64_t L;
+    char text[160];
+} prep_ctx;
+
+static const char *prep_text(prep_ctx *c) {
+    if (c->fixed) return c->fixed;
+    snprintf(c->text, sizeof c->text, "kv session prepare(T=%d) at L=%lld", (int)c->T, (long long)c->L);
+    return c->text;
+}
+
+static og_status pack_prepare(og_kv_session *s, int64_t need, prep_ctx *ctx) {
     kv_pack *pk = &s->pack;
     void *ring = NULL, *base = pk->base;
     og_status st = OG_OK;
@@ -333,7 +348,7 @@ static og_status pack_prepare(og_kv_session *s, int64_t need, const char *ctx) {
     if (pk->ring_bytes && !pk->ring) {
         st = s->alloc.alloc(s->alloc.ctx, pk->ring_bytes, &ring);
         if (st != OG_OK) {
-            snprintf(where, sizeof where, "%s: ring block of %zu bytes", ctx, pk->ring_bytes);
+            snprintf(where, sizeof where, "%s: ring block of %zu bytes", prep_text(ctx), pk->ring_bytes);
             return fail_with_last(s, st, where);
         }
     }
@@ -347,7 +362,7 @@ static og_status pack_prepare(og_kv_session *s, int64_t need, const char *ctx) {
         }
         if (st != OG_OK) {
             snprintf(where, sizeof where, "%s: packed flat rows: %s of %zu bytes (%lld rows of %lld bytes) of %zu",
-                     ctx, pk->base ? "resize" : "reserve", asked, (long long)need, (long long)pk->row_bytes,
+                     prep_text(ctx), pk->base ? "resize" : "reserve", asked, (long long)need, (long long)pk->row_bytes,
                      pk->max_bytes);
             st = fail_with_last(s, st, where);
             if (ring) s->alloc.free(s->alloc.ctx, ring);
@@ -382,7 +397,7 @@ static void rollback_fresh(og_kv_session *s) {
 
 /* Steps 2-4 of a dense prepare: new blocks, copies of the committed
  * prefixes, the swap. All or nothing. */
-static og_status dense_prepare(og_kv_session *s, int32_t T, const char *ctx) {
+static og_status dense_prepare(og_kv_session *s, int32_t T, prep_ctx *ctx) {
     const og_kv_config *cfg = &s->cfg;
     /* 2. Allocate every new block before anything else of the session changes. */
     for (int32_t i = 0; i < cfg->n_layers; i++) {
@@ -396,7 +411,8 @@ static og_status dense_prepare(og_kv_session *s, int32_t T, const char *ctx) {
         if (st == OG_OK) st = s->alloc.alloc(s->alloc.ctx, bytes, &f->v);
         if (st != OG_OK) {
             char where[320];
-            snprintf(where, sizeof where, "%s: layer %d (layer_id %d) %lld rows (%zu bytes each for k and v)", ctx,
+            snprintf(where, sizeof where, "%s: layer %d (layer_id %d) %lld rows (%zu bytes each for k and v)",
+                     prep_text(ctx),
                      (int)i, (int)l->layer_id, (long long)rows, bytes);
             st = fail_with_last(s, st, where);
             rollback_fresh(s);
@@ -414,7 +430,8 @@ static og_status dense_prepare(og_kv_session *s, int32_t T, const char *ctx) {
         if (st == OG_OK) st = s->alloc.copy(s->alloc.ctx, s->fresh[i].v, s->store[i].v, bytes);
         if (st != OG_OK) {
             char where[240];
-            snprintf(where, sizeof where, "%s: copying %lld rows of layer %d (layer_id %d)", ctx, (long long)kept,
+            snprintf(where, sizeof where, "%s: copying %lld rows of layer %d (layer_id %d)", prep_text(ctx),
+                     (long long)kept,
                      (int)i, (int)s->layers[i].layer_id);
             st = fail_with_last(s, st, where);
             rollback_fresh(s);
@@ -442,22 +459,22 @@ static og_status dense_prepare(og_kv_session *s, int32_t T, const char *ctx) {
 og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
     if (!s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_prepare: session is NULL");
     const og_kv_config *cfg = &s->cfg;
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "kv session prepare(T=%d) at L=%lld", (int)T, (long long)s->length);
+    prep_ctx ctx = {.T = T, .L = s->length};
     if (s->prepared)
         return og_errbuf_set(&s->err, OG_ERR_STATE, "%s: a step of T=%d is already prepared (commit or abort it)",
-                             ctx, (int)s->prepared);
-    if (T < 1) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "%s: T must be >= 1", ctx);
+                             prep_text(&ctx), (int)s->prepared);
+    if (T < 1) return og_errbuf_set(&s->err, OG_ERR_INVALID_ARGUMENT, "%s: T must be >= 1", prep_text(&ctx));
     if (T > cfg->max_write)
-        return og_errbuf_set(&s->err, OG_ERR_WRITE_TOO_WIDE, "%s: T exceeds max_write %d", ctx, (int)cfg->max_write);
+        return og_errbuf_set(&s->err, OG_ERR_WRITE_TOO_WIDE, "%s: T exceeds max_write %d", prep_text(&ctx),
+                             (int)cfg->max_write);
     if (s->length > cfg->max_capacity - T)
-        return og_errbuf_set(&s->err, OG_ERR_CAPACITY, "%s: L + T exceeds max_capacity %lld", ctx,
+        return og_errbuf_set(&s->err, OG_ERR_CAPACITY, "%s: L + T exceeds max_capacity %lld", prep_text(&ctx),
                              (long long)cfg->max_capacity);
 
     /* 1. Plan every layer; a refusal changes nothing. */
     for (int32_t i = 0; i < cfg->n_layers; i++) {
         og_status st = og_kv_plan_layer(cfg, &s->layers[i], s->length, T, &s->plans[i]);
-        if (st != OG_OK) return fail_with_last(s, st, ctx);
+        if (st != OG_OK) return fail_with_last(s, st, prep_text(&ctx));
     }
 
     /* 2.-4. Allocate or grow storage, all or nothing. */
@@ -472,7 +489,7 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
     }
     s->growth_before = s->growth_count;
     s->rebinds_before = s->rebinds;
-    og_status st = s->packed ? pack_prepare(s, s->length + T, ctx) : dense_prepare(s, T, ctx);
+    og_status st = s->packed ? pack_prepare(s, s->length + T, &ctx) : dense_prepare(s, T, &ctx);
     if (st != OG_OK) return st;
     s->prepared = T;
     return OG_OK;
@@ -1033,11 +1050,12 @@ og_status og_kv_session_restore_begin(og_kv_session *s, int64_t length) {
                              (long long)length, (long long)s->cfg.max_capacity);
     if (length == 0) return OG_OK;
     if (s->packed && s->pack.frozen) pack_release(s);
-    if (s->packed) return pack_prepare(s, length, "kv session restore");
+    prep_ctx ctx = {.fixed = "kv session restore"};
+    if (s->packed) return pack_prepare(s, length, &ctx);
     for (int32_t i = 0; i < s->cfg.n_layers; i++)
         s->plans[i].rows_needed =
             s->layers[i].policy == OG_KV_RING ? og_kv_layer_slots(&s->cfg, &s->layers[i]) : length;
-    return dense_prepare(s, 1, "kv session restore");
+    return dense_prepare(s, 1, &ctx);
 }
 
 void og_kv_session_restore_end(og_kv_session *s, int64_t length) {

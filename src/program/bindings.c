@@ -3,6 +3,8 @@
  * sees these pointers; the executor checks the table before every step. */
 #include "program/program_internal.h"
 
+#include "kv/kv.h"
+
 typedef struct binding {
     void *data;   /* [rows, Hkv, D] of the session's kv dtype (a state: its committed copy), NULL when unbound */
     int64_t rows;
@@ -68,11 +70,10 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
                                  l, v.layer_id, v.n_kv_heads, v.head_dim, og_dtype_name(v.dtype), l, want->layer_id,
                                  want->n_kv_heads, want->head_dim, og_dtype_name(p->kv.kv_dtype));
     }
-    og_kv_metrics km;
-    og_kv_session_metrics(s, &km);
-    if (km.n_states != p->kv.n_states)
+    const int32_t n_states = og_kv_session_config(s)->n_states;
+    if (n_states != p->kv.n_states)
         return og_errbuf_set(&b->err, OG_ERR_INVALID_ARGUMENT,
-                             "program bindings: the session has %d states, the program's manifest %d", (int)km.n_states,
+                             "program bindings: the session has %d states, the program's manifest %d", (int)n_states,
                              (int)p->kv.n_states);
     for (int32_t i = 0; i < p->kv.n_states; i++) {
         const og_kv_state_config *want = &p->states[i];
