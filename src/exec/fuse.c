@@ -5,6 +5,7 @@
 #include "kernels/cuda/ops_cuda.h" /* OG_GEMV_CUDA_MAX_PARTS: plain C, no CUDA runtime */
 #include "kernels/ops.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct match {
@@ -249,6 +250,13 @@ const og_fuse_rules og_fuse_rules_none = {.patterns = 0, .max_products = 2, .can
  * prologue cost the logits product 75 us of 94). */
 #define CUDA_PROLOGUE_MAX_FEATURES 16384
 
+/* OG_CUDA_PROLOGUE_MAX=<features> sets that bound, for measurements (0: no
+ * product step takes a prologue; the add + rms_norm runs as its own launch). */
+static int64_t cuda_prologue_max(void) {
+    const char *v = getenv("OG_CUDA_PROLOGUE_MAX");
+    return v && *v ? atoll(v) : CUDA_PROLOGUE_MAX_FEATURES;
+}
+
 static const og_program_tensor *weight_of(const og_fuse_program *p, const og_program_instr *in) {
     return in->in[1].kind == OG_VALUE_TENSOR && p->prog ? og_program_tensor_at(p->prog, in->in[1].index) : NULL;
 }
@@ -282,7 +290,7 @@ static bool cuda_can_fuse(const og_fuse_program *p, const og_fuse_step *s) {
         if (kquant_product(p, in)) return false;
         if (in->op == OG_OP_MATMUL) features += in->out_width;
     }
-    return features <= CUDA_PROLOGUE_MAX_FEATURES;
+    return features <= cuda_prologue_max();
 }
 
 const og_fuse_rules og_fuse_rules_cuda = {
