@@ -14,6 +14,7 @@
  * cuBLAS's time over the narrow kernel's on the same bf16 weights. One JSON
  * line per case, a table last.
  *   bench_narrow_cuda [shape ...]     (default: 0.6b 8b 32b)
+ * BENCH_NARROW_T="1,4,8" times those row counts instead (at most three).
  * Weights are random values (a product's time does not depend on them). Built in every configuration; without
  * CUDA it says so and exits 77. */
 #include "core/core.h"
@@ -137,8 +138,17 @@ int main(int argc, char **argv) {
         {"32b", "qkv", 3, 5120, {8192, 1024, 1024}},  {"32b", "o", 1, 8192, {5120}},
         {"32b", "gate_up", 2, 5120, {25600, 25600}},  {"32b", "down", 1, 25600, {5120}},
     };
-    const int64_t Ts[] = {16, 32, 64};
+    /* BENCH_NARROW_T="1,8,64" times other row counts (at most 3, each 1 .. MAX_T) */
+    int64_t Ts[] = {16, 32, 64};
     enum { NT = 3, NK = 4 };
+    const char *t_env = getenv("BENCH_NARROW_T");
+    for (int ti = 0; t_env && *t_env && ti < NT; ti++) {
+        char *end = NULL;
+        const long t = strtol(t_env, &end, 10);
+        if (end == t_env || t < 1 || t > MAX_T) break;
+        Ts[ti] = t;
+        t_env = *end == ',' ? end + 1 : end;
+    }
     /* kernel k: cuBLAS over bf16, then the narrow kernel over bf16, q8, q4 */
     const char *kname[NK] = {"cublas", "narrow", "narrow", "narrow"};
     const og_dtype kdt[NK] = {OG_DTYPE_BF16, OG_DTYPE_BF16, OG_DTYPE_Q8, OG_DTYPE_Q4};

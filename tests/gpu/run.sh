@@ -14,7 +14,8 @@
 #      against the program they profile)
 #   2. KV storage on the device, growth by copy and in place (test_gpu_kv_alloc);
 #      the CUDA executor: CPU agreement, graphs vs no graphs, one capture per
-#      kind across growth (test_exec_cuda)
+#      kind across growth (test_exec_cuda; test_exec_cuda_prepare and
+#      threads_cuda_prepare with every batch prepared on the host threads)
 #   3. parity with the transformers fixtures, every chunking, --backend cuda;
 #      the hybrid model (test_gdn_cuda: the Gated DeltaNet kernels against the
 #      C references; test_hybrid cuda: forks, checkpoints, saves, prefix hits,
@@ -69,6 +70,9 @@ check test_mask_cuda "$B/tests/test_mask_cuda"
 check test_moe_cuda "$B/tests/test_moe_cuda"
 check test_gpu_kv_alloc "$B/tests/test_gpu_kv_alloc"
 check test_exec_cuda "$B/tests/test_exec_cuda"
+# every step of two or more sessions prepared on the model's host threads
+check test_exec_cuda_prepare env OG_PREPARE_PARALLEL=2 "$B/tests/test_exec_cuda"
+check threads_cuda_prepare env OG_PREPARE_PARALLEL=2 "$B/tests/test_threads" cuda
 check test_fork_cuda "$B/tests/test_fork_cuda"
 check test_kquant_cuda "$B/tests/test_kquant_cuda"
 # OG_CUDA_PROFILE's tables against the program: launches a step per layer, the head once, shares summing to 100 %
