@@ -217,7 +217,7 @@ static batch_result bench_batch(cudaStream_t st, double copy, int sms, og_dtype 
            "\"mma_us\":%.2f,\"mma_fraction_of_copy\":%.3f,\"mma_single_us\":%.2f}\n",
            og_dtype_name(dt), B, label, packed, Hq, Hkv, D, res.us, res.gbps, res.frac, res.depth, res.single_us, res.mma_us,
            (double)kv_bytes / med[2] / copy, res.mma_single_us);
-    for (int c = 0; c < n_copies; c++) cudaFree(k[c]), cudaFree(packed ? NULL : v[c]), cudaFree(tab[c]);
+    for (int c = 0; c < n_copies; c++) cudaFree(k[c]), cudaFree(v[c]), cudaFree(tab[c]);
     free(k), free(v), free(tab), free(h);
     cudaFree(q), cudaFree(kn), cudaFree(vn), cudaFree(out), cudaFree(part);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
