@@ -81,6 +81,14 @@ int main(void) {
     og_program_bindings_clear(b2);
     CHECK_STATUS(og_program_bind_kv(b2, s3), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_program_bindings_check(b2), OG_ERR_UNBOUND);
+    /* the match is remembered per session: a refused one stays refused, the
+     * matched one binds again */
+    CHECK_STATUS(og_program_bind_kv(b2, s3), OG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(og_program_bind_kv(b2, s2));
+    CHECK_OK(og_program_bindings_check(b2));
+    og_program_bindings_clear(b2);
+    CHECK_STATUS(og_program_bind_kv(b2, s3), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_program_bindings_check(b2), OG_ERR_UNBOUND);
 
     og_test_section("clear unbinds");
     og_program_bindings_clear(b1);

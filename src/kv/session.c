@@ -105,7 +105,6 @@ struct og_kv_session {
         bool moved;
     } pack_before;
     int64_t growth_before, rebinds_before;
-    og_kv_plan *plans;          /* [n_layers], meaningful while prepared > 0 */
     int64_t length;             /* L                                        */
     int32_t prepared;           /* T of the prepared step, 0 = none         */
     int64_t growth_count, rebinds, graph_captures, steps;
@@ -202,13 +201,12 @@ og_status og_kv_session_create(const og_kv_config *cfg, const og_kv_allocator *a
         s->store = og_calloc(n, sizeof *s->store);
         s->fresh = og_calloc(n, sizeof *s->fresh);
         s->before = og_calloc(n, sizeof *s->before);
-        s->plans = og_calloc(n, sizeof *s->plans);
         s->pack.offset = og_calloc(2 * n, sizeof *s->pack.offset);
         s->states = og_calloc(ns, sizeof *s->states);
         s->st.offset = og_calloc(ns, sizeof *s->st.offset);
         s->st.checkpoint_len = -1;
     }
-    if (!s || !s->layers || !s->store || !s->fresh || !s->before || !s->plans || !s->pack.offset || !s->states ||
+    if (!s || !s->layers || !s->store || !s->fresh || !s->before || !s->pack.offset || !s->states ||
         !s->st.offset) {
         og_kv_session_destroy(s);
         return og_set_error(OG_ERR_OUT_OF_MEMORY, "og_kv_session_create: no host memory for %zu layers", n);
@@ -252,7 +250,6 @@ void og_kv_session_destroy(og_kv_session *s) {
     og_free(s->store);
     og_free(s->fresh);
     og_free(s->before);
-    og_free(s->plans);
     og_free(s->pack.offset);
     og_free(s);
 }
@@ -395,14 +392,15 @@ static void rollback_fresh(og_kv_session *s) {
     }
 }
 
-/* Steps 2-4 of a dense prepare: new blocks, copies of the committed
+/* Steps 2-4 of a dense prepare for `length` positions (a flat layer holds
+ * them, a ring layer its slots): new blocks, copies of the committed
  * prefixes, the swap. All or nothing. */
-static og_status dense_prepare(og_kv_session *s, int32_t T, prep_ctx *ctx) {
+static og_status dense_prepare(og_kv_session *s, int32_t T, int64_t length, prep_ctx *ctx) {
     const og_kv_config *cfg = &s->cfg;
     /* 2. Allocate every new block before anything else of the session changes. */
     for (int32_t i = 0; i < cfg->n_layers; i++) {
         const og_kv_layer_config *l = &s->layers[i];
-        int64_t have = s->store[i].rows, need = s->plans[i].rows_needed;
+        const int64_t have = s->store[i].rows, need = l->policy == OG_KV_RING ? og_kv_layer_slots(cfg, l) : length;
         if (have >= need) continue;
         int64_t rows = l->policy == OG_KV_RING ? need : flat_grow_rows(cfg, have, T, need);
         size_t bytes = (size_t)(rows * og_kv_row_bytes(cfg, l)); /* fits: checked by size_overflow */
@@ -471,13 +469,9 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
         return og_errbuf_set(&s->err, OG_ERR_CAPACITY, "%s: L + T exceeds max_capacity %lld", prep_text(&ctx),
                              (long long)cfg->max_capacity);
 
-    /* 1. Plan every layer; a refusal changes nothing. */
-    for (int32_t i = 0; i < cfg->n_layers; i++) {
-        og_status st = og_kv_plan_layer(cfg, &s->layers[i], s->length, T, &s->plans[i]);
-        if (st != OG_OK) return fail_with_last(s, st, prep_text(&ctx));
-    }
-
-    /* 2.-4. Allocate or grow storage, all or nothing. */
+    /* 1. The checks above are every layer's plan's (og_kv_plan_layer refuses
+     * nothing else), so no plan is made here: og_kv_session_plan makes one
+     * when asked. 2.-4. Allocate or grow storage, all or nothing. */
     if (s->packed) {
         s->pack_before.base = s->pack.base;
         s->pack_before.ring = s->pack.ring;
@@ -489,7 +483,7 @@ og_status og_kv_session_prepare(og_kv_session *s, int32_t T) {
     }
     s->growth_before = s->growth_count;
     s->rebinds_before = s->rebinds;
-    og_status st = s->packed ? pack_prepare(s, s->length + T, &ctx) : dense_prepare(s, T, &ctx);
+    og_status st = s->packed ? pack_prepare(s, s->length + T, &ctx) : dense_prepare(s, T, s->length + T, &ctx);
     if (st != OG_OK) return st;
     s->prepared = T;
     return OG_OK;
@@ -573,8 +567,7 @@ og_status og_kv_session_plan(const og_kv_session *s, int32_t index, og_kv_plan *
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_kv_session_plan: layer index %d out of [0, %d)", (int)index,
                             (int)s->cfg.n_layers);
     if (!s->prepared) return og_set_error(OG_ERR_STATE, "og_kv_session_plan: no step is prepared");
-    *out = s->plans[index];
-    return OG_OK;
+    return og_kv_plan_layer(&s->cfg, &s->layers[index], s->length, s->prepared, out);
 }
 
 og_status og_kv_session_layer_view(const og_kv_session *s, int32_t index, og_kv_layer_view *out) {
@@ -1052,10 +1045,7 @@ og_status og_kv_session_restore_begin(og_kv_session *s, int64_t length) {
     if (s->packed && s->pack.frozen) pack_release(s);
     prep_ctx ctx = {.fixed = "kv session restore"};
     if (s->packed) return pack_prepare(s, length, &ctx);
-    for (int32_t i = 0; i < s->cfg.n_layers; i++)
-        s->plans[i].rows_needed =
-            s->layers[i].policy == OG_KV_RING ? og_kv_layer_slots(&s->cfg, &s->layers[i]) : length;
-    return dense_prepare(s, 1, &ctx);
+    return dense_prepare(s, 1, length, &ctx);
 }
 
 void og_kv_session_restore_end(og_kv_session *s, int64_t length) {

@@ -18,6 +18,9 @@ struct og_program_bindings {
      * these alone, not every tensor of the program */
     int32_t *runtime; /* [n_runtime] */
     int32_t n_runtime;
+    /* the session whose layers and states last matched the program's:
+     * binding it again skips the check (a session's manifest never changes) */
+    const og_kv_session *matched;
     og_errbuf err;
 };
 
@@ -50,10 +53,10 @@ void og_program_bindings_clear(og_program_bindings *b) {
     for (int32_t j = 0; j < b->n_runtime; j++) b->slots[b->runtime[j]] = (binding){0};
 }
 
-og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
-    if (!b || !s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bind_kv: NULL argument");
+/* Every layer and state of s against the program's manifest; on success b
+ * remembers s as matched. */
+static og_status check_match(og_program_bindings *b, const og_kv_session *s) {
     const og_program *p = b->prog;
-    /* check every layer first, so that a mismatch binds nothing */
     for (int32_t l = 0; l < p->kv.n_layers; l++) {
         og_kv_layer_view v;
         const og_kv_layer_config *want = &p->layers[l];
@@ -86,6 +89,14 @@ og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
                                  "kv.states[%d] (layer_id %d)",
                                  (int)i, (int)v.layer_id, v.name, (int)i, (int)want->layer_id);
     }
+    b->matched = s;
+    return OG_OK;
+}
+
+og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s) {
+    if (!b || !s) return og_set_error(OG_ERR_INVALID_ARGUMENT, "og_program_bind_kv: NULL argument");
+    const og_program *p = b->prog;
+    if (b->matched != s) OG_TRY(check_match(b, s)); /* a mismatch binds nothing */
     for (int32_t j = 0; j < b->n_runtime; j++) {
         const int32_t i = b->runtime[j];
         const og_program_tensor *t = &p->tensors[i];

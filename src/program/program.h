@@ -299,7 +299,10 @@ void og_program_bindings_destroy(og_program_bindings *b);
  * same order, same geometry): OG_ERR_INVALID_ARGUMENT otherwise. The storage
  * dtype may differ from the declared kv_dtype (bf16 or f32): it is the
  * session's choice (offgraph eval --kv-dtype), and kernels read the dtype
- * from the session's layer view. */
+ * from the session's layer view. The match is checked when b is bound to a
+ * session other than the last one it matched, and not again for that one
+ * (a session's manifest never changes): the executor binds a session's own
+ * table to it before every step, and frees both together. */
 og_status og_program_bind_kv(og_program_bindings *b, const og_kv_session *s);
 /* Marks every runtime tensor unbound. */
 void og_program_bindings_clear(og_program_bindings *b);
