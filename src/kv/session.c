@@ -320,8 +320,6 @@ static void pack_bind(og_kv_session *s) {
     }
 }
 
-/* Step 2 of a packed prepare: the ring block (first prepare only), then one
- * reserve or resize of the packed block. All or nothing. */
 /* The context of a prepare's messages, put into words only when a message is
  * made: a step prepares every session, and most prepares make none. */
 typedef struct prep_ctx {
@@ -337,6 +335,8 @@ static const char *prep_text(prep_ctx *c) {
     return c->text;
 }
 
+/* Step 2 of a packed prepare: the ring block (first prepare only), then one
+ * reserve or resize of the packed block. All or nothing. */
 static og_status pack_prepare(og_kv_session *s, int64_t need, prep_ctx *ctx) {
     kv_pack *pk = &s->pack;
     void *ring = NULL, *base = pk->base;
@@ -410,8 +410,7 @@ static og_status dense_prepare(og_kv_session *s, int32_t T, int64_t length, prep
         if (st != OG_OK) {
             char where[320];
             snprintf(where, sizeof where, "%s: layer %d (layer_id %d) %lld rows (%zu bytes each for k and v)",
-                     prep_text(ctx),
-                     (int)i, (int)l->layer_id, (long long)rows, bytes);
+                     prep_text(ctx), (int)i, (int)l->layer_id, (long long)rows, bytes);
             st = fail_with_last(s, st, where);
             rollback_fresh(s);
             return st;
@@ -429,8 +428,7 @@ static og_status dense_prepare(og_kv_session *s, int32_t T, int64_t length, prep
         if (st != OG_OK) {
             char where[240];
             snprintf(where, sizeof where, "%s: copying %lld rows of layer %d (layer_id %d)", prep_text(ctx),
-                     (long long)kept,
-                     (int)i, (int)s->layers[i].layer_id);
+                     (long long)kept, (int)i, (int)s->layers[i].layer_id);
             st = fail_with_last(s, st, where);
             rollback_fresh(s);
             return st;
