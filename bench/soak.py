@@ -194,7 +194,15 @@ def sample(t0):
 def main():
     calibrate()
     t0 = time.monotonic()
+    # the server at rest: the socket of a request just answered (calibrate's,
+    # or the /metrics one a sample makes) may still be open for a moment, so
+    # the fewest descriptors of a few samples over a second is the baseline
     before = sample(t0)
+    for _ in range(4):
+        time.sleep(0.25)
+        again = sample(t0)
+        if again["fds"] < before["fds"]:
+            before = again
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CLIENTS)]
     for t in threads:
         t.start()
@@ -219,7 +227,7 @@ def main():
     while True:
         idle = sample(t0)
         if (idle["running"] == 0 and idle["waiting"] == 0 and idle["kv_live"] == 0 and idle["conns"] <= 1 and
-                idle["fds"] == before["fds"] and idle["threads"] == before["threads"]) or time.monotonic() > deadline:
+                idle["fds"] <= before["fds"] and idle["threads"] <= before["threads"]) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
 
@@ -260,7 +268,7 @@ def main():
         fails.append("RSS drifted %.2f %% after warm-up" % drift)
     if idle["kv_live"] != 0 or idle["running"] != 0 or idle["waiting"] != 0:
         fails.append("not idle at the end: %s" % idle)
-    if idle["fds"] != before["fds"] or idle["threads"] != before["threads"]:
+    if idle["fds"] > before["fds"] or idle["threads"] > before["threads"]:  # a leak grows them
         fails.append("descriptors %d -> %d, threads %d -> %d" % (before["fds"], idle["fds"], before["threads"],
                                                                     idle["threads"]))
     if counts.get("ok", 0) == 0:
