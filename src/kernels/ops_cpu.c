@@ -173,19 +173,6 @@ og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x, const void *
 
 /* ---- matmul ---- */
 
-/* Decode (T == 1): a GEMV streaming the weights once, tasks of `rows`
- * output features. */
-typedef struct {
-    const float *x;    /* [K]     */
-    const void *w;     /* [N, K]  */
-    const void *bias;  /* [N] of og_bias_dtype(dt) */
-    og_dtype dt;
-    int64_t K, N, rows;
-    og_cpu_isa isa;
-    bool stream;       /* quantized: weights streamed from memory (prefetch into L2) */
-    const og_kq_x *xq; /* k-quant weights: x as int8 blocks [K / 256], else NULL */
-    float *out;        /* [N]     */
-} gemv_job;
 
 static void gemv_rows_scalar(const float *x, const void *w, og_dtype dt, int64_t K, int64_t rows,
                              float *out) {
@@ -229,8 +216,8 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
  * at multiples of 4: gemv_task_rows), so a block split any other way gives
  * the same bits. stream: quantized weights stream from memory (prefetched
  * into L2 only). */
-static void gemv_block(og_cpu_isa isa, const float *x, const og_kq_x *xq, const void *w, og_dtype dt,
-                       int64_t K, int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
+static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og_kq_x *xq, const void *w,
+                       og_dtype dt, int64_t K, int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
     if (og_dtype_is_kquant(dt)) {
         og_kq_gemv(isa, dt, xq, 1, (const uint8_t *)w + (size_t)n0 * og_kquant_row_bytes(dt, K), K, rows, stream,
                    out, 1);
@@ -248,7 +235,7 @@ static void gemv_block(og_cpu_isa isa, const float *x, const og_kq_x *xq, const 
     }
     const void *wb = float_rows(dt, w, K, n0);
     if (isa == OG_CPU_ISA_AVX512)
-        og_gemv_rows_avx512(x, wb, dt, K, rows, out);
+        og_gemv_rows_avx512(x, xp, wb, dt, K, rows, out);
     else if (isa == OG_CPU_ISA_AVX2)
         og_gemv_rows_avx2(x, wb, dt, K, rows, out);
     else
@@ -262,34 +249,6 @@ static void add_bias(const void *bias, og_dtype dt, int64_t n0, int64_t rows, fl
     for (int64_t c = 0; c < rows; c++) out[c] += og_load_f32(bias, bdt, (size_t)(n0 + c));
 }
 
-static void gemv_task(void *ctx, int64_t task, int thread) {
-    const gemv_job *j = ctx;
-    int64_t n0 = task * j->rows;
-    int64_t rows = n0 + j->rows <= j->N ? j->rows : j->N - n0;
-    float *o = j->out + n0;
-    gemv_block(j->isa, j->x, j->xq, j->w, j->dt, j->K, j->N, n0, rows, j->stream, o);
-    if (j->bias) add_bias(j->bias, j->dt, n0, rows, o);
-}
-
-/* Output features per task: about 256 KiB of weights (the atomic hand-out
- * costs far less than streaming that, and each task's prefetches run past
- * its end only once), but at least 4 tasks per thread for balance. Always a
- * multiple of 4, so the SIMD GEMVs' groups of 4 features start at multiples
- * of 4 whatever the thread count: with bf16 weights on AVX-512, features
- * [0, N & ~3) take the even/odd scheme and the rest the 16-wide one, which
- * og_matmul_rows_cpu reproduces. */
-static int64_t gemv_task_rows(og_threadpool *pool, og_dtype dt, int64_t K, int64_t N) {
-    /* N: the features of the parallel-for (every part's, in a multi call) */
-    /* a quantized row: its quants and its scales */
-    int64_t row_bytes = (int64_t)og_weight_row_bytes(dt, K);
-    int64_t rows = 262144 / row_bytes;
-    int64_t balance = N / (4 * (int64_t)og_threadpool_size(pool));
-    if (rows > balance) rows = balance;
-    rows = (rows + 3) & ~(int64_t)3;
-    if (rows < 4) rows = 4;
-    return rows;
-}
-
 /* x [R, K] as og_kq_x blocks in the calling thread's scratch, for
  * products with k-quant weights; NULL when out of memory. */
 static const og_kq_x *quantize_x(const float *x, int64_t R, int64_t K) {
@@ -298,40 +257,40 @@ static const og_kq_x *quantize_x(const float *x, int64_t R, int64_t K) {
     return xq;
 }
 
-static og_status gemv_run(og_threadpool *pool, const float *x, const void *w, const void *bias,
-                          og_dtype dt, int64_t K, int64_t N, float *out) {
-    int64_t rows = gemv_task_rows(pool, dt, K, N);
-    const og_kq_x *xq = NULL;
-    if (og_dtype_is_kquant(dt) && !(xq = quantize_x(x, 1, K)))
-        return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul: no memory for x as int8 blocks (K %lld)", (long long)K);
-    /* as the bf16 GEMV: weights larger than the caches stream through them */
-    gemv_job j = {x, w, bias, dt, K, N, rows, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
-                  xq, out};
-    og_parallel_for(pool, (N + rows - 1) / rows, gemv_task, &j);
-    return OG_OK;
-}
-
 /* ---- matmul_rows: R decode rows, one pass over the weights ----
- * Tasks are panels of output features as in gemv_run; a task runs all R
- * rows over its panel, so the panel comes from memory once and from cache
- * for the other rows. Several products of the same x (og_matmul_rows_multi_cpu)
- * share one parallel-for: the tasks of every part in one list. */
+ * Several products of the same x (og_matmul_rows_multi_cpu) share one
+ * parallel-for. Their output features are laid end to end, each part from a
+ * multiple of 4, and cut into one lane per thread: contiguous runs of about
+ * equal size. A thread takes its own lane's features in order, a claim of
+ * about 32 KiB of weights at a time, so it reads one run of memory start to
+ * end, which the hardware prefetcher follows best; then it takes claims from
+ * the other lanes that are not yet done. A claim runs all R rows over its
+ * features, so its weights come from memory once and from cache for the
+ * other rows. Claims start at multiples of 4 features of their part, so the
+ * SIMD GEMVs' groups of 4 features start at multiples of 4 whatever the
+ * thread count: with bf16 weights at AVX-512, features [0, N & ~3) take the
+ * even/odd scheme and the rest the 16-wide one, which og_matmul_rows_cpu
+ * reproduces at any R. */
 typedef struct {
     const void *w;     /* [N, K]                                         */
     const void *bias;  /* [N] of og_bias_dtype(dt)                       */
     og_dtype dt;
-    int64_t N, rows;   /* out features; features per task                */
+    int64_t N;         /* out features                                   */
+    int64_t f0;        /* where its features start in the job's space    */
     int64_t n_eo;      /* features [0, n_eo) take the even/odd scheme    */
-    int64_t task0;     /* the part's first task in the job's list        */
     float *out;        /* [R, N]                                         */
 } rows_part;
 
-/* A task: features [n0, n0 + rows) of one part. */
+/* A claim's weights, and the most lanes a call cuts (the threads of a
+ * larger pool take claims from those). */
+enum { ROWS_CLAIM_BYTES = 32768, ROWS_MAX_LANES = 64 };
+
+/* A thread's run of the features: the next claim at `next`, done at `end`
+ * (a cache line each: every thread claims from them). */
 typedef struct {
-    int part;
-    int64_t n0, rows;
-} rows_chunk;
-enum { ROWS_MAX_CHUNKS = 96 };
+    _Alignas(64) atomic_llong next;
+    int64_t end;
+} rows_lane;
 
 typedef struct {
     const float *x;    /* [R, K]                                         */
@@ -346,7 +305,9 @@ typedef struct {
     const rows_part *parts;
     int n_parts;
     float *glu;        /* [R, N]: swiglu(part 0, part 1) per task, or NULL */
-    const rows_chunk *chunks; /* [tasks] each task's features, or NULL: equal tasks */
+    rows_lane *lanes;  /* [n_lanes], one per thread of the pool          */
+    int n_lanes;
+    int64_t claim;     /* features a claim takes, a multiple of 4       */
 } rows_job;
 
 static void split_task(void *ctx, int64_t r, int thread) {
@@ -376,7 +337,7 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
                                     p->out + n0, p->N);
         } else {
             for (int64_t r = 0; r < j->R; r++)
-                gemv_block(j->isa, j->x + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows,
+                gemv_block(j->isa, j->x + r * j->K, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
                            j->stream && r == 0, p->out + r * p->N + n0);
         }
     } else if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
@@ -392,7 +353,7 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
          * pass keep more lines in flight than the tiles' two (the demo
          * model's products at 2 threads: 251 against 272-287 us a token) */
         for (int64_t r = 0; r < j->R; r++)
-            gemv_block(j->isa, j->x + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows, false,
+            gemv_block(j->isa, j->x + r * j->K, j->xp + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows, false,
                        p->out + r * p->N + n0);
     }
     if (p->bias)
@@ -400,25 +361,11 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
             add_bias(p->bias, p->dt, n0, rows, p->out + r * p->N + n0);
 }
 
-static void rows_task(void *ctx, int64_t task, int thread) {
-    const rows_job *j = ctx;
-    const rows_part *p;
-    int64_t n0, rows;
-    if (j->chunks) {
-        const rows_chunk *c = &j->chunks[task];
-        p = &j->parts[c->part];
-        n0 = c->n0;
-        rows = c->rows;
-    } else {
-        int i = 0;
-        while (i + 1 < j->n_parts && task >= j->parts[i + 1].task0) i++;
-        p = &j->parts[i];
-        n0 = (task - p->task0) * p->rows;
-        rows = n0 + p->rows <= p->N ? p->rows : p->N - n0;
-    }
+/* Features [n0, n0 + rows) of part p (and with glu the same ones of part
+ * 1, then swiglu of both). */
+static void rows_features(const rows_job *j, const rows_part *p, int64_t n0, int64_t rows, int thread) {
     rows_panel(j, p, n0, rows, thread);
     if (!j->glu) return;
-    /* gate and up: the same features of part 1, then swiglu of both */
     const rows_part *u = &j->parts[1];
     rows_panel(j, u, n0, rows, thread);
     for (int64_t r = 0; r < j->R; r++) {
@@ -428,39 +375,25 @@ static void rows_task(void *ctx, int64_t task, int thread) {
     }
 }
 
-/* Guided tasks for a pool of threads: each takes a share of the features
- * still left (1 / threads of them), at most gemv_task_rows's 256 KiB and at
- * least about 16 KiB of weights, a multiple of 4 features, none across two
- * parts. Few hand-outs, and the last tasks are small, so a thread that
- * finishes first waits little for the other's last one: with equal tasks
- * (4 a thread) the caller spent ~8 % of the demo model's decode at 2
- * threads waiting so. Measured there side by side: 3,050 tok/s with equal
- * tasks, 3,220 with these, 3,200 with a floor of 8 KiB, 2,950-3,000 with
- * shares of 1 / (2 x threads). Returns the number of tasks, or 0 when
- * there would be more than ROWS_MAX_CHUNKS (then equal tasks). */
-static int guided_chunks(og_threadpool *pool, const rows_part *parts, int n_parts, int64_t K,
-                         rows_chunk *chunks) {
-    const int64_t threads = og_threadpool_size(pool);
-    int64_t left = 0;
-    for (int i = 0; i < n_parts; i++) left += parts[i].N;
-    int n = 0;
-    for (int i = 0; i < n_parts; i++) {
-        const rows_part *p = &parts[i];
-        const int64_t row_bytes = (int64_t)og_weight_row_bytes(p->dt, K);
-        int64_t lo = (16384 / row_bytes + 3) & ~(int64_t)3, hi = (262144 / row_bytes + 3) & ~(int64_t)3;
-        if (lo < 4) lo = 4;
-        if (hi < lo) hi = lo;
-        for (int64_t n0 = 0; n0 < p->N; n++) {
-            if (n == ROWS_MAX_CHUNKS) return 0;
-            int64_t size = (left / threads + 3) & ~(int64_t)3;
-            size = size < lo ? lo : size > hi ? hi : size;
-            if (size > p->N - n0) size = p->N - n0;
-            chunks[n] = (rows_chunk){i, n0, size};
-            n0 += size;
-            left -= size;
+/* An item of the parallel-for: the claims of the thread's own lane, then
+ * of the others. */
+static void rows_task(void *ctx, int64_t item, int thread) {
+    (void)item;
+    const rows_job *j = ctx;
+    const int n_parts = j->glu ? 1 : j->n_parts; /* with glu the space is the gate's */
+    for (int k = 0; k < j->n_lanes; k++) {
+        rows_lane *l = &j->lanes[(thread + k) % j->n_lanes];
+        for (;;) {
+            const int64_t g = atomic_fetch_add_explicit(&l->next, j->claim, memory_order_relaxed);
+            if (g >= l->end) break;
+            const int64_t g1 = g + j->claim < l->end ? g + j->claim : l->end;
+            for (int i = 0; i < n_parts; i++) {
+                const rows_part *p = &j->parts[i];
+                const int64_t lo = g > p->f0 ? g - p->f0 : 0, hi = g1 - p->f0 < p->N ? g1 - p->f0 : p->N;
+                if (lo < hi) rows_features(j, p, lo, hi - lo, thread);
+            }
         }
     }
-    return n;
 }
 
 /* The split rows and the kernel's sums of small calls live on the stack. */
@@ -469,57 +402,53 @@ enum { ROWS_LOCAL_FLOATS = 4096 };
 static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_t K,
                           const og_matmul_part *in, int n_parts, float *glu) {
     rows_part parts[OG_MATMUL_MAX_PARTS];
-    rows_chunk chunks[ROWS_MAX_CHUNKS];
+    rows_lane lanes[ROWS_MAX_LANES];
     rows_job j = {x, x, NULL, NULL, 0, R, K, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
-                  NULL, parts, n_parts, glu, NULL};
+                  NULL, parts, n_parts, glu, lanes, 0, 0};
     for (int i = 0; i < n_parts && !j.xq; i++)
         if (og_dtype_is_kquant(in[i].weight_dtype) && !(j.xq = quantize_x(x, R, K)))
             return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_rows: no memory for %lld rows of x as int8 blocks",
                                 (long long)R);
-    int64_t total = 0, tasks = 0;
-    for (int i = 0; i < n_parts; i++) total += in[i].N;
+    /* the space of features (with glu, the gate's: a claim runs up's too) */
+    int64_t space = 0, row_bytes = 0;
     for (int i = 0; i < n_parts; i++) {
-        rows_part *p = &parts[i];
-        *p = (rows_part){in[i].weight, in[i].bias, in[i].weight_dtype, in[i].N, 0, 0, tasks,
-                         in[i].out};
-        /* equal tasks: the size of one product of all the parts' features */
-        p->rows = gemv_task_rows(pool, p->dt, K, total);
-        if (glu && i == 1) p->rows = parts[0].rows; /* the same features as the gate */
-        if (!glu || i == 0) tasks += (p->N + p->rows - 1) / p->rows;
+        parts[i] = (rows_part){in[i].weight, in[i].bias, in[i].weight_dtype, in[i].N, space, 0, in[i].out};
+        if (!glu || i == 0) space += (in[i].N + 3) & ~(int64_t)3;
+        const int64_t b = (int64_t)og_weight_row_bytes(in[i].weight_dtype, K);
+        if (b > row_bytes) row_bytes = b;
     }
-    if (glu) parts[1].task0 = tasks; /* never looked up: part 0 runs both */
-    if (og_threadpool_size(pool) > 1) {
-        const int n = guided_chunks(pool, parts, glu ? 1 : n_parts, K, chunks);
-        if (n > 0) {
-            j.chunks = chunks;
-            tasks = n;
-        }
+    j.claim = (ROWS_CLAIM_BYTES / row_bytes + 3) & ~(int64_t)3;
+    if (j.claim < 4) j.claim = 4;
+    const int threads = og_threadpool_size(pool);
+    j.n_lanes = threads < ROWS_MAX_LANES ? threads : ROWS_MAX_LANES;
+    for (int t = 0; t < j.n_lanes; t++) {
+        atomic_init(&lanes[t].next, t == 0 ? 0 : lanes[t - 1].end);
+        lanes[t].end = t + 1 == j.n_lanes ? space : (space * (t + 1) / j.n_lanes + 3) & ~(int64_t)3;
     }
-    /* the AVX-512 tiles of bf16 weights read x split even/odd (and, for a
-     * long K, keep sums in scratch sized by a task's features) */
+    /* bf16 weights at AVX-512 (the GEMV and the tiles) read x split
+     * even/odd; the tiles, for a long K, keep sums in scratch sized by a
+     * task's features */
     bool split = false;
     for (int i = 0; i < n_parts; i++) {
         rows_part *p = &parts[i];
-        if (j.isa != OG_CPU_ISA_AVX512 || p->dt != OG_DTYPE_BF16 || R == 1) continue;
+        if (j.isa != OG_CPU_ISA_AVX512 || p->dt != OG_DTYPE_BF16) continue;
         p->n_eo = p->N & ~(int64_t)3;
         if (p->n_eo == 0 || K < 32) continue; /* below 32 the split is x itself */
         split = true;
-        int64_t most = p->rows;
-        for (int64_t t = 0; j.chunks && t < tasks; t++)
-            if (chunks[t].part == (glu ? 0 : i) && chunks[t].rows > most) most = chunks[t].rows;
-        size_t acc = og_matmul_rows_avx512_scratch(K, most);
+        if (R == 1) continue; /* the GEMV keeps no sums */
+        size_t acc = og_matmul_rows_avx512_scratch(K, j.claim);
         if (acc > j.acc) j.acc = acc;
     }
     /* [R, K] split x, then [threads, acc] sums: one block of scratch */
     float local[ROWS_LOCAL_FLOATS];
     float *scratch = NULL;
     if (split) {
-        size_t floats = (size_t)(R * K), threads = (size_t)og_threadpool_size(pool);
-        if (j.acc > (SIZE_MAX / sizeof(float) - floats) / threads)
+        const size_t floats = (size_t)(R * K);
+        if (j.acc > (SIZE_MAX / sizeof(float) - floats) / (size_t)threads)
             return og_set_error(OG_ERR_INVALID_ARGUMENT,
                                 "matmul_rows: scratch for R %lld x K %lld overflows",
                                 (long long)R, (long long)K);
-        const size_t need = floats + threads * j.acc;
+        const size_t need = floats + (size_t)threads * j.acc;
         scratch = need <= ROWS_LOCAL_FLOATS ? local : og_malloc(need * sizeof(float));
         if (!scratch)
             return og_set_error(OG_ERR_OUT_OF_MEMORY,
@@ -527,9 +456,12 @@ static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_
                                 (long long)R, (long long)K);
         j.xp = j.split = scratch;
         if (j.acc) j.scratch = scratch + floats;
-        og_parallel_for(pool, R, split_task, &j);
+        if (R * K <= ROWS_LOCAL_FLOATS) /* a few microseconds: not worth waking the pool */
+            for (int64_t r = 0; r < R; r++) split_task(&j, r, 0);
+        else
+            og_parallel_for(pool, R, split_task, &j);
     }
-    og_parallel_for(pool, tasks, rows_task, &j);
+    og_parallel_for(pool, j.n_lanes, rows_task, &j);
     if (scratch != local) og_free(scratch);
     return OG_OK;
 }
@@ -653,7 +585,10 @@ static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, co
 og_status og_matmul_cpu(og_threadpool *pool, const float *x, const void *weight, const void *bias,
                         og_dtype weight_dtype, int64_t T, int64_t K, int64_t N, float *out) {
     OG_TRY(og_ops_check_matmul(x, weight, bias, weight_dtype, T, K, N, out));
-    if (T == 1) return gemv_run(pool, x, weight, bias, weight_dtype, K, N, out);
+    if (T == 1) {
+        const og_matmul_part part = {weight, bias, weight_dtype, N, out};
+        return rows_run(pool, x, 1, K, &part, 1, NULL);
+    }
     return gemm_run(pool, x, weight, bias, weight_dtype, T, K, N, out);
 }
 

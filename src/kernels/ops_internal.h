@@ -50,9 +50,11 @@ og_status og_ops_check_binary(const char *op, const float *a, const char *a_name
 
 /* ---- SIMD inner loops (ops_simd.c); callers pick them by og_cpu_isa ---- */
 
-/* out[r] = dot(x, w[r]) for r in [0, rows): x [K], w [rows, K] of dt. */
-void og_gemv_rows_avx512(const float *x /* [K] */, const void *w /* [rows, K] */, og_dtype dt,
-                         int64_t K, int64_t rows, float *out /* [rows] */);
+/* out[r] = dot(x, w[r]) for r in [0, rows): x [K], w [rows, K] of dt. The
+ * AVX-512 loop reads bf16 weights against xp, x split by
+ * og_split_even_odd_avx512 (unused for f32). */
+void og_gemv_rows_avx512(const float *x /* [K] */, const float *xp /* [K] */, const void *w /* [rows, K] */,
+                         og_dtype dt, int64_t K, int64_t rows, float *out /* [rows] */);
 void og_gemv_rows_avx2(const float *x /* [K] */, const void *w /* [rows, K] */, og_dtype dt,
                        int64_t K, int64_t rows, float *out /* [rows] */);
 

@@ -76,23 +76,25 @@ static OG_INLINE OG_AVX512 void gemv_avx512(const float *x, const void *w, og_dt
     }
 }
 
-/* bf16 weights, four rows per pass. A 64-byte load holds 32 weights as 16
- * pairs; the even weight of each pair widens with a shift, the odd one with
- * a mask (bf16 is the top half of an f32), and each meets x permuted into its
- * even or odd elements: no cross-lane widening per weight, and every load is
- * a whole cache line. Each load is matched by a prefetch of the same line of
- * the next pass's rows (the block is contiguous, so that is 4 rows ahead):
- * the hardware prefetcher alone keeps too few misses in flight for four
- * interleaved streams (18-20 GB/s per core; with the prefetch 23-25, and
- * 33-35 GB/s on both cores). Weights that fit the caches are prefetched into
- * all levels, where the next token finds them (og_cpu_weights_fit_cache);
- * weights larger than the caches go into L2 only (prefetcht1). An earlier
- * measurement on this 2-core kind favoured a non-temporal prefetch (0.6B
- * shape, decode at context 128: 30 -> 40 tok/s); measured again side by side
- * on 2026-12-03 it ran at 8.8-9.1 tok/s against 19.1-19.5 with prefetcht1
- * (bytes floor 22 at the 26.7 GB/s copy rate of that run), as for the q8/q4
- * GEMV below. Rows left over (and the tail of K, below 32) take the masked
- * 16-wide loop of gemv_avx512. */
+/* bf16 weights. A 64-byte load holds 32 weights as 16 pairs; the even
+ * weight of each pair widens with a shift, the odd one with a mask (bf16 is
+ * the top half of an f32), and each meets x's even or odd elements, which
+ * the caller split apart once (og_split_even_odd_avx512): no cross-lane work
+ * per weight, and every load is a whole cache line.
+ *
+ * The rows run one after another, each a single stream of lines, with a
+ * prefetch 4 lines ahead into every level. A block of rows is contiguous, so
+ * a thread reads one run of memory start to end, which the hardware
+ * prefetcher follows best. Measured on this 2-core kind (2026-12-06, a
+ * decode-shaped walk over 1.19 GB of 0.6B-shaped weights, the work in
+ * contiguous halves): 46-53 GB/s, against 31-47 for four rows a pass (four
+ * interleaved streams, x permuted in the loop, prefetcht1 a pass ahead: the
+ * scheme before) and 37-40 for one row with x permuted in the loop; a pure
+ * read of the same bytes runs at about 60. Each row keeps the sums of the
+ * four-row scheme (even and odd lanes over k in order, then their sum), so
+ * the bits did not change. Rows past the block's last group of 4 (and the
+ * tail of K, below 32) take the masked 16-wide loop of gemv_avx512, as
+ * og_matmul_rows_avx512 reproduces. */
 static OG_INLINE OG_AVX512 __m512 bf16_even_512(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
@@ -100,68 +102,68 @@ static OG_INLINE OG_AVX512 __m512 bf16_odd_512(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-static OG_AVX512 void gemv_bf16_avx512(const float *x, const og_bf16 *w, int64_t K,
+static OG_AVX512 void gemv_bf16_avx512(const float *x, const float *xp, const og_bf16 *w, int64_t K,
                                        int64_t rows, float *out) {
-    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
-                                               26, 28, 30);
-    const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
     const size_t k32 = (size_t)(K & ~(int64_t)31);
-    const bool cached = og_cpu_weights_fit_cache(); /* else streamed: og_cpu_weights_fit_cache */
+    const int64_t rows_eo = rows & ~(int64_t)3;
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        const og_bf16 *w0 = w + (size_t)r * (size_t)K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;
-        __m512 o0 = e0, o1 = e0, o2 = e0, o3 = e0;
-        for (size_t k = 0; k < k32; k += 32) {
-            const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-            const __m512 xe = _mm512_permutex2var_ps(x0, even_idx, x1); /* x[k + 2i]     */
-            const __m512 xo = _mm512_permutex2var_ps(x0, odd_idx, x1);  /* x[k + 2i + 1] */
-            if (cached) {
-                _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_T0);
-                _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_T0);
-            } else {
-                _mm_prefetch((const char *)(w0 + k + 4 * (size_t)K), _MM_HINT_T1);
-                _mm_prefetch((const char *)(w1 + k + 4 * (size_t)K), _MM_HINT_T1);
-                _mm_prefetch((const char *)(w2 + k + 4 * (size_t)K), _MM_HINT_T1);
-                _mm_prefetch((const char *)(w3 + k + 4 * (size_t)K), _MM_HINT_T1);
+    if (og_cpu_weights_fit_cache()) /* cached: four rows a pass, for the FMAs' latency */
+        for (; r < rows_eo; r += 4) {
+            const og_bf16 *w0 = w + (size_t)r * (size_t)K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+            __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
+            for (size_t k = 0; k < k32; k += 32) {
+                const __m512 xe = _mm512_loadu_ps(xp + k), xo = _mm512_loadu_ps(xp + k + 16);
+                const __m512i p0 = _mm512_loadu_si512((const void *)(w0 + k));
+                const __m512i p1 = _mm512_loadu_si512((const void *)(w1 + k));
+                const __m512i p2 = _mm512_loadu_si512((const void *)(w2 + k));
+                const __m512i p3 = _mm512_loadu_si512((const void *)(w3 + k));
+                e0 = _mm512_fmadd_ps(bf16_even_512(p0), xe, e0);
+                o0 = _mm512_fmadd_ps(bf16_odd_512(p0), xo, o0);
+                e1 = _mm512_fmadd_ps(bf16_even_512(p1), xe, e1);
+                o1 = _mm512_fmadd_ps(bf16_odd_512(p1), xo, o1);
+                e2 = _mm512_fmadd_ps(bf16_even_512(p2), xe, e2);
+                o2 = _mm512_fmadd_ps(bf16_odd_512(p2), xo, o2);
+                e3 = _mm512_fmadd_ps(bf16_even_512(p3), xe, e3);
+                o3 = _mm512_fmadd_ps(bf16_odd_512(p3), xo, o3);
             }
-            const __m512i p0 = _mm512_loadu_si512((const void *)(w0 + k));
-            const __m512i p1 = _mm512_loadu_si512((const void *)(w1 + k));
-            const __m512i p2 = _mm512_loadu_si512((const void *)(w2 + k));
-            const __m512i p3 = _mm512_loadu_si512((const void *)(w3 + k));
-            e0 = _mm512_fmadd_ps(bf16_even_512(p0), xe, e0);
-            o0 = _mm512_fmadd_ps(bf16_odd_512(p0), xo, o0);
-            e1 = _mm512_fmadd_ps(bf16_even_512(p1), xe, e1);
-            o1 = _mm512_fmadd_ps(bf16_odd_512(p1), xo, o1);
-            e2 = _mm512_fmadd_ps(bf16_even_512(p2), xe, e2);
-            o2 = _mm512_fmadd_ps(bf16_odd_512(p2), xo, o2);
-            e3 = _mm512_fmadd_ps(bf16_even_512(p3), xe, e3);
-            o3 = _mm512_fmadd_ps(bf16_odd_512(p3), xo, o3);
+            for (size_t k = k32; k < (size_t)K; k += 16) {
+                const size_t left = (size_t)K - k;
+                const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+                const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
+                e0 = _mm512_fmadd_ps(maskload16_bf16_512(w0 + k, m), xv, e0);
+                e1 = _mm512_fmadd_ps(maskload16_bf16_512(w1 + k, m), xv, e1);
+                e2 = _mm512_fmadd_ps(maskload16_bf16_512(w2 + k, m), xv, e2);
+                e3 = _mm512_fmadd_ps(maskload16_bf16_512(w3 + k, m), xv, e3);
+            }
+            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(e0, o0));
+            out[r + 1] = _mm512_reduce_add_ps(_mm512_add_ps(e1, o1));
+            out[r + 2] = _mm512_reduce_add_ps(_mm512_add_ps(e2, o2));
+            out[r + 3] = _mm512_reduce_add_ps(_mm512_add_ps(e3, o3));
+        }
+    for (; r < rows_eo; r++) {
+        const og_bf16 *wr = w + (size_t)r * (size_t)K;
+        __m512 e = _mm512_setzero_ps(), o = e;
+        for (size_t k = 0; k < k32; k += 32) {
+            _mm_prefetch((const char *)(wr + k) + 256, _MM_HINT_T0);
+            const __m512i p = _mm512_loadu_si512((const void *)(wr + k));
+            e = _mm512_fmadd_ps(bf16_even_512(p), _mm512_loadu_ps(xp + k), e);
+            o = _mm512_fmadd_ps(bf16_odd_512(p), _mm512_loadu_ps(xp + k + 16), o);
         }
         for (size_t k = k32; k < (size_t)K; k += 16) {
             const size_t left = (size_t)K - k;
             const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
-            e0 = _mm512_fmadd_ps(maskload16_bf16_512(w0 + k, m), xv, e0);
-            e1 = _mm512_fmadd_ps(maskload16_bf16_512(w1 + k, m), xv, e1);
-            e2 = _mm512_fmadd_ps(maskload16_bf16_512(w2 + k, m), xv, e2);
-            e3 = _mm512_fmadd_ps(maskload16_bf16_512(w3 + k, m), xv, e3);
+            e = _mm512_fmadd_ps(maskload16_bf16_512(wr + k, m), _mm512_maskz_loadu_ps(m, x + k), e);
         }
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(e0, o0));
-        out[r + 1] = _mm512_reduce_add_ps(_mm512_add_ps(e1, o1));
-        out[r + 2] = _mm512_reduce_add_ps(_mm512_add_ps(e2, o2));
-        out[r + 3] = _mm512_reduce_add_ps(_mm512_add_ps(e3, o3));
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(e, o));
     }
-    if (r < rows)
-        gemv_avx512(x, w + (size_t)r * (size_t)K, OG_DTYPE_BF16, K, rows - r, out + r);
+    if (rows_eo < rows)
+        gemv_avx512(x, w + (size_t)rows_eo * (size_t)K, OG_DTYPE_BF16, K, rows - rows_eo, out + rows_eo);
 }
 
-OG_AVX512 void og_gemv_rows_avx512(const float *x, const void *w, og_dtype dt, int64_t K,
+OG_AVX512 void og_gemv_rows_avx512(const float *x, const float *xp, const void *w, og_dtype dt, int64_t K,
                                    int64_t rows, float *out) {
     if (dt == OG_DTYPE_BF16)
-        gemv_bf16_avx512(x, w, K, rows, out);
+        gemv_bf16_avx512(x, xp, w, K, rows, out);
     else
         gemv_avx512(x, w, OG_DTYPE_F32, K, rows, out);
 }
@@ -207,9 +209,10 @@ size_t og_matmul_rows_avx512_scratch(int64_t K, int64_t rows) {
  * xp [nr, K] over the 32-chunks in [k0, k1); first: the sums start at zero,
  * else from acc [nf, EO_NR, 2, 16]; last: then the tail of K and the
  * results out[r * ldo + f], else the sums go back to acc. prefetch 1: the
- * same lines of the next nf weight rows, into L2 (the panel is read once:
- * see the GEMV above for the hint); 2: into all cache levels (later row
- * blocks read it again); 0: none. */
+ * same lines of the next nf weight rows, into L2 (the panel is read once; a
+ * non-temporal prefetch ran the 0.6B shape's decode at half the speed on
+ * this 2-core kind, 2026-12-03); 2: into all cache levels (later row blocks
+ * read it again); 0: none. */
 static OG_INLINE OG_AVX512 void rows_eo_tile(const float *xp, const og_bf16 *w, int64_t K,
                                              size_t k0, size_t k1, bool first, bool last,
                                              const int nf, const int nr, int prefetch,
