@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
         {"32b", "qkv", 3, 5120, {8192, 1024, 1024}},  {"32b", "o", 1, 8192, {5120}},
         {"32b", "gate_up", 2, 5120, {25600, 25600}},  {"32b", "down", 1, 25600, {5120}},
     };
-    /* BENCH_NARROW_T="1,8,64" times other row counts (at most 3, each 1 .. MAX_T) */
+    /* BENCH_NARROW_T: see the top of the file; each count 1 .. MAX_T */
     int64_t Ts[] = {16, 32, 64};
     enum { NT = 3, NK = 4 };
     const char *t_env = getenv("BENCH_NARROW_T");

@@ -726,14 +726,18 @@ static void test_all_or_nothing(void) {
     /* the same with the sessions prepared on the model's threads, as steps
      * of many sessions are (exec.c, prepare_all); a fault state per session,
      * since a shared one would be counted from two threads at once */
-    for (int p = 0; p < 2; p++) g_prog[p]->prepare_parallel_min = 2;
+    int32_t found[2];
+    for (int p = 0; p < 2; p++) {
+        found[p] = g_prog[p]->prepare_parallel_min;
+        g_prog[p]->prepare_parallel_min = 2;
+    }
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         const variant *v = &k_variants[vi];
         if (v->paged && !g_have_paged) continue;
         check_faults(v, false);
         check_capacity(v);
     }
-    for (int p = 0; p < 2; p++) g_prog[p]->prepare_parallel_min = 32;
+    for (int p = 0; p < 2; p++) g_prog[p]->prepare_parallel_min = found[p];
 }
 
 /* ------------------------------------------------------------ 4. refusals */
