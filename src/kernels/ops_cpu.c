@@ -173,7 +173,6 @@ og_status og_head_rms_norm_cpu(og_threadpool *pool, const float *x, const void *
 
 /* ---- matmul ---- */
 
-
 static void gemv_rows_scalar(const float *x, const void *w, og_dtype dt, int64_t K, int64_t rows,
                              float *out) {
     for (int64_t r = 0; r < rows; r++) {
@@ -211,11 +210,12 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
     }
 }
 
-/* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa. Each feature's
- * sum depends on neither n0 nor rows (the loops' groups of 4 features start
- * at multiples of 4: gemv_task_rows), so a block split any other way gives
- * the same bits. stream: quantized weights stream from memory (prefetched
- * into L2 only). */
+/* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa; xp is x split
+ * even/odd for bf16 weights at AVX-512. Each feature's sum depends on
+ * neither n0 nor rows (the loops' groups of 4 features start at multiples
+ * of 4: rows_run's claims), so a block split any other way gives the same
+ * bits. stream: quantized weights stream from memory (prefetched into L2
+ * only). */
 static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og_kq_x *xq, const void *w,
                        og_dtype dt, int64_t K, int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
     if (og_dtype_is_kquant(dt)) {
@@ -349,9 +349,10 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
                               rows, eo, scratch, p->out + n0, p->N);
     } else {
         /* The single-row loops, once per row; the panel stays in cache. One
-         * row at AVX-512 takes this way too: the GEMV's four weight rows a
-         * pass keep more lines in flight than the tiles' two (the demo
-         * model's products at 2 threads: 251 against 272-287 us a token) */
+         * row at AVX-512 takes this way too: in cache the GEMV's four weight
+         * rows a pass hide more latency than the tiles' two (the demo
+         * model's products at 2 threads: 251 against 272-287 us a token),
+         * and from memory it reads each row as one stream */
         for (int64_t r = 0; r < j->R; r++)
             gemv_block(j->isa, j->x + r * j->K, j->xp + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows, false,
                        p->out + r * p->N + n0);
@@ -427,7 +428,7 @@ static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_
     }
     /* bf16 weights at AVX-512 (the GEMV and the tiles) read x split
      * even/odd; the tiles, for a long K, keep sums in scratch sized by a
-     * task's features */
+     * claim's features */
     bool split = false;
     for (int i = 0; i < n_parts; i++) {
         rows_part *p = &parts[i];

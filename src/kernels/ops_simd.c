@@ -94,7 +94,10 @@ static OG_INLINE OG_AVX512 void gemv_avx512(const float *x, const void *w, og_dt
  * four-row scheme (even and odd lanes over k in order, then their sum), so
  * the bits did not change. Rows past the block's last group of 4 (and the
  * tail of K, below 32) take the masked 16-wide loop of gemv_avx512, as
- * og_matmul_rows_avx512 reproduces. */
+ * og_matmul_rows_avx512 reproduces. Weights that fit the caches
+ * (og_cpu_weights_fit_cache) are not bound by memory but by the FMAs'
+ * latency, so there four rows go a pass (eight sums in flight, not two),
+ * with the same sums in the same order. */
 static OG_INLINE OG_AVX512 __m512 bf16_even_512(__m512i pairs) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
