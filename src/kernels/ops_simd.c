@@ -419,13 +419,19 @@ OG_AVX512 void og_matmul_rows_avx512(const float *x, const float *xp, const void
  * group's f16 scale into the row's 16 lane sums: scale * q is exact in f32,
  * so this is the reference's sum reassociated, one rounding more per group.
  * The scales of 16 groups of each row are widened by one vcvtph2ps into a
- * buffer and broadcast from it (a load, no shuffle). Like the bf16 GEMV,
- * each line of quants is matched by a prefetch of the same line of the next
- * pass's rows (4 rows ahead), into all cache levels when the weights fit the
- * caches (og_cpu_weights_fit_cache); when they stream from memory each token,
- * into L2 only (prefetcht1), as bf16 weights are: on a 2-core AVX-512 host, q8 [2048, 1024] streamed from memory ran at 6.5 GB/s
- * per core with prefetchnta and 10.5 with prefetcht1 (12 and 20 GB/s on both
- * cores; bf16 21), q4 at 6.5 and 8.5 (10.5 and 15.5). */
+ * buffer and broadcast from it (a load, no shuffle). Each line of quants is
+ * matched by a prefetch of the same line of a later row: into all cache
+ * levels when the weights fit the caches (og_cpu_weights_fit_cache); when
+ * they stream from memory each token, into L2 only (prefetcht1): on a 2-core
+ * AVX-512 host, q8 [2048, 1024] streamed from memory ran at 6.5 GB/s per
+ * core with prefetchnta and 10.5 with prefetcht1 (12 and 20 GB/s on both
+ * cores; bf16 21), q4 at 6.5 and 8.5 (10.5 and 15.5). Rows go four a pass
+ * (x's loads shared), prefetching the next pass's rows, except q8 streamed
+ * from memory: one row a pass, one stream, prefetched about 4 KiB ahead (the
+ * 0.6B shape's q8 decode on this 2-core kind, 2026-12-06: 46.6 - 47.8 tok/s
+ * four rows a pass, 52 - 55 one; 34 without prefetches). q4 widens with more
+ * work a weight and stays on four rows (one a pass measured 5 - 10 % slower
+ * on the small MoE). */
 enum { QG = OG_QUANT_GROUP, QCHUNK = 16 /* groups whose scales are widened at once */ };
 
 /* q8: the 32 products of a group in 16 lanes. */
@@ -461,9 +467,10 @@ static OG_INLINE OG_AVX512 void scales_512(const og_f16 *s, int64_t ng, float *s
     _mm512_storeu_ps(sc, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s)));
 }
 
-/* nr (<= 4, a constant where inlined) rows; dt a constant too. */
+/* nr (<= 4, a constant where inlined) rows; dt a constant too. Each line
+ * of quants is matched by a prefetch of the same line `ahead` rows on. */
 static OG_INLINE OG_AVX512 void gemv_q_tile_512(const float *x, const uint8_t *q, const og_f16 *s,
-                                                og_dtype dt, int64_t K, const int nr,
+                                                og_dtype dt, int64_t K, const int nr, int64_t ahead,
                                                 bool stream, float *out) {
     const size_t rb = og_quant_row_bytes(dt, K), gb = og_quant_row_bytes(dt, QG);
     const int64_t G = K / QG;
@@ -484,7 +491,7 @@ static OG_INLINE OG_AVX512 void gemv_q_tile_512(const float *x, const uint8_t *q
             if ((g0 + g) % line == 0) {
 #pragma GCC unroll 4
                 for (int r = 0; r < nr; r++) {
-                    const char *next = (const char *)(qg + (size_t)(r + nr) * rb);
+                    const char *next = (const char *)(qg + (size_t)(r + ahead) * rb);
                     if (stream)
                         _mm_prefetch(next, _MM_HINT_T1);
                     else
@@ -509,10 +516,16 @@ static OG_INLINE OG_AVX512 void gemv_q_512(const float *x, const uint8_t *q, con
     const size_t rb = og_quant_row_bytes(dt, K);
     const int64_t G = K / QG;
     int64_t r = 0;
+    if (stream && dt == OG_DTYPE_Q8) { /* one stream, prefetched about 4 KiB ahead */
+        const int64_t ahead = rb < 4096 ? (int64_t)(4096 / rb) : 1;
+        for (; r < rows; r++)
+            gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 1, ahead, stream, out + r);
+        return;
+    }
     for (; r + 4 <= rows; r += 4)
-        gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 4, stream, out + r);
+        gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 4, 4, stream, out + r);
     for (; r < rows; r++)
-        gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 1, stream, out + r);
+        gemv_q_tile_512(x, q + (size_t)r * rb, s + r * G, dt, K, 1, 1, stream, out + r);
 }
 
 OG_AVX512 void og_gemv_q_rows_avx512(const float *x, const uint8_t *q, const og_f16 *s,
