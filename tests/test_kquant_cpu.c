@@ -18,6 +18,7 @@
  * Letters: T tokens, R decode rows, K in features, N out features. */
 #include "core/core.h"
 #include "harness.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/kquant_cpu.h"
 #include "kernels/ops.h"
 
@@ -267,6 +268,16 @@ int main(void) {
     og_test_section("several parts in one pass");
     check_multi(pool, &r);
     check_multi(NULL, &r);
+    /* the decode GEMV's loop for weights streamed from memory (one weight
+     * row at a time): a terabyte "loaded" makes og_cpu_weights_fit_cache say
+     * no; the same checks, rows == single among them */
+    og_test_section("decode, weights streamed");
+    og_cpu_weights_loaded(1ll << 40);
+    CHECK(!og_cpu_weights_fit_cache());
+    for (size_t t = 0; t < sizeof k_types / sizeof k_types[0]; t++)
+        for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; b++)
+            check_decode(b % 2 ? pool : NULL, &r, k_types[t], 1280, Ns[b], (b + t) % 2 == 0, b % 2 == 1);
+    og_cpu_weights_loaded(-(1ll << 40));
     og_threadpool_destroy(pool);
     return og_test_finish();
 }

@@ -7,6 +7,7 @@
  * of 4 features (whose leftovers take another summation order).
  * Letters: R rows (sessions), K in features, N out features. */
 #include "harness.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/ops.h"
 
 #include <stdlib.h>
@@ -146,29 +147,29 @@ static void check_errors(og_threadpool *pool) {
                  OG_ERR_INVALID_ARGUMENT);
 }
 
-int main(void) {
-    pools p = {{NULL, og_threadpool_create(2), og_threadpool_create(3)}, 3};
-    CHECK(p.pools[1] != NULL && p.pools[2] != NULL);
-    og_rng rng = og_rng_seed(11);
-    printf("isa levels: %s down to scalar\n", og_cpu_isa_name(og_cpu_isa_detect()));
+/* Every case, for the weights as they are here (in cache) or as the
+ * kernels take weights streamed from memory (streamed: other loops and
+ * prefetches, the same bits). */
+static void check_all(const pools *p, og_rng *rng, bool streamed) {
+    const char *how = streamed ? ", streamed" : "";
     static const int64_t Rs[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 64};
     static const int64_t Ks[] = {1, 3, 17, 31, 32, 33, 129, 1024};
     static const int64_t Ns[] = {1, 3, 4, 5, 7, 129, 257};
     for (int dti = 0; dti < 2; dti++) {
         og_dtype dt = dti ? OG_DTYPE_F32 : OG_DTYPE_BF16;
         char name[64];
-        snprintf(name, sizeof name, "matmul_rows == matmul per row, %s weights", og_dtype_name(dt));
+        snprintf(name, sizeof name, "matmul_rows == matmul per row, %s weights%s", og_dtype_name(dt), how);
         og_test_section(name);
         for (size_t a = 0; a < sizeof Rs / sizeof *Rs; a++)
             for (size_t b = 0; b < sizeof Ks / sizeof *Ks; b++)
                 for (size_t c = 0; c < sizeof Ns / sizeof *Ns; c++)
                     for (int bias = 0; bias < 2; bias++)
-                        check_case(&p, &rng, dt, Rs[a], Ks[b], Ns[c], bias);
+                        check_case(p, rng, dt, Rs[a], Ks[b], Ns[c], bias);
         /* panels split over several tasks per thread; K long enough to be
          * swept in chunks (1024 at AVX-512), with and without a tail */
-        check_case(&p, &rng, dt, 9, 3072 + 17, 1031, true);
-        check_case(&p, &rng, dt, 6, 2048, 9, false);
-        check_case(&p, &rng, dt, 5, 2048 + 33, 7, true);
+        check_case(p, rng, dt, 9, 3072 + 17, 1031, true);
+        check_case(p, rng, dt, 6, 2048, 9, false);
+        check_case(p, rng, dt, 5, 2048 + 33, 7, true);
     }
     /* quantized weights: K whole groups of 32 (one, an odd number, more than
      * the 16 whose scales widen at once); R and N around the AVX-512 tiles
@@ -179,14 +180,27 @@ int main(void) {
     for (int dti = 0; dti < 2; dti++) {
         og_dtype dt = dti ? OG_DTYPE_Q4 : OG_DTYPE_Q8;
         char name[64];
-        snprintf(name, sizeof name, "matmul_rows == matmul per row, %s weights", og_dtype_name(dt));
+        snprintf(name, sizeof name, "matmul_rows == matmul per row, %s weights%s", og_dtype_name(dt), how);
         og_test_section(name);
         for (size_t a = 0; a < sizeof Rq / sizeof *Rq; a++)
             for (size_t b = 0; b < sizeof Kq / sizeof *Kq; b++)
                 for (size_t c = 0; c < sizeof Nq / sizeof *Nq; c++)
-                    check_case(&p, &rng, dt, Rq[a], Kq[b], Nq[c], (a + b + c) % 2 == 0);
-        check_case(&p, &rng, dt, 9, 3072, 1031, true); /* several tasks per thread */
+                    check_case(p, rng, dt, Rq[a], Kq[b], Nq[c], (a + b + c) % 2 == 0);
+        check_case(p, rng, dt, 9, 3072, 1031, true); /* several claims per thread */
     }
+}
+
+int main(void) {
+    pools p = {{NULL, og_threadpool_create(2), og_threadpool_create(3)}, 3};
+    CHECK(p.pools[1] != NULL && p.pools[2] != NULL);
+    og_rng rng = og_rng_seed(11);
+    printf("isa levels: %s down to scalar\n", og_cpu_isa_name(og_cpu_isa_detect()));
+    check_all(&p, &rng, false);
+    /* a terabyte of weights "loaded": og_cpu_weights_fit_cache says no */
+    og_cpu_weights_loaded(1ll << 40);
+    CHECK(!og_cpu_weights_fit_cache());
+    check_all(&p, &rng, true);
+    og_cpu_weights_loaded(-(1ll << 40));
     og_test_section("matmul_rows argument errors");
     check_errors(p.pools[1]);
     og_threadpool_destroy(p.pools[1]);

@@ -151,12 +151,12 @@ static OG_INLINE OG_AVX512 void unpack_512(og_dtype dt, const uint8_t *b, block5
 
 #define OG_KQ_CASE(DT, V, NF, NR)                                                                    \
     case NF * 8 + NR:                                                                                \
-        if (V) tile_512v(DT, x, nb, w, rb, NF, NR, prefetch, out, ldo);                               \
-        else tile_512(DT, x, nb, w, rb, NF, NR, prefetch, out, ldo);                                  \
+        if (V) tile_512v(DT, x, nb, w, rb, NF, NR, prefetch, ahead, out, ldo);                        \
+        else tile_512(DT, x, nb, w, rb, NF, NR, prefetch, ahead, out, ldo);                           \
         return;
 #define OG_KQ_TILES(NAME, DT, V, ATTR)                                                               \
     static ATTR void NAME(const og_kq_x *x, int64_t nb, const uint8_t *w, size_t rb, int nf, int nr,   \
-                          int prefetch, float *out, int64_t ldo) {                                   \
+                          int prefetch, int64_t ahead, float *out, int64_t ldo) {                    \
         switch (nf * 8 + nr) {                                                                       \
             OG_KQ_CASE(DT, V, 1, 1) OG_KQ_CASE(DT, V, 2, 1) OG_KQ_CASE(DT, V, 3, 1)                  \
             OG_KQ_CASE(DT, V, 4, 1) OG_KQ_CASE(DT, V, 1, 2) OG_KQ_CASE(DT, V, 2, 2)                  \
@@ -174,7 +174,8 @@ OG_KQ_TILES(tiles_q6_512v, OG_DTYPE_Q6_K, true, OG_AVX512_VNNI)
 #undef OG_KQ_TILES
 #undef OG_KQ_CASE
 
-typedef void (*tiles_fn)(const og_kq_x *, int64_t, const uint8_t *, size_t, int, int, int, float *, int64_t);
+typedef void (*tiles_fn)(const og_kq_x *, int64_t, const uint8_t *, size_t, int, int, int, int64_t, float *,
+                         int64_t);
 
 bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K, int64_t rows,
                        bool stream, float *out, int64_t ldo) {
@@ -189,16 +190,24 @@ bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *
     }
     const int64_t nb = K / QK;
     const size_t rb = og_kquant_row_bytes(dt, K);
-    /* one row of x: tiles of TF weight rows; more: tiles of 2 weight rows
-     * x TR rows of x (a block's levels unpacked once for TR rows), the
-     * first pass over the panel bringing it into the caches */
-    const int tr = R == 1 ? 1 : TR, tf = R == 1 ? TF : 2;
+    /* one row of x: tiles of TF weight rows, each prefetching the next
+     * tile's; streamed from memory, one weight row at a time instead (one
+     * stream, prefetched about 4 KiB on: q6_k decode of the 0.6B shape on
+     * this 2-core kind, 2026-12-06, 41.8 - 43.0 tok/s four rows a tile, 51.4
+     * - 57.1 one; q4_k, bound by its integer work, even). More rows of x:
+     * tiles of 2 weight rows x TR rows of x (a block's levels unpacked once
+     * for TR rows), the first pass over the panel bringing it into the
+     * caches. */
+    const bool one = R == 1 && stream;
+    const int tr = R == 1 ? 1 : TR, tf = one ? 1 : R == 1 ? TF : 2;
     for (int64_t r0 = 0; r0 < R; r0 += tr) {
         const int nr = R - r0 < tr ? (int)(R - r0) : tr;
         const int prefetch = r0 > 0 ? 0 : stream ? 1 : 2;
         for (int64_t f0 = 0; f0 < rows; f0 += tf) {
             const int nf = rows - f0 < tf ? (int)(rows - f0) : tf;
-            fn(x + r0 * nb, nb, w + (size_t)f0 * rb, rb, nf, nr, prefetch && f0 + nf < rows ? prefetch : 0,
+            int64_t ahead = one ? (rb < 4096 ? (int64_t)(4096 / rb) : 1) : nf;
+            if (ahead > rows - f0 - nf) ahead = rows - f0 - nf; /* within the block */
+            fn(x + r0 * nb, nb, w + (size_t)f0 * rb, rb, nf, nr, ahead > 0 ? prefetch : 0, ahead,
                out + r0 * ldo + f0, ldo);
         }
     }
@@ -296,7 +305,8 @@ static OG_INLINE OG_AVX2 void run_256(og_dtype dt, const uint8_t *b, int c, cons
 /* The AVX2 tile: nf weight rows x nr rows of x, the AVX-512 tile's
  * arithmetic in 8 lanes. */
 static OG_INLINE OG_AVX2 void tile_256(og_dtype dt, const og_kq_x *x, int64_t nb, const uint8_t *w, size_t rb,
-                                       const int nf, const int nr, int prefetch, float *out, int64_t ldo) {
+                                       const int nf, const int nr, int prefetch, int64_t ahead, float *out,
+                                       int64_t ldo) {
     const size_t bb = og_kquant_block_bytes(dt);
     __m256 acc[2][2];
 #pragma GCC unroll 2
@@ -312,7 +322,7 @@ static OG_INLINE OG_AVX2 void tile_256(og_dtype dt, const og_kq_x *x, int64_t nb
         for (int f = 0; f < nf; f++) {
             b[f] = w + (size_t)f * rb + (size_t)k * bb;
             if (prefetch) {
-                const char *next = (const char *)(b[f] + (size_t)nf * rb);
+                const char *next = (const char *)(b[f] + (size_t)ahead * rb);
                 for (size_t line = 0; line < bb; line += 64) {
                     if (prefetch == 1) _mm_prefetch(next + line, _MM_HINT_T1);
                     else _mm_prefetch(next + line, _MM_HINT_T0);
@@ -391,11 +401,11 @@ static OG_INLINE OG_AVX2 void tile_256(og_dtype dt, const og_kq_x *x, int64_t nb
 
 #define OG_KQ_CASE(DT, NF, NR)                                                                       \
     case NF * 8 + NR:                                                                                \
-        tile_256(DT, x, nb, w, rb, NF, NR, prefetch, out, ldo);                                      \
+        tile_256(DT, x, nb, w, rb, NF, NR, prefetch, ahead, out, ldo);                               \
         return;
 #define OG_KQ_TILES(NAME, DT)                                                                        \
     static OG_AVX2 void NAME(const og_kq_x *x, int64_t nb, const uint8_t *w, size_t rb, int nf, int nr, \
-                             int prefetch, float *out, int64_t ldo) {                                \
+                             int prefetch, int64_t ahead, float *out, int64_t ldo) {                 \
         switch (nf * 8 + nr) {                                                                       \
             OG_KQ_CASE(DT, 1, 1) OG_KQ_CASE(DT, 2, 1) OG_KQ_CASE(DT, 1, 2) OG_KQ_CASE(DT, 2, 2)      \
         default: return;                                                                             \
@@ -423,7 +433,7 @@ bool og_kq_gemv_avx2(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w,
         const int prefetch = r0 > 0 ? 0 : stream ? 1 : 2;
         for (int64_t f0 = 0; f0 < rows; f0 += 2) {
             const int nf = rows - f0 < 2 ? (int)(rows - f0) : 2;
-            fn(x + r0 * nb, nb, w + (size_t)f0 * rb, rb, nf, nr, prefetch && f0 + nf < rows ? prefetch : 0,
+            fn(x + r0 * nb, nb, w + (size_t)f0 * rb, rb, nf, nr, prefetch && f0 + nf < rows ? prefetch : 0, nf,
                out + r0 * ldo + f0, ldo);
         }
     }

@@ -3,10 +3,12 @@
  * attribute) and OG_KQ_MADD (the int16 multiply-add into int32 lanes)
  * defined; undefines them. Not a header of its own. */
 /* nf weight rows (w, rb bytes apart) x nr rows of x (x blocks, nb apart),
- * all of K; out[r * ldo + f]. nf, nr, dt constants where inlined. */
+ * all of K; out[r * ldo + f]. nf, nr, dt constants where inlined. prefetch
+ * (1: into L2, 2: into every level, 0: none) the same block `ahead` rows
+ * on as each block is read. */
 static OG_INLINE OG_KQ_TARGET void OG_KQ_TILE(og_dtype dt, const og_kq_x *x, int64_t nb, const uint8_t *w,
-                                         size_t rb, const int nf, const int nr, int prefetch, float *out,
-                                         int64_t ldo) {
+                                         size_t rb, const int nf, const int nr, int prefetch, int64_t ahead,
+                                         float *out, int64_t ldo) {
     const size_t bb = og_kquant_block_bytes(dt);
     __m512 acc[TF][TR];
 #pragma GCC unroll 4
@@ -18,8 +20,8 @@ static OG_INLINE OG_KQ_TARGET void OG_KQ_TILE(og_dtype dt, const og_kq_x *x, int
 #pragma GCC unroll 4
         for (int f = 0; f < nf; f++) {
             const uint8_t *b = w + (size_t)f * rb + (size_t)k * bb;
-            if (prefetch) { /* the next tile's rows, a block ahead: into L2 alone when streaming */
-                const char *next = (const char *)(b + (size_t)nf * rb);
+            if (prefetch) {
+                const char *next = (const char *)(b + (size_t)ahead * rb);
                 for (size_t line = 0; line < bb; line += 64) {
                     if (prefetch == 1) _mm_prefetch(next + line, _MM_HINT_T1);
                     else _mm_prefetch(next + line, _MM_HINT_T0);
