@@ -193,8 +193,8 @@ bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *
     /* one row of x: tiles of TF weight rows, each prefetching the next
      * tile's; streamed from memory, one weight row at a time instead (one
      * stream, prefetched about 4 KiB on: q6_k decode of the 0.6B shape on
-     * this 2-core kind, 2026-12-06, 41.8 - 43.0 tok/s four rows a tile, 51.4
-     * - 57.1 one; q4_k, bound by its integer work, even). More rows of x:
+     * this 2-core kind, 2026-12-06, side by side: 41.8 - 43.0 tok/s four
+     * rows a tile, 49.0 - 58.2 one; q4_k, bound by its integer work, even). More rows of x:
      * tiles of 2 weight rows x TR rows of x (a block's levels unpacked once
      * for TR rows), the first pass over the panel bringing it into the
      * caches. */

@@ -304,7 +304,7 @@ typedef struct {
     const og_kq_x *xq; /* [R, K / 256] x as int8 blocks when a part has k-quant weights */
     const rows_part *parts;
     int n_parts;
-    float *glu;        /* [R, N]: swiglu(part 0, part 1) per task, or NULL */
+    float *glu;        /* [R, N]: swiglu(part 0, part 1) per claim, or NULL */
     rows_lane *lanes;  /* [n_lanes], one per thread of the pool          */
     int n_lanes;
     int64_t claim;     /* features a claim takes, a multiple of 4       */
