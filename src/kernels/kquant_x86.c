@@ -4,15 +4,24 @@
  *
  * A block's levels are unpacked 64 at a time (32 with AVX2) into unsigned
  * bytes in element order, so they meet x's int8 terms (og_kq_x hi and lo,
- * also in element order) directly: vpmaddubsw multiplies a level by an x
- * term and adds neighbours into int16 (at most 2 * 63 * 127, no
- * saturation), vpmaddwd (vpdpwssd with AVX512_VNNI) multiplies those by the
- * sub-block's scale and adds neighbours into int32 lanes. A block's lanes
- * then go to f32 once: 254 hi + lo, times u * d, less the mins' or level
- * offsets' term (sub-block sums of x times mins or scales, in int32 lanes
- * too), into the row's f32 lanes, summed at the end. Every (weight row, x
- * row) pair runs that same sequence in whatever tile it falls, so the bits
- * do not depend on how rows are split (kquant_cpu.h).
+ * also in element order) directly.
+ * AVX-512: vpdpbusd (vpmaddubsw + vpmaddwd by ones without AVX512_VNNI,
+ * the same sums) multiplies four levels by four x terms and adds them into
+ * an int32 lane: the hi sums, times 254, are the lo sums' starting value,
+ * so each lane holds 254 hi + lo over four elements. The four runs' lanes
+ * are then added across, by permutes, into one vector of 16 lanes of 16
+ * elements each (q4_k, q5_k: two lanes a sub-block of 32), multiplied by
+ * the sub-block scales once a block rather than once a run; the lanes go
+ * to f32 once, times u * d, less the mins' or level offsets' term (x's sums
+ * of 16 times mins or scales, in int32 lanes too), into the row's f32
+ * lanes, summed at the end.
+ * AVX2: vpmaddubsw multiplies a level by an x term and adds neighbours
+ * into int16 (at most 2 * 63 * 127, no saturation), vpmaddwd multiplies
+ * those by the sub-block's scale and adds neighbours into int32 lanes; a
+ * block's lanes go to f32 once (254 hi + lo), as above.
+ * Every (weight row, x row) pair runs that same sequence in whatever tile
+ * it falls, so the bits do not depend on how rows are split
+ * (kquant_cpu.h).
  *
  * Each function carries its own target attribute; kquant_cpu.c calls them
  * only at the ISA level og_cpu_isa_active allows.
@@ -52,25 +61,34 @@ static OG_INLINE void scales_mins_6bit(const uint8_t *s, uint64_t *sc, uint64_t 
 
 /* ======================= AVX-512 ======================= */
 
-/* int16 lane l (0..31): l / 8 */
-static const int16_t k_lane_by8[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-
-/* The multiply-add of int16 pairs by the scales into int32 lanes. */
-static OG_INLINE OG_AVX512 __m512i madd_acc_512(__m512i acc, __m512i p, __m512i s) {
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(p, s));
+/* acc + the sums of four neighbouring products of unsigned levels and
+ * signed x terms, into int32 lanes: vpdpbusd, or vpmaddubsw (levels at most
+ * 63, so the pairs fit int16 unsaturated) then vpmaddwd by ones. */
+static OG_INLINE OG_AVX512 __m512i dot4_512(__m512i acc, __m512i lv, __m512i x) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(lv, x), _mm512_set1_epi16(1)));
 }
-static OG_INLINE OG_AVX512_VNNI __m512i madd_acc_512_vnni(__m512i acc, __m512i p, __m512i s) {
-    return _mm512_dpwssd_epi32(acc, p, s);
+static OG_INLINE OG_AVX512_VNNI __m512i dot4_512_vnni(__m512i acc, __m512i lv, __m512i x) {
+    return _mm512_dpbusd_epi32(acc, lv, x);
+}
+
+/* Four runs' lanes (run g: 16 lanes of four elements each, elements
+ * 64 g ..) added by fours into 16 lanes of 16 elements in element order. */
+static OG_INLINE OG_AVX512 __m512i sum_by16_512(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i a = _mm512_add_epi32(_mm512_permutex2var_epi32(v0, even, v1), _mm512_permutex2var_epi32(v0, odd, v1));
+    const __m512i b = _mm512_add_epi32(_mm512_permutex2var_epi32(v2, even, v3), _mm512_permutex2var_epi32(v2, odd, v3));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
 /* One block of up to TF weight rows: per 64-element run g, its levels
- * (lv[f][g]) and each element's sub-block scale as int16 (sc[f][g]); the
- * f32 scales; and per weight row the int32 lane terms the block's sums of
- * x take (mins of q4_k / q5_k, 16 lanes of one per 16 elements; q6_k's
- * scales, whose level offset 32 multiplies them). */
+ * (lv[f][g]); per weight row the scale of each 16 elements' lane (sc[f]:
+ * q4_k / q5_k's sub-block scales, two lanes each; q6_k's own scales) and
+ * the int32 lane terms the block's sums of x take (xs[f]: mins of q4_k /
+ * q5_k; q6_k's scales, whose level offset 32 multiplies them); the f32
+ * scales. */
 typedef struct {
-    __m512i lv[TF][4], sc[TF][4], xs[TF];
+    __m512i lv[TF][4], sc[TF], xs[TF];
     float d[TF], dmin[TF];
 } block512;
 
@@ -80,9 +98,7 @@ static OG_INLINE OG_AVX512 void unpack_512(og_dtype dt, const uint8_t *b, block5
     if (dt == OG_DTYPE_Q6_K) {
         k->d[f] = f16_at(b + 208);
         k->dmin[f] = 0;
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)(b + 192));
-        const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(s8));
-        k->xs[f] = _mm512_cvtepi8_epi32(s8);
+        k->sc[f] = k->xs[f] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)));
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512(b + 64 * h);
             const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
@@ -95,70 +111,80 @@ static OG_INLINE OG_AVX512 void unpack_512(og_dtype dt, const uint8_t *b, block5
                                                       _mm256_set1_epi16((short)(4 * odd + 2)), 1);
                 const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), _mm512_set1_epi8(3));
                 k->lv[f][g] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
-                /* int16 lane l holds elements 2l, 2l + 1: scale 4g + l / 8 */
-                const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)(4 * g)),
-                                                     _mm512_loadu_si512(k_lane_by8));
-                k->sc[f][g] = _mm512_permutexvar_epi16(idx, s16);
             }
         }
         return;
     }
-    /* q4_k, q5_k: run g is sub-blocks 2g (low nibbles of 32 bytes) and 2g + 1 (their high nibbles) */
+    /* q4_k, q5_k: run g is sub-blocks 2g (the low nibbles of bytes 32g ..
+     * 32g + 31) and 2g + 1 (their high nibbles) */
     k->d[f] = f16_at(b);
     k->dmin[f] = f16_at(b + 2);
     uint64_t sc, mn;
     scales_mins_6bit(b + 4, &sc, &mn);
-    const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-    /* the mins of the 16 sums of 16: min l / 2 */
-    k->xs[f] = _mm512_permutexvar_epi32(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
-                                        _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+    /* lane l (16 elements) of sub-block l / 2 */
+    const __m512i by2 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    k->sc[f] = _mm512_permutexvar_epi32(by2, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+    k->xs[f] = _mm512_permutexvar_epi32(by2, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
     const uint8_t *qs = b + (dt == OG_DTYPE_Q4_K ? 16 : 48);
-    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    __m512i qh = _mm512_setzero_si512();
-    if (dt == OG_DTYPE_Q5_K) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
-    for (int g = 0; g < 4; g++) {
-        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * g)));
-        __m512i lv = _mm512_and_si512(_mm512_srlv_epi16(raw, sh), low4);
-        if (dt == OG_DTYPE_Q5_K) { /* the fifth bit of sub-block j is bit j of qh */
-            const __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * g)),
-                                                  _mm256_set1_epi16((short)(2 * g + 1)), 1);
-            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, hs), _mm512_set1_epi8(1));
-            lv = _mm512_or_si512(lv, _mm512_slli_epi16(hb, 4));
+    for (int h = 0; h < 2; h++) { /* 64 bytes: runs 2h, 2h + 1 */
+        const __m512i raw = _mm512_loadu_si512(qs + 64 * h);
+        const __m512i lo = _mm512_and_si512(raw, low4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        k->lv[f][2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+        k->lv[f][2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xee);
+    }
+    if (dt == OG_DTYPE_Q5_K) { /* the fifth bit of sub-block j is bit j of qh, moved to bit 4 */
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+        const __m512i bit4 = _mm512_set1_epi8(0x10);
+        for (int g = 0; g < 4; g++) {
+            /* lanes of bytes 0-31 take bit 2g, 32-63 bit 2g + 1: shifted by at most 4 within a 16-bit
+             * lane, each byte's bit 4 comes from its own byte */
+            const int s0 = 4 - 2 * g, s1 = 3 - 2 * g;
+            const __m512i hb = s1 >= 0 ? _mm512_sllv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16((short)s0),
+                                                                                   _mm256_set1_epi16((short)s1), 1))
+                                       : _mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16((short)-s0),
+                                                                                   _mm256_set1_epi16((short)-s1), 1));
+            k->lv[f][g] = _mm512_ternarylogic_epi32(k->lv[f][g], hb, bit4, 0xf8); /* lv | (hb & bit4) */
         }
-        k->lv[f][g] = lv;
-        /* int16 lanes 0-15: sub-block 2g, 16-31: 2g + 1 */
-        const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * g)),
-                                               _mm256_set1_epi16((short)(2 * g + 1)), 1);
-        k->sc[f][g] = _mm512_permutexvar_epi16(idx, s16);
     }
 }
 
-/* The tile kernel, once with vpmaddwd + vpaddd and once with vpdpwssd
+/* The tile kernel, once with vpmaddubsw + vpmaddwd and once with vpdpbusd
  * (kquant_x86_tile.h, included twice: a function can inline only what
  * its own target covers). */
 #define OG_KQ_TILE tile_512
 #define OG_KQ_TARGET OG_AVX512
-#define OG_KQ_MADD madd_acc_512
+#define OG_KQ_DOT4 dot4_512
 #include "kernels/kquant_x86_tile.h"
 #define OG_KQ_TILE tile_512v
 #define OG_KQ_TARGET OG_AVX512_VNNI
-#define OG_KQ_MADD madd_acc_512_vnni
+#define OG_KQ_DOT4 dot4_512_vnni
 #include "kernels/kquant_x86_tile.h"
 
 #define OG_KQ_CASE(DT, V, NF, NR)                                                                    \
     case NF * 8 + NR:                                                                                \
-        if (V) tile_512v(DT, x, nb, w, rb, NF, NR, prefetch, ahead, out, ldo);                        \
-        else tile_512(DT, x, nb, w, rb, NF, NR, prefetch, ahead, out, ldo);                           \
-        return;
+        if (V) tile_512v(DT, x, nb, wf, rb, NF, NR, pf, ahead, o, ldo);                              \
+        else tile_512(DT, x, nb, wf, rb, NF, NR, pf, ahead, o, ldo);                                 \
+        break;
+/* All `rows` weight rows against nr rows of x, tf weight rows a tile
+ * (the loop here rather than in the caller: a call a row was a tenth of
+ * the one-row GEMV at K = 1024). */
 #define OG_KQ_TILES(NAME, DT, V, ATTR)                                                               \
-    static ATTR void NAME(const og_kq_x *x, int64_t nb, const uint8_t *w, size_t rb, int nf, int nr,   \
-                          int prefetch, int64_t ahead, float *out, int64_t ldo) {                    \
-        switch (nf * 8 + nr) {                                                                       \
-            OG_KQ_CASE(DT, V, 1, 1) OG_KQ_CASE(DT, V, 2, 1) OG_KQ_CASE(DT, V, 3, 1)                  \
-            OG_KQ_CASE(DT, V, 4, 1) OG_KQ_CASE(DT, V, 1, 2) OG_KQ_CASE(DT, V, 2, 2)                  \
-            OG_KQ_CASE(DT, V, 1, 3) OG_KQ_CASE(DT, V, 2, 3) OG_KQ_CASE(DT, V, 1, 4)                  \
-            OG_KQ_CASE(DT, V, 2, 4)                                                                  \
-        default: return;                                                                             \
+    static ATTR void NAME(const og_kq_x *x, int64_t nb, const uint8_t *w, size_t rb, int64_t rows,    \
+                          int tf, int nr, int prefetch, bool one, float *out, int64_t ldo) {         \
+        for (int64_t f0 = 0; f0 < rows; f0 += tf) {                                                  \
+            const int nf = rows - f0 < tf ? (int)(rows - f0) : tf;                                   \
+            int64_t ahead = one ? (rb < 4096 ? (int64_t)(4096 / rb) : 1) : nf;                       \
+            if (ahead > rows - f0 - nf) ahead = rows - f0 - nf; /* within the block */               \
+            const int pf = ahead > 0 ? prefetch : 0;                                                 \
+            const uint8_t *wf = w + (size_t)f0 * rb;                                                 \
+            float *o = out + f0;                                                                     \
+            switch (nf * 8 + nr) {                                                                   \
+                OG_KQ_CASE(DT, V, 1, 1) OG_KQ_CASE(DT, V, 2, 1) OG_KQ_CASE(DT, V, 3, 1)              \
+                OG_KQ_CASE(DT, V, 4, 1) OG_KQ_CASE(DT, V, 1, 2) OG_KQ_CASE(DT, V, 2, 2)              \
+                OG_KQ_CASE(DT, V, 1, 3) OG_KQ_CASE(DT, V, 2, 3) OG_KQ_CASE(DT, V, 1, 4)              \
+                OG_KQ_CASE(DT, V, 2, 4)                                                              \
+            default: return;                                                                         \
+            }                                                                                        \
         }                                                                                            \
     }
 OG_KQ_TILES(tiles_q4_512, OG_DTYPE_Q4_K, false, OG_AVX512)
@@ -170,7 +196,7 @@ OG_KQ_TILES(tiles_q6_512v, OG_DTYPE_Q6_K, true, OG_AVX512_VNNI)
 #undef OG_KQ_TILES
 #undef OG_KQ_CASE
 
-typedef void (*tiles_fn)(const og_kq_x *, int64_t, const uint8_t *, size_t, int, int, int, int64_t, float *,
+typedef void (*tiles_fn)(const og_kq_x *, int64_t, const uint8_t *, size_t, int64_t, int, int, int, bool, float *,
                          int64_t);
 
 bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K, int64_t rows,
@@ -190,22 +216,14 @@ bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *
      * tile's; streamed from memory, one weight row at a time instead (one
      * stream, prefetched about 4 KiB on: q6_k decode of the 0.6B shape on
      * this 2-core kind, 2026-12-06, side by side: 41.8 - 43.0 tok/s four
-     * rows a tile, 49.0 - 58.2 one; q4_k, bound by its integer work, even). More rows of x:
-     * tiles of 2 weight rows x TR rows of x (a block's levels unpacked once
-     * for TR rows), the first pass over the panel bringing it into the
-     * caches. */
+     * rows a tile, 49.0 - 58.2 one). More rows of x: tiles of 2 weight rows
+     * x TR rows of x (a block's levels unpacked once for TR rows), the first
+     * pass over the panel bringing it into the caches. */
     const bool one = R == 1 && stream;
     const int tr = R == 1 ? 1 : TR, tf = one ? 1 : R == 1 ? TF : 2;
     for (int64_t r0 = 0; r0 < R; r0 += tr) {
         const int nr = R - r0 < tr ? (int)(R - r0) : tr;
-        const int prefetch = r0 > 0 ? 0 : stream ? 1 : 2;
-        for (int64_t f0 = 0; f0 < rows; f0 += tf) {
-            const int nf = rows - f0 < tf ? (int)(rows - f0) : tf;
-            int64_t ahead = one ? (rb < 4096 ? (int64_t)(4096 / rb) : 1) : nf;
-            if (ahead > rows - f0 - nf) ahead = rows - f0 - nf; /* within the block */
-            fn(x + r0 * nb, nb, w + (size_t)f0 * rb, rb, nf, nr, ahead > 0 ? prefetch : 0, ahead,
-               out + r0 * ldo + f0, ldo);
-        }
+        fn(x + r0 * nb, nb, w, rb, rows, tf, nr, r0 > 0 ? 0 : stream ? 1 : 2, one, out + r0 * ldo, ldo);
     }
     return true;
 }
@@ -413,9 +431,12 @@ OG_KQ_TILES(tiles_q6_256, OG_DTYPE_Q6_K)
 #undef OG_KQ_TILES
 #undef OG_KQ_CASE
 
+typedef void (*tiles256_fn)(const og_kq_x *, int64_t, const uint8_t *, size_t, int, int, int, int64_t, float *,
+                            int64_t);
+
 bool og_kq_gemv_avx2(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K, int64_t rows,
                      bool stream, float *out, int64_t ldo) {
-    tiles_fn fn;
+    tiles256_fn fn;
     switch (dt) {
     case OG_DTYPE_Q4_K: fn = tiles_q4_256; break;
     case OG_DTYPE_Q5_K: fn = tiles_q5_256; break;
