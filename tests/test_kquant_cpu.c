@@ -145,6 +145,25 @@ static void check_decode(og_threadpool *pool, og_rng *r, og_dtype dt, int64_t K,
         }
     }
     og_cpu_isa_limit(OG_CPU_ISA_AVX512);
+    /* AVX-512 (q4_k .. q6_k) with vpdpbusd and without: the same integer sums, the same bits */
+    if (og_cpu_isa_detect() == OG_CPU_ISA_AVX512 &&
+        (dt == OG_DTYPE_Q4_K || dt == OG_DTYPE_Q5_K || dt == OG_DTYPE_Q6_K))
+        for (int stream = 0; stream < 2; stream++) {
+            og_poison(rows, (size_t)(R * N));
+            CHECK(og_kq_gemv_avx512(dt, xq, R, w, K, N, stream, false, rows, N));
+            for (int64_t i = 0; i < R * N; i++) { /* against the oracle, as above */
+                const double p = fabs((double)rows[i] - (double)plain[i] + (with_bias ? bias[i % N] : 0));
+                CHECK_MSG(p <= 4 * gamma_n(K / 8 + 64) * mag[i] || (isnan(rows[i]) && isnan(plain[i])),
+                          "without AVX512_VNNI vs the plain GEMV (%s, K=%lld N=%lld)", og_dtype_name(dt),
+                          (long long)K, (long long)N);
+            }
+            if (!og_cpu_has_avx512_vnni()) continue;
+            og_poison(single, (size_t)(R * N));
+            CHECK(og_kq_gemv_avx512(dt, xq, R, w, K, N, stream, true, single, N));
+            CHECK_MSG(memcmp(rows, single, sizeof(float) * (size_t)(R * N)) == 0,
+                      "AVX512_VNNI != without (%s, K=%lld N=%lld stream=%d)", og_dtype_name(dt), (long long)K,
+                      (long long)N, stream);
+        }
     free(xq);
     free(x);
     free(w_exact);

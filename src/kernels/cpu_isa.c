@@ -53,6 +53,8 @@ og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa) {
     return og_cpu_isa_active();
 }
 
+bool og_cpu_has_avx512_vnni(void) { return __builtin_cpu_supports("avx512vnni"); }
+
 bool og_cpu_has_avx512_bf16(void) {
     return og_cpu_isa_active() == OG_CPU_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
 }

@@ -25,6 +25,9 @@ og_cpu_isa og_cpu_isa_limit(og_cpu_isa isa);
  * (vdpbf16ps, vcvtne2ps2bf16): the bf16 matmul kernels run only then, so
  * capping the level below AVX-512 also turns them off. */
 bool og_cpu_has_avx512_bf16(void);
+/* Whether the CPU has AVX512_VNNI (vpdpbusd: the k-quant GEMV's integer
+ * sums; without it the same sums take two instructions). */
+bool og_cpu_has_avx512_vnni(void);
 /* True when this CPU can run isa. */
 bool og_cpu_isa_supported(og_cpu_isa isa);
 /* Weights the CPU back end's loaded models hold, all together: a model adds

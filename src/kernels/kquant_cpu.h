@@ -60,9 +60,11 @@ void og_kq_dequantize(og_cpu_isa isa, og_dtype dt, const uint8_t *w, int64_t K, 
                       float *dst /* [rows, K] */);
 
 /* The ISA versions behind the two above (kquant_x86.c); false when that
- * dtype has no version at that ISA (the caller then takes the scalar one). */
+ * dtype has no version at that ISA (the caller then takes the scalar one).
+ * vnni: with vpdpbusd (only where og_cpu_has_avx512_vnni) or without; the
+ * two give the same bits. */
 bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K, int64_t rows,
-                       bool stream, float *out, int64_t ldo);
+                       bool stream, bool vnni, float *out, int64_t ldo);
 bool og_kq_gemv_avx2(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K, int64_t rows,
                      bool stream, float *out, int64_t ldo);
 bool og_kq_dequantize_avx512(og_dtype dt, const uint8_t *w, int64_t K, int64_t rows, float *dst);

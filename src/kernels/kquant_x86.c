@@ -200,9 +200,7 @@ typedef void (*tiles_fn)(const og_kq_x *, int64_t, const uint8_t *, size_t, int6
                          int64_t);
 
 bool og_kq_gemv_avx512(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K, int64_t rows,
-                       bool stream, float *out, int64_t ldo) {
-    static int vnni = -1;
-    if (vnni < 0) vnni = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+                       bool stream, bool vnni, float *out, int64_t ldo) {
     tiles_fn fn;
     switch (dt) {
     case OG_DTYPE_Q4_K: fn = vnni ? tiles_q4_512v : tiles_q4_512; break;
