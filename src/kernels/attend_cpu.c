@@ -30,6 +30,7 @@
 #include "kernels/attend.h"
 #include "kernels/attend_amx.h"
 #include "kernels/attend_isa.h"
+#include "kernels/ops.h"
 #include "core/kv_quant.h"
 
 #include <math.h>
@@ -295,11 +296,8 @@ static void write_token(void *ctx, int64_t t, int thread) {
         memcpy((float *)kv->k + slot * c->RS, k, (size_t)n * sizeof(float));
         memcpy((float *)kv->v + slot * c->RS, v, (size_t)n * sizeof(float));
     } else {
-        og_bf16 *dk = (og_bf16 *)kv->k + slot * c->RS, *dv = (og_bf16 *)kv->v + slot * c->RS;
-        for (int64_t i = 0; i < n; i++) {
-            dk[i] = og_bf16_from_f32(k[i]);
-            dv[i] = og_bf16_from_f32(v[i]);
-        }
+        og_f32_to_bf16_cpu(k, (og_bf16 *)kv->k + slot * c->RS, (size_t)n);
+        og_f32_to_bf16_cpu(v, (og_bf16 *)kv->v + slot * c->RS, (size_t)n);
     }
 }
 
