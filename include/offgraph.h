@@ -287,7 +287,10 @@ typedef struct og_kv_allocator {
                            size_t width, size_t rows);
 } og_kv_allocator;
 
-/* The host-heap allocator. Returned by value; needs no cleanup. */
+/* The host-heap allocator. Returned by value; needs no cleanup. Blocks of
+ * 64 KiB and more that sessions free are kept for later sessions (up to
+ * 256 MiB in all, for the life of the process) rather than given back to
+ * the system, whose fresh pages fault at their first write. */
 OG_API og_kv_allocator og_kv_allocator_cpu(void);
 
 /* A host allocator that grows in place, in pages: reserve maps address space

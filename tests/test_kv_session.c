@@ -9,7 +9,9 @@
  * dense blocks; over an allocator that grows in place the flat layers are
  * packed: a row of A k (32), A v (32), B k (8 + 8 padding), B v (8 + 8) is
  * 96 bytes (24 floats), and the ring's k and v (7 x 16 bytes each) share
- * one 224-byte block. tests/test_kv_packed.c covers packing at length. */
+ * one 224-byte block. tests/test_kv_packed.c covers packing at length.
+ * Last, the host-heap allocator's keeping of freed blocks for later
+ * sessions: which come back, and the cap on their total. */
 #include "harness.h"
 #include "kv/kv.h"
 
@@ -927,6 +929,45 @@ static void test_quantized_bytes(void) {
     }
 }
 
+/* The host-heap allocator keeps freed blocks of 64 KiB and more, up to
+ * 256 MiB in all, and hands one back for a request of between half its
+ * size and its size; smaller blocks and requests go to the heap. */
+static void test_cpu_allocator_keeps(void) {
+    og_test_section("host-heap allocator: freed blocks kept for the next session");
+    og_kv_allocator a = og_kv_allocator_cpu();
+    enum { N = 300, MIB = 1 << 20 };
+    unsigned char *p[N], *q[N];
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(a.alloc(a.ctx, MIB, (void **)&p[i]));
+        memset(p[i], i, MIB); /* writable to its last byte */
+    }
+    for (int i = 0; i < N; i++) a.free(a.ctx, p[i]);
+    /* 256 of the 300 were kept (the last ones freed went back to the heap) */
+    int reused = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(a.alloc(a.ctx, MIB - 7 * i, (void **)&q[i]));
+        for (int j = 0; j < N; j++) reused += q[i] == p[j];
+        q[i][MIB - 7 * i - 1] = 1;
+    }
+    CHECK_MSG(reused == 256, "%d of %d freed 1 MiB blocks came back", reused, N);
+    for (int i = 0; i < N; i++) a.free(a.ctx, q[i]);
+    /* q[0..255] (the kept blocks, 1 MiB each) were kept again, filling the
+     * cap; the rest went to the heap. Under half of 1 MiB: not one of them */
+    unsigned char *r = NULL, *t = NULL;
+    CHECK_OK(a.alloc(a.ctx, MIB / 2 - 1, (void **)&r));
+    int hits = 0;
+    for (int j = 0; j < 256; j++) hits += r == q[j];
+    CHECK(hits == 0);
+    a.free(a.ctx, r);
+    /* small blocks are not kept, and the allocator refuses what it cannot hold */
+    CHECK_STATUS(a.alloc(a.ctx, 0, (void **)&t), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(a.alloc(a.ctx, SIZE_MAX, (void **)&t), OG_ERR_INVALID_ARGUMENT);
+    CHECK_OK(a.alloc(a.ctx, 100, (void **)&t));
+    memset(t, 7, 100);
+    a.free(a.ctx, t);
+    a.free(a.ctx, NULL);
+}
+
 int main(void) {
     test_quantized_bytes();
     test_growth_and_fill();
@@ -939,5 +980,6 @@ int main(void) {
     test_grow_in_place();
     test_fault_injection_in_place();
     test_capacity_in_place();
+    test_cpu_allocator_keeps();
     return og_test_finish();
 }
