@@ -1762,7 +1762,8 @@ static og_status cuda_run_step(og_model *m, og_step_ctx *c, const og_step_plan *
 }
 
 static og_status cuda_host_thread(og_model *m) {
-    return cuda_fail(cudaSetDevice(cm_of(m)->device), "cudaSetDevice on a thread preparing sessions");
+    CUDA_TRY(cudaSetDevice(cm_of(m)->device), "cudaSetDevice on a thread preparing sessions");
+    return OG_OK;
 }
 
 const og_backend_ops og_backend_cuda_ops = {
