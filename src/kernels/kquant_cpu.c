@@ -159,7 +159,9 @@ void og_kq_gemv_scalar(og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *
 
 void og_kq_gemv(og_cpu_isa isa, og_dtype dt, const og_kq_x *x, int64_t R, const uint8_t *w, int64_t K,
                 int64_t rows, bool stream, float *out, int64_t ldo) {
-    if (isa == OG_CPU_ISA_AVX512 && og_kq_gemv_avx512(dt, x, R, w, K, rows, stream, og_cpu_has_avx512_vnni(), out, ldo)) return;
+    if (isa == OG_CPU_ISA_AVX512 &&
+        og_kq_gemv_avx512(dt, x, R, w, K, rows, stream, og_cpu_has_avx512_vnni(), out, ldo))
+        return;
     if (isa >= OG_CPU_ISA_AVX2 && og_kq_gemv_avx2(dt, x, R, w, K, rows, stream, out, ldo)) return;
     og_kq_gemv_scalar(dt, x, R, w, K, rows, out, ldo);
 }
