@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels/bf16_split_x86.h"
+
 #define OG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define OG_AVX2 __attribute__((target("avx2,fma")))
 #define OG_INLINE inline __attribute__((always_inline))
@@ -716,27 +718,15 @@ OG_AVX512 void og_bf16_to_f32_avx512(const og_bf16 *src, float *dst, size_t n) {
     }
 }
 
-/* Round to nearest even like og_bf16_from_f32: add 0x7fff plus the lowest
- * kept bit, keep the top half; a NaN keeps its top half with the quiet bit. */
-static OG_INLINE OG_AVX512 __m512i f32_to_bf16_lanes_512(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i rounded =
-        _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_mask_blend_epi32(nan, rounded, quiet);
-}
-
 OG_AVX512 void og_f32_to_bf16_avx512(const float *src, og_bf16 *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i),
-                            _mm512_cvtepi32_epi16(f32_to_bf16_lanes_512(_mm512_loadu_ps(src + i))));
+                            _mm512_cvtepi32_epi16(og_bf16_lanes16(_mm512_loadu_ps(src + i))));
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
         _mm512_mask_cvtepi32_storeu_epi16(dst + i, m,
-                                          f32_to_bf16_lanes_512(_mm512_maskz_loadu_ps(m, src + i)));
+                                          og_bf16_lanes16(_mm512_maskz_loadu_ps(m, src + i)));
     }
 }
 
