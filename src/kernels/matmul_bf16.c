@@ -11,7 +11,7 @@
  * are contiguous), and each weight pair w[n, 2p..2p+1] is
  * broadcast straight from the weight rows, so the weights need no packing
  * and stream from memory once per call. A tile is TT = 32 tokens x NT = 8 out
- * features (16 accumulators); a task takes NB out features and runs every
+ * features (16 accumulators); a task takes nb out features and runs every
  * tile of its rows, so its 8 weight rows are read from memory by the first
  * token tile and from cache by the others; while a tile of rows runs, its
  * token tiles prefetch the next 8 rows into L2 (bf16 weights), so that only
@@ -41,7 +41,7 @@
 
 #include <string.h>
 
-enum { TT = 32, NT = 8, NB = 64, GT = 4 };
+enum { TT = 32, NT = 8, NB_MIN = 64, NB_MAX = 256, GT = 4 };
 
 /* q8 and q4 take group_kernel (one product per weight); the k-quants hi + lo pairs */
 static bool grouped(og_dtype dt) { return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4; }
@@ -56,6 +56,7 @@ typedef struct {
     og_bf16 *row;        /* [threads, K]; quantized: [threads, NT, K] pairs (uint32) */
     size_t row_stride;   /* elements of row per thread */
     float *out;          /* [T, N]             */
+    int64_t nb;          /* out features a task, a multiple of NT (and of GT) */
 } bf16_job;
 
 /* The bias of out features [n0, n0 + nn) into b (zeros without one). */
@@ -359,19 +360,19 @@ static OG_BF16 void split_rows(const bf16_job *j, int64_t n0, int64_t rows, uint
     }
 }
 
-/* Out features [task*NB, +NB): every tile, written to out with the bias. */
+/* Out features [task*nb, +nb): every tile, written to out with the bias. */
 static void tiles_task(void *ctx, int64_t task, int thread) {
     const bf16_job *j = ctx;
     const bool quant = og_dtype_is_quantized(j->dt);
-    const int64_t n_end = (task + 1) * NB < j->N ? (task + 1) * NB : j->N, kk = quant ? 2 * j->K : j->K;
+    const int64_t nb = j->nb, n_end = (task + 1) * nb < j->N ? (task + 1) * nb : j->N, kk = quant ? 2 * j->K : j->K;
     uint32_t *pairs = (uint32_t *)(j->row + (size_t)thread * j->row_stride); /* quantized: [NT, K] */
     if (grouped(j->dt)) {
-        for (int64_t n0 = task * NB; n0 < n_end; n0 += GT)
+        for (int64_t n0 = task * nb; n0 < n_end; n0 += GT)
             group_rows(j, n0, n_end - n0 < GT ? n_end - n0 : GT, j->row + (size_t)thread * j->row_stride);
         return;
     }
     float tile[NT][TT];
-    for (int64_t n0 = task * NB; n0 < n_end; n0 += NT) {
+    for (int64_t n0 = task * nb; n0 < n_end; n0 += NT) {
         const int64_t nn = n_end - n0 < NT ? n_end - n0 : NT;
         if (quant) split_rows(j, n0, nn, pairs);
         const og_bf16 *w[NT]; /* rows past the end repeat the last; their sums are dropped */
@@ -409,9 +410,15 @@ static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
                             "matmul_bf16: no memory to pack %lld x %lld activations",
                             (long long)T, (long long)K);
-    bf16_job j = {x, w, dt, bias, T, K, N, P, TP, xp, row, row_stride, out};
+    /* at least four tasks a thread where N allows (a tail of the step's
+     * threads waiting on one task costs more than a larger task's first rows,
+     * which wait for memory: 64 -> 128 - 256 features a task gave the 0.6B
+     * shape's 128-token prefill 2 - 6 % on two threads, four pairs) */
+    int64_t nb = N / (4 * (int64_t)threads) / NT * NT;
+    nb = nb < NB_MIN ? NB_MIN : nb > NB_MAX ? NB_MAX : nb;
+    bf16_job j = {x, w, dt, bias, T, K, N, P, TP, xp, row, row_stride, out, nb};
     og_parallel_for(pool, TP / TT, pack_task, &j);
-    og_parallel_for(pool, (N + NB - 1) / NB, tiles_task, &j);
+    og_parallel_for(pool, (N + j.nb - 1) / j.nb, tiles_task, &j);
     return OG_OK;
 }
 #endif
