@@ -410,10 +410,10 @@ static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *
         return og_set_error(OG_ERR_OUT_OF_MEMORY,
                             "matmul_bf16: no memory to pack %lld x %lld activations",
                             (long long)T, (long long)K);
-    /* at least four tasks a thread where N allows (a tail of the step's
-     * threads waiting on one task costs more than a larger task's first rows,
-     * which wait for memory: 64 -> 128 - 256 features a task gave the 0.6B
-     * shape's 128-token prefill 2 - 6 % on two threads, four pairs) */
+    /* a task's first rows wait for memory (the later ones are prefetched), so
+     * tasks are as large as leaves four a thread, for the threads to finish
+     * together: 64 -> 128 - 256 features a task gave the 0.6B shape's
+     * 128-token prefill 2 - 6 % on two threads, four pairs */
     int64_t nb = N / (4 * (int64_t)threads) / NT * NT;
     nb = nb < NB_MIN ? NB_MIN : nb > NB_MAX ? NB_MAX : nb;
     bf16_job j = {x, w, dt, bias, T, K, N, P, TP, xp, row, row_stride, out, nb};
