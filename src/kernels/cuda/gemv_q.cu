@@ -519,11 +519,12 @@ bool og_gemvq_takes(og_dtype dtype, int64_t T, int64_t K) {
     if (dtype != OG_DTYPE_Q8 && dtype != OG_DTYPE_Q4) return false;
     if (T < 1 || T > OG_GEMV_CUDA_MAX_T || K < OG_QUANT_GROUP || K % OG_QUANT_GROUP) return false;
     if (smem_bytes(dtype == OG_DTYPE_Q4, T, K) > kSmemMax) return false;
-    /* measured on an H200 (bench_gemv_cuda, 8B products): faster than the
-       CUDA-core kernel at one row (8B decode q8 197 -> 240, q4 219 -> 271
-       tok/s), slower than the tensor-core one from two rows on */
+    /* measured on an H100 (bench_gemv_cuda): faster than the tensor-core
+       kernel at one row on every product, at two rows on every 8B one (K >=
+       4096: q8 0.42-0.58 -> 0.49-0.94 of copy, q4 0.24-0.37 -> 0.29-0.74)
+       but not on the 0.6B shape's layers; from four rows mixed or slower */
     const int mode = og_gemvq_cuda_get();
-    return mode == 1 || (mode == 2 && T == 1);
+    return mode == 1 || (mode == 2 && (T == 1 || (T == 2 && K >= 4096)));
 }
 
 og_status og_gemvq_run(const og_gemvq_launch *l) {

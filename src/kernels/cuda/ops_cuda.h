@@ -196,15 +196,17 @@ og_status og_gemm_narrow_cuda(void *stream, const uint16_t *x /* [T, K] bf16 */,
                               int64_t K, const og_gemv_cuda_part *parts /* [n_parts] */, int n_parts);
 
 /* The bandwidth-first kernel for q8 / q4 decode products (gemv_q.cu: 16-byte
- * weight loads, 8 in flight a lane, x staged in shared memory; T <= 8 and T x K
- * floats within 110 KB), taken by every gemv entry point above when its mode
- * says: 2, the default, at one row of x only (where it was faster on an
- * H200; from two rows the tensor-core kernel is); 1 at every T
- * (OG_CUDA_GEMVQ=ring); 0 never (OG_CUDA_GEMVQ=0 or off). The environment is
- * read at the first call; og_gemvq_cuda_set sets the mode (tests,
- * benchmarks) and returns the previous one. Same tolerance as the
- * CUDA-core kernel (each lane's 4 products summed, then scaled), and the
- * fused forms give the bits of the plain one. */
+ * weight loads, 8 in flight a lane from the kernel's start to its end, x
+ * staged in shared memory as two int8 terms a value and multiplied by
+ * __dp4a; T <= 8 and the terms within 110 KB), taken by every gemv entry
+ * point above when its mode says: 2, the default, at one row of x, and at
+ * two where K >= 4096 (where it was faster on an H100; from four rows the
+ * tensor-core kernel mostly is); 1 at every T (OG_CUDA_GEMVQ=ring); 0 never
+ * (OG_CUDA_GEMVQ=0 or off). The environment is read at the first call;
+ * og_gemvq_cuda_set sets the mode (tests, benchmarks) and returns the
+ * previous one. x's terms carry it within 1/64516 of its group's largest
+ * |x| (test_ops_cuda's tolerance for these products: 4e-5 sqrt(K)), and
+ * the fused forms give the bits of the plain one. */
 int og_gemvq_cuda_get(void);
 int og_gemvq_cuda_set(int mode);
 
