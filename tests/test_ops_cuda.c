@@ -413,7 +413,7 @@ static void test_fused(void) {
         same_bits(what, p0, dg, (size_t)(T * F));
         same_bits(what, p1, u17, (size_t)(T * 17));
         same_bits(what, p2, du, (size_t)(T * F));
-        if (og_gemv_cuda_norm_fits(T, K)) { /* the add + rms_norm prologue: the bits of og_add_rms_norm_cuda before the products */
+        if (og_gemv_cuda_norm_fits(dt, T, K)) { /* the add + rms_norm prologue: the bits of og_add_rms_norm_cuda before the products */
             float *ra = rand_f32((size_t)(T * K)), *rb = rand_f32((size_t)(T * K));
             void *wn = rand_w((size_t)K, dt);
             float *na = up(ra, (size_t)(T * K) * 4), *db2 = up(rb, (size_t)(T * K) * 4);
@@ -603,7 +603,7 @@ static void split_case(const split_shape *s, const int64_t *Ts, int nT, int forc
             }
         }
         /* the add + rms_norm prologue where it is taken: x = rms_norm(a + b) */
-        if (og_gemv_cuda_norm_fits(T, K)) {
+        if (og_gemv_cuda_norm_fits(OG_DTYPE_BF16, T, K)) {
             float *ra = rand_f32((size_t)(T * K)), *rb = rand_f32((size_t)(T * K));
             void *wn = rand_w((size_t)K, OG_DTYPE_BF16);
             float *na = up(ra, (size_t)(T * K) * 4), *nb = up(rb, (size_t)(T * K) * 4);
@@ -912,7 +912,7 @@ static void test_quant_matmul(void) {
  * for bit (one summation order); and against the C references' composition. */
 static void test_quant_fused(void) {
     og_test_section("quantized: fused gemv variants");
-    const int64_t Ks[] = {32, 96, 384, 1056, 2080};
+    const int64_t Ks[] = {32, 96, 384, 1056, 2080, 4096}; /* 4096: gemv_q.cu's fold of the norm at one row */
     const int64_t Ts[] = {1, 3, 8};
     for (int q = 0; q < 2; q++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
@@ -966,7 +966,7 @@ static void test_quant_fused(void) {
                     compare(what, got, r17, (size_t)(T * 17), prod_atol * sqrt((double)K), 1e-5);
                     free(got), free(r17);
                 }
-                if (og_gemv_cuda_norm_fits(T, K)) { /* the add + rms_norm prologue */
+                if (og_gemv_cuda_norm_fits(dt, T, K)) { /* the add + rms_norm prologue */
                     float *ra = rand_f32((size_t)(T * K)), *rb = rand_f32((size_t)(T * K));
                     void *wn = rand_w((size_t)K, OG_DTYPE_BF16);
                     float *na = up(ra, (size_t)(T * K) * 4), *nbv = up(rb, (size_t)(T * K) * 4);

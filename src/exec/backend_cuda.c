@@ -1173,9 +1173,10 @@ static og_status run_each(const step_run *x, const int32_t *instrs, int32_t n, i
  * step's rows take the gemv path and fit its shared memory. */
 static bool norm_prologue(const step_run *x, const og_fuse_step *sp, og_gemv_cuda_norm *nm) {
     if (!sp->n_pre) return false;
-    instr_io a, b;
+    instr_io a, b, p;
     const int64_t T = instr_operands(x, sp->instr[0], &a);
-    if (T > gemv_rows(x) || !og_gemv_cuda_norm_fits(T, a.w[0])) return false;
+    instr_operands(x, sp->instr[sp->n_pre], &p); /* the first product: its weights' dtype */
+    if (T > gemv_rows(x) || !og_gemv_cuda_norm_fits(p.dt[1], T, a.w[0])) return false;
     instr_operands(x, sp->instr[1], &b);
     const og_program_instr *norm = og_program_instr_at(x->m->prog, sp->instr[1]);
     *nm = (og_gemv_cuda_norm){a.v[0], a.v[1], b.v[1], b.dt[1], (float)norm->attrs.eps, a.out};

@@ -1069,8 +1069,8 @@ og_status check_q_input(const char *op, const gemv_launch &g) {
 
 /* Checks the x or norm prologue of a gemv and fills the launch shape (vec
  * still to be narrowed by the weights' alignment). */
-og_status gemv_setup(const char *op, void *stream, const float *x, const og_gemv_cuda_norm *norm, int64_t T, int64_t K,
-                     gemv_launch *g) {
+og_status gemv_setup(const char *op, void *stream, const float *x, const og_gemv_cuda_norm *norm, og_dtype weight_dtype,
+                     int64_t T, int64_t K, gemv_launch *g) {
     *g = gemv_launch{};
     g->st = static_cast<cudaStream_t>(stream);
     g->x = x;
@@ -1087,7 +1087,7 @@ og_status gemv_setup(const char *op, void *stream, const float *x, const og_gemv
     OG_CUDA_TRY(check_weight(op, norm->weight, norm->weight_dtype));
     if (!(norm->eps >= 0.0f) || isinf(norm->eps))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: eps %g", op, (double)norm->eps);
-    if (!og_gemv_cuda_norm_fits(T, K))
+    if (!og_gemv_cuda_norm_fits(weight_dtype, T, K))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: a norm prologue of %lld x %lld does not fit", op,
                             (long long)T, (long long)K);
     g->norm = true;
@@ -1112,15 +1112,19 @@ og_status check_gemv(const char *op, const void *weight, og_dtype dt, int64_t T,
 
 } /* namespace */
 
-extern "C" bool og_gemv_cuda_norm_fits(int64_t T, int64_t K) {
+extern "C" bool og_gemv_cuda_norm_fits(og_dtype weight_dtype, int64_t T, int64_t K) {
     /* Up to 2048 floats of x (the 0.6B shape's hidden 1024 for two rows):
      * there a product is a few microseconds and the launch saved is worth
      * it. Past that every block's own norm pass costs more than the separate
      * add_rms_norm launch, which runs while the product's blocks already load
      * their weights (programmatic dependent launch): measured on the 8B shape,
      * the q/k/v product took 26 us with the norm in its blocks and the o
-     * product of 32 MB 13 us (bench/gpu/notes.md). */
-    return T >= 1 && K >= 1 && T <= OG_GEMV_CUDA_MAX_T && K <= 2048 / T;
+     * product of 32 MB 13 us (bench/gpu/notes.md). gemv_q.cu's q8 / q4
+     * products fold it up to 4096 floats: its blocks read a and b several
+     * float4 at a time, and the 8B decode measured faster with the fold (H100,
+     * q4 296.6 -> 313.0 tok/s, q8 218.4 -> 226.7). */
+    if (T < 1 || K < 1 || T > OG_GEMV_CUDA_MAX_T) return false;
+    return K <= 2048 / T || (og_gemvq_takes(weight_dtype, T, K) && K <= 4096 / T);
 }
 
 extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm,
@@ -1130,7 +1134,7 @@ extern "C" og_status og_gemv_norm_multi_cuda(void *stream, const float *x, const
     if (!parts || n_parts < 1 || n_parts > OG_GEMV_CUDA_MAX_PARTS)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d parts (1..%d)", op, n_parts, OG_GEMV_CUDA_MAX_PARTS);
     gemv_launch g;
-    OG_CUDA_TRY(gemv_setup(op, stream, x, norm, T, K, &g));
+    OG_CUDA_TRY(gemv_setup(op, stream, x, norm, weight_dtype, T, K, &g));
     for (int i = 0; i < n_parts; i++) {
         OG_CUDA_TRY(check_gemv(op, parts[i].weight, weight_dtype, T, K, parts[i].N, parts[i].out));
         g.vec = g.vec && aligned16(parts[i].weight);
@@ -1179,7 +1183,7 @@ extern "C" og_status og_gemv_norm_swiglu_cuda(void *stream, const float *x, cons
                                               int64_t F, float *out) {
     const char *op = "gemv_swiglu_cuda";
     gemv_launch g;
-    OG_CUDA_TRY(gemv_setup(op, stream, x, norm, T, K, &g));
+    OG_CUDA_TRY(gemv_setup(op, stream, x, norm, weight_dtype, T, K, &g));
     OG_CUDA_TRY(check_gemv(op, w_gate, weight_dtype, T, K, F, out));
     OG_CUDA_TRY(check_matrix(op, w_up, weight_dtype, K));
     g.vec = g.vec && aligned16(w_gate) && aligned16(w_up);

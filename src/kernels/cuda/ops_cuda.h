@@ -146,9 +146,9 @@ og_status og_gemv_swiglu_cuda(void *stream, const float *x /* [T, K] */, const v
  * norm set, x is not read; the product's input is rms_norm(a + b) (weight,
  * eps) and sum = a + b is written, both with the bits og_add_rms_norm_cuda
  * gives (the normed rows themselves are not written). Taken while T x K is
- * at most 2048 (og_gemv_cuda_norm_fits: past that each block's own norm pass
- * costs more than the launch it saves). sum must not overlap a, b or an
- * output. */
+ * at most 2048, or 4096 for the q8 / q4 products of gemv_q.cu
+ * (og_gemv_cuda_norm_fits: past that each block's own norm pass costs more
+ * than the launch it saves). sum must not overlap a, b or an output. */
 typedef struct og_gemv_cuda_norm {
     const float *a, *b;   /* [T, K] */
     const void *weight;   /* [K]    */
@@ -156,7 +156,7 @@ typedef struct og_gemv_cuda_norm {
     float eps;
     float *sum;           /* [T, K] */
 } og_gemv_cuda_norm;
-bool og_gemv_cuda_norm_fits(int64_t T, int64_t K);
+bool og_gemv_cuda_norm_fits(og_dtype weight_dtype, int64_t T, int64_t K);
 /* og_gemv_multi_cuda and og_gemv_swiglu_cuda with an optional norm prologue
  * (norm NULL: x is the input, exactly as those two). */
 og_status og_gemv_norm_multi_cuda(void *stream, const float *x /* [T, K] or NULL */, const og_gemv_cuda_norm *norm,
