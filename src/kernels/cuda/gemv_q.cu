@@ -26,12 +26,13 @@
  * kernel before this one) a q4 byte cost about 7 instructions and kept the
  * SM's issue slots full at half the copy rate; here it costs about 1.5.
  *
- * Work: a warp's tasks are two rows each (two features of a part, or
- * gate and up of one feature for the swiglu form), over all of K, walked in
- * steps of 512 bytes a row: lane l takes bytes 16 l .. 16 l + 15 of a step,
- * 16 quants of half a group (q8) or one whole group (q4: byte j holds
- * element j in its low nibble and j + 16 in its high one). Its loads run
- * kLoads / 2 steps ahead of its sums as one stream over all its tasks: the
+ * Work: a warp's tasks are R rows each (R = 2, or 4 on products of two or
+ * more tasks a warp: R features of a part, or R / 2 features of gate and
+ * of up for the swiglu form), over all of K, walked in steps of 512 bytes a
+ * row: lane l takes bytes 16 l .. 16 l + 15 of a step, 16 quants of half a
+ * group (q8) or one whole group (q4: byte j holds element j in its low
+ * nibble and j + 16 in its high one). Its loads run kLoads / R steps ahead
+ * of its sums as one stream over all its tasks: the
  * next task's first steps are in flight while this one's last are summed,
  * and the first are issued before waiting for the previous kernel (weights
  * are never written by one). The grid gives every warp the same number of
@@ -304,7 +305,7 @@ __device__ inline int task_part(const q_params &p, int64_t task, int64_t *j0) {
 }
 
 /* A warp's stream of weight loads: task by task (every stride-th), step by
- * step, both rows of a task at each step. */
+ * step, the R rows of a task at each step. */
 template <bool Q4, bool SW, int R>
 struct q_loader {
     static constexpr int RF = SW ? R / 2 : R; /* features of a task */
