@@ -5,6 +5,7 @@
  * V vocabulary, H hidden, F ffn, D head dim, n heads per row. */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kquant_cpu.h"
+#include "kernels/quant_int_cpu.h"
 #include "kernels/ops_internal.h"
 
 #include <cblas.h>
@@ -211,12 +212,14 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
 }
 
 /* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa; xp is x split
- * even/odd for bf16 weights at AVX-512. Each feature's sum depends on
+ * even/odd for bf16 weights at AVX-512, xq x's int8 blocks for k-quant
+ * weights, xi its int8 terms for q8 / q4 weights where og_qi_active. Each feature's sum depends on
  * neither n0 nor rows (the loops' groups of 4 features start at multiples
  * of 4: rows_run's claims), so a block split any other way gives the same
  * bits. stream: quantized weights stream from memory (prefetched into L2
  * only). */
-static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og_kq_x *xq, const void *w,
+static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og_kq_x *xq, const og_qi_x *xi,
+                       const void *w,
                        og_dtype dt, int64_t K, int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
     if (og_dtype_is_kquant(dt)) {
         og_kq_gemv(isa, dt, xq, 1, (const uint8_t *)w + (size_t)n0 * og_kquant_row_bytes(dt, K), K, rows, stream,
@@ -225,7 +228,9 @@ static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og
     }
     if (og_dtype_is_quantized(dt)) {
         quant_block b = quant_rows(dt, w, N, K, n0);
-        if (isa == OG_CPU_ISA_AVX512)
+        if (og_qi_active(isa))
+            og_qi_gemv(isa, dt, xi, 1, b.q, b.s, K, rows, stream, out, 1);
+        else if (isa == OG_CPU_ISA_AVX512)
             og_gemv_q_rows_avx512(x, b.q, b.s, dt, K, rows, stream, out);
         else if (isa == OG_CPU_ISA_AVX2)
             og_gemv_q_rows_avx2(x, b.q, b.s, dt, K, rows, stream, out);
@@ -255,6 +260,14 @@ static const og_kq_x *quantize_x(const float *x, int64_t R, int64_t K) {
     og_kq_x *xq = og_scratch(OG_SCRATCH_QUANT_X, (size_t)(R * (K / OG_KQUANT_BLOCK)) * sizeof *xq);
     if (xq) og_kq_quantize_x(x, R, K, xq);
     return xq;
+}
+
+/* x [R, K] as og_qi_x sets in the calling thread's scratch, for products
+ * with q8 / q4 weights; NULL when out of memory. */
+static const og_qi_x *x_terms(og_cpu_isa isa, const float *x, int64_t R, int64_t K) {
+    og_qi_x *xi = og_scratch(OG_SCRATCH_QUANT_TERMS, (size_t)(R * og_qi_sets(K)) * sizeof *xi);
+    if (xi) og_qi_quantize(isa, x, R, K, xi);
+    return xi;
 }
 
 /* ---- matmul_rows: R decode rows, one pass over the weights ----
@@ -302,6 +315,8 @@ typedef struct {
     og_cpu_isa isa;
     bool stream;       /* the weights stream from memory (og_cpu_weights_fit_cache) */
     const og_kq_x *xq; /* [R, K / 256] x as int8 blocks when a part has k-quant weights */
+    const og_qi_x *xi; /* [R, og_qi_sets(K)] x's int8 terms when a part has q8 / q4 weights
+                        * and og_qi_active(isa) */
     const rows_part *parts;
     int n_parts;
     float *glu;        /* [R, N]: swiglu(part 0, part 1) per claim, or NULL */
@@ -326,20 +341,17 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
         og_kq_gemv(j->isa, p->dt, j->xq, j->R,
                    (const uint8_t *)p->w + (size_t)n0 * og_kquant_row_bytes(p->dt, j->K), j->K, rows, j->stream,
                    p->out + n0, p->N);
+    } else if (og_dtype_is_quantized(p->dt) && j->xi) {
+        /* on integers: the rows of x meet each weight row in turn */
+        quant_block b = quant_rows(p->dt, p->w, p->N, j->K, n0);
+        og_qi_gemv(j->isa, p->dt, j->xi, j->R, b.q, b.s, j->K, rows, j->stream, p->out + n0, p->N);
     } else if (og_dtype_is_quantized(p->dt)) {
-        /* AVX-512: tiles of features x rows sharing each widened group;
-         * else the GEMV's own loop, once per row. Either way the first row
-         * (block) brings the panel into the caches for the others: into L2
-         * alone when the weights do not fit the caches. */
-        if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
-            quant_block b = quant_rows(p->dt, p->w, p->N, j->K, n0);
-            og_matmul_rows_q_avx512(j->x, b.q, b.s, p->dt, j->R, j->K, rows, j->stream,
-                                    p->out + n0, p->N);
-        } else {
-            for (int64_t r = 0; r < j->R; r++)
-                gemv_block(j->isa, j->x + r * j->K, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
-                           j->stream && r == 0, p->out + r * p->N + n0);
-        }
+        /* AVX2 (f32 x): the GEMV's own loop, once per row; the first row
+         * brings the panel into the caches for the others: into L2 alone
+         * when the weights do not fit the caches. */
+        for (int64_t r = 0; r < j->R; r++)
+            gemv_block(j->isa, j->x + r * j->K, NULL, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
+                       j->stream && r == 0, p->out + r * p->N + n0);
     } else if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
         const void *w = float_rows(p->dt, p->w, j->K, n0);
         int64_t eo = p->n_eo - n0;
@@ -354,7 +366,8 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
          * model's products at 2 threads: 251 against 272-287 us a token),
          * and from memory it reads each row as one stream */
         for (int64_t r = 0; r < j->R; r++)
-            gemv_block(j->isa, j->x + r * j->K, j->xp + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows, false,
+            gemv_block(j->isa, j->x + r * j->K, j->xp + r * j->K, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
+                       false,
                        p->out + r * p->N + n0);
     }
     if (p->bias)
@@ -405,10 +418,15 @@ static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_
     rows_part parts[OG_MATMUL_MAX_PARTS];
     rows_lane lanes[ROWS_MAX_LANES];
     rows_job j = {x, x, NULL, NULL, 0, R, K, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
-                  NULL, parts, n_parts, glu, lanes, 0, 0};
+                  NULL, NULL, parts, n_parts, glu, lanes, 0, 0};
     for (int i = 0; i < n_parts && !j.xq; i++)
         if (og_dtype_is_kquant(in[i].weight_dtype) && !(j.xq = quantize_x(x, R, K)))
             return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_rows: no memory for %lld rows of x as int8 blocks",
+                                (long long)R);
+    for (int i = 0; i < n_parts && !j.xi && og_qi_active(j.isa); i++)
+        if (og_dtype_is_quantized(in[i].weight_dtype) && !og_dtype_is_kquant(in[i].weight_dtype) &&
+            !(j.xi = x_terms(j.isa, x, R, K)))
+            return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_rows: no memory for %lld rows of x as int8 terms",
                                 (long long)R);
     /* the space of features (with glu, the gate's: a claim runs up's too) */
     int64_t space = 0, row_bytes = 0;
