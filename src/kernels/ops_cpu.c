@@ -212,14 +212,12 @@ static void gemv_q_rows_scalar(const float *x, quant_block b, og_dtype dt, int64
 }
 
 /* out[r] = dot(x, w[n0 + r]) for r in [0, rows), at isa; xp is x split
- * even/odd for bf16 weights at AVX-512, xq x's int8 blocks for k-quant
- * weights, xi its int8 terms for q8 / q4 weights where og_qi_active. Each feature's sum depends on
+ * even/odd for bf16 weights at AVX-512. Each feature's sum depends on
  * neither n0 nor rows (the loops' groups of 4 features start at multiples
  * of 4: rows_run's claims), so a block split any other way gives the same
  * bits. stream: quantized weights stream from memory (prefetched into L2
  * only). */
-static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og_kq_x *xq, const og_qi_x *xi,
-                       const void *w,
+static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og_kq_x *xq, const void *w,
                        og_dtype dt, int64_t K, int64_t N, int64_t n0, int64_t rows, bool stream, float *out) {
     if (og_dtype_is_kquant(dt)) {
         og_kq_gemv(isa, dt, xq, 1, (const uint8_t *)w + (size_t)n0 * og_kquant_row_bytes(dt, K), K, rows, stream,
@@ -228,9 +226,7 @@ static void gemv_block(og_cpu_isa isa, const float *x, const float *xp, const og
     }
     if (og_dtype_is_quantized(dt)) {
         quant_block b = quant_rows(dt, w, N, K, n0);
-        if (og_qi_active(isa))
-            og_qi_gemv(isa, dt, xi, 1, b.q, b.s, K, rows, stream, out, 1);
-        else if (isa == OG_CPU_ISA_AVX512)
+        if (isa == OG_CPU_ISA_AVX512)
             og_gemv_q_rows_avx512(x, b.q, b.s, dt, K, rows, stream, out);
         else if (isa == OG_CPU_ISA_AVX2)
             og_gemv_q_rows_avx2(x, b.q, b.s, dt, K, rows, stream, out);
@@ -346,12 +342,19 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
         quant_block b = quant_rows(p->dt, p->w, p->N, j->K, n0);
         og_qi_gemv(j->isa, p->dt, j->xi, j->R, b.q, b.s, j->K, rows, j->stream, p->out + n0, p->N);
     } else if (og_dtype_is_quantized(p->dt)) {
-        /* AVX2 (f32 x): the GEMV's own loop, once per row; the first row
-         * brings the panel into the caches for the others: into L2 alone
-         * when the weights do not fit the caches. */
-        for (int64_t r = 0; r < j->R; r++)
-            gemv_block(j->isa, j->x + r * j->K, NULL, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
-                       j->stream && r == 0, p->out + r * p->N + n0);
+        /* f32 x. AVX-512: tiles of features x rows sharing each widened
+         * group; else the GEMV's own loop, once per row. Either way the
+         * first row (block) brings the panel into the caches for the others:
+         * into L2 alone when the weights do not fit the caches. */
+        if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
+            quant_block b = quant_rows(p->dt, p->w, p->N, j->K, n0);
+            og_matmul_rows_q_avx512(j->x, b.q, b.s, p->dt, j->R, j->K, rows, j->stream,
+                                    p->out + n0, p->N);
+        } else {
+            for (int64_t r = 0; r < j->R; r++)
+                gemv_block(j->isa, j->x + r * j->K, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
+                           j->stream && r == 0, p->out + r * p->N + n0);
+        }
     } else if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
         const void *w = float_rows(p->dt, p->w, j->K, n0);
         int64_t eo = p->n_eo - n0;
@@ -366,8 +369,7 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
          * model's products at 2 threads: 251 against 272-287 us a token),
          * and from memory it reads each row as one stream */
         for (int64_t r = 0; r < j->R; r++)
-            gemv_block(j->isa, j->x + r * j->K, j->xp + r * j->K, NULL, NULL, p->w, p->dt, j->K, p->N, n0, rows,
-                       false,
+            gemv_block(j->isa, j->x + r * j->K, j->xp + r * j->K, NULL, p->w, p->dt, j->K, p->N, n0, rows, false,
                        p->out + r * p->N + n0);
     }
     if (p->bias)
