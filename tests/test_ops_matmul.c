@@ -5,7 +5,6 @@
  * Letters: T tokens, K in features, N out features. */
 #include "harness.h"
 #include "kernels/ops.h"
-#include "kernels/quant_int_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,24 +51,17 @@ static oracle oracle_compute(const float *x, const float *w, const float *bias, 
     return o;
 }
 
-/* Largest |got - want| / (scale * mag + extra) (<= 1 passes; extra NULL:
- * none); NaN is infinitely bad. */
-static double bound_ratio_plus(const float *got, const double *want, const double *mag, const double *extra,
-                               size_t n, double scale) {
+/* Largest |got - want| / (scale * mag) (<= 1 passes); NaN is infinitely bad. */
+static double bound_ratio(const float *got, const double *want, const double *mag, size_t n,
+                          double scale) {
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         if (isnan(got[i])) return INFINITY;
-        double allowed = scale * mag[i] + (extra ? extra[i] : 0) + 1e-30;
+        double allowed = scale * mag[i] + 1e-30;
         double r = fabs((double)got[i] - want[i]) / allowed;
         if (r > worst) worst = r;
     }
     return worst;
-}
-
-/* Largest |got - want| / (scale * mag) (<= 1 passes); NaN is infinitely bad. */
-static double bound_ratio(const float *got, const double *want, const double *mag, size_t n,
-                          double scale) {
-    return bound_ratio_plus(got, want, mag, NULL, n, scale);
 }
 
 static void check_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_t T, int64_t K,
@@ -217,10 +209,8 @@ static void check_bf16_activations(og_threadpool *pool, og_rng *r, og_dtype dt, 
  * (at most 32 roundings per term in the scalar loop, fewer in SIMD lanes),
  * scaled (1), added into the row's sums (at most K/32 + 1), the lanes reduced
  * (at most 4) and the bias added (1): under K + 40 roundings per term for
- * any K >= 32, so gamma_{K+40}. Except at AVX2, one row multiplies on
- * integers (kernels/quant_int_cpu.h): x's rounding to two int8 terms adds
- * og_terms_bound. T > 1 multiplies the exact f32 weights with sgemm:
- * within gamma_{K+1}. A wrong scale, nibble or group shifts a result
+ * any K >= 32, so gamma_{K+40}. T > 1 multiplies the exact f32 weights with
+ * sgemm: within gamma_{K+1}. A wrong scale, nibble or group shifts a result
  * by a sizeable fraction of its magnitude, thousands of times these bounds. */
 static float q_elem(og_dtype dt, const void *w, int64_t N, int64_t K, int64_t n, int64_t k) {
     const uint8_t *b = w;
@@ -269,16 +259,6 @@ static void check_quant_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_
     og_poison(ref, (size_t)(T * N));
     CHECK_OK(og_matmul_ref(x, w, b, dt, T, K, N, ref));
     const double g_ref = gamma_n(K + 1), g_fast = gamma_n(K + 40);
-    /* one row multiplies on integers (og_qi_active): x's rounding to two
-     * int8 terms adds its bound, for x and for x rounded to bf16 */
-    float *xr = malloc(sizeof(float) * (size_t)(T * K));
-    for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
-    double *terms = calloc((size_t)(T * N), sizeof(double)), *terms_r = calloc((size_t)(T * N), sizeof(double));
-    for (int64_t t = 0; T == 1 && t < T; t++)
-        for (int64_t j = 0; j < N; j++) {
-            terms[t * N + j] = og_terms_bound(x + t * K, w_exact + j * K, K);
-            terms_r[t * N + j] = og_terms_bound(xr + t * K, w_exact + j * K, K);
-        }
     double rr = bound_ratio(ref, o.exact, o.mag, (size_t)(T * N), g_ref);
     CHECK_MSG(rr <= 1.0, "ref vs double: %s T=%lld K=%lld N=%lld bias=%d ratio %.3g",
               og_dtype_name(dt), (long long)T, (long long)K, (long long)N, with_bias, rr);
@@ -286,12 +266,11 @@ static void check_quant_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_
         og_cpu_isa_limit((og_cpu_isa)isa);
         og_poison(fast, (size_t)(T * N));
         CHECK_OK(og_matmul_cpu(pool, x, w, b, dt, T, K, N, fast));
-        const bool on_ints = og_qi_active((og_cpu_isa)isa);
-        double fr = bound_ratio_plus(fast, o.exact, o.mag, on_ints ? terms : NULL, (size_t)(T * N), g_fast);
+        double fr = bound_ratio(fast, o.exact, o.mag, (size_t)(T * N), g_fast);
         double fv = 0;
         for (size_t i = 0; i < (size_t)(T * N); i++) {
             double d = fabs((double)fast[i] - (double)ref[i]) /
-                       ((g_ref + g_fast) * o.mag[i] + (on_ints ? terms[i] : 0) + 1e-30);
+                       ((g_ref + g_fast) * o.mag[i] + 1e-30);
             if (isnan(fast[i]) || d > fv) fv = isnan(fast[i]) ? INFINITY : d;
         }
         CHECK_MSG(fr <= 1.0 && fv <= 1.0,
@@ -300,19 +279,19 @@ static void check_quant_case(og_threadpool *pool, og_rng *r, og_dtype dt, int64_
                   (long long)K, (long long)N, with_bias, fr, fv);
         /* bf16 activations: x rounded to bf16, then the same sum */
         if (N > 67) continue; /* keeps the test short; the paths are those of smaller N */
+        float *xr = malloc(sizeof(float) * (size_t)(T * K));
+        for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
         oracle orr = oracle_compute(xr, w_exact, b, T, K, N);
         og_poison(fast, (size_t)(T * N));
         CHECK_OK(og_matmul_bf16_cpu(pool, x, w, b, dt, T, K, N, fast));
-        double br = bound_ratio_plus(fast, orr.exact, orr.mag, on_ints ? terms_r : NULL, (size_t)(T * N), g_fast);
+        double br = bound_ratio(fast, orr.exact, orr.mag, (size_t)(T * N), g_fast);
         CHECK_MSG(br <= 1.0, "matmul_bf16(%s) %s T=%lld K=%lld N=%lld bias=%d: ratio %.3g",
                   og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)T,
                   (long long)K, (long long)N, with_bias, br);
         free(orr.exact);
         free(orr.mag);
+        free(xr);
     }
-    free(xr);
-    free(terms);
-    free(terms_r);
     og_cpu_isa_limit(OG_CPU_ISA_AVX512);
     free(o.exact);
     free(o.mag);
@@ -354,21 +333,6 @@ static void check_quant_exact(og_threadpool *pool, og_dtype dt, int64_t T, int64
         og_cpu_isa_limit((og_cpu_isa)isa);
         og_poison(got, (size_t)(T * N));
         CHECK_OK(og_matmul_cpu(pool, x, w, NULL, dt, T, K, N, got));
-        if (T == 1 && og_qi_active((og_cpu_isa)isa)) {
-            /* on integers: each group's products are exact, but its scale
-             * times x's (m / 32258, m the group's largest |x|) is rounded
-             * once: within gamma_{K/32+8} of the sum of |x w|, where any
-             * wrong term is off by at least 1/2 */
-            int bad = 0;
-            for (int64_t j = 0; j < N; j++) {
-                double m = 0;
-                for (int64_t k = 0; k < K; k++) m += fabs((double)x[k] * q_elem(dt, w, N, K, j, k));
-                bad += !(fabs((double)got[j] - want[j]) <= gamma_n(K / 32 + 8) * m);
-            }
-            CHECK_MSG(bad == 0, "exact quantized matmul on integers (%s, %s, K=%lld N=%lld) off in %d rows",
-                      og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)K, (long long)N, bad);
-            continue;
-        }
         CHECK_MSG(memcmp(got, want, sizeof(float) * (size_t)(T * N)) == 0,
                   "exact quantized matmul (%s, %s, T=%lld K=%lld N=%lld) differs",
                   og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)T,

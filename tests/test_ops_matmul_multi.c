@@ -13,7 +13,6 @@
  * Letters: R rows, K in features, N out features of a part. */
 #include "harness.h"
 #include "kernels/ops.h"
-#include "kernels/quant_int_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +31,6 @@ typedef struct {
     float *w_exact; /* [N, K] the weights' values */
     float *ref;     /* [R, N] og_matmul_ref */
     double *mag;    /* [R, N] sum |x w| + |b| */
-    double *terms;  /* [R, N] og_terms_bound (q8 / q4), else 0 */
     float *alone;   /* [R, N] og_matmul_rows_cpu of this part alone */
     float *out;     /* [R, N] of the multi call */
     int64_t N;
@@ -65,7 +63,6 @@ static void make_part(og_rng *rng, og_dtype dt, int64_t R, int64_t K, int64_t N,
         og_store_f32(p->b, bdt, i, og_rng_uniform(rng, -1.0f, 1.0f));
     p->ref = malloc(sizeof(float) * (size_t)(R * N));
     p->mag = malloc(sizeof(double) * (size_t)(R * N));
-    p->terms = malloc(sizeof(double) * (size_t)(R * N));
     p->alone = malloc(sizeof(float) * (size_t)(R * N));
     p->out = malloc(sizeof(float) * (size_t)(R * N));
     for (int64_t r = 0; r < R; r++)
@@ -73,7 +70,6 @@ static void make_part(og_rng *rng, og_dtype dt, int64_t R, int64_t K, int64_t N,
             double m = with_bias ? fabs((double)og_load_f32(p->b, bdt, (size_t)n)) : 0.0;
             for (int64_t k = 0; k < K; k++) m += fabs((double)x[r * K + k] * (double)p->w_exact[n * K + k]);
             p->mag[r * N + n] = m;
-            p->terms[r * N + n] = og_dtype_is_quantized(dt) ? og_terms_bound(x + r * K, p->w_exact + n * K, K) : 0;
         }
     CHECK_OK(og_matmul_ref(x, p->w, p->b, dt, R, K, N, p->ref));
 }
@@ -84,7 +80,6 @@ static void free_part(part_data *p) {
     free(p->w_exact);
     free(p->ref);
     free(p->mag);
-    free(p->terms);
     free(p->alone);
     free(p->out);
 }
@@ -92,14 +87,12 @@ static void free_part(part_data *p) {
 /* Worst |out - ref| over its bound: og_matmul_ref and the kernel each within
  * gamma_{K+1} mag of the exact sum (one rounding more for the bias), the
  * quantized GEMV within gamma_{K+40} (test_ops_matmul.c counts its
- * roundings), so within the sum of the two of each other; plus x's
- * rounding to int8 terms where q8 / q4 products multiply on integers. */
-static double worst_ratio(const part_data *p, og_dtype dt, int64_t R, int64_t K, og_cpu_isa isa) {
+ * roundings), so within the sum of the two of each other. */
+static double worst_ratio(const part_data *p, og_dtype dt, int64_t R, int64_t K) {
     const double g2 = gamma_n(K + 1) + gamma_n(og_dtype_is_quantized(dt) ? K + 40 : K + 1);
     double worst = 0;
     for (size_t i = 0; i < (size_t)(R * p->N); i++) {
-        const double t = og_qi_active(isa) ? p->terms[i] : 0;
-        double d = fabs((double)p->out[i] - (double)p->ref[i]) / (g2 * p->mag[i] + t + 1e-30);
+        double d = fabs((double)p->out[i] - (double)p->ref[i]) / (g2 * p->mag[i] + 1e-30);
         if (isnan(p->out[i]) || isnan(d)) d = INFINITY;
         if (d > worst) worst = d;
     }
@@ -137,7 +130,7 @@ static void check_case(og_threadpool *const *pools, int n_pools, og_rng *rng, og
                           "part %d of %d != alone (%s, %s, R=%lld K=%lld N=%lld, swiglu %d, pool %d)", i, n,
                           og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)R, (long long)K,
                           (long long)p[i].N, swiglu, pr);
-                double worst = worst_ratio(&p[i], dt, R, K, (og_cpu_isa)isa);
+                double worst = worst_ratio(&p[i], dt, R, K);
                 CHECK_MSG(worst <= 1.0, "part %d vs ref (%s, %s, R=%lld K=%lld N=%lld, pool %d): ratio %.3g", i,
                           og_cpu_isa_name((og_cpu_isa)isa), og_dtype_name(dt), (long long)R, (long long)K,
                           (long long)p[i].N, pr, worst);

@@ -80,7 +80,6 @@ typedef enum og_scratch_slot {
     OG_SCRATCH_PANELS,      /* a product's weight panels, per thread      */
     OG_SCRATCH_ATTEND,      /* attention's tiles, partials, packed keys   */
     OG_SCRATCH_QUANT_X,     /* a k-quant product's input as int8 blocks   */
-    OG_SCRATCH_QUANT_TERMS, /* a q8 / q4 product's input as int8 terms    */
     OG_SCRATCH_SLOTS
 } og_scratch_slot;
 void *og_scratch(og_scratch_slot slot, size_t bytes);

@@ -31,8 +31,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/int_sums_x86.h"
-
 #define OG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 #define OG_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c,avx512vnni")))
 #define OG_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -71,6 +69,16 @@ static OG_INLINE OG_AVX512 __m512i dot4_512(__m512i acc, __m512i lv, __m512i x) 
 }
 static OG_INLINE OG_AVX512_VNNI __m512i dot4_512_vnni(__m512i acc, __m512i lv, __m512i x) {
     return _mm512_dpbusd_epi32(acc, lv, x);
+}
+
+/* Four runs' lanes (run g: 16 lanes of four elements each, elements
+ * 64 g ..) added by fours into 16 lanes of 16 elements in element order. */
+static OG_INLINE OG_AVX512 __m512i sum_by16_512(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i a = _mm512_add_epi32(_mm512_permutex2var_epi32(v0, even, v1), _mm512_permutex2var_epi32(v0, odd, v1));
+    const __m512i b = _mm512_add_epi32(_mm512_permutex2var_epi32(v2, even, v3), _mm512_permutex2var_epi32(v2, odd, v3));
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
 /* One block of up to TF weight rows: per 64-element run g, its levels

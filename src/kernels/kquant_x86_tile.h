@@ -49,7 +49,7 @@ static OG_INLINE OG_KQ_TARGET void OG_KQ_TILE(og_dtype dt, const og_kq_x *x, int
                     const __m512i h = OG_KQ_DOT4(_mm512_setzero_si512(), blk.lv[f][g], xh[g]);
                     v[g] = OG_KQ_DOT4(_mm512_mullo_epi32(h, _mm512_set1_epi32(254)), blk.lv[f][g], xl[g]);
                 }
-                const __m512i s = og_sum_by16_512(v[0], v[1], v[2], v[3]);
+                const __m512i s = sum_by16_512(v[0], v[1], v[2], v[3]);
                 const __m512 t = _mm512_cvtepi32_ps(_mm512_mullo_epi32(blk.xs[f], sum16));
                 if (dt == OG_DTYPE_Q6_K) {
                     /* scales to 128 times lanes to 16 * 63 * 32385 would pass int32: f32 */

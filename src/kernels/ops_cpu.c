@@ -5,7 +5,6 @@
  * V vocabulary, H hidden, F ffn, D head dim, n heads per row. */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kquant_cpu.h"
-#include "kernels/quant_int_cpu.h"
 #include "kernels/ops_internal.h"
 
 #include <cblas.h>
@@ -258,14 +257,6 @@ static const og_kq_x *quantize_x(const float *x, int64_t R, int64_t K) {
     return xq;
 }
 
-/* x [R, K] as og_qi_x sets in the calling thread's scratch, for products
- * with q8 / q4 weights; NULL when out of memory. */
-static const og_qi_x *x_terms(og_cpu_isa isa, const float *x, int64_t R, int64_t K) {
-    og_qi_x *xi = og_scratch(OG_SCRATCH_QUANT_TERMS, (size_t)(R * og_qi_sets(K)) * sizeof *xi);
-    if (xi) og_qi_quantize(isa, x, R, K, xi);
-    return xi;
-}
-
 /* ---- matmul_rows: R decode rows, one pass over the weights ----
  * Several products of the same x (og_matmul_rows_multi_cpu) share one
  * parallel-for. Their output features are laid end to end, each part from a
@@ -311,8 +302,6 @@ typedef struct {
     og_cpu_isa isa;
     bool stream;       /* the weights stream from memory (og_cpu_weights_fit_cache) */
     const og_kq_x *xq; /* [R, K / 256] x as int8 blocks when a part has k-quant weights */
-    const og_qi_x *xi; /* [R, og_qi_sets(K)] x's int8 terms when a part has q8 / q4 weights
-                        * and og_qi_active(isa) */
     const rows_part *parts;
     int n_parts;
     float *glu;        /* [R, N]: swiglu(part 0, part 1) per claim, or NULL */
@@ -337,15 +326,11 @@ static void rows_panel(const rows_job *j, const rows_part *p, int64_t n0, int64_
         og_kq_gemv(j->isa, p->dt, j->xq, j->R,
                    (const uint8_t *)p->w + (size_t)n0 * og_kquant_row_bytes(p->dt, j->K), j->K, rows, j->stream,
                    p->out + n0, p->N);
-    } else if (og_dtype_is_quantized(p->dt) && j->xi) {
-        /* on integers: the rows of x meet each weight row in turn */
-        quant_block b = quant_rows(p->dt, p->w, p->N, j->K, n0);
-        og_qi_gemv(j->isa, p->dt, j->xi, j->R, b.q, b.s, j->K, rows, j->stream, p->out + n0, p->N);
     } else if (og_dtype_is_quantized(p->dt)) {
-        /* f32 x. AVX-512: tiles of features x rows sharing each widened
-         * group; else the GEMV's own loop, once per row. Either way the
-         * first row (block) brings the panel into the caches for the others:
-         * into L2 alone when the weights do not fit the caches. */
+        /* AVX-512: tiles of features x rows sharing each widened group;
+         * else the GEMV's own loop, once per row. Either way the first row
+         * (block) brings the panel into the caches for the others: into L2
+         * alone when the weights do not fit the caches. */
         if (j->isa == OG_CPU_ISA_AVX512 && j->R > 1) {
             quant_block b = quant_rows(p->dt, p->w, p->N, j->K, n0);
             og_matmul_rows_q_avx512(j->x, b.q, b.s, p->dt, j->R, j->K, rows, j->stream,
@@ -420,15 +405,10 @@ static og_status rows_run(og_threadpool *pool, const float *x, int64_t R, int64_
     rows_part parts[OG_MATMUL_MAX_PARTS];
     rows_lane lanes[ROWS_MAX_LANES];
     rows_job j = {x, x, NULL, NULL, 0, R, K, og_cpu_isa_active(), !og_cpu_weights_fit_cache(),
-                  NULL, NULL, parts, n_parts, glu, lanes, 0, 0};
+                  NULL, parts, n_parts, glu, lanes, 0, 0};
     for (int i = 0; i < n_parts && !j.xq; i++)
         if (og_dtype_is_kquant(in[i].weight_dtype) && !(j.xq = quantize_x(x, R, K)))
             return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_rows: no memory for %lld rows of x as int8 blocks",
-                                (long long)R);
-    for (int i = 0; i < n_parts && !j.xi && og_qi_active(j.isa); i++)
-        if (og_dtype_is_quantized(in[i].weight_dtype) && !og_dtype_is_kquant(in[i].weight_dtype) &&
-            !(j.xi = x_terms(j.isa, x, R, K)))
-            return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul_rows: no memory for %lld rows of x as int8 terms",
                                 (long long)R);
     /* the space of features (with glu, the gate's: a claim runs up's too) */
     int64_t space = 0, row_bytes = 0;

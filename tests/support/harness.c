@@ -85,16 +85,3 @@ char *og_test_read_file(const char *path) {
     fclose(f);
     return p;
 }
-
-double og_terms_bound(const float *x, const float *w, int64_t K) {
-    double e = 0;
-    for (int64_t g = 0; g < K / 32; g++) {
-        double m = 0, sw = 0;
-        for (int64_t k = 32 * g; k < 32 * g + 32; k++) {
-            m = fabs((double)x[k]) > m ? fabs((double)x[k]) : m;
-            sw += fabs((double)w[k]);
-        }
-        e += m / 64516 * sw;
-    }
-    return 1.01 * e;
-}

@@ -75,14 +75,6 @@ double og_tol_ratio_d(const float *a, const double *b, size_t n, double atol, do
  * caller: free. */
 char *og_test_read_file(const char *path);
 
-/* The bound of x's rounding in the q8 / q4 decode products on integers
- * (src/kernels/quant_int_cpu.h): x as two int8 terms a group of 32, each
- * element within m / 64516 of its value (m the group's largest |x|), so a
- * product is off by at most sum over groups of m / 64516 * sum |w|, taken
- * 1 % wider for the f32 roundings of the terms' scale. x and w [K] (w's
- * exact values), K a multiple of 32. */
-double og_terms_bound(const float *x, const float *w, int64_t K);
-
 /* Fills n floats with a NaN pattern, so that an output never written shows. */
 void og_poison(float *x, size_t n);
 
