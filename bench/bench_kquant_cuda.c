@@ -3,7 +3,9 @@
  * int8 terms by og_kquant_quantize_x_cuda, then og_kquant_gemv_int8_cuda per
  * part, "dp4a"; its time includes the quantization) and the integer gemv's
  * second cut ("v2", og_kquant_gemv_int8_variant_cuda variant 2, the same
- * quantization included) on the products of the
+ * quantization included) and its streamed one ("stream", variant 3: every
+ * part of the shape in one launch by og_kquant_gemv_int8_multi_cuda, the
+ * same quantization included) on the products of the
  * Qwen3-8B shape: hidden 4096, q/k/v 4096 + 1024 + 1024 (one x, three
  * products), o 4096 x 4096, gate/up 12288 + 12288 x 4096, down 4096 x
  * 12288, head 151936 x 4096; weights q4_k, q5_k and q6_k; T = 1, 2, 4, 8
@@ -14,9 +16,10 @@
  * second as a fraction of a device-to-device copy measured in the same run
  * (bytes read + written per second, as bench_gemv_cuda), the quantization of
  * x alone (at these sizes the floor of a launch, ~4 us, not its work), dp4a's
- * time against f32x's and v2's against dp4a's, and v2 less the
- * quantization's time as a fraction of copy (the products alone). One JSON
- * line per case, a table last (f32x -> dp4a -> v2).
+ * time against f32x's, v2's against dp4a's and stream's against v2's, and
+ * v2 and stream less the quantization's time as a fraction of copy (the
+ * products alone). One JSON line per case, a table last (dp4a -> v2 ->
+ * stream).
  *   bench_kquant_cuda [q4_k|q5_k|q6_k ...]   (default: all three)
  * Weights are random bytes with finite f16 scales. Without CUDA it says so
  * and exits 77. */
@@ -80,7 +83,7 @@ typedef struct shape {
     int64_t K, N[3];
 } shape;
 
-enum { F32X, DP4A, V2, QUANT_ONLY };
+enum { F32X, DP4A, V2, STREAM, QUANT_ONLY };
 
 /* Median microseconds of one call (all parts of the shape) of kernel `which`. */
 static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **const *w, int copies, int64_t T,
@@ -96,7 +99,15 @@ static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **con
             og_status stt = OG_OK;
             if (which != F32X) stt = og_kquant_quantize_x_cuda(st, x, T, s->K, xq);
             int64_t off = 0;
-            for (int p = 0; p < s->parts && stt == OG_OK && which != QUANT_ONLY; p++) {
+            if (which == STREAM && stt == OG_OK) {
+                og_gemv_cuda_part parts[3];
+                for (int p = 0; p < s->parts; p++) {
+                    parts[p] = (og_gemv_cuda_part){w[p][c], NULL, s->N[p], out + T * off};
+                    off += s->N[p];
+                }
+                stt = og_kquant_gemv_int8_multi_cuda(st, 3, xq, dt, T, s->K, parts, s->parts);
+            }
+            for (int p = 0; p < s->parts && stt == OG_OK && which != QUANT_ONLY && which != STREAM; p++) {
                 stt = which == F32X ? og_kquant_gemv_cuda(st, x, w[p][c], NULL, dt, T, s->K, s->N[p], out + T * off)
                                     : og_kquant_gemv_int8_variant_cuda(st, which == V2 ? 2 : 1, xq, w[p][c], NULL, dt,
                                                                        T, s->K, s->N[p], out + T * off);
@@ -119,7 +130,7 @@ static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **con
 typedef struct result {
     const char *name, *dt;
     int64_t T;
-    double f32x, dp4a, v2, frac_f32x, frac_dp4a, frac_v2;
+    double f32x, dp4a, v2, sm, frac_f32x, frac_dp4a, frac_v2, frac_sm;
 } result;
 
 int main(int argc, char **argv) {
@@ -171,19 +182,22 @@ int main(int argc, char **argv) {
                 const double a = time_case(st, s, dts[di], w, copies, T, x, xq, out, F32X);
                 const double b = time_case(st, s, dts[di], w, copies, T, x, xq, out, DP4A);
                 const double v = time_case(st, s, dts[di], w, copies, T, x, xq, out, V2);
+                const double m = time_case(st, s, dts[di], w, copies, T, x, xq, out, STREAM);
                 const double q = time_case(st, s, dts[di], w, copies, T, x, xq, out, QUANT_ONLY);
                 const double fa = (double)per_copy / (a * 1e-6) / copy, fb = (double)per_copy / (b * 1e-6) / copy,
-                             fv = (double)per_copy / (v * 1e-6) / copy;
+                             fv = (double)per_copy / (v * 1e-6) / copy, fm = (double)per_copy / (m * 1e-6) / copy;
                 printf("{\"bench\":\"kquant_gemv\",\"shape\":\"%s\",\"weights\":\"%s\",\"T\":%lld,\"weight_bytes\":%zu,"
                        "\"f32x_us\":%.2f,\"dp4a_us\":%.2f,\"quantize_x_us\":%.2f,\"f32x_fraction_of_copy\":%.3f,"
                        "\"dp4a_fraction_of_copy\":%.3f,\"dp4a_time_vs_f32x\":%.3f,\"v2_us\":%.2f,"
                        "\"v2_GBps\":%.0f,\"dp4a_GBps\":%.0f,\"v2_fraction_of_copy\":%.3f,\"v2_time_vs_dp4a\":%.3f,"
-                       "\"v2_less_quantize_fraction_of_copy\":%.3f}\n",
+                       "\"v2_less_quantize_fraction_of_copy\":%.3f,\"stream_us\":%.2f,\"stream_fraction_of_copy\":%.3f,"
+                       "\"stream_time_vs_v2\":%.3f,\"stream_less_quantize_fraction_of_copy\":%.3f}\n",
                        s->name, og_dtype_name(dts[di]), (long long)T, per_copy, a, b, q, fa, fb, b / a, v,
                        (double)per_copy / (v * 1e-6) / 1e9, (double)per_copy / (b * 1e-6) / 1e9, fv, v / b,
-                       v > q ? (double)per_copy / ((v - q) * 1e-6) / copy : 0.0);
+                       v > q ? (double)per_copy / ((v - q) * 1e-6) / copy : 0.0, m, fm, m / v,
+                       m > q ? (double)per_copy / ((m - q) * 1e-6) / copy : 0.0);
                 fflush(stdout);
-                if (n_res < MAX_CASES) res[n_res++] = (result){s->name, og_dtype_name(dts[di]), T, a, b, v, fa, fb, fv};
+                if (n_res < MAX_CASES) res[n_res++] = (result){s->name, og_dtype_name(dts[di]), T, a, b, v, m, fa, fb, fv, fm};
             }
             for (int p = 0; p < s->parts; p++) {
                 for (int k = 0; k < copies; k++) cudaFree(w[p][k]);
@@ -193,14 +207,14 @@ int main(int argc, char **argv) {
             cudaFree(x), cudaFree(xq), cudaFree(out);
         }
     }
-    printf("---- k-quant decode products, 8B shape: us (fraction of the copy rate, %.0f GB/s), f32x -> dp4a -> v2\n",
+    printf("---- k-quant decode products, 8B shape: us (fraction of the copy rate, %.0f GB/s), dp4a -> v2 -> stream\n",
            copy / 1e9);
     printf("%-8s %-5s %-34s %-34s %-34s %-34s\n", "product", "dtype", "T=1", "T=2", "T=4", "T=8");
     for (int i = 0; i + 3 < n_res; i += 4) {
         printf("%-8s %-5s", res[i].name, res[i].dt);
         for (int k = 0; k < 4; k++)
-            printf(" %6.1f(%.2f)->%6.1f(%.2f)->%6.1f(%.2f)", res[i + k].f32x, res[i + k].frac_f32x, res[i + k].dp4a,
-                   res[i + k].frac_dp4a, res[i + k].v2, res[i + k].frac_v2);
+            printf(" %6.1f(%.2f)->%6.1f(%.2f)->%6.1f(%.2f)", res[i + k].dp4a, res[i + k].frac_dp4a, res[i + k].v2,
+                   res[i + k].frac_v2, res[i + k].sm, res[i + k].frac_sm);
         printf("\n");
     }
     cudaStreamDestroy(st);

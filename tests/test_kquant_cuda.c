@@ -27,8 +27,13 @@
  *    The second cut (variant 2, OG_CUDA_KQUANT_GEMV=v2) adds the same unit
  *    terms, ceil(nb / 16) a lane, then 5 shuffle levels, 2 levels across
  *    its 4 warps and the bias: gamma_(ceil(nb/16) + 12) S on the GPU (3
- *    roundings a term, 1 spare). Both variants run on every case, and v2
- *    again through og_kquant_gemv_int8_cuda with the switch set; v2 also on
+ *    roundings a term, 1 spare). The streamed one (variant 3, the default
+ *    at 1 and 2 rows) must give variant 1's outputs bit for bit: the same
+ *    lanes add the same unit terms in the same order. Every variant runs
+ *    on every case, 2 and 3 again through og_kquant_gemv_int8_cuda with the
+ *    switch set, and variant 3 once more with three parts in one launch
+ *    (og_kquant_gemv_int8_multi_cuda: the first N, N / 2 + 1 and 1 rows of
+ *    the weight), each part variant 1's bits for its rows; v2 also on
  *    N 4227 (K 4096) and 2001 (K 2048), every T: its blocks of 4 and 2 rows
  *    (on 132 SMs; fewer than 6 blocks an SM of them take 1) and their tails, and
  *    the 8B products' shapes (K 4096 N 6144, K 12288 N 4096; T 1, 2, 5, 8),
@@ -263,22 +268,28 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
                 }
                 mag[t * N + n] = m;
             }
-        /* variant 1, variant 2, and variant 2 chosen by the switch */
-        for (int run = 0; run < 3; run++) {
-            const int v = run == 0 ? 1 : 2;
+        /* variants 1, 2 and 3 given; 2 and 3 chosen by the switch; 3 must
+           give variant 1's bits (the same lanes and order of sums) */
+        float *first = NULL;
+        for (int run = 0; run < 5; run++) {
+            const int v = run == 0 ? 1 : run == 1 || run == 3 ? 2 : 3;
             CK(cudaMemset(dout, 0xFF, sizeof(float) * (size_t)(T * N))); /* NaN until written */
-            if (run < 2) CHECK_OK(og_kquant_gemv_int8_variant_cuda(NULL, v, dxq, dw, dbias, dt, T, K, N, dout));
+            if (run < 3) CHECK_OK(og_kquant_gemv_int8_variant_cuda(NULL, v, dxq, dw, dbias, dt, T, K, N, dout));
             else {
-                setenv("OG_CUDA_KQUANT_GEMV", "v2", 1);
-                CHECK(og_kquant_gemv_cuda_variant(T) == 2 && og_kquant_gemv_cuda_int8_wanted());
+                setenv("OG_CUDA_KQUANT_GEMV", v == 2 ? "v2" : "stream", 1);
+                CHECK(og_kquant_gemv_cuda_variant(T) == v && og_kquant_gemv_cuda_int8_wanted());
                 CHECK_OK(og_kquant_gemv_int8_cuda(NULL, dxq, dw, dbias, dt, T, K, N, dout));
                 setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1);
                 CHECK(og_kquant_gemv_cuda_variant(T) == 1);
                 unsetenv("OG_CUDA_KQUANT_GEMV");
-                CHECK(og_kquant_gemv_cuda_variant(T) == (T <= 2 ? 2 : 1)); /* the default: by rows */
+                CHECK(og_kquant_gemv_cuda_variant(T) == (T <= 2 ? 3 : 1)); /* the default: by rows */
             }
             CK(cudaDeviceSynchronize());
             float *out = down(dout, (size_t)(T * N));
+            if (v == 3)
+                CHECK_MSG(memcmp(out, first, sizeof(float) * (size_t)(T * N)) == 0,
+                          "int8 gemv v3%s %s K=%lld N=%lld T=%lld: not variant 1's bits", run == 4 ? " (switch)" : "",
+                          og_dtype_name(dt), (long long)K, (long long)N, (long long)T);
             const double tol = gamma_n(gpu_steps(v, nb)) + gamma_n(nb + 5);
             double worst = 0;
             for (int64_t t = 0; t < T; t++)
@@ -294,10 +305,43 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
                     worst = d > worst ? d : worst;
                 }
             CHECK_MSG(worst <= 1.0, "int8 gemv v%d%s %s K=%lld N=%lld T=%lld bytes=%d bias=%d: ratio %.3g", v,
-                      run == 2 ? " (switch)" : "", og_dtype_name(dt), (long long)K, (long long)N, (long long)T,
+                      run >= 3 ? " (switch)" : "", og_dtype_name(dt), (long long)K, (long long)N, (long long)T,
                       random_bytes, with_bias, worst);
-            free(out);
+            if (run == 0) first = out;
+            else free(out);
         }
+        /* several parts in one launch (the q, k, v of a layer): the first
+           N, N / 2 + 1 and 1 rows of the weight, the bias on the first only;
+           each part gives variant 1's bits for its rows */
+        {
+            const int64_t Np[3] = {N, N / 2 + 1, 1};
+            float *douts[3];
+            og_gemv_cuda_part parts[3];
+            for (int i = 0; i < 3; i++) {
+                douts[i] = poisoned((size_t)(T * Np[i]));
+                parts[i] = (og_gemv_cuda_part){dw, i == 0 ? dbias : NULL, Np[i], douts[i]};
+            }
+            CHECK_OK(og_kquant_gemv_int8_multi_cuda(NULL, 3, dxq, dt, T, K, parts, 3));
+            CK(cudaDeviceSynchronize());
+            for (int i = 0; i < 3; i++) {
+                float *o = down(douts[i], (size_t)(T * Np[i]));
+                int bad = 0;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t n = 0; n < Np[i]; n++) {
+                        const float want = first[t * N + n] - (i > 0 && with_bias ? bias[n] : 0.0f);
+                        const float got = o[t * Np[i] + n];
+                        /* with the bias left out the sum differs by its addition: compare to the reference then */
+                        if (i == 0 || !with_bias) bad += memcmp(&got, &want, sizeof got) != 0 && !(isnan(got) && isnan(want));
+                        else bad += !(fabs((double)got - want) <= 2 * U * (fabs((double)want) + fabs((double)bias[n])) ||
+                                      (isnan(got) && isnan(want)));
+                    }
+                CHECK_MSG(bad == 0, "int8 gemv multi-part %s K=%lld N=%lld T=%lld part %d: %d outputs differ", og_dtype_name(dt),
+                          (long long)K, (long long)N, (long long)T, i, bad);
+                free(o);
+                CK(cudaFree(douts[i]));
+            }
+        }
+        free(first);
         free(x), free(ref), free(mag), free(xh), free(xq);
         CK(cudaFree(dx));
         CK(cudaFree(dout));
@@ -326,8 +370,15 @@ static void check_refusals(void) {
     CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout), OG_ERR_UNSUPPORTED);
     CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 9, 256, 2, dout), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_gemv_int8_cuda(NULL, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 200, 2, dout), OG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 3, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 256, 2, dout),
+    CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 4, dx, dw, NULL, OG_DTYPE_Q4_K, 1, 256, 2, dout),
                  OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 3, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout),
+                 OG_ERR_UNSUPPORTED);
+    og_gemv_cuda_part five[5] = {{dw, NULL, 2, dout}, {dw, NULL, 2, dout}, {dw, NULL, 2, dout}, {dw, NULL, 2, dout},
+                                 {dw, NULL, 2, dout}};
+    CHECK_STATUS(og_kquant_gemv_int8_multi_cuda(NULL, 3, dx, OG_DTYPE_Q4_K, 1, 256, five, 5), OG_ERR_INVALID_ARGUMENT);
+    five[1].N = 0;
+    CHECK_STATUS(og_kquant_gemv_int8_multi_cuda(NULL, 3, dx, OG_DTYPE_Q4_K, 1, 256, five, 2), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 2, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout),
                  OG_ERR_UNSUPPORTED);
     CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 2, dx, dw, NULL, OG_DTYPE_Q6_K, 9, 256, 2, dout),

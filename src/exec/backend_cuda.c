@@ -850,12 +850,19 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
                           og_kquant_gemv_cuda_int8_wanted();
         for (int64_t t0 = 0; t0 < T; t0 += chunk) {
             const int64_t tc = T - t0 < chunk ? T - t0 : chunk;
-            if (int8) OG_TRY(og_kquant_quantize_x_cuda(c->stream, in + t0 * K, tc, K, xq));
+            og_gemv_cuda_part pc[OG_GEMV_CUDA_MAX_PARTS];
+            for (int k = 0; k < n; k++) {
+                pc[k] = parts[k];
+                pc[k].out = parts[k].out + t0 * parts[k].N; /* rows t0.. of [T, N] */
+            }
+            if (int8) {
+                OG_TRY(og_kquant_quantize_x_cuda(c->stream, in + t0 * K, tc, K, xq));
+                OG_TRY(og_kquant_gemv_int8_multi_cuda(c->stream, 0, xq, dt, tc, K, pc, n));
+                continue;
+            }
             for (int k = 0; k < n; k++)
-                OG_TRY(int8 ? og_kquant_gemv_int8_cuda(c->stream, xq, parts[k].weight, parts[k].bias, dt, tc, K,
-                                                       parts[k].N, parts[k].out + t0 * parts[k].N)
-                            : og_kquant_gemv_cuda(c->stream, in + t0 * K, parts[k].weight, parts[k].bias, dt, tc, K,
-                                                  parts[k].N, parts[k].out + t0 * parts[k].N));
+                OG_TRY(og_kquant_gemv_cuda(c->stream, in + t0 * K, pc[k].weight, pc[k].bias, dt, tc, K, pc[k].N,
+                                           pc[k].out));
         }
         return OG_OK;
     }

@@ -335,11 +335,6 @@ __device__ __forceinline__ void unit_rows(const xq_block *xb, int e1, const unit
     }
 }
 
-__device__ __forceinline__ uint32_t ld_u32_2aligned(const uint8_t *p) {
-    const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
-    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
-}
-
 /* q4_k / q5_k scale (sc) and min of sub-block j from the packed words of
  * bytes 4..15 of the block (s[0..3], s[4..7], s[8..11]). */
 __device__ __forceinline__ void scale_min_w(const uint32_t s[3], int j, int *sc, int *m) {
@@ -353,47 +348,93 @@ __device__ __forceinline__ void scale_min_w(const uint32_t s[3], int j, int *sc,
     }
 }
 
-template <og_dtype DT> __device__ __forceinline__ void load_unit(const uint8_t *b, int p, unit_w<DT> &u) {
+/* A unit's bytes as loaded, before decoding (kept raw so that a stream of
+ * loads can be in flight while earlier units are summed):
+ *  - q4_k / q5_k: hd = bytes 0..15 of the block (d, dmin, the 12 scale
+ *    bytes), q = the unit's 16 bytes of nibbles, h = q5_k's 16 bytes of
+ *    fifth bits;
+ *  - q6_k (210-byte blocks, 2-byte aligned): q and h = the 5 aligned words
+ *    around the unit's 16 bytes of low nibbles and of high bits, sh = how far
+ *    to shift them (0 or 16 bits), hd.x = d | scale 1 << 16 | scale 2 << 24. */
+struct unit_raw {
+    uint4 hd;
+    uint32_t q[5], h[5];
+    unsigned sh;
+};
+
+/* The 5 aligned words from p rounded down to 4 (p 2-byte aligned) and the
+ * shift that brings p's 16 bytes into place (a funnel shift). When p is
+ * 4-byte aligned the fifth word (p + 16 .. p + 19) is read and unused;
+ * callers keep it inside the block. When it is not, the first word starts
+ * 2 bytes before p, inside the previous block (a block 2 mod 4 is never the
+ * first of the tensor, whose base is 16-byte aligned). */
+__device__ __forceinline__ unsigned ld_words5(const uint8_t *p, uint32_t v[5]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t *wp = reinterpret_cast<const uint32_t *>(a & ~static_cast<uintptr_t>(3));
+#pragma unroll
+    for (int k = 0; k < 5; k++) v[k] = __ldg(wp + k);
+    return static_cast<unsigned>(a & 3u) * 8u; /* 0 or 16 */
+}
+
+/* Unit p of block b, raw. q6_k's bytes read stay in block b: ql + 16 + 4 <=
+ * b + 132, qh + 16 + 4 <= b + 196 of 210. */
+template <og_dtype DT> __device__ __forceinline__ void load_raw(const uint8_t *b, int p, unit_raw &r) {
     if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
         const int c = p >> 1, l0 = 16 * (p & 1);
-        const uint4 hd = *reinterpret_cast<const uint4 *>(b);
-        const uint4 q = *reinterpret_cast<const uint4 *>(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0);
-        const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-        uint32_t hw[4] = {0, 0, 0, 0};
+        r.hd = __ldg(reinterpret_cast<const uint4 *>(b));
+        const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0));
+        r.q[0] = q.x, r.q[1] = q.y, r.q[2] = q.z, r.q[3] = q.w;
         if (DT == OG_DTYPE_Q5_K) {
-            const uint4 h = *reinterpret_cast<const uint4 *>(b + 16 + l0);
-            hw[0] = h.x, hw[1] = h.y, hw[2] = h.z, hw[3] = h.w;
+            const uint4 h = __ldg(reinterpret_cast<const uint4 *>(b + 16 + l0));
+            r.h[0] = h.x, r.h[1] = h.y, r.h[2] = h.z, r.h[3] = h.w;
         }
+    } else { /* q6_k */
+        const int h = p >> 2, j0 = 16 * (p & 3), e1 = 128 * h + j0;
+        r.sh = ld_words5(b + 64 * h + j0, r.q);
+        (void)ld_words5(b + 128 + 32 * h + (j0 & 31), r.h); /* the same shift: both offsets are even */
+        r.hd.x = (uint32_t)__ldg(reinterpret_cast<const unsigned short *>(b + 208)) |
+                 (uint32_t)__ldg(b + 192 + (e1 >> 4)) << 16 | (uint32_t)__ldg(b + 192 + ((e1 + 64) >> 4)) << 24;
+    }
+}
+
+/* The levels, scales and mins of unit p from its raw bytes. */
+template <og_dtype DT> __device__ __forceinline__ void decode_unit(const unit_raw &r, int p, unit_w<DT> &u) {
+    if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
+        const int c = p >> 1;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            u.l1[k] = (int32_t)(qw[k] & 0x0F0F0F0Fu);
-            u.l2[k] = (int32_t)((qw[k] >> 4) & 0x0F0F0F0Fu);
+            u.l1[k] = (int32_t)(r.q[k] & 0x0F0F0F0Fu);
+            u.l2[k] = (int32_t)((r.q[k] >> 4) & 0x0F0F0F0Fu);
             if (DT == OG_DTYPE_Q5_K) {
-                u.l1[k] |= (int32_t)(((hw[k] >> (2 * c)) & 0x01010101u) << 4);
-                u.l2[k] |= (int32_t)(((hw[k] >> (2 * c + 1)) & 0x01010101u) << 4);
+                u.l1[k] |= (int32_t)(((r.h[k] >> (2 * c)) & 0x01010101u) << 4);
+                u.l2[k] |= (int32_t)(((r.h[k] >> (2 * c + 1)) & 0x01010101u) << 4);
             }
         }
-        const uint32_t s[3] = {hd.y, hd.z, hd.w};
+        const uint32_t s[3] = {r.hd.y, r.hd.z, r.hd.w};
         scale_min_w(s, 2 * c, &u.sc1, &u.m1);
         scale_min_w(s, 2 * c + 1, &u.sc2, &u.m2);
-        u.d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffffu)));
-        u.dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
-    } else { /* q6_k: 210-byte blocks, 2-byte aligned */
-        const int h = p >> 2, j0 = 16 * (p & 3), k1 = j0 >> 5;
-        const uint8_t *ql = b + 64 * h + j0, *qh = b + 128 + 32 * h + (j0 & 31);
+        u.d = __half2float(__ushort_as_half((unsigned short)(r.hd.x & 0xffffu)));
+        u.dmin = __half2float(__ushort_as_half((unsigned short)(r.hd.x >> 16)));
+    } else {
+        const int k1 = (16 * (p & 3)) >> 5;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const uint32_t lw = ld_u32_2aligned(ql + 4 * k), hw = ld_u32_2aligned(qh + 4 * k);
+            const uint32_t lw = __funnelshift_r(r.q[k], r.q[k + 1], r.sh), hw = __funnelshift_r(r.h[k], r.h[k + 1], r.sh);
             u.l1[k] = (int32_t)((lw & 0x0F0F0F0Fu) | (((hw >> (2 * k1)) & 0x03030303u) << 4));
             u.l2[k] = (int32_t)(((lw >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * k1 + 4)) & 0x03030303u) << 4));
         }
-        const int e1 = 128 * h + j0;
-        u.sc1 = (int8_t)b[192 + (e1 >> 4)];
-        u.sc2 = (int8_t)b[192 + ((e1 + 64) >> 4)];
+        u.sc1 = (int8_t)(r.hd.x >> 16);
+        u.sc2 = (int8_t)(r.hd.x >> 24);
         u.m1 = u.m2 = 0;
-        u.d = f16_at(b + 208);
+        u.d = __half2float(__ushort_as_half((unsigned short)(r.hd.x & 0xffffu)));
         u.dmin = 0.0f;
     }
+}
+
+template <og_dtype DT> __device__ __forceinline__ void load_unit(const uint8_t *b, int p, unit_w<DT> &u) {
+    unit_raw r;
+    load_raw<DT>(b, p, r);
+    decode_unit<DT>(r, p, u);
 }
 
 template <og_dtype DT, int T, int R>
@@ -496,52 +537,11 @@ void gemv_dp4a_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const fl
  *    the bytes in flight come from many resident blocks, not from deep
  *    per-warp pipelines.
  *  - q6_k's level arrays (210-byte blocks, 2-byte aligned) are read as
- *    4-byte words from the aligned address below and shifted into place
- *    (5 loads for 16 bytes instead of 8 two-byte ones).
+ *    4-byte words from the aligned address below them and shifted into
+ *    place (load_raw: 5 loads for 16 bytes instead of 8 two-byte ones; the
+ *    first cut reads them so too).
  *  - sums: each lane's units, then warp_sum (5 levels), then the 4 warps'
  *    sums in a tree of 2 levels through shared memory, then the bias. */
-
-/* 16 bytes from a 2-byte aligned address as 4 little-endian words: the 5
- * aligned words from p rounded down to 4, funnel-shifted. When p is 4-byte
- * aligned the fifth word (p + 16 .. p + 19) is read and unused; callers
- * keep it inside the block. When it is not, the first word starts 2 bytes
- * before p, inside the previous block (a block 2 mod 4 is never the first
- * of the tensor, whose base is 16-byte aligned). */
-__device__ __forceinline__ void ld16_2aligned(const uint8_t *p, uint32_t out[4]) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uint32_t *wp = reinterpret_cast<const uint32_t *>(a & ~static_cast<uintptr_t>(3));
-    const unsigned sh = static_cast<unsigned>(a & 3u) * 8u; /* 0 or 16 */
-    uint32_t v[5];
-#pragma unroll
-    for (int k = 0; k < 5; k++) v[k] = __ldg(wp + k);
-#pragma unroll
-    for (int k = 0; k < 4; k++) out[k] = __funnelshift_r(v[k], v[k + 1], sh);
-}
-
-/* load_unit's values for unit p of block b, with q6_k read by words (the
- * bytes read stay in block b: ql + 16 + 4 <= b + 132, qh + 16 + 4 <= b + 196
- * of 210). q4_k / q5_k as load_unit. */
-template <og_dtype DT> __device__ __forceinline__ void load_unit_v2(const uint8_t *b, int p, unit_w<DT> &u) {
-    if (DT == OG_DTYPE_Q6_K) {
-        const int h = p >> 2, j0 = 16 * (p & 3), k1 = j0 >> 5;
-        uint32_t lw[4], hw[4];
-        ld16_2aligned(b + 64 * h + j0, lw);
-        ld16_2aligned(b + 128 + 32 * h + (j0 & 31), hw);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            u.l1[k] = (int32_t)((lw[k] & 0x0F0F0F0Fu) | (((hw[k] >> (2 * k1)) & 0x03030303u) << 4));
-            u.l2[k] = (int32_t)(((lw[k] >> 4) & 0x0F0F0F0Fu) | (((hw[k] >> (2 * k1 + 4)) & 0x03030303u) << 4));
-        }
-        const int e1 = 128 * h + j0;
-        u.sc1 = (int8_t)__ldg(b + 192 + (e1 >> 4));
-        u.sc2 = (int8_t)__ldg(b + 192 + ((e1 + 64) >> 4));
-        u.m1 = u.m2 = 0;
-        u.d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(b + 208))));
-        u.dmin = 0.0f;
-    } else {
-        load_unit<DT>(b, p, u);
-    }
-}
 
 constexpr int V2_THREADS = 128;
 
@@ -574,7 +574,7 @@ __global__ void __launch_bounds__(V2_THREADS, (v2_min_blocks<T, R>()))
     unit_w<DT> cu[R];
     if (j < units) {
 #pragma unroll
-        for (int r = 0; r < R; r++) load_unit_v2<DT>(rows[r] + (j >> 3) * bb, (int)(j & 7), cu[r]);
+        for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (j >> 3) * bb, (int)(j & 7), cu[r]);
     }
     grid_wait(); /* the weights are read-only: the first unit's loads overlap the kernel before */
     while (j < units) {
@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(V2_THREADS, (v2_min_blocks<T, R>()))
         j += V2_THREADS;
         if (j < units) {
 #pragma unroll
-            for (int r = 0; r < R; r++) load_unit_v2<DT>(rows[r] + (j >> 3) * bb, (int)(j & 7), cu[r]);
+            for (int r = 0; r < R; r++) load_unit<DT>(rows[r] + (j >> 3) * bb, (int)(j & 7), cu[r]);
         }
     }
 #pragma unroll
@@ -650,6 +650,181 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
     case 7: launch_v2<DT, 7>(st, xq, w, bias, nb, N, out); break;
     default: launch_v2<DT, 8>(st, xq, w, bias, nb, N, out); break;
     }
+}
+
+/* ---- the integer gemv, streamed (variant 3, the default at 1 and 2 rows) ----
+ *
+ * The same units, integers and per-unit f32 terms as gemv_dp4a_kernel, and
+ * the same lanes: lane 8 g + p takes unit p of blocks g, g + 4, g + 8, ...
+ * of a row, adds its terms to its own sum in that order, and the lanes'
+ * sums meet by warp_sum. So its outputs are the first cut's bit for bit.
+ * What changes is how the loads are kept in flight (gemv_q.cu's design,
+ * whose q8 / q4 products went from 0.3-0.6 to 0.65-1.0 of the copy rate):
+ *  - a warp's tasks are R output features each (R = 4, 2 or 1 as the
+ *    product fills the device); it walks a task's rows in steps of 4
+ *    blocks, and its loads run stream_inflight / R steps ahead of its sums as
+ *    one stream over all its tasks, so the next task's first steps are in
+ *    flight while this one's last are summed; the first are issued before
+ *    grid_wait (weights are never written by the kernel before);
+ *  - the loads are kept raw (unit_raw) and decoded when summed;
+ *  - a grid of at most two blocks of 8 warps an SM (launch bounds: 128
+ *    registers), every warp the same number of tasks within one;
+ *  - several parts of one input (the q, k, v projections) in one launch:
+ *    part i owns tasks first[i] .. first[i + 1] - 1. */
+
+constexpr int S_WARPS = 8, S_THREADS = 32 * S_WARPS;
+/* Row steps in flight a lane (R rows x steps ahead): q4_k's raw unit is 8
+ * registers (18 bytes of the row), q5_k's and q6_k's 12 (22, 26). */
+template <og_dtype DT> constexpr int stream_inflight() { return 4; }
+
+struct stream_params {
+    const uint8_t *w[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    const float *bias[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    float *out[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    int64_t first[OG_KQUANT_GEMV_CUDA_MAX_PARTS + 1];
+    int n;
+    const xq_block *xq;
+    int64_t nb, T;
+};
+
+/* The part of a task and its first feature (R features a task). */
+template <int R> __device__ __forceinline__ int stream_part(const stream_params &p, int64_t task, int64_t *n0) {
+    int part = 0;
+    while (part + 1 < p.n && task >= p.first[part + 1]) part++;
+    *n0 = (task - p.first[part]) * R;
+    return part;
+}
+
+/* A warp's stream of unit loads: task by task (every stride-th), step by
+ * step (4 blocks), the R rows of the task at each step. */
+template <og_dtype DT, int R> struct stream_loader {
+    int64_t task;
+    int64_t step;
+    const uint8_t *row[R];
+
+    __device__ void seek(const stream_params &p, int bb) {
+        int64_t n0;
+        const int part = stream_part<R>(p, task, &n0);
+        const int64_t N = p.N[part];
+#pragma unroll
+        for (int r = 0; r < R; r++) row[r] = p.w[part] + (n0 + r < N ? n0 + r : N - 1) * p.nb * bb;
+    }
+    /* Loads the next step's units into u (when the lane's block is in the
+     * row) and moves on. */
+    __device__ void issue(const stream_params &p, int64_t ntasks, int64_t stride, int64_t steps, int bb, int lane,
+                          unit_raw u[R]) {
+        if (task >= ntasks) return;
+        const int64_t kb = 4 * step + (lane >> 3);
+        if (kb < p.nb)
+#pragma unroll
+            for (int r = 0; r < R; r++) load_raw<DT>(row[r] + kb * bb, lane & 7, u[r]);
+        if (++step == steps) {
+            step = 0;
+            task += stride;
+            if (task < ntasks) seek(p, bb);
+        }
+    }
+};
+
+/* MT: rows of x the accumulators are sized for (T <= MT). */
+template <og_dtype DT, int R, int MT>
+__global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params p) {
+    constexpr int U = stream_inflight<DT>() / R; /* steps in flight */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, up = lane & 7;
+    const int bb = block_bytes(DT);
+    const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (up >> 2) + 16 * (up & 3) : 64 * (up >> 1) + 16 * (up & 1);
+    const int64_t nb = p.nb, T = p.T, steps = (nb + 3) / 4;
+    const int64_t ntasks = p.first[p.n], stride = (int64_t)gridDim.x * S_WARPS;
+    int64_t task = (int64_t)warp * gridDim.x + blockIdx.x;
+    stream_loader<DT, R> ld;
+    ld.task = task, ld.step = 0;
+    if (task < ntasks) ld.seek(p, bb);
+    unit_raw buf[U][R];
+#pragma unroll
+    for (int u = 0; u < U; u++) ld.issue(p, ntasks, stride, steps, bb, lane, buf[u]);
+    grid_wait();
+    float acc[MT][R];
+#pragma unroll
+    for (int t = 0; t < MT; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    int64_t st = 0;
+    while (task < ntasks) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            unit_raw cur[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) cur[r] = buf[u][r];
+            ld.issue(p, ntasks, stride, steps, bb, lane, buf[u]);
+            const int64_t kb = 4 * st + (lane >> 3);
+            if (kb < nb) {
+                unit_w<DT> cu[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) decode_unit<DT>(cur[r], up, cu[r]);
+#pragma unroll
+                for (int t = 0; t < MT; t++)
+                    if (t < T) unit_rows<DT, R>(p.xq + t * nb + kb, e1, cu, acc[t]);
+            }
+            if (++st < steps) continue;
+            /* the task's last step: its outputs */
+            int64_t n0;
+            const int part = stream_part<R>(p, task, &n0);
+            const int64_t N = p.N[part];
+#pragma unroll
+            for (int t = 0; t < MT; t++)
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (t < T) {
+                        const float s = warp_sum(acc[t][r]);
+                        const int64_t n = n0 + r;
+                        if (lane == 0 && n < N) p.out[part][t * N + n] = s + (p.bias[part] ? p.bias[part][n] : 0.0f);
+                    }
+                    acc[t][r] = 0.0f;
+                }
+            st = 0;
+            task += stride;
+            if (task >= ntasks) break;
+        }
+    }
+}
+
+/* The grid: as few blocks as give every warp the same number of tasks
+ * within one, two blocks an SM at most, at least one an SM while tasks
+ * last. */
+template <og_dtype DT, int R, int MT> void launch_stream(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
+    int64_t tasks = 0;
+    for (int i = 0; i < n; i++) {
+        p.first[i] = tasks;
+        tasks += (N[i] + R - 1) / R;
+    }
+    p.first[n] = tasks;
+    const int64_t sms = sm_count(), warps_max = sms * 2 * S_WARPS;
+    const int64_t each = (tasks + warps_max - 1) / warps_max;
+    int64_t blocks = ((tasks + each - 1) / each + S_WARPS - 1) / S_WARPS;
+    if (blocks < sms) blocks = tasks < sms ? tasks : sms;
+    launch_pdl(gemv_stream_kernel<DT, R, MT>, dim3((unsigned)blocks), dim3(S_THREADS), st, p);
+}
+
+/* Rows a task: 4 where every warp of two blocks an SM still gets two tasks
+ * or more (x's terms then serve 4 weight rows; q4_k at one row of x only,
+ * where that fits 128 registers without spilling), 2 where it gets one,
+ * else 1 (a small product's rows spread over every warp). */
+template <og_dtype DT, int MT> void stream_rows(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += N[i];
+    const int64_t warps = (int64_t)sm_count() * 2 * S_WARPS;
+    if constexpr (DT == OG_DTYPE_Q4_K && MT == 1) {
+        if (rows >= 8 * warps) return launch_stream<DT, 4, MT>(st, p, N, n);
+    }
+    if (rows >= 2 * warps) launch_stream<DT, 2, MT>(st, p, N, n);
+    else launch_stream<DT, 1, MT>(st, p, N, n);
+}
+
+template <og_dtype DT> void gemv_stream_t(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
+    if (p.T == 1) stream_rows<DT, 1>(st, p, N, n);
+    else if (p.T == 2) stream_rows<DT, 2>(st, p, N, n);
+    else stream_rows<DT, OG_KQUANT_GEMV_CUDA_MAX_T>(st, p, N, n);
 }
 
 /* ---- dequantization and embedding: a thread per element ---- */
@@ -820,16 +995,19 @@ extern "C" og_status og_kquant_quantize_x_cuda(void *stream, const float *x, int
 
 extern "C" int og_kquant_gemv_cuda_variant(int64_t T) {
     const char *v = getenv("OG_CUDA_KQUANT_GEMV");
+    if (v && strcmp(v, "stream") == 0) return 3;
     if (v && strcmp(v, "v2") == 0) return 2;
     if (v && strcmp(v, "dp4a") == 0) return 1;
-    /* measured on an H200 (bench_kquant_cuda, 8B products): v2 is faster at
-       1 and 2 rows (8B Q4_K_M decode 194.5 -> 218.2 tok/s), the first cut
-       from 4 rows on */
-    return T <= 2 ? 2 : 1;
+    /* measured on an H200 (bench_kquant_cuda, 8B products): v2 is faster
+       than the first cut at 1 and 2 rows (8B Q4_K_M decode 194.5 -> 218.2
+       tok/s), the first cut from 4 rows on; the streamed one replaces v2
+       (bench/gpu/notes.md, "The streamed k-quant GEMV") */
+    return T <= 2 ? 3 : 1;
 }
 
-static og_status gemv_int8(const char *op, int variant, const void *xq, const void *w, const float *bias,
-                           og_dtype dt, int64_t T, int64_t K, int64_t N, float *out, void *stream) {
+/* The checks every integer gemv entry makes of a product. */
+static og_status check_int8(const char *op, const void *xq, const void *w, const float *out, og_dtype dt, int64_t T,
+                            int64_t K, int64_t N) {
     og_status rc = check(op, w, dt, N, K);
     if (rc != OG_OK) return rc;
     if (!og_kquant_gemv_cuda_int8_takes(dt))
@@ -840,14 +1018,47 @@ static og_status gemv_int8(const char *op, int variant, const void *xq, const vo
                             OG_KQUANT_GEMV_CUDA_MAX_T);
     if (!xq || !out || !aligned16(xq))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: xq or out is NULL, or xq is not 16-byte aligned", op);
-    if ((N + WARPS * 2 - 1) / (WARPS * 2) > INT32_MAX)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
+    if (N > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
+    return OG_OK;
+}
+
+/* Variant 3 over n parts (checked). */
+static og_status gemv_stream(const char *op, cudaStream_t st, const void *xq, og_dtype dt, int64_t T, int64_t K,
+                             const og_gemv_cuda_part *parts, int n) {
+    stream_params p;
+    memset(&p, 0, sizeof p);
+    int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    for (int i = 0; i < n; i++) {
+        p.w[i] = static_cast<const uint8_t *>(parts[i].weight);
+        p.bias[i] = static_cast<const float *>(parts[i].bias);
+        p.out[i] = parts[i].out;
+        N[i] = p.N[i] = parts[i].N;
+    }
+    p.n = n;
+    p.xq = static_cast<const xq_block *>(xq);
+    p.nb = K / QK;
+    p.T = T;
+    switch (dt) {
+    case OG_DTYPE_Q4_K: gemv_stream_t<OG_DTYPE_Q4_K>(st, p, N, n); break;
+    case OG_DTYPE_Q5_K: gemv_stream_t<OG_DTYPE_Q5_K>(st, p, N, n); break;
+    default: gemv_stream_t<OG_DTYPE_Q6_K>(st, p, N, n); break;
+    }
+    return launched(op);
+}
+
+static og_status gemv_int8(const char *op, int variant, const void *xq, const void *w, const float *bias,
+                           og_dtype dt, int64_t T, int64_t K, int64_t N, float *out, void *stream) {
+    og_status rc = check_int8(op, xq, w, out, dt, T, K, N);
+    if (rc != OG_OK) return rc;
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    if (variant == 3) {
+        const og_gemv_cuda_part part = {w, bias, N, out};
+        return gemv_stream(op, st, xq, dt, T, K, &part, 1);
+    }
     const xq_block *xb = static_cast<const xq_block *>(xq);
     const uint8_t *wb = static_cast<const uint8_t *>(w);
     const int64_t nb = K / QK;
     if (variant == 2) {
-        if (N > INT32_MAX) return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: N = %lld", op, (long long)N);
         switch (dt) {
         case OG_DTYPE_Q4_K: gemv_v2_t<OG_DTYPE_Q4_K>(st, xb, wb, bias, T, nb, N, out); break;
         case OG_DTYPE_Q5_K: gemv_v2_t<OG_DTYPE_Q5_K>(st, xb, wb, bias, T, nb, N, out); break;
@@ -872,7 +1083,26 @@ extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, cons
 extern "C" og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq, const void *w,
                                                       const float *bias, og_dtype dt, int64_t T, int64_t K, int64_t N,
                                                       float *out) {
-    if (variant != 1 && variant != 2)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "kquant_gemv_int8_variant_cuda: variant %d (1 or 2)", variant);
+    if (variant < 1 || variant > 3)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "kquant_gemv_int8_variant_cuda: variant %d (1, 2 or 3)", variant);
     return gemv_int8("kquant_gemv_int8_variant_cuda", variant, xq, w, bias, dt, T, K, N, out, stream);
+}
+
+extern "C" og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, const void *xq, og_dtype dt, int64_t T,
+                                                    int64_t K, const og_gemv_cuda_part *parts, int n) {
+    const char *op = "kquant_gemv_int8_multi_cuda";
+    if (variant < 0 || variant > 3 || !parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: variant %d (0 to 3), %d parts (1 to %d)", op, variant, n,
+                            OG_KQUANT_GEMV_CUDA_MAX_PARTS);
+    const int v = variant ? variant : og_kquant_gemv_cuda_variant(T);
+    for (int i = 0; i < n; i++) {
+        og_status rc = check_int8(op, xq, parts[i].weight, parts[i].out, dt, T, K, parts[i].N);
+        if (rc != OG_OK) return rc;
+        if (v != 3) {
+            rc = gemv_int8(op, v, xq, parts[i].weight, static_cast<const float *>(parts[i].bias), dt, T, K, parts[i].N,
+                           parts[i].out, stream);
+            if (rc != OG_OK) return rc;
+        }
+    }
+    return v == 3 ? gemv_stream(op, static_cast<cudaStream_t>(stream), xq, dt, T, K, parts, n) : OG_OK;
 }

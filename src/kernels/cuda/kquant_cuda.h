@@ -21,9 +21,12 @@ extern "C" { /* core.h has no C++ guard of its own */
 #endif
 
 #include "core/core.h"
+#include "kernels/cuda/ops_cuda.h" /* og_gemv_cuda_part */
 
 /* Rows of x a k-quant gemv takes in one launch (each weight read once). */
 #define OG_KQUANT_GEMV_CUDA_MAX_T 8
+/* Products of one x a multi-part launch takes (og_kquant_gemv_int8_multi_cuda). */
+#define OG_KQUANT_GEMV_CUDA_MAX_PARTS OG_GEMV_CUDA_MAX_PARTS
 
 /* out = x @ w^T (+ bias), T in [1, OG_KQUANT_GEMV_CUDA_MAX_T]: a warp per
  * output feature, the weights streamed once for all T rows. bias NULL or
@@ -56,21 +59,31 @@ og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq /* T rows of K *
                                    const float *bias /* [N] or NULL */, og_dtype dt, int64_t T, int64_t K, int64_t N,
                                    float *out /* [T, N] */);
 
-/* The integer gemv in its second cut (kquant.cu, "v2"): the same units,
- * integers and per-unit f32 terms, a block of 128 threads splitting K for
- * a few output features, the warps' sums added through shared memory; its
- * sums of unit terms are ordered differently (each lane ceil(K / 32768)
- * terms, 5 shuffle levels, 2 levels across the warps), else the same
- * bounds. og_kquant_gemv_int8_cuda runs the variant
- * og_kquant_gemv_cuda_variant(T) names: 2 at 1 or 2 rows, 1 from 3 rows on
- * (where each was faster on an H200); OG_CUDA_KQUANT_GEMV=v2 or dp4a makes
- * it 2 or 1 at every T (read at each call).
- * og_kquant_gemv_int8_variant_cuda runs variant 1 (gemv_dp4a_kernel) or 2
- * whatever the environment says (tests, benchmarks). */
+/* The integer gemv's variants: 1, the first cut (gemv_dp4a_kernel: a warp
+ * takes 2 or 4 output features for the whole of K); 2, the second cut
+ * (gemv_v2_kernel: a block of 128 threads splits K for a few output
+ * features, the warps' sums added through shared memory, so its sums of
+ * unit terms are ordered differently: each lane ceil(K / 32768) terms, 5
+ * shuffle levels, 2 levels across the warps; else the same bounds); 3, the
+ * streamed one (gemv_stream_kernel: the first cut's lanes and order of
+ * sums, so its outputs bit for bit, with a warp's loads kept in flight
+ * across its tasks, and several products of one x in one launch).
+ * og_kquant_gemv_int8_cuda runs the variant og_kquant_gemv_cuda_variant(T)
+ * names: 3 at 1 or 2 rows, 1 from 3 rows on; OG_CUDA_KQUANT_GEMV=stream, v2
+ * or dp4a makes it 3, 2 or 1 at every T (read at each call).
+ * og_kquant_gemv_int8_variant_cuda runs the variant it is given whatever
+ * the environment says (tests, benchmarks). */
 int og_kquant_gemv_cuda_variant(int64_t T);
 og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq /* T rows of K */,
                                            const void *w /* [N, K] */, const float *bias /* [N] or NULL */,
                                            og_dtype dt, int64_t T, int64_t K, int64_t N, float *out /* [T, N] */);
+
+/* The products of one x (its terms xq) by n_parts weights of one k-quant
+ * dtype (biases f32 or NULL): with variant 3 (og_kquant_gemv_cuda_variant,
+ * or variant > 0 given) in one launch, else part by part. variant 0: the
+ * environment's choice. */
+og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, const void *xq /* T rows of K */, og_dtype dt,
+                                         int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n_parts);
 
 /* Rows row0 .. row0 + rows - 1 of a [N, K] k-quant weight as f32, bit for
  * bit og_kquant_dequantize_row's: the panel a cuBLAS product of a wide step
