@@ -393,7 +393,7 @@ static bool weights_alike(const ref_ctx *c, const og_program_instr *a, const og_
     const og_program_tensor *wa = og_program_tensor_at(c->prog, a->in[1].index);
     const og_program_tensor *wb = og_program_tensor_at(c->prog, b->in[1].index);
     return a->in[1].kind == OG_VALUE_TENSOR && b->in[1].kind == OG_VALUE_TENSOR && wa->dtype == wb->dtype &&
-           a->n_in == b->n_in && !og_dtype_is_kquant(wa->dtype);
+           a->n_in == b->n_in;
 }
 
 static void ref_find_groups(ref_ctx *c) {

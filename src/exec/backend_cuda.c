@@ -1245,7 +1245,8 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
         instr_io sw;
         instr_operands(x, mi[2], &sw);
         const og_program_instr *g = og_program_instr_at(m->prog, i);
-        if (T > gemv_rows(x) && a.out && b.out) { /* one split of x for both products */
+        /* one split of x for both products; k-quants: x's terms written once */
+        if ((T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) && a.out && b.out) {
             const og_gemv_cuda_part parts[2] = {{a.v[1], g->n_in > 2 ? a.v[2] : NULL, g->out_width, a.out},
                                                 {b.v[1], g->n_in > 2 ? b.v[2] : NULL, g->out_width, b.out}};
             OG_TRY(products(x, a.v[0], a.dt[1], T, a.w[0], parts, 2));
@@ -1255,14 +1256,15 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
             if (hi) x->hi->next = sw.out;
             return OG_OK;
         }
-        if (T > gemv_rows(x)) break;
+        if (T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) break;
         return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
                                         b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
     }
     case OG_FUSE_PRODUCTS:
     case OG_FUSE_ONE: {
         const int64_t T = instr_operands(x, i, &a);
-        if (T > gemv_rows(x) && sp->kind == OG_FUSE_PRODUCTS) { /* one split of x for every product */
+        /* one split of x for every product; k-quants: x's terms written once */
+        if ((T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) && sp->kind == OG_FUSE_PRODUCTS) {
             og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
             for (int32_t k = 0; k < n; k++) {
                 const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
@@ -1271,7 +1273,7 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
             }
             return products(x, a.v[0], a.dt[1], T, a.w[0], parts, n);
         }
-        if (T > gemv_rows(x) || (sp->kind == OG_FUSE_ONE && !pro)) break;
+        if (T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1]) || (sp->kind == OG_FUSE_ONE && !pro)) break;
         og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
         for (int32_t k = 0; k < n; k++) {
             const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
