@@ -3,9 +3,11 @@
  * int8 terms by og_kquant_quantize_x_cuda, then og_kquant_gemv_int8_cuda per
  * part, "dp4a"; its time includes the quantization) and the integer gemv's
  * second cut ("v2", og_kquant_gemv_int8_variant_cuda variant 2, the same
- * quantization included) and its streamed one ("stream", variant 3: every
- * part of the shape in one launch by og_kquant_gemv_int8_multi_cuda, the
- * same quantization included) on the products of the
+ * quantization included) and its streamed one ("stream", variant 3, as the
+ * back end calls it: og_kquant_gemv_x_multi_cuda, every part of the shape in
+ * one launch whose blocks write x's terms themselves where they fit, else
+ * after the quantization; OG_CUDA_KQUANT_GEMV=stream makes it variant 3 at
+ * T = 4 and 8 too) on the products of the
  * Qwen3-8B shape: hidden 4096, q/k/v 4096 + 1024 + 1024 (one x, three
  * products), o 4096 x 4096, gate/up 12288 + 12288 x 4096, down 4096 x
  * 12288, head 151936 x 4096; weights q4_k, q5_k and q6_k; T = 1, 2, 4, 8
@@ -97,7 +99,7 @@ static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **con
         CK(cudaEventRecord(e0, st));
         for (int b = 0; b < BATCH; b++, c = (c + 1) % copies) {
             og_status stt = OG_OK;
-            if (which != F32X) stt = og_kquant_quantize_x_cuda(st, x, T, s->K, xq);
+            if (which != F32X && which != STREAM) stt = og_kquant_quantize_x_cuda(st, x, T, s->K, xq);
             int64_t off = 0;
             if (which == STREAM && stt == OG_OK) {
                 og_gemv_cuda_part parts[3];
@@ -105,7 +107,7 @@ static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **con
                     parts[p] = (og_gemv_cuda_part){w[p][c], NULL, s->N[p], out + T * off};
                     off += s->N[p];
                 }
-                stt = og_kquant_gemv_int8_multi_cuda(st, 3, xq, dt, T, s->K, parts, s->parts);
+                stt = og_kquant_gemv_x_multi_cuda(st, x, xq, dt, T, s->K, parts, s->parts);
             }
             for (int p = 0; p < s->parts && stt == OG_OK && which != QUANT_ONLY && which != STREAM; p++) {
                 stt = which == F32X ? og_kquant_gemv_cuda(st, x, w[p][c], NULL, dt, T, s->K, s->N[p], out + T * off)

@@ -33,7 +33,10 @@
  *    on every case, 2 and 3 again through og_kquant_gemv_int8_cuda with the
  *    switch set, and variant 3 once more with three parts in one launch
  *    (og_kquant_gemv_int8_multi_cuda: the first N, N / 2 + 1 and 1 rows of
- *    the weight), each part variant 1's bits for its rows; v2 also on
+ *    the weight), each part variant 1's bits for its rows, and again from
+ *    f32 x (og_kquant_gemv_x_multi_cuda: each block writes x's terms into
+ *    its shared memory where they fit, else they go through a scratch);
+ *    v2 also on
  *    N 4227 (K 4096) and 2001 (K 2048), every T: its blocks of 4 and 2 rows
  *    (on 132 SMs; fewer than 6 blocks an SM of them take 1) and their tails, and
  *    the 8B products' shapes (K 4096 N 6144, K 12288 N 4096; T 1, 2, 5, 8),
@@ -312,8 +315,10 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
         }
         /* several parts in one launch (the q, k, v of a layer): the first
            N, N / 2 + 1 and 1 rows of the weight, the bias on the first only;
-           each part gives variant 1's bits for its rows */
-        {
+           each part gives variant 1's bits for its rows: from xq, then from
+           x (the terms written by each block where they fit, else into a
+           fresh scratch first) */
+        for (int from_x = 0; from_x < 2; from_x++) {
             const int64_t Np[3] = {N, N / 2 + 1, 1};
             float *douts[3];
             og_gemv_cuda_part parts[3];
@@ -321,8 +326,13 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
                 douts[i] = poisoned((size_t)(T * Np[i]));
                 parts[i] = (og_gemv_cuda_part){dw, i == 0 ? dbias : NULL, Np[i], douts[i]};
             }
-            CHECK_OK(og_kquant_gemv_int8_multi_cuda(NULL, 3, dxq, dt, T, K, parts, 3));
+            void *scratch = NULL;
+            CK(cudaMalloc(&scratch, xq_bytes));
+            CK(cudaMemset(scratch, 0xA5, xq_bytes));
+            if (from_x) CHECK_OK(og_kquant_gemv_x_multi_cuda(NULL, dx, scratch, dt, T, K, parts, 3));
+            else CHECK_OK(og_kquant_gemv_int8_multi_cuda(NULL, 3, dxq, dt, T, K, parts, 3));
             CK(cudaDeviceSynchronize());
+            CK(cudaFree(scratch));
             for (int i = 0; i < 3; i++) {
                 float *o = down(douts[i], (size_t)(T * Np[i]));
                 int bad = 0;
@@ -335,8 +345,8 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
                         else bad += !(fabs((double)got - want) <= 2 * U * (fabs((double)want) + fabs((double)bias[n])) ||
                                       (isnan(got) && isnan(want)));
                     }
-                CHECK_MSG(bad == 0, "int8 gemv multi-part %s K=%lld N=%lld T=%lld part %d: %d outputs differ", og_dtype_name(dt),
-                          (long long)K, (long long)N, (long long)T, i, bad);
+                CHECK_MSG(bad == 0, "int8 gemv multi-part%s %s K=%lld N=%lld T=%lld part %d: %d outputs differ",
+                          from_x ? " from x" : "", og_dtype_name(dt), (long long)K, (long long)N, (long long)T, i, bad);
                 free(o);
                 CK(cudaFree(douts[i]));
             }
@@ -377,6 +387,8 @@ static void check_refusals(void) {
     og_gemv_cuda_part five[5] = {{dw, NULL, 2, dout}, {dw, NULL, 2, dout}, {dw, NULL, 2, dout}, {dw, NULL, 2, dout},
                                  {dw, NULL, 2, dout}};
     CHECK_STATUS(og_kquant_gemv_int8_multi_cuda(NULL, 3, dx, OG_DTYPE_Q4_K, 1, 256, five, 5), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, NULL, dw, OG_DTYPE_Q4_K, 1, 256, five, 1), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, dx, dw, OG_DTYPE_Q3_K, 1, 256, five, 1), OG_ERR_UNSUPPORTED);
     five[1].N = 0;
     CHECK_STATUS(og_kquant_gemv_int8_multi_cuda(NULL, 3, dx, OG_DTYPE_Q4_K, 1, 256, five, 2), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 2, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout),

@@ -856,8 +856,7 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
                 pc[k].out = parts[k].out + t0 * parts[k].N; /* rows t0.. of [T, N] */
             }
             if (int8) {
-                OG_TRY(og_kquant_quantize_x_cuda(c->stream, in + t0 * K, tc, K, xq));
-                OG_TRY(og_kquant_gemv_int8_multi_cuda(c->stream, 0, xq, dt, tc, K, pc, n));
+                OG_TRY(og_kquant_gemv_x_multi_cuda(c->stream, in + t0 * K, xq, dt, tc, K, pc, n));
                 continue;
             }
             for (int k = 0; k < n; k++)

@@ -225,16 +225,9 @@ struct xq_block { /* og_kquant_x_cuda_bytes: one of these a row and block */
 };
 static_assert(sizeof(xq_block) == 592, "xq_block: 16-byte multiple");
 
-__global__ void __launch_bounds__(128) quantize_x_kernel(const float *__restrict__ x, int64_t K, int64_t blocks,
-                                                         xq_block *__restrict__ out) {
-    grid_wait();
-    const int lane = threadIdx.x & 31;
-    const int64_t i = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (i >= blocks) return;
-    const int64_t nb = K / QK, t = i / nb, b = i % nb;
-    const float *v = x + t * K + b * QK + 8 * lane;
-    const float4 v0 = *reinterpret_cast<const float4 *>(v), v1 = *reinterpret_cast<const float4 *>(v + 4);
-    const float e[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+/* The terms of one block of 256 elements of x, 8 a lane (e: elements 8
+ * lane .. 8 lane + 7), into q. Every lane of the warp calls it (shuffles). */
+__device__ __forceinline__ void quantize_block(const float e[8], xq_block *q, int lane) {
     float amax = 0.0f;
     bool finite = true;
 #pragma unroll
@@ -246,7 +239,6 @@ __global__ void __launch_bounds__(128) quantize_x_kernel(const float *__restrict
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     finite = __all_sync(0xffffffffu, finite);
-    xq_block *q = out + i;
     if (!finite || amax == 0.0f) {
         *reinterpret_cast<uint2 *>(q->hi + 8 * lane) = make_uint2(0, 0);
         *reinterpret_cast<uint2 *>(q->lo + 8 * lane) = make_uint2(0, 0);
@@ -273,6 +265,23 @@ __global__ void __launch_bounds__(128) quantize_x_kernel(const float *__restrict
     *reinterpret_cast<uint2 *>(q->lo + 8 * lane) = make_uint2(lw[0], lw[1]);
     if (!(lane & 1)) q->sum16[lane >> 1] = s;
     if (lane == 0) q->u = __fdiv_rn(__fdiv_rn(amax, 127.0f), 254.0f);
+}
+
+__device__ __forceinline__ void load8(const float *v, float e[8]) {
+    const float4 v0 = *reinterpret_cast<const float4 *>(v), v1 = *reinterpret_cast<const float4 *>(v + 4);
+    e[0] = v0.x, e[1] = v0.y, e[2] = v0.z, e[3] = v0.w, e[4] = v1.x, e[5] = v1.y, e[6] = v1.z, e[7] = v1.w;
+}
+
+__global__ void __launch_bounds__(128) quantize_x_kernel(const float *__restrict__ x, int64_t K, int64_t blocks,
+                                                         xq_block *__restrict__ out) {
+    grid_wait();
+    const int lane = threadIdx.x & 31;
+    const int64_t i = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (i >= blocks) return;
+    const int64_t nb = K / QK, t = i / nb, b = i % nb;
+    float e[8];
+    load8(x + t * K + b * QK + 8 * lane, e);
+    quantize_block(e, out + i, lane);
 }
 
 /* The integer gemv. A weight block of 256 is cut into 8 units of 32
@@ -684,9 +693,34 @@ struct stream_params {
     int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
     int64_t first[OG_KQUANT_GEMV_CUDA_MAX_PARTS + 1];
     int n;
-    const xq_block *xq;
+    const xq_block *xq; /* x's terms, or NULL: the kernel writes them (STAGE) from x */
+    const float *x;
     int64_t nb, T;
 };
+
+/* x's terms staged in shared memory by each block: up to 110 KB, so that two
+ * blocks fit an SM (228 KB, 1 KB of it reserved a block). */
+constexpr int64_t S_STAGE_MAX = 110 * 1024;
+inline int64_t stage_bytes(int64_t T, int64_t nb) { return T * nb * (int64_t)sizeof(xq_block); }
+
+/* The terms of the T rows of x into sx (T x nb blocks), a warp a block of
+ * 256, the loads of two blocks a warp issued together. */
+__device__ __forceinline__ void stage_x(const float *x, int64_t T, int64_t nb, xq_block *sx, int warp, int lane) {
+    const int64_t blocks = T * nb;
+    for (int64_t i0 = warp; i0 < blocks; i0 += 2 * S_WARPS) {
+        float e[2][8];
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const int64_t i = i0 + b * S_WARPS;
+            if (i < blocks) load8(x + (i / nb) * nb * QK + (i % nb) * QK + 8 * lane, e[b]);
+        }
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const int64_t i = i0 + b * S_WARPS;
+            if (i < blocks) quantize_block(e[b], sx + i, lane);
+        }
+    }
+}
 
 /* The part of a task and its first feature (R features a task). */
 template <int R> __device__ __forceinline__ int stream_part(const stream_params &p, int64_t task, int64_t *n0) {
@@ -727,9 +761,12 @@ template <og_dtype DT, int R> struct stream_loader {
     }
 };
 
-/* MT: rows of x the accumulators are sized for (T <= MT). */
-template <og_dtype DT, int R, int MT>
+/* MT: rows of x the accumulators are sized for (T <= MT). STAGE: x's terms
+ * written by every block into its shared memory (as quantize_x_kernel
+ * writes them) instead of read from p.xq. */
+template <og_dtype DT, int R, int MT, bool STAGE>
 __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params p) {
+    extern __shared__ uint4 smem_kq[];
     constexpr int U = stream_inflight<DT>() / R; /* steps in flight */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, up = lane & 7;
     const int bb = block_bytes(DT);
@@ -744,6 +781,13 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
 #pragma unroll
     for (int u = 0; u < U; u++) ld.issue(p, ntasks, stride, steps, bb, lane, buf[u]);
     grid_wait();
+    const xq_block *xq = p.xq;
+    if (STAGE) {
+        xq_block *sx = reinterpret_cast<xq_block *>(smem_kq);
+        stage_x(p.x, T, nb, sx, warp, lane);
+        __syncthreads();
+        xq = sx;
+    }
     float acc[MT][R];
 #pragma unroll
     for (int t = 0; t < MT; t++)
@@ -764,7 +808,7 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
                 for (int r = 0; r < R; r++) decode_unit<DT>(cur[r], up, cu[r]);
 #pragma unroll
                 for (int t = 0; t < MT; t++)
-                    if (t < T) unit_rows<DT, R>(p.xq + t * nb + kb, e1, cu, acc[t]);
+                    if (t < T) unit_rows<DT, R>(xq + t * nb + kb, e1, cu, acc[t]);
             }
             if (++st < steps) continue;
             /* the task's last step: its outputs */
@@ -792,7 +836,7 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
 /* The grid: as few blocks as give every warp the same number of tasks
  * within one, two blocks an SM at most, at least one an SM while tasks
  * last. */
-template <og_dtype DT, int R, int MT> void launch_stream(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
+template <og_dtype DT, int R, int MT> og_status launch_stream(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
     int64_t tasks = 0;
     for (int i = 0; i < n; i++) {
         p.first[i] = tasks;
@@ -803,28 +847,41 @@ template <og_dtype DT, int R, int MT> void launch_stream(cudaStream_t st, stream
     const int64_t each = (tasks + warps_max - 1) / warps_max;
     int64_t blocks = ((tasks + each - 1) / each + S_WARPS - 1) / S_WARPS;
     if (blocks < sms) blocks = tasks < sms ? tasks : sms;
-    launch_pdl(gemv_stream_kernel<DT, R, MT>, dim3((unsigned)blocks), dim3(S_THREADS), st, p);
+    if (!p.xq) {
+        void (*kernel)(stream_params) = gemv_stream_kernel<DT, R, MT, true>;
+        static const cudaError_t allowed =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S_STAGE_MAX);
+        if (allowed != cudaSuccess) {
+            (void)cudaGetLastError();
+            return og_set_error(OG_ERR_BACKEND, "kquant_gemv_cuda: %lld bytes of shared memory refused: %s",
+                                (long long)S_STAGE_MAX, cudaGetErrorString(allowed));
+        }
+        launch_pdl_smem(kernel, dim3((unsigned)blocks), dim3(S_THREADS), (size_t)stage_bytes(p.T, p.nb), st, p);
+    } else {
+        launch_pdl(gemv_stream_kernel<DT, R, MT, false>, dim3((unsigned)blocks), dim3(S_THREADS), st, p);
+    }
+    return OG_OK;
 }
 
 /* Rows a task: 4 where every warp of two blocks an SM still gets two tasks
  * or more (x's terms then serve 4 weight rows; q4_k at one row of x only,
  * where that fits 128 registers without spilling), 2 where it gets one,
  * else 1 (a small product's rows spread over every warp). */
-template <og_dtype DT, int MT> void stream_rows(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
+template <og_dtype DT, int MT> og_status stream_rows(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
     int64_t rows = 0;
     for (int i = 0; i < n; i++) rows += N[i];
     const int64_t warps = (int64_t)sm_count() * 2 * S_WARPS;
     if constexpr (DT == OG_DTYPE_Q4_K && MT == 1) {
         if (rows >= 8 * warps) return launch_stream<DT, 4, MT>(st, p, N, n);
     }
-    if (rows >= 2 * warps) launch_stream<DT, 2, MT>(st, p, N, n);
-    else launch_stream<DT, 1, MT>(st, p, N, n);
+    if (rows >= 2 * warps) return launch_stream<DT, 2, MT>(st, p, N, n);
+    return launch_stream<DT, 1, MT>(st, p, N, n);
 }
 
-template <og_dtype DT> void gemv_stream_t(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
-    if (p.T == 1) stream_rows<DT, 1>(st, p, N, n);
-    else if (p.T == 2) stream_rows<DT, 2>(st, p, N, n);
-    else stream_rows<DT, OG_KQUANT_GEMV_CUDA_MAX_T>(st, p, N, n);
+template <og_dtype DT> og_status gemv_stream_t(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
+    if (p.T == 1) return stream_rows<DT, 1>(st, p, N, n);
+    if (p.T == 2) return stream_rows<DT, 2>(st, p, N, n);
+    return stream_rows<DT, OG_KQUANT_GEMV_CUDA_MAX_T>(st, p, N, n);
 }
 
 /* ---- dequantization and embedding: a thread per element ---- */
@@ -1022,9 +1079,10 @@ static og_status check_int8(const char *op, const void *xq, const void *w, const
     return OG_OK;
 }
 
-/* Variant 3 over n parts (checked). */
-static og_status gemv_stream(const char *op, cudaStream_t st, const void *xq, og_dtype dt, int64_t T, int64_t K,
-                             const og_gemv_cuda_part *parts, int n) {
+/* Variant 3 over n parts (checked): from x's terms xq, or with xq NULL
+ * from x, each block writing the terms (they fit S_STAGE_MAX). */
+static og_status gemv_stream(const char *op, cudaStream_t st, const void *xq, const float *x, og_dtype dt, int64_t T,
+                             int64_t K, const og_gemv_cuda_part *parts, int n) {
     stream_params p;
     memset(&p, 0, sizeof p);
     int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
@@ -1036,14 +1094,16 @@ static og_status gemv_stream(const char *op, cudaStream_t st, const void *xq, og
     }
     p.n = n;
     p.xq = static_cast<const xq_block *>(xq);
+    p.x = x;
     p.nb = K / QK;
     p.T = T;
+    og_status rc;
     switch (dt) {
-    case OG_DTYPE_Q4_K: gemv_stream_t<OG_DTYPE_Q4_K>(st, p, N, n); break;
-    case OG_DTYPE_Q5_K: gemv_stream_t<OG_DTYPE_Q5_K>(st, p, N, n); break;
-    default: gemv_stream_t<OG_DTYPE_Q6_K>(st, p, N, n); break;
+    case OG_DTYPE_Q4_K: rc = gemv_stream_t<OG_DTYPE_Q4_K>(st, p, N, n); break;
+    case OG_DTYPE_Q5_K: rc = gemv_stream_t<OG_DTYPE_Q5_K>(st, p, N, n); break;
+    default: rc = gemv_stream_t<OG_DTYPE_Q6_K>(st, p, N, n); break;
     }
-    return launched(op);
+    return rc != OG_OK ? rc : launched(op);
 }
 
 static og_status gemv_int8(const char *op, int variant, const void *xq, const void *w, const float *bias,
@@ -1053,7 +1113,7 @@ static og_status gemv_int8(const char *op, int variant, const void *xq, const vo
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (variant == 3) {
         const og_gemv_cuda_part part = {w, bias, N, out};
-        return gemv_stream(op, st, xq, dt, T, K, &part, 1);
+        return gemv_stream(op, st, xq, NULL, dt, T, K, &part, 1);
     }
     const xq_block *xb = static_cast<const xq_block *>(xq);
     const uint8_t *wb = static_cast<const uint8_t *>(w);
@@ -1104,5 +1164,25 @@ extern "C" og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, c
             if (rc != OG_OK) return rc;
         }
     }
-    return v == 3 ? gemv_stream(op, static_cast<cudaStream_t>(stream), xq, dt, T, K, parts, n) : OG_OK;
+    return v == 3 ? gemv_stream(op, static_cast<cudaStream_t>(stream), xq, NULL, dt, T, K, parts, n) : OG_OK;
+}
+
+extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, void *xq, og_dtype dt, int64_t T,
+                                                int64_t K, const og_gemv_cuda_part *parts, int n) {
+    const char *op = "kquant_gemv_x_multi_cuda";
+    if (!x || !aligned16(x) || !parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x is NULL or not 16-byte aligned, or %d parts (1 to %d)", op,
+                            n, OG_KQUANT_GEMV_CUDA_MAX_PARTS);
+    const int v = og_kquant_gemv_cuda_variant(T);
+    if (v == 3 && K >= QK && K % QK == 0 && T >= 1 && T <= OG_KQUANT_GEMV_CUDA_MAX_T &&
+        stage_bytes(T, K / QK) <= S_STAGE_MAX) {
+        for (int i = 0; i < n; i++) {
+            /* x stands in for xq: the checks of xq (non-NULL, aligned) hold for it */
+            og_status rc = check_int8(op, x, parts[i].weight, parts[i].out, dt, T, K, parts[i].N);
+            if (rc != OG_OK) return rc;
+        }
+        return gemv_stream(op, static_cast<cudaStream_t>(stream), NULL, x, dt, T, K, parts, n);
+    }
+    og_status rc = og_kquant_quantize_x_cuda(stream, x, T, K, xq);
+    return rc != OG_OK ? rc : og_kquant_gemv_int8_multi_cuda(stream, v, xq, dt, T, K, parts, n);
 }

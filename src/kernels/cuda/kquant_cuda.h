@@ -85,6 +85,16 @@ og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void
 og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, const void *xq /* T rows of K */, og_dtype dt,
                                          int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n_parts);
 
+/* The same products from f32 x: where variant 3 is chosen
+ * (og_kquant_gemv_cuda_variant(T)) and the T rows' terms fit a block's
+ * shared memory (T x K / 256 x 592 bytes <= 110 KB: K 12288 up to 3 rows, K
+ * 4096 up to 8), one launch whose every block writes the terms for itself
+ * (the same terms, so the same outputs); else the terms written into xq
+ * (og_kquant_x_cuda_bytes(T, K)) by og_kquant_quantize_x_cuda, then
+ * og_kquant_gemv_int8_multi_cuda. */
+og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x /* [T, K] */, void *xq, og_dtype dt, int64_t T,
+                                      int64_t K, const og_gemv_cuda_part *parts, int n_parts);
+
 /* Rows row0 .. row0 + rows - 1 of a [N, K] k-quant weight as f32, bit for
  * bit og_kquant_dequantize_row's: the panel a cuBLAS product of a wide step
  * multiplies. */
