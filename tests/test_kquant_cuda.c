@@ -280,12 +280,14 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
             if (run < 3) CHECK_OK(og_kquant_gemv_int8_variant_cuda(NULL, v, dxq, dw, dbias, dt, T, K, N, dout));
             else {
                 setenv("OG_CUDA_KQUANT_GEMV", v == 2 ? "v2" : "stream", 1);
-                CHECK(og_kquant_gemv_cuda_variant(T) == v && og_kquant_gemv_cuda_int8_wanted());
+                CHECK(og_kquant_gemv_cuda_variant_for(T, dt, 1) == v && og_kquant_gemv_cuda_int8_wanted());
                 CHECK_OK(og_kquant_gemv_int8_cuda(NULL, dxq, dw, dbias, dt, T, K, N, dout));
                 setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1);
-                CHECK(og_kquant_gemv_cuda_variant(T) == 1);
+                CHECK(og_kquant_gemv_cuda_variant_for(T, dt, 3) == 1);
                 unsetenv("OG_CUDA_KQUANT_GEMV");
-                CHECK(og_kquant_gemv_cuda_variant(T) == (T <= 2 ? 3 : 1)); /* the default: by rows */
+                /* the default: by rows, dtype and parts */
+                CHECK(og_kquant_gemv_cuda_variant_for(T, dt, 1) == (T == 1 && dt == OG_DTYPE_Q4_K ? 3 : T <= 2 ? 2 : 1));
+                CHECK(og_kquant_gemv_cuda_variant_for(T, dt, 3) == (T <= 2 ? 3 : 1));
             }
             CK(cudaDeviceSynchronize());
             float *out = down(dout, (size_t)(T * N));
@@ -550,11 +552,14 @@ int main(void) {
         CHECK(og_kquant_gemv_cuda_int8_wanted());
         check_backend(dir);
         setenv("OG_CUDA_KQUANT_GEMV", "v2", 1); /* the integer gemv's second cut */
-        CHECK(og_kquant_gemv_cuda_int8_wanted() && og_kquant_gemv_cuda_variant(1) == 2 &&
-              og_kquant_gemv_cuda_variant(8) == 2);
+        CHECK(og_kquant_gemv_cuda_int8_wanted() && og_kquant_gemv_cuda_variant_for(1, OG_DTYPE_Q4_K, 3) == 2 &&
+              og_kquant_gemv_cuda_variant_for(8, OG_DTYPE_Q6_K, 1) == 2);
+        check_backend(dir);
+        setenv("OG_CUDA_KQUANT_GEMV", "stream", 1); /* the streamed one at every T */
+        CHECK(og_kquant_gemv_cuda_variant_for(1, OG_DTYPE_Q6_K, 1) == 3 && og_kquant_gemv_cuda_variant_for(8, OG_DTYPE_Q4_K, 3) == 3);
         check_backend(dir);
         setenv("OG_CUDA_KQUANT_GEMV", "dp4a", 1); /* the first cut at every T */
-        CHECK(og_kquant_gemv_cuda_variant(1) == 1);
+        CHECK(og_kquant_gemv_cuda_variant_for(1, OG_DTYPE_Q4_K, 3) == 1);
         check_backend(dir);
         unsetenv("OG_CUDA_KQUANT_GEMV");
         char p[600];

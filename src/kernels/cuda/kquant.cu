@@ -440,6 +440,39 @@ template <og_dtype DT> __device__ __forceinline__ void decode_unit(const unit_ra
     }
 }
 
+/* load_raw for a warp whose 8 lanes p = 0..7 of a group take the 8 units
+ * of one block (the streamed gemv): q4_k / q5_k lanes load one word of the
+ * block's 16-byte header each (word p % 4) into hd.x instead of all four,
+ * and share_header gathers the four before decoding: 4 registers a unit
+ * less to keep in flight. q6_k as load_raw. */
+template <og_dtype DT> __device__ __forceinline__ void load_raw_shared(const uint8_t *b, int p, unit_raw &r) {
+    if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
+        const int c = p >> 1, l0 = 16 * (p & 1);
+        r.hd.x = __ldg(reinterpret_cast<const uint32_t *>(b) + (p & 3));
+        const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0));
+        r.q[0] = q.x, r.q[1] = q.y, r.q[2] = q.z, r.q[3] = q.w;
+        if (DT == OG_DTYPE_Q5_K) {
+            const uint4 h = __ldg(reinterpret_cast<const uint4 *>(b + 16 + l0));
+            r.h[0] = h.x, r.h[1] = h.y, r.h[2] = h.z, r.h[3] = h.w;
+        }
+    } else {
+        load_raw<DT>(b, p, r);
+    }
+}
+
+/* The header words of load_raw_shared from the group's lanes 0..3. Every
+ * lane of the warp calls it (shuffles). */
+template <og_dtype DT> __device__ __forceinline__ void share_header(unit_raw &r, int lane) {
+    if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
+        const int g = lane & ~7;
+        const uint32_t w = r.hd.x;
+        r.hd.x = __shfl_sync(0xffffffffu, w, g);
+        r.hd.y = __shfl_sync(0xffffffffu, w, g + 1);
+        r.hd.z = __shfl_sync(0xffffffffu, w, g + 2);
+        r.hd.w = __shfl_sync(0xffffffffu, w, g + 3);
+    }
+}
+
 template <og_dtype DT> __device__ __forceinline__ void load_unit(const uint8_t *b, int p, unit_w<DT> &u) {
     unit_raw r;
     load_raw<DT>(b, p, r);
@@ -682,9 +715,10 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
  *    part i owns tasks first[i] .. first[i + 1] - 1. */
 
 constexpr int S_WARPS = 8, S_THREADS = 32 * S_WARPS;
-/* Row steps in flight a lane (R rows x steps ahead): q4_k's raw unit is 8
- * registers (18 bytes of the row), q5_k's and q6_k's 12 (22, 26). */
-template <og_dtype DT> constexpr int stream_inflight() { return 4; }
+/* Row steps in flight a lane (R rows x steps ahead): q4_k's raw unit is 5
+ * registers (18 bytes of the row: a header word and 16 bytes of nibbles),
+ * q5_k's 9 and q6_k's 12 (22, 26). */
+template <og_dtype DT> constexpr int stream_inflight() { return DT == OG_DTYPE_Q4_K ? 8 : 4; }
 
 struct stream_params {
     const uint8_t *w[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
@@ -752,7 +786,7 @@ template <og_dtype DT, int R> struct stream_loader {
         const int64_t kb = 4 * step + (lane >> 3);
         if (kb < p.nb)
 #pragma unroll
-            for (int r = 0; r < R; r++) load_raw<DT>(row[r] + kb * bb, lane & 7, u[r]);
+            for (int r = 0; r < R; r++) load_raw_shared<DT>(row[r] + kb * bb, lane & 7, u[r]);
         if (++step == steps) {
             step = 0;
             task += stride;
@@ -801,6 +835,8 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
 #pragma unroll
             for (int r = 0; r < R; r++) cur[r] = buf[u][r];
             ld.issue(p, ntasks, stride, steps, bb, lane, buf[u]);
+#pragma unroll
+            for (int r = 0; r < R; r++) share_header<DT>(cur[r], lane);
             const int64_t kb = 4 * st + (lane >> 3);
             if (kb < nb) {
                 unit_w<DT> cu[R];
@@ -1050,16 +1086,18 @@ extern "C" og_status og_kquant_quantize_x_cuda(void *stream, const float *x, int
     return launched(op);
 }
 
-extern "C" int og_kquant_gemv_cuda_variant(int64_t T) {
+extern "C" int og_kquant_gemv_cuda_variant_for(int64_t T, og_dtype dt, int n_parts) {
     const char *v = getenv("OG_CUDA_KQUANT_GEMV");
     if (v && strcmp(v, "stream") == 0) return 3;
     if (v && strcmp(v, "v2") == 0) return 2;
     if (v && strcmp(v, "dp4a") == 0) return 1;
-    /* measured on an H200 (bench_kquant_cuda, 8B products): v2 is faster
-       than the first cut at 1 and 2 rows (8B Q4_K_M decode 194.5 -> 218.2
-       tok/s), the first cut from 4 rows on; the streamed one replaces v2
-       (bench/gpu/notes.md, "The streamed k-quant GEMV") */
-    return T <= 2 ? 3 : 1;
+    /* measured on an H100 (bench_kquant_cuda, 8B products; bench/gpu/notes.md,
+       "The streamed k-quant GEMV"): the streamed one wins where one launch
+       serves several parts without a launch to write x's terms (q, k, v;
+       gate and up) and on every q4_k product at one row; v2 (the second
+       cut) elsewhere at 1 and 2 rows, the first cut from 3 rows on */
+    if (T <= 2 && (n_parts > 1 || (T == 1 && dt == OG_DTYPE_Q4_K))) return 3;
+    return T <= 2 ? 2 : 1;
 }
 
 /* The checks every integer gemv entry makes of a product. */
@@ -1136,8 +1174,8 @@ static og_status gemv_int8(const char *op, int variant, const void *xq, const vo
 
 extern "C" og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq, const void *w, const float *bias,
                                               og_dtype dt, int64_t T, int64_t K, int64_t N, float *out) {
-    return gemv_int8("kquant_gemv_int8_cuda", og_kquant_gemv_cuda_variant(T), xq, w, bias, dt, T, K, N, out,
-                     stream);
+    return gemv_int8("kquant_gemv_int8_cuda", og_kquant_gemv_cuda_variant_for(T, dt, 1), xq, w, bias, dt, T, K, N,
+                     out, stream);
 }
 
 extern "C" og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq, const void *w,
@@ -1154,7 +1192,7 @@ extern "C" og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, c
     if (variant < 0 || variant > 3 || !parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: variant %d (0 to 3), %d parts (1 to %d)", op, variant, n,
                             OG_KQUANT_GEMV_CUDA_MAX_PARTS);
-    const int v = variant ? variant : og_kquant_gemv_cuda_variant(T);
+    const int v = variant ? variant : og_kquant_gemv_cuda_variant_for(T, dt, n);
     for (int i = 0; i < n; i++) {
         og_status rc = check_int8(op, xq, parts[i].weight, parts[i].out, dt, T, K, parts[i].N);
         if (rc != OG_OK) return rc;
@@ -1173,7 +1211,7 @@ extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, v
     if (!x || !aligned16(x) || !parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x is NULL or not 16-byte aligned, or %d parts (1 to %d)", op,
                             n, OG_KQUANT_GEMV_CUDA_MAX_PARTS);
-    const int v = og_kquant_gemv_cuda_variant(T);
+    const int v = og_kquant_gemv_cuda_variant_for(T, dt, n);
     if (v == 3 && K >= QK && K % QK == 0 && T >= 1 && T <= OG_KQUANT_GEMV_CUDA_MAX_T &&
         stage_bytes(T, K / QK) <= S_STAGE_MAX) {
         for (int i = 0; i < n; i++) {

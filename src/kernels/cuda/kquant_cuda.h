@@ -68,25 +68,28 @@ og_status og_kquant_gemv_int8_cuda(void *stream, const void *xq /* T rows of K *
  * streamed one (gemv_stream_kernel: the first cut's lanes and order of
  * sums, so its outputs bit for bit, with a warp's loads kept in flight
  * across its tasks, and several products of one x in one launch).
- * og_kquant_gemv_int8_cuda runs the variant og_kquant_gemv_cuda_variant(T)
- * names: 3 at 1 or 2 rows, 1 from 3 rows on; OG_CUDA_KQUANT_GEMV=stream, v2
- * or dp4a makes it 3, 2 or 1 at every T (read at each call).
- * og_kquant_gemv_int8_variant_cuda runs the variant it is given whatever
- * the environment says (tests, benchmarks). */
-int og_kquant_gemv_cuda_variant(int64_t T);
+ * og_kquant_gemv_int8_cuda runs the variant og_kquant_gemv_cuda_variant_for
+ * (T, dt, 1) names, og_kquant_gemv_int8_multi_cuda with variant 0 and
+ * og_kquant_gemv_x_multi_cuda the one it names for their parts: 3 at 1 or
+ * 2 rows for several parts and at one row for q4_k, else 2 at 1 or 2 rows
+ * and 1 from 3 rows on (where each was fastest on an H100);
+ * OG_CUDA_KQUANT_GEMV=stream, v2 or dp4a makes it 3, 2 or 1 everywhere
+ * (read at each call). og_kquant_gemv_int8_variant_cuda runs the variant it is given
+ * whatever the environment says (tests, benchmarks). */
+int og_kquant_gemv_cuda_variant_for(int64_t T, og_dtype dt, int n_parts);
 og_status og_kquant_gemv_int8_variant_cuda(void *stream, int variant, const void *xq /* T rows of K */,
                                            const void *w /* [N, K] */, const float *bias /* [N] or NULL */,
                                            og_dtype dt, int64_t T, int64_t K, int64_t N, float *out /* [T, N] */);
 
 /* The products of one x (its terms xq) by n_parts weights of one k-quant
- * dtype (biases f32 or NULL): with variant 3 (og_kquant_gemv_cuda_variant,
+ * dtype (biases f32 or NULL): with variant 3 (og_kquant_gemv_cuda_variant_for,
  * or variant > 0 given) in one launch, else part by part. variant 0: the
  * environment's choice. */
 og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, const void *xq /* T rows of K */, og_dtype dt,
                                          int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n_parts);
 
 /* The same products from f32 x: where variant 3 is chosen
- * (og_kquant_gemv_cuda_variant(T)) and the T rows' terms fit a block's
+ * (og_kquant_gemv_cuda_variant_for(T, dt, n_parts)) and the T rows' terms fit a block's
  * shared memory (T x K / 256 x 592 bytes <= 110 KB: K 12288 up to 3 rows, K
  * 4096 up to 8), one launch whose every block writes the terms for itself
  * (the same terms, so the same outputs); else the terms written into xq
