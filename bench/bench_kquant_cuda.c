@@ -107,7 +107,7 @@ static double time_case(cudaStream_t st, const shape *s, og_dtype dt, void **con
                     parts[p] = (og_gemv_cuda_part){w[p][c], NULL, s->N[p], out + T * off};
                     off += s->N[p];
                 }
-                stt = og_kquant_gemv_x_multi_cuda(st, x, xq, dt, T, s->K, parts, s->parts);
+                stt = og_kquant_gemv_x_multi_cuda(st, x, NULL, xq, dt, T, s->K, parts, s->parts);
             }
             for (int p = 0; p < s->parts && stt == OG_OK && which != QUANT_ONLY && which != STREAM; p++) {
                 stt = which == F32X ? og_kquant_gemv_cuda(st, x, w[p][c], NULL, dt, T, s->K, s->N[p], out + T * off)

@@ -384,11 +384,6 @@ static void add_group(ref_ctx *c, int kind, int32_t n, const int32_t *members) {
     }
 }
 
-static bool kquant_product(const ref_ctx *c, const og_program_instr *a) {
-    return a->op == OG_OP_MATMUL && a->in[1].kind == OG_VALUE_TENSOR &&
-           og_dtype_is_kquant(og_program_tensor_at(c->prog, a->in[1].index)->dtype);
-}
-
 static bool weights_alike(const ref_ctx *c, const og_program_instr *a, const og_program_instr *b) {
     const og_program_tensor *wa = og_program_tensor_at(c->prog, a->in[1].index);
     const og_program_tensor *wb = og_program_tensor_at(c->prog, b->in[1].index);
@@ -458,8 +453,6 @@ static void ref_find_groups(ref_ctx *c) {
 static bool ref_takes_prologue(const ref_ctx *c, const ref_step *p, int32_t norm) {
     if (p->n_pre || !(p->kind == R_GEMVS || p->kind == R_GATE_UP || (p->kind == R_ONE && at(c, p->instr[0])->op == OG_OP_MATMUL)))
         return false;
-    for (int32_t j = 0; j < p->n; j++)
-        if (kquant_product(c, at(c, p->instr[j]))) return false;
     if ((p->instr[0] > c->last_attend) != (norm > c->last_attend)) return false;
     int32_t reads = 0;
     for (int32_t j = 0; j < p->n; j++) {

@@ -36,6 +36,10 @@
  *    the weight), each part variant 1's bits for its rows, and again from
  *    f32 x (og_kquant_gemv_x_multi_cuda: each block writes x's terms into
  *    its shared memory where they fit, else they go through a scratch);
+ *    its add + rms_norm prologue (og_kquant_gemv_x_multi_cuda with a norm)
+ *    against og_add_rms_norm_cuda then the products of its output: the
+ *    products and the sums bit for bit (q4_k, q5_k, q6_k; 1 to 3 parts; T 1,
+ *    2; K 2048 to 12288; an f32 and a bf16 norm weight);
  *    v2 also on
  *    N 4227 (K 4096) and 2001 (K 2048), every T: its blocks of 4 and 2 rows
  *    (on 132 SMs; fewer than 6 blocks an SM of them take 1) and their tails, and
@@ -331,7 +335,7 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
             void *scratch = NULL;
             CK(cudaMalloc(&scratch, xq_bytes));
             CK(cudaMemset(scratch, 0xA5, xq_bytes));
-            if (from_x) CHECK_OK(og_kquant_gemv_x_multi_cuda(NULL, dx, scratch, dt, T, K, parts, 3));
+            if (from_x) CHECK_OK(og_kquant_gemv_x_multi_cuda(NULL, dx, NULL, scratch, dt, T, K, parts, 3));
             else CHECK_OK(og_kquant_gemv_int8_multi_cuda(NULL, 3, dxq, dt, T, K, parts, 3));
             CK(cudaDeviceSynchronize());
             CK(cudaFree(scratch));
@@ -369,6 +373,66 @@ static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
     check_int8_ts(dt, K, N, random_bytes, with_bias, all_T, 8);
 }
 
+/* The add + rms_norm prologue of the streamed gemv against og_add_rms_norm_cuda
+ * then the same products from its output: the products and the sums a + b
+ * bit for bit (the normed x has add_rms_norm_kernel's bits, so its terms and
+ * every unit's integers are the same). */
+static void check_norm_prologue(og_dtype dt, int64_t K, int64_t T, int n_parts, bool bf16_weight) {
+    const int64_t N = 67, nb = K / QK;
+    float *we = malloc(sizeof(float) * (size_t)(N * K));
+    uint8_t *w = make_weights(dt, N, K, false, we);
+    uint8_t *dw = up(w, og_kquant_row_bytes(dt, K) * (size_t)N);
+    float *a = malloc(sizeof(float) * (size_t)(T * K)), *b = malloc(sizeof(float) * (size_t)(T * K));
+    float *g = malloc(sizeof(float) * (size_t)K);
+    og_rng_fill(&rng, a, (size_t)(T * K), -2.0f, 2.0f);
+    og_rng_fill(&rng, b, (size_t)(T * K), -1.0f, 1.0f);
+    og_rng_fill(&rng, g, (size_t)K, 0.5f, 1.5f);
+    uint16_t *g16 = malloc(sizeof(uint16_t) * (size_t)K);
+    for (int64_t k = 0; k < K; k++) g16[k] = og_bf16_from_f32(g[k]);
+    float *da = up(a, sizeof(float) * (size_t)(T * K)), *db = up(b, sizeof(float) * (size_t)(T * K));
+    void *dg = bf16_weight ? up(g16, sizeof(uint16_t) * (size_t)K) : up(g, sizeof(float) * (size_t)K);
+    const og_dtype gdt = bf16_weight ? OG_DTYPE_BF16 : OG_DTYPE_F32;
+    float *dsum_ref = poisoned((size_t)(T * K)), *dx = poisoned((size_t)(T * K)), *dsum = poisoned((size_t)(T * K));
+    void *dxq = NULL;
+    CK(cudaMalloc(&dxq, og_kquant_x_cuda_bytes(T, K)));
+    float *ref[OG_KQUANT_GEMV_CUDA_MAX_PARTS], *got[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    og_gemv_cuda_part pr[OG_KQUANT_GEMV_CUDA_MAX_PARTS], pg[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
+    for (int i = 0; i < n_parts; i++) {
+        const int64_t Ni = N - 16 * i;
+        ref[i] = poisoned((size_t)(T * Ni)), got[i] = poisoned((size_t)(T * Ni));
+        pr[i] = (og_gemv_cuda_part){dw, NULL, Ni, ref[i]};
+        pg[i] = (og_gemv_cuda_part){dw, NULL, Ni, got[i]};
+    }
+    const float eps = 1e-6f;
+    CHECK_OK(og_add_rms_norm_cuda(NULL, da, db, dg, gdt, T, K, eps, dsum_ref, dx, NULL));
+    CHECK_OK(og_kquant_gemv_x_multi_cuda(NULL, dx, NULL, dxq, dt, T, K, pr, n_parts));
+    const og_gemv_cuda_norm nm = {da, db, dg, gdt, eps, dsum};
+    CHECK(og_kquant_gemv_cuda_norm_takes(dt, T, K, n_parts));
+    CHECK_OK(og_kquant_gemv_x_multi_cuda(NULL, NULL, &nm, dxq, dt, T, K, pg, n_parts));
+    CK(cudaDeviceSynchronize());
+    float *s_ref = down(dsum_ref, (size_t)(T * K)), *s_got = down(dsum, (size_t)(T * K));
+    CHECK_MSG(memcmp(s_ref, s_got, sizeof(float) * (size_t)(T * K)) == 0, "norm prologue %s K=%lld T=%lld: sums differ",
+              og_dtype_name(dt), (long long)K, (long long)T);
+    for (int i = 0; i < n_parts; i++) {
+        const int64_t Ni = N - 16 * i;
+        float *r = down(ref[i], (size_t)(T * Ni)), *o = down(got[i], (size_t)(T * Ni));
+        CHECK_MSG(memcmp(r, o, sizeof(float) * (size_t)(T * Ni)) == 0,
+                  "norm prologue %s K=%lld T=%lld parts %d (%s weight) part %d: products differ from the norm then "
+                  "the gemv",
+                  og_dtype_name(dt), (long long)K, (long long)T, n_parts, bf16_weight ? "bf16" : "f32", i);
+        free(r), free(o);
+        CK(cudaFree(ref[i]));
+        CK(cudaFree(got[i]));
+    }
+    (void)nb;
+    /* refused where the kernel would not stage x (one q6_k part) and with x and norm both */
+    CHECK(!og_kquant_gemv_cuda_norm_takes(OG_DTYPE_Q6_K, 1, K, 1));
+    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, dx, &nm, dxq, dt, T, K, pg, n_parts), OG_ERR_INVALID_ARGUMENT);
+    free(s_ref), free(s_got), free(we), free(w), free(a), free(b), free(g), free(g16);
+    void *dev[] = {dw, da, db, dg, dsum_ref, dx, dsum, dxq};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CK(cudaFree(dev[i]));
+}
+
 static void check_refusals(void) {
     og_test_section("arguments refused before anything runs");
     float *dx = poisoned(1024), *dout = poisoned(1024);
@@ -389,8 +453,8 @@ static void check_refusals(void) {
     og_gemv_cuda_part five[5] = {{dw, NULL, 2, dout}, {dw, NULL, 2, dout}, {dw, NULL, 2, dout}, {dw, NULL, 2, dout},
                                  {dw, NULL, 2, dout}};
     CHECK_STATUS(og_kquant_gemv_int8_multi_cuda(NULL, 3, dx, OG_DTYPE_Q4_K, 1, 256, five, 5), OG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, NULL, dw, OG_DTYPE_Q4_K, 1, 256, five, 1), OG_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, dx, dw, OG_DTYPE_Q3_K, 1, 256, five, 1), OG_ERR_UNSUPPORTED);
+    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, NULL, NULL, dw, OG_DTYPE_Q4_K, 1, 256, five, 1), OG_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, dx, NULL, dw, OG_DTYPE_Q3_K, 1, 256, five, 1), OG_ERR_UNSUPPORTED);
     five[1].N = 0;
     CHECK_STATUS(og_kquant_gemv_int8_multi_cuda(NULL, 3, dx, OG_DTYPE_Q4_K, 1, 256, five, 2), OG_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(og_kquant_gemv_int8_variant_cuda(NULL, 2, dx, dw, NULL, OG_DTYPE_Q3_K, 1, 256, 2, dout),
@@ -535,6 +599,13 @@ int main(void) {
         }
     }
     check_refusals();
+    og_test_section("the add + rms_norm prologue of the streamed gemv");
+    for (int bf = 0; bf < 2; bf++) {
+        check_norm_prologue(OG_DTYPE_Q4_K, 4096, 1, 1, bf);
+        check_norm_prologue(OG_DTYPE_Q4_K, 4096, 2, 3, bf);
+        check_norm_prologue(OG_DTYPE_Q6_K, 2048, 1, 2, bf);
+        check_norm_prologue(OG_DTYPE_Q5_K, 12288, 2, 2, bf);
+    }
     og_test_section("dequantized panels as bf16 hi + lo, every quantized dtype");
     static const og_dtype split_types[] = {OG_DTYPE_Q8,   OG_DTYPE_Q4,   OG_DTYPE_Q2_K, OG_DTYPE_Q3_K,
                                            OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};

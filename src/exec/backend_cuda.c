@@ -856,7 +856,7 @@ static og_status quant_products(const step_run *x, const float *in, og_dtype dt,
                 pc[k].out = parts[k].out + t0 * parts[k].N; /* rows t0.. of [T, N] */
             }
             if (int8) {
-                OG_TRY(og_kquant_gemv_x_multi_cuda(c->stream, in + t0 * K, xq, dt, tc, K, pc, n));
+                OG_TRY(og_kquant_gemv_x_multi_cuda(c->stream, in + t0 * K, NULL, xq, dt, tc, K, pc, n));
                 continue;
             }
             for (int k = 0; k < n; k++)
@@ -1182,7 +1182,13 @@ static bool norm_prologue(const step_run *x, const og_fuse_step *sp, og_gemv_cud
     instr_io a, b, p;
     const int64_t T = instr_operands(x, sp->instr[0], &a);
     instr_operands(x, sp->instr[sp->n_pre], &p); /* the first product: its weights' dtype */
-    if (T > gemv_rows(x) || !og_gemv_cuda_norm_fits(p.dt[1], T, a.w[0])) return false;
+    if (T > gemv_rows(x)) return false;
+    if (og_dtype_is_kquant(p.dt[1])) { /* the streamed k-quant gemv, where it stages x */
+        const int products = sp->kind == OG_FUSE_GATE_UP ? 2 : sp->n - sp->n_pre;
+        if (!og_kquant_gemv_cuda_norm_takes(p.dt[1], T, a.w[0], products)) return false;
+    } else if (!og_gemv_cuda_norm_fits(p.dt[1], T, a.w[0])) {
+        return false;
+    }
     instr_operands(x, sp->instr[1], &b);
     const og_program_instr *norm = og_program_instr_at(x->m->prog, sp->instr[1]);
     *nm = (og_gemv_cuda_norm){a.v[0], a.v[1], b.v[1], b.dt[1], (float)norm->attrs.eps, a.out};
@@ -1244,11 +1250,13 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
         instr_io sw;
         instr_operands(x, mi[2], &sw);
         const og_program_instr *g = og_program_instr_at(m->prog, i);
-        /* one split of x for both products; k-quants: x's terms written once */
+        /* one split of x for both products; k-quants: x's terms written once
+           (with a prologue, from the norm: only k-quant steps take one here) */
         if ((T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) && a.out && b.out) {
             const og_gemv_cuda_part parts[2] = {{a.v[1], g->n_in > 2 ? a.v[2] : NULL, g->out_width, a.out},
                                                 {b.v[1], g->n_in > 2 ? b.v[2] : NULL, g->out_width, b.out}};
-            OG_TRY(products(x, a.v[0], a.dt[1], T, a.w[0], parts, 2));
+            if (pro) OG_TRY(og_kquant_gemv_x_multi_cuda(c->stream, NULL, pro, x->rs->kq_x, a.dt[1], T, a.w[0], parts, 2));
+            else OG_TRY(products(x, a.v[0], a.dt[1], T, a.w[0], parts, 2));
             *failed = mi[2];
             uint16_t *hi = hi_target(x, T, g->out_width);
             OG_TRY(og_swiglu_cuda(c->stream, a.out, b.out, T * g->out_width, sw.out, hi));
@@ -1262,14 +1270,16 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
     case OG_FUSE_PRODUCTS:
     case OG_FUSE_ONE: {
         const int64_t T = instr_operands(x, i, &a);
-        /* one split of x for every product; k-quants: x's terms written once */
-        if ((T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) && sp->kind == OG_FUSE_PRODUCTS) {
+        /* one split of x for every product; k-quants: x's terms written once
+           (with a prologue, from the norm: only k-quant steps take one here) */
+        if ((T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) && (sp->kind == OG_FUSE_PRODUCTS || pro)) {
             og_gemv_cuda_part parts[OG_GEMV_CUDA_MAX_PARTS];
             for (int32_t k = 0; k < n; k++) {
                 const og_program_instr *in = og_program_instr_at(m->prog, mi[k]);
                 instr_operands(x, mi[k], &b);
                 parts[k] = (og_gemv_cuda_part){b.v[1], in->n_in > 2 ? b.v[2] : NULL, in->out_width, b.out};
             }
+            if (pro) return og_kquant_gemv_x_multi_cuda(c->stream, NULL, pro, x->rs->kq_x, a.dt[1], T, a.w[0], parts, n);
             return products(x, a.v[0], a.dt[1], T, a.w[0], parts, n);
         }
         if (T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1]) || (sp->kind == OG_FUSE_ONE && !pro)) break;

@@ -261,14 +261,6 @@ static const og_program_tensor *weight_of(const og_fuse_program *p, const og_pro
     return in->in[1].kind == OG_VALUE_TENSOR && p->prog ? og_program_tensor_at(p->prog, in->in[1].index) : NULL;
 }
 
-/* A product whose weight is a k-quant: kquant_cuda.h's kernels, which take
- * x's int8 terms written once for the step's products (no add + norm
- * prologue). */
-static bool kquant_product(const og_fuse_program *p, const og_program_instr *in) {
-    const og_program_tensor *w = in->op == OG_OP_MATMUL ? weight_of(p, in) : NULL;
-    return w && og_dtype_is_kquant(w->dtype);
-}
-
 /* Products of one gemv launch: weights of one dtype, all with a bias or
  * none. */
 static bool weights_alike(const og_fuse_program *p, const og_program_instr *a, const og_program_instr *b) {
@@ -288,7 +280,6 @@ static bool cuda_can_fuse(const og_fuse_program *p, const og_fuse_step *s) {
     int64_t features = 0;
     for (int32_t k = 0; k < n; k++) {
         const og_program_instr *in = p->instr[mi[k]];
-        if (kquant_product(p, in)) return false;
         if (in->op == OG_OP_MATMUL) features += in->out_width;
     }
     return features <= cuda_prologue_max();

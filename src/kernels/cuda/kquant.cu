@@ -727,32 +727,73 @@ struct stream_params {
     int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
     int64_t first[OG_KQUANT_GEMV_CUDA_MAX_PARTS + 1];
     int n;
-    const xq_block *xq; /* x's terms, or NULL: the kernel writes them (STAGE) from x */
+    const xq_block *xq; /* x's terms, or NULL: the kernel writes them from x or the norm */
     const float *x;
+    /* the add + rms_norm prologue (og_gemv_cuda_norm) when nm_a is set */
+    const float *nm_a, *nm_b;
+    const void *nm_w;
+    bool nm_bf16;
+    float nm_eps;
+    float *nm_sum;
     int64_t nb, T;
 };
+
+/* Where the streamed gemv's x terms come from: p.xq (written by
+ * quantize_x_kernel), p.x, or rms_norm(a + b) (the prologue); the last two
+ * staged by every block in its shared memory. */
+enum { X_GLOBAL, X_STAGE, X_NORM };
 
 /* x's terms staged in shared memory by each block: up to 110 KB, so that two
  * blocks fit an SM (228 KB, 1 KB of it reserved a block). */
 constexpr int64_t S_STAGE_MAX = 110 * 1024;
 inline int64_t stage_bytes(int64_t T, int64_t nb) { return T * nb * (int64_t)sizeof(xq_block); }
 
-/* The terms of the T rows of x into sx (T x nb blocks), a warp a block of
- * 256, the loads of two blocks a warp issued together. */
-__device__ __forceinline__ void stage_x(const float *x, int64_t T, int64_t nb, xq_block *sx, int warp, int lane) {
-    const int64_t blocks = T * nb;
+/* The terms of the T rows of x (X_STAGE) or of rms_norm(a + b) (X_NORM,
+ * rs: each row's 1 / rms) into sx (T x nb blocks), a warp a block of 256,
+ * the loads of two blocks a warp issued together. The normed values are
+ * add_rms_norm_kernel's bits: ((a + b) * rs) * w. */
+template <int X>
+__device__ __forceinline__ void stage_x(const stream_params &p, const float *rs, xq_block *sx, int warp, int lane) {
+    const int64_t nb = p.nb, K = nb * QK, blocks = p.T * nb;
     for (int64_t i0 = warp; i0 < blocks; i0 += 2 * S_WARPS) {
         float e[2][8];
 #pragma unroll
         for (int b = 0; b < 2; b++) {
-            const int64_t i = i0 + b * S_WARPS;
-            if (i < blocks) load8(x + (i / nb) * nb * QK + (i % nb) * QK + 8 * lane, e[b]);
+            const int64_t i = i0 + b * S_WARPS, at = (i / nb) * K + (i % nb) * QK + 8 * lane;
+            if (i >= blocks) continue;
+            if (X == X_NORM) {
+                float f[8];
+                load8(p.nm_a + at, e[b]);
+                load8(p.nm_b + at, f);
+                const float r = rs[i / nb];
+#pragma unroll
+                for (int j = 0; j < 8; j++) e[b][j] = ((e[b][j] + f[j]) * r) * load_w(p.nm_w, p.nm_bf16, at - (i / nb) * K + j);
+            } else {
+                load8(p.x + at, e[b]);
+            }
         }
 #pragma unroll
         for (int b = 0; b < 2; b++) {
             const int64_t i = i0 + b * S_WARPS;
             if (i < blocks) quantize_block(e[b], sx + i, lane);
         }
+    }
+}
+
+/* Each row's 1 / rms of a + b into rs, in add_rms_norm_kernel's order (256
+ * threads, thread i summing elements i, i + 256, ... by fmaf, then
+ * block_sum); block 0 writes the sums a + b. */
+__device__ __forceinline__ void norm_scales(const stream_params &p, float *rs) {
+    const int64_t K = p.nb * QK;
+    for (int64_t t = 0; t < p.T; t++) {
+        float s = 0.0f;
+        for (int64_t i = threadIdx.x; i < K; i += S_THREADS) {
+            const float v = p.nm_a[t * K + i] + p.nm_b[t * K + i];
+            if (blockIdx.x == 0) p.nm_sum[t * K + i] = v;
+            s = fmaf(v, v, s);
+        }
+        const float r = 1.0f / sqrtf(block_sum(s) / (float)K + p.nm_eps);
+        if (threadIdx.x == 0) rs[t] = r;
     }
 }
 
@@ -795,10 +836,10 @@ template <og_dtype DT, int R> struct stream_loader {
     }
 };
 
-/* MT: rows of x the accumulators are sized for (T <= MT). STAGE: x's terms
- * written by every block into its shared memory (as quantize_x_kernel
- * writes them) instead of read from p.xq. */
-template <og_dtype DT, int R, int MT, bool STAGE>
+/* MT: rows of x the accumulators are sized for (T <= MT). X: where x's
+ * terms come from (X_GLOBAL: p.xq; else every block writes them into its
+ * shared memory as quantize_x_kernel would). */
+template <og_dtype DT, int R, int MT, int X>
 __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params p) {
     extern __shared__ uint4 smem_kq[];
     constexpr int U = stream_inflight<DT>() / R; /* steps in flight */
@@ -816,9 +857,14 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
     for (int u = 0; u < U; u++) ld.issue(p, ntasks, stride, steps, bb, lane, buf[u]);
     grid_wait();
     const xq_block *xq = p.xq;
-    if (STAGE) {
+    if (X != X_GLOBAL) {
+        __shared__ float rs[OG_KQUANT_GEMV_CUDA_MAX_T];
+        if (X == X_NORM) {
+            norm_scales(p, rs);
+            __syncthreads();
+        }
         xq_block *sx = reinterpret_cast<xq_block *>(smem_kq);
-        stage_x(p.x, T, nb, sx, warp, lane);
+        stage_x<X>(p, rs, sx, warp, lane);
         __syncthreads();
         xq = sx;
     }
@@ -884,9 +930,14 @@ template <og_dtype DT, int R, int MT> og_status launch_stream(cudaStream_t st, s
     int64_t blocks = ((tasks + each - 1) / each + S_WARPS - 1) / S_WARPS;
     if (blocks < sms) blocks = tasks < sms ? tasks : sms;
     if (!p.xq) {
-        void (*kernel)(stream_params) = gemv_stream_kernel<DT, R, MT, true>;
-        static const cudaError_t allowed =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S_STAGE_MAX);
+        void (*staged)(stream_params) = gemv_stream_kernel<DT, R, MT, X_STAGE>;
+        void (*normed)(stream_params) = gemv_stream_kernel<DT, R, MT, X_NORM>;
+        static const cudaError_t allowed = [&] {
+            const cudaError_t e = cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S_STAGE_MAX);
+            return e != cudaSuccess ? e
+                                    : cudaFuncSetAttribute(normed, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S_STAGE_MAX);
+        }();
+        void (*kernel)(stream_params) = p.nm_a ? normed : staged;
         if (allowed != cudaSuccess) {
             (void)cudaGetLastError();
             return og_set_error(OG_ERR_BACKEND, "kquant_gemv_cuda: %lld bytes of shared memory refused: %s",
@@ -894,7 +945,7 @@ template <og_dtype DT, int R, int MT> og_status launch_stream(cudaStream_t st, s
         }
         launch_pdl_smem(kernel, dim3((unsigned)blocks), dim3(S_THREADS), (size_t)stage_bytes(p.T, p.nb), st, p);
     } else {
-        launch_pdl(gemv_stream_kernel<DT, R, MT, false>, dim3((unsigned)blocks), dim3(S_THREADS), st, p);
+        launch_pdl(gemv_stream_kernel<DT, R, MT, X_GLOBAL>, dim3((unsigned)blocks), dim3(S_THREADS), st, p);
     }
     return OG_OK;
 }
@@ -1120,9 +1171,13 @@ static og_status check_int8(const char *op, const void *xq, const void *w, const
 /* Variant 3 over n parts (checked): from x's terms xq, or with xq NULL
  * from x, each block writing the terms (they fit S_STAGE_MAX). */
 static og_status gemv_stream(const char *op, cudaStream_t st, const void *xq, const float *x, og_dtype dt, int64_t T,
-                             int64_t K, const og_gemv_cuda_part *parts, int n) {
+                             int64_t K, const og_gemv_cuda_part *parts, int n, const og_gemv_cuda_norm *norm = NULL) {
     stream_params p;
     memset(&p, 0, sizeof p);
+    if (norm) {
+        p.nm_a = norm->a, p.nm_b = norm->b, p.nm_w = norm->weight, p.nm_bf16 = norm->weight_dtype == OG_DTYPE_BF16;
+        p.nm_eps = norm->eps, p.nm_sum = norm->sum;
+    }
     int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
     for (int i = 0; i < n; i++) {
         p.w[i] = static_cast<const uint8_t *>(parts[i].weight);
@@ -1205,22 +1260,44 @@ extern "C" og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, c
     return v == 3 ? gemv_stream(op, static_cast<cudaStream_t>(stream), xq, NULL, dt, T, K, parts, n) : OG_OK;
 }
 
-extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, void *xq, og_dtype dt, int64_t T,
-                                                int64_t K, const og_gemv_cuda_part *parts, int n) {
+/* Whether the streamed gemv runs from x's rows (or the norm's) staged in
+ * shared memory: variant 3 chosen and the terms fit. */
+static bool stages(og_dtype dt, int64_t T, int64_t K, int n) {
+    return og_kquant_gemv_cuda_variant_for(T, dt, n) == 3 && K >= QK && K % QK == 0 && T >= 1 &&
+           T <= OG_KQUANT_GEMV_CUDA_MAX_T && stage_bytes(T, K / QK) <= S_STAGE_MAX;
+}
+
+extern "C" bool og_kquant_gemv_cuda_norm_takes(og_dtype dt, int64_t T, int64_t K, int n_parts) {
+    return og_kquant_gemv_cuda_int8_takes(dt) && og_kquant_gemv_cuda_int8_wanted() && stages(dt, T, K, n_parts);
+}
+
+extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm, void *xq,
+                                                og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part *parts,
+                                                int n) {
     const char *op = "kquant_gemv_x_multi_cuda";
-    if (!x || !aligned16(x) || !parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
-        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: x is NULL or not 16-byte aligned, or %d parts (1 to %d)", op,
-                            n, OG_KQUANT_GEMV_CUDA_MAX_PARTS);
-    const int v = og_kquant_gemv_cuda_variant_for(T, dt, n);
-    if (v == 3 && K >= QK && K % QK == 0 && T >= 1 && T <= OG_KQUANT_GEMV_CUDA_MAX_T &&
-        stage_bytes(T, K / QK) <= S_STAGE_MAX) {
+    if (!parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d parts (1 to %d)", op, n, OG_KQUANT_GEMV_CUDA_MAX_PARTS);
+    if (norm ? x || !norm->a || !norm->b || !norm->weight || !norm->sum || !aligned16(norm->a) || !aligned16(norm->b) ||
+                   (norm->weight_dtype != OG_DTYPE_F32 && norm->weight_dtype != OG_DTYPE_BF16)
+             : !x || !aligned16(x))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "%s: give x (16-byte aligned) or a norm prologue (a, b 16-byte aligned, an f32 or bf16 "
+                            "weight, sum), not both",
+                            op);
+    if (norm && !og_kquant_gemv_cuda_norm_takes(dt, T, K, n))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: no norm prologue for %d %s parts of %lld x %lld", op, n,
+                            og_dtype_name(dt), (long long)T, (long long)K);
+    if (norm || stages(dt, T, K, n)) {
+        const void *from = norm ? (const void *)norm->a : (const void *)x;
         for (int i = 0; i < n; i++) {
-            /* x stands in for xq: the checks of xq (non-NULL, aligned) hold for it */
-            og_status rc = check_int8(op, x, parts[i].weight, parts[i].out, dt, T, K, parts[i].N);
+            /* x (or a) stands in for xq: the checks of xq (non-NULL, aligned) hold for it */
+            og_status rc = check_int8(op, from, parts[i].weight, parts[i].out, dt, T, K, parts[i].N);
             if (rc != OG_OK) return rc;
         }
-        return gemv_stream(op, static_cast<cudaStream_t>(stream), NULL, x, dt, T, K, parts, n);
+        return gemv_stream(op, static_cast<cudaStream_t>(stream), NULL, x, dt, T, K, parts, n, norm);
     }
     og_status rc = og_kquant_quantize_x_cuda(stream, x, T, K, xq);
-    return rc != OG_OK ? rc : og_kquant_gemv_int8_multi_cuda(stream, v, xq, dt, T, K, parts, n);
+    return rc != OG_OK ? rc
+                       : og_kquant_gemv_int8_multi_cuda(stream, og_kquant_gemv_cuda_variant_for(T, dt, n), xq, dt, T, K,
+                                                        parts, n);
 }

@@ -89,14 +89,20 @@ og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, const void *
                                          int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n_parts);
 
 /* The same products from f32 x: where variant 3 is chosen
- * (og_kquant_gemv_cuda_variant_for(T, dt, n_parts)) and the T rows' terms fit a block's
- * shared memory (T x K / 256 x 592 bytes <= 110 KB: K 12288 up to 3 rows, K
- * 4096 up to 8), one launch whose every block writes the terms for itself
- * (the same terms, so the same outputs); else the terms written into xq
- * (og_kquant_x_cuda_bytes(T, K)) by og_kquant_quantize_x_cuda, then
- * og_kquant_gemv_int8_multi_cuda. */
-og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x /* [T, K] */, void *xq, og_dtype dt, int64_t T,
-                                      int64_t K, const og_gemv_cuda_part *parts, int n_parts);
+ * (og_kquant_gemv_cuda_variant_for(T, dt, n_parts)) and the T rows' terms fit
+ * a block's shared memory (T x K / 256 x 592 bytes <= 110 KB: K 12288 up to
+ * 3 rows, K 4096 up to 8), one launch whose every block writes the terms for
+ * itself (the same terms, so the same outputs); else the terms written into
+ * xq (og_kquant_x_cuda_bytes(T, K)) by og_kquant_quantize_x_cuda, then
+ * og_kquant_gemv_int8_multi_cuda.
+ * With norm (x NULL) the products take the add + rms_norm prologue of
+ * og_gemv_norm_multi_cuda: x = rms_norm(a + b) with add_rms_norm_kernel's
+ * bits, never written, and sum = a + b written; only where
+ * og_kquant_gemv_cuda_norm_takes (the staged, streamed case). */
+bool og_kquant_gemv_cuda_norm_takes(og_dtype dt, int64_t T, int64_t K, int n_parts);
+og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x /* [T, K] or NULL */, const og_gemv_cuda_norm *norm,
+                                      void *xq, og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part *parts,
+                                      int n_parts);
 
 /* Rows row0 .. row0 + rows - 1 of a [N, K] k-quant weight as f32, bit for
  * bit og_kquant_dequantize_row's: the panel a cuBLAS product of a wide step
