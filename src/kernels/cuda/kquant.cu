@@ -440,39 +440,6 @@ template <og_dtype DT> __device__ __forceinline__ void decode_unit(const unit_ra
     }
 }
 
-/* load_raw for a warp whose 8 lanes p = 0..7 of a group take the 8 units
- * of one block (the streamed gemv): q4_k / q5_k lanes load one word of the
- * block's 16-byte header each (word p % 4) into hd.x instead of all four,
- * and share_header gathers the four before decoding: 4 registers a unit
- * less to keep in flight. q6_k as load_raw. */
-template <og_dtype DT> __device__ __forceinline__ void load_raw_shared(const uint8_t *b, int p, unit_raw &r) {
-    if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
-        const int c = p >> 1, l0 = 16 * (p & 1);
-        r.hd.x = __ldg(reinterpret_cast<const uint32_t *>(b) + (p & 3));
-        const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0));
-        r.q[0] = q.x, r.q[1] = q.y, r.q[2] = q.z, r.q[3] = q.w;
-        if (DT == OG_DTYPE_Q5_K) {
-            const uint4 h = __ldg(reinterpret_cast<const uint4 *>(b + 16 + l0));
-            r.h[0] = h.x, r.h[1] = h.y, r.h[2] = h.z, r.h[3] = h.w;
-        }
-    } else {
-        load_raw<DT>(b, p, r);
-    }
-}
-
-/* The header words of load_raw_shared from the group's lanes 0..3. Every
- * lane of the warp calls it (shuffles). */
-template <og_dtype DT> __device__ __forceinline__ void share_header(unit_raw &r, int lane) {
-    if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
-        const int g = lane & ~7;
-        const uint32_t w = r.hd.x;
-        r.hd.x = __shfl_sync(0xffffffffu, w, g);
-        r.hd.y = __shfl_sync(0xffffffffu, w, g + 1);
-        r.hd.z = __shfl_sync(0xffffffffu, w, g + 2);
-        r.hd.w = __shfl_sync(0xffffffffu, w, g + 3);
-    }
-}
-
 template <og_dtype DT> __device__ __forceinline__ void load_unit(const uint8_t *b, int p, unit_w<DT> &u) {
     unit_raw r;
     load_raw<DT>(b, p, r);
@@ -715,10 +682,12 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
  *    part i owns tasks first[i] .. first[i + 1] - 1. */
 
 constexpr int S_WARPS = 8, S_THREADS = 32 * S_WARPS;
-/* Row steps in flight a lane (R rows x steps ahead): q4_k's raw unit is 5
- * registers (18 bytes of the row: a header word and 16 bytes of nibbles),
- * q5_k's 9 and q6_k's 12 (22, 26). */
-template <og_dtype DT> constexpr int stream_inflight() { return DT == OG_DTYPE_Q4_K ? 8 : 4; }
+/* Row steps in flight a lane (R rows x steps ahead): 4 (q4_k's raw unit is
+ * 8 registers, q5_k's 12, q6_k's 12). Measured on an H100: q4_k lanes
+ * holding one header word each (gathered by shuffles before decoding) with
+ * 8 steps in flight were slower (gate/up 0.59 -> 0.53 of the copy rate,
+ * head 0.68 -> 0.61). */
+template <og_dtype DT> constexpr int stream_inflight() { return 4; }
 
 struct stream_params {
     const uint8_t *w[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
@@ -827,7 +796,7 @@ template <og_dtype DT, int R> struct stream_loader {
         const int64_t kb = 4 * step + (lane >> 3);
         if (kb < p.nb)
 #pragma unroll
-            for (int r = 0; r < R; r++) load_raw_shared<DT>(row[r] + kb * bb, lane & 7, u[r]);
+            for (int r = 0; r < R; r++) load_raw<DT>(row[r] + kb * bb, lane & 7, u[r]);
         if (++step == steps) {
             step = 0;
             task += stride;
@@ -881,8 +850,6 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
 #pragma unroll
             for (int r = 0; r < R; r++) cur[r] = buf[u][r];
             ld.issue(p, ntasks, stride, steps, bb, lane, buf[u]);
-#pragma unroll
-            for (int r = 0; r < R; r++) share_header<DT>(cur[r], lane);
             const int64_t kb = 4 * st + (lane >> 3);
             if (kb < nb) {
                 unit_w<DT> cu[R];
