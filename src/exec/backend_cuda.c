@@ -1263,6 +1263,10 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
             if (hi) x->hi->next = sw.out;
             return OG_OK;
         }
+        if (og_dtype_is_kquant(a.dt[1]) && pro) { /* no gate / up outputs to write: the prologue on its own */
+            *failed = sp->instr[0];
+            OG_TRY(add_norm(x, sp->instr[0], sp->instr[1], true));
+        }
         if (T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) break;
         return og_gemv_norm_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, a.v[1], g->n_in > 2 ? a.v[2] : NULL,
                                         b.v[1], g->n_in > 2 ? b.v[2] : NULL, a.dt[1], T, a.w[0], g->out_width, sw.out);
