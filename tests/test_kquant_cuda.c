@@ -504,7 +504,7 @@ static void check_backend(const char *dir) {
                  k[i].mix ? k[i].mix : og_dtype_name(k[i].uniform),
                  !og_kquant_gemv_cuda_int8_wanted() ? "f32 x"
                  : getenv("OG_CUDA_KQUANT_GEMV") ? getenv("OG_CUDA_KQUANT_GEMV")
-                                                  : "integer, variant by rows");
+                                                  : "integer, variant by rows, dtype and parts");
         og_test_section(title);
         int fd = mkstemp(path);
         if (fd >= 0) close(fd);
