@@ -661,7 +661,7 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
     }
 }
 
-/* ---- the integer gemv, streamed (variant 3, the default at 1 and 2 rows) ----
+/* ---- the integer gemv, streamed (variant 3; og_kquant_gemv_cuda_variant_for chooses) ----
  *
  * The same units, integers and per-unit f32 terms as gemv_dp4a_kernel, and
  * the same lanes: lane 8 g + p takes unit p of blocks g, g + 4, g + 8, ...
@@ -671,7 +671,7 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
  * whose q8 / q4 products went from 0.3-0.6 to 0.65-1.0 of the copy rate):
  *  - a warp's tasks are R output features each (R = 4, 2 or 1 as the
  *    product fills the device); it walks a task's rows in steps of 4
- *    blocks, and its loads run stream_inflight / R steps ahead of its sums as
+ *    blocks, and its loads run S_INFLIGHT / R steps ahead of its sums as
  *    one stream over all its tasks, so the next task's first steps are in
  *    flight while this one's last are summed; the first are issued before
  *    grid_wait (weights are never written by the kernel before);
@@ -682,12 +682,12 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
  *    part i owns tasks first[i] .. first[i + 1] - 1. */
 
 constexpr int S_WARPS = 8, S_THREADS = 32 * S_WARPS;
-/* Row steps in flight a lane (R rows x steps ahead): 4 (q4_k's raw unit is
- * 8 registers, q5_k's 12, q6_k's 12). Measured on an H100: q4_k lanes
- * holding one header word each (gathered by shuffles before decoding) with
- * 8 steps in flight were slower (gate/up 0.59 -> 0.53 of the copy rate,
- * head 0.68 -> 0.61). */
-template <og_dtype DT> constexpr int stream_inflight() { return 4; }
+/* Row steps in flight a lane (R rows x steps ahead; q4_k's raw unit is 8
+ * registers, q5_k's and q6_k's 12). Measured on an H100: q4_k lanes holding
+ * one header word each (gathered by shuffles before decoding) with 8 steps
+ * in flight were slower (gate/up 0.59 -> 0.53 of the copy rate, head 0.68
+ * -> 0.61). */
+constexpr int S_INFLIGHT = 4;
 
 struct stream_params {
     const uint8_t *w[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
@@ -736,7 +736,8 @@ __device__ __forceinline__ void stage_x(const stream_params &p, const float *rs,
                 load8(p.nm_b + at, f);
                 const float r = rs[i / nb];
 #pragma unroll
-                for (int j = 0; j < 8; j++) e[b][j] = ((e[b][j] + f[j]) * r) * load_w(p.nm_w, p.nm_bf16, at - (i / nb) * K + j);
+                for (int j = 0; j < 8; j++)
+                    e[b][j] = ((e[b][j] + f[j]) * r) * load_w(p.nm_w, p.nm_bf16, at - (i / nb) * K + j);
             } else {
                 load8(p.x + at, e[b]);
             }
@@ -811,7 +812,7 @@ template <og_dtype DT, int R> struct stream_loader {
 template <og_dtype DT, int R, int MT, int X>
 __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params p) {
     extern __shared__ uint4 smem_kq[];
-    constexpr int U = stream_inflight<DT>() / R; /* steps in flight */
+    constexpr int U = S_INFLIGHT / R; /* steps in flight */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, up = lane & 7;
     const int bb = block_bytes(DT);
     const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (up >> 2) + 16 * (up & 3) : 64 * (up >> 1) + 16 * (up & 1);
@@ -899,10 +900,10 @@ template <og_dtype DT, int R, int MT> og_status launch_stream(cudaStream_t st, s
     if (!p.xq) {
         void (*staged)(stream_params) = gemv_stream_kernel<DT, R, MT, X_STAGE>;
         void (*normed)(stream_params) = gemv_stream_kernel<DT, R, MT, X_NORM>;
+        constexpr cudaFuncAttribute smem_max = cudaFuncAttributeMaxDynamicSharedMemorySize;
         static const cudaError_t allowed = [&] {
-            const cudaError_t e = cudaFuncSetAttribute(staged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S_STAGE_MAX);
-            return e != cudaSuccess ? e
-                                    : cudaFuncSetAttribute(normed, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S_STAGE_MAX);
+            const cudaError_t e = cudaFuncSetAttribute(staged, smem_max, (int)S_STAGE_MAX);
+            return e != cudaSuccess ? e : cudaFuncSetAttribute(normed, smem_max, (int)S_STAGE_MAX);
         }();
         void (*kernel)(stream_params) = p.nm_a ? normed : staged;
         if (allowed != cudaSuccess) {
