@@ -378,7 +378,7 @@ static void check_int8(og_dtype dt, int64_t K, int64_t N, bool random_bytes, boo
  * bit for bit (the normed x has add_rms_norm_kernel's bits, so its terms and
  * every unit's integers are the same). */
 static void check_norm_prologue(og_dtype dt, int64_t K, int64_t T, int n_parts, bool bf16_weight) {
-    const int64_t N = 67, nb = K / QK;
+    const int64_t N = 67;
     float *we = malloc(sizeof(float) * (size_t)(N * K));
     uint8_t *w = make_weights(dt, N, K, false, we);
     uint8_t *dw = up(w, og_kquant_row_bytes(dt, K) * (size_t)N);
@@ -424,7 +424,6 @@ static void check_norm_prologue(og_dtype dt, int64_t K, int64_t T, int n_parts, 
         CK(cudaFree(ref[i]));
         CK(cudaFree(got[i]));
     }
-    (void)nb;
     /* refused where the kernel would not stage x (one q6_k part) and with x and norm both */
     CHECK(!og_kquant_gemv_cuda_norm_takes(OG_DTYPE_Q6_K, 1, K, 1));
     CHECK_STATUS(og_kquant_gemv_x_multi_cuda(NULL, dx, &nm, dxq, dt, T, K, pg, n_parts), OG_ERR_INVALID_ARGUMENT);

@@ -1230,13 +1230,14 @@ extern "C" og_status og_kquant_gemv_int8_multi_cuda(void *stream, int variant, c
 
 /* Whether the streamed gemv runs from x's rows (or the norm's) staged in
  * shared memory: variant 3 chosen and the terms fit. */
-static bool stages(og_dtype dt, int64_t T, int64_t K, int n) {
-    return og_kquant_gemv_cuda_variant_for(T, dt, n) == 3 && K >= QK && K % QK == 0 && T >= 1 &&
-           T <= OG_KQUANT_GEMV_CUDA_MAX_T && stage_bytes(T, K / QK) <= S_STAGE_MAX;
+static bool stages(int variant, int64_t T, int64_t K) {
+    return variant == 3 && K >= QK && K % QK == 0 && T >= 1 && T <= OG_KQUANT_GEMV_CUDA_MAX_T &&
+           stage_bytes(T, K / QK) <= S_STAGE_MAX;
 }
 
 extern "C" bool og_kquant_gemv_cuda_norm_takes(og_dtype dt, int64_t T, int64_t K, int n_parts) {
-    return og_kquant_gemv_cuda_int8_takes(dt) && og_kquant_gemv_cuda_int8_wanted() && stages(dt, T, K, n_parts);
+    return og_kquant_gemv_cuda_int8_takes(dt) && og_kquant_gemv_cuda_int8_wanted() &&
+           stages(og_kquant_gemv_cuda_variant_for(T, dt, n_parts), T, K);
 }
 
 extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm, void *xq,
@@ -1255,7 +1256,8 @@ extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, c
     if (norm && !og_kquant_gemv_cuda_norm_takes(dt, T, K, n))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: no norm prologue for %d %s parts of %lld x %lld", op, n,
                             og_dtype_name(dt), (long long)T, (long long)K);
-    if (norm || stages(dt, T, K, n)) {
+    const int v = og_kquant_gemv_cuda_variant_for(T, dt, n); /* the environment read once a call */
+    if (norm || stages(v, T, K)) {
         const void *from = norm ? (const void *)norm->a : (const void *)x;
         for (int i = 0; i < n; i++) {
             /* x (or a) stands in for xq: the checks of xq (non-NULL, aligned) hold for it */
@@ -1265,7 +1267,5 @@ extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, c
         return gemv_stream(op, static_cast<cudaStream_t>(stream), NULL, x, dt, T, K, parts, n, norm);
     }
     og_status rc = og_kquant_quantize_x_cuda(stream, x, T, K, xq);
-    return rc != OG_OK ? rc
-                       : og_kquant_gemv_int8_multi_cuda(stream, og_kquant_gemv_cuda_variant_for(T, dt, n), xq, dt, T, K,
-                                                        parts, n);
+    return rc != OG_OK ? rc : og_kquant_gemv_int8_multi_cuda(stream, v, xq, dt, T, K, parts, n);
 }
