@@ -22,7 +22,8 @@
  * v2 less the quantization's time as a fraction of copy (the products
  * alone; stream writes x's terms itself where they fit). One JSON line per case, a table last (dp4a -> v2 ->
  * stream).
- *   bench_kquant_cuda [q4_k|q5_k|q6_k ...]   (default: all three)
+ *   bench_kquant_cuda [q4_k|q5_k|q6_k ...] [qkv|o|gate_up|down|head ...]
+ * (default: every dtype, every product; naming one picks, for a profiler).
  * Weights are random bytes with finite f16 scales. Without CUDA it says so
  * and exits 77. */
 #include "core/core.h"
@@ -135,6 +136,26 @@ typedef struct result {
     double f32x, dp4a, v2, sm, frac_f32x, frac_dp4a, frac_v2, frac_sm;
 } result;
 
+static bool is_dtype(const char *a) { return !strcmp(a, "q4_k") || !strcmp(a, "q5_k") || !strcmp(a, "q6_k"); }
+
+static bool is_shape(const char *a, const shape *shapes, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(a, shapes[i].name)) return true;
+    return false;
+}
+
+/* Whether `name` is wanted: named on the command line, or no argument of
+ * its kind is (a dtype when shapes is NULL, else a product). */
+static bool named(int argc, char **argv, const char *name, const shape *shapes, size_t n_shapes) {
+    bool any = false;
+    for (int a = 1; a < argc; a++) {
+        if (shapes ? !is_shape(argv[a], shapes, n_shapes) : !is_dtype(argv[a])) continue;
+        if (!strcmp(argv[a], name)) return true;
+        any = true;
+    }
+    return !any;
+}
+
 int main(int argc, char **argv) {
     if (!og_cuda_device_present()) {
         printf("skipped: no CUDA device\n");
@@ -147,17 +168,23 @@ int main(int argc, char **argv) {
         {"down", 1, 12288, {4096}},           {"head", 1, 4096, {151936}},
     };
     const og_dtype dts[] = {OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};
+    const size_t n_shapes = sizeof shapes / sizeof *shapes;
+    for (int a = 1; a < argc; a++)
+        if (!is_dtype(argv[a]) && !is_shape(argv[a], shapes, n_shapes)) {
+            fprintf(stderr, "bench_kquant_cuda: unknown argument \"%s\" (q4_k q5_k q6_k qkv o gate_up down head)\n",
+                    argv[a]);
+            return 2;
+        }
     const int64_t Ts[] = {1, 2, 4, 8};
     const double copy = copy_rate(st);
     printf("{\"bench\":\"copy\",\"copy_GBps\":%.0f}\n", copy / 1e9);
     result res[MAX_CASES];
     int n_res = 0;
     for (int di = 0; di < 3; di++) {
-        bool wanted = argc < 2;
-        for (int a = 1; a < argc; a++) wanted = wanted || !strcmp(argv[a], og_dtype_name(dts[di]));
-        if (!wanted) continue;
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        if (!named(argc, argv, og_dtype_name(dts[di]), NULL, 0)) continue;
+        for (size_t si = 0; si < n_shapes; si++) {
             const shape *s = &shapes[si];
+            if (!named(argc, argv, s->name, shapes, n_shapes)) continue;
             size_t per_copy = 0, nb[3];
             for (int p = 0; p < s->parts; p++) per_copy += og_kquant_row_bytes(dts[di], s->K) * (size_t)s->N[p];
             const int copies = (int)(2 * L2_BYTES / per_copy + 1);
