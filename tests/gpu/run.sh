@@ -120,6 +120,8 @@ elif command -v compute-sanitizer >/dev/null; then
     check memcheck_exec compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_exec_cuda"
     check memcheck_fork compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_fork_cuda"
     check memcheck_kquant compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_kquant_cuda"
+    # the streamed k-quant gemv writes x's terms (and the norm's sums) into each block's shared memory
+    check racecheck_kquant compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_kquant_cuda"
     check memcheck_gdn compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
     check racecheck_gdn compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/test_gdn_cuda"
     # the test provokes out-of-memory on purpose: API errors are expected there
