@@ -50,6 +50,15 @@ __device__ inline void grid_wait() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 
+/* Streamed weights (the decode products'): read once, so they skip L1. */
+__device__ inline uint4 ld_stream16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* A weight w as bf16 hi = bf16(w) and lo = bf16(w - hi), both rounded to

@@ -101,14 +101,6 @@ __host__ __device__ inline int64_t smem_bytes(bool q4, int64_t T, int64_t K) {
     return T * (2 * terms_pitch(q4, K) + (K / OG_QUANT_GROUP) * (int64_t)sizeof(q_gs));
 }
 
-/* Streamed weights: read once, so they skip L1. */
-__device__ inline uint4 ld_stream16(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 __device__ inline unsigned short ld_scale(const unsigned short *p) {
     unsigned short v;
     asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
