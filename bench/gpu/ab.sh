@@ -29,17 +29,19 @@ mkdir -p "$WORK"
 RES=${RESULTS_DIR:-$WORK}
 mkdir -p "$RES"
 LOG=$RES/ab.log
+SHAPE=${SHAPE:-8b} WEIGHTS=${WEIGHTS:-q4_k_m} ROUNDS=${ROUNDS:-2} SESSIONS=${SESSIONS:-1 2}
+PROMPT=${PROMPT:-512} GEN=${GEN:-128} BACKEND=${BACKEND:-cuda} ENV_A=${ENV_A:-} ENV_B=${ENV_B:-}
 MODEL=${3:-}
 if [ -z "$MODEL" ]; then
     MODEL=$WORK/model.ogp
     if [ ! -f "$MODEL" ]; then
-        echo "making a ${SHAPE:-8b} checkpoint in $WORK/hf, then $MODEL (--weights ${WEIGHTS:-q4_k_m})" >&2
-        python3 "$SRC/bench/gpu/peer.py" make-qwen3 "$WORK/hf" "${SHAPE:-8b}" >>"$LOG" 2>&1 || {
+        echo "making a $SHAPE checkpoint in $WORK/hf, then $MODEL (--weights $WEIGHTS)" >&2
+        python3 "$SRC/bench/gpu/peer.py" make-qwen3 "$WORK/hf" "$SHAPE" >>"$LOG" 2>&1 || {
             echo "bench/gpu/ab.sh: peer.py make-qwen3 failed (see $LOG)" >&2
             exit 1
         }
         LD_LIBRARY_PATH=$A/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$A/offgraph" export "$WORK/hf" -o "$MODEL.part" \
-            --weights "${WEIGHTS:-q4_k_m}" --max-context 8192 >>"$LOG" 2>&1 || {
+            --weights "$WEIGHTS" --max-context 8192 >>"$LOG" 2>&1 || {
             echo "bench/gpu/ab.sh: export failed (see $LOG)" >&2
             rm -f "$MODEL.part"
             exit 1
@@ -48,11 +50,10 @@ if [ -z "$MODEL" ]; then
     fi
 fi
 [ -f "$MODEL" ] || { echo "bench/gpu/ab.sh: no model $MODEL" >&2; exit 2; }
-SESSIONS=${SESSIONS:-1 2}
 # one bench run: prints its aggregate decode tok/s, or nothing when it failed
 run() {
     local build=$1 envs=$2 k=$3 out
-    local args=(bench -m "$MODEL" --backend "${BACKEND:-cuda}" --prompt "${PROMPT:-512}" --gen "${GEN:-128}")
+    local args=(bench -m "$MODEL" --backend "$BACKEND" --prompt "$PROMPT" --gen "$GEN")
     [ "$k" -gt 1 ] && args+=(--sessions "$k")
     # shellcheck disable=SC2086 # ENV_A / ENV_B are word lists of assignments
     out=$(env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" $envs \
@@ -62,19 +63,19 @@ run() {
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 declare -A got
-for r in $(seq "${ROUNDS:-2}"); do
+for r in $(seq "$ROUNDS"); do
     for k in $SESSIONS; do
         for side in A B; do
-            if [ $side = A ]; then v=$(run "$A" "${ENV_A:-}" "$k"); else v=$(run "$B" "${ENV_B:-}" "$k"); fi
+            if [ $side = A ]; then v=$(run "$A" "$ENV_A" "$k"); else v=$(run "$B" "$ENV_B" "$k"); fi
             echo "round $r, $k session(s), $side: ${v:-failed} tok/s"
             got[$side$k]="${got[$side$k]:-} $v"
         done
     done
 done
 echo
-echo "model $MODEL, backend ${BACKEND:-cuda}, prompt ${PROMPT:-512}, gen ${GEN:-128}, ${ROUNDS:-2} rounds"
-echo "A: $A ${ENV_A:-}"
-echo "B: $B ${ENV_B:-}"
+echo "model $MODEL, backend $BACKEND, prompt $PROMPT, gen $GEN, $ROUNDS rounds"
+echo "A: $A $ENV_A"
+echo "B: $B $ENV_B"
 printf '%-9s %-24s %-24s %s\n' sessions "A tok/s (median)" "B tok/s (median)" "B / A"
 fails=0
 for k in $SESSIONS; do
