@@ -39,7 +39,10 @@
  *    its add + rms_norm prologue (og_kquant_gemv_x_multi_cuda with a norm)
  *    against og_add_rms_norm_cuda then the products of its output: the
  *    products and the sums bit for bit (q4_k, q5_k, q6_k; 1 to 3 parts; T 1,
- *    2; K 2048 to 12288; an f32 and a bf16 norm weight);
+ *    2; K 2048 to 12288; an f32 and a bf16 norm weight); the swiglu in the
+ *    gate / up launch (og_kquant_gemv_x_swiglu_cuda) against the two
+ *    products then og_swiglu_cuda, bit for bit (from x and from the norm,
+ *    with and without biases, N odd, 2 and 4 rows a task, 1 to 8 rows of x);
  *    v2 also on
  *    N 4227 (K 4096) and 2001 (K 2048), every T: its blocks of 4 and 2 rows
  *    (on 132 SMs; fewer than 6 blocks an SM of them take 1) and their tails, and
@@ -213,6 +216,14 @@ static double min_at(og_dtype dt, const uint8_t *w, int64_t K, int64_t n, int64_
 
 /* Rounding steps of the GPU's sums in the integer gemv's variant v (see
  * the header). */
+/* Where chunk c of 16 of a block's 256 terms of x sits in the device's hi
+   and lo arrays (kquant.cu places them so that the 8 lanes reading one block
+   fall on 8 bank groups): the table of c0 | (c1 ^ c2) << 1 | c3 << 2 | c2 << 3. */
+static int terms_chunk(int c) {
+    static const int at[16] = {0, 1, 2, 3, 10, 11, 8, 9, 4, 5, 6, 7, 14, 15, 12, 13};
+    return at[c];
+}
+
 static int64_t gpu_steps(int v, int64_t nb) { return v == 1 ? nb / 4 + 10 : (nb + 15) / 16 + 12; }
 
 static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, bool with_bias, const int64_t *Ts,
@@ -246,14 +257,20 @@ static void check_int8_ts(og_dtype dt, int64_t K, int64_t N, bool random_bytes, 
         CK(cudaMemset(dxq, 0xA5, xq_bytes));
         CHECK_OK(og_kquant_quantize_x_cuda(NULL, dx, T, K, dxq));
         CK(cudaDeviceSynchronize());
-        /* the terms: the layout of kquant.cu's xq_block (hi, lo, sum16, u) */
+        /* the terms: the layout of kquant.cu's xq_block (hi, lo, sum16, u),
+           hi and lo by chunks of 16 placed as terms_chunk says */
         uint8_t *xq = malloc(xq_bytes);
         CK(cudaMemcpy(xq, dxq, xq_bytes, cudaMemcpyDeviceToHost));
         int bad_terms = 0;
         for (int64_t i = 0; i < T * nb; i++) {
             const uint8_t *g = xq + (size_t)i * 592;
             const float u = xh[i].d / 254.0f;
-            bad_terms += memcmp(g, xh[i].hi, QK) != 0 || memcmp(g + QK, xh[i].lo, QK) != 0 ||
+            int8_t hi[QK], lo[QK];
+            for (int c = 0; c < QK / 16; c++) {
+                memcpy(hi + 16 * c, g + 16 * terms_chunk(c), 16);
+                memcpy(lo + 16 * c, g + QK + 16 * terms_chunk(c), 16);
+            }
+            bad_terms += memcmp(hi, xh[i].hi, QK) != 0 || memcmp(lo, xh[i].lo, QK) != 0 ||
                          memcmp(g + 2 * QK, xh[i].sum16, sizeof xh[i].sum16) != 0 ||
                          (isnan(u) ? !isnan(*(const float *)(g + 2 * QK + 64)) : memcmp(g + 2 * QK + 64, &u, 4) != 0);
         }
@@ -432,6 +449,86 @@ static void check_norm_prologue(og_dtype dt, int64_t K, int64_t T, int n_parts, 
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CK(cudaFree(dev[i]));
 }
 
+/* The swiglu in the gate / up launch (og_kquant_gemv_x_swiglu_cuda): its
+ * output equals the two products (og_kquant_gemv_x_multi_cuda) then
+ * og_swiglu_cuda bit for bit, from x or from the norm prologue, with and
+ * without biases. N odd: the last task's second feature of each part lies
+ * past N. */
+static void check_swiglu(og_dtype dt, int64_t K, int64_t T, bool with_bias, bool from_norm) {
+    const int64_t N = 67;
+    float *we = malloc(sizeof(float) * (size_t)(N * K));
+    uint8_t *wg = make_weights(dt, N, K, false, we), *wu = make_weights(dt, N, K, false, we);
+    const size_t wbytes = og_kquant_row_bytes(dt, K) * (size_t)N;
+    uint8_t *dwg = up(wg, wbytes), *dwu = up(wu, wbytes);
+    float *bias = malloc(sizeof(float) * (size_t)(2 * N));
+    og_rng_fill(&rng, bias, (size_t)(2 * N), -1.0f, 1.0f);
+    float *dbias = up(bias, sizeof(float) * (size_t)(2 * N));
+    float *a = malloc(sizeof(float) * (size_t)(T * K)), *b = malloc(sizeof(float) * (size_t)(T * K));
+    float *g = malloc(sizeof(float) * (size_t)K);
+    og_rng_fill(&rng, a, (size_t)(T * K), -2.0f, 2.0f);
+    og_rng_fill(&rng, b, (size_t)(T * K), -1.0f, 1.0f);
+    og_rng_fill(&rng, g, (size_t)K, 0.5f, 1.5f);
+    float *da = up(a, sizeof(float) * (size_t)(T * K)), *db = up(b, sizeof(float) * (size_t)(T * K));
+    float *dg = up(g, sizeof(float) * (size_t)K);
+    float *dx = poisoned((size_t)(T * K)), *dsum = poisoned((size_t)(T * K)), *dsum2 = poisoned((size_t)(T * K));
+    float *gate = poisoned((size_t)(T * N)), *upo = poisoned((size_t)(T * N));
+    float *ref = poisoned((size_t)(T * N)), *got = poisoned((size_t)(T * N));
+    void *dxq = NULL;
+    CK(cudaMalloc(&dxq, og_kquant_x_cuda_bytes(T, K)));
+    const float eps = 1e-6f;
+    /* x: the norm's output, so that both ways read the same values */
+    CHECK_OK(og_add_rms_norm_cuda(NULL, da, db, dg, OG_DTYPE_F32, T, K, eps, dsum, dx, NULL));
+    const og_gemv_cuda_part parts[2] = {{dwg, with_bias ? dbias : NULL, N, gate},
+                                        {dwu, with_bias ? dbias + N : NULL, N, upo}};
+    CHECK_OK(og_kquant_gemv_x_multi_cuda(NULL, dx, NULL, dxq, dt, T, K, parts, 2));
+    CHECK_OK(og_swiglu_cuda(NULL, gate, upo, T * N, ref, NULL));
+    CHECK(og_kquant_gemv_cuda_swiglu_takes(dt, T, K));
+    const og_gemv_cuda_part fused[2] = {{dwg, with_bias ? dbias : NULL, N, NULL},
+                                        {dwu, with_bias ? dbias + N : NULL, N, NULL}};
+    const og_gemv_cuda_norm nm = {da, db, dg, OG_DTYPE_F32, eps, dsum2};
+    if (from_norm) CHECK_OK(og_kquant_gemv_x_swiglu_cuda(NULL, NULL, &nm, dxq, dt, T, K, fused, got));
+    else CHECK_OK(og_kquant_gemv_x_swiglu_cuda(NULL, dx, NULL, dxq, dt, T, K, fused, got));
+    CK(cudaDeviceSynchronize());
+    float *r = down(ref, (size_t)(T * N)), *o = down(got, (size_t)(T * N));
+    const char *rows = getenv("OG_CUDA_KQUANT_ROWS");
+    CHECK_MSG(memcmp(r, o, sizeof(float) * (size_t)(T * N)) == 0,
+              "swiglu in the gate / up launch %s K=%lld T=%lld%s%s, rows a task %s: differs from the products then "
+              "og_swiglu_cuda",
+              og_dtype_name(dt), (long long)K, (long long)T, with_bias ? ", biases" : "",
+              from_norm ? ", from the norm" : "", rows ? rows : "by the rule");
+    /* refused: gate and up of different widths */
+    const og_gemv_cuda_part uneven[2] = {fused[0], {dwu, NULL, N - 1, NULL}};
+    CHECK_STATUS(og_kquant_gemv_x_swiglu_cuda(NULL, dx, NULL, dxq, dt, T, K, uneven, got), OG_ERR_INVALID_ARGUMENT);
+    free(r), free(o), free(we), free(wg), free(wu), free(bias), free(a), free(b), free(g);
+    void *dev[] = {dwg, dwu, dbias, da, db, dg, dx, dsum, dsum2, gate, upo, ref, got, dxq};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CK(cudaFree(dev[i]));
+}
+
+static void check_swiglus(void) {
+    og_test_section("the swiglu in the gate / up launch: the products then og_swiglu_cuda, bit for bit");
+    const og_dtype dts[] = {OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};
+    const char *const rows[] = {NULL, "2", "4"};
+    for (int d = 0; d < 3; d++)
+        for (int ri = 0; ri < 3; ri++) {
+            if (rows[ri]) setenv("OG_CUDA_KQUANT_ROWS", rows[ri], 1);
+            for (int64_t T = 1; T <= 2; T++) {
+                check_swiglu(dts[d], 4096, T, false, false);
+                check_swiglu(dts[d], 2048, T, true, false);
+                check_swiglu(dts[d], 4096, T, ri == 0, true);
+            }
+            unsetenv("OG_CUDA_KQUANT_ROWS");
+        }
+    /* more rows than the default takes the stream at: x's terms staged
+       (K 4096, 8 rows) or written first by their own launch (K 12288, 4 rows) */
+    CHECK(!og_kquant_gemv_cuda_swiglu_takes(OG_DTYPE_Q4_K, 3, 4096) || getenv("OG_CUDA_KQUANT_GEMV"));
+    setenv("OG_CUDA_KQUANT_GEMV", "stream", 1);
+    for (int d = 0; d < 3; d++) {
+        check_swiglu(dts[d], 4096, OG_KQUANT_GEMV_CUDA_MAX_T, true, false);
+        check_swiglu(dts[d], 12288, 4, false, false);
+    }
+    unsetenv("OG_CUDA_KQUANT_GEMV");
+}
+
 static void check_refusals(void) {
     og_test_section("arguments refused before anything runs");
     float *dx = poisoned(1024), *dout = poisoned(1024);
@@ -605,6 +702,7 @@ int main(void) {
         check_norm_prologue(OG_DTYPE_Q6_K, 2048, 1, 2, bf);
         check_norm_prologue(OG_DTYPE_Q5_K, 12288, 2, 2, bf);
     }
+    check_swiglus();
     og_test_section("dequantized panels as bf16 hi + lo, every quantized dtype");
     static const og_dtype split_types[] = {OG_DTYPE_Q8,   OG_DTYPE_Q4,   OG_DTYPE_Q2_K, OG_DTYPE_Q3_K,
                                            OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};

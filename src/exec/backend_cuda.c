@@ -1250,6 +1250,15 @@ static og_status run_fused(const step_run *x, const og_fuse_step *sp, int32_t *f
         instr_io sw;
         instr_operands(x, mi[2], &sw);
         const og_program_instr *g = og_program_instr_at(m->prog, i);
+        /* k-quants up to the gemv's rows, where the streamed gemv takes both
+           products: the swiglu in the same launch (gate and up not written) */
+        if (og_dtype_is_kquant(a.dt[1]) && T <= gemv_rows(x) && x->rs->kq_x && a.w[0] <= cm_of(m)->kq_max_k &&
+            og_kquant_gemv_cuda_swiglu_takes(a.dt[1], T, a.w[0])) {
+            const og_gemv_cuda_part parts[2] = {{a.v[1], g->n_in > 2 ? a.v[2] : NULL, g->out_width, a.out},
+                                                {b.v[1], g->n_in > 2 ? b.v[2] : NULL, g->out_width, b.out}};
+            return og_kquant_gemv_x_swiglu_cuda(c->stream, pro ? NULL : a.v[0], pro, x->rs->kq_x, a.dt[1], T, a.w[0],
+                                                parts, sw.out);
+        }
         /* one split of x for both products; k-quants: x's terms written once
            (with a prologue, from the norm: only k-quant steps take one here) */
         if ((T > gemv_rows(x) || og_dtype_is_kquant(a.dt[1])) && a.out && b.out) {

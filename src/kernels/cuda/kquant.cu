@@ -225,9 +225,35 @@ struct xq_block { /* og_kquant_x_cuda_bytes: one of these a row and block */
 };
 static_assert(sizeof(xq_block) == 592, "xq_block: 16-byte multiple");
 
+/* Where chunk c (elements 16 c .. 16 c + 15) of x's 256 terms sits in hi
+ * and in lo: bits c0 | (c1 ^ c2) << 1 | c3 << 2 | c2 << 3. The 8 lanes of a
+ * quarter warp read the 8 units of one block at once (16 bytes each, from
+ * hi then lo): chunks {0,1,4,5,8,9,12,13} then {2,3,6,7,10,11,14,15} for
+ * q4_k / q5_k, {0,1,2,3,8,9,10,11} then {4,...,7,12,...,15} for q6_k. In
+ * order two of each set fall on the same 16-byte bank group (c mod 8) and
+ * every read takes two passes; placed so, each set covers the 8 groups. */
+__host__ __device__ constexpr int chunk_at(int c) {
+    return (c & 1) | (((c >> 1) ^ (c >> 2)) & 1) << 1 | ((c >> 3) & 1) << 2 | ((c >> 2) & 1) << 3;
+}
+/* every set of 8 chunks a quarter warp reads on 8 distinct bank groups */
+constexpr bool chunk_sets_spread() {
+    const int sets[4][8] = {{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15},
+                            {0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}};
+    for (int s = 0; s < 4; s++) {
+        int seen = 0;
+        for (int i = 0; i < 8; i++) seen |= 1 << (chunk_at(sets[s][i]) & 7);
+        if (seen != 255) return false;
+    }
+    int all = 0;
+    for (int c = 0; c < 16; c++) all |= 1 << chunk_at(c);
+    return all == 0xffff; /* and a permutation */
+}
+static_assert(chunk_sets_spread(), "chunk_at: a permutation, a quarter warp's reads on 8 bank groups");
+
 /* The terms of one block of 256 elements of x, 8 a lane (e: elements 8
  * lane .. 8 lane + 7), into q. Every lane of the warp calls it (shuffles). */
 __device__ __forceinline__ void quantize_block(const float e[8], xq_block *q, int lane) {
+    const int at = 16 * chunk_at(lane >> 1) + 8 * (lane & 1); /* the lane's 8 terms, in hi and in lo */
     float amax = 0.0f;
     bool finite = true;
 #pragma unroll
@@ -240,8 +266,8 @@ __device__ __forceinline__ void quantize_block(const float e[8], xq_block *q, in
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     finite = __all_sync(0xffffffffu, finite);
     if (!finite || amax == 0.0f) {
-        *reinterpret_cast<uint2 *>(q->hi + 8 * lane) = make_uint2(0, 0);
-        *reinterpret_cast<uint2 *>(q->lo + 8 * lane) = make_uint2(0, 0);
+        *reinterpret_cast<uint2 *>(q->hi + at) = make_uint2(0, 0);
+        *reinterpret_cast<uint2 *>(q->lo + at) = make_uint2(0, 0);
         if (lane < 16) q->sum16[lane] = 0;
         if (lane == 0) q->u = finite ? 0.0f : NAN;
         return;
@@ -261,8 +287,8 @@ __device__ __forceinline__ void quantize_block(const float e[8], xq_block *q, in
         s += 254 * h + l;
     }
     s += __shfl_xor_sync(0xffffffffu, s, 1);
-    *reinterpret_cast<uint2 *>(q->hi + 8 * lane) = make_uint2(hw[0], hw[1]);
-    *reinterpret_cast<uint2 *>(q->lo + 8 * lane) = make_uint2(lw[0], lw[1]);
+    *reinterpret_cast<uint2 *>(q->hi + at) = make_uint2(hw[0], hw[1]);
+    *reinterpret_cast<uint2 *>(q->lo + at) = make_uint2(lw[0], lw[1]);
     if (!(lane & 1)) q->sum16[lane >> 1] = s;
     if (lane == 0) q->u = __fdiv_rn(__fdiv_rn(amax, 127.0f), 254.0f);
 }
@@ -313,10 +339,11 @@ template <og_dtype DT> struct unit_w {
 template <og_dtype DT, int R>
 __device__ __forceinline__ void unit_rows(const xq_block *xb, int e1, const unit_w<DT> (&cu)[R], float *acc) {
     const int span = DT == OG_DTYPE_Q6_K ? 64 : 32; /* run 2 starts span elements after run 1 */
-    const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + e1);
-    const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + e1 + span);
-    const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + e1);
-    const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + e1 + span);
+    const int c1 = 16 * chunk_at(e1 >> 4), c2 = 16 * chunk_at((e1 + span) >> 4);
+    const uint4 h1 = *reinterpret_cast<const uint4 *>(xb->hi + c1);
+    const uint4 h2 = *reinterpret_cast<const uint4 *>(xb->hi + c2);
+    const uint4 o1 = *reinterpret_cast<const uint4 *>(xb->lo + c1);
+    const uint4 o2 = *reinterpret_cast<const uint4 *>(xb->lo + c2);
     const int32_t x1 = xb->sum16[e1 >> 4], x2 = xb->sum16[(e1 + span) >> 4];
     const float u = xb->u;
     const int hv1[4] = {(int)h1.x, (int)h1.y, (int)h1.z, (int)h1.w};
@@ -344,17 +371,17 @@ __device__ __forceinline__ void unit_rows(const xq_block *xb, int e1, const unit
     }
 }
 
-/* q4_k / q5_k scale (sc) and min of sub-block j from the packed words of
- * bytes 4..15 of the block (s[0..3], s[4..7], s[8..11]). */
-__device__ __forceinline__ void scale_min_w(const uint32_t s[3], int j, int *sc, int *m) {
-    const auto byte = [&](int i) { return (int)((s[i >> 2] >> (8 * (i & 3))) & 255u); };
-    if (j < 4) {
-        *sc = byte(j) & 63;
-        *m = byte(j + 4) & 63;
-    } else {
-        *sc = (byte(j + 4) & 15) | ((byte(j - 4) >> 6) << 4);
-        *m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-    }
+/* q4_k / q5_k scales and mins of sub-blocks 2c and 2c + 1 (unit pair c)
+ * from the packed words of bytes 4..15 of the block (s[0..3], s[4..7],
+ * s[8..11]): scale_min's bytes for all eight sub-blocks at once, a byte
+ * each (0..3 from the low 6 bits of s0 and s1; 4..7 from the nibbles of s2
+ * with the top 2 bits of s0 and s1 above them), then the pair's two. */
+__device__ __forceinline__ void scale_min_pair(const uint32_t s[3], int c, int *sc1, int *sc2, int *m1, int *m2) {
+    const uint32_t sc = c < 2 ? s[0] & 0x3F3F3F3Fu : (s[2] & 0x0F0F0F0Fu) | ((s[0] >> 2) & 0x30303030u);
+    const uint32_t m = c < 2 ? s[1] & 0x3F3F3F3Fu : ((s[2] >> 4) & 0x0F0F0F0Fu) | ((s[1] >> 2) & 0x30303030u);
+    const int at = 16 * (c & 1);
+    *sc1 = (int)((sc >> at) & 255u), *sc2 = (int)((sc >> (at + 8)) & 255u);
+    *m1 = (int)((m >> at) & 255u), *m2 = (int)((m >> (at + 8)) & 255u);
 }
 
 /* A unit's bytes as loaded, before decoding (kept raw so that a stream of
@@ -391,10 +418,12 @@ template <og_dtype DT> __device__ __forceinline__ void load_raw(const uint8_t *b
     if (DT == OG_DTYPE_Q4_K || DT == OG_DTYPE_Q5_K) {
         const int c = p >> 1, l0 = 16 * (p & 1);
         r.hd = __ldg(reinterpret_cast<const uint4 *>(b));
-        const uint4 q = __ldg(reinterpret_cast<const uint4 *>(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0));
+        /* the levels are read once (ld_stream16: past L1); the header, which
+           the block's 8 lanes share, through it */
+        const uint4 q = ld_stream16(b + (DT == OG_DTYPE_Q4_K ? 16 : 48) + 32 * c + l0);
         r.q[0] = q.x, r.q[1] = q.y, r.q[2] = q.z, r.q[3] = q.w;
         if (DT == OG_DTYPE_Q5_K) {
-            const uint4 h = __ldg(reinterpret_cast<const uint4 *>(b + 16 + l0));
+            const uint4 h = __ldg(reinterpret_cast<const uint4 *>(b + 16 + l0)); /* fifth bits: 4 lanes share them */
             r.h[0] = h.x, r.h[1] = h.y, r.h[2] = h.z, r.h[3] = h.w;
         }
     } else { /* q6_k */
@@ -420,8 +449,7 @@ template <og_dtype DT> __device__ __forceinline__ void decode_unit(const unit_ra
             }
         }
         const uint32_t s[3] = {r.hd.y, r.hd.z, r.hd.w};
-        scale_min_w(s, 2 * c, &u.sc1, &u.m1);
-        scale_min_w(s, 2 * c + 1, &u.sc2, &u.m2);
+        scale_min_pair(s, c, &u.sc1, &u.sc2, &u.m1, &u.m2);
         u.d = __half2float(__ushort_as_half((unsigned short)(r.hd.x & 0xffffu)));
         u.dmin = __half2float(__ushort_as_half((unsigned short)(r.hd.x >> 16)));
     } else {
@@ -679,7 +707,11 @@ void gemv_v2_t(cudaStream_t st, const xq_block *xq, const uint8_t *w, const floa
  *  - a grid of at most two blocks of 8 warps an SM (launch bounds: 128
  *    registers), every warp the same number of tasks within one;
  *  - several parts of one input (the q, k, v projections) in one launch:
- *    part i owns tasks first[i] .. first[i + 1] - 1. */
+ *    part i owns tasks first[i] .. first[i + 1] - 1;
+ *  - gate and up with the swiglu after them (sw set): a task is R / 2
+ *    features of gate and the same R / 2 of up (R 2 or 4), and writes
+ *    silu(gate) x up with swiglu_kernel's operations on the very values the
+ *    two products would have written, so the same bits, one launch less. */
 
 constexpr int S_WARPS = 8, S_THREADS = 32 * S_WARPS;
 /* Row steps in flight a lane (R rows x steps ahead; q4_k's raw unit is 8
@@ -696,6 +728,8 @@ struct stream_params {
     int64_t N[OG_KQUANT_GEMV_CUDA_MAX_PARTS];
     int64_t first[OG_KQUANT_GEMV_CUDA_MAX_PARTS + 1];
     int n;
+    int64_t tasks;
+    float *sw; /* gate / up: silu(out 0) x out 1 here instead of the two outputs */
     const xq_block *xq; /* x's terms, or NULL: the kernel writes them from x or the norm */
     const float *x;
     /* the add + rms_norm prologue (og_gemv_cuda_norm) when nm_a is set */
@@ -769,6 +803,10 @@ __device__ __forceinline__ void norm_scales(const stream_params &p, float *rs) {
 
 /* The part of a task and its first feature (R features a task). */
 template <int R> __device__ __forceinline__ int stream_part(const stream_params &p, int64_t task, int64_t *n0) {
+    if (p.sw) { /* features n0 .. n0 + R / 2 - 1 of both parts */
+        *n0 = task * (R > 1 ? R / 2 : 1);
+        return 0;
+    }
     int part = 0;
     while (part + 1 < p.n && task >= p.first[part + 1]) part++;
     *n0 = (task - p.first[part]) * R;
@@ -786,8 +824,12 @@ template <og_dtype DT, int R> struct stream_loader {
         int64_t n0;
         const int part = stream_part<R>(p, task, &n0);
         const int64_t N = p.N[part];
+        constexpr int H = R > 1 ? R / 2 : 1;
 #pragma unroll
-        for (int r = 0; r < R; r++) row[r] = p.w[part] + (n0 + r < N ? n0 + r : N - 1) * p.nb * bb;
+        for (int r = 0; r < R; r++) {
+            const int64_t n = p.sw ? n0 + r % H : n0 + r; /* sw: rows of gate, then the same of up */
+            row[r] = p.w[p.sw ? r / H : part] + (n < N ? n : N - 1) * p.nb * bb;
+        }
     }
     /* Loads the next step's units into u (when the lane's block is in the
      * row) and moves on. */
@@ -817,7 +859,7 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
     const int bb = block_bytes(DT);
     const int e1 = DT == OG_DTYPE_Q6_K ? 128 * (up >> 2) + 16 * (up & 3) : 64 * (up >> 1) + 16 * (up & 1);
     const int64_t nb = p.nb, T = p.T, steps = (nb + 3) / 4;
-    const int64_t ntasks = p.first[p.n], stride = (int64_t)gridDim.x * S_WARPS;
+    const int64_t ntasks = p.tasks, stride = (int64_t)gridDim.x * S_WARPS;
     int64_t task = (int64_t)warp * gridDim.x + blockIdx.x;
     stream_loader<DT, R> ld;
     ld.task = task, ld.step = 0;
@@ -865,6 +907,31 @@ __global__ void __launch_bounds__(S_THREADS, 2) gemv_stream_kernel(stream_params
             int64_t n0;
             const int part = stream_part<R>(p, task, &n0);
             const int64_t N = p.N[part];
+            if constexpr (R > 1) {
+                if (p.sw) {
+                    constexpr int H = R / 2;
+#pragma unroll
+                    for (int t = 0; t < MT; t++)
+#pragma unroll
+                        for (int r = 0; r < H; r++) {
+                            if (t < T) {
+                                const float sg = warp_sum(acc[t][r]), su = warp_sum(acc[t][r + H]);
+                                const int64_t n = n0 + r;
+                                if (lane == 0 && n < N) {
+                                    /* the outputs the products would write, then swiglu_kernel's operations */
+                                    const float g = sg + (p.bias[0] ? p.bias[0][n] : 0.0f);
+                                    const float u = su + (p.bias[1] ? p.bias[1][n] : 0.0f);
+                                    p.sw[t * N + n] = g / (1.0f + expf(-g)) * u;
+                                }
+                            }
+                            acc[t][r] = acc[t][r + H] = 0.0f;
+                        }
+                    st = 0;
+                    task += stride;
+                    if (task >= ntasks) break;
+                    continue;
+                }
+            }
 #pragma unroll
             for (int t = 0; t < MT; t++)
 #pragma unroll
@@ -893,6 +960,9 @@ template <og_dtype DT, int R, int MT> og_status launch_stream(cudaStream_t st, s
         tasks += (N[i] + R - 1) / R;
     }
     p.first[n] = tasks;
+    constexpr int H = R > 1 ? R / 2 : 1;
+    if (p.sw) tasks = (N[0] + H - 1) / H; /* R / 2 features of both parts a task (R >= 2 here) */
+    p.tasks = tasks;
     const int64_t sms = sm_count(), warps_max = sms * 2 * S_WARPS;
     const int64_t each = (tasks + warps_max - 1) / warps_max;
     int64_t blocks = ((tasks + each - 1) / each + S_WARPS - 1) / S_WARPS;
@@ -922,14 +992,25 @@ template <og_dtype DT, int R, int MT> og_status launch_stream(cudaStream_t st, s
  * or more (x's terms then serve 4 weight rows; q4_k at one row of x only,
  * where that fits 128 registers without spilling), 2 where it gets one,
  * else 1 (a small product's rows spread over every warp). */
+/* OG_CUDA_KQUANT_ROWS=1|2|4: the rows a task whatever the product's size
+ * (4 only where the rule below may take it, else 2; the swiglu pairs 2 at
+ * least), to measure the rule; 0 when unset. Read at each call. */
+int forced_rows() {
+    const char *e = getenv("OG_CUDA_KQUANT_ROWS");
+    const int v = e ? atoi(e) : 0;
+    return v == 1 || v == 2 || v == 4 ? v : 0;
+}
+
 template <og_dtype DT, int MT> og_status stream_rows(cudaStream_t st, stream_params &p, const int64_t *N, int n) {
     int64_t rows = 0;
     for (int i = 0; i < n; i++) rows += N[i];
     const int64_t warps = (int64_t)sm_count() * 2 * S_WARPS;
+    const int forced = forced_rows();
     if constexpr (DT == OG_DTYPE_Q4_K && MT == 1) {
-        if (rows >= 8 * warps) return launch_stream<DT, 4, MT>(st, p, N, n);
+        if (forced == 4 || (!forced && rows >= 8 * warps)) return launch_stream<DT, 4, MT>(st, p, N, n);
     }
-    if (rows >= 2 * warps) return launch_stream<DT, 2, MT>(st, p, N, n);
+    /* sw: gate and up rows pair up, 2 a task at least */
+    if (forced >= 2 || (!forced && rows >= 2 * warps) || p.sw) return launch_stream<DT, 2, MT>(st, p, N, n);
     return launch_stream<DT, 1, MT>(st, p, N, n);
 }
 
@@ -1139,9 +1220,11 @@ static og_status check_int8(const char *op, const void *xq, const void *w, const
 /* Variant 3 over n parts (checked): from x's terms xq, or with xq NULL
  * from x, each block writing the terms (they fit S_STAGE_MAX). */
 static og_status gemv_stream(const char *op, cudaStream_t st, const void *xq, const float *x, og_dtype dt, int64_t T,
-                             int64_t K, const og_gemv_cuda_part *parts, int n, const og_gemv_cuda_norm *norm = NULL) {
+                             int64_t K, const og_gemv_cuda_part *parts, int n, const og_gemv_cuda_norm *norm = NULL,
+                             float *sw = NULL) {
     stream_params p;
     memset(&p, 0, sizeof p);
+    p.sw = sw;
     if (norm) {
         p.nm_a = norm->a, p.nm_b = norm->b, p.nm_w = norm->weight, p.nm_bf16 = norm->weight_dtype == OG_DTYPE_BF16;
         p.nm_eps = norm->eps, p.nm_sum = norm->sum;
@@ -1240,10 +1323,10 @@ extern "C" bool og_kquant_gemv_cuda_norm_takes(og_dtype dt, int64_t T, int64_t K
            stages(og_kquant_gemv_cuda_variant_for(T, dt, n_parts), T, K);
 }
 
-extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm, void *xq,
-                                                og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part *parts,
-                                                int n) {
-    const char *op = "kquant_gemv_x_multi_cuda";
+/* og_kquant_gemv_x_multi_cuda, and with sw the gate / up pair whose swiglu
+ * it writes (og_kquant_gemv_x_swiglu_cuda). */
+static og_status x_multi(const char *op, void *stream, const float *x, const og_gemv_cuda_norm *norm, void *xq,
+                         og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part *parts, int n, float *sw) {
     if (!parts || n < 1 || n > OG_KQUANT_GEMV_CUDA_MAX_PARTS)
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: %d parts (1 to %d)", op, n, OG_KQUANT_GEMV_CUDA_MAX_PARTS);
     if (norm ? x || !norm->a || !norm->b || !norm->weight || !norm->sum || !aligned16(norm->a) || !aligned16(norm->b) ||
@@ -1256,16 +1339,44 @@ extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, c
     if (norm && !og_kquant_gemv_cuda_norm_takes(dt, T, K, n))
         return og_set_error(OG_ERR_INVALID_ARGUMENT, "%s: no norm prologue for %d %s parts of %lld x %lld", op, n,
                             og_dtype_name(dt), (long long)T, (long long)K);
+    if (sw && (n != 2 || parts[0].N != parts[1].N || !og_kquant_gemv_cuda_swiglu_takes(dt, T, K)))
+        return og_set_error(OG_ERR_INVALID_ARGUMENT,
+                            "%s: gate and up of one width, where og_kquant_gemv_cuda_swiglu_takes (%s, %lld x %lld)",
+                            op, og_dtype_name(dt), (long long)T, (long long)K);
     const int v = og_kquant_gemv_cuda_variant_for(T, dt, n); /* the environment read once a call */
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (norm || stages(v, T, K)) {
         const void *from = norm ? (const void *)norm->a : (const void *)x;
         for (int i = 0; i < n; i++) {
             /* x (or a) stands in for xq: the checks of xq (non-NULL, aligned) hold for it */
-            og_status rc = check_int8(op, from, parts[i].weight, parts[i].out, dt, T, K, parts[i].N);
+            og_status rc = check_int8(op, from, parts[i].weight, sw ? sw : parts[i].out, dt, T, K, parts[i].N);
             if (rc != OG_OK) return rc;
         }
-        return gemv_stream(op, static_cast<cudaStream_t>(stream), NULL, x, dt, T, K, parts, n, norm);
+        return gemv_stream(op, st, NULL, x, dt, T, K, parts, n, norm, sw);
     }
     og_status rc = og_kquant_quantize_x_cuda(stream, x, T, K, xq);
-    return rc != OG_OK ? rc : og_kquant_gemv_int8_multi_cuda(stream, v, xq, dt, T, K, parts, n);
+    if (rc != OG_OK || !sw) return rc != OG_OK ? rc : og_kquant_gemv_int8_multi_cuda(stream, v, xq, dt, T, K, parts, n);
+    for (int i = 0; i < n; i++) {
+        rc = check_int8(op, xq, parts[i].weight, sw, dt, T, K, parts[i].N);
+        if (rc != OG_OK) return rc;
+    }
+    return gemv_stream(op, st, xq, NULL, dt, T, K, parts, n, NULL, sw);
+}
+
+extern "C" og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm, void *xq,
+                                                og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part *parts,
+                                                int n) {
+    return x_multi("kquant_gemv_x_multi_cuda", stream, x, norm, xq, dt, T, K, parts, n, NULL);
+}
+
+extern "C" bool og_kquant_gemv_cuda_swiglu_takes(og_dtype dt, int64_t T, int64_t K) {
+    return og_kquant_gemv_cuda_int8_takes(dt) && og_kquant_gemv_cuda_int8_wanted() && K >= QK && K % QK == 0 &&
+           T >= 1 && T <= OG_KQUANT_GEMV_CUDA_MAX_T && og_kquant_gemv_cuda_variant_for(T, dt, 2) == 3;
+}
+
+extern "C" og_status og_kquant_gemv_x_swiglu_cuda(void *stream, const float *x, const og_gemv_cuda_norm *norm, void *xq,
+                                                 og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part parts[2],
+                                                 float *out) {
+    if (!out) return og_set_error(OG_ERR_INVALID_ARGUMENT, "kquant_gemv_x_swiglu_cuda: out is NULL");
+    return x_multi("kquant_gemv_x_swiglu_cuda", stream, x, norm, xq, dt, T, K, parts, 2, out);
 }

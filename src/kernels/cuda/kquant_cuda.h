@@ -104,6 +104,17 @@ og_status og_kquant_gemv_x_multi_cuda(void *stream, const float *x /* [T, K] or 
                                       void *xq, og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part *parts,
                                       int n_parts);
 
+/* silu(gate) x up of one x, the gate and up products (parts[0], parts[1]:
+ * one width N, their outs unused) in one launch of the streamed gemv: a
+ * task takes features of both, and out [T, N] gets og_swiglu_cuda's bits
+ * of the outputs og_kquant_gemv_x_multi_cuda would have written. x or the
+ * norm prologue as there; only where og_kquant_gemv_cuda_swiglu_takes (the
+ * streamed gemv chosen for two parts). */
+bool og_kquant_gemv_cuda_swiglu_takes(og_dtype dt, int64_t T, int64_t K);
+og_status og_kquant_gemv_x_swiglu_cuda(void *stream, const float *x /* [T, K] or NULL */, const og_gemv_cuda_norm *norm,
+                                       void *xq, og_dtype dt, int64_t T, int64_t K, const og_gemv_cuda_part parts[2],
+                                       float *out /* [T, N] */);
+
 /* Rows row0 .. row0 + rows - 1 of a [N, K] k-quant weight as f32, bit for
  * bit og_kquant_dequantize_row's: the panel a cuBLAS product of a wide step
  * multiplies. */
