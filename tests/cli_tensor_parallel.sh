@@ -48,13 +48,13 @@ eval_to() {
 }
 # A sharded run's logits $2 against transformers' ($5, unless empty) within
 # the f32 parity bound and against the unsharded run's ($3) within the
-# reduction-order bound; $1 names the run, $4 its rows.
+# reduction-order bound (or $6 where given); $1 names the run, $4 its rows.
 against() {
     local ref res
     if [ -n "$5" ] && ! ref=$("$CMP" "$2" "$5" "$4" 0.02); then
         echo "FAIL $1 against transformers: $ref"
         fails=$((fails + 1))
-    elif ! res=$("$CMP" "$2" "$3" "$4" 0.002); then
+    elif ! res=$("$CMP" "$2" "$3" "$4" "${6:-0.002}"); then
         echo "FAIL $1 against one shard: $res"
         fails=$((fails + 1))
     else
@@ -95,8 +95,14 @@ for n in 2 3 4 8; do
 done
 # int8 / fp8 KV storage cut by heads: the fixtures with several kv heads, fed
 # one token a step, against the unsharded run of the same storage dtype
-# (quantized the same way per head and token; the bound as above, since a
-# quant level may flip where a value moved by the reduction order)
+# (quantized the same way per head and token). Not within the reduction-order
+# bound: where the reduction order moves a k or v value across a rounding
+# boundary of the storage, that element moves by a whole quant step (int8:
+# amax / 127 of its head's row; fp8 e4m3: up to 1/8 of its magnitude), which
+# moved the logits by 0.0108 once (qwen3-mixed, fp8, tp=2, on an AVX2 host;
+# 7.6e-4 for int8). The bound is 0.05: a head or column cut wrong moves the
+# logits by O(1), and the arg-max must still agree wherever the two best
+# logits lie further apart than that (compare_logits).
 for name in llama-gqa qwen3-mixed qwen35-dense; do
     dir=$SRC/tests/data/hf/$name
     prog=$WORK/$name.ogp
@@ -110,7 +116,7 @@ for name in llama-gqa qwen3-mixed qwen35-dense; do
             out=$WORK/$name.$n.$kv.f32
             runs=$((runs + 1))
             eval_to "$name tp=$n kv=$kv" "$out" "${args[@]}" -tp "$n" &&
-                against "$name tp=$n kv=$kv" "$out" "$one" "$rows" ""
+                against "$name tp=$n kv=$kv" "$out" "$one" "$rows" "" 0.05
         done
     done
 done

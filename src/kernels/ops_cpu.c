@@ -517,9 +517,18 @@ og_status og_matmul_rows_swiglu_cpu(og_threadpool *pool, const float *x, int64_t
 
 /* Prefill (T > 1): each task takes a panel of PANEL output features, widens
  * its bf16 weights (or dequantizes its q8/q4 ones, exactly) to f32 in the
- * thread's scratch and runs one sgemm over all T rows, so each weight is read
- * from memory once per call and reused T times from cache. */
-enum { PANEL = 64 };
+ * thread's scratch and runs sgemm over all T rows, so each weight is read
+ * from memory once per call and reused T times from cache.
+ *
+ * The rows go to sgemm SG_ROWS at a time, the last ones padded with zero rows
+ * to SG_ROWS from a scratch copy: OpenBLAS's kernels for AVX2 machines (its
+ * Haswell and Zen builds) give a row of C bits that depend on how many rows
+ * the call has and where the row sits in it (measured: a row of a 62-row call
+ * differs from the same row of a 70-row call), and the runtime promises that a
+ * row's product does not depend on the step it came in (a fork, a prefix hit
+ * or a chunked prompt gives the bits of one whole prefill). Calls of 8 rows
+ * gave every row the same bits at every offset there. */
+enum { PANEL = 64, SG_ROWS = 8 };
 
 typedef struct {
     const float *x;    /* [T, K]             */
@@ -528,7 +537,8 @@ typedef struct {
     og_dtype dt;
     int64_t T, K, N;
     og_cpu_isa isa;
-    float *scratch;    /* [threads, PANEL, K] */
+    float *scratch;    /* [threads, PANEL x K + SG_ROWS x K + SG_ROWS x PANEL] */
+    size_t per_thread; /* floats of scratch a thread */
     float *out;        /* [T, N]             */
 } gemm_job;
 
@@ -537,8 +547,10 @@ static void gemm_task(void *ctx, int64_t task, int thread) {
     int64_t n0 = task * PANEL;
     int64_t nb = n0 + PANEL <= j->N ? PANEL : j->N - n0;
     const float *panel = float_rows(j->dt, j->w, j->K, n0); /* [nb, K] */
+    float *mine = j->scratch + (size_t)thread * j->per_thread;
+    float *xpad = mine + (size_t)PANEL * (size_t)j->K, *opad = xpad + (size_t)SG_ROWS * (size_t)j->K;
     if (j->dt != OG_DTYPE_F32) {
-        float *s = j->scratch + (size_t)thread * PANEL * (size_t)j->K;
+        float *s = mine;
         if (og_dtype_is_quantized(j->dt))
             og_dequantize_rows_cpu(j->isa, j->dt, j->w, j->N, j->K, n0, nb, s);
         else
@@ -553,9 +565,23 @@ static void gemm_task(void *ctx, int64_t task, int thread) {
                 j->out[t * j->N + n0 + c] = og_load_f32(j->bias, bdt, (size_t)(n0 + c));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->T, (blasint)nb,
-                (blasint)j->K, 1.0f, j->x, (blasint)j->K, panel, (blasint)j->K, beta,
-                j->out + n0, (blasint)j->N);
+    for (int64_t t0 = 0; t0 < j->T; t0 += SG_ROWS) {
+        const int64_t m = j->T - t0 < SG_ROWS ? j->T - t0 : SG_ROWS;
+        if (m == SG_ROWS) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, SG_ROWS, (blasint)nb, (blasint)j->K, 1.0f,
+                        j->x + t0 * j->K, (blasint)j->K, panel, (blasint)j->K, beta, j->out + t0 * j->N + n0,
+                        (blasint)j->N);
+            continue;
+        }
+        /* the last rows, padded: the same call as a full block's */
+        memcpy(xpad, j->x + t0 * j->K, sizeof(float) * (size_t)(m * j->K));
+        memset(xpad + m * j->K, 0, sizeof(float) * (size_t)((SG_ROWS - m) * j->K));
+        for (int64_t t = 0; t < SG_ROWS; t++)
+            for (int64_t c = 0; c < nb; c++) opad[t * PANEL + c] = t < m ? j->out[(t0 + t) * j->N + n0 + c] : 0.0f;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, SG_ROWS, (blasint)nb, (blasint)j->K, 1.0f, xpad,
+                    (blasint)j->K, panel, (blasint)j->K, beta, opad, PANEL);
+        for (int64_t t = 0; t < m; t++) memcpy(j->out + (t0 + t) * j->N + n0, opad + t * PANEL, sizeof(float) * (size_t)nb);
+    }
 }
 
 /* The pool supplies the parallelism; OpenBLAS's own threads would compete
@@ -570,15 +596,13 @@ static og_status gemm_run(og_threadpool *pool, const float *x, const void *w, co
                             "matmul: T %lld, K %lld, N %lld exceed the BLAS int range",
                             (long long)T, (long long)K, (long long)N);
     pthread_once(&g_blas_once, blas_single_thread);
-    float *scratch = NULL;
-    if (dt != OG_DTYPE_F32) {
-        scratch = og_scratch(OG_SCRATCH_PANELS, (size_t)og_threadpool_size(pool) * PANEL * (size_t)K * sizeof(float));
-        if (!scratch)
-            return og_set_error(OG_ERR_OUT_OF_MEMORY,
-                                "matmul: no memory for %d weight panels of %d x %lld floats",
-                                og_threadpool_size(pool), PANEL, (long long)K);
-    }
-    gemm_job j = {x, w, bias, dt, T, K, N, og_cpu_isa_active(), scratch, out};
+    /* a thread's weight panel as f32 (bf16, quantized), then its padded rows of x and of out */
+    const size_t per_thread = (size_t)(PANEL + SG_ROWS) * (size_t)K + SG_ROWS * PANEL;
+    float *scratch = og_scratch(OG_SCRATCH_PANELS, (size_t)og_threadpool_size(pool) * per_thread * sizeof(float));
+    if (!scratch)
+        return og_set_error(OG_ERR_OUT_OF_MEMORY, "matmul: no memory for %d weight panels of %d x %lld floats",
+                            og_threadpool_size(pool), PANEL + SG_ROWS, (long long)K);
+    gemm_job j = {x, w, bias, dt, T, K, N, og_cpu_isa_active(), scratch, per_thread, out};
     og_parallel_for(pool, (N + PANEL - 1) / PANEL, gemm_task, &j);
     return OG_OK;
 }
