@@ -393,6 +393,58 @@ static void check_errors(og_threadpool *pool) {
                  OG_ERR_INVALID_ARGUMENT);
 }
 
+/* og_matmul_bf16_cpu with k-quant weights (the vdpbf16ps kernel where the CPU
+ * has AVX512_BF16, else x rounded through og_matmul_cpu). The weights are
+ * random f32 quantized by og_kquant_quantize_rows, their exact values those
+ * of the reference decoder og_kquant_dequantize_row (checked against the
+ * gguf package by test_kquant); the oracle is the double sum over x rounded
+ * to bf16. q6_k goes as bf16 hi + lo pairs, each within 2^-16 |w|; q4_k and
+ * q5_k as their exact levels times each group's scale, less the group's min
+ * times its sum of x, whose roundings are relative to sum |x| (|d sc q| +
+ * d_min m) rather than to sum |x w|. With |d sc q| <= |w| + d_min m and the
+ * quantizer's d_min m at most about the largest |w| of the group (it offsets
+ * the group's least value), 4 sum_g max_g |w| sum_{k in g} |x| bounds that
+ * magnitude; the allowance is gamma_{K+40} + 2^-15 of it. A wrong level
+ * plane, scale or min moves a result by a good fraction of its magnitude. */
+static void check_kquant_bf16(og_threadpool *pool, og_rng *r, og_dtype dt, int64_t T, int64_t K, int64_t N) {
+    float *x = malloc(sizeof(float) * (size_t)(T * K)), *xr = malloc(sizeof(float) * (size_t)(T * K));
+    float *wf = malloc(sizeof(float) * (size_t)(N * K)), *w_exact = malloc(sizeof(float) * (size_t)(N * K));
+    float *got = malloc(sizeof(float) * (size_t)(T * N));
+    void *w = malloc(og_kquant_row_bytes(dt, K) * (size_t)N);
+    og_rng_fill(r, x, (size_t)(T * K), -2.0f, 2.0f);
+    og_rng_fill(r, wf, (size_t)(N * K), -1.0f, 1.0f);
+    for (int64_t i = 0; i < T * K; i++) xr[i] = og_f32_from_bf16(og_bf16_from_f32(x[i]));
+    CHECK_OK(og_kquant_quantize_rows(dt, wf, N, K, w));
+    for (int64_t n = 0; n < N; n++) og_kquant_dequantize_row(dt, w, K, n, w_exact + n * K);
+    oracle o = oracle_compute(xr, w_exact, NULL, T, K, N);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double m = 0;
+            for (int64_t g = 0; g < K / 32; g++) {
+                double wmax = 0, xs = 0;
+                for (int64_t k = 32 * g; k < 32 * g + 32; k++) {
+                    wmax = fmax(wmax, fabs((double)w_exact[n * K + k]));
+                    xs += fabs((double)xr[t * K + k]);
+                }
+                m += 4 * wmax * xs;
+            }
+            o.mag[t * N + n] = fmax(o.mag[t * N + n], m);
+        }
+    og_poison(got, (size_t)(T * N));
+    CHECK_OK(og_matmul_bf16_cpu(pool, x, w, NULL, dt, T, K, N, got));
+    const double ratio = bound_ratio(got, o.exact, o.mag, (size_t)(T * N), gamma_n(K + 40) + 0x1p-15);
+    CHECK_MSG(ratio <= 1.0, "matmul_bf16 %s%s T=%lld K=%lld N=%lld: ratio %.3g", og_dtype_name(dt),
+              og_cpu_has_avx512_bf16() ? " (vdpbf16ps)" : "", (long long)T, (long long)K, (long long)N, ratio);
+    free(o.exact);
+    free(o.mag);
+    free(x);
+    free(xr);
+    free(wf);
+    free(w_exact);
+    free(got);
+    free(w);
+}
+
 int main(void) {
     og_threadpool *pool = og_threadpool_create(2);
     CHECK(pool != NULL);
@@ -423,6 +475,14 @@ int main(void) {
                 check_bf16_activations(a % 2 ? pool : NULL, &r, OG_DTYPE_BF16, Tb[a], Kb[b],
                                        Nb[c], (a + b + c) % 2 == 0);
     check_bf16_activations(pool, &r, OG_DTYPE_F32, 33, 129, 65, true);
+    og_test_section("matmul with bf16 activations and k-quant weights vs double");
+    static const og_dtype kq[3] = {OG_DTYPE_Q4_K, OG_DTYPE_Q5_K, OG_DTYPE_Q6_K};
+    for (int d = 0; d < 3; d++)
+        for (int64_t T = 2; T <= 70; T += 34)
+            for (int64_t K = 256; K <= 1024; K *= 2) {
+                check_kquant_bf16(pool, &r, kq[d], T, K, 7);
+                check_kquant_bf16(T > 2 ? pool : NULL, &r, kq[d], T, K, 37);
+            }
     og_test_section("matmul exact integer sums");
     check_exact(pool, OG_DTYPE_BF16, 1, 1000, 257);
     check_exact(pool, OG_DTYPE_BF16, 5, 1000, 129);

@@ -28,7 +28,13 @@
  * only the sums round). Tiles of 4 rows keep 8 accumulators and 8 group
  * sums in registers.
  *
- * The k-quants take the same kernel as bf16 weights, over 2K:
+ * q4_k and q5_k take group_kernel too: their sub-blocks are groups of 32
+ * whose levels (0..31) are bf16 exactly, with the scale d * sc and the min
+ * d_min * m that og_kquant_dequantize_row forms; the group's sum of x
+ * (vdpbf16ps against ones, exact products) times the min is subtracted
+ * after the scaled sum. One product a weight where the pairs below take two.
+ *
+ * q6_k (groups of 16) takes the same kernel as bf16 weights, over 2K:
  * each weight, dequantized exactly to f32, is split into two bf16 values, hi
  * = bf16(w) and lo = bf16(w - hi), both rounded to nearest, which make one
  * pair (hi + lo is w within 2^-16 |w|, where bf16 alone is 2^-8), and x is
@@ -43,8 +49,11 @@
 
 enum { TT = 32, NT = 8, NB_MIN = 64, NB_MAX = 256, GT = 4 };
 
-/* q8 and q4 take group_kernel (one product per weight); the k-quants hi + lo pairs */
-static bool grouped(og_dtype dt) { return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4; }
+/* q8, q4, q4_k and q5_k take group_kernel (one product per weight); q6_k hi + lo pairs */
+static bool grouped(og_dtype dt) {
+    return dt == OG_DTYPE_Q8 || dt == OG_DTYPE_Q4 || dt == OG_DTYPE_Q4_K || dt == OG_DTYPE_Q5_K;
+}
+static bool with_mins(og_dtype dt) { return dt == OG_DTYPE_Q4_K || dt == OG_DTYPE_Q5_K; }
 
 typedef struct {
     const float *x;      /* [T, K]             */
@@ -85,6 +94,46 @@ static inline OG_BF16 __m512bh bcast_pair(const og_bf16 *w) {
     uint32_t v;
     memcpy(&v, w, sizeof v);
     return (__m512bh)_mm512_set1_epi32((int)v);
+}
+
+/* q4_k / q5_k rows [n0, n0 + rows): levels as bf16 (exact), and per group of
+ * 32 the scale d * sc and the min d_min * m, as og_kquant_dequantize_row
+ * forms them. */
+static OG_BF16 void kq_ints_rows(og_dtype dt, const void *w, int64_t K, int64_t n0, int64_t rows, og_bf16 *ints,
+                                 float *scales, float *mins) {
+    const size_t rb = og_kquant_row_bytes(dt, K), bb = og_kquant_block_bytes(dt);
+    const int64_t G = K / 32;
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t kb = 0; kb < K / 256; kb++) {
+            const uint8_t *b = (const uint8_t *)w + (size_t)(n0 + r) * rb + (size_t)kb * bb;
+            const float d = og_f32_from_f16((og_f16)(b[0] | b[1] << 8));
+            const float dmin = og_f32_from_f16((og_f16)(b[2] | b[3] << 8));
+            const uint8_t *s = b + 4, *qs = b + (dt == OG_DTYPE_Q4_K ? 16 : 48);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                if (j < 4) {
+                    sc = s[j] & 63;
+                    m = s[j + 4] & 63;
+                } else {
+                    sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+                    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+                }
+                scales[r * G + kb * 8 + j] = d * (float)sc;
+                mins[r * G + kb * 8 + j] = dmin * (float)m;
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+                if (j & 1) v = _mm256_srli_epi16(v, 4);
+                v = _mm256_and_si256(v, low4);
+                if (dt == OG_DTYPE_Q5_K)
+                    v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4));
+                const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)));
+                const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(v, 1)));
+                og_bf16 *o = ints + r * K + kb * 256 + 32 * j;
+                _mm256_storeu_si256((__m256i *)o, (__m256i)_mm512_cvtneps_pbh(f0));
+                _mm256_storeu_si256((__m256i *)(o + 16), (__m256i)_mm512_cvtneps_pbh(f1));
+            }
+        }
 }
 
 /* Sixteen rows of sixteen 32-bit lanes transposed in place: r[i] lane l
@@ -283,14 +332,17 @@ static OG_BF16 void tile_kernel(const uint32_t *xp, const og_bf16 *const w[NT], 
 
 /* tile[i][t] = sum_g scale_i[g] (sum_{k in group g} xr[t, k] q_i[k]) for
  * the TT tokens whose pairs are xp [K / 2, TT] and the GT rows of integers
- * q_i (bf16) with their group scales sc_i [K / 32]. */
-static OG_BF16 void group_kernel(const uint32_t *xp, const og_bf16 *const q[GT], const float *const sc[GT],
-                                 int64_t K, float tile[GT][TT]) {
+ * q_i (bf16) with their group scales sc_i [K / 32]; with_min (a constant
+ * where inlined): less min_i[g] (sum_{k in group g} xr[t, k]) a group. */
+static inline __attribute__((always_inline)) OG_BF16 void
+group_kernel_t(const uint32_t *xp, const og_bf16 *const q[GT], const float *const sc[GT], const float *const mn[GT],
+               const bool with_min, int64_t K, float tile[GT][TT]) {
+    const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3f803f80);
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     const og_bf16 *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
     for (int64_t g = 0; g < K / OG_QUANT_GROUP; g++) {
         __m512 s00 = _mm512_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00,
-               s31 = s00;
+               s31 = s00, x0 = s00, x1 = s00;
 #define OG_STEP(i)                                          \
     do {                                                    \
         const __m512bh b_ = bcast_pair(q##i + 2 * p);       \
@@ -305,6 +357,10 @@ static OG_BF16 void group_kernel(const uint32_t *xp, const og_bf16 *const q[GT],
             OG_STEP(1);
             OG_STEP(2);
             OG_STEP(3);
+            if (with_min) {
+                x0 = _mm512_dpbf16_ps(x0, a0, ones);
+                x1 = _mm512_dpbf16_ps(x1, a1, ones);
+            }
         }
 #undef OG_STEP
 #define OG_SCALE(i)                                         \
@@ -312,6 +368,11 @@ static OG_BF16 void group_kernel(const uint32_t *xp, const og_bf16 *const q[GT],
         const __m512 v_ = _mm512_set1_ps(sc[i][g]);         \
         c##i##0 = _mm512_fmadd_ps(v_, s##i##0, c##i##0);    \
         c##i##1 = _mm512_fmadd_ps(v_, s##i##1, c##i##1);    \
+        if (with_min) {                                     \
+            const __m512 m_ = _mm512_set1_ps(mn[i][g]);     \
+            c##i##0 = _mm512_fnmadd_ps(m_, x0, c##i##0);    \
+            c##i##1 = _mm512_fnmadd_ps(m_, x1, c##i##1);    \
+        }                                                   \
     } while (0)
         OG_SCALE(0);
         OG_SCALE(1);
@@ -325,25 +386,38 @@ static OG_BF16 void group_kernel(const uint32_t *xp, const og_bf16 *const q[GT],
     _mm512_storeu_ps(tile[3], c30), _mm512_storeu_ps(tile[3] + 16, c31);
 }
 
-/* Out features [n0, n0 + nn) of a q8 / q4 weight (nn <= GT), every token
- * tile; scratch: the thread's row space. */
+static OG_BF16 void group_kernel(const uint32_t *xp, const og_bf16 *const q[GT], const float *const sc[GT],
+                                 int64_t K, float tile[GT][TT]) {
+    group_kernel_t(xp, q, sc, NULL, false, K, tile);
+}
+static OG_BF16 void group_kernel_mins(const uint32_t *xp, const og_bf16 *const q[GT], const float *const sc[GT],
+                                      const float *const mn[GT], int64_t K, float tile[GT][TT]) {
+    group_kernel_t(xp, q, sc, mn, true, K, tile);
+}
+
+/* Out features [n0, n0 + nn) of a q8 / q4 / q4_k / q5_k weight (nn <= GT),
+ * every token tile; scratch: the thread's row space. */
 static void group_rows(const bf16_job *j, int64_t n0, int64_t nn, og_bf16 *scratch) {
     const int64_t K = j->K, G = K / OG_QUANT_GROUP;
     og_bf16 *ints = scratch;                          /* [GT, K] */
     float *scales = (float *)(void *)(ints + GT * K); /* [GT, G] */
-    og_quant_ints_rows_cpu(j->dt, j->w, j->N, K, n0, nn, ints, scales);
+    float *mins = scales + GT * G;                    /* [GT, G]: q4_k, q5_k */
+    if (with_mins(j->dt)) kq_ints_rows(j->dt, j->w, K, n0, nn, ints, scales, mins);
+    else og_quant_ints_rows_cpu(j->dt, j->w, j->N, K, n0, nn, ints, scales);
     const og_bf16 *q[GT]; /* rows past the end repeat the last; their sums are dropped */
-    const float *sc[GT];
+    const float *sc[GT], *mn[GT];
     for (int64_t i = 0; i < GT; i++) {
         const int64_t r = i < nn ? i : nn - 1;
         q[i] = ints + r * K;
         sc[i] = scales + r * G;
+        mn[i] = mins + r * G;
     }
     float b[GT];
     load_bias(j, n0, nn, b);
     float tile[GT][TT];
     for (int64_t t0 = 0; t0 < j->T; t0 += TT) {
-        group_kernel(j->xp + t0 * j->P, q, sc, K, tile);
+        if (with_mins(j->dt)) group_kernel_mins(j->xp + t0 * j->P, q, sc, mn, K, tile);
+        else group_kernel(j->xp + t0 * j->P, q, sc, K, tile);
         store_tile(j, t0, n0, nn, &tile[0][0], b);
     }
 }
@@ -399,9 +473,9 @@ static og_status matmul_dpbf16(og_threadpool *pool, const float *x, const void *
                                const void *bias, int64_t T, int64_t K, int64_t N, float *out) {
     const bool quant = og_dtype_is_quantized(dt) && !grouped(dt); /* hi + lo pairs over 2K */
     const int64_t P = quant ? K : (K + 1) / 2, TP = (T + TT - 1) / TT * TT;
-    /* og_bf16 elements; grouped: GT rows of integers and their f32 scales */
+    /* og_bf16 elements; grouped: GT rows of integers and their f32 scales and mins */
     const size_t row_stride = quant ? 2 * NT * (size_t)K
-                              : grouped(dt) ? GT * (size_t)K + 2 * GT * (size_t)(K / OG_QUANT_GROUP)
+                              : grouped(dt) ? GT * (size_t)K + 4 * GT * (size_t)(K / OG_QUANT_GROUP)
                                             : (size_t)K;
     const int threads = og_threadpool_size(pool);
     uint32_t *xp = og_scratch(OG_SCRATCH_ACTIVATIONS, (size_t)(P * TP) * sizeof *xp);
